@@ -1,0 +1,33 @@
+//! # pvgpu-ring
+//!
+//! The parts of pvgpu that both ends of a connection share:
+//!
+//! - [`proto`]: wire protocol v1, fixed-layout little-endian messages decoded
+//!   with `zerocopy`, where an unknown opcode or a malformed length is an
+//!   error value, never undefined behaviour;
+//! - [`channel`]: a single-producer/single-consumer channel of records with
+//!   Xen-style event indices, generic over the memory it lives in;
+//! - [`region`] and [`layout`]: a shared region (memfd, Xen grant pages)
+//!   carved into a request channel, a response channel and a data area for
+//!   bulk copies;
+//! - [`notify`]: the doorbell trait both transports implement and the
+//!   spin-then-block wait;
+//! - [`cuda`]: `CUresult` codes and attribute numbers as CUDA 13 defines
+//!   them.
+//!
+//! The consumer side treats the peer as hostile: it copies each record out
+//! of shared memory before decoding it, checks every index against the
+//! buffer size, and reports an impossible state as an error that ends the
+//! session.
+
+pub mod channel;
+pub mod cuda;
+#[cfg(not(loom))]
+pub mod layout;
+pub mod notify;
+pub mod proto;
+#[cfg(not(loom))]
+pub mod region;
+mod sync;
+
+pub use cuda::CuResult;

@@ -1,0 +1,114 @@
+//! Notification between the two ends of a ring, and the adaptive wait.
+//!
+//! A [`Notifier`] is one side's doorbell: `notify` rings the peer's,
+//! `wait` blocks on our own until it rings, a timeout passes, or the peer is
+//! found gone. Local transports implement it with eventfds, the Xen
+//! transport with an event channel.
+//!
+//! [`Waiter::wait_until`] spins on a condition for a short while (the peer
+//! usually answers within microseconds), then arms the peer's notification
+//! (an event index), re-checks so that a wake-up racing with the arming is
+//! not lost, and only then blocks.
+
+use std::time::{Duration, Instant};
+
+/// Why a notifier failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NotifyError {
+    /// The peer closed its end or died.
+    #[error("Peer went away")]
+    PeerGone,
+    /// The operating system refused an operation.
+    #[error("Notification failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The peer rang (or may have: callers always re-check).
+    Notified,
+    /// The timeout passed.
+    TimedOut,
+}
+
+/// One side's doorbell.
+pub trait Notifier: Send + Sync {
+    /// Rings the peer.
+    fn notify(&self) -> Result<(), NotifyError>;
+    /// Blocks until rung, `timeout` passes, or the peer is gone.
+    fn wait(&self, timeout: Option<Duration>) -> Result<Wake, NotifyError>;
+}
+
+/// Why [`Waiter::wait_until`] returned without a value.
+#[derive(Debug, thiserror::Error)]
+pub enum WaitError<E> {
+    /// The condition check failed.
+    #[error(transparent)]
+    Check(E),
+    /// The notifier failed or the peer went away.
+    #[error(transparent)]
+    Notify(#[from] NotifyError),
+    /// The deadline passed.
+    #[error("Timed out")]
+    TimedOut,
+}
+
+/// Spin-then-block waiting.
+pub struct Waiter<'a> {
+    /// Our doorbell.
+    pub notifier: &'a dyn Notifier,
+    /// How long to spin before arming and blocking.
+    pub spin: Duration,
+    /// Give up at this instant.
+    pub deadline: Option<Instant>,
+    /// Longest single block, so callers can notice outside events (a
+    /// shutdown flag, a dead peer that cannot signal) between blocks.
+    pub slice: Duration,
+}
+
+impl<'a> Waiter<'a> {
+    /// A waiter with no deadline.
+    pub fn new(notifier: &'a dyn Notifier, spin: Duration) -> Self {
+        Waiter { notifier, spin, deadline: None, slice: Duration::from_millis(200) }
+    }
+
+    /// Waits until `check` yields a value. `arm` must ask the peer to notify
+    /// us on its next progress; `check` runs again after every arming and
+    /// every wake-up. `between` runs after each block and may abort.
+    pub fn wait_until<T, E>(
+        &self,
+        mut check: impl FnMut() -> Result<Option<T>, E>,
+        mut arm: impl FnMut() -> Result<(), E>,
+        mut between: impl FnMut() -> Result<(), E>,
+    ) -> Result<T, WaitError<E>> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if let Some(v) = check().map_err(WaitError::Check)? {
+                return Ok(v);
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 && start.elapsed() >= self.spin {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        loop {
+            arm().map_err(WaitError::Check)?;
+            if let Some(v) = check().map_err(WaitError::Check)? {
+                return Ok(v);
+            }
+            let mut block = self.slice;
+            if let Some(d) = self.deadline {
+                let now = Instant::now();
+                if now >= d {
+                    return Err(WaitError::TimedOut);
+                }
+                block = block.min(d - now);
+            }
+            self.notifier.wait(Some(block))?;
+            between().map_err(WaitError::Check)?;
+        }
+    }
+}
