@@ -12,6 +12,8 @@
 //!   bulk copies;
 //! - [`notify`]: the doorbell trait both transports implement and the
 //!   spin-then-block wait;
+//! - [`local`]: memfd regions, eventfd doorbells and the Unix-socket
+//!   handshake of the local transport; [`frame`]: message framing for TCP;
 //! - [`cuda`]: `CUresult` codes and attribute numbers as CUDA 13 defines
 //!   them.
 //!
@@ -23,7 +25,11 @@
 pub mod channel;
 pub mod cuda;
 #[cfg(not(loom))]
+pub mod frame;
+#[cfg(not(loom))]
 pub mod layout;
+#[cfg(not(loom))]
+pub mod local;
 pub mod notify;
 pub mod proto;
 #[cfg(not(loom))]
