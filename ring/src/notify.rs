@@ -54,6 +54,18 @@ pub enum WaitError<E> {
     TimedOut,
 }
 
+/// What [`Waiter::wait_until`] asks of its step function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Is the condition met? Return `Some` to stop waiting.
+    Check,
+    /// Ask the peer to notify us on its next progress (set the event index).
+    Arm,
+    /// We woke from a block (notified or timed out); return an error to give
+    /// up (shutdown, peer gone), `None` to go on.
+    Tick,
+}
+
 /// Spin-then-block waiting.
 pub struct Waiter<'a> {
     /// Our doorbell.
@@ -73,19 +85,15 @@ impl<'a> Waiter<'a> {
         Waiter { notifier, spin, deadline: None, slice: Duration::from_millis(200) }
     }
 
-    /// Waits until `check` yields a value. `arm` must ask the peer to notify
-    /// us on its next progress; `check` runs again after every arming and
-    /// every wake-up. `between` runs after each block and may abort.
-    pub fn wait_until<T, E>(
-        &self,
-        mut check: impl FnMut() -> Result<Option<T>, E>,
-        mut arm: impl FnMut() -> Result<(), E>,
-        mut between: impl FnMut() -> Result<(), E>,
-    ) -> Result<T, WaitError<E>> {
+    /// Waits until `step(Step::Check)` yields a value. After spinning for
+    /// `spin`, it calls `step(Step::Arm)` and checks again before every
+    /// block, so a notification racing with the arming is never lost; after
+    /// every block it calls `step(Step::Tick)`.
+    pub fn wait_until<T, E>(&self, mut step: impl FnMut(Step) -> Result<Option<T>, E>) -> Result<T, WaitError<E>> {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
-            if let Some(v) = check().map_err(WaitError::Check)? {
+            if let Some(v) = step(Step::Check).map_err(WaitError::Check)? {
                 return Ok(v);
             }
             spins = spins.wrapping_add(1);
@@ -95,8 +103,10 @@ impl<'a> Waiter<'a> {
             std::hint::spin_loop();
         }
         loop {
-            arm().map_err(WaitError::Check)?;
-            if let Some(v) = check().map_err(WaitError::Check)? {
+            if let Some(v) = step(Step::Arm).map_err(WaitError::Check)? {
+                return Ok(v);
+            }
+            if let Some(v) = step(Step::Check).map_err(WaitError::Check)? {
                 return Ok(v);
             }
             let mut block = self.slice;
@@ -108,7 +118,9 @@ impl<'a> Waiter<'a> {
                 block = block.min(d - now);
             }
             self.notifier.wait(Some(block))?;
-            between().map_err(WaitError::Check)?;
+            if let Some(v) = step(Step::Tick).map_err(WaitError::Check)? {
+                return Ok(v);
+            }
         }
     }
 }

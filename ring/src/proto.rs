@@ -666,7 +666,7 @@ fn exact<T: FromBytes + KnownLayout + Immutable + Unaligned>(op: Opcode, p: &[u8
 }
 
 /// Splits `p` into a `T` and a tail that must be exactly `tail_len` bytes.
-fn with_tail<'a, T, F>(op: Opcode, p: &'a [u8], tail_len: F) -> Result<(T, &'a [u8]), DecodeError>
+fn with_tail<T, F>(op: Opcode, p: &[u8], tail_len: F) -> Result<(T, &[u8]), DecodeError>
 where
     T: FromBytes + KnownLayout + Immutable + Unaligned,
     F: FnOnce(&T) -> Result<usize, DecodeError>,

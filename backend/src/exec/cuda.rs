@@ -1,0 +1,437 @@
+//! The GPU executor, on cudarc's `sys` layer (dynamically loaded libcuda).
+//!
+//! Each [`CudaContext`] is our own RAII handle over a context made with
+//! `cuCtxCreate`: never the device's primary context, which is shared by
+//! the whole process. Dropping it destroys the context, which frees every
+//! allocation, module, stream and event made in it.
+//!
+//! Faults are per process on a GPU (a kernel's illegal address poisons every
+//! context of the process: see `docs/architecture.md`), so the backend runs
+//! each session of this executor in its own worker process by default.
+
+use super::{CuRes, DeviceInfo, ExecContext, Executor, LaunchDims, Param};
+use cudarc::driver::sys;
+use pvgpu_ring::CuResult;
+use pvgpu_ring::cuda::attr;
+use std::ffi::{c_int, c_void};
+use std::ptr;
+
+fn ck(r: sys::CUresult) -> CuRes<()> {
+    let v = r as u32;
+    if v == 0 { Ok(()) } else { Err(CuResult(v)) }
+}
+
+/// Why the GPU executor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaInitError {
+    /// libcuda could not be loaded.
+    #[error("The NVIDIA driver library (libcuda.so.1) was not found; install the driver or use --executor host")]
+    NoDriver,
+    /// A driver call failed during start-up.
+    #[error("CUDA driver call {call} failed during start-up: {status}")]
+    Driver {
+        /// The call.
+        call: &'static str,
+        /// Its status.
+        status: CuResult,
+    },
+}
+
+fn init_ck(call: &'static str, r: sys::CUresult) -> Result<(), CudaInitError> {
+    ck(r).map_err(|status| CudaInitError::Driver { call, status })
+}
+
+/// `cuDeviceGetAttribute` with the attribute as a plain integer: cudarc's
+/// binding takes a Rust enum, which cannot hold arbitrary numbers.
+type GetAttrFn = unsafe extern "C" fn(*mut c_int, c_int, sys::CUdevice) -> u32;
+
+/// Driver entry points the executor calls (CUDA 12.8 or newer has them all).
+const REQUIRED_SYMBOLS: &[&str] = &[
+    "cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetName", "cuDeviceGetUuid_v2",
+    "cuDeviceTotalMem_v2", "cuDeviceGetAttribute", "cuCtxCreate_v4", "cuCtxDestroy_v2", "cuCtxSetCurrent",
+    "cuCtxSynchronize", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemGetInfo_v2", "cuMemsetD8Async", "cuMemsetD16Async",
+    "cuMemsetD32Async", "cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoD_v2", "cuMemcpyDtoDAsync_v2", "cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction",
+    "cuFuncGetParamInfo", "cuModuleGetGlobal_v2", "cuLaunchKernel", "cuStreamCreateWithPriority", "cuStreamDestroy_v2",
+    "cuStreamSynchronize", "cuStreamQuery", "cuEventCreate", "cuEventDestroy_v2", "cuEventRecord", "cuEventQuery",
+    "cuEventSynchronize", "cuEventElapsedTime_v2", "cuMemHostRegister_v2", "cuMemHostUnregister",
+];
+
+/// The GPUs of this host.
+pub struct CudaExecutor {
+    devices: Vec<DeviceInfo>,
+    raw: Vec<sys::CUdevice>,
+    driver_version: i32,
+}
+
+impl CudaExecutor {
+    /// Loads libcuda, initialises it and describes every device.
+    pub fn new() -> Result<Self, CudaInitError> {
+        // SAFETY: only tries to dlopen the library.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(CudaInitError::NoDriver);
+        }
+        // cudarc resolves each symbol on first use and panics if it is
+        // missing: resolve them all now, so an old driver fails here with a
+        // clear error instead of in a session.
+        for name in REQUIRED_SYMBOLS {
+            // SAFETY: the library is loaded; we only look the symbol up.
+            if unsafe { sys::culib().get::<*const c_void>(name.as_bytes()) }.is_err() {
+                return Err(CudaInitError::Driver { call: name, status: CuResult::NOT_FOUND });
+            }
+        }
+        // SAFETY: cuInit has no preconditions.
+        init_ck("cuInit", unsafe { sys::cuInit(0) })?;
+        let mut driver_version = 0;
+        // SAFETY: valid out-pointer.
+        init_ck("cuDriverGetVersion", unsafe { sys::cuDriverGetVersion(&mut driver_version) })?;
+        let mut count = 0;
+        // SAFETY: valid out-pointer.
+        init_ck("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut count) })?;
+        // SAFETY: the library is loaded (checked above); the symbol has this
+        // C signature in every CUDA version.
+        let get_attr: GetAttrFn = unsafe {
+            *sys::culib()
+                .get::<GetAttrFn>(b"cuDeviceGetAttribute\0")
+                .map_err(|_| CudaInitError::Driver { call: "dlsym(cuDeviceGetAttribute)", status: CuResult::NOT_FOUND })?
+        };
+        let mut devices = Vec::new();
+        let mut raw = Vec::new();
+        for i in 0..count {
+            let mut dev = 0;
+            // SAFETY: valid out-pointer; ordinal in range.
+            init_ck("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut dev, i) })?;
+            let mut name = [0 as std::ffi::c_char; 256];
+            // SAFETY: buffer of the length passed.
+            init_ck("cuDeviceGetName", unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), 256, dev) })?;
+            let name: Vec<u8> = name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+            // SAFETY: CUuuid is plain bytes; valid out-pointer.
+            let mut uuid: sys::CUuuid = unsafe { std::mem::zeroed() };
+            // SAFETY: valid out-pointer.
+            init_ck("cuDeviceGetUuid", unsafe { sys::cuDeviceGetUuid_v2(&mut uuid, dev) })?;
+            let mut total = 0usize;
+            // SAFETY: valid out-pointer.
+            init_ck("cuDeviceTotalMem", unsafe { sys::cuDeviceTotalMem_v2(&mut total, dev) })?;
+            let mut attrs = Vec::new();
+            for a in 1..attr::MAX {
+                let mut v = 0;
+                // SAFETY: valid out-pointer; an unknown attribute number is
+                // answered with an error status.
+                if unsafe { get_attr(&mut v, a, dev) } == 0 {
+                    attrs.push((a, v));
+                }
+            }
+            devices.push(DeviceInfo {
+                name: String::from_utf8_lossy(&name).into_owned(),
+                uuid: uuid.bytes.map(|b| b as u8),
+                total_mem: total as u64,
+                attrs,
+            });
+            raw.push(dev);
+        }
+        tracing::info!(driver_version, devices = devices.len(), "CUDA executor ready");
+        Ok(CudaExecutor { devices, raw, driver_version })
+    }
+}
+
+impl Executor for CudaExecutor {
+    type Context = CudaContext;
+
+    fn kind(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn driver_version(&self) -> i32 {
+        self.driver_version
+    }
+
+    fn devices(&self) -> &[DeviceInfo] {
+        &self.devices
+    }
+
+    fn create_context(&self, device: usize, flags: u32) -> CuRes<CudaContext> {
+        let dev = *self.raw.get(device).ok_or(CuResult::INVALID_DEVICE)?;
+        let mut raw = ptr::null_mut();
+        // SAFETY: valid out-pointer; null create-params asks for defaults.
+        ck(unsafe { sys::cuCtxCreate_v4(&mut raw, ptr::null_mut(), flags, dev) })?;
+        Ok(CudaContext { raw })
+    }
+}
+
+/// A CUDA context owned by one session (RAII: destroyed on drop).
+pub struct CudaContext {
+    raw: sys::CUcontext,
+}
+
+// SAFETY: a CUDA context may be used from any thread once made current
+// there; the session owns it and uses it from one thread at a time.
+unsafe impl Send for CudaContext {}
+
+impl Drop for CudaContext {
+    fn drop(&mut self) {
+        // SAFETY: we created this context and destroy it once; the driver
+        // frees everything made in it.
+        let r = unsafe { sys::cuCtxDestroy_v2(self.raw) };
+        if let Err(e) = ck(r) {
+            tracing::warn!(error = %e, "cuCtxDestroy failed");
+        }
+    }
+}
+
+macro_rules! send_handle {
+    ($(#[$m:meta])* $name:ident($t:ty)) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name($t);
+        // SAFETY: driver handles are plain identifiers the driver resolves in
+        // the current context; they carry no thread affinity.
+        unsafe impl Send for $name {}
+    };
+}
+
+send_handle!(
+    /// A loaded module.
+    CudaModule(sys::CUmodule)
+);
+send_handle!(
+    /// A kernel.
+    CudaFunction(sys::CUfunction)
+);
+send_handle!(
+    /// A stream.
+    CudaStream(sys::CUstream)
+);
+send_handle!(
+    /// An event.
+    CudaEvent(sys::CUevent)
+);
+
+fn raw_stream(s: Option<CudaStream>) -> sys::CUstream {
+    s.map_or(ptr::null_mut(), |s| s.0)
+}
+
+impl ExecContext for CudaContext {
+    type Module = CudaModule;
+    type Function = CudaFunction;
+    type Stream = CudaStream;
+    type Event = CudaEvent;
+
+    fn make_current(&mut self) -> CuRes<()> {
+        // SAFETY: the context is alive (owned by self).
+        ck(unsafe { sys::cuCtxSetCurrent(self.raw) })
+    }
+
+    fn synchronize(&mut self) -> CuRes<()> {
+        // SAFETY: no arguments; acts on the current context.
+        ck(unsafe { sys::cuCtxSynchronize() })
+    }
+
+    fn mem_alloc(&mut self, size: u64) -> CuRes<u64> {
+        let mut p = 0;
+        // SAFETY: valid out-pointer.
+        ck(unsafe { sys::cuMemAlloc_v2(&mut p, size as usize) })?;
+        Ok(p)
+    }
+
+    fn mem_free(&mut self, dptr: u64) -> CuRes<()> {
+        // SAFETY: the session only frees addresses this context allocated.
+        ck(unsafe { sys::cuMemFree_v2(dptr) })
+    }
+
+    fn mem_get_info(&mut self) -> CuRes<(u64, u64)> {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        ck(unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) })?;
+        Ok((free as u64, total as u64))
+    }
+
+    fn memset(&mut self, dptr: u64, value: u32, elem_size: u32, count: u64, stream: Option<CudaStream>) -> CuRes<()> {
+        let n = count as usize;
+        let s = raw_stream(stream);
+        // SAFETY: the session checked the range lies in this session's
+        // allocations; the stream belongs to this context.
+        ck(unsafe {
+            match elem_size {
+                1 => sys::cuMemsetD8Async(dptr, value as u8, n, s),
+                2 => sys::cuMemsetD16Async(dptr, value as u16, n, s),
+                _ => sys::cuMemsetD32Async(dptr, value, n, s),
+            }
+        })
+    }
+
+    unsafe fn htod(&mut self, dst: u64, src: *const u8, len: usize, stream: Option<CudaStream>) -> CuRes<()> {
+        match stream {
+            // SAFETY: the caller guarantees src is readable for len bytes;
+            // the device range was checked.
+            None => ck(unsafe { sys::cuMemcpyHtoD_v2(dst, src.cast(), len) }),
+            Some(s) => {
+                // The host bytes may be reused once we return, so wait for
+                // the copy (CUDA itself stages pageable sources the same way).
+                // SAFETY: as above; the stream belongs to this context.
+                ck(unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, s.0) })?;
+                // SAFETY: the stream is alive.
+                ck(unsafe { sys::cuStreamSynchronize(s.0) })
+            }
+        }
+    }
+
+    unsafe fn dtoh(&mut self, dst: *mut u8, src: u64, len: usize, stream: Option<CudaStream>) -> CuRes<()> {
+        match stream {
+            // SAFETY: the caller guarantees dst is writable for len bytes;
+            // the device range was checked.
+            None => ck(unsafe { sys::cuMemcpyDtoH_v2(dst.cast(), src, len) }),
+            Some(s) => {
+                // SAFETY: as above; the stream belongs to this context.
+                ck(unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, s.0) })?;
+                // SAFETY: the stream is alive.
+                ck(unsafe { sys::cuStreamSynchronize(s.0) })
+            }
+        }
+    }
+
+    fn dtod(&mut self, dst: u64, src: u64, len: u64, stream: Option<CudaStream>, is_async: bool) -> CuRes<()> {
+        if is_async {
+            // SAFETY: both ranges were checked; the stream belongs here.
+            ck(unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len as usize, raw_stream(stream)) })
+        } else {
+            // SAFETY: both ranges were checked.
+            ck(unsafe { sys::cuMemcpyDtoD_v2(dst, src, len as usize) })
+        }
+    }
+
+    fn module_load(&mut self, image: &[u8]) -> CuRes<CudaModule> {
+        if image.last() != Some(&0) {
+            return Err(CuResult::INVALID_IMAGE);
+        }
+        let mut m = ptr::null_mut();
+        // SAFETY: the image is NUL-terminated (so PTX text ends in bounds)
+        // and cubin/fatbin headers were bounds-checked by the session.
+        ck(unsafe { sys::cuModuleLoadData(&mut m, image.as_ptr().cast()) })?;
+        Ok(CudaModule(m))
+    }
+
+    fn module_unload(&mut self, m: CudaModule) -> CuRes<()> {
+        // SAFETY: the module was loaded in this context and is unloaded once.
+        ck(unsafe { sys::cuModuleUnload(m.0) })
+    }
+
+    fn function(&mut self, m: &CudaModule, name: &str) -> CuRes<(CudaFunction, Vec<Param>)> {
+        let cname = std::ffi::CString::new(name).map_err(|_| CuResult::INVALID_VALUE)?;
+        let mut f = ptr::null_mut();
+        // SAFETY: valid out-pointer, NUL-terminated name, live module.
+        ck(unsafe { sys::cuModuleGetFunction(&mut f, m.0, cname.as_ptr()) })?;
+        let mut params = Vec::new();
+        for i in 0..pvgpu_ring::proto::MAX_PARAMS {
+            let (mut off, mut size) = (0usize, 0usize);
+            // SAFETY: valid out-pointers; an index past the last parameter
+            // returns CUDA_ERROR_INVALID_VALUE.
+            if unsafe { sys::cuFuncGetParamInfo(f, i, &mut off, &mut size) } as u32 != 0 {
+                break;
+            }
+            params.push(Param { offset: off as u32, size: size as u32 });
+        }
+        Ok((CudaFunction(f), params))
+    }
+
+    fn global(&mut self, m: &CudaModule, name: &str) -> CuRes<(u64, u64)> {
+        let cname = std::ffi::CString::new(name).map_err(|_| CuResult::INVALID_VALUE)?;
+        let (mut p, mut size) = (0u64, 0usize);
+        // SAFETY: valid out-pointers, NUL-terminated name, live module.
+        ck(unsafe { sys::cuModuleGetGlobal_v2(&mut p, &mut size, m.0, cname.as_ptr()) })?;
+        Ok((p, size as u64))
+    }
+
+    fn launch(&mut self, f: CudaFunction, d: LaunchDims, params: &[u8], layout: &[Param], stream: Option<CudaStream>) -> CuRes<()> {
+        let mut args: Vec<*mut c_void> = Vec::with_capacity(layout.len());
+        for p in layout {
+            let end = p.offset as usize + p.size as usize;
+            if end > params.len() {
+                return Err(CuResult::INVALID_VALUE);
+            }
+            // SAFETY: offset is within `params` (checked just above).
+            args.push(unsafe { params.as_ptr().add(p.offset as usize) } as *mut c_void);
+        }
+        // SAFETY: one pointer per kernel parameter, each to at least `size`
+        // bytes of `params`, which outlives the call; the driver copies the
+        // values before returning.
+        ck(unsafe {
+            sys::cuLaunchKernel(
+                f.0,
+                d.grid[0],
+                d.grid[1],
+                d.grid[2],
+                d.block[0],
+                d.block[1],
+                d.block[2],
+                d.shared_mem,
+                raw_stream(stream),
+                args.as_mut_ptr(),
+                ptr::null_mut(),
+            )
+        })
+    }
+
+    fn stream_create(&mut self, flags: u32, priority: i32) -> CuRes<CudaStream> {
+        let mut s = ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        ck(unsafe { sys::cuStreamCreateWithPriority(&mut s, flags, priority) })?;
+        Ok(CudaStream(s))
+    }
+
+    fn stream_destroy(&mut self, s: CudaStream) -> CuRes<()> {
+        // SAFETY: the stream was created here and is destroyed once.
+        ck(unsafe { sys::cuStreamDestroy_v2(s.0) })
+    }
+
+    fn stream_synchronize(&mut self, s: CudaStream) -> CuRes<()> {
+        // SAFETY: live stream.
+        ck(unsafe { sys::cuStreamSynchronize(s.0) })
+    }
+
+    fn stream_query(&mut self, s: CudaStream) -> CuRes<bool> {
+        // SAFETY: live stream.
+        match ck(unsafe { sys::cuStreamQuery(s.0) }) {
+            Ok(()) => Ok(true),
+            Err(CuResult::NOT_READY) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn event_create(&mut self, flags: u32) -> CuRes<CudaEvent> {
+        let mut e = ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        ck(unsafe { sys::cuEventCreate(&mut e, flags) })?;
+        Ok(CudaEvent(e))
+    }
+
+    fn event_destroy(&mut self, e: CudaEvent) -> CuRes<()> {
+        // SAFETY: the event was created here and is destroyed once.
+        ck(unsafe { sys::cuEventDestroy_v2(e.0) })
+    }
+
+    fn event_record(&mut self, e: CudaEvent, s: Option<CudaStream>) -> CuRes<()> {
+        // SAFETY: live event and stream of this context.
+        ck(unsafe { sys::cuEventRecord(e.0, raw_stream(s)) })
+    }
+
+    fn event_query(&mut self, e: CudaEvent) -> CuRes<bool> {
+        // SAFETY: live event.
+        match ck(unsafe { sys::cuEventQuery(e.0) }) {
+            Ok(()) => Ok(true),
+            Err(CuResult::NOT_READY) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
+    fn event_synchronize(&mut self, e: CudaEvent) -> CuRes<()> {
+        // SAFETY: live event.
+        ck(unsafe { sys::cuEventSynchronize(e.0) })
+    }
+
+    fn event_elapsed(&mut self, a: CudaEvent, b: CudaEvent) -> CuRes<f32> {
+        let mut ms = 0f32;
+        // SAFETY: valid out-pointer, live events.
+        ck(unsafe { sys::cuEventElapsedTime_v2(&mut ms, a.0, b.0) })?;
+        Ok(ms)
+    }
+}

@@ -1,0 +1,668 @@
+//! The host executor: a **test double** for the GPU.
+//!
+//! Device memory is host RAM, each context gets its own range of fake
+//! device addresses, and kernels are Rust functions from a small registry
+//! keyed by kernel name ([`KERNELS`]). A module image (PTX, cubin or fatbin)
+//! is parsed only for its entry points, parameter layouts and globals
+//! ([`super::image`]); a kernel without a Rust implementation is
+//! `CUDA_ERROR_NOT_FOUND` at lookup. Streams run in order, synchronously;
+//! events record the host clock. A kernel that touches memory outside the
+//! context's allocations faults like a GPU kernel: the context's status
+//! becomes a sticky `CUDA_ERROR_ILLEGAL_ADDRESS`.
+//!
+//! It exists so that CI runs every command end to end without a GPU. It says
+//! so in its device name ("pvgpu host executor (test double)") and in the
+//! backend's log.
+
+use super::image::{self, ImageInfo};
+use super::{CuRes, DeviceInfo, ExecContext, Executor, LaunchDims, Param};
+use pvgpu_ring::CuResult;
+use pvgpu_ring::cuda::attr;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Alignment of host allocations (CUDA guarantees at least 256).
+const ALIGN: u64 = 512;
+/// Unmapped bytes left after each allocation so small overruns fault.
+const GUARD: u64 = 4096;
+/// Address range given to each context.
+const CTX_SPAN: u64 = 1 << 40;
+const BASE: u64 = 0x7f00_0000_0000 & !(CTX_SPAN - 1);
+static NEXT_CTX: AtomicU64 = AtomicU64::new(1);
+
+/// The host test double.
+pub struct HostExecutor {
+    devices: Vec<DeviceInfo>,
+    used: Arc<AtomicU64>,
+}
+
+impl HostExecutor {
+    /// One fake device with `total_mem` bytes of "device" memory.
+    pub fn new(total_mem: u64) -> Self {
+        tracing::warn!("host executor selected: a test double with device memory in host RAM and kernels from a Rust registry; it is not a GPU");
+        let a = |k: i32, v: i32| (k, v);
+        let attrs = vec![
+            a(attr::MAX_THREADS_PER_BLOCK, 1024),
+            a(attr::MAX_BLOCK_DIM_X, 1024),
+            a(attr::MAX_BLOCK_DIM_Y, 1024),
+            a(attr::MAX_BLOCK_DIM_Z, 64),
+            a(attr::MAX_GRID_DIM_X, i32::MAX),
+            a(attr::MAX_GRID_DIM_Y, 65535),
+            a(attr::MAX_GRID_DIM_Z, 65535),
+            a(attr::MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024),
+            a(attr::TOTAL_CONSTANT_MEMORY, 64 * 1024),
+            a(attr::WARP_SIZE, 32),
+            a(attr::MAX_PITCH, i32::MAX),
+            a(attr::MAX_REGISTERS_PER_BLOCK, 65536),
+            a(attr::CLOCK_RATE, 1_000_000),
+            a(attr::TEXTURE_ALIGNMENT, 512),
+            a(attr::MULTIPROCESSOR_COUNT, 1),
+            a(attr::INTEGRATED, 0),
+            a(attr::CAN_MAP_HOST_MEMORY, 0),
+            a(attr::COMPUTE_MODE, 0),
+            a(attr::CONCURRENT_KERNELS, 0),
+            a(attr::PCI_BUS_ID, 0),
+            a(attr::PCI_DEVICE_ID, 0),
+            a(attr::MEMORY_CLOCK_RATE, 1_000_000),
+            a(attr::GLOBAL_MEMORY_BUS_WIDTH, 64),
+            a(attr::L2_CACHE_SIZE, 0),
+            a(attr::MAX_THREADS_PER_MULTIPROCESSOR, 2048),
+            a(attr::ASYNC_ENGINE_COUNT, 0),
+            a(attr::UNIFIED_ADDRESSING, 1),
+            a(attr::PCI_DOMAIN_ID, 0),
+            a(attr::COMPUTE_CAPABILITY_MAJOR, 7),
+            a(attr::COMPUTE_CAPABILITY_MINOR, 5),
+            a(attr::MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 64 * 1024),
+            a(attr::MAX_REGISTERS_PER_MULTIPROCESSOR, 65536),
+            a(attr::MANAGED_MEMORY, 0),
+            a(attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 64 * 1024),
+            a(attr::MAX_BLOCKS_PER_MULTIPROCESSOR, 16),
+        ];
+        let mut uuid = *b"pvgpu-host-dbl\0\0";
+        uuid[15] = 1;
+        HostExecutor {
+            devices: vec![DeviceInfo { name: "pvgpu host executor (test double)".into(), uuid, total_mem, attrs }],
+            used: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Bytes of "device" memory currently allocated by all contexts.
+    pub fn used_bytes(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+}
+
+impl Executor for HostExecutor {
+    type Context = HostContext;
+
+    fn kind(&self) -> &'static str {
+        "host"
+    }
+
+    fn driver_version(&self) -> i32 {
+        13000
+    }
+
+    fn devices(&self) -> &[DeviceInfo] {
+        &self.devices
+    }
+
+    fn create_context(&self, device: usize, _flags: u32) -> CuRes<HostContext> {
+        let dev = self.devices.get(device).ok_or(CuResult::INVALID_DEVICE)?;
+        let n = NEXT_CTX.fetch_add(1, Ordering::Relaxed) % 64;
+        let base = BASE + n * CTX_SPAN;
+        Ok(HostContext {
+            mem: Mem { allocs: BTreeMap::new(), next: base + ALIGN, end: base + CTX_SPAN },
+            total: dev.total_mem,
+            used: self.used.clone(),
+            held: 0,
+            sticky: None,
+            modules: HashMap::new(),
+            next_module: 1,
+            epoch: Instant::now(),
+            events: HashMap::new(),
+            next_handle: 1,
+        })
+    }
+}
+
+/// A kernel fault: an access outside the context's allocations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault;
+
+/// Host "device" memory of one context.
+pub struct Mem {
+    allocs: BTreeMap<u64, Vec<u8>>,
+    next: u64,
+    end: u64,
+}
+
+impl Mem {
+    fn find(&self, ptr: u64, len: u64) -> Result<(u64, usize), Fault> {
+        let (&start, buf) = self.allocs.range(..=ptr).next_back().ok_or(Fault)?;
+        let off = ptr - start;
+        let end = off.checked_add(len).ok_or(Fault)?;
+        if end > buf.len() as u64 {
+            return Err(Fault);
+        }
+        Ok((start, off as usize))
+    }
+
+    /// Bytes at `[ptr, ptr+len)`.
+    pub fn bytes(&self, ptr: u64, len: usize) -> Result<&[u8], Fault> {
+        let (start, off) = self.find(ptr, len as u64)?;
+        Ok(&self.allocs[&start][off..off + len])
+    }
+
+    /// Mutable bytes at `[ptr, ptr+len)`.
+    pub fn bytes_mut(&mut self, ptr: u64, len: usize) -> Result<&mut [u8], Fault> {
+        let (start, off) = self.find(ptr, len as u64)?;
+        Ok(&mut self.allocs.get_mut(&start).ok_or(Fault)?[off..off + len])
+    }
+
+    /// Reads `n` f32 values.
+    pub fn read_f32(&self, ptr: u64, n: usize) -> Result<Vec<f32>, Fault> {
+        let b = self.bytes(ptr, n.checked_mul(4).ok_or(Fault)?)?;
+        Ok(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+
+    /// Writes f32 values.
+    pub fn write_f32(&mut self, ptr: u64, v: &[f32]) -> Result<(), Fault> {
+        let b = self.bytes_mut(ptr, v.len().checked_mul(4).ok_or(Fault)?)?;
+        for (c, x) in b.chunks_exact_mut(4).zip(v) {
+            c.copy_from_slice(&x.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    fn alloc(&mut self, size: u64) -> Option<u64> {
+        let len = usize::try_from(size).ok()?;
+        let addr = self.next;
+        let next = addr.checked_add(size)?.checked_add(GUARD)?.checked_next_multiple_of(ALIGN)?;
+        if next > self.end {
+            return None;
+        }
+        let mut v = Vec::new();
+        v.try_reserve_exact(len).ok()?;
+        v.resize(len, 0);
+        self.allocs.insert(addr, v);
+        self.next = next;
+        Some(addr)
+    }
+}
+
+/// Arguments of a kernel call, read from the packed parameter buffer.
+pub struct Args<'a> {
+    buf: &'a [u8],
+    layout: &'a [Param],
+}
+
+impl Args<'_> {
+    fn raw<const N: usize>(&self, i: usize) -> Result<[u8; N], Fault> {
+        let p = self.layout.get(i).ok_or(Fault)?;
+        if p.size as usize != N {
+            return Err(Fault);
+        }
+        let o = p.offset as usize;
+        self.buf.get(o..o + N).and_then(|s| s.try_into().ok()).ok_or(Fault)
+    }
+    /// Parameter `i` as a pointer or 64-bit integer.
+    pub fn u64(&self, i: usize) -> Result<u64, Fault> {
+        self.raw::<8>(i).map(u64::from_le_bytes)
+    }
+    /// Parameter `i` as a 32-bit integer.
+    pub fn i32(&self, i: usize) -> Result<i32, Fault> {
+        self.raw::<4>(i).map(i32::from_le_bytes)
+    }
+    /// Parameter `i` as a float.
+    pub fn f32(&self, i: usize) -> Result<f32, Fault> {
+        self.raw::<4>(i).map(f32::from_le_bytes)
+    }
+    /// Parameter `i` as a double.
+    pub fn f64(&self, i: usize) -> Result<f64, Fault> {
+        self.raw::<8>(i).map(f64::from_le_bytes)
+    }
+    /// Parameter `i` as a 16-bit integer.
+    pub fn i16(&self, i: usize) -> Result<i16, Fault> {
+        self.raw::<2>(i).map(i16::from_le_bytes)
+    }
+    /// Parameter `i` as an 8-bit integer.
+    pub fn i8(&self, i: usize) -> Result<i8, Fault> {
+        self.raw::<1>(i).map(|b| b[0] as i8)
+    }
+}
+
+/// Everything a host kernel sees.
+pub struct Call<'a> {
+    /// Launch geometry.
+    pub dims: LaunchDims,
+    /// Arguments.
+    pub args: Args<'a>,
+    /// The context's memory.
+    pub mem: &'a mut Mem,
+    /// The module's globals: name to address.
+    pub globals: &'a HashMap<String, u64>,
+}
+
+impl Call<'_> {
+    /// Total threads along x, y, z.
+    pub fn threads(&self) -> [u64; 3] {
+        let d = &self.dims;
+        [0, 1, 2].map(|i| d.grid[i] as u64 * d.block[i] as u64)
+    }
+}
+
+/// A host implementation of a kernel.
+pub type HostKernel = fn(&mut Call<'_>) -> Result<(), Fault>;
+
+/// The registry: kernel name to Rust implementation. These mirror
+/// `tests/kernels/kernels.cu`.
+pub static KERNELS: &[(&str, HostKernel)] = &[
+    ("pvgpu_null", |_| Ok(())),
+    ("mat_sum", k_mat_sum),
+    ("jacobi_step", k_jacobi_step),
+    ("saxpy", k_saxpy),
+    ("mixed_params", k_mixed_params),
+    ("scale_by_global", k_scale_by_global),
+    ("spin", k_spin),
+    ("poke", k_poke),
+];
+
+fn covered(c: &Call<'_>, n: i32) -> usize {
+    (n.max(0) as u64).min(c.threads()[0]) as usize
+}
+
+fn k_mat_sum(c: &mut Call<'_>) -> Result<(), Fault> {
+    let (a, b, out) = (c.args.u64(0)?, c.args.u64(1)?, c.args.u64(2)?);
+    let n = covered(c, c.args.i32(3)?);
+    let av = c.mem.read_f32(a, n)?;
+    let bv = c.mem.read_f32(b, n)?;
+    let sum: Vec<f32> = av.iter().zip(&bv).map(|(x, y)| x + y).collect();
+    c.mem.write_f32(out, &sum)
+}
+
+fn k_jacobi_step(c: &mut Call<'_>) -> Result<(), Fault> {
+    let (src, dst) = (c.args.u64(0)?, c.args.u64(1)?);
+    let n = c.args.i32(2)?.max(0) as usize;
+    let [tx, ty, _] = c.threads();
+    let (w, h) = ((n as u64).min(tx) as usize, (n as u64).min(ty) as usize);
+    if w == 0 || h == 0 {
+        return Ok(());
+    }
+    let cells = n.checked_mul(n).ok_or(Fault)?;
+    let inp = c.mem.read_f32(src, cells)?;
+    let mut out = c.mem.read_f32(dst, cells)?;
+    for y in 0..h {
+        for x in 0..w {
+            let i = y * n + x;
+            out[i] = if x == 0 || y == 0 || x == n - 1 || y == n - 1 {
+                inp[i]
+            } else {
+                0.25 * (inp[i - n] + inp[i + n] + inp[i - 1] + inp[i + 1])
+            };
+        }
+    }
+    c.mem.write_f32(dst, &out)
+}
+
+fn k_saxpy(c: &mut Call<'_>) -> Result<(), Fault> {
+    let a = c.args.f32(0)?;
+    let (x, y) = (c.args.u64(1)?, c.args.u64(2)?);
+    let n = covered(c, c.args.i32(3)?);
+    let xv = c.mem.read_f32(x, n)?;
+    let mut yv = c.mem.read_f32(y, n)?;
+    for (yi, xi) in yv.iter_mut().zip(&xv) {
+        *yi += a * xi;
+    }
+    c.mem.write_f32(y, &yv)
+}
+
+fn k_mixed_params(c: &mut Call<'_>) -> Result<(), Fault> {
+    if c.threads()[0] == 0 {
+        return Ok(());
+    }
+    let vals = [
+        c.args.i8(0)? as i64 as u64,
+        c.args.f64(1)?.to_bits(),
+        c.args.i16(2)? as i64 as u64,
+        c.args.u64(3)?,
+        c.args.f32(4)?.to_bits() as u64,
+    ];
+    let out = c.args.u64(5)?;
+    let b = c.mem.bytes_mut(out, 40)?;
+    for (chunk, v) in b.chunks_exact_mut(8).zip(vals) {
+        chunk.copy_from_slice(&v.to_le_bytes());
+    }
+    Ok(())
+}
+
+fn k_scale_by_global(c: &mut Call<'_>) -> Result<(), Fault> {
+    let x = c.args.u64(0)?;
+    let n = covered(c, c.args.i32(1)?);
+    let g = *c.globals.get("pvgpu_scale").ok_or(Fault)?;
+    let s = c.mem.read_f32(g, 1)?[0];
+    let v: Vec<f32> = c.mem.read_f32(x, n)?.into_iter().map(|e| e * s).collect();
+    c.mem.write_f32(x, &v)
+}
+
+fn k_spin(c: &mut Call<'_>) -> Result<(), Fault> {
+    // Treat the cycle count as nanoseconds of a 1 GHz clock, capped at 10 s.
+    let cycles = c.args.u64(0)?.min(10_000_000_000);
+    std::thread::sleep(Duration::from_nanos(cycles));
+    Ok(())
+}
+
+fn k_poke(c: &mut Call<'_>) -> Result<(), Fault> {
+    let p = c.args.u64(0)?;
+    c.mem.bytes_mut(p, 4)?.copy_from_slice(&1i32.to_le_bytes());
+    Ok(())
+}
+
+/// A loaded module.
+pub struct HostModule {
+    id: u64,
+}
+
+struct ModuleState {
+    info: ImageInfo,
+    globals: HashMap<String, u64>,
+}
+
+/// A function handle.
+#[derive(Clone, Copy, Debug)]
+pub struct HostFunction {
+    module: u64,
+    kernel: HostKernel,
+}
+
+/// One context of the host executor.
+pub struct HostContext {
+    mem: Mem,
+    total: u64,
+    used: Arc<AtomicU64>,
+    /// Bytes this context added to `used`.
+    held: u64,
+    sticky: Option<CuResult>,
+    modules: HashMap<u64, ModuleState>,
+    next_module: u64,
+    epoch: Instant,
+    events: HashMap<u64, Option<Duration>>,
+    next_handle: u64,
+}
+
+impl HostContext {
+    fn ok(&self) -> CuRes<()> {
+        self.sticky.map_or(Ok(()), Err)
+    }
+
+    fn handle(&mut self) -> u64 {
+        self.next_handle += 1;
+        self.next_handle
+    }
+
+    fn free_bytes(&self) -> u64 {
+        self.total.saturating_sub(self.used.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for HostContext {
+    fn drop(&mut self) {
+        self.used.fetch_sub(self.held, Ordering::Relaxed);
+    }
+}
+
+impl ExecContext for HostContext {
+    type Module = HostModule;
+    type Function = HostFunction;
+    type Stream = u64;
+    type Event = u64;
+
+    fn make_current(&mut self) -> CuRes<()> {
+        Ok(())
+    }
+
+    fn synchronize(&mut self) -> CuRes<()> {
+        self.ok()
+    }
+
+    fn mem_alloc(&mut self, size: u64) -> CuRes<u64> {
+        self.ok()?;
+        if size == 0 {
+            return Err(CuResult::INVALID_VALUE);
+        }
+        if size > self.free_bytes() {
+            return Err(CuResult::OUT_OF_MEMORY);
+        }
+        let addr = self.mem.alloc(size).ok_or(CuResult::OUT_OF_MEMORY)?;
+        self.used.fetch_add(size, Ordering::Relaxed);
+        self.held += size;
+        Ok(addr)
+    }
+
+    fn mem_free(&mut self, dptr: u64) -> CuRes<()> {
+        self.ok()?;
+        let v = self.mem.allocs.remove(&dptr).ok_or(CuResult::INVALID_VALUE)?;
+        self.used.fetch_sub(v.len() as u64, Ordering::Relaxed);
+        self.held -= v.len() as u64;
+        Ok(())
+    }
+
+    fn mem_get_info(&mut self) -> CuRes<(u64, u64)> {
+        self.ok()?;
+        Ok((self.free_bytes(), self.total))
+    }
+
+    fn memset(&mut self, dptr: u64, value: u32, elem_size: u32, count: u64, _s: Option<u64>) -> CuRes<()> {
+        self.ok()?;
+        let len = count.checked_mul(elem_size as u64).ok_or(CuResult::INVALID_VALUE)?;
+        let len = usize::try_from(len).map_err(|_| CuResult::INVALID_VALUE)?;
+        let b = self.mem.bytes_mut(dptr, len).map_err(|_| CuResult::INVALID_VALUE)?;
+        let pat = value.to_le_bytes();
+        for chunk in b.chunks_exact_mut(elem_size as usize) {
+            chunk.copy_from_slice(&pat[..elem_size as usize]);
+        }
+        Ok(())
+    }
+
+    unsafe fn htod(&mut self, dst: u64, src: *const u8, len: usize, _s: Option<u64>) -> CuRes<()> {
+        self.ok()?;
+        let b = self.mem.bytes_mut(dst, len).map_err(|_| CuResult::INVALID_VALUE)?;
+        // SAFETY: the caller guarantees `src` is readable for `len` bytes;
+        // `b` is our own private buffer of exactly `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(src, b.as_mut_ptr(), len) };
+        Ok(())
+    }
+
+    unsafe fn dtoh(&mut self, dst: *mut u8, src: u64, len: usize, _s: Option<u64>) -> CuRes<()> {
+        self.ok()?;
+        let b = self.mem.bytes(src, len).map_err(|_| CuResult::INVALID_VALUE)?;
+        // SAFETY: the caller guarantees `dst` is writable for `len` bytes;
+        // `b` is our own buffer of exactly `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), dst, len) };
+        Ok(())
+    }
+
+    fn dtod(&mut self, dst: u64, src: u64, len: u64, _s: Option<u64>, _is_async: bool) -> CuRes<()> {
+        self.ok()?;
+        let len = usize::try_from(len).map_err(|_| CuResult::INVALID_VALUE)?;
+        let tmp = self.mem.bytes(src, len).map_err(|_| CuResult::INVALID_VALUE)?.to_vec();
+        self.mem.bytes_mut(dst, len).map_err(|_| CuResult::INVALID_VALUE)?.copy_from_slice(&tmp);
+        Ok(())
+    }
+
+    fn module_load(&mut self, img: &[u8]) -> CuRes<HostModule> {
+        self.ok()?;
+        let info = image::parse(img)?;
+        let mut globals = HashMap::new();
+        for (name, g) in &info.globals {
+            let addr = self.mem.alloc(g.size.max(1)).ok_or(CuResult::OUT_OF_MEMORY)?;
+            if let Ok(b) = self.mem.bytes_mut(addr, g.init.len()) {
+                b.copy_from_slice(&g.init);
+            }
+            globals.insert(name.clone(), addr);
+        }
+        let id = self.next_module;
+        self.next_module += 1;
+        self.modules.insert(id, ModuleState { info, globals });
+        Ok(HostModule { id })
+    }
+
+    fn module_unload(&mut self, m: HostModule) -> CuRes<()> {
+        let st = self.modules.remove(&m.id).ok_or(CuResult::INVALID_HANDLE)?;
+        for addr in st.globals.values() {
+            self.mem.allocs.remove(addr);
+        }
+        Ok(())
+    }
+
+    fn function(&mut self, m: &HostModule, name: &str) -> CuRes<(HostFunction, Vec<Param>)> {
+        self.ok()?;
+        let st = self.modules.get(&m.id).ok_or(CuResult::INVALID_HANDLE)?;
+        let entry = st.info.entries.get(name).ok_or(CuResult::NOT_FOUND)?;
+        let (_, kernel) = KERNELS.iter().find(|(n, _)| *n == name).ok_or_else(|| {
+            tracing::warn!(kernel = name, "the host executor has no implementation of this kernel");
+            CuResult::NOT_FOUND
+        })?;
+        Ok((HostFunction { module: m.id, kernel: *kernel }, entry.params.clone()))
+    }
+
+    fn global(&mut self, m: &HostModule, name: &str) -> CuRes<(u64, u64)> {
+        self.ok()?;
+        let st = self.modules.get(&m.id).ok_or(CuResult::INVALID_HANDLE)?;
+        let addr = *st.globals.get(name).ok_or(CuResult::NOT_FOUND)?;
+        Ok((addr, st.info.globals[name].size))
+    }
+
+    fn launch(&mut self, f: HostFunction, dims: LaunchDims, params: &[u8], layout: &[Param], _s: Option<u64>) -> CuRes<()> {
+        self.ok()?;
+        if dims.grid.contains(&0) || dims.block.contains(&0) || dims.block.iter().map(|&b| b as u64).product::<u64>() > 1024 {
+            return Err(CuResult::INVALID_VALUE);
+        }
+        let st = self.modules.get(&f.module).ok_or(CuResult::INVALID_HANDLE)?;
+        let globals = st.globals.clone();
+        let mut call = Call { dims, args: Args { buf: params, layout }, mem: &mut self.mem, globals: &globals };
+        if (f.kernel)(&mut call).is_err() {
+            // A GPU reports a fault asynchronously and poisons the context;
+            // do the same.
+            self.sticky = Some(CuResult::ILLEGAL_ADDRESS);
+        }
+        Ok(())
+    }
+
+    fn stream_create(&mut self, _flags: u32, _priority: i32) -> CuRes<u64> {
+        self.ok()?;
+        Ok(self.handle())
+    }
+
+    fn stream_destroy(&mut self, _s: u64) -> CuRes<()> {
+        Ok(())
+    }
+
+    fn stream_synchronize(&mut self, _s: u64) -> CuRes<()> {
+        self.ok()
+    }
+
+    fn stream_query(&mut self, _s: u64) -> CuRes<bool> {
+        self.ok().map(|_| true)
+    }
+
+    fn event_create(&mut self, _flags: u32) -> CuRes<u64> {
+        self.ok()?;
+        let h = self.handle();
+        self.events.insert(h, None);
+        Ok(h)
+    }
+
+    fn event_destroy(&mut self, e: u64) -> CuRes<()> {
+        self.events.remove(&e).map(|_| ()).ok_or(CuResult::INVALID_HANDLE)
+    }
+
+    fn event_record(&mut self, e: u64, _s: Option<u64>) -> CuRes<()> {
+        self.ok()?;
+        let t = self.epoch.elapsed();
+        *self.events.get_mut(&e).ok_or(CuResult::INVALID_HANDLE)? = Some(t);
+        Ok(())
+    }
+
+    fn event_query(&mut self, e: u64) -> CuRes<bool> {
+        self.ok()?;
+        self.events.get(&e).map(|_| true).ok_or(CuResult::INVALID_HANDLE)
+    }
+
+    fn event_synchronize(&mut self, e: u64) -> CuRes<()> {
+        self.event_query(e).map(|_| ())
+    }
+
+    fn event_elapsed(&mut self, a: u64, b: u64) -> CuRes<f32> {
+        self.ok()?;
+        let ta = self.events.get(&a).ok_or(CuResult::INVALID_HANDLE)?.ok_or(CuResult::INVALID_HANDLE)?;
+        let tb = self.events.get(&b).ok_or(CuResult::INVALID_HANDLE)?.ok_or(CuResult::INVALID_HANDLE)?;
+        Ok((tb.as_secs_f64() - ta.as_secs_f64()) as f32 * 1000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PTX: &[u8] = include_bytes!("../../../tests/kernels/kernels.ptx");
+
+    #[test]
+    fn mat_sum_runs_and_faults_are_sticky() {
+        let ex = HostExecutor::new(1 << 30);
+        let mut c = ex.create_context(0, 0).unwrap();
+        let m = c.module_load(PTX).unwrap();
+        let (f, layout) = c.function(&m, "mat_sum").unwrap();
+        let n = 1000usize;
+        let bytes = n * 4;
+        let (a, b, out) = (c.mem_alloc(bytes as u64).unwrap(), c.mem_alloc(bytes as u64).unwrap(), c.mem_alloc(bytes as u64).unwrap());
+        let av: Vec<u8> = (0..n).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        // SAFETY: av is a live buffer of `bytes` bytes.
+        unsafe {
+            c.htod(a, av.as_ptr(), bytes, None).unwrap();
+            c.htod(b, av.as_ptr(), bytes, None).unwrap();
+        }
+        let mut params = vec![0u8; 28];
+        params[0..8].copy_from_slice(&a.to_le_bytes());
+        params[8..16].copy_from_slice(&b.to_le_bytes());
+        params[16..24].copy_from_slice(&out.to_le_bytes());
+        params[24..28].copy_from_slice(&(n as i32).to_le_bytes());
+        let dims = LaunchDims { grid: [4, 1, 1], block: [256, 1, 1], shared_mem: 0 };
+        c.launch(f, dims, &params, &layout, None).unwrap();
+        let mut res = vec![0u8; bytes];
+        // SAFETY: res is a live buffer of `bytes` bytes.
+        unsafe { c.dtoh(res.as_mut_ptr(), out, bytes, None).unwrap() };
+        for i in 0..n {
+            let v = f32::from_le_bytes(res[i * 4..i * 4 + 4].try_into().unwrap());
+            assert_eq!(v, 2.0 * i as f32);
+        }
+        assert_eq!(ex.used_bytes(), 3 * bytes as u64);
+        let (poke, pl) = c.function(&m, "poke").unwrap();
+        c.launch(poke, LaunchDims { grid: [1; 3], block: [1; 3], shared_mem: 0 }, &0x10u64.to_le_bytes(), &pl, None).unwrap();
+        assert_eq!(c.synchronize(), Err(CuResult::ILLEGAL_ADDRESS));
+        assert_eq!(c.mem_alloc(16), Err(CuResult::ILLEGAL_ADDRESS));
+        drop(c);
+        assert_eq!(ex.used_bytes(), 0);
+    }
+
+    #[test]
+    fn guard_gap_catches_overruns() {
+        let ex = HostExecutor::new(1 << 30);
+        let mut c = ex.create_context(0, 0).unwrap();
+        let a = c.mem_alloc(100).unwrap();
+        let _b = c.mem_alloc(100).unwrap();
+        assert!(c.mem.bytes(a, 100).is_ok());
+        assert!(c.mem.bytes(a + 96, 8).is_err());
+        assert_eq!(c.memset(a, 0, 4, 26, None), Err(CuResult::INVALID_VALUE));
+    }
+
+    #[test]
+    fn out_of_memory_is_reported() {
+        let ex = HostExecutor::new(1 << 20);
+        let mut c = ex.create_context(0, 0).unwrap();
+        assert!(c.mem_alloc(1 << 19).is_ok());
+        assert_eq!(c.mem_alloc(1 << 20), Err(CuResult::OUT_OF_MEMORY));
+    }
+}

@@ -1,0 +1,150 @@
+//! Executors: what actually runs the commands of a session.
+//!
+//! [`Executor`] describes the devices and makes contexts; [`ExecContext`]
+//! runs commands in one context. Two implementations:
+//!
+//! - [`cuda::CudaExecutor`]: the GPU, through cudarc's `sys` layer with our
+//!   own RAII context handle;
+//! - [`host::HostExecutor`]: a **test double**. Device memory is host RAM and
+//!   kernels are Rust functions from a small registry keyed by kernel name,
+//!   so the whole path runs in CI without a GPU. It is not a CUDA emulator.
+//!
+//! The session layer above validates every guest-supplied handle and device
+//! range before it calls an executor; executors trust their arguments to
+//! that extent, but still return errors rather than panic.
+
+pub mod cuda;
+pub mod host;
+pub mod image;
+
+use pvgpu_ring::CuResult;
+
+/// Result of executor operations: a CUDA status on failure.
+pub type CuRes<T> = Result<T, CuResult>;
+
+/// Static description of a device, gathered once.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    /// `cuDeviceGetName`.
+    pub name: String,
+    /// `cuDeviceGetUuid`.
+    pub uuid: [u8; 16],
+    /// `cuDeviceTotalMem`.
+    pub total_mem: u64,
+    /// Every attribute the driver answers, as (attribute, value).
+    pub attrs: Vec<(i32, i32)>,
+}
+
+impl DeviceInfo {
+    /// Value of one attribute.
+    pub fn attr(&self, a: i32) -> Option<i32> {
+        self.attrs.iter().find(|(k, _)| *k == a).map(|(_, v)| *v)
+    }
+}
+
+/// Offset and size of one kernel parameter in the packed buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Param {
+    /// Byte offset.
+    pub offset: u32,
+    /// Size in bytes.
+    pub size: u32,
+}
+
+/// Launch geometry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchDims {
+    /// Grid dimensions.
+    pub grid: [u32; 3],
+    /// Block dimensions.
+    pub block: [u32; 3],
+    /// Dynamic shared memory in bytes.
+    pub shared_mem: u32,
+}
+
+/// A set of devices and the means to make contexts on them.
+pub trait Executor: Send + Sync + 'static {
+    /// Context type.
+    type Context: ExecContext;
+    /// Short name reported to clients (`cuda`, `host`).
+    fn kind(&self) -> &'static str;
+    /// `cuDriverGetVersion`.
+    fn driver_version(&self) -> i32;
+    /// The devices, by ordinal.
+    fn devices(&self) -> &[DeviceInfo];
+    /// Creates a context on `device` (an index into [`Executor::devices`]).
+    fn create_context(&self, device: usize, flags: u32) -> CuRes<Self::Context>;
+}
+
+/// One context: dropping it frees everything made in it.
+pub trait ExecContext: Send + 'static {
+    /// Module handle.
+    type Module: Send + 'static;
+    /// Function handle.
+    type Function: Send + Copy + 'static;
+    /// Stream handle.
+    type Stream: Send + Copy + 'static;
+    /// Event handle.
+    type Event: Send + Copy + 'static;
+
+    /// Makes this context current on the calling thread.
+    fn make_current(&mut self) -> CuRes<()>;
+    /// `cuCtxSynchronize`.
+    fn synchronize(&mut self) -> CuRes<()>;
+    /// `cuMemAlloc`.
+    fn mem_alloc(&mut self, size: u64) -> CuRes<u64>;
+    /// `cuMemFree` of an address `mem_alloc` returned.
+    fn mem_free(&mut self, dptr: u64) -> CuRes<()>;
+    /// `cuMemGetInfo`.
+    fn mem_get_info(&mut self) -> CuRes<(u64, u64)>;
+    /// `cuMemsetD8/16/32[Async]` over a range the caller checked.
+    fn memset(&mut self, dptr: u64, value: u32, elem_size: u32, count: u64, stream: Option<Self::Stream>) -> CuRes<()>;
+    /// Copies `len` host bytes at `src` to `dst`. The host bytes have been
+    /// read when this returns (the caller may reuse them); with `stream`
+    /// the copy is ordered on that stream.
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes for the duration of the
+    /// call; the device range was checked by the caller.
+    unsafe fn htod(&mut self, dst: u64, src: *const u8, len: usize, stream: Option<Self::Stream>) -> CuRes<()>;
+    /// Copies `len` device bytes at `src` to host memory at `dst`, complete
+    /// when this returns.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes for the duration of the
+    /// call; the device range was checked by the caller.
+    unsafe fn dtoh(&mut self, dst: *mut u8, src: u64, len: usize, stream: Option<Self::Stream>) -> CuRes<()>;
+    /// Device-to-device copy over ranges the caller checked.
+    fn dtod(&mut self, dst: u64, src: u64, len: u64, stream: Option<Self::Stream>, is_async: bool) -> CuRes<()>;
+    /// Loads a module from PTX, cubin or fatbin bytes.
+    fn module_load(&mut self, image: &[u8]) -> CuRes<Self::Module>;
+    /// Unloads a module.
+    fn module_unload(&mut self, module: Self::Module) -> CuRes<()>;
+    /// Looks up a kernel and its parameter layout.
+    fn function(&mut self, module: &Self::Module, name: &str) -> CuRes<(Self::Function, Vec<Param>)>;
+    /// Looks up a device global: (address, size).
+    fn global(&mut self, module: &Self::Module, name: &str) -> CuRes<(u64, u64)>;
+    /// Launches a kernel. `params` is the packed buffer laid out as `layout`
+    /// says; the caller checked that every parameter lies inside it.
+    fn launch(&mut self, f: Self::Function, dims: LaunchDims, params: &[u8], layout: &[Param], stream: Option<Self::Stream>) -> CuRes<()>;
+    /// Creates a stream.
+    fn stream_create(&mut self, flags: u32, priority: i32) -> CuRes<Self::Stream>;
+    /// Destroys a stream.
+    fn stream_destroy(&mut self, s: Self::Stream) -> CuRes<()>;
+    /// Waits for a stream.
+    fn stream_synchronize(&mut self, s: Self::Stream) -> CuRes<()>;
+    /// Whether a stream is idle (`Ok(false)` is `CUDA_ERROR_NOT_READY`).
+    fn stream_query(&mut self, s: Self::Stream) -> CuRes<bool>;
+    /// Creates an event.
+    fn event_create(&mut self, flags: u32) -> CuRes<Self::Event>;
+    /// Destroys an event.
+    fn event_destroy(&mut self, e: Self::Event) -> CuRes<()>;
+    /// Records an event on a stream.
+    fn event_record(&mut self, e: Self::Event, s: Option<Self::Stream>) -> CuRes<()>;
+    /// Whether an event has completed.
+    fn event_query(&mut self, e: Self::Event) -> CuRes<bool>;
+    /// Waits for an event.
+    fn event_synchronize(&mut self, e: Self::Event) -> CuRes<()>;
+    /// Milliseconds between two recorded events.
+    fn event_elapsed(&mut self, start: Self::Event, end: Self::Event) -> CuRes<f32>;
+}

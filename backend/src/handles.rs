@@ -1,0 +1,129 @@
+//! Per-session handle tables: guests only ever see opaque ids.
+//!
+//! An id is `(generation << 32) | (slot + 1)`: zero is never an id (CUDA's
+//! "null" handle), and a stale id (its slot since reused) does not match the
+//! slot's new generation, so a guest cannot reach an object through an id it
+//! was not given for that object.
+
+use pvgpu_ring::CuResult;
+
+struct Slot<T> {
+    generation: u32,
+    value: Option<T>,
+}
+
+/// A table of objects addressed by opaque 64-bit ids, with a size limit.
+pub struct HandleTable<T> {
+    slots: Vec<Slot<T>>,
+    free: Vec<u32>,
+    len: usize,
+    max: usize,
+}
+
+impl<T> HandleTable<T> {
+    /// An empty table holding at most `max` objects.
+    pub fn new(max: usize) -> Self {
+        HandleTable { slots: Vec::new(), free: Vec::new(), len: 0, max: max.min(u32::MAX as usize - 1) }
+    }
+
+    /// Number of live objects.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    fn split(id: u64) -> Option<(usize, u32)> {
+        let slot = (id & 0xffff_ffff).checked_sub(1)? as usize;
+        Some((slot, (id >> 32) as u32))
+    }
+
+    /// Stores `value`; `CUDA_ERROR_OUT_OF_MEMORY` when the table is full.
+    pub fn insert(&mut self, value: T) -> Result<u64, CuResult> {
+        if self.len >= self.max {
+            return Err(CuResult::OUT_OF_MEMORY);
+        }
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(Slot { generation: 1, value: None });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let s = &mut self.slots[slot as usize];
+        s.value = Some(value);
+        self.len += 1;
+        Ok(((s.generation as u64) << 32) | (slot as u64 + 1))
+    }
+
+    /// The object with id `id`, if live.
+    pub fn get(&self, id: u64) -> Option<&T> {
+        let (slot, generation) = Self::split(id)?;
+        let s = self.slots.get(slot)?;
+        if s.generation != generation {
+            return None;
+        }
+        s.value.as_ref()
+    }
+
+    /// The object with id `id`, if live, mutably.
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
+        let (slot, generation) = Self::split(id)?;
+        let s = self.slots.get_mut(slot)?;
+        if s.generation != generation {
+            return None;
+        }
+        s.value.as_mut()
+    }
+
+    /// Removes and returns the object with id `id`.
+    pub fn remove(&mut self, id: u64) -> Option<T> {
+        let (slot, generation) = Self::split(id)?;
+        let s = self.slots.get_mut(slot)?;
+        if s.generation != generation {
+            return None;
+        }
+        let v = s.value.take()?;
+        s.generation = s.generation.wrapping_add(1).max(1);
+        self.free.push(slot as u32);
+        self.len -= 1;
+        Some(v)
+    }
+
+    /// Removes every object for which `f` is false, returning them.
+    pub fn drain_where(&mut self, mut f: impl FnMut(&T) -> bool) -> Vec<T> {
+        let ids: Vec<u64> = self.iter().filter(|(_, v)| f(v)).map(|(id, _)| id).collect();
+        ids.into_iter().filter_map(|id| self.remove(id)).collect()
+    }
+
+    /// Live objects with their ids.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.value.as_ref().map(|v| (((s.generation as u64) << 32) | (i as u64 + 1), v)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_opaque_and_stale_ids_miss() {
+        let mut t = HandleTable::new(2);
+        let a = t.insert("a").unwrap();
+        let b = t.insert("b").unwrap();
+        assert_ne!(a, 0);
+        assert_eq!(t.insert("c"), Err(CuResult::OUT_OF_MEMORY));
+        assert_eq!(t.remove(a), Some("a"));
+        assert_eq!(t.get(a), None);
+        let c = t.insert("c").unwrap();
+        assert_ne!(c, a, "a reused slot gets a new id");
+        assert_eq!(t.get(a), None);
+        assert_eq!(t.get(c), Some(&"c"));
+        assert_eq!(t.get(0), None);
+        assert_eq!(t.get(u64::MAX), None);
+        assert_eq!(t.drain_where(|v| *v == "b"), vec!["b"]);
+        assert_eq!(t.get(b), None);
+        assert_eq!(t.len(), 1);
+    }
+}

@@ -1,0 +1,139 @@
+//! `pvgpu-backend`: serves pvgpu frontends (local shared memory and TCP) and
+//! runs their CUDA commands. See `docs/operations.md`.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use pvgpu_backend::exec::cuda::CudaExecutor;
+use pvgpu_backend::exec::host::HostExecutor;
+use pvgpu_backend::server::{Backend, Config, Isolation, Listen, SessionConfig, WorkerCommand};
+use pvgpu_backend::session::SessionLimits;
+use pvgpu_backend::worker::{self, ExecutorConfig, ExecutorKind, parse_bytes};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(name = "pvgpu-backend", version, about = "Paravirtual GPU backend: serves CUDA driver-API commands from pvgpu frontends")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+    /// Where to listen: local:PATH (shared-memory transport) or tcp:HOST:PORT. Repeatable.
+    #[arg(long = "listen", value_name = "ADDR")]
+    listen: Vec<Listen>,
+    /// How sessions are separated: a worker process each (a GPU fault then
+    /// ends only the faulting session) or a thread each.
+    #[arg(long, value_enum, default_value = "process")]
+    isolation: Isolation,
+    /// Most sessions served at once.
+    #[arg(long, default_value = "64")]
+    max_sessions: usize,
+    #[command(flatten)]
+    exec: ExecArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+struct ExecArgs {
+    /// What runs the commands: the GPU (cuda) or the host test double (host).
+    #[arg(long, value_enum, default_value = "cuda")]
+    executor: ExecutorKind,
+    /// Device memory each session may allocate (e.g. 8G). Unlimited if unset.
+    #[arg(long, value_parser = parse_bytes)]
+    mem_quota: Option<u64>,
+    /// Largest shared data area a local frontend may bring.
+    #[arg(long, value_parser = parse_bytes, default_value = "1G")]
+    max_data_area: u64,
+    /// Microseconds a session spins for its next request before sleeping.
+    #[arg(long, default_value = "50")]
+    spin_us: u64,
+    /// Fake device memory of the host executor.
+    #[arg(long, value_parser = parse_bytes, default_value = "4G")]
+    host_mem: u64,
+}
+
+impl ExecArgs {
+    fn session(&self) -> SessionConfig {
+        SessionConfig {
+            limits: SessionLimits { mem_quota: self.mem_quota, ..SessionLimits::default() },
+            max_data_area: self.max_data_area,
+            spin: Duration::from_micros(self.spin_us),
+        }
+    }
+
+    fn executor(&self) -> ExecutorConfig {
+        ExecutorConfig { kind: self.executor, host_mem: self.host_mem }
+    }
+
+    fn to_args(&self) -> Vec<String> {
+        let mut a = vec![
+            "--executor".into(),
+            match self.executor {
+                ExecutorKind::Cuda => "cuda".into(),
+                ExecutorKind::Host => "host".into(),
+            },
+            "--max-data-area".into(),
+            self.max_data_area.to_string(),
+            "--spin-us".into(),
+            self.spin_us.to_string(),
+            "--host-mem".into(),
+            self.host_mem.to_string(),
+        ];
+        if let Some(q) = self.mem_quota {
+            a.push("--mem-quota".into());
+            a.push(q.to_string());
+        }
+        a
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Serves one session on an inherited connection (started by the backend itself).
+    #[command(hide = true)]
+    Worker {
+        /// local or tcp.
+        #[arg(long)]
+        conn: String,
+        /// Session number.
+        #[arg(long)]
+        session: u64,
+        #[command(flatten)]
+        exec: ExecArgs,
+    },
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    if let Some(Cmd::Worker { conn, session, exec }) = &cli.command {
+        worker::run_worker(conn, *session, &exec.executor(), &exec.session())?;
+        return Ok(());
+    }
+    if cli.listen.is_empty() {
+        bail!("nothing to listen on: pass --listen local:/run/pvgpu/pvgpu.sock and/or --listen tcp:0.0.0.0:7300");
+    }
+    let cfg = Config { listen: cli.listen.clone(), session: cli.exec.session(), max_sessions: cli.max_sessions };
+    let backend = match (cli.isolation, cli.exec.executor) {
+        (Isolation::Process, _) => {
+            worker::probe(&cli.exec.executor())?;
+            let exe = std::env::current_exe().context("cannot find the pvgpu-backend binary to start workers")?;
+            Backend::start_processes(cfg, WorkerCommand { exe, args: cli.exec.to_args() })?
+        }
+        (Isolation::Thread, ExecutorKind::Cuda) => Backend::start_threads(Arc::new(CudaExecutor::new()?), cfg)?,
+        (Isolation::Thread, ExecutorKind::Host) => Backend::start_threads(Arc::new(HostExecutor::new(cli.exec.host_mem)), cfg)?,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone()).context("cannot install signal handlers")?;
+    }
+    tracing::info!(isolation = ?cli.isolation, executor = ?cli.exec.executor, "pvgpu-backend running; SIGINT or SIGTERM stops it");
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tracing::info!(live_sessions = backend.stats().live(), "stopping: ending sessions");
+    backend.shutdown();
+    tracing::info!("stopped");
+    Ok(())
+}

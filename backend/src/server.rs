@@ -1,0 +1,469 @@
+//! The backend service: listeners, session spawning, shutdown.
+//!
+//! Each accepted connection becomes one session, served either on a thread
+//! of this process ([`Isolation::Thread`]: tests, the embedded backend of
+//! `pvgpu-bench`) or in a worker process of its own
+//! ([`Isolation::Process`], the default of `pvgpu-backend`). On a GPU a
+//! kernel fault poisons every CUDA context of the process that ran it, so
+//! only process isolation keeps one guest's fault from ending the others'
+//! sessions; it also makes clean-up unconditional (the worker's exit frees
+//! its GPU memory).
+
+use crate::conn::{Conn, RingConn, TcpConn};
+use crate::exec::Executor;
+use crate::serve::{Ended, serve};
+use crate::session::SessionLimits;
+use pvgpu_ring::local::{self, Refusal};
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Where to listen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// A Unix socket path (local shared-memory transport).
+    Local(PathBuf),
+    /// A TCP address, `host:port` (port 0 picks one).
+    Tcp(String),
+}
+
+impl std::str::FromStr for Listen {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(p) = s.strip_prefix("local:") {
+            Ok(Listen::Local(PathBuf::from(p)))
+        } else if let Some(a) = s.strip_prefix("tcp:") {
+            Ok(Listen::Tcp(a.to_string()))
+        } else {
+            Err(format!("'{s}' is not local:PATH or tcp:HOST:PORT"))
+        }
+    }
+}
+
+/// How sessions are separated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Isolation {
+    /// One worker process per session.
+    Process,
+    /// One thread per session in this process.
+    Thread,
+}
+
+/// Session settings shared by every transport.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Per-session limits.
+    pub limits: SessionLimits,
+    /// Largest data area accepted from a local frontend, in bytes.
+    pub max_data_area: u64,
+    /// How long a session spins for the next request before sleeping.
+    pub spin: Duration,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig { limits: SessionLimits::default(), max_data_area: 1 << 30, spin: Duration::from_micros(50) }
+    }
+}
+
+/// Backend configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Listeners.
+    pub listen: Vec<Listen>,
+    /// Session settings.
+    pub session: SessionConfig,
+    /// Most sessions served at once; more are refused.
+    pub max_sessions: usize,
+}
+
+/// Why the backend could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// A listener could not be opened.
+    #[error("Cannot listen on {what}: {source}")]
+    Listen {
+        /// The address.
+        what: String,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// A Unix socket path is already served by a running backend.
+    #[error("{0} is in use by a running backend; stop it or choose another path")]
+    InUse(PathBuf),
+}
+
+/// A connection accepted by a listener.
+pub enum Accepted {
+    /// Local transport (handshake not yet done).
+    Unix(UnixStream),
+    /// TCP transport.
+    Tcp(TcpStream),
+}
+
+impl Accepted {
+    fn kind(&self) -> &'static str {
+        match self {
+            Accepted::Unix(_) => "local",
+            Accepted::Tcp(_) => "tcp",
+        }
+    }
+}
+
+/// Serves one accepted connection with `exec` until the session ends.
+pub fn run_connection<E: Executor>(exec: Arc<E>, acc: Accepted, cfg: &SessionConfig, id: u64, stop: &AtomicBool) -> Ended {
+    let kind = acc.kind();
+    let mut conn: Box<dyn Conn> = match acc {
+        Accepted::Unix(s) => {
+            let side = match local::server_handshake(s, cfg.max_data_area) {
+                Ok(side) => side,
+                Err(e) => return Ended::Broken(format!("handshake failed: {e}")),
+            };
+            match RingConn::new(side.region, &side.geometry, Box::new(side.notifier), cfg.spin) {
+                Ok(c) => Box::new(c),
+                Err(e) => return Ended::Broken(format!("ring setup failed: {e}")),
+            }
+        }
+        Accepted::Tcp(s) => match TcpConn::new(s) {
+            Ok(c) => Box::new(c),
+            Err(e) => return Ended::Broken(format!("socket setup failed: {e}")),
+        },
+    };
+    tracing::info!(session = id, transport = kind, executor = exec.kind(), "session started");
+    let t = Instant::now();
+    let ended = serve(exec, &mut *conn, id, cfg.limits.clone(), stop);
+    match &ended {
+        Ended::Broken(why) => tracing::warn!(session = id, reason = %why, "session ended: frontend broke the protocol"),
+        other => tracing::info!(session = id, how = ?other, secs = t.elapsed().as_secs_f64(), "session ended"),
+    }
+    ended
+}
+
+/// Counters for operators and tests.
+#[derive(Debug, Default)]
+pub struct Stats {
+    live: AtomicUsize,
+    total: AtomicU64,
+}
+
+impl Stats {
+    /// Sessions being served now.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+    /// Sessions started since the backend started.
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::SeqCst)
+    }
+}
+
+/// How a session gets run once its connection is accepted.
+trait Spawner: Send + Sync {
+    fn spawn(&self, acc: Accepted, id: u64, stats: Arc<Stats>, stop: Arc<AtomicBool>) -> io::Result<()>;
+    /// Collects sessions that ended on their own.
+    fn reap(&self, _stats: &Stats) {}
+    fn shutdown(&self) {}
+}
+
+struct ThreadSpawner<E: Executor> {
+    exec: Arc<E>,
+    cfg: SessionConfig,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl<E: Executor> Spawner for ThreadSpawner<E> {
+    fn spawn(&self, acc: Accepted, id: u64, stats: Arc<Stats>, stop: Arc<AtomicBool>) -> io::Result<()> {
+        let (exec, cfg) = (self.exec.clone(), self.cfg.clone());
+        let h = std::thread::Builder::new().name(format!("pvgpu-session-{id}")).spawn(move || {
+            run_connection(exec, acc, &cfg, id, &stop);
+            stats.live.fetch_sub(1, Ordering::SeqCst);
+        })?;
+        let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        threads.retain(|t| !t.is_finished());
+        threads.push(h);
+        Ok(())
+    }
+
+    fn shutdown(&self) {
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The command that starts a worker process: the `pvgpu-backend` binary and
+/// the arguments that select its executor.
+#[derive(Debug, Clone)]
+pub struct WorkerCommand {
+    /// Path of the `pvgpu-backend` binary.
+    pub exe: PathBuf,
+    /// Arguments after `worker` (executor and limits).
+    pub args: Vec<String>,
+}
+
+struct ProcessSpawner {
+    cmd: WorkerCommand,
+    children: Mutex<Vec<(u64, Child)>>,
+}
+
+/// File descriptor a worker finds its connection on.
+pub const WORKER_FD: i32 = 3;
+
+impl ProcessSpawner {
+    fn reap_children(&self, stats: &Stats) {
+        let mut children = self.children.lock().unwrap_or_else(|p| p.into_inner());
+        children.retain_mut(|(id, c)| match c.try_wait() {
+            Ok(Some(status)) => {
+                if !status.success() {
+                    tracing::warn!(session = *id, %status, "session worker exited abnormally");
+                }
+                stats.live.fetch_sub(1, Ordering::SeqCst);
+                false
+            }
+            _ => true,
+        });
+    }
+}
+
+impl Spawner for ProcessSpawner {
+    fn reap(&self, stats: &Stats) {
+        self.reap_children(stats);
+    }
+
+    fn spawn(&self, acc: Accepted, id: u64, _stats: Arc<Stats>, _stop: Arc<AtomicBool>) -> io::Result<()> {
+        use std::os::unix::process::CommandExt;
+        let kind = acc.kind();
+        let fd: OwnedFd = match acc {
+            Accepted::Unix(s) => s.into(),
+            Accepted::Tcp(s) => s.into(),
+        };
+        let raw = fd.as_raw_fd();
+        let mut cmd = Command::new(&self.cmd.exe);
+        cmd.arg("worker").arg("--conn").arg(kind).arg("--session").arg(id.to_string()).args(&self.cmd.args);
+        // SAFETY: the closure runs in the child between fork and exec and
+        // calls only async-signal-safe functions (dup2, fcntl, prctl).
+        unsafe {
+            cmd.pre_exec(move || {
+                if raw == WORKER_FD {
+                    if libc::fcntl(raw, libc::F_SETFD, 0) < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                } else if libc::dup2(raw, WORKER_FD) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The worker ends if the backend dies.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn()?;
+        drop(fd);
+        tracing::debug!(session = id, pid = child.id(), "session worker started");
+        self.children.lock().unwrap_or_else(|p| p.into_inner()).push((id, child));
+        Ok(())
+    }
+
+    fn shutdown(&self) {
+        let mut children = std::mem::take(&mut *self.children.lock().unwrap_or_else(|p| p.into_inner()));
+        for (_, c) in &children {
+            // SAFETY: sending a signal to our own child by pid.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && children.iter_mut().any(|(_, c)| matches!(c.try_wait(), Ok(None))) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for (id, c) in &mut children {
+            if matches!(c.try_wait(), Ok(None)) {
+                tracing::warn!(session = *id, "session worker did not stop; killing it");
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+/// A running backend. Dropping it (or [`Backend::shutdown`]) stops the
+/// listeners, ends every session and frees their resources.
+pub struct Backend {
+    stop: Arc<AtomicBool>,
+    stats: Arc<Stats>,
+    listeners: Vec<JoinHandle<()>>,
+    spawner: Arc<dyn Spawner>,
+    tcp_addrs: Vec<SocketAddr>,
+    local_paths: Vec<PathBuf>,
+}
+
+enum Listener {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+fn bind(l: &Listen) -> Result<(Listener, Option<SocketAddr>), BackendError> {
+    match l {
+        Listen::Local(path) => {
+            if path.exists() {
+                if UnixStream::connect(path).is_ok() {
+                    return Err(BackendError::InUse(path.clone()));
+                }
+                let _ = std::fs::remove_file(path);
+            }
+            let ul = UnixListener::bind(path).map_err(|source| BackendError::Listen { what: path.display().to_string(), source })?;
+            ul.set_nonblocking(true).map_err(|source| BackendError::Listen { what: path.display().to_string(), source })?;
+            Ok((Listener::Unix(ul), None))
+        }
+        Listen::Tcp(a) => {
+            let tl = TcpListener::bind(a).map_err(|source| BackendError::Listen { what: a.clone(), source })?;
+            tl.set_nonblocking(true).map_err(|source| BackendError::Listen { what: a.clone(), source })?;
+            let addr = tl.local_addr().map_err(|source| BackendError::Listen { what: a.clone(), source })?;
+            Ok((Listener::Tcp(tl), Some(addr)))
+        }
+    }
+}
+
+fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, ms: u16) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
+}
+
+impl Backend {
+    /// Starts a backend serving each session on a thread of this process.
+    pub fn start_threads<E: Executor>(exec: Arc<E>, cfg: Config) -> Result<Backend, BackendError> {
+        let spawner = Arc::new(ThreadSpawner { exec, cfg: cfg.session.clone(), threads: Mutex::new(Vec::new()) });
+        Self::start(cfg, spawner)
+    }
+
+    /// Starts a backend serving each session in a worker process.
+    pub fn start_processes(cfg: Config, worker: WorkerCommand) -> Result<Backend, BackendError> {
+        let spawner = Arc::new(ProcessSpawner { cmd: worker, children: Mutex::new(Vec::new()) });
+        Self::start(cfg, spawner)
+    }
+
+    fn start(cfg: Config, spawner: Arc<dyn Spawner>) -> Result<Backend, BackendError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Stats::default());
+        let mut bound = Vec::new();
+        let mut tcp_addrs = Vec::new();
+        let mut local_paths = Vec::new();
+        for l in &cfg.listen {
+            let (listener, addr) = bind(l)?;
+            if let Some(a) = addr {
+                tracing::info!(address = %a, "listening (tcp)");
+                tcp_addrs.push(a);
+            }
+            if let Listen::Local(p) = l {
+                tracing::info!(path = %p.display(), "listening (local shared memory)");
+                local_paths.push(p.clone());
+            }
+            bound.push(listener);
+        }
+        let mut listeners = Vec::new();
+        for listener in bound {
+            let (stop, stats, spawner) = (stop.clone(), stats.clone(), spawner.clone());
+            let max = cfg.max_sessions;
+            let max_data = cfg.session.max_data_area;
+            let h = std::thread::Builder::new()
+                .name("pvgpu-listener".into())
+                .spawn(move || accept_loop(listener, max, max_data, stop, &stats, &*spawner))
+                .map_err(|source| BackendError::Listen { what: "listener thread".into(), source })?;
+            listeners.push(h);
+        }
+        Ok(Backend { stop, stats, listeners, spawner, tcp_addrs, local_paths })
+    }
+
+    /// Bound TCP addresses (useful with port 0).
+    pub fn tcp_addrs(&self) -> &[SocketAddr] {
+        &self.tcp_addrs
+    }
+
+    /// Session counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// A flag that stops the backend when set (for signal handlers).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Stops listening, ends every session, frees everything, and waits.
+    pub fn shutdown(mut self) {
+        self.stop_all();
+    }
+
+    fn stop_all(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for l in self.listeners.drain(..) {
+            let _ = l.join();
+        }
+        self.spawner.shutdown();
+        for p in self.local_paths.drain(..) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+fn accept_loop(listener: Listener, max: usize, max_data: u64, stop: Arc<AtomicBool>, stats: &Arc<Stats>, spawner: &dyn Spawner) {
+    let mut refused_log = crate::session::LogLimiter::default();
+    while !stop.load(Ordering::SeqCst) {
+        let ready = match &listener {
+            Listener::Unix(l) => wait_readable(l.as_fd(), 100),
+            Listener::Tcp(l) => wait_readable(l.as_fd(), 100),
+        };
+        spawner.reap(stats);
+        if !ready {
+            continue;
+        }
+        let acc = match &listener {
+            Listener::Unix(l) => l.accept().map(|(s, _)| Accepted::Unix(s)),
+            Listener::Tcp(l) => l.accept().map(|(s, _)| Accepted::Tcp(s)),
+        };
+        let acc = match acc {
+            Ok(a) => a,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let sock_blocking = match &acc {
+            Accepted::Unix(s) => s.set_nonblocking(false),
+            Accepted::Tcp(s) => s.set_nonblocking(false),
+        };
+        if sock_blocking.is_err() {
+            continue;
+        }
+        if stats.live() >= max {
+            if refused_log.allow(0) {
+                tracing::warn!(max, "session limit reached; refusing a connection");
+            }
+            if let Accepted::Unix(s) = &acc {
+                local::refuse(s, Refusal::Busy, max_data);
+            }
+            continue;
+        }
+        let id = stats.total.fetch_add(1, Ordering::SeqCst) + 1;
+        stats.live.fetch_add(1, Ordering::SeqCst);
+        if let Err(e) = spawner.spawn(acc, id, stats.clone(), stop.clone()) {
+            tracing::error!(session = id, error = %e, "cannot start a session");
+            stats.live.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
