@@ -111,7 +111,9 @@ impl Executor for HostExecutor {
 
     fn create_context(&self, device: usize, _flags: u32) -> CuRes<HostContext> {
         let dev = self.devices.get(device).ok_or(CuResult::INVALID_DEVICE)?;
-        let n = NEXT_CTX.fetch_add(1, Ordering::Relaxed) % 64;
+        // Spread contexts (also those of other worker processes) over
+        // distinct address ranges, as a GPU's unified address space does.
+        let n = (NEXT_CTX.fetch_add(1, Ordering::Relaxed) + std::process::id() as u64 * 7) % 64;
         let base = BASE + n * CTX_SPAN;
         Ok(HostContext {
             mem: Mem { allocs: BTreeMap::new(), next: base + ALIGN, end: base + CTX_SPAN },

@@ -1,0 +1,45 @@
+//! Transports: how requests reach the backend.
+//!
+//! Both carry the same messages; they differ in where bulk data travels. On
+//! the ring, the frontend copies it into the shared data area and names it
+//! with a [`DataRef`]; on TCP it is appended to the message.
+
+pub mod ring;
+pub mod tcp;
+
+use crate::error::TransportError;
+use pvgpu_ring::proto::{DataRef, Header};
+
+/// Bulk data placed for a request.
+#[derive(Debug, Clone, Copy)]
+pub struct Staged {
+    /// Reference to put in the request.
+    pub dref: DataRef,
+    /// Whether the bytes must follow the request inline.
+    pub inline: bool,
+}
+
+/// One connection to a backend.
+pub trait Transport: Send {
+    /// Sends one request: `h.payload_len` must equal the parts' total.
+    fn send(&mut self, h: &Header, parts: &[&[u8]]) -> Result<(), TransportError>;
+    /// Waits for the next reply; leaves its payload in `buf`.
+    fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Header, TransportError>;
+    /// Largest chunk a copy should move per request.
+    fn max_chunk(&self) -> usize;
+    /// How many chunk requests may be in flight at once.
+    fn pipeline_depth(&self) -> usize;
+    /// Places `data` for the next request sent (copying it into the data
+    /// area, or marking it inline).
+    fn stage(&mut self, data: &[u8]) -> Result<Staged, TransportError>;
+    /// Reserves room for `len` bytes the backend will write for the next
+    /// request sent; they stay reserved until [`Transport::fetch`].
+    fn reserve(&mut self, len: usize) -> Result<Staged, TransportError>;
+    /// Copies the bytes of a reserved region (or of the reply's inline tail)
+    /// into `dst` and ends the reservation.
+    fn fetch(&mut self, s: &Staged, reply_tail: &[u8], dst: &mut [u8]) -> Result<(), TransportError>;
+    /// Ends a reservation whose request failed.
+    fn discard(&mut self, s: &Staged);
+    /// Short name (`local`, `tcp`).
+    fn kind(&self) -> &'static str;
+}

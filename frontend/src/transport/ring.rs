@@ -1,0 +1,344 @@
+//! The ring transport: request and response channels in a shared region,
+//! bulk data through the region's data area, a doorbell to wake a sleeping
+//! peer. Used by the local transport (memfd + eventfds) and, with grant
+//! pages and an event channel, by Xen.
+//!
+//! Staging: bulk data of a request is copied into the data area, in a FIFO
+//! of regions. A region is free again once the backend has published a
+//! consumer position past the request that named it (the backend releases a
+//! request only after it has finished with its data), and, for regions the
+//! backend writes into (device-to-host copies), once the frontend has copied
+//! the bytes out.
+
+use super::{Staged, Transport};
+use crate::error::TransportError;
+use pvgpu_ring::channel::{Consumer, Producer, Sent};
+use pvgpu_ring::layout::{Geometry, MAX_RING_RECORD, init_region};
+use pvgpu_ring::notify::{Notifier, NotifyError, Step, WaitError, Waiter};
+use pvgpu_ring::proto::{DataRef, HEADER_LEN, Header};
+use pvgpu_ring::region::{DataArea, RegionChannel, SharedRegion};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use zerocopy::IntoBytes;
+
+#[derive(Debug)]
+struct Entry {
+    start: u64,
+    /// Request-channel position after the request that uses it.
+    pos: Option<u32>,
+    /// Waiting for the frontend to copy it out.
+    held: bool,
+}
+
+/// FIFO allocator over the staging part of the data area.
+#[derive(Debug)]
+pub(crate) struct Staging {
+    cap: u64,
+    head: u64,
+    entries: VecDeque<Entry>,
+}
+
+fn reached(cons: u32, pos: u32) -> bool {
+    (cons.wrapping_sub(pos) as i32) >= 0
+}
+
+impl Staging {
+    pub(crate) fn new(cap: u64) -> Self {
+        Staging { cap, head: 0, entries: VecDeque::new() }
+    }
+
+    /// Frees regions the backend is done with.
+    pub(crate) fn reclaim(&mut self, cons: u32) {
+        while let Some(e) = self.entries.front() {
+            match e.pos {
+                Some(p) if !e.held && reached(cons, p) => {
+                    self.entries.pop_front();
+                }
+                _ => break,
+            }
+        }
+        if self.entries.is_empty() {
+            self.head = 0;
+        }
+    }
+
+    /// A contiguous region of `len` bytes, if free.
+    pub(crate) fn alloc(&mut self, len: u64, held: bool) -> Option<u64> {
+        if len > self.cap {
+            return None;
+        }
+        let start = match self.entries.front() {
+            None => 0,
+            Some(front) => {
+                let tail = front.start;
+                if self.head >= tail {
+                    if self.cap - self.head >= len {
+                        self.head
+                    } else if len < tail {
+                        0
+                    } else {
+                        return None;
+                    }
+                } else if self.head + len < tail {
+                    self.head
+                } else {
+                    return None;
+                }
+            }
+        };
+        self.head = start + len;
+        self.entries.push_back(Entry { start, pos: None, held });
+        Some(start)
+    }
+
+    /// Records the request position of every region placed since the last
+    /// request was sent.
+    pub(crate) fn assign(&mut self, pos: u32) {
+        for e in self.entries.iter_mut().rev() {
+            if e.pos.is_some() {
+                break;
+            }
+            e.pos = Some(pos);
+        }
+    }
+
+    /// Ends the hold on the region starting at `start`.
+    pub(crate) fn unhold(&mut self, start: u64) {
+        if let Some(e) = self.entries.iter_mut().find(|e| e.start == start && e.held) {
+            e.held = false;
+        }
+    }
+
+    fn front_held(&self) -> bool {
+        self.entries.front().is_some_and(|e| e.held || e.pos.is_none())
+    }
+}
+
+/// A connection over a shared region.
+pub struct RingTransport {
+    req: Producer<RegionChannel>,
+    rsp: Consumer<RegionChannel>,
+    area: DataArea,
+    staging: Staging,
+    notifier: Box<dyn Notifier>,
+    spin: Duration,
+    timeout: Option<Duration>,
+    kind: &'static str,
+    _region: SharedRegion,
+}
+
+fn wait_err(e: WaitError<TransportError>) -> TransportError {
+    match e {
+        WaitError::Check(e) => e,
+        WaitError::Notify(NotifyError::PeerGone) => TransportError::BackendGone,
+        WaitError::Notify(NotifyError::Io(e)) => TransportError::Io(e),
+        WaitError::TimedOut => TransportError::Timeout,
+    }
+}
+
+impl RingTransport {
+    /// Builds the frontend end over a region, writing its control page.
+    pub fn new(
+        region: SharedRegion,
+        g: &Geometry,
+        notifier: Box<dyn Notifier>,
+        spin: Duration,
+        timeout: Option<Duration>,
+        kind: &'static str,
+    ) -> Result<Self, TransportError> {
+        let ep = init_region(&region, g).map_err(|e| TransportError::Protocol(e.to_string()))?;
+        let cap = ep.data.len() as u64;
+        Ok(RingTransport {
+            req: Producer::new(ep.req, MAX_RING_RECORD),
+            rsp: Consumer::new(ep.rsp, MAX_RING_RECORD),
+            area: ep.data,
+            staging: Staging::new(cap),
+            notifier,
+            spin,
+            timeout,
+            kind,
+            _region: region,
+        })
+    }
+
+    fn place(&mut self, len: usize, held: bool) -> Result<u64, TransportError> {
+        let len = len as u64;
+        if len > self.staging.cap {
+            return Err(TransportError::Protocol(format!("{len} bytes do not fit the {}-byte data area", self.staging.cap)));
+        }
+        let cons = self.req.consumed()?;
+        self.staging.reclaim(cons);
+        if let Some(at) = self.staging.alloc(len, held) {
+            return Ok(at);
+        }
+        let (req, staging, notifier) = (&mut self.req, &mut self.staging, &*self.notifier);
+        let mut w = Waiter::new(notifier, self.spin);
+        w.deadline = self.timeout.map(|t| Instant::now() + t);
+        w.wait_until(|step| -> Result<Option<u64>, TransportError> {
+            match step {
+                Step::Check | Step::Tick => {
+                    let cons = req.consumed()?;
+                    staging.reclaim(cons);
+                    if let Some(at) = staging.alloc(len, held) {
+                        return Ok(Some(at));
+                    }
+                    if staging.front_held() {
+                        return Err(TransportError::Protocol("data area exhausted by unfinished copies".into()));
+                    }
+                    Ok(None)
+                }
+                Step::Arm => {
+                    req.prepare_wait_for_space()?;
+                    Ok(None)
+                }
+            }
+        })
+        .map_err(wait_err)
+    }
+}
+
+impl Transport for RingTransport {
+    fn send(&mut self, h: &Header, parts: &[&[u8]]) -> Result<(), TransportError> {
+        let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+        all.push(h.as_bytes());
+        all.extend_from_slice(parts);
+        let notify = match self.req.try_send(&all)? {
+            Sent::Yes { notify } => notify,
+            Sent::Full => {
+                let (req, notifier) = (&mut self.req, &*self.notifier);
+                let mut w = Waiter::new(notifier, self.spin);
+                w.deadline = self.timeout.map(|t| Instant::now() + t);
+                w.wait_until(|step| -> Result<Option<bool>, TransportError> {
+                    match step {
+                        Step::Check | Step::Tick => Ok(match req.try_send(&all)? {
+                            Sent::Yes { notify } => Some(notify),
+                            Sent::Full => None,
+                        }),
+                        Step::Arm => {
+                            req.prepare_wait_for_space()?;
+                            Ok(None)
+                        }
+                    }
+                })
+                .map_err(wait_err)?
+            }
+        };
+        self.staging.assign(self.req.position());
+        if notify {
+            self.notifier.notify().map_err(|e| wait_err(WaitError::Notify(e)))?;
+        }
+        Ok(())
+    }
+
+    fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Header, TransportError> {
+        if !self.rsp.try_recv(buf)? {
+            let (rsp, notifier) = (&mut self.rsp, &*self.notifier);
+            let mut w = Waiter::new(notifier, self.spin);
+            w.deadline = self.timeout.map(|t| Instant::now() + t);
+            w.wait_until(|step| -> Result<Option<()>, TransportError> {
+                match step {
+                    Step::Check | Step::Tick => Ok(rsp.try_recv(buf)?.then_some(())),
+                    Step::Arm => {
+                        rsp.prepare_wait()?;
+                        Ok(None)
+                    }
+                }
+            })
+            .map_err(wait_err)?;
+        }
+        if self.rsp.release() {
+            self.notifier.notify().map_err(|e| wait_err(WaitError::Notify(e)))?;
+        }
+        let h = Header::parse(buf)?;
+        if buf.len() != HEADER_LEN + h.payload_len.get() as usize {
+            return Err(TransportError::Protocol("reply length does not match its header".into()));
+        }
+        buf.drain(..HEADER_LEN);
+        Ok(h)
+    }
+
+    fn max_chunk(&self) -> usize {
+        ((self.staging.cap / 4) as usize).clamp(4096, 16 << 20)
+    }
+
+    fn pipeline_depth(&self) -> usize {
+        3
+    }
+
+    fn stage(&mut self, data: &[u8]) -> Result<Staged, TransportError> {
+        if data.is_empty() {
+            return Ok(Staged { dref: DataRef::area(0, 0), inline: false });
+        }
+        let at = self.place(data.len(), false)?;
+        self.area.write(at, data).map_err(|e| TransportError::Protocol(e.to_string()))?;
+        Ok(Staged { dref: DataRef::area(at, data.len()), inline: false })
+    }
+
+    fn reserve(&mut self, len: usize) -> Result<Staged, TransportError> {
+        if len == 0 {
+            return Ok(Staged { dref: DataRef::area(0, 0), inline: false });
+        }
+        let at = self.place(len, true)?;
+        Ok(Staged { dref: DataRef::area(at, len), inline: false })
+    }
+
+    fn fetch(&mut self, s: &Staged, _reply_tail: &[u8], dst: &mut [u8]) -> Result<(), TransportError> {
+        let at = s.dref.offset.get();
+        if !dst.is_empty() {
+            self.area.read(at, dst).map_err(|e| TransportError::Protocol(e.to_string()))?;
+            self.staging.unhold(at);
+        }
+        Ok(())
+    }
+
+    fn discard(&mut self, s: &Staged) {
+        self.staging.unhold(s.dref.offset.get());
+    }
+
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staging_is_fifo_and_reclaims_by_position() {
+        let mut s = Staging::new(100);
+        assert_eq!(s.alloc(40, false), Some(0));
+        s.assign(10);
+        assert_eq!(s.alloc(40, false), Some(40));
+        s.assign(20);
+        // 20 left at the end; 30 does not fit anywhere until the first frees.
+        assert_eq!(s.alloc(30, false), None);
+        s.reclaim(10);
+        // Wraps to the start (30 < 40, the tail).
+        assert_eq!(s.alloc(30, false), Some(0));
+        s.assign(30);
+        assert_eq!(s.alloc(10, false), None, "must not run into the tail at 40");
+        s.reclaim(30);
+        assert!(s.entries.is_empty());
+        assert_eq!(s.alloc(100, false), Some(0));
+        assert_eq!(s.alloc(101, false), None);
+    }
+
+    #[test]
+    fn held_regions_wait_for_fetch() {
+        let mut s = Staging::new(100);
+        assert_eq!(s.alloc(60, true), Some(0));
+        s.assign(5);
+        s.reclaim(5);
+        assert_eq!(s.entries.len(), 1, "held until fetched");
+        s.unhold(0);
+        s.reclaim(5);
+        assert!(s.entries.is_empty());
+    }
+
+    #[test]
+    fn positions_wrap() {
+        assert!(reached(5, u32::MAX - 2));
+        assert!(!reached(u32::MAX - 2, 5));
+    }
+}

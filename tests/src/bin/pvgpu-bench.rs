@@ -1,0 +1,2 @@
+//! `pvgpu-bench`: measures pvgpu against native CUDA.
+fn main() {}

@@ -1,0 +1,456 @@
+//! # pvgpu-tests
+//!
+//! Shared pieces of the end-to-end suite and of `pvgpu-bench`:
+//!
+//! - [`Harness`]: a backend to test against: embedded in this process
+//!   (thread isolation, host executor: the CI default) or the
+//!   `pvgpu-backend` binary in its own process (process isolation; the only
+//!   safe way to run the cuda executor, where a kernel fault poisons the
+//!   process). Chosen by `PVGPU_TEST_EXECUTOR=host|cuda`,
+//!   `PVGPU_TEST_ISOLATION=thread|process` and
+//!   `PVGPU_BACKEND_BIN=path/to/pvgpu-backend`.
+//! - the kernel images built from `kernels/kernels.cu`;
+//! - the two workloads of the GPUsockets thesis, MatSum and Jacobi, with CPU
+//!   references.
+
+use pvgpu_backend::exec::host::HostExecutor;
+use pvgpu_backend::server::{Backend, Config, Listen, SessionConfig};
+use pvgpu_frontend::{BackendAddr, Client, Context, Function, Module, Options, Stream, arg};
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// PTX of `kernels/kernels.cu` (compute_75; JIT-compiled by the backend's
+/// driver).
+pub const PTX: &[u8] = include_bytes!("../kernels/kernels.ptx");
+/// sm_90 cubin of the same kernels.
+pub const CUBIN: &[u8] = include_bytes!("../kernels/kernels.sm_90.cubin");
+/// Fatbin (sm_90 code and compute_75 PTX) of the same kernels.
+pub const FATBIN: &[u8] = include_bytes!("../kernels/kernels.fatbin");
+
+/// The transports every end-to-end test runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// memfd ring + eventfds.
+    Local,
+    /// TCP on loopback.
+    Tcp,
+}
+
+/// Which executor the backend under test uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecKind {
+    /// Host test double.
+    Host,
+    /// The GPU.
+    Cuda,
+}
+
+impl ExecKind {
+    /// From `PVGPU_TEST_EXECUTOR` (default host).
+    pub fn from_env() -> Self {
+        match std::env::var("PVGPU_TEST_EXECUTOR").as_deref() {
+            Ok("cuda") => ExecKind::Cuda,
+            _ => ExecKind::Host,
+        }
+    }
+}
+
+static UNIQUE: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh directory under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// Makes one.
+    pub fn new(tag: &str) -> Self {
+        let n = UNIQUE.fetch_add(1, Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("pvgpu-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("cannot create a temp dir");
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+enum Running {
+    Embedded { backend: Option<Backend>, exec: Arc<HostExecutor> },
+    Process { child: Child, _keeper: Keeper },
+}
+
+/// A thread that started a backend process and lives as long as it should:
+/// the process gets SIGTERM when this thread ends (PR_SET_PDEATHSIG follows
+/// the spawning thread), including when the test binary exits.
+struct Keeper(Option<std::sync::mpsc::Sender<()>>);
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.0.take();
+    }
+}
+
+fn spawn_kept(mut cmd: Command) -> (Child, Keeper) {
+    use std::os::unix::process::CommandExt;
+    let (tx_child, rx_child) = std::sync::mpsc::channel();
+    let (tx_stop, rx_stop) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        // SAFETY: prctl is async-signal-safe; runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let _ = tx_child.send(cmd.spawn());
+        // Block until the harness is dropped (or forever, for a shared one).
+        let _ = rx_stop.recv();
+    });
+    let child = rx_child.recv().expect("spawner thread died").expect("cannot start pvgpu-backend");
+    (child, Keeper(Some(tx_stop)))
+}
+
+/// A backend under test with a local and a TCP listener.
+pub struct Harness {
+    running: Running,
+    /// Executor in use.
+    pub exec: ExecKind,
+    /// Local socket path.
+    pub socket: PathBuf,
+    /// TCP address.
+    pub tcp: String,
+    _dir: TempDir,
+}
+
+/// Options of a harness backend.
+#[derive(Debug, Clone, Default)]
+pub struct HarnessOptions {
+    /// Per-session device-memory quota.
+    pub mem_quota: Option<u64>,
+    /// Run the backend binary in its own process (sessions in worker
+    /// processes) whatever the environment says.
+    pub process: bool,
+}
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free TCP port")
+}
+
+/// Path of the `pvgpu-backend` binary: `PVGPU_BACKEND_BIN`, or the one
+/// cargo built beside this test executable (`cargo test --workspace` builds
+/// it, because the backend package has integration tests).
+pub fn backend_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("PVGPU_BACKEND_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("no current exe");
+    let mut dir = exe.parent().map(PathBuf::from).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let p = dir.join("pvgpu-backend");
+    assert!(p.exists(), "{} not found: build it first (cargo build -p pvgpu-backend) or set PVGPU_BACKEND_BIN", p.display());
+    p
+}
+
+/// Whether sessions of the backend under test run in worker processes
+/// (`PVGPU_TEST_ISOLATION=process|thread`; process by default for the cuda
+/// executor, thread for the host test double).
+pub fn process_isolation() -> bool {
+    match std::env::var("PVGPU_TEST_ISOLATION").as_deref() {
+        Ok("process") => true,
+        Ok("thread") => false,
+        _ => ExecKind::from_env() == ExecKind::Cuda,
+    }
+}
+
+impl Harness {
+    /// A backend as the environment asks (see the crate docs).
+    pub fn start() -> Harness {
+        Self::with(HarnessOptions::default())
+    }
+
+    /// A backend with options.
+    pub fn with(opts: HarnessOptions) -> Harness {
+        let exec = ExecKind::from_env();
+        let dir = TempDir::new("harness");
+        let socket = dir.0.join("pvgpu.sock");
+        let use_process = opts.process || process_isolation();
+        if use_process {
+            let bin = backend_bin();
+            let port = free_tcp_port();
+            let tcp = format!("127.0.0.1:{port}");
+            let mut cmd = Command::new(bin);
+            cmd.arg("--listen").arg(format!("local:{}", socket.display())).arg("--listen").arg(format!("tcp:{tcp}"));
+            cmd.arg("--executor").arg(if exec == ExecKind::Cuda { "cuda" } else { "host" }).arg("--spin-us").arg("20");
+            if std::env::var_os("RUST_LOG").is_none() {
+                cmd.env("RUST_LOG", "warn");
+            }
+            if let Some(q) = opts.mem_quota {
+                cmd.arg("--mem-quota").arg(q.to_string());
+            }
+            let (child, keeper) = spawn_kept(cmd);
+            let h = Harness { running: Running::Process { child, _keeper: keeper }, exec, socket, tcp, _dir: dir };
+            h.wait_ready();
+            h
+        } else {
+            let host = Arc::new(HostExecutor::new(8 << 30));
+            let mut session = SessionConfig { spin: Duration::from_micros(20), ..SessionConfig::default() };
+            session.limits.mem_quota = opts.mem_quota;
+            let cfg = Config { listen: vec![Listen::Local(socket.clone()), Listen::Tcp("127.0.0.1:0".into())], session, max_sessions: 256 };
+            let backend = Backend::start_threads(host.clone(), cfg).expect("cannot start the embedded backend");
+            let tcp = backend.tcp_addrs()[0].to_string();
+            Harness { running: Running::Embedded { backend: Some(backend), exec: host }, exec, socket, tcp, _dir: dir }
+        }
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if self.socket.exists() && std::net::TcpStream::connect(&self.tcp).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("pvgpu-backend did not start listening within 30 s");
+    }
+
+    /// Whether the backend runs as a separate process.
+    pub fn is_process(&self) -> bool {
+        matches!(self.running, Running::Process { .. })
+    }
+
+    /// The address of one transport.
+    pub fn addr(&self, t: Transport) -> BackendAddr {
+        match t {
+            Transport::Local => BackendAddr::Local(self.socket.clone()),
+            Transport::Tcp => BackendAddr::Tcp(self.tcp.clone()),
+        }
+    }
+
+    /// A new client (session) over `t`.
+    pub fn client(&self, t: Transport) -> Client {
+        let opts = Options { data_area: 16 << 20, spin: Duration::from_micros(50), ..Options::default() };
+        Client::connect(&self.addr(t), &opts).expect("cannot connect to the backend under test")
+    }
+
+    /// Host bytes allocated by all sessions (embedded host executor only).
+    pub fn host_used_bytes(&self) -> Option<u64> {
+        match &self.running {
+            Running::Embedded { exec, .. } => Some(exec.used_bytes()),
+            Running::Process { .. } => None,
+        }
+    }
+
+    /// Sessions being served (embedded backend), or worker processes alive
+    /// (separate backend).
+    pub fn live_sessions(&self) -> usize {
+        match &self.running {
+            Running::Embedded { backend, .. } => backend.as_ref().map_or(0, |b| b.stats().live()),
+            Running::Process { child, .. } => children_of(child.id()),
+        }
+    }
+
+    /// Stops the backend (SIGTERM for a separate process) and waits.
+    pub fn stop(&mut self) {
+        match &mut self.running {
+            Running::Embedded { backend, .. } => {
+                if let Some(b) = backend.take() {
+                    b.shutdown();
+                }
+            }
+            Running::Process { child, .. } => {
+                // SAFETY: signalling our own child by pid.
+                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+                let _ = child.wait();
+            }
+        }
+    }
+
+    /// Kills a separate-process backend and its session workers with
+    /// SIGKILL, as a crash or `systemctl kill` would (no clean-up at all).
+    pub fn kill(&mut self) -> bool {
+        match &mut self.running {
+            Running::Process { child, .. } => {
+                for pid in child_pids(child.id()) {
+                    // SAFETY: signalling a process by pid.
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+                true
+            }
+            Running::Embedded { .. } => false,
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Live (not zombie) child processes of `pid`.
+pub fn child_pids(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let me: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // Fields after the command name: state, ppid, ...
+            let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+            let state = rest.next()?;
+            let ppid: u32 = rest.next()?.parse().ok()?;
+            (ppid == pid && state != "Z").then_some(me)
+        })
+        .collect()
+}
+
+/// Number of live child processes of `pid`.
+pub fn children_of(pid: u32) -> usize {
+    child_pids(pid).len()
+}
+
+/// Polls `f` until it is true or `timeout` passes.
+pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// f32 slice as bytes.
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Bytes as f32 values.
+pub fn bytes_f32(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// A session set up for the workloads: a context and the kernels module.
+pub struct Gpu<'a> {
+    /// The client.
+    pub c: &'a Client,
+    /// Its context.
+    pub ctx: Context,
+    /// The kernels module.
+    pub module: Module,
+}
+
+impl<'a> Gpu<'a> {
+    /// Initialises, retains the primary context of device 0 and loads the
+    /// PTX module.
+    pub fn new(c: &'a Client) -> pvgpu_frontend::Result<Self> {
+        c.init()?;
+        let ctx = c.primary_ctx_retain(0)?;
+        let module = c.module_load(ctx, PTX)?;
+        Ok(Gpu { c, ctx, module })
+    }
+
+    /// Looks up a kernel.
+    pub fn func(&self, name: &str) -> pvgpu_frontend::Result<Function> {
+        self.c.module_get_function(self.module, name)
+    }
+}
+
+/// Inputs of MatSum of `n` elements.
+pub fn matsum_inputs(n: usize) -> (Vec<f32>, Vec<f32>) {
+    ((0..n).map(|i| i as f32 * 0.5).collect(), (0..n).map(|i| (n - i) as f32 * 0.25).collect())
+}
+
+/// CPU reference of MatSum.
+pub fn matsum_cpu(a: &[f32], b: &[f32]) -> Vec<f32> {
+    a.iter().zip(b).map(|(x, y)| x + y).collect()
+}
+
+/// MatSum as the thesis runs it: allocate three arrays, copy two in, launch,
+/// copy the result out, free all three.
+pub fn matsum(g: &Gpu<'_>, f: &Function, a: &[f32], b: &[f32]) -> pvgpu_frontend::Result<Vec<f32>> {
+    let n = a.len();
+    let bytes = (n * 4) as u64;
+    let c = g.c;
+    let (da, db, dc) = (c.mem_alloc(g.ctx, bytes)?, c.mem_alloc(g.ctx, bytes)?, c.mem_alloc(g.ctx, bytes)?);
+    c.memcpy_htod(da, &f32_bytes(a))?;
+    c.memcpy_htod(db, &f32_bytes(b))?;
+    let n32 = n as i32;
+    let blocks = (n as u32).div_ceil(256);
+    c.launch(f, [blocks, 1, 1], [256, 1, 1], 0, Stream::DEFAULT, &[arg(&da), arg(&db), arg(&dc), arg(&n32)])?;
+    let mut out = vec![0u8; n * 4];
+    c.memcpy_dtoh(&mut out, dc)?;
+    c.mem_free(da)?;
+    c.mem_free(db)?;
+    c.mem_free(dc)?;
+    Ok(bytes_f32(&out))
+}
+
+/// Initial Jacobi grid: hot top edge, cold elsewhere.
+pub fn jacobi_init(n: usize) -> Vec<f32> {
+    let mut g = vec![0f32; n * n];
+    for (x, v) in g.iter_mut().take(n).enumerate() {
+        *v = 100.0 + x as f32 * 0.01;
+    }
+    g
+}
+
+/// CPU reference of `sweeps` Jacobi sweeps.
+pub fn jacobi_cpu(init: &[f32], n: usize, sweeps: usize) -> Vec<f32> {
+    let mut a = init.to_vec();
+    let mut b = init.to_vec();
+    for _ in 0..sweeps {
+        for y in 0..n {
+            for x in 0..n {
+                let i = y * n + x;
+                b[i] = if x == 0 || y == 0 || x == n - 1 || y == n - 1 {
+                    a[i]
+                } else {
+                    0.25 * (a[i - n] + a[i + n] + a[i - 1] + a[i + 1])
+                };
+            }
+        }
+        std::mem::swap(&mut a, &mut b);
+    }
+    a
+}
+
+/// Jacobi on the device: copy the grid in, `sweeps` launches ping-ponging
+/// two buffers, copy the result out.
+pub fn jacobi(g: &Gpu<'_>, f: &Function, init: &[f32], n: usize, sweeps: usize) -> pvgpu_frontend::Result<Vec<f32>> {
+    let c = g.c;
+    let bytes = (n * n * 4) as u64;
+    let (mut a, mut b) = (c.mem_alloc(g.ctx, bytes)?, c.mem_alloc(g.ctx, bytes)?);
+    let data = f32_bytes(init);
+    c.memcpy_htod(a, &data)?;
+    c.memcpy_htod(b, &data)?;
+    let n32 = n as i32;
+    let blocks = (n as u32).div_ceil(16);
+    for _ in 0..sweeps {
+        c.launch(f, [blocks, blocks, 1], [16, 16, 1], 0, Stream::DEFAULT, &[arg(&a), arg(&b), arg(&n32)])?;
+        std::mem::swap(&mut a, &mut b);
+    }
+    let mut out = vec![0u8; n * n * 4];
+    c.memcpy_dtoh(&mut out, a)?;
+    c.mem_free(a)?;
+    c.mem_free(b)?;
+    Ok(bytes_f32(&out))
+}
+
+/// Largest absolute difference.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}

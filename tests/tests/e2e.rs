@@ -1,0 +1,550 @@
+//! The end-to-end suite: every test body runs over each transport (`local`
+//! shared memory and `tcp`) against the backend the environment selects
+//! (host test double by default; `PVGPU_TEST_EXECUTOR=cuda` for the GPU).
+
+use pvgpu_frontend::{Client, CuResult, Error, Stream, arg};
+use pvgpu_ring::cuda::attr;
+use pvgpu_tests::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn shared() -> &'static Harness {
+    static H: OnceLock<Harness> = OnceLock::new();
+    H.get_or_init(Harness::start)
+}
+
+fn code<T: std::fmt::Debug>(r: Result<T, Error>) -> CuResult {
+    match r {
+        Ok(v) => panic!("expected an error, got Ok({v:?})"),
+        Err(e) => e.code(),
+    }
+}
+
+fn hello_and_devices(t: Transport) {
+    let h = shared();
+    let c = h.client(t);
+    assert_eq!(c.info().executor, if h.exec == ExecKind::Cuda { "cuda" } else { "host" });
+    assert_eq!(c.info().transport, if t == Transport::Local { "local" } else { "tcp" });
+    assert!(c.driver_version().unwrap() >= 12000);
+    // Before cuInit, device calls fail as CUDA says.
+    assert_eq!(code(c.device_count()), CuResult::NOT_INITIALIZED);
+    c.init().unwrap();
+    let n = c.device_count().unwrap();
+    assert!(n >= 1);
+    assert_eq!(c.device_get(0).unwrap(), 0);
+    assert_eq!(code(c.device_get(n)), CuResult::INVALID_DEVICE);
+    assert_eq!(code(c.device_get(-1)), CuResult::INVALID_DEVICE);
+    let name = c.device_name(0).unwrap();
+    assert!(!name.is_empty());
+    assert!(c.device_total_mem(0).unwrap() > 0);
+    assert_ne!(c.device_uuid(0).unwrap(), [0u8; 16]);
+    assert_eq!(c.device_attribute(0, attr::WARP_SIZE).unwrap(), 32);
+    assert!(c.device_attribute(0, attr::COMPUTE_CAPABILITY_MAJOR).unwrap() >= 7);
+    assert_eq!(
+        c.device_attribute_uncached(0, attr::MAX_THREADS_PER_BLOCK).unwrap(),
+        c.device_attribute(0, attr::MAX_THREADS_PER_BLOCK).unwrap()
+    );
+    assert_eq!(code(c.device_attribute(0, 100_000)), CuResult::INVALID_VALUE);
+    assert_eq!(code(c.device_attribute_uncached(0, 100_000)), CuResult::INVALID_VALUE);
+}
+
+fn contexts(t: Transport) {
+    let c = shared().client(t);
+    c.init().unwrap();
+    let p1 = c.primary_ctx_retain(0).unwrap();
+    let p2 = c.primary_ctx_retain(0).unwrap();
+    assert_eq!(p1, p2, "the primary context is retained, not created again");
+    assert_eq!(code(c.ctx_destroy(p1)), CuResult::INVALID_CONTEXT, "cuCtxDestroy of a primary context");
+    let own = c.ctx_create(0, 0).unwrap();
+    assert_ne!(own, p1);
+    c.ctx_synchronize(own).unwrap();
+    let buf = c.mem_alloc(own, 4096).unwrap();
+    c.memcpy_htod(buf, &[7u8; 4096]).unwrap();
+    c.ctx_destroy(own).unwrap();
+    // Everything of a destroyed context is gone with it.
+    assert_eq!(code(c.ctx_synchronize(own)), CuResult::INVALID_CONTEXT);
+    assert_eq!(code(c.mem_alloc(own, 16)), CuResult::INVALID_CONTEXT);
+    assert_eq!(code(c.memcpy_htod(buf, &[1])), CuResult::INVALID_VALUE);
+    c.primary_ctx_release(0).unwrap();
+    c.ctx_synchronize(p1).unwrap();
+    c.primary_ctx_release(0).unwrap();
+    assert_eq!(code(c.ctx_synchronize(p1)), CuResult::INVALID_CONTEXT, "released to zero");
+    assert_eq!(code(c.primary_ctx_release(0)), CuResult::INVALID_CONTEXT);
+    assert_eq!(code(c.ctx_create(0, 0).and_then(|_| c.ctx_create(7, 0))), CuResult::INVALID_DEVICE);
+}
+
+fn modules_in_every_format(t: Transport) {
+    let h = shared();
+    let c = h.client(t);
+    c.init().unwrap();
+    let ctx = c.primary_ctx_retain(0).unwrap();
+    for (what, image) in [("ptx", PTX), ("cubin", CUBIN), ("fatbin", FATBIN)] {
+        let m = c.module_load(ctx, image).unwrap_or_else(|e| panic!("loading the {what} image: {e}"));
+        let f = c.module_get_function(m, "mat_sum").unwrap();
+        let layout: Vec<(u32, u32)> = f.params.iter().map(|p| (p.offset, p.size)).collect();
+        assert_eq!(layout, vec![(0, 8), (8, 8), (16, 8), (24, 4)], "{what}");
+        let mixed = c.module_get_function(m, "mixed_params").unwrap();
+        let layout: Vec<(u32, u32)> = mixed.params.iter().map(|p| (p.offset, p.size)).collect();
+        assert_eq!(layout, vec![(0, 1), (8, 8), (16, 2), (24, 8), (32, 4), (40, 8)], "{what}");
+        // Looking the same kernel up again gives the same function.
+        assert_eq!(c.module_get_function(m, "mat_sum").unwrap().id, f.id);
+        let (g, size) = c.module_get_global(m, "pvgpu_scale").unwrap();
+        assert_eq!(size, 4);
+        let mut v = [0u8; 4];
+        c.memcpy_dtoh(&mut v, g).unwrap();
+        assert_eq!(f32::from_le_bytes(v), 3.0, "{what}");
+        assert_eq!(code(c.module_get_function(m, "no_such_kernel")), CuResult::NOT_FOUND);
+        assert_eq!(code(c.module_get_global(m, "no_such_global")), CuResult::NOT_FOUND);
+        c.module_unload(m).unwrap();
+        assert_eq!(code(c.module_get_function(m, "mat_sum")), CuResult::INVALID_HANDLE);
+        // The module's globals went with it.
+        assert_eq!(code(c.memcpy_dtoh(&mut v, g)), CuResult::INVALID_VALUE);
+    }
+    assert!(c.module_load(ctx, b"definitely not a module").is_err());
+    let mut lying_fatbin = FATBIN.to_vec();
+    lying_fatbin[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    assert_eq!(code(c.module_load(ctx, &lying_fatbin)), CuResult::INVALID_IMAGE);
+    c.nop().unwrap();
+}
+
+fn globals_feed_kernels(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let f = g.func("scale_by_global").unwrap();
+    let (scale, _) = c.module_get_global(g.module, "pvgpu_scale").unwrap();
+    c.memcpy_htod(scale, &2.5f32.to_le_bytes()).unwrap();
+    let x = c.mem_alloc(g.ctx, 400).unwrap();
+    c.memcpy_htod(x, &f32_bytes(&[2.0; 100])).unwrap();
+    let n = 100i32;
+    c.launch(&f, [1, 1, 1], [128, 1, 1], 0, Stream::DEFAULT, &[arg(&x), arg(&n)]).unwrap();
+    let mut out = vec![0u8; 400];
+    c.memcpy_dtoh(&mut out, x).unwrap();
+    assert!(bytes_f32(&out).iter().all(|&v| v == 5.0));
+}
+
+fn copies_of_every_size(t: Transport) {
+    let c = shared().client(t);
+    c.init().unwrap();
+    let ctx = c.primary_ctx_retain(0).unwrap();
+    for len in [1usize, 7, 4096, 4097, 1 << 20, (3 << 20) + 5, 9 << 20] {
+        let data: Vec<u8> = (0..len).map(|i| (i * 31 + len) as u8).collect();
+        let d = c.mem_alloc(ctx, len as u64).unwrap();
+        c.memcpy_htod(d, &data).unwrap();
+        let mut back = vec![0u8; len];
+        c.memcpy_dtoh(&mut back, d).unwrap();
+        assert!(back == data, "round trip of {len} bytes");
+        let d2 = c.mem_alloc(ctx, len as u64).unwrap();
+        c.memcpy_dtod(d2, d, len as u64).unwrap();
+        let mut back2 = vec![0u8; len];
+        c.memcpy_dtoh(&mut back2, d2).unwrap();
+        assert!(back2 == data, "device-to-device copy of {len} bytes");
+        c.mem_free(d).unwrap();
+        c.mem_free(d2).unwrap();
+    }
+    // Copies into the middle of an allocation.
+    let d = c.mem_alloc(ctx, 1024).unwrap();
+    c.memset(d, 0, 1, 1024, Stream::DEFAULT).unwrap();
+    c.memcpy_htod(d + 100, &[9u8; 10]).unwrap();
+    let mut back = vec![0u8; 1024];
+    c.memcpy_dtoh(&mut back, d).unwrap();
+    assert!(back[..100].iter().all(|&b| b == 0) && back[100..110].iter().all(|&b| b == 9) && back[110..].iter().all(|&b| b == 0));
+    let (free, total) = c.mem_get_info(ctx).unwrap();
+    assert!(free <= total && total > 0);
+}
+
+fn memsets(t: Transport) {
+    let c = shared().client(t);
+    c.init().unwrap();
+    let ctx = c.primary_ctx_retain(0).unwrap();
+    let d = c.mem_alloc(ctx, 64).unwrap();
+    c.memset(d, 0xAB, 1, 64, Stream::DEFAULT).unwrap();
+    c.memset(d + 8, 0xBEEF, 2, 4, Stream::DEFAULT).unwrap();
+    c.memset(d + 32, 0x0102_0304, 4, 2, Stream::DEFAULT).unwrap();
+    let mut b = [0u8; 64];
+    c.memcpy_dtoh(&mut b, d).unwrap();
+    assert_eq!(b[0..8], [0xAB; 8]);
+    assert_eq!(b[8..16], [0xEF, 0xBE, 0xEF, 0xBE, 0xEF, 0xBE, 0xEF, 0xBE]);
+    assert_eq!(b[16..32], [0xAB; 16]);
+    assert_eq!(b[32..40], [4, 3, 2, 1, 4, 3, 2, 1]);
+    assert_eq!(code(c.memset(d, 0, 3, 1, Stream::DEFAULT)), CuResult::INVALID_VALUE);
+}
+
+fn out_of_range_copies_are_refused(t: Transport) {
+    let c = shared().client(t);
+    c.init().unwrap();
+    let ctx = c.primary_ctx_retain(0).unwrap();
+    let d = c.mem_alloc(ctx, 4096).unwrap();
+    let mut b = vec![0u8; 8192];
+    assert_eq!(code(c.memcpy_htod(d + 4095, &[1, 2])), CuResult::INVALID_VALUE, "past the end");
+    assert_eq!(code(c.memcpy_htod(d, &b)), CuResult::INVALID_VALUE, "longer than the allocation");
+    assert_eq!(code(c.memcpy_dtoh(&mut b[..16], d - 16)), CuResult::INVALID_VALUE, "before the start");
+    assert_eq!(code(c.memcpy_dtoh(&mut b[..16], 0x1000)), CuResult::INVALID_VALUE, "an address never allocated");
+    assert_eq!(code(c.memcpy_dtoh(&mut b[..16], u64::MAX - 8)), CuResult::INVALID_VALUE, "wrapping range");
+    assert_eq!(code(c.memcpy_dtod(d, d + 2048, 4096)), CuResult::INVALID_VALUE);
+    // Another session's memory is out of range too.
+    let other = shared().client(t);
+    other.init().unwrap();
+    let octx = other.primary_ctx_retain(0).unwrap();
+    let od = other.mem_alloc(octx, 4096).unwrap();
+    // With sessions in separate processes the same number can also be one
+    // of this session's own addresses; test it only where it is foreign.
+    if od.abs_diff(d) >= 4096 {
+        assert_eq!(code(c.memcpy_dtoh(&mut b[..16], od)), CuResult::INVALID_VALUE, "another session's allocation");
+        assert_eq!(code(c.memcpy_dtod(od, d, 16)), CuResult::INVALID_VALUE);
+    }
+    // Asynchronous ones report at the next synchronising call, once.
+    c.memset(d + 4000, 0, 4, 100, Stream::DEFAULT).unwrap();
+    assert_eq!(code(c.ctx_synchronize(ctx)), CuResult::INVALID_VALUE);
+    c.ctx_synchronize(ctx).unwrap();
+    c.mem_free(d + 8).unwrap();
+    assert_eq!(code(c.ctx_synchronize(ctx)), CuResult::INVALID_VALUE, "freeing an address inside an allocation");
+    c.mem_free(d).unwrap();
+    c.mem_free(d).unwrap();
+    assert_eq!(code(c.ctx_synchronize(ctx)), CuResult::INVALID_VALUE, "double free");
+    let mut v = [0u8; 4];
+    other.memcpy_dtoh(&mut v, od).unwrap();
+}
+
+fn bad_handles(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    assert_eq!(code(c.stream_synchronize(Stream(12345))), CuResult::INVALID_HANDLE);
+    assert_eq!(code(c.stream_query(Stream(u64::MAX))), CuResult::INVALID_HANDLE);
+    assert_eq!(code(c.event_query(pvgpu_frontend::Event(77))), CuResult::INVALID_HANDLE);
+    assert_eq!(code(c.event_synchronize(pvgpu_frontend::Event(0))), CuResult::INVALID_HANDLE);
+    assert_eq!(code(c.module_get_function(pvgpu_frontend::Module(999), "mat_sum")), CuResult::INVALID_HANDLE);
+    assert_eq!(code(c.ctx_synchronize(pvgpu_frontend::Context(0xdead_beef))), CuResult::INVALID_CONTEXT);
+    assert_eq!(code(c.mem_alloc(pvgpu_frontend::Context(0), 16)), CuResult::INVALID_CONTEXT);
+    // A handle of another session is not a handle here.
+    let other = shared().client(t);
+    let og = Gpu::new(&other).unwrap();
+    let os = other.stream_create(og.ctx, 0, 0).unwrap();
+    assert_eq!(code(c.stream_synchronize(os)), CuResult::INVALID_HANDLE);
+    // Launches are sent without waiting: a bad function is reported by the
+    // next synchronising call, once.
+    let mut fake = g.func("mat_sum").unwrap();
+    fake.id ^= 0x5555;
+    let x = 0u64;
+    let n = 0i32;
+    c.launch(&fake, [1, 1, 1], [1, 1, 1], 0, Stream::DEFAULT, &[arg(&x), arg(&x), arg(&x), arg(&n)]).unwrap();
+    assert_eq!(code(c.ctx_synchronize(g.ctx)), CuResult::INVALID_HANDLE);
+    c.ctx_synchronize(g.ctx).unwrap();
+    // Wrong argument count or size is refused locally.
+    let f = g.func("mat_sum").unwrap();
+    assert_eq!(code(c.launch(&f, [1, 1, 1], [1, 1, 1], 0, Stream::DEFAULT, &[arg(&x)])), CuResult::INVALID_VALUE);
+    assert_eq!(code(c.launch(&f, [1, 1, 1], [1, 1, 1], 0, Stream::DEFAULT, &[arg(&x), arg(&x), arg(&x), arg(&x)])), CuResult::INVALID_VALUE);
+    // A stream of another context.
+    let own = c.ctx_create(0, 0).unwrap();
+    let s_own = c.stream_create(own, 0, 0).unwrap();
+    let d = c.mem_alloc(g.ctx, 16).unwrap();
+    c.memset(d, 0, 1, 16, s_own).unwrap();
+    assert_eq!(code(c.ctx_synchronize(g.ctx)), CuResult::INVALID_HANDLE);
+    c.ctx_destroy(own).unwrap();
+}
+
+fn unknown_opcode(t: Transport) {
+    let c = shared().client(t);
+    assert_eq!(c.raw_call(999, &[]).unwrap(), CuResult::NOT_SUPPORTED);
+    assert_eq!(c.raw_call(0xFFFF, &[1, 2, 3]).unwrap(), CuResult::NOT_SUPPORTED);
+    // The session goes on.
+    c.nop().unwrap();
+    c.init().unwrap();
+}
+
+fn malformed_request_ends_only_that_session(t: Transport) {
+    let h = shared();
+    let bystander = h.client(t);
+    let bg = Gpu::new(&bystander).unwrap();
+    let c = h.client(t);
+    // MemAlloc with a truncated payload: not a request, a broken peer.
+    let r = c.raw_call(pvgpu_ring::proto::Opcode::MemAlloc as u16, &[1, 2, 3]);
+    assert!(r.is_err(), "the backend drops a session that sends garbage, got {r:?}");
+    assert_eq!(code(c.nop()), CuResult::DEVICE_UNAVAILABLE);
+    bystander.ctx_synchronize(bg.ctx).unwrap();
+    bystander.nop().unwrap();
+}
+
+fn streams_and_async_copies(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let s = c.stream_create(g.ctx, 1, 0).unwrap();
+    assert!(c.stream_query(s).unwrap());
+    let n = 1 << 16;
+    let (a, b) = matsum_inputs(n);
+    let bytes = (n * 4) as u64;
+    let (da, db, dc) = (c.mem_alloc(g.ctx, bytes).unwrap(), c.mem_alloc(g.ctx, bytes).unwrap(), c.mem_alloc(g.ctx, bytes).unwrap());
+    let mut ab = f32_bytes(&a);
+    c.memcpy_htod_async(da, &ab, s).unwrap();
+    // The bytes were captured: changing the buffer now must not matter.
+    ab.iter_mut().for_each(|v| *v = 0xFF);
+    c.memcpy_htod_async(db, &f32_bytes(&b), s).unwrap();
+    let f = g.func("mat_sum").unwrap();
+    let n32 = n as i32;
+    c.launch(&f, [(n as u32).div_ceil(256), 1, 1], [256, 1, 1], 0, s, &[arg(&da), arg(&db), arg(&dc), arg(&n32)]).unwrap();
+    let mut out = vec![0u8; n * 4];
+    c.memcpy_dtoh_async(&mut out, dc, s).unwrap();
+    assert_eq!(max_abs_diff(&bytes_f32(&out), &matsum_cpu(&a, &b)), 0.0);
+    c.memcpy_dtod_async(da, dc, bytes, s).unwrap();
+    c.stream_synchronize(s).unwrap();
+    let mut out2 = vec![0u8; n * 4];
+    c.memcpy_dtoh(&mut out2, da).unwrap();
+    assert_eq!(out, out2);
+    c.stream_destroy(s).unwrap();
+    assert_eq!(code(c.stream_synchronize(s)), CuResult::INVALID_HANDLE);
+}
+
+fn events(t: Transport) {
+    let h = shared();
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    let s = c.stream_create(g.ctx, 0, 0).unwrap();
+    let e0 = c.event_create(g.ctx, 0).unwrap();
+    let e1 = c.event_create(g.ctx, 0).unwrap();
+    c.event_record(e0, s).unwrap();
+    let spin = g.func("spin").unwrap();
+    // About 20 ms of GPU time (clock64 ticks at ~1.7 GHz on an H100; the
+    // host double treats the count as nanoseconds).
+    let cycles: i64 = 20_000_000 * if h.exec == ExecKind::Cuda { 2 } else { 1 };
+    c.launch(&spin, [1, 1, 1], [1, 1, 1], 0, s, &[arg(&cycles)]).unwrap();
+    c.event_record(e1, s).unwrap();
+    if h.exec == ExecKind::Cuda {
+        assert!(!c.event_query(e1).unwrap(), "the spin kernel is still running");
+        assert!(!c.stream_query(s).unwrap());
+    }
+    c.event_synchronize(e1).unwrap();
+    assert!(c.event_query(e1).unwrap());
+    let ms = c.event_elapsed(e0, e1).unwrap();
+    assert!(ms >= 5.0 && ms < 5000.0, "elapsed {ms} ms");
+    // Default-stream events too.
+    let e2 = c.event_create(g.ctx, 0).unwrap();
+    c.event_record(e2, Stream::DEFAULT).unwrap();
+    c.event_synchronize(e2).unwrap();
+    c.event_destroy(e0).unwrap();
+    assert_eq!(code(c.event_query(e0)), CuResult::INVALID_HANDLE);
+    let unrecorded = c.event_create(g.ctx, 0).unwrap();
+    assert!(c.event_elapsed(unrecorded, e1).is_err());
+}
+
+fn kernel_params_of_mixed_sizes(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let f = g.func("mixed_params").unwrap();
+    let out = c.mem_alloc(g.ctx, 40).unwrap();
+    let (ch, d, sh, u, fl) = (-5i8, -1.25e300f64, -1234i16, 0xDEAD_BEEF_0123_4567u64, 3.5f32);
+    c.launch(&f, [1, 1, 1], [1, 1, 1], 0, Stream::DEFAULT, &[arg(&ch), arg(&d), arg(&sh), arg(&u), arg(&fl), arg(&out)]).unwrap();
+    let mut b = [0u8; 40];
+    c.memcpy_dtoh(&mut b, out).unwrap();
+    let w: Vec<u64> = b.chunks_exact(8).map(|x| u64::from_le_bytes(x.try_into().unwrap())).collect();
+    assert_eq!(w[0] as i64, -5);
+    assert_eq!(f64::from_bits(w[1]), d);
+    assert_eq!(w[2] as i64, -1234);
+    assert_eq!(w[3], u);
+    assert_eq!(f32::from_bits(w[4] as u32), fl);
+}
+
+fn kernel_fault_is_sticky_and_contained(t: Transport) {
+    let h = shared();
+    let bystander = h.client(t);
+    let bg = Gpu::new(&bystander).unwrap();
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    let poke = g.func("poke").unwrap();
+    let bad = 0x10u64;
+    c.launch(&poke, [1, 1, 1], [1, 1, 1], 0, Stream::DEFAULT, &[arg(&bad)]).unwrap();
+    assert_eq!(code(c.ctx_synchronize(g.ctx)), CuResult::ILLEGAL_ADDRESS);
+    assert_eq!(code(c.ctx_synchronize(g.ctx)), CuResult::ILLEGAL_ADDRESS, "sticky, as on a GPU");
+    // Another session is untouched.
+    let f = bg.func("mat_sum").unwrap();
+    let (a, b) = matsum_inputs(1000);
+    assert_eq!(matsum(&bg, &f, &a, &b).unwrap(), matsum_cpu(&a, &b));
+}
+
+fn matsum_matches_cpu(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let f = g.func("mat_sum").unwrap();
+    for n in [1usize, 1000, 1 << 20] {
+        let (a, b) = matsum_inputs(n);
+        assert_eq!(matsum(&g, &f, &a, &b).unwrap(), matsum_cpu(&a, &b), "n = {n}");
+    }
+}
+
+fn jacobi_matches_cpu(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let f = g.func("jacobi_step").unwrap();
+    for (n, sweeps) in [(16usize, 3usize), (64, 50), (130, 21)] {
+        let init = jacobi_init(n);
+        let dev = jacobi(&g, &f, &init, n, sweeps).unwrap();
+        let cpu = jacobi_cpu(&init, n, sweeps);
+        assert!(max_abs_diff(&dev, &cpu) <= 1e-4, "n = {n}, sweeps = {sweeps}");
+    }
+}
+
+fn many_concurrent_clients(t: Transport) {
+    let h = shared();
+    std::thread::scope(|s| {
+        for i in 0..8 {
+            s.spawn(move || {
+                let c = h.client(t);
+                let g = Gpu::new(&c).unwrap();
+                let f = g.func("mat_sum").unwrap();
+                for round in 0..5 {
+                    let n = 1000 + i * 100 + round;
+                    let (a, b) = matsum_inputs(n);
+                    assert_eq!(matsum(&g, &f, &a, &b).unwrap(), matsum_cpu(&a, &b));
+                }
+                // Clients sharing one connection across threads work too.
+                std::thread::scope(|s2| {
+                    for _ in 0..2 {
+                        s2.spawn(|| {
+                            for _ in 0..20 {
+                                c.nop().unwrap();
+                                c.ctx_synchronize(g.ctx).unwrap();
+                            }
+                        });
+                    }
+                });
+            });
+        }
+    });
+}
+
+fn memory_quota(t: Transport) {
+    let h = Harness::with(HarnessOptions { mem_quota: Some(1 << 20), ..Default::default() });
+    let c = h.client(t);
+    c.init().unwrap();
+    let ctx = c.primary_ctx_retain(0).unwrap();
+    let (_, total) = c.mem_get_info(ctx).unwrap();
+    assert_eq!(total, 1 << 20);
+    let a = c.mem_alloc(ctx, 768 << 10).unwrap();
+    assert_eq!(code(c.mem_alloc(ctx, 512 << 10)), CuResult::OUT_OF_MEMORY);
+    let (free, _) = c.mem_get_info(ctx).unwrap();
+    assert_eq!(free, 256 << 10);
+    c.mem_free(a).unwrap();
+    c.mem_alloc(ctx, 1 << 20).unwrap();
+}
+
+/// The body of a client process killed by the test below: sets up memory,
+/// starts a long kernel, prints READY, and waits in a synchronising call.
+#[test]
+fn child_client_helper() {
+    let Ok(addr) = std::env::var("PVGPU_CHILD_ADDR") else { return };
+    let c = Client::connect(&addr.parse().unwrap(), &pvgpu_frontend::Options::default()).unwrap();
+    let g = Gpu::new(&c).unwrap();
+    let d = g.c.mem_alloc(g.ctx, 32 << 20).unwrap();
+    c.memset(d, 1, 1, 32 << 20, Stream::DEFAULT).unwrap();
+    let spin = g.func("spin").unwrap();
+    let cycles: i64 = 1_500_000_000;
+    c.launch(&spin, [1, 1, 1], [1, 1, 1], 0, Stream::DEFAULT, &[arg(&cycles)]).unwrap();
+    c.nop().unwrap();
+    println!("READY");
+    let _ = c.ctx_synchronize(g.ctx);
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+fn client_killed_mid_call(t: Transport) {
+    let h = Harness::start();
+    let before = h.host_used_bytes();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_client_helper", "--nocapture", "--test-threads=1"])
+        .env("PVGPU_CHILD_ADDR", h.addr(t).to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.is_ok_and(|l| l.contains("READY"))), "child client did not get going");
+    assert_eq!(h.live_sessions(), 1);
+    if let Some(b) = before {
+        assert!(h.host_used_bytes().unwrap() >= b + (32 << 20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The session ends and gives everything back.
+    assert!(eventually(Duration::from_secs(20), || h.live_sessions() == 0), "session of a killed client still alive");
+    if let Some(b) = before {
+        assert!(eventually(Duration::from_secs(5), || h.host_used_bytes() == Some(b)), "memory of a killed client not freed");
+    }
+    // The backend serves new clients.
+    let c = h.client(t);
+    c.init().unwrap();
+}
+
+fn backend_stopped_mid_call(t: Transport) {
+    let mut h = Harness::start();
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    let spin = g.func("spin").unwrap();
+    let cycles: i64 = 1_000_000_000;
+    c.launch(&spin, [1, 1, 1], [1, 1, 1], 0, Stream::DEFAULT, &[arg(&cycles)]).unwrap();
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| c.ctx_synchronize(g.ctx));
+        std::thread::sleep(Duration::from_millis(200));
+        h.stop();
+        // The call in flight completes (graceful stop drains it) or fails;
+        // it never hangs.
+        let _ = waiter.join().unwrap();
+    });
+    assert_eq!(code(c.nop()), CuResult::DEVICE_UNAVAILABLE);
+    assert_eq!(code(c.mem_alloc(g.ctx, 16)), CuResult::DEVICE_UNAVAILABLE, "later calls fail at once");
+    assert!(t0.elapsed() < Duration::from_secs(30));
+}
+
+fn backend_killed_mid_call(t: Transport) {
+    let mut h = Harness::with(HarnessOptions { process: true, ..Default::default() });
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    let spin = g.func("spin").unwrap();
+    let cycles: i64 = 5_000_000_000;
+    c.launch(&spin, [1, 1, 1], [1, 1, 1], 0, Stream::DEFAULT, &[arg(&cycles)]).unwrap();
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| c.ctx_synchronize(g.ctx));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(h.kill());
+        let r = waiter.join().unwrap();
+        assert_eq!(code(r), CuResult::DEVICE_UNAVAILABLE, "a dead backend is an error");
+    });
+    assert!(t0.elapsed() < Duration::from_secs(4), "the error came before the kernel would have finished");
+    assert_eq!(code(c.nop()), CuResult::DEVICE_UNAVAILABLE);
+}
+
+macro_rules! over_every_transport {
+    ($($name:ident),* $(,)?) => {
+        mod local {
+            $( #[test] fn $name() { super::$name(pvgpu_tests::Transport::Local) } )*
+        }
+        mod tcp {
+            $( #[test] fn $name() { super::$name(pvgpu_tests::Transport::Tcp) } )*
+        }
+    };
+}
+
+over_every_transport!(
+    hello_and_devices,
+    contexts,
+    modules_in_every_format,
+    globals_feed_kernels,
+    copies_of_every_size,
+    memsets,
+    out_of_range_copies_are_refused,
+    bad_handles,
+    unknown_opcode,
+    malformed_request_ends_only_that_session,
+    streams_and_async_copies,
+    events,
+    kernel_params_of_mixed_sizes,
+    kernel_fault_is_sticky_and_contained,
+    matsum_matches_cpu,
+    jacobi_matches_cpu,
+    many_concurrent_clients,
+    memory_quota,
+    client_killed_mid_call,
+    backend_stopped_mid_call,
+    backend_killed_mid_call,
+);
