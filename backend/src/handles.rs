@@ -96,10 +96,7 @@ impl<T> HandleTable<T> {
 
     /// Live objects with their ids.
     pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| s.value.as_ref().map(|v| (((s.generation as u64) << 32) | (i as u64 + 1), v)))
+        self.slots.iter().enumerate().filter_map(|(i, s)| s.value.as_ref().map(|v| (((s.generation as u64) << 32) | (i as u64 + 1), v)))
     }
 }
 

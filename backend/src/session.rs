@@ -24,7 +24,7 @@ use crate::handles::HandleTable;
 use pvgpu_ring::CuResult;
 use pvgpu_ring::proto::{
     self, AttrPair, DataLoc, DataRef, DecodeError, DevicePropsRep, DptrRep, ElapsedRep, FunctionRep, GlobalRep, HandleRep, Header,
-    HelloRep, I32Rep, MemInfoRep, ParamInfo, PROTOCOL_VERSION, Request,
+    HelloRep, I32Rep, MemInfoRep, PROTOCOL_VERSION, ParamInfo, Request,
 };
 use pvgpu_ring::region::DataArea;
 use std::collections::{BTreeMap, HashMap};

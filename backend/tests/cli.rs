@@ -46,12 +46,8 @@ fn stops_cleanly_on_sigterm() {
     let dir = std::env::temp_dir().join(format!("pvgpu-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("b.sock");
-    let mut child = bin()
-        .args(["--executor", "host", "--listen"])
-        .arg(format!("local:{}", sock.display()))
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child =
+        bin().args(["--executor", "host", "--listen"]).arg(format!("local:{}", sock.display())).stderr(Stdio::null()).spawn().unwrap();
     let t = Instant::now();
     while !sock.exists() && t.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));

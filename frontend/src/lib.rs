@@ -36,10 +36,10 @@ pub use pvgpu_ring::CuResult;
 
 use pvgpu_ring::layout::Geometry;
 use pvgpu_ring::proto::{
-    self, AttrPair, COPY_ASYNC, CtxCreateReq, DeviceAttrReq, DevicePropsRep, DeviceReq, DptrRep, DtoDReq, DtoHReq, ElapsedRep,
-    ElapsedReq, EventCreateReq, EventRecordReq, FLAG_REPLY, FunctionRep, GlobalRep, HandleRep, HandleReq, Header, HelloRep,
-    HelloReq, HtoDReq, I32Rep, LaunchReq, MemAllocReq, MemFreeReq, MemInfoRep, MemsetReq, ModuleLoadReq, Opcode, PROTOCOL_VERSION,
-    ParamInfo, StreamCreateReq, SymbolReq,
+    self, AttrPair, COPY_ASYNC, CtxCreateReq, DeviceAttrReq, DevicePropsRep, DeviceReq, DptrRep, DtoDReq, DtoHReq, ElapsedRep, ElapsedReq,
+    EventCreateReq, EventRecordReq, FLAG_REPLY, FunctionRep, GlobalRep, HandleRep, HandleReq, Header, HelloRep, HelloReq, HtoDReq, I32Rep,
+    LaunchReq, MemAllocReq, MemFreeReq, MemInfoRep, MemsetReq, ModuleLoadReq, Opcode, PROTOCOL_VERSION, ParamInfo, StreamCreateReq,
+    SymbolReq,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -446,7 +446,7 @@ impl Client {
     /// fatbin bytes.
     pub fn module_load(&self, ctx: Context, image: &[u8]) -> Result<Module> {
         let mut c = self.conn();
-        let staged = c.t.stage(image).map_err(TransportError::from);
+        let staged = c.t.stage(image);
         let staged = match staged {
             Ok(s) => s,
             Err(e) => return c.fail(e),
@@ -513,7 +513,8 @@ impl Client {
         if !matches!(elem_size, 1 | 2 | 4) {
             return Err(CuResult::INVALID_VALUE.into());
         }
-        let r = MemsetReq { dptr: dptr.into(), count: count.into(), value: value.into(), elem_size: elem_size.into(), stream: stream.0.into() };
+        let r =
+            MemsetReq { dptr: dptr.into(), count: count.into(), value: value.into(), elem_size: elem_size.into(), stream: stream.0.into() };
         self.post(Opcode::Memset, &[r.as_bytes()])
     }
 
@@ -576,7 +577,13 @@ impl Client {
                     Err(e) => return c.fail(e),
                 };
                 let flags = if is_async { COPY_ASYNC } else { 0 };
-                let r = DtoHReq { src: (src + next as u64).into(), stream: stream.0.into(), flags: flags.into(), reserved: 0.into(), data: staged.dref };
+                let r = DtoHReq {
+                    src: (src + next as u64).into(),
+                    stream: stream.0.into(),
+                    flags: flags.into(),
+                    reserved: 0.into(),
+                    data: staged.dref,
+                };
                 let id = c.send(Opcode::MemcpyDtoH, FLAG_REPLY, &[r.as_bytes()])?;
                 inflight.push_back((id, staged, next, len));
                 next += len;
@@ -617,8 +624,14 @@ impl Client {
 
     /// `cuMemcpyDtoDAsync` (sent without waiting).
     pub fn memcpy_dtod_async(&self, dst: u64, src: u64, len: u64, stream: Stream) -> Result<()> {
-        let r =
-            DtoDReq { dst: dst.into(), src: src.into(), len: len.into(), stream: stream.0.into(), flags: COPY_ASYNC.into(), reserved: 0.into() };
+        let r = DtoDReq {
+            dst: dst.into(),
+            src: src.into(),
+            len: len.into(),
+            stream: stream.0.into(),
+            flags: COPY_ASYNC.into(),
+            reserved: 0.into(),
+        };
         self.post(Opcode::MemcpyDtoD, &[r.as_bytes()])
     }
 
@@ -703,7 +716,15 @@ impl Client {
 
     /// `cuLaunchKernel` with an already packed parameter buffer (the `extra`
     /// form). Sent without waiting.
-    pub fn launch_packed(&self, f: &Function, grid: [u32; 3], block: [u32; 3], shared_mem: u32, stream: Stream, params: &[u8]) -> Result<()> {
+    pub fn launch_packed(
+        &self,
+        f: &Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: Stream,
+        params: &[u8],
+    ) -> Result<()> {
         if params.len() != f.param_bytes {
             return Err(CuResult::INVALID_VALUE.into());
         }
@@ -765,7 +786,9 @@ fn connect_local(path: &std::path::Path, opts: &Options) -> Result<RingTransport
             Ok(side) => {
                 return Ok(RingTransport::new(side.region, &side.geometry, Box::new(side.notifier), opts.spin, opts.timeout, "local")?);
             }
-            Err(pvgpu_ring::local::LocalError::Refused { reason: pvgpu_ring::local::Refusal::Geometry, max_data }) if max_data >= 1 << 20 && max_data < data => {
+            Err(pvgpu_ring::local::LocalError::Refused { reason: pvgpu_ring::local::Refusal::Geometry, max_data })
+                if max_data >= 1 << 20 && max_data < data =>
+            {
                 tracing::info!(asked = data, max = max_data, "backend limits the data area; reconnecting with its maximum");
                 data = max_data & !4095;
             }

@@ -295,7 +295,12 @@ impl<M: ChannelMemory> Consumer<M> {
         let avail = prod.wrapping_sub(self.read_pos);
         if avail > self.mem.capacity() {
             let cap = self.mem.capacity();
-            return Err(self.fail(ChannelError::BadIndex { what: "prod more than a buffer ahead", prod, cons: self.read_pos, capacity: cap }));
+            return Err(self.fail(ChannelError::BadIndex {
+                what: "prod more than a buffer ahead",
+                prod,
+                cons: self.read_pos,
+                capacity: cap,
+            }));
         }
         Ok(avail)
     }

@@ -317,4 +317,3 @@ mod tests {
         assert_eq!(CuResult::INVALID_HANDLE.description(), Some("invalid resource handle"));
     }
 }
-

@@ -326,7 +326,8 @@ pub fn server_handshake(sock: UnixStream, max_data: u64) -> Result<ServerSide, L
     let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 3]);
     let (n, fds) = {
         let mut iov = [IoSliceMut::new(&mut hb)];
-        let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC).map_err(os("reading the handshake"))?;
+        let msg =
+            recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC).map_err(os("reading the handshake"))?;
         let mut fds: Vec<OwnedFd> = Vec::new();
         for c in msg.cmsgs().map_err(os("reading the handshake's fds"))? {
             if let ControlMessageOwned::ScmRights(raw) = c {
@@ -445,7 +446,8 @@ mod tests {
             data_size: 4096.into(),
         };
         let fds = [fd.as_raw_fd(), e1.as_raw_fd(), e2.as_raw_fd()];
-        sendmsg::<()>(a.as_raw_fd(), &[IoSlice::new(hello.as_bytes())], &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None).unwrap();
+        sendmsg::<()>(a.as_raw_fd(), &[IoSlice::new(hello.as_bytes())], &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
+            .unwrap();
         assert!(matches!(server_handshake(b, 1 << 20), Err(LocalError::Memory(_))));
     }
 
@@ -465,7 +467,8 @@ mod tests {
             data_size: 4096.into(),
         };
         let fds = [memfd.as_raw_fd(), x.as_raw_fd(), e2.as_raw_fd()];
-        sendmsg::<()>(a.as_raw_fd(), &[IoSlice::new(hello.as_bytes())], &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None).unwrap();
+        sendmsg::<()>(a.as_raw_fd(), &[IoSlice::new(hello.as_bytes())], &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
+            .unwrap();
         assert!(matches!(server_handshake(b, 1 << 20), Err(LocalError::Malformed(_))));
     }
 }

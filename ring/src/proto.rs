@@ -972,7 +972,15 @@ mod tests {
         assert_eq!(g, f);
         assert_eq!(items.len(), 2);
         assert_eq!(items[1].offset.get(), 8);
-        assert!(decode_reply_list::<FunctionRep, ParamInfo>(Opcode::ModuleGetFunction, &p[..p.len() - 1], |f| f.param_count.get() as usize, MAX_PARAMS).is_err());
+        assert!(
+            decode_reply_list::<FunctionRep, ParamInfo>(
+                Opcode::ModuleGetFunction,
+                &p[..p.len() - 1],
+                |f| f.param_count.get() as usize,
+                MAX_PARAMS
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use pvgpu_ring::channel::{ChannelError, Consumer, Producer, Sent};
 use pvgpu_ring::layout::{Geometry, attach_region, init_region};
-use pvgpu_ring::proto::{Header, HEADER_LEN, Request};
+use pvgpu_ring::proto::{HEADER_LEN, Header, Request};
 use pvgpu_ring::region::SharedRegion;
 
 #[derive(Debug, Clone)]

@@ -11,7 +11,11 @@
 //!   `PVGPU_BACKEND_BIN=path/to/pvgpu-backend`.
 //! - the kernel images built from `kernels/kernels.cu`;
 //! - the two workloads of the GPUsockets thesis, MatSum and Jacobi, with CPU
-//!   references.
+//!   references, generic over a [`Device`] so that `pvgpu-bench` runs the
+//!   same code natively;
+//! - [`native`]: the CUDA driver called directly, the benchmark's baseline.
+
+pub mod native;
 
 use pvgpu_backend::exec::host::HostExecutor;
 use pvgpu_backend::server::{Backend, Config, Listen, SessionConfig};
@@ -342,7 +346,29 @@ pub fn bytes_f32(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
-/// A session set up for the workloads: a context and the kernels module.
+/// What the workloads need of a device: implemented by a pvgpu session
+/// ([`Gpu`]) and, in `pvgpu-bench`, by the driver called directly.
+pub trait Device {
+    /// A kernel handle.
+    type Kernel;
+    /// Looks up a kernel of the test module.
+    fn kernel(&self, name: &str) -> pvgpu_frontend::Result<Self::Kernel>;
+    /// `cuMemAlloc`.
+    fn alloc(&self, bytes: u64) -> pvgpu_frontend::Result<u64>;
+    /// `cuMemFree`.
+    fn free(&self, d: u64) -> pvgpu_frontend::Result<()>;
+    /// `cuMemcpyHtoD`.
+    fn htod(&self, d: u64, src: &[u8]) -> pvgpu_frontend::Result<()>;
+    /// `cuMemcpyDtoH`.
+    fn dtoh(&self, dst: &mut [u8], d: u64) -> pvgpu_frontend::Result<()>;
+    /// `cuLaunchKernel` on the default stream.
+    fn launch(&self, k: &Self::Kernel, grid: [u32; 3], block: [u32; 3], args: &[&[u8]]) -> pvgpu_frontend::Result<()>;
+    /// `cuCtxSynchronize`.
+    fn sync(&self) -> pvgpu_frontend::Result<()>;
+}
+
+/// A pvgpu session set up for the workloads: a context and the kernels
+/// module.
 pub struct Gpu<'a> {
     /// The client.
     pub c: &'a Client,
@@ -368,6 +394,31 @@ impl<'a> Gpu<'a> {
     }
 }
 
+impl Device for Gpu<'_> {
+    type Kernel = Function;
+    fn kernel(&self, name: &str) -> pvgpu_frontend::Result<Function> {
+        self.func(name)
+    }
+    fn alloc(&self, bytes: u64) -> pvgpu_frontend::Result<u64> {
+        self.c.mem_alloc(self.ctx, bytes)
+    }
+    fn free(&self, d: u64) -> pvgpu_frontend::Result<()> {
+        self.c.mem_free(d)
+    }
+    fn htod(&self, d: u64, src: &[u8]) -> pvgpu_frontend::Result<()> {
+        self.c.memcpy_htod(d, src)
+    }
+    fn dtoh(&self, dst: &mut [u8], d: u64) -> pvgpu_frontend::Result<()> {
+        self.c.memcpy_dtoh(dst, d)
+    }
+    fn launch(&self, k: &Function, grid: [u32; 3], block: [u32; 3], args: &[&[u8]]) -> pvgpu_frontend::Result<()> {
+        self.c.launch(k, grid, block, 0, Stream::DEFAULT, args)
+    }
+    fn sync(&self) -> pvgpu_frontend::Result<()> {
+        self.c.ctx_synchronize(self.ctx)
+    }
+}
+
 /// Inputs of MatSum of `n` elements.
 pub fn matsum_inputs(n: usize) -> (Vec<f32>, Vec<f32>) {
     ((0..n).map(|i| i as f32 * 0.5).collect(), (0..n).map(|i| (n - i) as f32 * 0.25).collect())
@@ -380,22 +431,28 @@ pub fn matsum_cpu(a: &[f32], b: &[f32]) -> Vec<f32> {
 
 /// MatSum as the thesis runs it: allocate three arrays, copy two in, launch,
 /// copy the result out, free all three.
-pub fn matsum(g: &Gpu<'_>, f: &Function, a: &[f32], b: &[f32]) -> pvgpu_frontend::Result<Vec<f32>> {
-    let n = a.len();
-    let bytes = (n * 4) as u64;
-    let c = g.c;
-    let (da, db, dc) = (c.mem_alloc(g.ctx, bytes)?, c.mem_alloc(g.ctx, bytes)?, c.mem_alloc(g.ctx, bytes)?);
-    c.memcpy_htod(da, &f32_bytes(a))?;
-    c.memcpy_htod(db, &f32_bytes(b))?;
+pub fn matsum<D: Device>(d: &D, f: &D::Kernel, a: &[f32], b: &[f32]) -> pvgpu_frontend::Result<Vec<f32>> {
+    let mut out = vec![0u8; a.len() * 4];
+    matsum_bytes(d, f, &f32_bytes(a), &f32_bytes(b), &mut out)?;
+    Ok(bytes_f32(&out))
+}
+
+/// [`matsum`] on little-endian f32 bytes (what the benchmark times, so that
+/// host-side conversions stay out of the measurement).
+pub fn matsum_bytes<D: Device>(d: &D, f: &D::Kernel, a: &[u8], b: &[u8], out: &mut [u8]) -> pvgpu_frontend::Result<()> {
+    let n = a.len() / 4;
+    let bytes = a.len() as u64;
+    let (da, db, dc) = (d.alloc(bytes)?, d.alloc(bytes)?, d.alloc(bytes)?);
+    d.htod(da, a)?;
+    d.htod(db, b)?;
     let n32 = n as i32;
     let blocks = (n as u32).div_ceil(256);
-    c.launch(f, [blocks, 1, 1], [256, 1, 1], 0, Stream::DEFAULT, &[arg(&da), arg(&db), arg(&dc), arg(&n32)])?;
-    let mut out = vec![0u8; n * 4];
-    c.memcpy_dtoh(&mut out, dc)?;
-    c.mem_free(da)?;
-    c.mem_free(db)?;
-    c.mem_free(dc)?;
-    Ok(bytes_f32(&out))
+    d.launch(f, [blocks, 1, 1], [256, 1, 1], &[arg(&da), arg(&db), arg(&dc), arg(&n32)])?;
+    d.dtoh(out, dc)?;
+    d.free(da)?;
+    d.free(db)?;
+    d.free(dc)?;
+    Ok(())
 }
 
 /// Initial Jacobi grid: hot top edge, cold elsewhere.
@@ -415,11 +472,7 @@ pub fn jacobi_cpu(init: &[f32], n: usize, sweeps: usize) -> Vec<f32> {
         for y in 0..n {
             for x in 0..n {
                 let i = y * n + x;
-                b[i] = if x == 0 || y == 0 || x == n - 1 || y == n - 1 {
-                    a[i]
-                } else {
-                    0.25 * (a[i - n] + a[i + n] + a[i - 1] + a[i + 1])
-                };
+                b[i] = if x == 0 || y == 0 || x == n - 1 || y == n - 1 { a[i] } else { 0.25 * (a[i - n] + a[i + n] + a[i - 1] + a[i + 1]) };
             }
         }
         std::mem::swap(&mut a, &mut b);
@@ -429,23 +482,22 @@ pub fn jacobi_cpu(init: &[f32], n: usize, sweeps: usize) -> Vec<f32> {
 
 /// Jacobi on the device: copy the grid in, `sweeps` launches ping-ponging
 /// two buffers, copy the result out.
-pub fn jacobi(g: &Gpu<'_>, f: &Function, init: &[f32], n: usize, sweeps: usize) -> pvgpu_frontend::Result<Vec<f32>> {
-    let c = g.c;
+pub fn jacobi<D: Device>(d: &D, f: &D::Kernel, init: &[f32], n: usize, sweeps: usize) -> pvgpu_frontend::Result<Vec<f32>> {
     let bytes = (n * n * 4) as u64;
-    let (mut a, mut b) = (c.mem_alloc(g.ctx, bytes)?, c.mem_alloc(g.ctx, bytes)?);
+    let (mut a, mut b) = (d.alloc(bytes)?, d.alloc(bytes)?);
     let data = f32_bytes(init);
-    c.memcpy_htod(a, &data)?;
-    c.memcpy_htod(b, &data)?;
+    d.htod(a, &data)?;
+    d.htod(b, &data)?;
     let n32 = n as i32;
     let blocks = (n as u32).div_ceil(16);
     for _ in 0..sweeps {
-        c.launch(f, [blocks, blocks, 1], [16, 16, 1], 0, Stream::DEFAULT, &[arg(&a), arg(&b), arg(&n32)])?;
+        d.launch(f, [blocks, blocks, 1], [16, 16, 1], &[arg(&a), arg(&b), arg(&n32)])?;
         std::mem::swap(&mut a, &mut b);
     }
     let mut out = vec![0u8; n * n * 4];
-    c.memcpy_dtoh(&mut out, a)?;
-    c.mem_free(a)?;
-    c.mem_free(b)?;
+    d.dtoh(&mut out, a)?;
+    d.free(a)?;
+    d.free(b)?;
     Ok(bytes_f32(&out))
 }
 

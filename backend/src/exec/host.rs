@@ -41,7 +41,9 @@ pub struct HostExecutor {
 impl HostExecutor {
     /// One fake device with `total_mem` bytes of "device" memory.
     pub fn new(total_mem: u64) -> Self {
-        tracing::warn!("host executor selected: a test double with device memory in host RAM and kernels from a Rust registry; it is not a GPU");
+        tracing::warn!(
+            "host executor selected: a test double with device memory in host RAM and kernels from a Rust registry; it is not a GPU"
+        );
         let a = |k: i32, v: i32| (k, v);
         let attrs = vec![
             a(attr::MAX_THREADS_PER_BLOCK, 1024),

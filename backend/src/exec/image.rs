@@ -256,9 +256,7 @@ fn parse_ptx_scalar(s: &str) -> Option<u64> {
 }
 
 fn rd<const N: usize>(d: &[u8], at: usize) -> Result<[u8; N], CuResult> {
-    d.get(at..at.checked_add(N).ok_or(CuResult::INVALID_IMAGE)?)
-        .and_then(|s| s.try_into().ok())
-        .ok_or(CuResult::INVALID_IMAGE)
+    d.get(at..at.checked_add(N).ok_or(CuResult::INVALID_IMAGE)?).and_then(|s| s.try_into().ok()).ok_or(CuResult::INVALID_IMAGE)
 }
 fn u16_at(d: &[u8], at: usize) -> Result<u16, CuResult> {
     rd::<2>(d, at).map(u16::from_le_bytes)
@@ -436,7 +434,8 @@ mod tests {
 
     #[test]
     fn struct_params_and_alignment() {
-        let ptx = b".version 8.0\n.target sm_75\n.visible .entry k(\n .param .u8 a,\n .param .align 16 .b8 s[24],\n .param .u32 c\n)\n{ ret; }\n";
+        let ptx =
+            b".version 8.0\n.target sm_75\n.visible .entry k(\n .param .u8 a,\n .param .align 16 .b8 s[24],\n .param .u32 c\n)\n{ ret; }\n";
         let info = parse(ptx).unwrap();
         assert_eq!(info.entries["k"].params, vec![p(0, 1), p(16, 24), p(40, 4)]);
     }
