@@ -163,6 +163,8 @@ pub struct Session<E: Executor> {
     mem_used: u64,
     pending: Option<CuResult>,
     current: Option<u64>,
+    /// Context through which the data area is page-locked, if any.
+    area_pinned_by: Option<u64>,
     /// Rate limit for guest-triggered log lines.
     pub log: LogLimiter,
     param_buf: Vec<u64>,
@@ -194,6 +196,7 @@ impl<E: Executor> Session<E> {
             mem_used: 0,
             pending: None,
             current: None,
+            area_pinned_by: None,
             log: LogLimiter::default(),
             param_buf: Vec::new(),
         }
@@ -302,7 +305,7 @@ impl<E: Executor> Session<E> {
         Ok(a.ctx)
     }
 
-    fn new_context(&mut self, device: usize, flags: u32, primary: bool) -> CuRes<u64> {
+    fn new_context(&mut self, device: usize, flags: u32, primary: bool, area: Option<&DataArea>) -> CuRes<u64> {
         if self.ctxs.len() >= 64 {
             return Err(CuResult::OUT_OF_MEMORY);
         }
@@ -310,6 +313,15 @@ impl<E: Executor> Session<E> {
         let id = self.ctxs.insert(CtxEntry { primary, ctx })?;
         // Creating a context makes it current on this thread.
         self.current = Some(id);
+        if let (None, Some(area), Some(entry)) = (self.area_pinned_by, area, self.ctxs.get_mut(id)) {
+            // SAFETY: the connection owns the data area's mapping and
+            // outlives the session, so the range stays mapped longer than
+            // any context of the session.
+            match unsafe { entry.ctx.register_host(area.base(), area.len()) } {
+                Ok(()) => self.area_pinned_by = Some(id),
+                Err(e) => tracing::debug!(session = self.id, error = %e, "data area not page-locked; copies go through the driver's staging"),
+            }
+        }
         Ok(id)
     }
 
@@ -325,6 +337,10 @@ impl<E: Executor> Session<E> {
         self.mem_used -= freed;
         if self.current == Some(id) {
             self.current = None;
+        }
+        if self.area_pinned_by == Some(id) {
+            // The registration goes with the context; the next one renews it.
+            self.area_pinned_by = None;
         }
         // Dropping the context frees everything made in it.
         drop(entry);
@@ -399,7 +415,7 @@ impl<E: Executor> Session<E> {
                         *id
                     }
                     None => {
-                        let id = self.new_context(d, 0, true)?;
+                        let id = self.new_context(d, 0, true, area)?;
                         self.primary.insert(d, (id, 1));
                         id
                     }
@@ -418,7 +434,7 @@ impl<E: Executor> Session<E> {
             }
             Request::CtxCreate(r) => {
                 let d = self.device(r.device.get())?;
-                let id = self.new_context(d, r.flags.get(), false)?;
+                let id = self.new_context(d, r.flags.get(), false, area)?;
                 out.extend_from_slice(HandleRep { handle: id.into() }.as_bytes());
             }
             Request::CtxDestroy(r) => {

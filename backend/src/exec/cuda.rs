@@ -255,6 +255,12 @@ impl ExecContext for CudaContext {
         ck(unsafe { sys::cuCtxSetCurrent(self.raw) })
     }
 
+    unsafe fn register_host(&mut self, ptr: *mut u8, len: usize) -> CuRes<()> {
+        // SAFETY: the caller keeps the range mapped while this context
+        // lives; PORTABLE makes it pinned for every context of the process.
+        ck(unsafe { sys::cuMemHostRegister_v2(ptr.cast(), len, sys::CU_MEMHOSTREGISTER_PORTABLE) })
+    }
+
     fn synchronize(&mut self) -> CuRes<()> {
         // SAFETY: no arguments; acts on the current context.
         ck(unsafe { sys::cuCtxSynchronize() })

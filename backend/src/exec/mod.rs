@@ -89,6 +89,15 @@ pub trait ExecContext: Send + 'static {
 
     /// Makes this context current on the calling thread.
     fn make_current(&mut self) -> CuRes<()>;
+    /// Page-locks host memory shared with the frontend (the data area) so
+    /// copies from and to it run at pinned-memory speed. Optional: the
+    /// default does nothing, and copies work either way.
+    ///
+    /// # Safety
+    /// `[ptr, ptr+len)` must stay mapped until this context is dropped.
+    unsafe fn register_host(&mut self, _ptr: *mut u8, _len: usize) -> CuRes<()> {
+        Ok(())
+    }
     /// `cuCtxSynchronize`.
     fn synchronize(&mut self) -> CuRes<()>;
     /// `cuMemAlloc`.
