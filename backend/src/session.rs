@@ -319,7 +319,9 @@ impl<E: Executor> Session<E> {
             // any context of the session.
             match unsafe { entry.ctx.register_host(area.base(), area.len()) } {
                 Ok(()) => self.area_pinned_by = Some(id),
-                Err(e) => tracing::debug!(session = self.id, error = %e, "data area not page-locked; copies go through the driver's staging"),
+                Err(e) => {
+                    tracing::debug!(session = self.id, error = %e, "data area not page-locked; copies go through the driver's staging")
+                }
             }
         }
         Ok(id)
