@@ -4,11 +4,31 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
+step "NVIDIA's cuda.h for the C program the drop-in libcuda is tested with"
+if [ ! -f target/cuda-include/cuda.h ]; then
+  tmp=$(mktemp -d)
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+    nvidia-cuda-runtime==13.0.96 -d "$tmp"
+  python3 - "$tmp" <<'PY'
+import glob, os, sys, zipfile
+whl = glob.glob(os.path.join(sys.argv[1], "nvidia_cuda_runtime-*.whl"))[0]
+os.makedirs("target/cuda-include", exist_ok=True)
+with zipfile.ZipFile(whl) as z:
+    for name in ("cuda.h", "cudaTypedefs.h"):
+        with open(os.path.join("target/cuda-include", name), "wb") as f:
+            f.write(z.read("nvidia/cu13/include/" + name))
+PY
+  rm -rf "$tmp"
+fi
+
 step "format and lints"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 
-step "unit, property, CLI and end-to-end tests (embedded backend, one thread per session)"
+step "build (the drop-in libcuda and the binaries the tests start)"
+cargo build --workspace --all-targets
+
+step "unit, property, CLI, end-to-end and drop-in library tests (embedded backend, one thread per session)"
 cargo test --workspace
 
 step "end-to-end suite again, every session in its own worker process"

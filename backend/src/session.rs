@@ -23,8 +23,8 @@ use crate::exec::{CuRes, ExecContext, Executor, LaunchDims, Param};
 use crate::handles::HandleTable;
 use pvgpu_ring::CuResult;
 use pvgpu_ring::proto::{
-    self, AttrPair, DataLoc, DataRef, DecodeError, DevicePropsRep, DptrRep, ElapsedRep, FunctionRep, GlobalRep, HandleRep, Header,
-    HelloRep, I32Rep, MemInfoRep, PROTOCOL_VERSION, ParamInfo, Request,
+    self, AttrPair, CtxInfoRep, DataLoc, DataRef, DecodeError, DevicePropsRep, DptrRep, ElapsedRep, FunctionRep, GlobalRep, HandleRep,
+    Header, HelloRep, I32Rep, MemInfoRep, PROTOCOL_VERSION, ParamInfo, Request, U64Rep,
 };
 use pvgpu_ring::region::DataArea;
 use std::collections::{BTreeMap, HashMap};
@@ -574,11 +574,13 @@ impl<E: Executor> Session<E> {
                 let dst = r.dst.get();
                 let ctx = self.range(dst, len as u64)?;
                 let s = self.stream(r.stream.get(), ctx)?;
+                let wait = !pinned_async(r.flags.get(), &r.data);
                 let c = self.enter(ctx)?;
                 // SAFETY: `source` checked [p, p+len) lies in the request or
-                // the data area, mapped for this call; the device range was
-                // checked against this session's allocations.
-                unsafe { c.htod(dst, p, len, s)? };
+                // the data area. Without `wait` it is page-locked memory the
+                // program owns in the data area, which stays mapped until the
+                // session's contexts are gone.
+                unsafe { c.htod(dst, p, len, s, wait)? };
             }
             Request::MemcpyDtoH(r) => {
                 let len = usize::try_from(r.data.len.get()).map_err(|_| CuResult::INVALID_VALUE)?;
@@ -593,15 +595,17 @@ impl<E: Executor> Session<E> {
                         out.resize(len, 0);
                         let c = self.enter(ctx)?;
                         // SAFETY: `out` holds exactly `len` writable bytes.
-                        unsafe { c.dtoh(out.as_mut_ptr(), src, len, s)? };
+                        unsafe { c.dtoh(out.as_mut_ptr(), src, len, s, true)? };
                     }
                     DataLoc::Area { offset } => {
                         let area = area.ok_or(CuResult::INVALID_VALUE)?;
                         let p = area.ptr(offset, len as u64).map_err(|_| CuResult::INVALID_VALUE)?;
+                        let wait = !pinned_async(r.flags.get(), &r.data);
                         let c = self.enter(ctx)?;
                         // SAFETY: [p, p+len) was checked to lie in the data
-                        // area, which stays mapped for this call.
-                        unsafe { c.dtoh(p, src, len, s)? };
+                        // area, which stays mapped until the session's
+                        // contexts are gone.
+                        unsafe { c.dtoh(p, src, len, s, wait)? };
                     }
                 }
             }
@@ -708,9 +712,52 @@ impl<E: Executor> Session<E> {
                 self.param_buf = buf;
                 r?;
             }
+            Request::StreamWaitEvent(r) => {
+                let e = self.events.get(r.event.get()).ok_or(CuResult::INVALID_HANDLE)?;
+                let (ctx, ev) = (e.ctx, e.value);
+                let s = self.stream(r.stream.get(), ctx)?;
+                self.enter(ctx)?.stream_wait_event(s, ev)?;
+            }
+            Request::FuncGetAttribute(r) => {
+                let f = self.functions.get(r.function.get()).ok_or(CuResult::INVALID_HANDLE)?;
+                let (ctx, func) = (f.ctx, f.func);
+                let v = self.enter(ctx)?.func_get_attribute(func, r.attr.get())?;
+                out.extend_from_slice(I32Rep { value: v.into() }.as_bytes());
+            }
+            Request::FuncSetAttribute(r) => {
+                let f = self.functions.get(r.function.get()).ok_or(CuResult::INVALID_HANDLE)?;
+                let (ctx, func) = (f.ctx, f.func);
+                self.enter(ctx)?.func_set_attribute(func, r.attr.get(), r.value.get())?;
+            }
+            Request::CtxGetInfo(r) => {
+                let i = self.enter(r.handle.get())?.info()?;
+                let rep = CtxInfoRep {
+                    api_version: i.api_version.into(),
+                    flags: i.flags.into(),
+                    least_priority: i.least_priority.into(),
+                    greatest_priority: i.greatest_priority.into(),
+                };
+                out.extend_from_slice(rep.as_bytes());
+            }
+            Request::CtxLimit(r) => {
+                let c = self.enter(r.ctx.get())?;
+                let value = if r.set.get() != 0 {
+                    c.set_limit(r.limit.get(), r.value.get())?;
+                    r.value.get()
+                } else {
+                    c.get_limit(r.limit.get())?
+                };
+                out.extend_from_slice(U64Rep { value: value.into() }.as_bytes());
+            }
         }
         Ok(())
     }
+}
+
+/// An asynchronous copy to or from page-locked memory the program owns in
+/// the data area: queued without waiting for it to finish.
+fn pinned_async(flags: u32, d: &DataRef) -> bool {
+    flags & proto::COPY_ASYNC != 0 && flags & proto::COPY_PINNED != 0 && matches!(d.location(), Ok(DataLoc::Area { .. }))
 }
 
 fn write_function(out: &mut Vec<u8>, fid: u64, layout: &[Param], param_bytes: usize) {

@@ -36,10 +36,10 @@ pub use pvgpu_ring::CuResult;
 
 use pvgpu_ring::layout::Geometry;
 use pvgpu_ring::proto::{
-    self, AttrPair, COPY_ASYNC, CtxCreateReq, DeviceAttrReq, DevicePropsRep, DeviceReq, DptrRep, DtoDReq, DtoHReq, ElapsedRep, ElapsedReq,
-    EventCreateReq, EventRecordReq, FLAG_REPLY, FunctionRep, GlobalRep, HandleRep, HandleReq, Header, HelloRep, HelloReq, HtoDReq, I32Rep,
-    LaunchReq, MemAllocReq, MemFreeReq, MemInfoRep, MemsetReq, ModuleLoadReq, Opcode, PROTOCOL_VERSION, ParamInfo, StreamCreateReq,
-    SymbolReq,
+    self, AttrPair, COPY_ASYNC, COPY_PINNED, CtxCreateReq, CtxInfoRep, CtxLimitReq, DeviceAttrReq, DevicePropsRep, DeviceReq, DptrRep,
+    DtoDReq, DtoHReq, ElapsedRep, ElapsedReq, EventCreateReq, EventRecordReq, FLAG_REPLY, FuncAttrReq, FunctionRep, GlobalRep, HandleRep,
+    HandleReq, Header, HelloRep, HelloReq, HtoDReq, I32Rep, LaunchReq, MemAllocReq, MemFreeReq, MemInfoRep, MemsetReq, ModuleLoadReq,
+    Opcode, PROTOCOL_VERSION, ParamInfo, StreamCreateReq, StreamWaitReq, SymbolReq, U64Rep,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -100,8 +100,11 @@ impl BackendAddr {
 /// Connection options.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Bytes of shared data area to bring (local transport).
+    /// Bytes of shared data area that stage copies (ring transports).
     pub data_area: u64,
+    /// Bytes of shared data area for page-locked host allocations
+    /// ([`Client::host_alloc`], `cuMemAllocHost`) on ring transports.
+    pub pinned: u64,
     /// How long to spin for a reply before sleeping.
     pub spin: Duration,
     /// Longest wait for any one reply; `None` waits as long as the backend
@@ -113,7 +116,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { data_area: 64 << 20, spin: Duration::from_micros(100), timeout: None, sync_calls: false }
+        Options { data_area: 64 << 20, pinned: 256 << 20, spin: Duration::from_micros(100), timeout: None, sync_calls: false }
     }
 }
 
@@ -122,12 +125,15 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 impl Options {
-    /// Defaults, overridden by `PVGPU_DATA_AREA_MB`, `PVGPU_SPIN_US`,
-    /// `PVGPU_TIMEOUT_MS` and `PVGPU_SYNC`.
+    /// Defaults, overridden by `PVGPU_DATA_AREA_MB`, `PVGPU_PINNED_MB`,
+    /// `PVGPU_SPIN_US`, `PVGPU_TIMEOUT_MS` and `PVGPU_SYNC`.
     pub fn from_env() -> Self {
         let mut o = Options::default();
         if let Some(mb) = env_u64("PVGPU_DATA_AREA_MB") {
             o.data_area = mb.clamp(1, 4096) << 20;
+        }
+        if let Some(mb) = env_u64("PVGPU_PINNED_MB") {
+            o.pinned = mb.min(16384) << 20;
         }
         if let Some(us) = env_u64("PVGPU_SPIN_US") {
             o.spin = Duration::from_micros(us);
@@ -178,6 +184,19 @@ pub struct Function {
     pub param_bytes: usize,
 }
 
+/// Facts about a context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CtxInfo {
+    /// `cuCtxGetApiVersion`.
+    pub api_version: u32,
+    /// `cuCtxGetFlags`.
+    pub flags: u32,
+    /// Least stream priority (numerically greatest).
+    pub least_priority: i32,
+    /// Greatest stream priority (numerically least).
+    pub greatest_priority: i32,
+}
+
 /// What the backend said about itself at connection.
 #[derive(Debug, Clone)]
 pub struct BackendInfo {
@@ -190,6 +209,15 @@ pub struct BackendInfo {
     /// Transport in use.
     pub transport: &'static str,
 }
+
+/// Device attributes reported as 0: features of the local driver that pvgpu
+/// does not provide across the connection (managed and mapped host memory,
+/// memory pools, virtual memory management, IPC and interop handles,
+/// cooperative and cluster launches, stream memory operations, multicast).
+pub const MASKED_ATTRS: &[i32] = &[
+    19, 83, 88, 89, 91, 92, 93, 94, 95, 96, 98, 100, 101, 102, 103, 104, 105, 107, 110, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121,
+    122, 123, 124, 125, 127, 128, 132, 135, 138, 141, 142, 143, 144, 145, 146,
+];
 
 /// Properties of a device, fetched once and cached.
 #[derive(Debug, Clone)]
@@ -380,7 +408,7 @@ impl Client {
                 name: proto::str_from_fixed(&h.name),
                 uuid: h.uuid,
                 total_mem: h.total_mem.get(),
-                attrs: attrs.iter().map(|a| (a.attr.get(), a.value.get())).collect(),
+                attrs: attrs.iter().map(|a| (a.attr.get(), if MASKED_ATTRS.contains(&a.attr.get()) { 0 } else { a.value.get() })).collect(),
             }
         };
         let props = Arc::new(props);
@@ -403,12 +431,18 @@ impl Client {
         Ok(self.device_props(dev)?.total_mem)
     }
 
-    /// `cuDeviceGetAttribute`, answered from the cache.
+    /// `cuDeviceGetAttribute`, answered from the cache ([`MASKED_ATTRS`]
+    /// read 0).
     pub fn device_attribute(&self, dev: i32, attr: i32) -> Result<i32> {
-        self.device_props(dev)?.attrs.get(&attr).copied().ok_or(Error::Cuda(CuResult::INVALID_VALUE))
+        let props = self.device_props(dev)?;
+        match props.attrs.get(&attr) {
+            Some(v) => Ok(*v),
+            None if MASKED_ATTRS.contains(&attr) => Ok(0),
+            None => Err(Error::Cuda(CuResult::INVALID_VALUE)),
+        }
     }
 
-    /// `cuDeviceGetAttribute`, asked of the backend.
+    /// `cuDeviceGetAttribute`, asked of the backend (unmasked).
     pub fn device_attribute_uncached(&self, dev: i32, attr: i32) -> Result<i32> {
         let r = DeviceAttrReq { device: dev.into(), attr: attr.into() };
         Ok(self.call_into::<I32Rep>(Opcode::DeviceGetAttribute, &[r.as_bytes()])?.value.get())
@@ -518,11 +552,31 @@ impl Client {
         self.post(Opcode::Memset, &[r.as_bytes()])
     }
 
-    fn htod(&self, dst: u64, src: &[u8], stream: Stream, is_async: bool) -> Result<()> {
-        if src.is_empty() {
+    /// Host-to-device copy from raw memory. With `is_async` it is ordered on
+    /// `stream` and sent without waiting.
+    ///
+    /// # Safety
+    /// `src` must be readable for `len` bytes. Pageable memory is captured
+    /// before this returns; memory from [`Client::host_alloc`] copied with
+    /// `is_async` is read later, and must stay valid and unchanged until the
+    /// stream is synchronised (as with CUDA's own page-locked memory).
+    pub unsafe fn memcpy_htod_raw(&self, dst: u64, src: *const u8, len: usize, stream: Stream, is_async: bool) -> Result<()> {
+        if len == 0 {
             return Ok(());
         }
         let mut c = self.conn();
+        if let Some(dref) = c.t.pinned(src, len) {
+            let flags = COPY_PINNED | if is_async { COPY_ASYNC } else { 0 };
+            let r = HtoDReq { dst: dst.into(), stream: stream.0.into(), flags: flags.into(), reserved: 0.into(), data: dref };
+            if is_async && !self.sync_calls {
+                c.send(Opcode::MemcpyHtoD, 0, &[r.as_bytes()])?;
+            } else {
+                c.call(Opcode::MemcpyHtoD, &[r.as_bytes()])?;
+            }
+            return Ok(());
+        }
+        // SAFETY: the caller guarantees `src` is readable for `len` bytes.
+        let src = unsafe { std::slice::from_raw_parts(src, len) };
         let chunk = c.t.max_chunk();
         let n = src.len().div_ceil(chunk);
         for (i, part) in src.chunks(chunk).enumerate() {
@@ -551,18 +605,52 @@ impl Client {
 
     /// `cuMemcpyHtoD`: complete (or failed) when it returns.
     pub fn memcpy_htod(&self, dst: u64, src: &[u8]) -> Result<()> {
-        self.htod(dst, src, Stream::DEFAULT, false)
+        // SAFETY: a live slice, read before this returns (synchronous copy).
+        unsafe { self.memcpy_htod_raw(dst, src.as_ptr(), src.len(), Stream::DEFAULT, false) }
     }
 
     /// `cuMemcpyHtoDAsync`: the bytes are captured before it returns, so
     /// `src` may be reused at once; the copy is ordered on `stream` and sent
     /// without waiting.
     pub fn memcpy_htod_async(&self, dst: u64, src: &[u8], stream: Stream) -> Result<()> {
-        self.htod(dst, src, stream, true)
+        // Always staged: a slice's borrow ends at return, so nothing may read
+        // it later (use memcpy_htod_raw for zero-copy page-locked sources).
+        let staged: Vec<u8>;
+        let src = if self.conn().t.pinned(src.as_ptr(), src.len()).is_some() {
+            staged = src.to_vec();
+            &staged[..]
+        } else {
+            src
+        };
+        // SAFETY: a live slice of pageable memory, captured before return.
+        unsafe { self.memcpy_htod_raw(dst, src.as_ptr(), src.len(), stream, true) }
     }
 
-    fn dtoh(&self, dst: &mut [u8], src: u64, stream: Stream, is_async: bool) -> Result<()> {
+    /// Device-to-host copy into raw memory.
+    ///
+    /// # Safety
+    /// `dst` must be writable for `len` bytes. The copy is complete when this
+    /// returns, except into memory from [`Client::host_alloc`] with
+    /// `is_async`: then it is ordered on `stream`, sent without waiting, and
+    /// `dst` must stay valid until the stream is synchronised.
+    pub unsafe fn memcpy_dtoh_raw(&self, dst: *mut u8, len: usize, src: u64, stream: Stream, is_async: bool) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
         let mut c = self.conn();
+        if let Some(dref) = c.t.pinned(dst, len) {
+            let flags = COPY_PINNED | if is_async { COPY_ASYNC } else { 0 };
+            let r = DtoHReq { src: src.into(), stream: stream.0.into(), flags: flags.into(), reserved: 0.into(), data: dref };
+            if is_async && !self.sync_calls {
+                c.send(Opcode::MemcpyDtoH, 0, &[r.as_bytes()])?;
+            } else {
+                c.call(Opcode::MemcpyDtoH, &[r.as_bytes()])?;
+            }
+            return Ok(());
+        }
+        // SAFETY: the caller guarantees `dst` is writable for `len` bytes,
+        // and nothing else touches it during this synchronous copy.
+        let dst = unsafe { std::slice::from_raw_parts_mut(dst, len) };
         let chunk = c.t.max_chunk();
         let depth = c.t.pipeline_depth();
         let mut inflight: std::collections::VecDeque<(u64, Staged, usize, usize)> = std::collections::VecDeque::new();
@@ -606,14 +694,41 @@ impl Client {
 
     /// `cuMemcpyDtoH`.
     pub fn memcpy_dtoh(&self, dst: &mut [u8], src: u64) -> Result<()> {
-        self.dtoh(dst, src, Stream::DEFAULT, false)
+        // SAFETY: a live, exclusively borrowed slice; synchronous copy.
+        unsafe { self.memcpy_dtoh_raw(dst.as_mut_ptr(), dst.len(), src, Stream::DEFAULT, false) }
     }
 
-    /// `cuMemcpyDtoHAsync` into memory the frontend does not share with the
-    /// backend: ordered on `stream`, complete when it returns (as CUDA does
-    /// for pageable destinations).
+    /// `cuMemcpyDtoHAsync` into a slice: ordered on `stream`, complete when
+    /// it returns (as CUDA does for pageable destinations).
     pub fn memcpy_dtoh_async(&self, dst: &mut [u8], src: u64, stream: Stream) -> Result<()> {
-        self.dtoh(dst, src, stream, true)
+        if self.conn().t.pinned(dst.as_ptr(), dst.len()).is_some() {
+            // Complete on return, as the borrow promises: wait for the stream.
+            // SAFETY: as for memcpy_dtoh.
+            unsafe { self.memcpy_dtoh_raw(dst.as_mut_ptr(), dst.len(), src, stream, false) }
+        } else {
+            // SAFETY: a live, exclusively borrowed slice; the copy completes
+            // before return for pageable memory.
+            unsafe { self.memcpy_dtoh_raw(dst.as_mut_ptr(), dst.len(), src, stream, true) }
+        }
+    }
+
+    /// Allocates `len` bytes of page-locked host memory in the shared data
+    /// area (`cuMemAllocHost`): copies from and to it need no staging copy,
+    /// and asynchronous ones are truly asynchronous. `None` when the
+    /// transport has no data area (TCP) or it is full.
+    pub fn host_alloc(&self, len: usize) -> Option<*mut u8> {
+        self.conn().t.host_alloc(len)
+    }
+
+    /// Frees memory from [`Client::host_alloc`]; false if `ptr` is not one.
+    pub fn host_free(&self, ptr: *mut u8) -> bool {
+        self.conn().t.host_free(ptr)
+    }
+
+    /// Whether `[ptr, ptr+len)` lies inside one [`Client::host_alloc`]
+    /// allocation.
+    pub fn is_pinned(&self, ptr: *const u8, len: usize) -> bool {
+        self.conn().t.pinned(ptr, len).is_some()
     }
 
     /// `cuMemcpyDtoD`.
@@ -698,6 +813,47 @@ impl Client {
         self.post(Opcode::EventDestroy, &[HandleReq { handle: e.0.into() }.as_bytes()])
     }
 
+    /// `cuStreamWaitEvent` (sent without waiting).
+    pub fn stream_wait_event(&self, s: Stream, e: Event) -> Result<()> {
+        let r = StreamWaitReq { stream: s.0.into(), event: e.0.into(), flags: 0.into(), reserved: 0.into() };
+        self.post(Opcode::StreamWaitEvent, &[r.as_bytes()])
+    }
+
+    /// `cuFuncGetAttribute`.
+    pub fn func_get_attribute(&self, f: &Function, attr: i32) -> Result<i32> {
+        let r = FuncAttrReq { function: f.id.into(), attr: attr.into(), value: 0.into() };
+        Ok(self.call_into::<I32Rep>(Opcode::FuncGetAttribute, &[r.as_bytes()])?.value.get())
+    }
+
+    /// `cuFuncSetAttribute`.
+    pub fn func_set_attribute(&self, f: &Function, attr: i32, value: i32) -> Result<()> {
+        let r = FuncAttrReq { function: f.id.into(), attr: attr.into(), value: value.into() };
+        self.call0(Opcode::FuncSetAttribute, &[r.as_bytes()])
+    }
+
+    /// API version, flags and stream priority range of a context.
+    pub fn ctx_info(&self, ctx: Context) -> Result<CtxInfo> {
+        let r: CtxInfoRep = self.call_into(Opcode::CtxGetInfo, &[HandleReq { handle: ctx.0.into() }.as_bytes()])?;
+        Ok(CtxInfo {
+            api_version: r.api_version.get(),
+            flags: r.flags.get(),
+            least_priority: r.least_priority.get(),
+            greatest_priority: r.greatest_priority.get(),
+        })
+    }
+
+    /// `cuCtxGetLimit`.
+    pub fn ctx_get_limit(&self, ctx: Context, limit: u32) -> Result<u64> {
+        let r = CtxLimitReq { ctx: ctx.0.into(), limit: limit.into(), set: 0.into(), value: 0.into() };
+        Ok(self.call_into::<U64Rep>(Opcode::CtxLimit, &[r.as_bytes()])?.value.get())
+    }
+
+    /// `cuCtxSetLimit`.
+    pub fn ctx_set_limit(&self, ctx: Context, limit: u32, value: u64) -> Result<()> {
+        let r = CtxLimitReq { ctx: ctx.0.into(), limit: limit.into(), set: 1.into(), value: value.into() };
+        self.call_into::<U64Rep>(Opcode::CtxLimit, &[r.as_bytes()]).map(|_| ())
+    }
+
     /// `cuLaunchKernel` with one byte slice per parameter (the values the
     /// `kernelParams` pointers point to). Sizes must match the layout.
     pub fn launch(&self, f: &Function, grid: [u32; 3], block: [u32; 3], shared_mem: u32, stream: Stream, args: &[&[u8]]) -> Result<()> {
@@ -777,20 +933,27 @@ pub fn arg<T: IntoBytes + Immutable>(v: &T) -> &[u8] {
 }
 
 fn connect_local(path: &std::path::Path, opts: &Options) -> Result<RingTransport> {
-    let mut data = opts.data_area;
+    let staging = (opts.data_area.max(1 << 20) + 4095) & !4095;
+    let mut pinned = (opts.pinned + 4095) & !4095;
     for _ in 0..2 {
         let sock = std::os::unix::net::UnixStream::connect(path)
             .map_err(|e| TransportError::Connect { addr: format!("local:{}", path.display()), reason: e.to_string() })?;
-        let g = Geometry { data_size: data, ..Geometry::default() };
+        let g = Geometry { data_size: staging + pinned, ..Geometry::default() };
         match pvgpu_ring::local::client_handshake(sock, &g) {
             Ok(side) => {
-                return Ok(RingTransport::new(side.region, &side.geometry, Box::new(side.notifier), opts.spin, opts.timeout, "local")?);
+                let t =
+                    RingTransport::new(side.region, &side.geometry, staging, Box::new(side.notifier), opts.spin, opts.timeout, "local")?;
+                return Ok(t);
             }
             Err(pvgpu_ring::local::LocalError::Refused { reason: pvgpu_ring::local::Refusal::Geometry, max_data })
-                if max_data >= 1 << 20 && max_data < data =>
+                if max_data >= staging && max_data < staging + pinned =>
             {
-                tracing::info!(asked = data, max = max_data, "backend limits the data area; reconnecting with its maximum");
-                data = max_data & !4095;
+                tracing::info!(
+                    asked = staging + pinned,
+                    max = max_data,
+                    "backend limits the data area; reconnecting with less page-locked memory"
+                );
+                pinned = (max_data - staging) & !4095;
             }
             Err(e) => return Err(TransportError::Local(e).into()),
         }

@@ -5,8 +5,11 @@
 
 use core::fmt;
 
-/// A CUDA driver status code (`CUresult`) as carried on the wire.
+/// A CUDA driver status code (`CUresult`) as carried on the wire. It has the
+/// ABI of C's `CUresult` (a 32-bit enum), so the drop-in library returns it
+/// directly.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(transparent)]
 pub struct CuResult(pub u32);
 
 #[allow(missing_docs)]

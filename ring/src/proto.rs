@@ -49,6 +49,11 @@ pub const FLAG_IS_REPLY: u32 = 2;
 /// Copy flag: the copy is ordered on its stream and need not be complete
 /// when the backend moves on (the `*Async` driver calls).
 pub const COPY_ASYNC: u32 = 1;
+/// Copy flag: the host side is page-locked memory the program allocated in
+/// the data area (`cuMemAllocHost`); with [`COPY_ASYNC`] the backend only
+/// queues the copy, and the program owns the bytes until its stream is
+/// synchronised, as with CUDA's own pinned memory.
+pub const COPY_PINNED: u32 = 2;
 
 /// Message header.
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -212,6 +217,17 @@ opcodes! {
     EventDestroy = 35,
     /// `cuLaunchKernel`.
     LaunchKernel = 36,
+    /// `cuStreamWaitEvent`.
+    StreamWaitEvent = 37,
+    /// `cuFuncGetAttribute`.
+    FuncGetAttribute = 38,
+    /// `cuFuncSetAttribute`.
+    FuncSetAttribute = 39,
+    /// Facts about a context: API version, flags, stream priority range
+    /// (`cuCtxGetApiVersion`, `cuCtxGetFlags`, `cuCtxGetStreamPriorityRange`).
+    CtxGetInfo = 40,
+    /// `cuCtxGetLimit` / `cuCtxSetLimit`.
+    CtxLimit = 41,
 }
 
 /// Why a message did not decode.
@@ -549,6 +565,54 @@ wire_structs! {
         /// Milliseconds.
         pub ms: F32,
     }
+    /// [`Opcode::StreamWaitEvent`] request.
+    pub struct StreamWaitReq {
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+        /// Event id.
+        pub event: U64,
+        /// Flags (0).
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// [`Opcode::FuncGetAttribute`] and [`Opcode::FuncSetAttribute`]
+    /// requests.
+    pub struct FuncAttrReq {
+        /// Function id.
+        pub function: U64,
+        /// `CUfunction_attribute`.
+        pub attr: I32,
+        /// Value to set (set only).
+        pub value: I32,
+    }
+    /// [`Opcode::CtxGetInfo`] reply.
+    pub struct CtxInfoRep {
+        /// `cuCtxGetApiVersion`.
+        pub api_version: U32,
+        /// `cuCtxGetFlags`.
+        pub flags: U32,
+        /// Least (numerically greatest) stream priority.
+        pub least_priority: I32,
+        /// Greatest (numerically least) stream priority.
+        pub greatest_priority: I32,
+    }
+    /// [`Opcode::CtxLimit`] request.
+    pub struct CtxLimitReq {
+        /// Context id.
+        pub ctx: U64,
+        /// `CUlimit`.
+        pub limit: U32,
+        /// 1 to set, 0 to get.
+        pub set: U32,
+        /// Value to set.
+        pub value: U64,
+    }
+    /// Replies that return one 64-bit value.
+    pub struct U64Rep {
+        /// The value.
+        pub value: U64,
+    }
     /// [`Opcode::LaunchKernel`] request; followed by `param_len` bytes of
     /// packed parameters laid out as [`FunctionRep`] described.
     pub struct LaunchReq {
@@ -655,6 +719,16 @@ pub enum Request<'a> {
     EventDestroy(HandleReq),
     /// [`Opcode::LaunchKernel`], with the packed parameters.
     LaunchKernel(LaunchReq, &'a [u8]),
+    /// [`Opcode::StreamWaitEvent`].
+    StreamWaitEvent(StreamWaitReq),
+    /// [`Opcode::FuncGetAttribute`].
+    FuncGetAttribute(FuncAttrReq),
+    /// [`Opcode::FuncSetAttribute`].
+    FuncSetAttribute(FuncAttrReq),
+    /// [`Opcode::CtxGetInfo`].
+    CtxGetInfo(HandleReq),
+    /// [`Opcode::CtxLimit`].
+    CtxLimit(CtxLimitReq),
 }
 
 fn exact<T: FromBytes + KnownLayout + Immutable + Unaligned>(op: Opcode, p: &[u8]) -> Result<T, DecodeError> {
@@ -800,6 +874,11 @@ impl<'a> Request<'a> {
                 })?;
                 Request::LaunchKernel(r, tail)
             }
+            O::StreamWaitEvent => Request::StreamWaitEvent(exact(op, p)?),
+            O::FuncGetAttribute => Request::FuncGetAttribute(exact(op, p)?),
+            O::FuncSetAttribute => Request::FuncSetAttribute(exact(op, p)?),
+            O::CtxGetInfo => Request::CtxGetInfo(exact(op, p)?),
+            O::CtxLimit => Request::CtxLimit(exact(op, p)?),
         })
     }
 }

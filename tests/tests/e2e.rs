@@ -330,6 +330,82 @@ fn events(t: Transport) {
     assert!(c.event_elapsed(unrecorded, e1).is_err());
 }
 
+fn stream_waits_and_function_attributes(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let s1 = c.stream_create(g.ctx, 1, 0).unwrap();
+    let s2 = c.stream_create(g.ctx, 1, 0).unwrap();
+    let e = c.event_create(g.ctx, 0).unwrap();
+    let d = c.mem_alloc(g.ctx, 4096).unwrap();
+    c.memset(d, 7, 1, 4096, s1).unwrap();
+    c.event_record(e, s1).unwrap();
+    c.stream_wait_event(s2, e).unwrap();
+    let mut b = vec![0u8; 4096];
+    c.memcpy_dtoh_async(&mut b, d, s2).unwrap();
+    assert!(b.iter().all(|&v| v == 7), "s2 waited for s1's memset");
+    c.stream_wait_event(Stream::DEFAULT, e).unwrap();
+    c.ctx_synchronize(g.ctx).unwrap();
+    c.stream_wait_event(s2, pvgpu_frontend::Event(4242)).unwrap();
+    assert_eq!(code(c.stream_synchronize(s2)), CuResult::INVALID_HANDLE);
+
+    let f = g.func("mat_sum").unwrap();
+    assert!(c.func_get_attribute(&f, 0).unwrap() >= 64, "MAX_THREADS_PER_BLOCK");
+    assert!(c.func_get_attribute(&f, 4).unwrap() > 0, "NUM_REGS");
+    c.func_set_attribute(&f, 8, 1024).unwrap();
+    assert_eq!(c.func_get_attribute(&f, 8).unwrap(), 1024, "MAX_DYNAMIC_SHARED_SIZE_BYTES");
+    assert_eq!(code(c.func_get_attribute(&f, 9999)), CuResult::INVALID_VALUE);
+
+    let info = c.ctx_info(g.ctx).unwrap();
+    assert!(info.api_version >= 3020);
+    assert!(info.greatest_priority <= info.least_priority);
+    let stack = c.ctx_get_limit(g.ctx, 0).unwrap();
+    c.ctx_set_limit(g.ctx, 0, stack * 2).unwrap();
+    assert_eq!(c.ctx_get_limit(g.ctx, 0).unwrap(), stack * 2, "CU_LIMIT_STACK_SIZE");
+    assert_eq!(code(c.ctx_get_limit(g.ctx, 77)), CuResult::UNSUPPORTED_LIMIT);
+}
+
+fn pinned_host_memory(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let n = 3 << 20;
+    let Some(p) = c.host_alloc(n) else {
+        assert_eq!(t, Transport::Tcp, "the ring transport has page-locked memory");
+        return;
+    };
+    assert!(c.is_pinned(p, n) && !c.is_pinned(p, n + 1));
+    let d = c.mem_alloc(g.ctx, n as u64).unwrap();
+    let s = c.stream_create(g.ctx, 1, 0).unwrap();
+    // SAFETY: p is a live allocation of n bytes from host_alloc.
+    unsafe {
+        for i in 0..n {
+            *p.add(i) = (i % 251) as u8;
+        }
+        c.memcpy_htod_raw(d, p, n, s, true).unwrap();
+        c.stream_synchronize(s).unwrap();
+        std::ptr::write_bytes(p, 0, n);
+        c.memcpy_dtoh_raw(p, n, d, s, true).unwrap();
+        c.stream_synchronize(s).unwrap();
+        assert!((0..n).all(|i| *p.add(i) == (i % 251) as u8), "async copies through page-locked memory");
+        std::ptr::write_bytes(p, 0, n);
+        c.memcpy_dtoh_raw(p, n, d, Stream::DEFAULT, false).unwrap();
+        assert_eq!(*p.add(1000), (1000 % 251) as u8);
+    }
+    // Slices that happen to be page-locked still behave as slices.
+    // SAFETY: p is a live allocation of n bytes and nothing else uses it now.
+    let slice = unsafe { std::slice::from_raw_parts_mut(p, n) };
+    slice.fill(3);
+    c.memcpy_htod_async(d, slice, s).unwrap();
+    slice.fill(4);
+    c.stream_synchronize(s).unwrap();
+    let mut back = vec![0u8; n];
+    c.memcpy_dtoh(&mut back, d).unwrap();
+    assert!(back.iter().all(|&v| v == 3), "captured at the call, as the borrow promises");
+    assert!(c.host_free(p));
+    assert!(!c.host_free(p));
+    let big = c.host_alloc(1 << 30);
+    assert!(big.is_none(), "larger than the page-locked area");
+}
+
 fn kernel_params_of_mixed_sizes(t: Transport) {
     let c = shared().client(t);
     let g = Gpu::new(&c).unwrap();
@@ -542,6 +618,8 @@ over_every_transport!(
     streams_and_async_copies,
     events,
     kernel_params_of_mixed_sizes,
+    stream_waits_and_function_attributes,
+    pinned_host_memory,
     kernel_fault_is_sticky_and_contained,
     matsum_matches_cpu,
     jacobi_matches_cpu,

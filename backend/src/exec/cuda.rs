@@ -9,7 +9,7 @@
 //! context of the process: see `docs/architecture.md`), so the backend runs
 //! each session of this executor in its own worker process by default.
 
-use super::{CuRes, DeviceInfo, ExecContext, Executor, LaunchDims, Param};
+use super::{CtxInfo, CuRes, DeviceInfo, ExecContext, Executor, LaunchDims, Param};
 use cudarc::driver::sys;
 use pvgpu_ring::CuResult;
 use pvgpu_ring::cuda::attr;
@@ -17,7 +17,10 @@ use std::ffi::{c_int, c_void};
 use std::ptr;
 
 fn ck(r: sys::CUresult) -> CuRes<()> {
-    let v = r as u32;
+    ck_raw(r as u32)
+}
+
+fn ck_raw(v: u32) -> CuRes<()> {
     if v == 0 { Ok(()) } else { Err(CuResult(v)) }
 }
 
@@ -96,6 +99,7 @@ pub struct CudaExecutor {
     devices: Vec<DeviceInfo>,
     raw: Vec<sys::CUdevice>,
     driver_version: i32,
+    int_fns: IntFns,
 }
 
 impl CudaExecutor {
@@ -124,11 +128,7 @@ impl CudaExecutor {
         init_ck("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut count) })?;
         // SAFETY: the library is loaded (checked above); the symbol has this
         // C signature in every CUDA version.
-        let get_attr: GetAttrFn = unsafe {
-            *sys::culib()
-                .get::<GetAttrFn>(b"cuDeviceGetAttribute\0")
-                .map_err(|_| CudaInitError::Driver { call: "dlsym(cuDeviceGetAttribute)", status: CuResult::NOT_FOUND })?
-        };
+        let get_attr: GetAttrFn = unsafe { symbol("cuDeviceGetAttribute")? };
         let mut devices = Vec::new();
         let mut raw = Vec::new();
         for i in 0..count {
@@ -163,8 +163,17 @@ impl CudaExecutor {
             });
             raw.push(dev);
         }
+        // SAFETY: these are the C signatures of the four symbols.
+        let int_fns = unsafe {
+            IntFns {
+                get: symbol("cuFuncGetAttribute")?,
+                set: symbol("cuFuncSetAttribute")?,
+                get_limit: symbol("cuCtxGetLimit")?,
+                set_limit: symbol("cuCtxSetLimit")?,
+            }
+        };
         tracing::info!(driver_version, devices = devices.len(), "CUDA executor ready");
-        Ok(CudaExecutor { devices, raw, driver_version })
+        Ok(CudaExecutor { devices, raw, driver_version, int_fns })
     }
 }
 
@@ -188,13 +197,37 @@ impl Executor for CudaExecutor {
         let mut raw = ptr::null_mut();
         // SAFETY: valid out-pointer; null create-params asks for defaults.
         ck(unsafe { sys::cuCtxCreate_v4(&mut raw, ptr::null_mut(), flags, dev) })?;
-        Ok(CudaContext { raw })
+        Ok(CudaContext { raw, attr_fns: self.int_fns })
     }
 }
 
 /// A CUDA context owned by one session (RAII: destroyed on drop).
 pub struct CudaContext {
     raw: sys::CUcontext,
+    attr_fns: IntFns,
+}
+
+/// Driver entry points whose enum arguments we pass as plain integers
+/// (cudarc's bindings take Rust enums, which cannot hold numbers from a
+/// guest without undefined behaviour).
+#[derive(Clone, Copy)]
+struct IntFns {
+    get: unsafe extern "C" fn(*mut c_int, c_int, sys::CUfunction) -> u32,
+    set: unsafe extern "C" fn(sys::CUfunction, c_int, c_int) -> u32,
+    get_limit: unsafe extern "C" fn(*mut usize, c_int) -> u32,
+    set_limit: unsafe extern "C" fn(c_int, usize) -> u32,
+}
+
+/// Looks up a driver symbol by name.
+///
+/// # Safety
+/// `F` must be the symbol's true C signature.
+unsafe fn symbol<F: Copy>(name: &'static str) -> Result<F, CudaInitError> {
+    // SAFETY: the library is loaded (checked before any call); the caller
+    // promises F matches the symbol.
+    unsafe { sys::culib().get::<F>(name.as_bytes()) }
+        .map(|s| *s)
+        .map_err(|_| CudaInitError::Driver { call: name, status: CuResult::NOT_FOUND })
 }
 
 // SAFETY: a CUDA context may be used from any thread once made current
@@ -299,23 +332,26 @@ impl ExecContext for CudaContext {
         })
     }
 
-    unsafe fn htod(&mut self, dst: u64, src: *const u8, len: usize, stream: Option<CudaStream>) -> CuRes<()> {
+    unsafe fn htod(&mut self, dst: u64, src: *const u8, len: usize, stream: Option<CudaStream>, wait: bool) -> CuRes<()> {
         match stream {
             // SAFETY: the caller guarantees src is readable for len bytes;
             // the device range was checked.
             None => ck(unsafe { sys::cuMemcpyHtoD_v2(dst, src.cast(), len) }),
             Some(s) => {
-                // The host bytes may be reused once we return, so wait for
-                // the copy (CUDA itself stages pageable sources the same way).
                 // SAFETY: as above; the stream belongs to this context.
                 ck(unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, s.0) })?;
-                // SAFETY: the stream is alive.
-                ck(unsafe { sys::cuStreamSynchronize(s.0) })
+                if wait {
+                    // The source may be reused once we return (CUDA stages
+                    // pageable sources the same way).
+                    // SAFETY: the stream is alive.
+                    ck(unsafe { sys::cuStreamSynchronize(s.0) })?;
+                }
+                Ok(())
             }
         }
     }
 
-    unsafe fn dtoh(&mut self, dst: *mut u8, src: u64, len: usize, stream: Option<CudaStream>) -> CuRes<()> {
+    unsafe fn dtoh(&mut self, dst: *mut u8, src: u64, len: usize, stream: Option<CudaStream>, wait: bool) -> CuRes<()> {
         match stream {
             // SAFETY: the caller guarantees dst is writable for len bytes;
             // the device range was checked.
@@ -323,8 +359,11 @@ impl ExecContext for CudaContext {
             Some(s) => {
                 // SAFETY: as above; the stream belongs to this context.
                 ck(unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, s.0) })?;
-                // SAFETY: the stream is alive.
-                ck(unsafe { sys::cuStreamSynchronize(s.0) })
+                if wait {
+                    // SAFETY: the stream is alive.
+                    ck(unsafe { sys::cuStreamSynchronize(s.0) })?;
+                }
+                Ok(())
             }
         }
     }
@@ -473,5 +512,46 @@ impl ExecContext for CudaContext {
         // SAFETY: valid out-pointer, live events.
         ck(unsafe { sys::cuEventElapsedTime_v2(&mut ms, a.0, b.0) })?;
         Ok(ms)
+    }
+
+    fn stream_wait_event(&mut self, s: Option<CudaStream>, e: CudaEvent) -> CuRes<()> {
+        // SAFETY: live stream (or the default stream) and event.
+        ck(unsafe { sys::cuStreamWaitEvent(raw_stream(s), e.0, 0) })
+    }
+
+    fn func_get_attribute(&mut self, f: CudaFunction, attr: i32) -> CuRes<i32> {
+        let mut v = 0;
+        // SAFETY: valid out-pointer, live function; the attribute number is
+        // passed as a plain int (an unknown one is an error status).
+        ck_raw(unsafe { (self.attr_fns.get)(&mut v, attr, f.0) })?;
+        Ok(v)
+    }
+
+    fn func_set_attribute(&mut self, f: CudaFunction, attr: i32, value: i32) -> CuRes<()> {
+        // SAFETY: live function; plain-int attribute as above.
+        ck_raw(unsafe { (self.attr_fns.set)(f.0, attr, value) })
+    }
+
+    fn info(&mut self) -> CuRes<CtxInfo> {
+        let (mut least, mut greatest, mut flags, mut version) = (0, 0, 0u32, 0u32);
+        // SAFETY: valid out-pointers; acts on the current context (this one).
+        ck(unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) })?;
+        // SAFETY: valid out-pointer.
+        ck(unsafe { sys::cuCtxGetFlags(&mut flags) })?;
+        // SAFETY: valid out-pointer, live context.
+        ck(unsafe { sys::cuCtxGetApiVersion(self.raw, &mut version) })?;
+        Ok(CtxInfo { api_version: version, flags, least_priority: least, greatest_priority: greatest })
+    }
+
+    fn get_limit(&mut self, limit: u32) -> CuRes<u64> {
+        let mut v = 0usize;
+        // SAFETY: valid out-pointer; a plain-int limit number.
+        ck_raw(unsafe { (self.attr_fns.get_limit)(&mut v, limit as c_int) })?;
+        Ok(v as u64)
+    }
+
+    fn set_limit(&mut self, limit: u32, value: u64) -> CuRes<()> {
+        // SAFETY: plain-int limit number; acts on the current context.
+        ck_raw(unsafe { (self.attr_fns.set_limit)(limit as c_int, value as usize) })
     }
 }

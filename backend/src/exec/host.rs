@@ -15,7 +15,7 @@
 //! backend's log.
 
 use super::image::{self, ImageInfo};
-use super::{CuRes, DeviceInfo, ExecContext, Executor, LaunchDims, Param};
+use super::{CtxInfo, CuRes, DeviceInfo, ExecContext, Executor, LaunchDims, Param};
 use pvgpu_ring::CuResult;
 use pvgpu_ring::cuda::attr;
 use std::collections::{BTreeMap, HashMap};
@@ -82,6 +82,8 @@ impl HostExecutor {
             a(attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 64 * 1024),
             a(attr::MAX_BLOCKS_PER_MULTIPROCESSOR, 16),
         ];
+        // Like a driver, answer every attribute; those not listed are 0.
+        let attrs = (1..attr::MAX).map(|k| attrs.iter().find(|(a, _)| *a == k).copied().unwrap_or((k, 0))).collect();
         let mut uuid = *b"pvgpu-host-dbl\0\0";
         uuid[15] = 1;
         HostExecutor {
@@ -128,6 +130,9 @@ impl Executor for HostExecutor {
             epoch: Instant::now(),
             events: HashMap::new(),
             next_handle: 1,
+            dyn_shared: 48 * 1024,
+            // CU_LIMIT_STACK_SIZE, PRINTF_FIFO_SIZE, MALLOC_HEAP_SIZE.
+            limits: HashMap::from([(0, 1024), (1, 1 << 20), (2, 8 << 20)]),
         })
     }
 }
@@ -394,6 +399,8 @@ pub struct HostContext {
     epoch: Instant,
     events: HashMap<u64, Option<Duration>>,
     next_handle: u64,
+    dyn_shared: i32,
+    limits: HashMap<u32, u64>,
 }
 
 impl HostContext {
@@ -470,7 +477,7 @@ impl ExecContext for HostContext {
         Ok(())
     }
 
-    unsafe fn htod(&mut self, dst: u64, src: *const u8, len: usize, _s: Option<u64>) -> CuRes<()> {
+    unsafe fn htod(&mut self, dst: u64, src: *const u8, len: usize, _s: Option<u64>, _wait: bool) -> CuRes<()> {
         self.ok()?;
         let b = self.mem.bytes_mut(dst, len).map_err(|_| CuResult::INVALID_VALUE)?;
         // SAFETY: the caller guarantees `src` is readable for `len` bytes;
@@ -479,7 +486,7 @@ impl ExecContext for HostContext {
         Ok(())
     }
 
-    unsafe fn dtoh(&mut self, dst: *mut u8, src: u64, len: usize, _s: Option<u64>) -> CuRes<()> {
+    unsafe fn dtoh(&mut self, dst: *mut u8, src: u64, len: usize, _s: Option<u64>, _wait: bool) -> CuRes<()> {
         self.ok()?;
         let b = self.mem.bytes(src, len).map_err(|_| CuResult::INVALID_VALUE)?;
         // SAFETY: the caller guarantees `dst` is writable for `len` bytes;
@@ -605,6 +612,56 @@ impl ExecContext for HostContext {
         let tb = self.events.get(&b).ok_or(CuResult::INVALID_HANDLE)?.ok_or(CuResult::INVALID_HANDLE)?;
         Ok((tb.as_secs_f64() - ta.as_secs_f64()) as f32 * 1000.0)
     }
+
+    fn stream_wait_event(&mut self, _s: Option<u64>, e: u64) -> CuRes<()> {
+        // Streams run in order and at once: the event is already complete.
+        self.ok()?;
+        self.events.get(&e).map(|_| ()).ok_or(CuResult::INVALID_HANDLE)
+    }
+
+    fn func_get_attribute(&mut self, _f: HostFunction, attr: i32) -> CuRes<i32> {
+        self.ok()?;
+        let shared = self.dyn_shared;
+        Ok(match attr {
+            0 => 1024,   // MAX_THREADS_PER_BLOCK
+            1..=3 => 0,  // static shared, constant, local sizes
+            4 => 32,     // NUM_REGS
+            5 | 6 => 75, // PTX and binary versions
+            7 => 0,      // CACHE_MODE_CA
+            8 => shared, // MAX_DYNAMIC_SHARED_SIZE_BYTES
+            9 => -1,     // PREFERRED_SHARED_MEMORY_CARVEOUT
+            _ => return Err(CuResult::INVALID_VALUE),
+        })
+    }
+
+    fn func_set_attribute(&mut self, _f: HostFunction, attr: i32, value: i32) -> CuRes<()> {
+        self.ok()?;
+        match attr {
+            8 if (0..=64 * 1024).contains(&value) => {
+                self.dyn_shared = value;
+                Ok(())
+            }
+            9 if (-1..=100).contains(&value) => Ok(()),
+            _ => Err(CuResult::INVALID_VALUE),
+        }
+    }
+
+    fn info(&mut self) -> CuRes<CtxInfo> {
+        self.ok()?;
+        Ok(CtxInfo { api_version: 13000, flags: 0, least_priority: 0, greatest_priority: 0 })
+    }
+
+    fn get_limit(&mut self, limit: u32) -> CuRes<u64> {
+        self.ok()?;
+        self.limits.get(&limit).copied().ok_or(CuResult::UNSUPPORTED_LIMIT)
+    }
+
+    fn set_limit(&mut self, limit: u32, value: u64) -> CuRes<()> {
+        self.ok()?;
+        let slot = self.limits.get_mut(&limit).ok_or(CuResult::UNSUPPORTED_LIMIT)?;
+        *slot = value;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -625,8 +682,8 @@ mod tests {
         let av: Vec<u8> = (0..n).flat_map(|i| (i as f32).to_le_bytes()).collect();
         // SAFETY: av is a live buffer of `bytes` bytes.
         unsafe {
-            c.htod(a, av.as_ptr(), bytes, None).unwrap();
-            c.htod(b, av.as_ptr(), bytes, None).unwrap();
+            c.htod(a, av.as_ptr(), bytes, None, true).unwrap();
+            c.htod(b, av.as_ptr(), bytes, None, true).unwrap();
         }
         let mut params = vec![0u8; 28];
         params[0..8].copy_from_slice(&a.to_le_bytes());
@@ -637,7 +694,7 @@ mod tests {
         c.launch(f, dims, &params, &layout, None).unwrap();
         let mut res = vec![0u8; bytes];
         // SAFETY: res is a live buffer of `bytes` bytes.
-        unsafe { c.dtoh(res.as_mut_ptr(), out, bytes, None).unwrap() };
+        unsafe { c.dtoh(res.as_mut_ptr(), out, bytes, None, true).unwrap() };
         for i in 0..n {
             let v = f32::from_le_bytes(res[i * 4..i * 4 + 4].try_into().unwrap());
             assert_eq!(v, 2.0 * i as f32);

@@ -108,21 +108,25 @@ pub trait ExecContext: Send + 'static {
     fn mem_get_info(&mut self) -> CuRes<(u64, u64)>;
     /// `cuMemsetD8/16/32[Async]` over a range the caller checked.
     fn memset(&mut self, dptr: u64, value: u32, elem_size: u32, count: u64, stream: Option<Self::Stream>) -> CuRes<()>;
-    /// Copies `len` host bytes at `src` to `dst`. The host bytes have been
-    /// read when this returns (the caller may reuse them); with `stream`
-    /// the copy is ordered on that stream.
+    /// Copies `len` host bytes at `src` to `dst`; with `stream` the copy is
+    /// ordered on that stream. With `wait`, the host bytes have been read
+    /// when this returns (the caller may reuse them); without, an
+    /// asynchronous copy may still be reading them.
     ///
     /// # Safety
-    /// `src` must be valid for reads of `len` bytes for the duration of the
-    /// call; the device range was checked by the caller.
-    unsafe fn htod(&mut self, dst: u64, src: *const u8, len: usize, stream: Option<Self::Stream>) -> CuRes<()>;
-    /// Copies `len` device bytes at `src` to host memory at `dst`, complete
-    /// when this returns.
+    /// `src` must be valid for reads of `len` bytes until the copy is done
+    /// (when this returns with `wait`, else until the stream is
+    /// synchronised or the context dropped); the device range was checked
+    /// by the caller.
+    unsafe fn htod(&mut self, dst: u64, src: *const u8, len: usize, stream: Option<Self::Stream>, wait: bool) -> CuRes<()>;
+    /// Copies `len` device bytes at `src` to host memory at `dst`: complete
+    /// when this returns with `wait`, else (on a stream) ordered on the
+    /// stream.
     ///
     /// # Safety
-    /// `dst` must be valid for writes of `len` bytes for the duration of the
-    /// call; the device range was checked by the caller.
-    unsafe fn dtoh(&mut self, dst: *mut u8, src: u64, len: usize, stream: Option<Self::Stream>) -> CuRes<()>;
+    /// `dst` must be valid for writes of `len` bytes until the copy is done
+    /// (as for `htod`); the device range was checked by the caller.
+    unsafe fn dtoh(&mut self, dst: *mut u8, src: u64, len: usize, stream: Option<Self::Stream>, wait: bool) -> CuRes<()>;
     /// Device-to-device copy over ranges the caller checked.
     fn dtod(&mut self, dst: u64, src: u64, len: u64, stream: Option<Self::Stream>, is_async: bool) -> CuRes<()>;
     /// Loads a module from PTX, cubin or fatbin bytes.
@@ -156,4 +160,29 @@ pub trait ExecContext: Send + 'static {
     fn event_synchronize(&mut self, e: Self::Event) -> CuRes<()>;
     /// Milliseconds between two recorded events.
     fn event_elapsed(&mut self, start: Self::Event, end: Self::Event) -> CuRes<f32>;
+    /// Makes `s` (the default stream if `None`) wait for `e`.
+    fn stream_wait_event(&mut self, s: Option<Self::Stream>, e: Self::Event) -> CuRes<()>;
+    /// `cuFuncGetAttribute`.
+    fn func_get_attribute(&mut self, f: Self::Function, attr: i32) -> CuRes<i32>;
+    /// `cuFuncSetAttribute`.
+    fn func_set_attribute(&mut self, f: Self::Function, attr: i32, value: i32) -> CuRes<()>;
+    /// API version, flags, and stream priority range (least, greatest).
+    fn info(&mut self) -> CuRes<CtxInfo>;
+    /// `cuCtxGetLimit`.
+    fn get_limit(&mut self, limit: u32) -> CuRes<u64>;
+    /// `cuCtxSetLimit`.
+    fn set_limit(&mut self, limit: u32, value: u64) -> CuRes<()>;
+}
+
+/// Facts about a context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CtxInfo {
+    /// `cuCtxGetApiVersion`.
+    pub api_version: u32,
+    /// `cuCtxGetFlags`.
+    pub flags: u32,
+    /// Least stream priority (numerically greatest).
+    pub least_priority: i32,
+    /// Greatest stream priority (numerically least).
+    pub greatest_priority: i32,
 }

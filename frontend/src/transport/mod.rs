@@ -40,6 +40,22 @@ pub trait Transport: Send {
     fn fetch(&mut self, s: &Staged, reply_tail: &[u8], dst: &mut [u8]) -> Result<(), TransportError>;
     /// Ends a reservation whose request failed.
     fn discard(&mut self, s: &Staged);
+    /// Allocates page-locked host memory the backend can reach directly
+    /// (in the shared data area); `None` when the transport has none or it
+    /// is full.
+    fn host_alloc(&mut self, _len: usize) -> Option<*mut u8> {
+        None
+    }
+    /// Frees memory from [`Transport::host_alloc`]; false if `ptr` is not
+    /// the start of such an allocation.
+    fn host_free(&mut self, _ptr: *mut u8) -> bool {
+        false
+    }
+    /// The data-area reference of `[ptr, ptr+len)` if it lies inside one
+    /// [`Transport::host_alloc`] allocation.
+    fn pinned(&self, _ptr: *const u8, _len: usize) -> Option<DataRef> {
+        None
+    }
     /// Short name (`local`, `tcp`).
     fn kind(&self) -> &'static str;
 }

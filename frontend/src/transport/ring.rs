@@ -17,7 +17,7 @@ use pvgpu_ring::layout::{Geometry, MAX_RING_RECORD, init_region};
 use pvgpu_ring::notify::{Notifier, NotifyError, Step, WaitError, Waiter};
 use pvgpu_ring::proto::{DataRef, HEADER_LEN, Header};
 use pvgpu_ring::region::{DataArea, RegionChannel, SharedRegion};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 use zerocopy::IntoBytes;
 
@@ -114,12 +114,65 @@ impl Staging {
     }
 }
 
+/// Page-granular first-fit allocator over the pinned part of the data area.
+#[derive(Debug, Default)]
+pub(crate) struct Heap {
+    free: BTreeMap<u64, u64>,
+    used: BTreeMap<u64, u64>,
+}
+
+const PAGE: u64 = 4096;
+
+impl Heap {
+    pub(crate) fn new(start: u64, len: u64) -> Self {
+        let mut h = Heap::default();
+        if len >= PAGE {
+            h.free.insert(start, len / PAGE * PAGE);
+        }
+        h
+    }
+
+    pub(crate) fn alloc(&mut self, len: u64) -> Option<u64> {
+        let need = len.max(1).checked_next_multiple_of(PAGE)?;
+        let (&at, &size) = self.free.iter().find(|&(_, &size)| size >= need)?;
+        self.free.remove(&at);
+        if size > need {
+            self.free.insert(at + need, size - need);
+        }
+        self.used.insert(at, need);
+        Some(at)
+    }
+
+    pub(crate) fn free(&mut self, at: u64) -> bool {
+        let Some(size) = self.used.remove(&at) else { return false };
+        let (mut start, mut end) = (at, at + size);
+        if let Some((&prev, &psize)) = self.free.range(..at).next_back() {
+            if prev + psize == at {
+                self.free.remove(&prev);
+                start = prev;
+            }
+        }
+        if let Some(nsize) = self.free.remove(&end) {
+            end += nsize;
+        }
+        self.free.insert(start, end - start);
+        true
+    }
+
+    /// The allocation containing `[off, off+len)`.
+    pub(crate) fn containing(&self, off: u64, len: u64) -> Option<u64> {
+        let (&at, &size) = self.used.range(..=off).next_back()?;
+        (off.checked_add(len)? <= at + size).then_some(at)
+    }
+}
+
 /// A connection over a shared region.
 pub struct RingTransport {
     req: Producer<RegionChannel>,
     rsp: Consumer<RegionChannel>,
     area: DataArea,
     staging: Staging,
+    heap: Heap,
     notifier: Box<dyn Notifier>,
     spin: Duration,
     timeout: Option<Duration>,
@@ -137,22 +190,27 @@ fn wait_err(e: WaitError<TransportError>) -> TransportError {
 }
 
 impl RingTransport {
-    /// Builds the frontend end over a region, writing its control page.
+    /// Builds the frontend end over a region, writing its control page. The
+    /// first `staging` bytes of the data area stage copies; the rest is for
+    /// page-locked host allocations.
     pub fn new(
         region: SharedRegion,
         g: &Geometry,
+        staging: u64,
         notifier: Box<dyn Notifier>,
         spin: Duration,
         timeout: Option<Duration>,
         kind: &'static str,
     ) -> Result<Self, TransportError> {
         let ep = init_region(&region, g).map_err(|e| TransportError::Protocol(e.to_string()))?;
-        let cap = ep.data.len() as u64;
+        let total = ep.data.len() as u64;
+        let cap = staging.min(total) / PAGE * PAGE;
         Ok(RingTransport {
             req: Producer::new(ep.req, MAX_RING_RECORD),
             rsp: Consumer::new(ep.rsp, MAX_RING_RECORD),
             area: ep.data,
             staging: Staging::new(cap),
+            heap: Heap::new(cap, total - cap),
             notifier,
             spin,
             timeout,
@@ -295,6 +353,25 @@ impl Transport for RingTransport {
         self.staging.unhold(s.dref.offset.get());
     }
 
+    fn host_alloc(&mut self, len: usize) -> Option<*mut u8> {
+        let at = self.heap.alloc(len as u64)?;
+        self.area.ptr(at, len as u64).ok()
+    }
+
+    fn host_free(&mut self, ptr: *mut u8) -> bool {
+        let base = self.area.base() as usize;
+        match (ptr as usize).checked_sub(base) {
+            Some(off) => self.heap.free(off as u64),
+            None => false,
+        }
+    }
+
+    fn pinned(&self, ptr: *const u8, len: usize) -> Option<DataRef> {
+        let off = (ptr as usize).checked_sub(self.area.base() as usize)? as u64;
+        self.heap.containing(off, len as u64)?;
+        Some(DataRef::area(off, len))
+    }
+
     fn kind(&self) -> &'static str {
         self.kind
     }
@@ -334,6 +411,25 @@ mod tests {
         s.unhold(0);
         s.reclaim(5);
         assert!(s.entries.is_empty());
+    }
+
+    #[test]
+    fn heap_allocates_pages_and_coalesces() {
+        let mut h = Heap::new(8192, 5 * 4096);
+        let a = h.alloc(1).unwrap();
+        let b = h.alloc(4097).unwrap();
+        let c = h.alloc(4096).unwrap();
+        assert_eq!((a, b, c), (8192, 8192 + 4096, 8192 + 3 * 4096));
+        assert_eq!(h.alloc(2 * 4096), None);
+        assert_eq!(h.containing(b + 10, 4000), Some(b));
+        assert_eq!(h.containing(b + 10, 9000), None);
+        assert!(h.free(b));
+        assert!(!h.free(b), "double free");
+        assert!(h.free(a));
+        // a and b merged: three pages in a row again.
+        assert_eq!(h.alloc(3 * 4096), Some(8192));
+        assert!(h.free(c));
+        assert_eq!(h.alloc(4096), Some(8192 + 3 * 4096));
     }
 
     #[test]

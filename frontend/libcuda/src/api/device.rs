@@ -1,0 +1,245 @@
+//! Devices: answered from the properties cached at the first query.
+
+use crate::state::{self, Res, put, run};
+use pvgpu_ring::CuResult;
+use pvgpu_ring::cuda::attr;
+use std::ffi::{c_char, c_int, c_uint};
+
+fn props(dev: c_int) -> Result<std::sync::Arc<pvgpu_frontend::DeviceProps>, CuResult> {
+    state::client()?.device_props(dev).map_err(state::cu)
+}
+
+/// `cuDeviceGet`.
+///
+/// # Safety
+/// `device` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> CuResult {
+    run("cuDeviceGet", || {
+        let d = state::client()?.device_get(ordinal).map_err(state::cu)?;
+        // SAFETY: writable per the API.
+        unsafe { put(device, d) }
+    })
+}
+
+/// `cuDeviceGetCount`.
+///
+/// # Safety
+/// `count` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CuResult {
+    run("cuDeviceGetCount", || {
+        let n = state::client()?.device_count().map_err(state::cu)?;
+        // SAFETY: writable per the API.
+        unsafe { put(count, n) }
+    })
+}
+
+/// `cuDeviceGetName`.
+///
+/// # Safety
+/// `name` must be writable for `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> CuResult {
+    run("cuDeviceGetName", || {
+        if name.is_null() || len <= 0 {
+            return Err(CuResult::INVALID_VALUE);
+        }
+        let p = props(dev)?;
+        let bytes = p.name.as_bytes();
+        let n = bytes.len().min(len as usize - 1);
+        // SAFETY: the caller provides `len` writable bytes; we write n + 1 <= len.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), name.cast(), n);
+            name.add(n).write(0);
+        }
+        Ok(())
+    })
+}
+
+fn uuid(out: *mut [u8; 16], dev: c_int) -> Res {
+    let u = props(dev)?.uuid;
+    // SAFETY: writable per the API (CUuuid is 16 bytes).
+    unsafe { put(out, u) }
+}
+
+/// `cuDeviceGetUuid`.
+///
+/// # Safety
+/// `out` must be writable for 16 bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetUuid(out: *mut [u8; 16], dev: c_int) -> CuResult {
+    run("cuDeviceGetUuid", || uuid(out, dev))
+}
+
+/// `cuDeviceGetUuid_v2`.
+///
+/// # Safety
+/// `out` must be writable for 16 bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetUuid_v2(out: *mut [u8; 16], dev: c_int) -> CuResult {
+    run("cuDeviceGetUuid_v2", || uuid(out, dev))
+}
+
+/// `cuDeviceTotalMem_v2`.
+///
+/// # Safety
+/// `bytes` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> CuResult {
+    run("cuDeviceTotalMem_v2", || {
+        let t = props(dev)?.total_mem as usize;
+        // SAFETY: writable per the API.
+        unsafe { put(bytes, t) }
+    })
+}
+
+/// `cuDeviceGetAttribute`, from the cache.
+///
+/// # Safety
+/// `pi` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: c_int) -> CuResult {
+    run("cuDeviceGetAttribute", || {
+        let v = state::client()?.device_attribute(dev, attrib).map_err(state::cu)?;
+        // SAFETY: writable per the API.
+        unsafe { put(pi, v) }
+    })
+}
+
+/// `cuDeviceComputeCapability` (deprecated, still used).
+///
+/// # Safety
+/// `major` and `minor` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceComputeCapability(major: *mut c_int, minor: *mut c_int, dev: c_int) -> CuResult {
+    run("cuDeviceComputeCapability", || {
+        let c = state::client()?;
+        let ma = c.device_attribute(dev, attr::COMPUTE_CAPABILITY_MAJOR).map_err(state::cu)?;
+        let mi = c.device_attribute(dev, attr::COMPUTE_CAPABILITY_MINOR).map_err(state::cu)?;
+        // SAFETY: writable per the API.
+        unsafe {
+            put(major, ma)?;
+            put(minor, mi)
+        }
+    })
+}
+
+/// `CUdevprop`.
+#[repr(C)]
+pub struct CuDevProp {
+    max_threads_per_block: c_int,
+    max_threads_dim: [c_int; 3],
+    max_grid_size: [c_int; 3],
+    shared_mem_per_block: c_int,
+    total_constant_memory: c_int,
+    simd_width: c_int,
+    mem_pitch: c_int,
+    regs_per_block: c_int,
+    clock_rate: c_int,
+    texture_align: c_int,
+}
+
+/// `cuDeviceGetProperties` (deprecated, still used).
+///
+/// # Safety
+/// `prop` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetProperties(prop: *mut CuDevProp, dev: c_int) -> CuResult {
+    run("cuDeviceGetProperties", || {
+        let c = state::client()?;
+        let a = |k: i32| c.device_attribute(dev, k).map_err(state::cu);
+        let p = CuDevProp {
+            max_threads_per_block: a(attr::MAX_THREADS_PER_BLOCK)?,
+            max_threads_dim: [a(attr::MAX_BLOCK_DIM_X)?, a(attr::MAX_BLOCK_DIM_Y)?, a(attr::MAX_BLOCK_DIM_Z)?],
+            max_grid_size: [a(attr::MAX_GRID_DIM_X)?, a(attr::MAX_GRID_DIM_Y)?, a(attr::MAX_GRID_DIM_Z)?],
+            shared_mem_per_block: a(attr::MAX_SHARED_MEMORY_PER_BLOCK)?,
+            total_constant_memory: a(attr::TOTAL_CONSTANT_MEMORY)?,
+            simd_width: a(attr::WARP_SIZE)?,
+            mem_pitch: a(attr::MAX_PITCH)?,
+            regs_per_block: a(attr::MAX_REGISTERS_PER_BLOCK)?,
+            clock_rate: a(attr::CLOCK_RATE)?,
+            texture_align: a(attr::TEXTURE_ALIGNMENT)?,
+        };
+        // SAFETY: writable per the API.
+        unsafe { put(prop, p) }
+    })
+}
+
+fn bus_id(dev: c_int) -> Result<String, CuResult> {
+    let c = state::client()?;
+    let a = |k: i32| c.device_attribute(dev, k).map_err(state::cu);
+    Ok(format!("{:08X}:{:02X}:{:02X}.0", a(attr::PCI_DOMAIN_ID)?, a(attr::PCI_BUS_ID)?, a(attr::PCI_DEVICE_ID)?))
+}
+
+/// `cuDeviceGetPCIBusId`: the backend GPU's bus id.
+///
+/// # Safety
+/// `pci_bus_id` must be writable for `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetPCIBusId(pci_bus_id: *mut c_char, len: c_int, dev: c_int) -> CuResult {
+    run("cuDeviceGetPCIBusId", || {
+        if pci_bus_id.is_null() || len <= 0 {
+            return Err(CuResult::INVALID_VALUE);
+        }
+        let s = bus_id(dev)?;
+        let n = s.len().min(len as usize - 1);
+        // SAFETY: the caller provides `len` writable bytes; we write n + 1.
+        unsafe {
+            std::ptr::copy_nonoverlapping(s.as_ptr(), pci_bus_id.cast(), n);
+            pci_bus_id.add(n).write(0);
+        }
+        Ok(())
+    })
+}
+
+/// `cuDeviceGetByPCIBusId`.
+///
+/// # Safety
+/// `dev` must be writable and `pci_bus_id` NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetByPCIBusId(dev: *mut c_int, pci_bus_id: *const c_char) -> CuResult {
+    run("cuDeviceGetByPCIBusId", || {
+        // SAFETY: NUL-terminated per the API.
+        let want = unsafe { state::name(pci_bus_id) }?.to_ascii_uppercase();
+        let n = state::client()?.device_count().map_err(state::cu)?;
+        for d in 0..n {
+            let id = bus_id(d)?;
+            if id == want || id.ends_with(&want) {
+                // SAFETY: writable per the API.
+                return unsafe { put(dev, d) };
+            }
+        }
+        Err(CuResult::INVALID_DEVICE)
+    })
+}
+
+/// `cuDeviceCanAccessPeer`: peer access between remote devices is not
+/// offered.
+///
+/// # Safety
+/// `can_access` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceCanAccessPeer(can_access: *mut c_int, dev: c_int, peer: c_int) -> CuResult {
+    run("cuDeviceCanAccessPeer", || {
+        let c = state::client()?;
+        c.device_props(dev).map_err(state::cu)?;
+        c.device_props(peer).map_err(state::cu)?;
+        // SAFETY: writable per the API.
+        unsafe { put(can_access, 0) }
+    })
+}
+
+/// `cuDeviceGetCount`-style flag query kept for completeness:
+/// `cuDeviceGetExecAffinitySupport` answers "not supported" (0).
+///
+/// # Safety
+/// `pi` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetExecAffinitySupport(pi: *mut c_int, _kind: c_uint, dev: c_int) -> CuResult {
+    run("cuDeviceGetExecAffinitySupport", || {
+        props(dev)?;
+        // SAFETY: writable per the API.
+        unsafe { put(pi, 0) }
+    })
+}

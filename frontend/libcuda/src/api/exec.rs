@@ -1,0 +1,411 @@
+//! Streams, events and kernel launches. Launches, event records and stream
+//! waits are sent without waiting for the backend; their errors come back
+//! at the next synchronising call.
+
+use crate::state::{self, Res, StreamInfo, handle, id, objects, put, run, stream};
+use pvgpu_frontend::{Event, Stream};
+use pvgpu_ring::CuResult;
+use std::ffi::{c_float, c_int, c_uint, c_void};
+
+fn stream_create(ph: *mut *mut c_void, flags: c_uint, priority: c_int) -> Res {
+    if ph.is_null() {
+        return Err(CuResult::INVALID_VALUE);
+    }
+    let ctx = state::current()?;
+    let s = state::client()?.stream_create(ctx, flags, priority).map_err(state::cu)?;
+    objects().streams.insert(s.0, StreamInfo { ctx: ctx.0, flags, priority });
+    // SAFETY: non-null and writable per the API.
+    unsafe { put(ph, handle(s.0)) }
+}
+
+/// `cuStreamCreate`.
+///
+/// # Safety
+/// `ph` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreate(ph: *mut *mut c_void, flags: c_uint) -> CuResult {
+    run("cuStreamCreate", || stream_create(ph, flags, 0))
+}
+
+/// `cuStreamCreateWithPriority`.
+///
+/// # Safety
+/// `ph` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(ph: *mut *mut c_void, flags: c_uint, priority: c_int) -> CuResult {
+    run("cuStreamCreateWithPriority", || stream_create(ph, flags, priority))
+}
+
+fn stream_destroy(s: *mut c_void) -> Res {
+    let sid = id(s);
+    if objects().streams.remove(&sid).is_none() {
+        return Err(CuResult::INVALID_HANDLE);
+    }
+    state::client()?.stream_destroy(Stream(sid)).map_err(state::cu)
+}
+
+/// `cuStreamDestroy_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamDestroy_v2(s: *mut c_void) -> CuResult {
+    run("cuStreamDestroy_v2", || stream_destroy(s))
+}
+
+/// `cuStreamDestroy` (same signature as `_v2`).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamDestroy(s: *mut c_void) -> CuResult {
+    run("cuStreamDestroy", || stream_destroy(s))
+}
+
+fn stream_sync(s: *mut c_void) -> Res {
+    let c = state::client()?;
+    match stream(s) {
+        Stream::DEFAULT => c.ctx_synchronize(state::current()?),
+        st => c.stream_synchronize(st),
+    }
+    .map_err(state::cu)
+}
+
+/// `cuStreamSynchronize`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamSynchronize(s: *mut c_void) -> CuResult {
+    run("cuStreamSynchronize", || stream_sync(s))
+}
+
+/// `cuStreamSynchronize_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamSynchronize_ptsz(s: *mut c_void) -> CuResult {
+    run("cuStreamSynchronize_ptsz", || stream_sync(s))
+}
+
+fn stream_query(s: *mut c_void) -> Res {
+    let c = state::client()?;
+    let idle = match stream(s) {
+        Stream::DEFAULT => c.ctx_synchronize(state::current()?).map(|_| true),
+        st => c.stream_query(st),
+    }
+    .map_err(state::cu)?;
+    if idle { Ok(()) } else { Err(CuResult::NOT_READY) }
+}
+
+/// `cuStreamQuery`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamQuery(s: *mut c_void) -> CuResult {
+    run("cuStreamQuery", || stream_query(s))
+}
+
+/// `cuStreamQuery_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamQuery_ptsz(s: *mut c_void) -> CuResult {
+    run("cuStreamQuery_ptsz", || stream_query(s))
+}
+
+fn stream_wait(s: *mut c_void, e: *mut c_void) -> Res {
+    state::client()?.stream_wait_event(stream(s), Event(id(e))).map_err(state::cu)
+}
+
+/// `cuStreamWaitEvent`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamWaitEvent(s: *mut c_void, e: *mut c_void, _flags: c_uint) -> CuResult {
+    run("cuStreamWaitEvent", || stream_wait(s, e))
+}
+
+/// `cuStreamWaitEvent_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamWaitEvent_ptsz(s: *mut c_void, e: *mut c_void, _flags: c_uint) -> CuResult {
+    run("cuStreamWaitEvent_ptsz", || stream_wait(s, e))
+}
+
+fn stream_info(s: *mut c_void) -> Result<Option<StreamInfo>, CuResult> {
+    match stream(s) {
+        Stream::DEFAULT => Ok(None),
+        st => objects().streams.get(&st.0).copied().map(Some).ok_or(CuResult::INVALID_HANDLE),
+    }
+}
+
+/// `cuStreamGetCtx`.
+///
+/// # Safety
+/// `pctx` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetCtx(s: *mut c_void, pctx: *mut *mut c_void) -> CuResult {
+    run("cuStreamGetCtx", || {
+        let ctx = match stream_info(s)? {
+            Some(i) => i.ctx,
+            None => state::current()?.0,
+        };
+        // SAFETY: writable per the API.
+        unsafe { put(pctx, handle(ctx)) }
+    })
+}
+
+/// `cuStreamGetFlags`.
+///
+/// # Safety
+/// `flags` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetFlags(s: *mut c_void, flags: *mut c_uint) -> CuResult {
+    run("cuStreamGetFlags", || {
+        let f = stream_info(s)?.map_or(0, |i| i.flags);
+        // SAFETY: writable per the API.
+        unsafe { put(flags, f) }
+    })
+}
+
+/// `cuStreamGetPriority`.
+///
+/// # Safety
+/// `priority` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetPriority(s: *mut c_void, priority: *mut c_int) -> CuResult {
+    run("cuStreamGetPriority", || {
+        let p = stream_info(s)?.map_or(0, |i| i.priority);
+        // SAFETY: writable per the API.
+        unsafe { put(priority, p) }
+    })
+}
+
+/// `cuStreamGetId`.
+///
+/// # Safety
+/// `stream_id` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetId(s: *mut c_void, stream_id: *mut u64) -> CuResult {
+    run("cuStreamGetId", || {
+        stream_info(s)?;
+        // SAFETY: writable per the API.
+        unsafe { put(stream_id, stream(s).0) }
+    })
+}
+
+/// `cuStreamIsCapturing`: graph capture is not supported, so no stream is
+/// ever capturing.
+///
+/// # Safety
+/// `status` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamIsCapturing(s: *mut c_void, status: *mut c_int) -> CuResult {
+    run("cuStreamIsCapturing", || {
+        stream_info(s)?;
+        // SAFETY: writable per the API (CU_STREAM_CAPTURE_STATUS_NONE).
+        unsafe { put(status, 0) }
+    })
+}
+
+/// `cuEventCreate`.
+///
+/// # Safety
+/// `ph` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventCreate(ph: *mut *mut c_void, flags: c_uint) -> CuResult {
+    run("cuEventCreate", || {
+        if ph.is_null() {
+            return Err(CuResult::INVALID_VALUE);
+        }
+        let e = state::client()?.event_create(state::current()?, flags).map_err(state::cu)?;
+        // SAFETY: non-null and writable per the API.
+        unsafe { put(ph, handle(e.0)) }
+    })
+}
+
+fn record(e: *mut c_void, s: *mut c_void) -> Res {
+    state::client()?.event_record(Event(id(e)), stream(s)).map_err(state::cu)
+}
+
+/// `cuEventRecord`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventRecord(e: *mut c_void, s: *mut c_void) -> CuResult {
+    run("cuEventRecord", || record(e, s))
+}
+
+/// `cuEventRecord_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventRecord_ptsz(e: *mut c_void, s: *mut c_void) -> CuResult {
+    run("cuEventRecord_ptsz", || record(e, s))
+}
+
+/// `cuEventRecordWithFlags`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventRecordWithFlags(e: *mut c_void, s: *mut c_void, _flags: c_uint) -> CuResult {
+    run("cuEventRecordWithFlags", || record(e, s))
+}
+
+/// `cuEventRecordWithFlags_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventRecordWithFlags_ptsz(e: *mut c_void, s: *mut c_void, _flags: c_uint) -> CuResult {
+    run("cuEventRecordWithFlags_ptsz", || record(e, s))
+}
+
+/// `cuEventQuery`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventQuery(e: *mut c_void) -> CuResult {
+    run("cuEventQuery", || if state::client()?.event_query(Event(id(e))).map_err(state::cu)? { Ok(()) } else { Err(CuResult::NOT_READY) })
+}
+
+/// `cuEventSynchronize`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventSynchronize(e: *mut c_void) -> CuResult {
+    run("cuEventSynchronize", || state::client()?.event_synchronize(Event(id(e))).map_err(state::cu))
+}
+
+fn elapsed(ms: *mut c_float, a: *mut c_void, b: *mut c_void) -> Res {
+    let v = state::client()?.event_elapsed(Event(id(a)), Event(id(b))).map_err(state::cu)?;
+    // SAFETY: writable per the API.
+    unsafe { put(ms, v) }
+}
+
+/// `cuEventElapsedTime_v2`.
+///
+/// # Safety
+/// `ms` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventElapsedTime_v2(ms: *mut c_float, a: *mut c_void, b: *mut c_void) -> CuResult {
+    run("cuEventElapsedTime_v2", || elapsed(ms, a, b))
+}
+
+/// `cuEventElapsedTime` (same signature as `_v2`).
+///
+/// # Safety
+/// `ms` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventElapsedTime(ms: *mut c_float, a: *mut c_void, b: *mut c_void) -> CuResult {
+    run("cuEventElapsedTime", || elapsed(ms, a, b))
+}
+
+fn event_destroy(e: *mut c_void) -> Res {
+    state::client()?.event_destroy(Event(id(e))).map_err(state::cu)
+}
+
+/// `cuEventDestroy_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventDestroy_v2(e: *mut c_void) -> CuResult {
+    run("cuEventDestroy_v2", || event_destroy(e))
+}
+
+/// `cuEventDestroy` (same signature as `_v2`).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventDestroy(e: *mut c_void) -> CuResult {
+    run("cuEventDestroy", || event_destroy(e))
+}
+
+const CU_LAUNCH_PARAM_END: usize = 0x00;
+const CU_LAUNCH_PARAM_BUFFER_POINTER: usize = 0x01;
+const CU_LAUNCH_PARAM_BUFFER_SIZE: usize = 0x02;
+
+/// Packs the arguments of a launch into the kernel's parameter layout.
+///
+/// # Safety
+/// `params` is null or holds one pointer per kernel parameter, each to a
+/// value of that parameter's size; `extra` is null or a
+/// `CU_LAUNCH_PARAM_END`-terminated list as the driver API defines it.
+unsafe fn pack(f: &pvgpu_frontend::Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> Result<Vec<u8>, CuResult> {
+    let mut packed = vec![0u8; f.param_bytes];
+    if !params.is_null() {
+        for (i, p) in f.params.iter().enumerate() {
+            // SAFETY: one pointer per parameter, per the caller.
+            let arg = unsafe { *params.add(i) } as *const u8;
+            if arg.is_null() {
+                return Err(CuResult::INVALID_VALUE);
+            }
+            let at = p.offset as usize;
+            // SAFETY: `arg` points to `size` readable bytes, per the caller;
+            // the layout was checked to fit in `packed` when it arrived.
+            unsafe { std::ptr::copy_nonoverlapping(arg, packed.as_mut_ptr().add(at), p.size as usize) };
+        }
+        return Ok(packed);
+    }
+    if !extra.is_null() {
+        let (mut buf, mut size) = (std::ptr::null::<u8>(), None);
+        let mut i = 0;
+        loop {
+            if i >= 64 {
+                return Err(CuResult::INVALID_VALUE);
+            }
+            // SAFETY: the list is END-terminated, per the caller.
+            let key = unsafe { *extra.add(i) } as usize;
+            match key {
+                CU_LAUNCH_PARAM_END => break,
+                CU_LAUNCH_PARAM_BUFFER_POINTER => {
+                    // SAFETY: a key is followed by its value.
+                    buf = unsafe { *extra.add(i + 1) } as *const u8;
+                }
+                CU_LAUNCH_PARAM_BUFFER_SIZE => {
+                    // SAFETY: the value is a pointer to a size_t.
+                    let sp = unsafe { *extra.add(i + 1) } as *const usize;
+                    if sp.is_null() {
+                        return Err(CuResult::INVALID_VALUE);
+                    }
+                    // SAFETY: non-null pointer to a size_t, per the API.
+                    size = Some(unsafe { sp.read_unaligned() });
+                }
+                _ => return Err(CuResult::INVALID_VALUE),
+            }
+            i += 2;
+        }
+        let size = size.ok_or(CuResult::INVALID_VALUE)?;
+        if buf.is_null() || size < f.param_bytes {
+            return Err(CuResult::INVALID_VALUE);
+        }
+        // SAFETY: `buf` holds `size >= param_bytes` readable bytes.
+        unsafe { std::ptr::copy_nonoverlapping(buf, packed.as_mut_ptr(), f.param_bytes) };
+        return Ok(packed);
+    }
+    if f.params.is_empty() { Ok(packed) } else { Err(CuResult::INVALID_VALUE) }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    hfunc: *mut c_void,
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shared: c_uint,
+    s: *mut c_void,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> Res {
+    let f = objects().functions.get(&id(hfunc)).map(|i| i.func.clone()).ok_or(CuResult::INVALID_HANDLE)?;
+    // SAFETY: the driver API's contract for kernelParams and extra.
+    let packed = unsafe { pack(&f, params, extra) }?;
+    state::client()?.launch_packed(&f, grid, block, shared, stream(s), &packed).map_err(state::cu)
+}
+
+/// `cuLaunchKernel`, with `kernelParams` or the `extra` packed buffer.
+///
+/// # Safety
+/// As the driver API requires of `kernelParams` and `extra`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernel(
+    f: *mut c_void,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    s: *mut c_void,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult {
+    run("cuLaunchKernel", || launch(f, [gx, gy, gz], [bx, by, bz], shared, s, params, extra))
+}
+
+/// `cuLaunchKernel_ptsz`.
+///
+/// # Safety
+/// As `cuLaunchKernel`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernel_ptsz(
+    f: *mut c_void,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    s: *mut c_void,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult {
+    run("cuLaunchKernel_ptsz", || launch(f, [gx, gy, gz], [bx, by, bz], shared, s, params, extra))
+}

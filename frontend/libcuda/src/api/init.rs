@@ -1,0 +1,184 @@
+//! Initialisation, versions, error strings, entry-point lookup.
+
+use crate::state::{self, Res, put, run};
+use crate::{PROC_TABLE, Variant, lookup};
+use pvgpu_ring::CuResult;
+use std::ffi::{CString, c_char, c_int, c_uint, c_void};
+use std::sync::OnceLock;
+
+/// The CUDA API version this library implements.
+pub const API_VERSION: c_int = 13000;
+
+/// `cuInit`: connects to the backend named by `PVGPU_BACKEND`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuInit(flags: c_uint) -> CuResult {
+    run("cuInit", || {
+        if flags != 0 {
+            return Err(CuResult::INVALID_VALUE);
+        }
+        let c = state::connect()?;
+        c.init().map_err(state::cu)?;
+        let _ = state::INITIALIZED.set(());
+        Ok(())
+    })
+}
+
+/// `cuDriverGetVersion`: the backend's driver version, capped at the API
+/// version this library implements (answered without a backend, too).
+///
+/// # Safety
+/// `version` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CuResult {
+    run("cuDriverGetVersion", || {
+        let v = match state::connect() {
+            Ok(c) => c.info().driver_version.min(API_VERSION),
+            Err(_) => API_VERSION,
+        };
+        // SAFETY: the caller passes a writable int.
+        unsafe { put(version, v) }
+    })
+}
+
+struct ErrorStrings {
+    names: Vec<(u32, CString, CString)>,
+}
+
+fn error_strings() -> &'static ErrorStrings {
+    static S: OnceLock<ErrorStrings> = OnceLock::new();
+    S.get_or_init(|| {
+        let mut names = Vec::new();
+        for v in 0..1000u32 {
+            let r = CuResult(v);
+            if let (Some(n), Some(d)) = (r.name(), r.description()) {
+                names.push((v, CString::new(n).unwrap_or_default(), CString::new(d).unwrap_or_default()));
+            }
+        }
+        ErrorStrings { names }
+    })
+}
+
+fn error_text(error: u32, desc: bool, out: *mut *const c_char) -> Res {
+    let s = error_strings();
+    let (_, n, d) = s.names.iter().find(|(v, _, _)| *v == error).ok_or(CuResult::INVALID_VALUE)?;
+    let p = if desc { d.as_ptr() } else { n.as_ptr() };
+    // SAFETY: the caller passes a writable pointer slot; the strings live
+    // for the whole process.
+    unsafe { put(out, p) }
+}
+
+/// `cuGetErrorName`.
+///
+/// # Safety
+/// `p_str` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetErrorName(error: c_uint, p_str: *mut *const c_char) -> CuResult {
+    run("cuGetErrorName", || error_text(error, false, p_str))
+}
+
+/// `cuGetErrorString`.
+///
+/// # Safety
+/// `p_str` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetErrorString(error: c_uint, p_str: *mut *const c_char) -> CuResult {
+    run("cuGetErrorString", || error_text(error, true, p_str))
+}
+
+const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 2;
+const SUCCESS: c_int = 0;
+const SYMBOL_NOT_FOUND: c_int = 1;
+const VERSION_NOT_SUFFICIENT: c_int = 2;
+
+/// Resolves `symbol` for CUDA version `version` (see [`PROC_TABLE`]).
+pub fn resolve(symbol: &str, version: c_int, flags: u64) -> Result<*const c_void, c_int> {
+    let want = if flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0 { Variant::PerThread } else { Variant::Legacy };
+    let entries: Vec<&(&str, u32, Variant, &str)> = PROC_TABLE.iter().filter(|e| e.0 == symbol).collect();
+    if entries.is_empty() {
+        return Err(SYMBOL_NOT_FOUND);
+    }
+    let best = |variant: Variant| entries.iter().filter(|e| e.2 == variant && e.1 as c_int <= version).max_by_key(|e| e.1).map(|e| e.3);
+    // Functions without a per-thread form are the same in both modes.
+    let sym = best(want).or_else(|| if want == Variant::PerThread { best(Variant::Legacy) } else { None }).ok_or(VERSION_NOT_SUFFICIENT)?;
+    lookup(sym).ok_or(SYMBOL_NOT_FOUND)
+}
+
+fn get_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> Res {
+    // SAFETY: the caller passes a NUL-terminated name.
+    let name = unsafe { state::name(symbol) }?;
+    if pfn.is_null() {
+        return Err(CuResult::INVALID_VALUE);
+    }
+    let (f, st) = match resolve(name, version, flags) {
+        Ok(f) => (f as *mut c_void, SUCCESS),
+        Err(st) => (std::ptr::null_mut(), st),
+    };
+    // SAFETY: pfn is non-null and writable per the API contract.
+    unsafe { pfn.write(f) };
+    if !status.is_null() {
+        // SAFETY: a non-null status pointer is writable per the API.
+        unsafe { status.write(st) };
+    }
+    if st == SUCCESS {
+        tracing::trace!(symbol = name, version, "cuGetProcAddress");
+        Ok(())
+    } else {
+        tracing::debug!(symbol = name, version, status = st, "cuGetProcAddress: not found");
+        Err(CuResult::NOT_FOUND)
+    }
+}
+
+/// `cuGetProcAddress_v2`: the entry point of `symbol` for CUDA version
+/// `cuda_version`, from the version table generated from NVIDIA's headers.
+///
+/// # Safety
+/// `symbol` must be NUL-terminated, `pfn` writable, `symbol_status` null or
+/// writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: u64,
+    symbol_status: *mut c_int,
+) -> CuResult {
+    run("cuGetProcAddress_v2", || get_proc(symbol, pfn, cuda_version, flags, symbol_status))
+}
+
+/// `cuGetProcAddress` (CUDA 11.3 form, without the status).
+///
+/// # Safety
+/// As for [`cuGetProcAddress_v2`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64) -> CuResult {
+    run("cuGetProcAddress", || get_proc(symbol, pfn, cuda_version, flags, std::ptr::null_mut()))
+}
+
+/// `cuGetExportTable`: the driver's private tables are not emulated; NVRTC
+/// and others get an error and carry on.
+///
+/// # Safety
+/// `pp_export_table` must be null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetExportTable(pp_export_table: *mut *const c_void, _table_id: *const c_void) -> CuResult {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    state::init_log();
+    ONCE.call_once(|| tracing::info!("cuGetExportTable: private driver tables are not emulated"));
+    if !pp_export_table.is_null() {
+        // SAFETY: non-null and writable per the API.
+        unsafe { pp_export_table.write(std::ptr::null()) };
+    }
+    CuResult::NOT_SUPPORTED
+}
+
+/// `cuProfilerStart`: no profiler is attached to a remote session; a no-op.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuProfilerStart() -> CuResult {
+    CuResult::SUCCESS
+}
+
+/// `cuProfilerStop`: a no-op, as [`cuProfilerStart`].
+#[unsafe(no_mangle)]
+pub extern "C" fn cuProfilerStop() -> CuResult {
+    CuResult::SUCCESS
+}

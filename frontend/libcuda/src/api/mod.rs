@@ -1,0 +1,9 @@
+//! The driver API functions implemented by hand. Everything else is a
+//! generated stub (see `build.rs`).
+
+pub mod context;
+pub mod device;
+pub mod exec;
+pub mod init;
+pub mod memory;
+pub mod module;

@@ -1,0 +1,337 @@
+//! Modules and functions. Images are sent to the backend, whose driver
+//! JIT-compiles PTX; each function's parameter layout comes back with it and
+//! is kept here to pack `cuLaunchKernel` arguments.
+
+use crate::state::{self, FnInfo, Res, handle, id, objects, put, run};
+use pvgpu_frontend::Module;
+use pvgpu_ring::CuResult;
+use std::ffi::{CString, c_char, c_int, c_uint, c_void};
+
+const ELF_MAGIC: [u8; 4] = *b"\x7fELF";
+const FATBIN_MAGIC: u32 = 0xBA55_ED50;
+const FATBINC_MAGIC: u32 = 0x4662_43B1;
+const MAX_IMAGE: usize = 1 << 30;
+
+/// Reads a little-endian integer at `p + off`.
+///
+/// # Safety
+/// `p + off .. p + off + N` must be readable.
+unsafe fn le<const N: usize>(p: *const u8, off: usize) -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: the caller guarantees the bytes are readable.
+    unsafe { std::ptr::copy_nonoverlapping(p.add(off), b.as_mut_ptr(), N) };
+    u64::from_le_bytes(b)
+}
+
+/// The bytes of a module image given by pointer only, as the driver API
+/// passes it: an ELF cubin (its length from its headers), a fatbin (from
+/// its header), a fatbin wrapper as nvcc emits it, or NUL-terminated PTX.
+///
+/// # Safety
+/// `image` must point to a well-formed image of one of those kinds, as the
+/// driver API requires.
+pub unsafe fn image_bytes<'a>(image: *const c_void) -> Result<&'a [u8], CuResult> {
+    let p = image as *const u8;
+    if p.is_null() {
+        return Err(CuResult::INVALID_VALUE);
+    }
+    let mut magic = [0u8; 4];
+    // SAFETY: every image kind is at least 4 bytes long.
+    unsafe { std::ptr::copy_nonoverlapping(p, magic.as_mut_ptr(), 4) };
+    let m = u32::from_le_bytes(magic);
+    let len = if magic == ELF_MAGIC {
+        // SAFETY: an ELF64 header is 64 bytes; the tables it names are part
+        // of the image.
+        unsafe {
+            let phoff = le::<8>(p, 0x20);
+            let shoff = le::<8>(p, 0x28);
+            let (phentsize, phnum) = (le::<2>(p, 0x36), le::<2>(p, 0x38));
+            let (shentsize, shnum) = (le::<2>(p, 0x3a), le::<2>(p, 0x3c));
+            let mut end = (phoff + phentsize * phnum).max(shoff + shentsize * shnum).max(64);
+            for i in 0..shnum {
+                let sh = p.add((shoff + i * shentsize) as usize);
+                if le::<4>(sh, 4) != 8 {
+                    end = end.max(le::<8>(sh, 0x18) + le::<8>(sh, 0x20));
+                }
+            }
+            end as usize
+        }
+    } else if m == FATBIN_MAGIC {
+        // SAFETY: a fatbin header is 16 bytes.
+        unsafe { (le::<2>(p, 6) + le::<8>(p, 8)) as usize }
+    } else if m == FATBINC_MAGIC {
+        // nvcc's wrapper: {magic, version, const void* data, ...}.
+        // SAFETY: the wrapper holds the data pointer at offset 8.
+        let data = unsafe { (p.add(8) as *const *const c_void).read_unaligned() };
+        // SAFETY: the wrapper's data is a fatbin, per the caller.
+        return unsafe { image_bytes(data) };
+    } else {
+        // SAFETY: PTX is NUL-terminated text, per the caller.
+        unsafe { std::ffi::CStr::from_ptr(p.cast()) }.to_bytes().len()
+    };
+    if len == 0 || len > MAX_IMAGE {
+        return Err(CuResult::INVALID_IMAGE);
+    }
+    // SAFETY: the image spans `len` readable bytes (computed above).
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+fn load(module: *mut *mut c_void, image: &[u8]) -> Res {
+    if module.is_null() {
+        return Err(CuResult::INVALID_VALUE);
+    }
+    let ctx = state::current()?;
+    let m = state::client()?.module_load(ctx, image).map_err(state::cu)?;
+    objects().modules.insert(m.0, ctx.0);
+    // SAFETY: non-null and writable per the API.
+    unsafe { put(module, handle(m.0)) }
+}
+
+/// `cuModuleLoadData`.
+///
+/// # Safety
+/// `module` must be writable and `image` a valid image.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> CuResult {
+    // SAFETY: the caller passes a valid image.
+    run("cuModuleLoadData", || load(module, unsafe { image_bytes(image) }?))
+}
+
+const CU_JIT_INFO_LOG_BUFFER: c_int = 3;
+const CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES: c_int = 4;
+const CU_JIT_ERROR_LOG_BUFFER: c_int = 5;
+const CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: c_int = 6;
+
+/// `cuModuleLoadDataEx`: JIT options are left to the backend's driver; log
+/// buffers come back empty.
+///
+/// # Safety
+/// As for `cuModuleLoadData`; `options` and `values` hold `num_options`
+/// entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadDataEx(
+    module: *mut *mut c_void,
+    image: *const c_void,
+    num_options: c_uint,
+    options: *const c_int,
+    values: *mut *mut c_void,
+) -> CuResult {
+    run("cuModuleLoadDataEx", || {
+        // SAFETY: the caller passes a valid image.
+        let bytes = unsafe { image_bytes(image) }?;
+        let r = load(module, bytes);
+        if !options.is_null() && !values.is_null() {
+            for i in 0..num_options.min(64) as usize {
+                // SAFETY: `num_options` entries per the API.
+                let (opt, val) = unsafe { (*options.add(i), values.add(i)) };
+                match opt {
+                    // SAFETY: the value of a log buffer option is a char buffer.
+                    CU_JIT_INFO_LOG_BUFFER | CU_JIT_ERROR_LOG_BUFFER => unsafe {
+                        let buf = *val as *mut c_char;
+                        if !buf.is_null() {
+                            buf.write(0);
+                        }
+                    },
+                    // SAFETY: size options are in/out values stored in place.
+                    CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES | CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES => unsafe { val.write(std::ptr::null_mut()) },
+                    _ => {}
+                }
+            }
+        }
+        r
+    })
+}
+
+/// `cuModuleLoadFatBinary`.
+///
+/// # Safety
+/// As for `cuModuleLoadData`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadFatBinary(module: *mut *mut c_void, fat_cubin: *const c_void) -> CuResult {
+    // SAFETY: the caller passes a valid fatbin.
+    run("cuModuleLoadFatBinary", || load(module, unsafe { image_bytes(fat_cubin) }?))
+}
+
+/// `cuModuleLoad`: reads the file here and sends its bytes.
+///
+/// # Safety
+/// `module` must be writable and `fname` NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoad(module: *mut *mut c_void, fname: *const c_char) -> CuResult {
+    run("cuModuleLoad", || {
+        // SAFETY: NUL-terminated per the API.
+        let path = unsafe { state::name(fname) }?;
+        let bytes = std::fs::read(path).map_err(|_| CuResult::FILE_NOT_FOUND)?;
+        load(module, &bytes)
+    })
+}
+
+/// `cuModuleUnload`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleUnload(module: *mut c_void) -> CuResult {
+    run("cuModuleUnload", || {
+        let m = id(module);
+        if !objects().modules.contains_key(&m) {
+            return Err(CuResult::INVALID_HANDLE);
+        }
+        state::client()?.module_unload(Module(m)).map_err(state::cu)?;
+        objects().drop_module(m);
+        Ok(())
+    })
+}
+
+/// `cuModuleGetFunction`: also learns the kernel's parameter layout.
+///
+/// # Safety
+/// `hfunc` must be writable and `name` NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleGetFunction(hfunc: *mut *mut c_void, module: *mut c_void, name: *const c_char) -> CuResult {
+    run("cuModuleGetFunction", || {
+        // SAFETY: NUL-terminated per the API.
+        let n = unsafe { state::name(name) }?;
+        let m = id(module);
+        let f = state::client()?.module_get_function(Module(m), n).map_err(state::cu)?;
+        let fid = f.id;
+        let cname = CString::new(n).map_err(|_| CuResult::INVALID_VALUE)?;
+        objects().functions.insert(fid, FnInfo { func: f, module: m, name: cname });
+        // SAFETY: writable per the API.
+        unsafe { put(hfunc, handle(fid)) }
+    })
+}
+
+/// `cuModuleGetGlobal_v2`.
+///
+/// # Safety
+/// `dptr` and `bytes` must each be null or writable; `name` NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleGetGlobal_v2(dptr: *mut u64, bytes: *mut usize, module: *mut c_void, name: *const c_char) -> CuResult {
+    run("cuModuleGetGlobal_v2", || {
+        // SAFETY: NUL-terminated per the API.
+        let n = unsafe { state::name(name) }?;
+        let m = id(module);
+        let (p, size) = state::client()?.module_get_global(Module(m), n).map_err(state::cu)?;
+        {
+            let mut o = objects();
+            let ctx = o.modules.get(&m).copied().unwrap_or(0);
+            o.device.insert(p, (size, ctx, Some(m)));
+        }
+        if !dptr.is_null() {
+            // SAFETY: non-null and writable per the API.
+            unsafe { put(dptr, p)? };
+        }
+        if !bytes.is_null() {
+            // SAFETY: non-null and writable per the API.
+            unsafe { put(bytes, size as usize)? };
+        }
+        Ok(())
+    })
+}
+
+fn function(f: *mut c_void) -> Result<pvgpu_frontend::Function, CuResult> {
+    objects().functions.get(&id(f)).map(|i| i.func.clone()).ok_or(CuResult::INVALID_HANDLE)
+}
+
+/// `cuFuncGetAttribute`.
+///
+/// # Safety
+/// `pi` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, hfunc: *mut c_void) -> CuResult {
+    run("cuFuncGetAttribute", || {
+        let f = function(hfunc)?;
+        let v = state::client()?.func_get_attribute(&f, attrib).map_err(state::cu)?;
+        // SAFETY: writable per the API.
+        unsafe { put(pi, v) }
+    })
+}
+
+/// `cuFuncSetAttribute`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuFuncSetAttribute(hfunc: *mut c_void, attrib: c_int, value: c_int) -> CuResult {
+    run("cuFuncSetAttribute", || {
+        let f = function(hfunc)?;
+        state::client()?.func_set_attribute(&f, attrib, value).map_err(state::cu)
+    })
+}
+
+/// `cuFuncSetCacheConfig`: a preference the driver may ignore; accepted and
+/// not forwarded.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuFuncSetCacheConfig(hfunc: *mut c_void, config: c_int) -> CuResult {
+    run("cuFuncSetCacheConfig", || {
+        function(hfunc)?;
+        if !(0..=3).contains(&config) {
+            return Err(CuResult::INVALID_VALUE);
+        }
+        Ok(())
+    })
+}
+
+/// `cuFuncGetParamInfo`, from the layout learned at lookup.
+///
+/// # Safety
+/// `offset` and `size` must each be null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncGetParamInfo(hfunc: *mut c_void, index: usize, offset: *mut usize, size: *mut usize) -> CuResult {
+    run("cuFuncGetParamInfo", || {
+        let f = function(hfunc)?;
+        let p = f.params.get(index).ok_or(CuResult::INVALID_VALUE)?;
+        if !offset.is_null() {
+            // SAFETY: non-null and writable per the API.
+            unsafe { put(offset, p.offset as usize)? };
+        }
+        if !size.is_null() {
+            // SAFETY: non-null and writable per the API.
+            unsafe { put(size, p.size as usize)? };
+        }
+        Ok(())
+    })
+}
+
+/// `cuFuncGetName`.
+///
+/// # Safety
+/// `name` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, hfunc: *mut c_void) -> CuResult {
+    run("cuFuncGetName", || {
+        let o = objects();
+        let f = o.functions.get(&id(hfunc)).ok_or(CuResult::INVALID_HANDLE)?;
+        // SAFETY: writable per the API; the string lives as long as the
+        // function's module.
+        unsafe { put(name, f.name.as_ptr()) }
+    })
+}
+
+/// `cuFuncGetModule`.
+///
+/// # Safety
+/// `module` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncGetModule(module: *mut *mut c_void, hfunc: *mut c_void) -> CuResult {
+    run("cuFuncGetModule", || {
+        let m = objects().functions.get(&id(hfunc)).map(|f| f.module).ok_or(CuResult::INVALID_HANDLE)?;
+        // SAFETY: writable per the API.
+        unsafe { put(module, handle(m)) }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::image_bytes;
+
+    #[test]
+    fn image_lengths_come_from_headers() {
+        let cubin = include_bytes!("../../../../tests/kernels/kernels.sm_90.cubin");
+        let fatbin = include_bytes!("../../../../tests/kernels/kernels.fatbin");
+        let mut ptx = include_bytes!("../../../../tests/kernels/kernels.ptx").to_vec();
+        // SAFETY: each buffer holds a complete image.
+        unsafe {
+            assert_eq!(image_bytes(cubin.as_ptr().cast()).unwrap().len(), cubin.len());
+            assert_eq!(image_bytes(fatbin.as_ptr().cast()).unwrap().len(), fatbin.len());
+            let n = ptx.len();
+            ptx.push(0);
+            assert_eq!(image_bytes(ptx.as_ptr().cast()).unwrap().len(), n);
+        }
+    }
+}

@@ -1,0 +1,204 @@
+/*
+ * A CUDA driver-API program, written against NVIDIA's cuda.h and linked
+ * with -lcuda. pvgpu runs it unchanged against its drop-in libcuda.so.1;
+ * the same source runs natively on a GPU machine for comparison.
+ *
+ *   cc -I<cuda include> driver_api.c -o driver_api -lcuda
+ *   ./driver_api kernels.ptx
+ *   ./driver_api kernels.ptx --lost-backend
+ *
+ * With --lost-backend it sets up a context, prints READY, waits for a line
+ * on stdin (the test kills the backend meanwhile) and checks that calls then
+ * fail with CUDA_ERROR_DEVICE_UNAVAILABLE instead of hanging.
+ *
+ * Prints one line per check and "PASS" at the end; exits 1 at the first
+ * failure.
+ */
+#include <cuda.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+
+#define CHECK(call)                                                                  \
+    do {                                                                             \
+        CUresult r_ = (call);                                                        \
+        if (r_ != CUDA_SUCCESS) {                                                    \
+            const char *n_ = NULL;                                                   \
+            cuGetErrorName(r_, &n_);                                                 \
+            printf("FAIL %s:%d %s -> %d %s\n", __FILE__, __LINE__, #call, (int)r_,   \
+                   n_ ? n_ : "?");                                                   \
+            exit(1);                                                                 \
+        }                                                                            \
+    } while (0)
+
+#define EXPECT(cond, what)                                                           \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            printf("FAIL %s:%d %s\n", __FILE__, __LINE__, what);                     \
+            exit(1);                                                                 \
+        }                                                                            \
+        printf("ok   %s\n", what);                                                   \
+    } while (0)
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { printf("FAIL cannot open %s\n", path); exit(1); }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc(n + 1);
+    if (fread(buf, 1, n, f) != (size_t)n) { printf("FAIL short read\n"); exit(1); }
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { printf("usage: %s kernels.ptx\n", argv[0]); return 2; }
+    char *ptx = read_file(argv[1]);
+
+    int version = 0;
+    CHECK(cuDriverGetVersion(&version));
+    EXPECT(version >= 12000, "cuDriverGetVersion");
+    EXPECT(cuDeviceGetCount(&version) == CUDA_ERROR_NOT_INITIALIZED, "calls before cuInit fail");
+    CHECK(cuInit(0));
+
+    int count = 0;
+    CHECK(cuDeviceGetCount(&count));
+    EXPECT(count >= 1, "cuDeviceGetCount");
+    CUdevice dev;
+    CHECK(cuDeviceGet(&dev, 0));
+    char name[256];
+    CHECK(cuDeviceGetName(name, sizeof name, dev));
+    printf("     device 0: %s\n", name);
+    size_t total = 0;
+    CHECK(cuDeviceTotalMem(&total, dev));
+    int warp = 0, major = 0;
+    CHECK(cuDeviceGetAttribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, dev));
+    CHECK(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    EXPECT(total > 0 && warp == 32 && major >= 7, "device name, memory and attributes");
+    CUuuid uuid;
+    CHECK(cuDeviceGetUuid(&uuid, dev));
+
+    CUcontext ctx, cur;
+    CHECK(cuCtxCreate(&ctx, NULL, 0, dev));
+    if (argc > 2 && strcmp(argv[2], "--lost-backend") == 0) {
+        CUdeviceptr p;
+        CHECK(cuMemAlloc(&p, 4096));
+        printf("READY\n");
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) return 2;
+        EXPECT(cuMemAlloc(&p, 4096) == CUDA_ERROR_DEVICE_UNAVAILABLE, "a lost backend is CUDA_ERROR_DEVICE_UNAVAILABLE");
+        EXPECT(cuCtxSynchronize() == CUDA_ERROR_DEVICE_UNAVAILABLE, "and stays so");
+        printf("PASS\n");
+        return 0;
+    }
+    CHECK(cuCtxGetCurrent(&cur));
+    EXPECT(cur == ctx, "cuCtxCreate makes the context current");
+    CHECK(cuCtxPushCurrent(ctx));
+    CHECK(cuCtxPopCurrent(&cur));
+    EXPECT(cur == ctx, "context stack push/pop");
+    CUdevice cdev;
+    CHECK(cuCtxGetDevice(&cdev));
+    EXPECT(cdev == dev, "cuCtxGetDevice");
+
+    CUmodule mod;
+    CHECK(cuModuleLoadData(&mod, ptx));
+    CUfunction matsum, saxpy;
+    CHECK(cuModuleGetFunction(&matsum, mod, "mat_sum"));
+    CHECK(cuModuleGetFunction(&saxpy, mod, "saxpy"));
+    size_t off = 0, sz = 0;
+    CHECK(cuFuncGetParamInfo(matsum, 3, &off, &sz));
+    EXPECT(off == 24 && sz == 4, "cuFuncGetParamInfo");
+    CUdeviceptr scale;
+    size_t scale_bytes = 0;
+    CHECK(cuModuleGetGlobal(&scale, &scale_bytes, mod, "pvgpu_scale"));
+    float s = 0;
+    CHECK(cuMemcpyDtoH(&s, scale, sizeof s));
+    EXPECT(scale_bytes == 4 && s == 3.0f, "cuModuleGetGlobal reads a __device__ global");
+
+    const int n = 100000;
+    size_t bytes = n * sizeof(float);
+    float *a = malloc(bytes), *b = malloc(bytes), *c = malloc(bytes);
+    for (int i = 0; i < n; i++) { a[i] = (float)i; b[i] = 2.0f * i; }
+    CUdeviceptr da, db, dc;
+    CHECK(cuMemAlloc(&da, bytes));
+    CHECK(cuMemAlloc(&db, bytes));
+    CHECK(cuMemAlloc(&dc, bytes));
+    CHECK(cuMemcpyHtoD(da, a, bytes));
+    CHECK(cuMemcpyHtoD(db, b, bytes));
+    void *args[] = {&da, &db, &dc, (void *)&n};
+    CHECK(cuLaunchKernel(matsum, (n + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+    CHECK(cuMemcpyDtoH(c, dc, bytes));
+    int ok = 1;
+    for (int i = 0; i < n; i++) ok &= c[i] == 3.0f * i;
+    EXPECT(ok, "MatSum through cuLaunchKernel(kernelParams)");
+
+    /* saxpy with the extra (packed buffer) form: float a; float *x; float *y; int n */
+    struct { float a; int pad; CUdeviceptr x, y; int n; } packed = {0.5f, 0, da, dc, n};
+    size_t packed_size = sizeof packed;
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size, CU_LAUNCH_PARAM_END};
+    CHECK(cuLaunchKernel(saxpy, (n + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, NULL, extra));
+    CHECK(cuMemcpyDtoH(c, dc, bytes));
+    ok = 1;
+    for (int i = 0; i < n; i++) ok &= c[i] == 3.5f * i;
+    EXPECT(ok, "saxpy through cuLaunchKernel(extra)");
+
+    CUstream st;
+    CUevent e0, e1;
+    CHECK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+    CHECK(cuEventCreate(&e0, CU_EVENT_DEFAULT));
+    CHECK(cuEventCreate(&e1, CU_EVENT_DEFAULT));
+    float *pinned = NULL;
+    CHECK(cuMemAllocHost((void **)&pinned, bytes));
+    for (int i = 0; i < n; i++) pinned[i] = 1.0f;
+    CHECK(cuEventRecord(e0, st));
+    CHECK(cuMemcpyHtoDAsync(db, pinned, bytes, st));
+    CHECK(cuLaunchKernel(matsum, (n + 255) / 256, 1, 1, 256, 1, 1, 0, st, args, NULL));
+    CHECK(cuStreamSynchronize(st));
+    memset(pinned, 0, bytes);
+    CHECK(cuMemcpyDtoHAsync(pinned, dc, bytes, st));
+    CHECK(cuEventRecord(e1, st));
+    CHECK(cuEventSynchronize(e1));
+    float ms = -1;
+    CHECK(cuEventElapsedTime(&ms, e0, e1));
+    ok = 1;
+    for (int i = 0; i < n; i++) ok &= pinned[i] == (float)i + 1.0f;
+    EXPECT(ok && ms >= 0, "streams, events, async copies through cuMemAllocHost memory");
+    CHECK(cuStreamQuery(st));
+
+    EXPECT(cuMemcpyDtoH(c, dc + bytes, 16) == CUDA_ERROR_INVALID_VALUE, "out-of-range copy is refused");
+    CUarray arr;
+    CUDA_ARRAY_DESCRIPTOR desc = {16, 16, CU_AD_FORMAT_FLOAT, 1};
+    EXPECT(cuArrayCreate(&arr, &desc) == CUDA_ERROR_NOT_SUPPORTED, "unimplemented calls say so");
+    const char *ename = NULL;
+    CHECK(cuGetErrorName(CUDA_ERROR_ILLEGAL_ADDRESS, &ename));
+    EXPECT(strcmp(ename, "CUDA_ERROR_ILLEGAL_ADDRESS") == 0, "cuGetErrorName");
+
+    void *fp = NULL;
+    CUdriverProcAddressQueryResult qr;
+    CHECK(cuGetProcAddress("cuMemAlloc", &fp, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &qr));
+    CUdeviceptr dx;
+    CHECK(((CUresult(*)(CUdeviceptr *, size_t))fp)(&dx, 64));
+    EXPECT(qr == CU_GET_PROC_ADDRESS_SUCCESS && dx != 0, "cuGetProcAddress entry point works");
+    EXPECT(cuGetProcAddress("cuNoSuchThing", &fp, 13000, 0, &qr) == CUDA_ERROR_NOT_FOUND && qr == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
+           "cuGetProcAddress reports unknown symbols");
+
+    CHECK(cuMemFreeHost(pinned));
+    CHECK(cuEventDestroy(e0));
+    CHECK(cuEventDestroy(e1));
+    CHECK(cuStreamDestroy(st));
+    CHECK(cuMemFree(da));
+    CHECK(cuMemFree(db));
+    CHECK(cuMemFree(dc));
+    CHECK(cuMemFree(dx));
+    CHECK(cuModuleUnload(mod));
+    CHECK(cuCtxSynchronize());
+    CHECK(cuCtxDestroy(ctx));
+    printf("PASS\n");
+    return failures;
+}

@@ -1,0 +1,152 @@
+//! Unmodified programs against the drop-in libcuda.so.1, over each
+//! transport: a C program written against NVIDIA's cuda.h and linked with
+//! -lcuda, and a cudarc program that loads the driver with dlopen.
+//!
+//! Needs the drop-in library built (`cargo build -p pvgpu-libcuda`; `cargo
+//! test --workspace` and `tests/all.sh` do) and cuda.h: `PVGPU_CUDA_INCLUDE`,
+//! or `target/cuda-include/` (`tests/all.sh` fetches it from NVIDIA's
+//! `nvidia-cuda-runtime` wheel on PyPI).
+
+use pvgpu_tests::{Harness, HarnessOptions, TempDir, Transport};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let mut dir = exe.parent().unwrap().to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir
+}
+
+/// A directory holding the drop-in library as libcuda.so.1 and libcuda.so.
+fn shim_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let t = target_dir();
+        let lib = t.join("libpvgpu_cuda.so");
+        assert!(lib.exists(), "{} not found: build it first (cargo build -p pvgpu-libcuda)", lib.display());
+        let dir = t.join("pvgpu-libcuda");
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["libcuda.so.1", "libcuda.so"] {
+            let link = dir.join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink("../libpvgpu_cuda.so", &link).unwrap();
+        }
+        dir
+    })
+    .clone()
+}
+
+fn cuda_include() -> PathBuf {
+    let dir = std::env::var_os("PVGPU_CUDA_INCLUDE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/cuda-include"));
+    assert!(
+        dir.join("cuda.h").exists(),
+        "cuda.h not found in {}: run tests/all.sh (it fetches NVIDIA's headers) or set PVGPU_CUDA_INCLUDE",
+        dir.display()
+    );
+    dir
+}
+
+/// The C test program, compiled once against cuda.h and the drop-in library.
+fn c_program() -> PathBuf {
+    static BIN: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = TempDir::new("shim-c");
+        let out = dir.0.join("driver_api");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("shim/driver_api.c");
+        let status = Command::new("cc")
+            .arg("-Wall")
+            .arg("-I")
+            .arg(cuda_include())
+            .arg(&src)
+            .arg("-o")
+            .arg(&out)
+            .arg("-L")
+            .arg(shim_dir())
+            .arg("-lcuda")
+            .status()
+            .expect("cannot run cc");
+        assert!(status.success(), "compiling driver_api.c failed");
+        (dir, out)
+    })
+    .1
+    .clone()
+}
+
+fn ptx() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/kernels.ptx")
+}
+
+fn run(cmd: &mut Command, h: &Harness, t: Transport) -> String {
+    let out = cmd
+        .env("LD_LIBRARY_PATH", shim_dir())
+        .env("PVGPU_BACKEND", h.addr(t).to_string())
+        .env_remove("PVGPU_LOG")
+        .output()
+        .expect("cannot start the program");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && stdout.contains("PASS"),
+        "program failed over {t:?} ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn shared() -> &'static Harness {
+    static H: OnceLock<Harness> = OnceLock::new();
+    H.get_or_init(Harness::start)
+}
+
+#[test]
+fn c_program_over_local() {
+    run(Command::new(c_program()).arg(ptx()), shared(), Transport::Local);
+}
+
+#[test]
+fn c_program_over_tcp() {
+    run(Command::new(c_program()).arg(ptx()), shared(), Transport::Tcp);
+}
+
+#[test]
+fn cudarc_program_over_local() {
+    run(&mut Command::new(env!("CARGO_BIN_EXE_shim-cudarc")), shared(), Transport::Local);
+}
+
+#[test]
+fn cudarc_program_over_tcp() {
+    run(&mut Command::new(env!("CARGO_BIN_EXE_shim-cudarc")), shared(), Transport::Tcp);
+}
+
+#[test]
+fn lost_backend_is_an_error_not_a_hang() {
+    for t in [Transport::Local, Transport::Tcp] {
+        let mut h = Harness::with(HarnessOptions { process: true, ..Default::default() });
+        let mut child = Command::new(c_program())
+            .arg(ptx())
+            .arg("--lost-backend")
+            .env("LD_LIBRARY_PATH", shim_dir())
+            .env("PVGPU_BACKEND", h.addr(t).to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        assert!(lines.any(|l| l.is_ok_and(|l| l.contains("READY"))), "program did not get going over {t:?}");
+        assert!(h.kill());
+        let t0 = Instant::now();
+        writeln!(child.stdin.take().unwrap()).unwrap();
+        let rest: Vec<String> = lines.map_while(Result::ok).collect();
+        let status = child.wait().unwrap();
+        assert!(status.success() && rest.iter().any(|l| l == "PASS"), "over {t:?}: {rest:?}");
+        assert!(t0.elapsed() < Duration::from_secs(10));
+    }
+}
