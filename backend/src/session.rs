@@ -24,7 +24,7 @@ use crate::handles::HandleTable;
 use pvgpu_ring::CuResult;
 use pvgpu_ring::proto::{
     self, AttrPair, CtxInfoRep, DataLoc, DataRef, DecodeError, DevicePropsRep, DptrRep, ElapsedRep, FunctionRep, GlobalRep, HandleRep,
-    Header, HelloRep, I32Rep, MemInfoRep, PROTOCOL_VERSION, ParamInfo, Request, U64Rep,
+    Header, HelloRep, I32Rep, MemInfoRep, OccupancyRep, PROTOCOL_VERSION, ParamInfo, Request, U64Rep,
 };
 use pvgpu_ring::region::DataArea;
 use std::collections::{BTreeMap, HashMap};
@@ -738,6 +738,13 @@ impl<E: Executor> Session<E> {
                     greatest_priority: i.greatest_priority.into(),
                 };
                 out.extend_from_slice(rep.as_bytes());
+            }
+            Request::Occupancy(r) => {
+                let f = self.functions.get(r.function.get()).ok_or(CuResult::INVALID_HANDLE)?;
+                let (ctx, func) = (f.ctx, f.func);
+                let (a, b) =
+                    self.enter(ctx)?.occupancy(func, r.kind.get(), r.block_size.get(), r.limit.get(), r.dyn_smem.get(), r.flags.get())?;
+                out.extend_from_slice(OccupancyRep { a: a.into(), b: b.into() }.as_bytes());
             }
             Request::CtxLimit(r) => {
                 let c = self.enter(r.ctx.get())?;

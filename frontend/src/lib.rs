@@ -39,7 +39,7 @@ use pvgpu_ring::proto::{
     self, AttrPair, COPY_ASYNC, COPY_PINNED, CtxCreateReq, CtxInfoRep, CtxLimitReq, DeviceAttrReq, DevicePropsRep, DeviceReq, DptrRep,
     DtoDReq, DtoHReq, ElapsedRep, ElapsedReq, EventCreateReq, EventRecordReq, FLAG_REPLY, FuncAttrReq, FunctionRep, GlobalRep, HandleRep,
     HandleReq, Header, HelloRep, HelloReq, HtoDReq, I32Rep, LaunchReq, MemAllocReq, MemFreeReq, MemInfoRep, MemsetReq, ModuleLoadReq,
-    Opcode, PROTOCOL_VERSION, ParamInfo, StreamCreateReq, StreamWaitReq, SymbolReq, U64Rep,
+    OccupancyRep, OccupancyReq, Opcode, PROTOCOL_VERSION, ParamInfo, StreamCreateReq, StreamWaitReq, SymbolReq, U64Rep,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -840,6 +840,36 @@ impl Client {
             least_priority: r.least_priority.get(),
             greatest_priority: r.greatest_priority.get(),
         })
+    }
+
+    /// `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`.
+    pub fn occupancy_max_active_blocks(&self, f: &Function, block_size: i32, dyn_smem: u64, flags: u32) -> Result<i32> {
+        Ok(self.occupancy(f, 0, block_size, 0, dyn_smem, flags)?.0 as i32)
+    }
+
+    /// `cuOccupancyMaxPotentialBlockSizeWithFlags` without a block-size to
+    /// shared-memory callback: (minimum grid size, block size).
+    pub fn occupancy_max_potential_block_size(&self, f: &Function, dyn_smem: u64, limit: i32, flags: u32) -> Result<(i32, i32)> {
+        let (a, b) = self.occupancy(f, 1, 0, limit, dyn_smem, flags)?;
+        Ok((a as i32, b as i32))
+    }
+
+    /// `cuOccupancyAvailableDynamicSMemPerBlock`.
+    pub fn occupancy_available_dynamic_smem(&self, f: &Function, num_blocks: i32, block_size: i32) -> Result<u64> {
+        Ok(self.occupancy(f, 2, block_size, num_blocks, 0, 0)?.0 as u64)
+    }
+
+    fn occupancy(&self, f: &Function, kind: u32, block_size: i32, limit: i32, dyn_smem: u64, flags: u32) -> Result<(i64, i64)> {
+        let r = OccupancyReq {
+            function: f.id.into(),
+            kind: kind.into(),
+            flags: flags.into(),
+            block_size: block_size.into(),
+            limit: limit.into(),
+            dyn_smem: dyn_smem.into(),
+        };
+        let rep: OccupancyRep = self.call_into(Opcode::Occupancy, &[r.as_bytes()])?;
+        Ok((rep.a.get(), rep.b.get()))
     }
 
     /// `cuCtxGetLimit`.

@@ -17,7 +17,7 @@
 //! sequence diagrams and the versioning rules.
 
 use crate::cuda::CuResult;
-use zerocopy::little_endian::{F32, I32, U16, U32, U64};
+use zerocopy::little_endian::{F32, I32, I64, U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 /// The protocol version this crate speaks.
@@ -228,6 +228,8 @@ opcodes! {
     CtxGetInfo = 40,
     /// `cuCtxGetLimit` / `cuCtxSetLimit`.
     CtxLimit = 41,
+    /// The occupancy calculator (`cuOccupancy*`).
+    Occupancy = 42,
 }
 
 /// Why a message did not decode.
@@ -608,6 +610,31 @@ wire_structs! {
         /// Value to set.
         pub value: U64,
     }
+    /// [`Opcode::Occupancy`] request.
+    pub struct OccupancyReq {
+        /// Function id.
+        pub function: U64,
+        /// 0: max active blocks per multiprocessor (`block_size`,
+        /// `dyn_smem`); 1: max potential block size (`dyn_smem`, `limit`);
+        /// 2: available dynamic shared memory per block (`limit` blocks of
+        /// `block_size`).
+        pub kind: U32,
+        /// `CU_OCCUPANCY_*` flags.
+        pub flags: U32,
+        /// Block size.
+        pub block_size: I32,
+        /// Block-size limit (kind 1) or number of blocks (kind 2).
+        pub limit: I32,
+        /// Dynamic shared memory per block.
+        pub dyn_smem: U64,
+    }
+    /// [`Opcode::Occupancy`] reply.
+    pub struct OccupancyRep {
+        /// Kind 0: blocks; kind 1: minimum grid size; kind 2: bytes.
+        pub a: I64,
+        /// Kind 1: block size; otherwise 0.
+        pub b: I64,
+    }
     /// Replies that return one 64-bit value.
     pub struct U64Rep {
         /// The value.
@@ -729,6 +756,8 @@ pub enum Request<'a> {
     CtxGetInfo(HandleReq),
     /// [`Opcode::CtxLimit`].
     CtxLimit(CtxLimitReq),
+    /// [`Opcode::Occupancy`].
+    Occupancy(OccupancyReq),
 }
 
 fn exact<T: FromBytes + KnownLayout + Immutable + Unaligned>(op: Opcode, p: &[u8]) -> Result<T, DecodeError> {
@@ -879,6 +908,13 @@ impl<'a> Request<'a> {
             O::FuncSetAttribute => Request::FuncSetAttribute(exact(op, p)?),
             O::CtxGetInfo => Request::CtxGetInfo(exact(op, p)?),
             O::CtxLimit => Request::CtxLimit(exact(op, p)?),
+            O::Occupancy => {
+                let r: OccupancyReq = exact(op, p)?;
+                if r.kind.get() > 2 {
+                    return Err(DecodeError::BadField("kind"));
+                }
+                Request::Occupancy(r)
+            }
         })
     }
 }

@@ -355,6 +355,11 @@ fn stream_waits_and_function_attributes(t: Transport) {
     assert_eq!(c.func_get_attribute(&f, 8).unwrap(), 1024, "MAX_DYNAMIC_SHARED_SIZE_BYTES");
     assert_eq!(code(c.func_get_attribute(&f, 9999)), CuResult::INVALID_VALUE);
 
+    assert!(c.occupancy_max_active_blocks(&f, 256, 0, 0).unwrap() >= 1);
+    let (grid, block) = c.occupancy_max_potential_block_size(&f, 0, 0, 0).unwrap();
+    assert!(grid > 0 && (1..=1024).contains(&block), "occupancy: grid {grid}, block {block}");
+    assert!(c.occupancy_available_dynamic_smem(&f, 1, 128).unwrap() > 0);
+
     let info = c.ctx_info(g.ctx).unwrap();
     assert!(info.api_version >= 3020);
     assert!(info.greatest_priority <= info.least_priority);

@@ -550,6 +550,33 @@ impl ExecContext for CudaContext {
         Ok(v as u64)
     }
 
+    fn occupancy(&mut self, f: CudaFunction, kind: u32, block_size: i32, limit: i32, dyn_smem: u64, flags: u32) -> CuRes<(i64, i64)> {
+        match kind {
+            0 => {
+                let mut n = 0;
+                // SAFETY: valid out-pointer, live function.
+                ck(unsafe {
+                    sys::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&mut n, f.0, block_size, dyn_smem as usize, flags)
+                })?;
+                Ok((n as i64, 0))
+            }
+            1 => {
+                let (mut grid, mut block) = (0, 0);
+                // SAFETY: valid out-pointers, live function, no callback.
+                ck(unsafe {
+                    sys::cuOccupancyMaxPotentialBlockSizeWithFlags(&mut grid, &mut block, f.0, None, dyn_smem as usize, limit, flags)
+                })?;
+                Ok((grid as i64, block as i64))
+            }
+            _ => {
+                let mut size = 0usize;
+                // SAFETY: valid out-pointer, live function.
+                ck(unsafe { sys::cuOccupancyAvailableDynamicSMemPerBlock(&mut size, f.0, limit, block_size) })?;
+                Ok((size as i64, 0))
+            }
+        }
+    }
+
     fn set_limit(&mut self, limit: u32, value: u64) -> CuRes<()> {
         // SAFETY: plain-int limit number; acts on the current context.
         ck_raw(unsafe { (self.attr_fns.set_limit)(limit as c_int, value as usize) })

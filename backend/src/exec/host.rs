@@ -662,6 +662,18 @@ impl ExecContext for HostContext {
         *slot = value;
         Ok(())
     }
+
+    fn occupancy(&mut self, _f: HostFunction, kind: u32, block_size: i32, _limit: i32, _dyn_smem: u64, _flags: u32) -> CuRes<(i64, i64)> {
+        self.ok()?;
+        // One multiprocessor of 2048 threads and 16 blocks, 64 KiB of
+        // shared memory: the attributes the double reports.
+        match kind {
+            0 if (1..=1024).contains(&block_size) => Ok(((2048 / block_size as i64).min(16), 0)),
+            1 => Ok((2, 1024)),
+            2 => Ok((48 * 1024, 0)),
+            _ => Err(CuResult::INVALID_VALUE),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -172,6 +172,8 @@ pub trait ExecContext: Send + 'static {
     fn get_limit(&mut self, limit: u32) -> CuRes<u64>;
     /// `cuCtxSetLimit`.
     fn set_limit(&mut self, limit: u32, value: u64) -> CuRes<()>;
+    /// The occupancy calculator; see `proto::OccupancyReq` for `kind`.
+    fn occupancy(&mut self, f: Self::Function, kind: u32, block_size: i32, limit: i32, dyn_smem: u64, flags: u32) -> CuRes<(i64, i64)>;
 }
 
 /// Facts about a context.

@@ -345,6 +345,11 @@ unsafe fn pack(f: &pvgpu_frontend::Function, params: *mut *mut c_void, extra: *m
         if buf.is_null() || size < f.param_bytes {
             return Err(CuResult::INVALID_VALUE);
         }
+        if size > f.param_bytes {
+            // What the driver answers for a buffer larger than the kernel's
+            // parameters.
+            return Err(CuResult::LAUNCH_OUT_OF_RESOURCES);
+        }
         // SAFETY: `buf` holds `size >= param_bytes` readable bytes.
         unsafe { std::ptr::copy_nonoverlapping(buf, packed.as_mut_ptr(), f.param_bytes) };
         return Ok(packed);

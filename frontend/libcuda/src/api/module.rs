@@ -316,6 +316,156 @@ pub unsafe extern "C" fn cuFuncGetModule(module: *mut *mut c_void, hfunc: *mut c
     })
 }
 
+fn max_active_blocks(num: *mut c_int, hfunc: *mut c_void, block_size: c_int, dyn_smem: usize, flags: c_uint) -> Res {
+    let f = function(hfunc)?;
+    let n = state::client()?.occupancy_max_active_blocks(&f, block_size, dyn_smem as u64, flags).map_err(state::cu)?;
+    // SAFETY: writable per the API.
+    unsafe { put(num, n) }
+}
+
+/// `cuOccupancyMaxActiveBlocksPerMultiprocessor`.
+///
+/// # Safety
+/// `num_blocks` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
+    num_blocks: *mut c_int,
+    hfunc: *mut c_void,
+    block_size: c_int,
+    dyn_smem: usize,
+) -> CuResult {
+    run("cuOccupancyMaxActiveBlocksPerMultiprocessor", || max_active_blocks(num_blocks, hfunc, block_size, dyn_smem, 0))
+}
+
+/// `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`.
+///
+/// # Safety
+/// `num_blocks` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    num_blocks: *mut c_int,
+    hfunc: *mut c_void,
+    block_size: c_int,
+    dyn_smem: usize,
+    flags: c_uint,
+) -> CuResult {
+    run("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", || max_active_blocks(num_blocks, hfunc, block_size, dyn_smem, flags))
+}
+
+/// `CUoccupancyB2DSize`: dynamic shared memory for a block size.
+type B2DSize = Option<unsafe extern "C" fn(c_int) -> usize>;
+
+/// The driver's search for the block size with the highest occupancy, run
+/// here when the program passes a block-size to shared-memory callback
+/// (a host function the backend cannot call): every block size from the
+/// largest allowed down, in warps, asking the backend for the blocks that
+/// fit; ties keep the larger block.
+fn potential_block_size(
+    grid: *mut c_int,
+    block: *mut c_int,
+    hfunc: *mut c_void,
+    b2d: B2DSize,
+    dyn_smem: usize,
+    limit: c_int,
+    flags: c_uint,
+) -> Res {
+    if grid.is_null() || block.is_null() {
+        return Err(CuResult::INVALID_VALUE);
+    }
+    let f = function(hfunc)?;
+    let c = state::client()?;
+    let (g, b) = match b2d {
+        None => c.occupancy_max_potential_block_size(&f, dyn_smem as u64, limit, flags).map_err(state::cu)?,
+        Some(cb) => {
+            let ctx = {
+                let o = objects();
+                let m = o.functions.get(&id(hfunc)).map(|i| i.module).ok_or(CuResult::INVALID_HANDLE)?;
+                o.modules.get(&m).and_then(|c| o.ctx_device.get(c)).copied().unwrap_or(0)
+            };
+            let sms = c.device_attribute(ctx, pvgpu_ring::cuda::attr::MULTIPROCESSOR_COUNT).map_err(state::cu)?;
+            let warp = c.device_attribute(ctx, pvgpu_ring::cuda::attr::WARP_SIZE).map_err(state::cu)?.max(1);
+            let mut max = c.func_get_attribute(&f, 0).map_err(state::cu)?;
+            if limit > 0 {
+                max = max.min(limit);
+            }
+            let (mut best_occ, mut best) = (0, (0, 0));
+            let mut bs = max / warp * warp;
+            if bs == 0 {
+                bs = max;
+            }
+            while bs > 0 {
+                // SAFETY: the program's callback, called as the driver would.
+                let smem = unsafe { cb(bs) };
+                let blocks = c.occupancy_max_active_blocks(&f, bs, smem as u64, flags).map_err(state::cu)?;
+                if blocks * bs > best_occ {
+                    best_occ = blocks * bs;
+                    best = (blocks * sms, bs);
+                }
+                bs -= warp;
+            }
+            best
+        }
+    };
+    // SAFETY: both non-null and writable per the API.
+    unsafe {
+        put(grid, g)?;
+        put(block, b)
+    }
+}
+
+/// `cuOccupancyMaxPotentialBlockSize`.
+///
+/// # Safety
+/// `min_grid_size` and `block_size` must be writable; a callback must be
+/// callable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
+    min_grid_size: *mut c_int,
+    block_size: *mut c_int,
+    hfunc: *mut c_void,
+    b2d: B2DSize,
+    dyn_smem: usize,
+    limit: c_int,
+) -> CuResult {
+    run("cuOccupancyMaxPotentialBlockSize", || potential_block_size(min_grid_size, block_size, hfunc, b2d, dyn_smem, limit, 0))
+}
+
+/// `cuOccupancyMaxPotentialBlockSizeWithFlags`.
+///
+/// # Safety
+/// As `cuOccupancyMaxPotentialBlockSize`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSizeWithFlags(
+    min_grid_size: *mut c_int,
+    block_size: *mut c_int,
+    hfunc: *mut c_void,
+    b2d: B2DSize,
+    dyn_smem: usize,
+    limit: c_int,
+    flags: c_uint,
+) -> CuResult {
+    run("cuOccupancyMaxPotentialBlockSizeWithFlags", || potential_block_size(min_grid_size, block_size, hfunc, b2d, dyn_smem, limit, flags))
+}
+
+/// `cuOccupancyAvailableDynamicSMemPerBlock`.
+///
+/// # Safety
+/// `size` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
+    size: *mut usize,
+    hfunc: *mut c_void,
+    num_blocks: c_int,
+    block_size: c_int,
+) -> CuResult {
+    run("cuOccupancyAvailableDynamicSMemPerBlock", || {
+        let f = function(hfunc)?;
+        let v = state::client()?.occupancy_available_dynamic_smem(&f, num_blocks, block_size).map_err(state::cu)?;
+        // SAFETY: writable per the API.
+        unsafe { put(size, v as usize) }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::image_bytes;
