@@ -10,7 +10,9 @@
 //!   deferred errors of calls sent without waiting;
 //! - [`exec`]: the executors, [`exec::cuda`] (cudarc) and [`exec::host`]
 //!   (a test double that runs without a GPU);
-//! - [`conn`]: the backend's end of a ring or TCP connection.
+//! - [`conn`]: the backend's end of a ring or TCP connection;
+//! - [`xen`]: vgpu devices in XenStore, the xenbus handshake, sessions over
+//!   grant-mapped rings.
 //!
 //! The guest is treated as hostile: requests are copied out of shared memory
 //! before they are decoded, every handle and device range is checked against
@@ -24,5 +26,6 @@ pub mod serve;
 pub mod server;
 pub mod session;
 pub mod worker;
+pub mod xen;
 
 pub use server::{Backend, Config, Isolation, Listen, SessionConfig};

@@ -17,7 +17,7 @@ use std::time::Duration;
 struct Cli {
     #[command(subcommand)]
     command: Option<Cmd>,
-    /// Where to listen: local:PATH (shared-memory transport) or tcp:HOST:PORT. Repeatable.
+    /// Where to listen: local:PATH (shared-memory transport), tcp:HOST:PORT, or xen (vgpu devices of Xen guests). Repeatable.
     #[arg(long = "listen", value_name = "ADDR")]
     listen: Vec<Listen>,
     /// How sessions are separated: a worker process each (a GPU fault then
@@ -96,6 +96,12 @@ enum Cmd {
         /// Session number.
         #[arg(long)]
         session: u64,
+        /// Guest domain (xen).
+        #[arg(long)]
+        domid: Option<u16>,
+        /// vgpu device of the guest (xen).
+        #[arg(long)]
+        devid: Option<u32>,
         #[command(flatten)]
         exec: ExecArgs,
     },
@@ -107,19 +113,24 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    if let Some(Cmd::Worker { conn, session, exec }) = &cli.command {
-        worker::run_worker(conn, *session, &exec.executor(), &exec.session())?;
+    if let Some(Cmd::Worker { conn, session, domid, devid, exec }) = &cli.command {
+        let xen = domid.zip(*devid);
+        worker::run_worker(conn, xen, *session, &exec.executor(), &exec.session())?;
         return Ok(());
     }
     if cli.listen.is_empty() {
-        bail!("nothing to listen on: pass --listen local:/run/pvgpu/pvgpu.sock and/or --listen tcp:0.0.0.0:7300");
+        bail!("nothing to listen on: pass --listen local:/run/pvgpu/pvgpu.sock, --listen tcp:0.0.0.0:7300 and/or --listen xen");
     }
     let cfg = Config { listen: cli.listen.clone(), session: cli.exec.session(), max_sessions: cli.max_sessions };
     let backend = match (cli.isolation, cli.exec.executor) {
         (Isolation::Process, _) => {
             worker::probe(&cli.exec.executor())?;
             let exe = std::env::current_exe().context("cannot find the pvgpu-backend binary to start workers")?;
-            Backend::start_processes(cfg, WorkerCommand { exe, args: cli.exec.to_args() })?
+            let executor = match cli.exec.executor {
+                ExecutorKind::Cuda => "cuda",
+                ExecutorKind::Host => "host",
+            };
+            Backend::start_processes(cfg, WorkerCommand { exe, args: cli.exec.to_args(), executor: executor.into() })?
         }
         (Isolation::Thread, ExecutorKind::Cuda) => Backend::start_threads(Arc::new(CudaExecutor::new()?), cfg)?,
         (Isolation::Thread, ExecutorKind::Host) => Backend::start_threads(Arc::new(HostExecutor::new(cli.exec.host_mem)), cfg)?,

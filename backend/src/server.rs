@@ -32,6 +32,9 @@ pub enum Listen {
     Local(PathBuf),
     /// A TCP address, `host:port` (port 0 picks one).
     Tcp(String),
+    /// vgpu devices of Xen guests, found in XenStore (this must be the
+    /// backend domain, usually Dom0).
+    Xen,
 }
 
 impl std::str::FromStr for Listen {
@@ -41,8 +44,10 @@ impl std::str::FromStr for Listen {
             Ok(Listen::Local(PathBuf::from(p)))
         } else if let Some(a) = s.strip_prefix("tcp:") {
             Ok(Listen::Tcp(a.to_string()))
+        } else if s == "xen" {
+            Ok(Listen::Xen)
         } else {
-            Err(format!("'{s}' is not local:PATH or tcp:HOST:PORT"))
+            Err(format!("'{s}' is not local:PATH, tcp:HOST:PORT or xen"))
         }
     }
 }
@@ -99,6 +104,9 @@ pub enum BackendError {
     /// A Unix socket path is already served by a running backend.
     #[error("{0} is in use by a running backend; stop it or choose another path")]
     InUse(PathBuf),
+    /// XenStore is not reachable.
+    #[error("Cannot serve Xen guests: {0} (run the backend in the domain that owns the GPU, with xenstored running)")]
+    Xen(#[from] pvgpu_xen::XenError),
 }
 
 /// A connection accepted by a listener.
@@ -107,6 +115,13 @@ pub enum Accepted {
     Unix(UnixStream),
     /// TCP transport.
     Tcp(TcpStream),
+    /// A Xen guest's vgpu device whose frontend is `Initialised`.
+    Xen {
+        /// Guest domain.
+        domid: u16,
+        /// Device id.
+        devid: u32,
+    },
 }
 
 impl Accepted {
@@ -114,6 +129,7 @@ impl Accepted {
         match self {
             Accepted::Unix(_) => "local",
             Accepted::Tcp(_) => "tcp",
+            Accepted::Xen { .. } => "xen",
         }
     }
 }
@@ -121,6 +137,7 @@ impl Accepted {
 /// Serves one accepted connection with `exec` until the session ends.
 pub fn run_connection<E: Executor>(exec: Arc<E>, acc: Accepted, cfg: &SessionConfig, id: u64, stop: &AtomicBool) -> Ended {
     let kind = acc.kind();
+    let mut xen_hold = None;
     let mut conn: Box<dyn Conn> = match acc {
         Accepted::Unix(s) => {
             let side = match local::server_handshake(s, cfg.max_data_area) {
@@ -136,10 +153,20 @@ pub fn run_connection<E: Executor>(exec: Arc<E>, acc: Accepted, cfg: &SessionCon
             Ok(c) => Box::new(c),
             Err(e) => return Ended::Broken(format!("socket setup failed: {e}")),
         },
+        Accepted::Xen { domid, devid } => match crate::xen::open_session(domid, devid, cfg) {
+            Ok((c, hold)) => {
+                xen_hold = Some(hold);
+                Box::new(c)
+            }
+            Err(e) => return Ended::Broken(format!("Xen handshake with domain {domid} device {devid} failed: {e}")),
+        },
     };
     tracing::info!(session = id, transport = kind, executor = exec.kind(), "session started");
     let t = Instant::now();
     let ended = serve(exec, &mut *conn, id, cfg.limits.clone(), stop);
+    // The ring and its mappings go first, then the device's XenStore side.
+    drop(conn);
+    drop(xen_hold);
     match &ended {
         Ended::Broken(why) => tracing::warn!(session = id, reason = %why, "session ended: frontend broke the protocol"),
         other => tracing::info!(session = id, how = ?other, secs = t.elapsed().as_secs_f64(), "session ended"),
@@ -165,9 +192,14 @@ impl Stats {
     }
 }
 
+/// Runs when a session has ended (its thread returned or its worker exited).
+type OnEnd = Box<dyn FnOnce() + Send>;
+
 /// How a session gets run once its connection is accepted.
 trait Spawner: Send + Sync {
-    fn spawn(&self, acc: Accepted, id: u64, stats: Arc<Stats>, stop: Arc<AtomicBool>) -> io::Result<()>;
+    fn spawn(&self, acc: Accepted, id: u64, stats: Arc<Stats>, stop: Arc<AtomicBool>, on_end: Option<OnEnd>) -> io::Result<()>;
+    /// Name of the executor sessions run on.
+    fn executor(&self) -> &str;
     /// Collects sessions that ended on their own.
     fn reap(&self, _stats: &Stats) {}
     fn shutdown(&self) {}
@@ -180,16 +212,23 @@ struct ThreadSpawner<E: Executor> {
 }
 
 impl<E: Executor> Spawner for ThreadSpawner<E> {
-    fn spawn(&self, acc: Accepted, id: u64, stats: Arc<Stats>, stop: Arc<AtomicBool>) -> io::Result<()> {
+    fn spawn(&self, acc: Accepted, id: u64, stats: Arc<Stats>, stop: Arc<AtomicBool>, on_end: Option<OnEnd>) -> io::Result<()> {
         let (exec, cfg) = (self.exec.clone(), self.cfg.clone());
         let h = std::thread::Builder::new().name(format!("pvgpu-session-{id}")).spawn(move || {
             run_connection(exec, acc, &cfg, id, &stop);
             stats.live.fetch_sub(1, Ordering::SeqCst);
+            if let Some(f) = on_end {
+                f();
+            }
         })?;
         let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
         threads.retain(|t| !t.is_finished());
         threads.push(h);
         Ok(())
+    }
+
+    fn executor(&self) -> &str {
+        self.exec.kind()
     }
 
     fn shutdown(&self) {
@@ -208,11 +247,13 @@ pub struct WorkerCommand {
     pub exe: PathBuf,
     /// Arguments after `worker` (executor and limits).
     pub args: Vec<String>,
+    /// Name of the executor the workers run (`cuda`, `host`).
+    pub executor: String,
 }
 
 struct ProcessSpawner {
     cmd: WorkerCommand,
-    children: Mutex<Vec<(u64, Child)>>,
+    children: Mutex<Vec<(u64, Child, Option<OnEnd>)>>,
 }
 
 /// File descriptor a worker finds its connection on.
@@ -220,17 +261,23 @@ pub const WORKER_FD: i32 = 3;
 
 impl ProcessSpawner {
     fn reap_children(&self, stats: &Stats) {
+        let mut ended = Vec::new();
         let mut children = self.children.lock().unwrap_or_else(|p| p.into_inner());
-        children.retain_mut(|(id, c)| match c.try_wait() {
+        children.retain_mut(|(id, c, on_end)| match c.try_wait() {
             Ok(Some(status)) => {
                 if !status.success() {
                     tracing::warn!(session = *id, %status, "session worker exited abnormally");
                 }
                 stats.live.fetch_sub(1, Ordering::SeqCst);
+                ended.extend(on_end.take());
                 false
             }
             _ => true,
         });
+        drop(children);
+        for f in ended {
+            f();
+        }
     }
 }
 
@@ -239,20 +286,28 @@ impl Spawner for ProcessSpawner {
         self.reap_children(stats);
     }
 
-    fn spawn(&self, acc: Accepted, id: u64, _stats: Arc<Stats>, _stop: Arc<AtomicBool>) -> io::Result<()> {
+    fn spawn(&self, acc: Accepted, id: u64, _stats: Arc<Stats>, _stop: Arc<AtomicBool>, on_end: Option<OnEnd>) -> io::Result<()> {
         use std::os::unix::process::CommandExt;
         let kind = acc.kind();
-        let fd: OwnedFd = match acc {
-            Accepted::Unix(s) => s.into(),
-            Accepted::Tcp(s) => s.into(),
-        };
-        let raw = fd.as_raw_fd();
         let mut cmd = Command::new(&self.cmd.exe);
         cmd.arg("worker").arg("--conn").arg(kind).arg("--session").arg(id.to_string()).args(&self.cmd.args);
+        let fd: Option<OwnedFd> = match acc {
+            Accepted::Unix(s) => Some(s.into()),
+            Accepted::Tcp(s) => Some(s.into()),
+            Accepted::Xen { domid, devid } => {
+                cmd.arg("--domid").arg(domid.to_string()).arg("--devid").arg(devid.to_string());
+                None
+            }
+        };
+        let raw = fd.as_ref().map(|f| f.as_raw_fd());
         // SAFETY: the closure runs in the child between fork and exec and
         // calls only async-signal-safe functions (dup2, fcntl, prctl).
         unsafe {
             cmd.pre_exec(move || {
+                let Some(raw) = raw else {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                    return Ok(());
+                };
                 if raw == WORKER_FD {
                     if libc::fcntl(raw, libc::F_SETFD, 0) < 0 {
                         return Err(io::Error::last_os_error());
@@ -268,21 +323,25 @@ impl Spawner for ProcessSpawner {
         let child = cmd.spawn()?;
         drop(fd);
         tracing::debug!(session = id, pid = child.id(), "session worker started");
-        self.children.lock().unwrap_or_else(|p| p.into_inner()).push((id, child));
+        self.children.lock().unwrap_or_else(|p| p.into_inner()).push((id, child, on_end));
         Ok(())
+    }
+
+    fn executor(&self) -> &str {
+        &self.cmd.executor
     }
 
     fn shutdown(&self) {
         let mut children = std::mem::take(&mut *self.children.lock().unwrap_or_else(|p| p.into_inner()));
-        for (_, c) in &children {
+        for (_, c, _) in &children {
             // SAFETY: sending a signal to our own child by pid.
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
         }
         let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline && children.iter_mut().any(|(_, c)| matches!(c.try_wait(), Ok(None))) {
+        while Instant::now() < deadline && children.iter_mut().any(|(_, c, _)| matches!(c.try_wait(), Ok(None))) {
             std::thread::sleep(Duration::from_millis(20));
         }
-        for (id, c) in &mut children {
+        for (id, c, _) in &mut children {
             if matches!(c.try_wait(), Ok(None)) {
                 tracing::warn!(session = *id, "session worker did not stop; killing it");
                 let _ = c.kill();
@@ -306,6 +365,7 @@ pub struct Backend {
 enum Listener {
     Unix(UnixListener),
     Tcp(TcpListener),
+    Xen(pvgpu_xen::XenStore),
 }
 
 fn bind(l: &Listen) -> Result<(Listener, Option<SocketAddr>), BackendError> {
@@ -327,6 +387,7 @@ fn bind(l: &Listen) -> Result<(Listener, Option<SocketAddr>), BackendError> {
             let addr = tl.local_addr().map_err(|source| BackendError::Listen { what: a.clone(), source })?;
             Ok((Listener::Tcp(tl), Some(addr)))
         }
+        Listen::Xen => Ok((Listener::Xen(pvgpu_xen::XenStore::open()?), None)),
     }
 }
 
@@ -372,9 +433,13 @@ impl Backend {
             let (stop, stats, spawner) = (stop.clone(), stats.clone(), spawner.clone());
             let max = cfg.max_sessions;
             let max_data = cfg.session.max_data_area;
+            let session = cfg.session.clone();
             let h = std::thread::Builder::new()
                 .name("pvgpu-listener".into())
-                .spawn(move || accept_loop(listener, max, max_data, stop, &stats, &*spawner))
+                .spawn(move || match listener {
+                    Listener::Xen(xs) => xen_loop(xs, &session, max, stop, &stats, &*spawner),
+                    other => accept_loop(other, max, max_data, stop, &stats, &*spawner),
+                })
                 .map_err(|source| BackendError::Listen { what: "listener thread".into(), source })?;
             listeners.push(h);
         }
@@ -425,6 +490,7 @@ fn accept_loop(listener: Listener, max: usize, max_data: u64, stop: Arc<AtomicBo
         let ready = match &listener {
             Listener::Unix(l) => wait_readable(l.as_fd(), 100),
             Listener::Tcp(l) => wait_readable(l.as_fd(), 100),
+            Listener::Xen(_) => return,
         };
         spawner.reap(stats);
         if !ready {
@@ -433,6 +499,7 @@ fn accept_loop(listener: Listener, max: usize, max_data: u64, stop: Arc<AtomicBo
         let acc = match &listener {
             Listener::Unix(l) => l.accept().map(|(s, _)| Accepted::Unix(s)),
             Listener::Tcp(l) => l.accept().map(|(s, _)| Accepted::Tcp(s)),
+            Listener::Xen(_) => return,
         };
         let acc = match acc {
             Ok(a) => a,
@@ -446,6 +513,7 @@ fn accept_loop(listener: Listener, max: usize, max_data: u64, stop: Arc<AtomicBo
         let sock_blocking = match &acc {
             Accepted::Unix(s) => s.set_nonblocking(false),
             Accepted::Tcp(s) => s.set_nonblocking(false),
+            Accepted::Xen { .. } => Ok(()),
         };
         if sock_blocking.is_err() {
             continue;
@@ -461,9 +529,74 @@ fn accept_loop(listener: Listener, max: usize, max_data: u64, stop: Arc<AtomicBo
         }
         let id = stats.total.fetch_add(1, Ordering::SeqCst) + 1;
         stats.live.fetch_add(1, Ordering::SeqCst);
-        if let Err(e) = spawner.spawn(acc, id, stats.clone(), stop.clone()) {
+        if let Err(e) = spawner.spawn(acc, id, stats.clone(), stop.clone(), None) {
             tracing::error!(session = id, error = %e, "cannot start a session");
             stats.live.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Serves Xen guests: rescans the vgpu devices whenever XenStore changes
+/// under the backend's directory (and every second, to notice sessions that
+/// ended), and starts a session for each frontend that is ready.
+fn xen_loop(
+    mut xs: pvgpu_xen::XenStore,
+    cfg: &SessionConfig,
+    max: usize,
+    stop: Arc<AtomicBool>,
+    stats: &Arc<Stats>,
+    spawner: &dyn Spawner,
+) {
+    let me = match xs.domid() {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read this domain's id; not serving Xen guests");
+            return;
+        }
+    };
+    let root = pvgpu_xen::vgpu::backend_root(me);
+    if let Err(e) = xs.watch(&root, "pvgpu-backend") {
+        tracing::error!(error = %e, path = %root, "cannot watch XenStore; not serving Xen guests");
+        return;
+    }
+    tracing::info!(path = %root, "serving Xen guests' vgpu devices");
+    let active: crate::xen::Active = Default::default();
+    let mut log = crate::session::LogLimiter::default();
+    let mut last_scan = Instant::now() - Duration::from_secs(10);
+    while !stop.load(Ordering::SeqCst) {
+        spawner.reap(stats);
+        let event = matches!(xs.read_watch(Some(Duration::from_millis(200))), Ok(Some(_)));
+        if !event && last_scan.elapsed() < Duration::from_secs(1) {
+            continue;
+        }
+        last_scan = Instant::now();
+        let mut start = |acc: Accepted| -> bool {
+            let Accepted::Xen { domid, devid } = acc else { return false };
+            if stats.live() >= max {
+                if log.allow(0) {
+                    tracing::warn!(max, domid, devid, "session limit reached; refusing a Xen frontend");
+                }
+                return false;
+            }
+            let id = stats.total.fetch_add(1, Ordering::SeqCst) + 1;
+            stats.live.fetch_add(1, Ordering::SeqCst);
+            let set = active.clone();
+            let on_end: OnEnd = Box::new(move || {
+                set.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
+            });
+            match spawner.spawn(acc, id, stats.clone(), stop.clone(), Some(on_end)) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!(session = id, error = %e, "cannot start a session");
+                    stats.live.fetch_sub(1, Ordering::SeqCst);
+                    false
+                }
+            }
+        };
+        if let Err(e) = crate::xen::scan(&mut xs, cfg, spawner.executor(), &active, &mut start) {
+            if log.allow(0) {
+                tracing::warn!(error = %e, "scanning vgpu devices failed");
+            }
         }
     }
 }

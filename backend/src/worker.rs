@@ -31,8 +31,8 @@ pub enum WorkerError {
     /// The GPU executor did not start.
     #[error(transparent)]
     Cuda(#[from] CudaInitError),
-    /// The `--conn` value is unknown.
-    #[error("Unknown connection kind '{0}' (expected local or tcp)")]
+    /// The `--conn` value is unknown, or `xen` lacks its device.
+    #[error("Bad connection '{0}' (expected local or tcp, or xen with --domid and --devid)")]
     Conn(String),
     /// Signal handlers could not be installed.
     #[error("Cannot install signal handlers: {0}")]
@@ -52,19 +52,29 @@ pub fn probe(cfg: &ExecutorConfig) -> Result<(), WorkerError> {
     Ok(())
 }
 
-/// Serves the one session whose connection was handed over on fd 3.
-pub fn run_worker(conn: &str, session: u64, exec: &ExecutorConfig, cfg: &SessionConfig) -> Result<(), WorkerError> {
+/// Serves one session: a connection handed over on fd 3 (`local`, `tcp`),
+/// or guest `xen`'s vgpu device.
+pub fn run_worker(
+    conn: &str,
+    xen: Option<(u16, u32)>,
+    session: u64,
+    exec: &ExecutorConfig,
+    cfg: &SessionConfig,
+) -> Result<(), WorkerError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(WorkerError::Signals)?;
     }
-    // SAFETY: the backend placed this session's socket on WORKER_FD before
-    // exec (server::ProcessSpawner) and nothing else in this process owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(WORKER_FD) };
-    let acc = match conn {
-        "local" => Accepted::Unix(fd.into()),
-        "tcp" => Accepted::Tcp(fd.into()),
-        other => return Err(WorkerError::Conn(other.to_string())),
+    let acc = match (conn, xen) {
+        ("xen", Some((domid, devid))) => Accepted::Xen { domid, devid },
+        ("local" | "tcp", None) => {
+            // SAFETY: the backend placed this session's socket on WORKER_FD
+            // before exec (server::ProcessSpawner) and nothing else in this
+            // process owns it.
+            let fd = unsafe { OwnedFd::from_raw_fd(WORKER_FD) };
+            if conn == "local" { Accepted::Unix(fd.into()) } else { Accepted::Tcp(fd.into()) }
+        }
+        (other, _) => return Err(WorkerError::Conn(other.to_string())),
     };
     match exec.kind {
         ExecutorKind::Cuda => {

@@ -57,6 +57,9 @@ pub enum BackendAddr {
     Local(PathBuf),
     /// TCP, `host:port`.
     Tcp(String),
+    /// The Xen transport over a vgpu device of this guest (a given device
+    /// id, or the first free one).
+    Xen(Option<u32>),
 }
 
 /// Default local socket of a backend.
@@ -73,6 +76,12 @@ impl std::str::FromStr for BackendAddr {
             if a.contains(':') {
                 return Ok(BackendAddr::Tcp(a.to_string()));
             }
+        } else if s == "xen" {
+            return Ok(BackendAddr::Xen(None));
+        } else if let Some(d) = s.strip_prefix("xen:") {
+            if let Ok(d) = d.parse() {
+                return Ok(BackendAddr::Xen(Some(d)));
+            }
         }
         Err(Error::Address(s.to_string()))
     }
@@ -83,15 +92,19 @@ impl std::fmt::Display for BackendAddr {
         match self {
             BackendAddr::Local(p) => write!(f, "local:{}", p.display()),
             BackendAddr::Tcp(a) => write!(f, "tcp:{a}"),
+            BackendAddr::Xen(None) => write!(f, "xen"),
+            BackendAddr::Xen(Some(d)) => write!(f, "xen:{d}"),
         }
     }
 }
 
 impl BackendAddr {
-    /// `PVGPU_BACKEND`, or the default local socket.
+    /// `PVGPU_BACKEND`; without it, Xen when this is a Xen guest with a
+    /// vgpu device, else the default local socket.
     pub fn from_env() -> Result<Self> {
         match std::env::var("PVGPU_BACKEND") {
             Ok(s) if !s.is_empty() => s.parse(),
+            _ if transport::xen::available() => Ok(BackendAddr::Xen(None)),
             _ => Ok(BackendAddr::Local(PathBuf::from(DEFAULT_SOCKET))),
         }
     }
@@ -105,6 +118,11 @@ pub struct Options {
     /// Bytes of shared data area for page-locked host allocations
     /// ([`Client::host_alloc`], `cuMemAllocHost`) on ring transports.
     pub pinned: u64,
+    /// Staging part of the data area on Xen, where every page is a grant
+    /// (the guest's `xen-gntalloc` allows 1024 by default).
+    pub xen_data_area: u64,
+    /// Page-locked part of the data area on Xen.
+    pub xen_pinned: u64,
     /// How long to spin for a reply before sleeping.
     pub spin: Duration,
     /// Longest wait for any one reply; `None` waits as long as the backend
@@ -116,7 +134,15 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { data_area: 64 << 20, pinned: 256 << 20, spin: Duration::from_micros(100), timeout: None, sync_calls: false }
+        Options {
+            data_area: 64 << 20,
+            pinned: 256 << 20,
+            xen_data_area: 2 << 20,
+            xen_pinned: 1 << 20,
+            spin: Duration::from_micros(100),
+            timeout: None,
+            sync_calls: false,
+        }
     }
 }
 
@@ -134,6 +160,12 @@ impl Options {
         }
         if let Some(mb) = env_u64("PVGPU_PINNED_MB") {
             o.pinned = mb.min(16384) << 20;
+        }
+        if let Some(kb) = env_u64("PVGPU_XEN_DATA_AREA_KB") {
+            o.xen_data_area = kb.clamp(64, 1 << 22) << 10;
+        }
+        if let Some(kb) = env_u64("PVGPU_XEN_PINNED_KB") {
+            o.xen_pinned = kb.min(1 << 22) << 10;
         }
         if let Some(us) = env_u64("PVGPU_SPIN_US") {
             o.spin = Duration::from_micros(us);
@@ -314,6 +346,7 @@ impl Client {
         let t: Box<dyn Transport> = match addr {
             BackendAddr::Tcp(a) => Box::new(TcpTransport::connect(a, opts.timeout)?),
             BackendAddr::Local(p) => Box::new(connect_local(p, opts)?),
+            BackendAddr::Xen(d) => Box::new(transport::xen::connect(*d, opts)?),
         };
         Client::over(t, opts)
     }

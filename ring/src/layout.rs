@@ -5,6 +5,7 @@
 //! offset 0      control page (4 KiB)
 //!               0x000  magic "PVGPURG1" (u64), layout version (u32)
 //!               0x010  req_size (u32), rsp_size (u32), data_size (u64)
+//!               0x020  frontend alive (u8), backend alive (u8)
 //!               0x040  request channel indices  (producer line, consumer line)
 //!               0x0c0  response channel indices (producer line, consumer line)
 //! 4096          request channel buffer  (req_size bytes, power of two)
@@ -28,6 +29,15 @@ pub const LAYOUT_MAGIC: u64 = u64::from_le_bytes(*b"PVGPURG1");
 pub const LAYOUT_VERSION: u64 = 1;
 const REQ_IDX: usize = 0x40;
 const RSP_IDX: usize = 0xc0;
+/// Control-page byte the frontend keeps at 1 while it lives. On Xen the
+/// guest kernel clears it when the frontend's grants go away (gntalloc's
+/// unmap notification), so the backend sees a dead frontend.
+pub const FRONTEND_ALIVE: usize = 0x20;
+/// Control-page byte the backend keeps at 1 while it lives; cleared by
+/// Dom0's kernel when the backend's mapping goes away (gntdev's unmap
+/// notification).
+pub const BACKEND_ALIVE: usize = 0x21;
+
 /// Largest record carried by a ring channel: the ring carries commands and
 /// small replies; bulk data goes through the data area.
 pub const MAX_RING_RECORD: u32 = 64 * 1024;

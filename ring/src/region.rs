@@ -173,6 +173,23 @@ impl SharedRegion {
         Ok(())
     }
 
+    /// Reads the byte at `offset` (a liveness flag the peer's kernel may
+    /// clear at any time).
+    pub fn read_byte(&self, offset: usize) -> Result<u8, RegionError> {
+        let o = check(offset as u64, 1, self.len())?;
+        // SAFETY: in bounds; a volatile read, since another party (the
+        // peer, or its kernel) writes it concurrently.
+        Ok(unsafe { std::ptr::read_volatile(self.map.as_ptr().add(o)) })
+    }
+
+    /// Writes the byte at `offset`.
+    pub fn write_byte(&self, offset: usize, v: u8) -> Result<(), RegionError> {
+        let o = check(offset as u64, 1, self.len())?;
+        // SAFETY: in bounds; a volatile write of a flag the peer reads.
+        unsafe { std::ptr::write_volatile(self.map.as_ptr().add(o), v) };
+        Ok(())
+    }
+
     /// Reads a little-endian u64 at `offset`.
     pub fn read_u64(&self, offset: usize) -> Result<u64, RegionError> {
         let o = check(offset as u64, 8, self.len())?;

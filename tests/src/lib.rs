@@ -41,6 +41,9 @@ pub enum Transport {
     Local,
     /// TCP on loopback.
     Tcp,
+    /// Grant-table ring between a Xen guest and its backend domain (the
+    /// backend runs elsewhere: see [`Harness::external`]).
+    Xen,
 }
 
 /// Which executor the backend under test uses.
@@ -86,6 +89,7 @@ impl Drop for TempDir {
 
 enum Running {
     Embedded { backend: Option<Backend>, exec: Arc<HostExecutor> },
+    External,
     Process { child: Child, _keeper: Keeper },
 }
 
@@ -180,6 +184,13 @@ impl Harness {
         Self::with(HarnessOptions::default())
     }
 
+    /// A backend this process does not control, reached over Xen (the
+    /// Xen lab runs the backend in Dom0 and the tests in a guest).
+    pub fn external() -> Harness {
+        let dir = TempDir::new("external");
+        Harness { running: Running::External, exec: ExecKind::from_env(), socket: dir.0.join("none"), tcp: String::new(), _dir: dir }
+    }
+
     /// A backend with options.
     pub fn with(opts: HarnessOptions) -> Harness {
         let exec = ExecKind::from_env();
@@ -235,6 +246,7 @@ impl Harness {
         match t {
             Transport::Local => BackendAddr::Local(self.socket.clone()),
             Transport::Tcp => BackendAddr::Tcp(self.tcp.clone()),
+            Transport::Xen => BackendAddr::Xen(None),
         }
     }
 
@@ -248,7 +260,7 @@ impl Harness {
     pub fn host_used_bytes(&self) -> Option<u64> {
         match &self.running {
             Running::Embedded { exec, .. } => Some(exec.used_bytes()),
-            Running::Process { .. } => None,
+            Running::Process { .. } | Running::External => None,
         }
     }
 
@@ -258,6 +270,7 @@ impl Harness {
         match &self.running {
             Running::Embedded { backend, .. } => backend.as_ref().map_or(0, |b| b.stats().live()),
             Running::Process { child, .. } => children_of(child.id()),
+            Running::External => 0,
         }
     }
 
@@ -274,6 +287,7 @@ impl Harness {
                 unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
                 let _ = child.wait();
             }
+            Running::External => {}
         }
     }
 
@@ -290,7 +304,7 @@ impl Harness {
                 let _ = child.wait();
                 true
             }
-            Running::Embedded { .. } => false,
+            Running::Embedded { .. } | Running::External => false,
         }
     }
 }

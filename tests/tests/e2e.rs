@@ -1,3 +1,4 @@
+#![cfg_attr(feature = "xen", allow(dead_code, unused_imports))]
 //! The end-to-end suite: every test body runs over each transport (`local`
 //! shared memory and `tcp`) against the backend the environment selects
 //! (host test double by default; `PVGPU_TEST_EXECUTOR=cuda` for the GPU).
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 
 fn shared() -> &'static Harness {
     static H: OnceLock<Harness> = OnceLock::new();
-    H.get_or_init(Harness::start)
+    H.get_or_init(|| if cfg!(feature = "xen") { Harness::external() } else { Harness::start() })
 }
 
 fn code<T: std::fmt::Debug>(r: Result<T, Error>) -> CuResult {
@@ -26,7 +27,14 @@ fn hello_and_devices(t: Transport) {
     let h = shared();
     let c = h.client(t);
     assert_eq!(c.info().executor, if h.exec == ExecKind::Cuda { "cuda" } else { "host" });
-    assert_eq!(c.info().transport, if t == Transport::Local { "local" } else { "tcp" });
+    assert_eq!(
+        c.info().transport,
+        match t {
+            Transport::Local => "local",
+            Transport::Tcp => "tcp",
+            Transport::Xen => "xen",
+        }
+    );
     assert!(c.driver_version().unwrap() >= 12000);
     // Before cuInit, device calls fail as CUDA says.
     assert_eq!(code(c.device_count()), CuResult::NOT_INITIALIZED);
@@ -373,8 +381,9 @@ fn pinned_host_memory(t: Transport) {
     let c = shared().client(t);
     let g = Gpu::new(&c).unwrap();
     let n = 3 << 20;
+    let n = if t == Transport::Xen { 512 << 10 } else { n };
     let Some(p) = c.host_alloc(n) else {
-        assert_eq!(t, Transport::Tcp, "the ring transport has page-locked memory");
+        assert_eq!(t, Transport::Tcp, "the ring transports have page-locked memory");
         return;
     };
     assert!(c.is_pinned(p, n) && !c.is_pinned(p, n + 1));
@@ -520,6 +529,7 @@ fn child_client_helper() {
     let g = Gpu::new(&c).unwrap();
     let d = g.c.mem_alloc(g.ctx, 32 << 20).unwrap();
     c.memset(d, 1, 1, 32 << 20, Stream::DEFAULT).unwrap();
+    c.memcpy_htod(d, &vec![7u8; 4 << 20]).unwrap();
     let spin = g.func("spin").unwrap();
     let cycles: i64 = 1_500_000_000;
     c.launch(&spin, [1, 1, 1], [1, 1, 1], 0, Stream::DEFAULT, &[arg(&cycles)]).unwrap();
@@ -600,13 +610,47 @@ fn backend_killed_mid_call(t: Transport) {
 
 macro_rules! over_every_transport {
     ($($name:ident),* $(,)?) => {
+        #[cfg(not(feature = "xen"))]
         mod local {
             $( #[test] fn $name() { super::$name(pvgpu_tests::Transport::Local) } )*
         }
+        #[cfg(not(feature = "xen"))]
         mod tcp {
             $( #[test] fn $name() { super::$name(pvgpu_tests::Transport::Tcp) } )*
         }
     };
+}
+
+// Over Xen (built with `--features xen` for the Xen lab, where these run in
+// a guest against the backend in Dom0): every test that does not need to
+// start, stop or configure the backend itself. The lab checks a guest
+// destroyed mid-session separately.
+#[cfg(feature = "xen")]
+mod xen {
+    macro_rules! over_xen {
+        ($($name:ident),* $(,)?) => { $( #[test] fn $name() { super::$name(pvgpu_tests::Transport::Xen) } )* };
+    }
+    over_xen!(
+        hello_and_devices,
+        contexts,
+        modules_in_every_format,
+        globals_feed_kernels,
+        copies_of_every_size,
+        memsets,
+        out_of_range_copies_are_refused,
+        bad_handles,
+        unknown_opcode,
+        malformed_request_ends_only_that_session,
+        streams_and_async_copies,
+        events,
+        kernel_params_of_mixed_sizes,
+        stream_waits_and_function_attributes,
+        pinned_host_memory,
+        kernel_fault_is_sticky_and_contained,
+        matsum_matches_cpu,
+        jacobi_matches_cpu,
+        many_concurrent_clients,
+    );
 }
 
 over_every_transport!(

@@ -14,6 +14,8 @@
 //!   `/dev/xen/xenbus`, with transactions and watches;
 //! - [`xenbus`]: the xenbus device states of the frontend/backend
 //!   handshake;
+//! - [`vgpu`]: the vgpu device's XenStore paths and keys, and creating and
+//!   removing devices as the toolstack does (`pvgpu-xl`);
 //! - [`abi`]: the kernel and XenStore structs, ioctl numbers and message
 //!   types, checked against Debian's libxen-dev headers by
 //!   `tests/headers.rs`.
@@ -50,6 +52,7 @@ pub mod evtchn;
 pub mod gntalloc;
 pub mod gntdev;
 mod sys;
+pub mod vgpu;
 pub mod xenbus;
 pub mod xenstore;
 

@@ -6,6 +6,7 @@
 
 pub mod ring;
 pub mod tcp;
+pub mod xen;
 
 use crate::error::TransportError;
 use pvgpu_ring::proto::{DataRef, Header};

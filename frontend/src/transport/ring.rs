@@ -178,6 +178,9 @@ pub struct RingTransport {
     timeout: Option<Duration>,
     kind: &'static str,
     _region: SharedRegion,
+    /// Whatever must live as long as the connection (Xen: the device claim
+    /// and the reference directory); dropped last.
+    keepalive: Vec<Box<dyn Send>>,
 }
 
 fn wait_err(e: WaitError<TransportError>) -> TransportError {
@@ -216,7 +219,14 @@ impl RingTransport {
             timeout,
             kind,
             _region: region,
+            keepalive: Vec::new(),
         })
+    }
+
+    /// Keeps `k` alive as long as the transport, dropping it after the ring.
+    pub fn with_keepalive(mut self, k: Box<dyn Send>) -> Self {
+        self.keepalive.push(k);
+        self
     }
 
     fn place(&mut self, len: usize, held: bool) -> Result<u64, TransportError> {

@@ -59,8 +59,8 @@ struct Args {
     /// Print the samples as a JSON array on stdout (the table goes to stderr).
     #[arg(long)]
     json: bool,
-    /// Measure a running backend (local:PATH or tcp:HOST:PORT) instead of
-    /// an embedded one. Repeatable.
+    /// Measure a running backend (local:PATH, tcp:HOST:PORT or xen) instead
+    /// of an embedded one. Repeatable.
     #[arg(long = "connect", value_name = "ADDR")]
     connect: Vec<String>,
 }
@@ -358,6 +358,7 @@ fn main() -> Result<()> {
             let name = match &addr {
                 BackendAddr::Local(_) => "local",
                 BackendAddr::Tcp(_) => "tcp",
+                BackendAddr::Xen(_) => "xen",
             };
             targets.push((name.into(), addr));
         }

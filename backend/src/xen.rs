@@ -1,0 +1,299 @@
+//! The Xen side of the backend: watches XenStore for vgpu devices, runs the
+//! xenbus handshake, and serves each connected frontend as a session over
+//! grant-mapped pages and an event channel.
+//!
+//! Device life cycle, as the backend drives it (`docs/xenstore.md`):
+//!
+//! 1. the toolstack (`pvgpu-xl attach`) creates both directories in
+//!    `Initialising`;
+//! 2. the backend advertises its limits and moves to `InitWait`;
+//! 3. a guest process claims the device, publishes its ring and moves to
+//!    `Initialised`;
+//! 4. the backend starts a session (a worker process by default), which maps
+//!    the grants, binds the event channel, and moves to `Connected`;
+//! 5. when the frontend closes, dies (its kernel clears the region's alive
+//!    byte), or its domain goes away, the session ends, the grants are
+//!    unmapped and the port closed; the backend moves to `Closed`, releases
+//!    a claim the dead frontend left, and advertises the device again.
+
+use crate::conn::RingConn;
+use crate::server::{Accepted, SessionConfig};
+use pvgpu_ring::layout::{BACKEND_ALIVE, FRONTEND_ALIVE, Geometry};
+use pvgpu_ring::region::SharedRegion;
+use pvgpu_xen::vgpu::{self, be, fe, read_num};
+use pvgpu_xen::xenbus::{read_state, write_state};
+use pvgpu_xen::{EvtchnNotifier, GntDev, MappedGrants, XenError, XenStore, XenbusState, XsAccess};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Largest channel the backend accepts from a Xen frontend.
+pub const MAX_CHANNEL: u32 = 1 << 20;
+
+/// Why a Xen session could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum XenSessionError {
+    /// A Xen operation failed.
+    #[error(transparent)]
+    Xen(#[from] XenError),
+    /// The frontend published something impossible.
+    #[error("Frontend published a bad ring: {0}")]
+    BadFrontend(String),
+}
+
+/// A running session's hold on its device: ends the XenStore side of the
+/// session when dropped (after the ring and the mappings).
+pub struct XenSession {
+    xs: XenStore,
+    be_dir: String,
+    fe_dir: String,
+    watch_done: Arc<AtomicBool>,
+    _dir: MappedGrants,
+}
+
+impl Drop for XenSession {
+    fn drop(&mut self) {
+        self.watch_done.store(true, Ordering::SeqCst);
+        let (be_dir, fe_dir) = (self.be_dir.clone(), self.fe_dir.clone());
+        let r = self.xs.transaction(|tx| {
+            write_state(tx, &be_dir, XenbusState::Closing)?;
+            write_state(tx, &be_dir, XenbusState::Closed)?;
+            // A frontend that died cannot release its claim; do it for it.
+            if tx.try_read(&vgpu::key(&fe_dir, fe::STATE))?.is_some() && !read_state(tx, &fe_dir)?.is_closing() {
+                write_state(tx, &fe_dir, XenbusState::Closed)?;
+            }
+            match tx.rm(&vgpu::key(&fe_dir, fe::CLAIM)) {
+                Err(e) if !e.is_not_found() => Err(e),
+                _ => Ok(()),
+            }
+        });
+        if let Err(e) = r {
+            tracing::debug!(device = %self.be_dir, error = %e, "could not close the device (domain gone?)");
+        }
+    }
+}
+
+fn bad(what: impl Into<String>) -> XenSessionError {
+    XenSessionError::BadFrontend(what.into())
+}
+
+/// Maps the ring of guest `domid`'s device `devid` and returns the session's
+/// connection and its hold on the device. On failure the device is moved to
+/// `Closed` so the frontend sees the refusal.
+pub fn open_session(domid: u16, devid: u32, cfg: &SessionConfig) -> Result<(RingConn, XenSession), XenSessionError> {
+    let mut xs = XenStore::open()?;
+    let me = xs.domid()?;
+    let be_dir = vgpu::backend_dir(me, domid, devid);
+    let fe_dir = vgpu::frontend_dir(domid, devid);
+    match open_inner(&mut xs, domid, &be_dir, &fe_dir, cfg) {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            let _ = xs.transaction(|tx| {
+                write_state(tx, &be_dir, XenbusState::Closing)?;
+                write_state(tx, &be_dir, XenbusState::Closed)
+            });
+            Err(e)
+        }
+    }
+}
+
+fn open_inner(
+    xs: &mut XenStore,
+    domid: u16,
+    be_dir: &str,
+    fe_dir: &str,
+    cfg: &SessionConfig,
+) -> Result<(RingConn, XenSession), XenSessionError> {
+    // Copy every value out of XenStore and check it before using it.
+    let g = Geometry {
+        req_size: read_num(xs, fe_dir, fe::REQ_SIZE)?,
+        rsp_size: read_num(xs, fe_dir, fe::RSP_SIZE)?,
+        data_size: read_num(xs, fe_dir, fe::DATA_SIZE)?,
+    };
+    g.validate(cfg.max_data_area).map_err(|e| bad(e.to_string()))?;
+    if g.req_size > MAX_CHANNEL || g.rsp_size > MAX_CHANNEL {
+        return Err(bad("channel larger than advertised"));
+    }
+    let pages: usize = read_num(xs, fe_dir, fe::PAGE_COUNT)?;
+    if pages != g.pages() {
+        return Err(bad(format!("{pages} pages for a geometry of {}", g.pages())));
+    }
+    let dir_count: usize = read_num(xs, fe_dir, fe::DIR_REF_COUNT)?;
+    if dir_count != pages.div_ceil(vgpu::REFS_PER_DIR_PAGE) {
+        return Err(bad("wrong number of directory pages"));
+    }
+    let mut dir_refs = Vec::with_capacity(dir_count);
+    for i in 0..dir_count {
+        dir_refs.push(read_num::<u32>(xs, fe_dir, &format!("{}{i}", fe::DIR_REF))?);
+    }
+    let port: u32 = read_num(xs, fe_dir, fe::EVENT_CHANNEL)?;
+    let protocol = xs.read_string(&vgpu::key(fe_dir, fe::PROTOCOL))?;
+    if protocol.trim() != "1" {
+        return Err(bad(format!("protocol {protocol}")));
+    }
+
+    let gntdev = GntDev::open()?;
+    let dir = gntdev.map(domid, &dir_refs, false)?;
+    let mut raw = vec![0u8; pages * 4];
+    dir.read(0, &mut raw)?;
+    let refs: Vec<u32> = raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let map = gntdev.map(domid, &refs, true)?;
+
+    let notifier = EvtchnNotifier::connect(domid, port)?;
+    map.set_unmap_notify(BACKEND_ALIVE as u64, Some(notifier.port()), true)?;
+    let region: SharedRegion = map.into_region()?;
+    region.write_byte(BACKEND_ALIVE, 1).map_err(|e| bad(e.to_string()))?;
+
+    // A thread watches the frontend's state and its domain: either going
+    // away ends the session, as does the frontend's alive byte clearing.
+    let gone = Arc::new(AtomicBool::new(false));
+    let watch_done = Arc::new(AtomicBool::new(false));
+    spawn_watch(fe_dir.to_string(), gone.clone(), watch_done.clone())?;
+    let probe = region.clone();
+    let alive_gone = gone.clone();
+    let notifier = notifier
+        .with_liveness(Arc::new(move || !alive_gone.load(Ordering::SeqCst) && probe.read_byte(FRONTEND_ALIVE).is_ok_and(|b| b == 1)));
+    let conn = RingConn::new(region, &g, Box::new(notifier), cfg.spin).map_err(|e| bad(e.to_string()))?;
+    write_state(xs, be_dir, XenbusState::Connected)?;
+    tracing::info!(domid, device = %be_dir, pages, "Xen frontend connected");
+    let session = XenSession { xs: XenStore::open()?, be_dir: be_dir.to_string(), fe_dir: fe_dir.to_string(), watch_done, _dir: dir };
+    Ok((conn, session))
+}
+
+fn spawn_watch(fe_dir: String, gone: Arc<AtomicBool>, done: Arc<AtomicBool>) -> Result<(), XenError> {
+    let mut xs = XenStore::open()?;
+    let state = vgpu::key(&fe_dir, fe::STATE);
+    xs.watch(&state, "pvgpu-session")?;
+    xs.watch("@releaseDomain", "pvgpu-session")?;
+    std::thread::Builder::new()
+        .name("pvgpu-xen-watch".into())
+        .spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                let _ = xs.read_watch(Some(Duration::from_millis(200)));
+                let closing = match xs.try_read(&state) {
+                    Ok(Some(v)) => XenbusState::from_wire(&v).is_none_or(|s| s.is_closing()),
+                    Ok(None) => true,
+                    Err(_) => true,
+                };
+                if closing {
+                    gone.store(true, Ordering::SeqCst);
+                    return;
+                }
+            }
+        })
+        .map_err(|e| XenError::InvalidArgument(format!("cannot start a watch thread: {e}")))?;
+    Ok(())
+}
+
+/// Advertises the backend's limits on a device and moves it to `InitWait`.
+fn advertise(xs: &mut XenStore, be_dir: &str, cfg: &SessionConfig, executor: &str) -> Result<(), XenError> {
+    xs.transaction(|tx| {
+        tx.write(&vgpu::key(be_dir, be::MAX_DATA_AREA), cfg.max_data_area.to_string().as_bytes())?;
+        tx.write(&vgpu::key(be_dir, be::MAX_CHANNEL_SIZE), MAX_CHANNEL.to_string().as_bytes())?;
+        tx.write(&vgpu::key(be_dir, be::PROTOCOL_VERSIONS), b"1")?;
+        tx.write(&vgpu::key(be_dir, be::EXECUTOR), executor.as_bytes())?;
+        write_state(tx, be_dir, XenbusState::InitWait)
+    })
+}
+
+/// Puts a device whose session is gone back to a clean `Closed` (the next
+/// scan advertises it again).
+fn reset(xs: &mut XenStore, be_dir: &str, fe_dir: &str) -> Result<(), XenError> {
+    xs.transaction(|tx| {
+        write_state(tx, be_dir, XenbusState::Closed)?;
+        if tx.try_read(&vgpu::key(fe_dir, fe::STATE))?.is_some() {
+            write_state(tx, fe_dir, XenbusState::Closed)?;
+        }
+        match tx.rm(&vgpu::key(fe_dir, fe::CLAIM)) {
+            Err(e) if !e.is_not_found() => Err(e),
+            _ => Ok(()),
+        }
+    })
+}
+
+/// Devices with a session running: (domain, device).
+pub type Active = Arc<Mutex<HashSet<(u16, u32)>>>;
+
+/// One pass over every vgpu device in XenStore: advertise, start sessions,
+/// clean up after dead ones. `start` launches a session.
+pub fn scan(
+    xs: &mut XenStore,
+    cfg: &SessionConfig,
+    executor: &str,
+    active: &Active,
+    start: &mut dyn FnMut(Accepted) -> bool,
+) -> Result<(), XenError> {
+    let me = xs.domid()?;
+    let root = vgpu::backend_root(me);
+    let domains = match xs.directory(&root) {
+        Ok(d) => d,
+        Err(e) if e.is_not_found() => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for d in domains {
+        let Ok(domid) = d.parse::<u16>() else { continue };
+        if xs.try_read(&format!("/local/domain/{domid}"))?.is_none() {
+            // The guest is gone (destroyed or crashed) and no session of it
+            // runs: remove its devices, as libxl does for its own.
+            let busy = active.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(dm, _)| *dm == domid);
+            if !busy {
+                tracing::info!(domid, "guest gone; removing its vgpu devices");
+                match xs.rm(&format!("{root}/{domid}")) {
+                    Err(e) if !e.is_not_found() => return Err(e),
+                    _ => {}
+                }
+            }
+            continue;
+        }
+        let devs = xs.directory(&format!("{root}/{domid}")).unwrap_or_default();
+        for devid in devs.iter().filter_map(|s| s.parse::<u32>().ok()) {
+            if active.lock().unwrap_or_else(|p| p.into_inner()).contains(&(domid, devid)) {
+                continue;
+            }
+            let be_dir = vgpu::backend_dir(me, domid, devid);
+            let fe_dir = match xs.read_string(&vgpu::key(&be_dir, be::FRONTEND)) {
+                Ok(p) => p,
+                Err(_) => continue,
+            };
+            if fe_dir != vgpu::frontend_dir(domid, devid) {
+                tracing::warn!(device = %be_dir, frontend = %fe_dir, "frontend path does not match the device; ignoring it");
+                continue;
+            }
+            let online = xs.try_read(&vgpu::key(&be_dir, be::ONLINE))?.is_some_and(|v| v == b"1");
+            let bstate = read_state(xs, &be_dir)?;
+            let fstate = read_state(xs, &fe_dir)?;
+            let claimed = xs.try_read(&vgpu::key(&fe_dir, fe::CLAIM))?.is_some();
+            if !online {
+                if bstate != XenbusState::Closed {
+                    write_state(xs, &be_dir, XenbusState::Closed)?;
+                }
+                continue;
+            }
+            match bstate {
+                XenbusState::Unknown | XenbusState::Initialising | XenbusState::Closed => {
+                    if claimed || matches!(fstate, XenbusState::Initialised | XenbusState::Connected) {
+                        // A frontend that died holding the device.
+                        reset(xs, &be_dir, &fe_dir)?;
+                    } else if !fstate.is_closing() || fstate == XenbusState::Closed {
+                        advertise(xs, &be_dir, cfg, executor)?;
+                        tracing::debug!(device = %be_dir, "advertised");
+                    }
+                }
+                XenbusState::InitWait if fstate == XenbusState::Initialised => {
+                    active.lock().unwrap_or_else(|p| p.into_inner()).insert((domid, devid));
+                    if !start(Accepted::Xen { domid, devid }) {
+                        active.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
+                        reset(xs, &be_dir, &fe_dir)?;
+                    }
+                }
+                XenbusState::Connected | XenbusState::Closing => {
+                    // No session here: a previous backend's, or one that died.
+                    reset(xs, &be_dir, &fe_dir)?;
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}

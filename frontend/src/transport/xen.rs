@@ -1,0 +1,201 @@
+//! The Xen transport: the ring on pages this guest grants to the backend
+//! domain, an event channel as the doorbell, and the xenbus handshake in
+//! XenStore (see `docs/xenstore.md`).
+//!
+//! Connecting claims a free vgpu device of this domain (one device serves
+//! one session), grants the region and a directory of its grant
+//! references, offers an event channel, publishes them in one transaction
+//! with the state `Initialised`, and waits for the backend to be
+//! `Connected`. The guest kernel clears the region's "frontend alive" byte
+//! and signals the backend if this process dies; the backend's kernel does
+//! the same for the "backend alive" byte, which this side checks whenever it
+//! wakes, so neither side waits forever on a dead peer. Dropping the
+//! transport moves the device to `Closing` and `Closed` and releases it.
+
+use super::ring::RingTransport;
+use crate::Options;
+use crate::error::TransportError;
+use pvgpu_ring::layout::{BACKEND_ALIVE, FRONTEND_ALIVE, Geometry, init_region};
+use pvgpu_ring::region::SharedRegion;
+use pvgpu_xen::vgpu::{self, be, fe, read_num};
+use pvgpu_xen::xenbus::{read_state, write_state};
+use pvgpu_xen::{EvtchnNotifier, GntAlloc, XenError, XenStore, XenbusState, XsAccess};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const HANDSHAKE: Duration = Duration::from_secs(15);
+
+fn err(what: &str) -> impl FnOnce(XenError) -> TransportError + '_ {
+    move |e| TransportError::Connect { addr: "xen".into(), reason: format!("{what}: {e}") }
+}
+
+fn refused(reason: String) -> TransportError {
+    TransportError::Connect { addr: "xen".into(), reason }
+}
+
+/// Whether this process runs in a Xen guest that has a vgpu device.
+pub fn available() -> bool {
+    if !std::path::Path::new("/dev/xen/xenbus").exists() && !std::path::Path::new("/proc/xen/xenbus").exists() {
+        return false;
+    }
+    let Ok(mut xs) = XenStore::open() else { return false };
+    xs.directory("device/vgpu").is_ok_and(|d| !d.is_empty())
+}
+
+/// Releases the claimed device when the transport goes away.
+struct Claim {
+    xs: XenStore,
+    fe_dir: String,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let fe_dir = self.fe_dir.clone();
+        let r = self.xs.transaction(|tx| {
+            write_state(tx, &fe_dir, XenbusState::Closing)?;
+            write_state(tx, &fe_dir, XenbusState::Closed)?;
+            match tx.rm(&vgpu::key(&fe_dir, fe::CLAIM)) {
+                Err(e) if !e.is_not_found() => Err(e),
+                _ => Ok(()),
+            }
+        });
+        if let Err(e) = r {
+            tracing::warn!(device = %self.fe_dir, error = %e, "could not release the vgpu device");
+        }
+    }
+}
+
+/// Claims a free device: returns its frontend and backend directories and
+/// the backend's domain id.
+fn claim(xs: &mut XenStore, domid: u16, want: Option<u32>) -> Result<(String, String, u16), TransportError> {
+    let root = vgpu::frontend_root(domid);
+    let deadline = Instant::now() + HANDSHAKE;
+    let pid = std::process::id().to_string();
+    loop {
+        let mut ids: Vec<u32> = match want {
+            Some(d) => vec![d],
+            None => xs
+                .directory(&root)
+                .map_err(|_| refused(format!("no vgpu device is attached to domain {domid}: run `pvgpu-xl attach` in Dom0")))?
+                .iter()
+                .filter_map(|s| s.parse().ok())
+                .collect(),
+        };
+        ids.sort_unstable();
+        let mut busy = 0;
+        for devid in ids {
+            let fe_dir = vgpu::frontend_dir(domid, devid);
+            let got = xs
+                .transaction(|tx| {
+                    let be_dir = tx.read_string(&vgpu::key(&fe_dir, fe::BACKEND))?;
+                    let backend_id: u16 = read_num(tx, &fe_dir, fe::BACKEND_ID)?;
+                    let fstate = read_state(tx, &fe_dir)?;
+                    let bstate = read_state(tx, &be_dir)?;
+                    let claimed = tx.try_read(&vgpu::key(&fe_dir, fe::CLAIM))?.is_some();
+                    let free = !claimed
+                        && matches!(fstate, XenbusState::Initialising | XenbusState::Closed | XenbusState::Unknown)
+                        && bstate == XenbusState::InitWait;
+                    if !free {
+                        return Ok(None);
+                    }
+                    tx.write(&vgpu::key(&fe_dir, fe::CLAIM), pid.as_bytes())?;
+                    write_state(tx, &fe_dir, XenbusState::Initialising)?;
+                    Ok(Some((be_dir, backend_id)))
+                })
+                .map_err(err("claiming a vgpu device"))?;
+            match got {
+                Some((be_dir, backend_id)) => return Ok((fe_dir, be_dir, backend_id)),
+                None => busy += 1,
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(refused(format!(
+                "none of the {busy} vgpu devices of domain {domid} is free (each serves one program; is pvgpu-backend running in Dom0? attach more with `pvgpu-xl attach --count`)"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn wait_backend(xs: &mut XenStore, be_dir: &str, want: XenbusState) -> Result<(), TransportError> {
+    let deadline = Instant::now() + HANDSHAKE;
+    let path = vgpu::key(be_dir, be::STATE);
+    xs.watch(&path, "pvgpu-fe").map_err(err("watching the backend"))?;
+    let r = loop {
+        match read_state(xs, be_dir) {
+            Ok(s) if s == want => break Ok(()),
+            Ok(s) if s.is_closing() => break Err(refused(format!("the backend refused the device (state {s})"))),
+            Ok(_) => {}
+            Err(e) => break Err(err("reading the backend state")(e)),
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            break Err(refused(format!("the backend did not reach {want} within {} s", HANDSHAKE.as_secs())));
+        }
+        let _ = xs.read_watch(Some((deadline - now).min(Duration::from_millis(500))));
+    };
+    let _ = xs.unwatch(&path, "pvgpu-fe");
+    r
+}
+
+/// Connects over a vgpu device of this guest (`devid`, or the first free
+/// one).
+pub fn connect(devid: Option<u32>, opts: &Options) -> Result<RingTransport, TransportError> {
+    let mut xs = XenStore::open().map_err(err("opening XenStore"))?;
+    let domid = xs.domid().map_err(err("reading this domain's id"))?;
+    let (fe_dir, be_dir, backend_id) = claim(&mut xs, domid, devid)?;
+    let claimed = Claim { xs: XenStore::open().map_err(err("opening XenStore"))?, fe_dir: fe_dir.clone() };
+
+    let versions = xs.read_string(&vgpu::key(&be_dir, be::PROTOCOL_VERSIONS)).map_err(err("reading the backend's protocol versions"))?;
+    if !versions.split(',').any(|v| v.trim() == "1") {
+        return Err(refused(format!("the backend speaks protocol versions {versions}, this frontend speaks 1")));
+    }
+    let max_data: u64 = read_num(&mut xs, &be_dir, be::MAX_DATA_AREA).map_err(err("reading the backend's limits"))?;
+    let max_chan: u32 = read_num(&mut xs, &be_dir, be::MAX_CHANNEL_SIZE).map_err(err("reading the backend's limits"))?;
+    let staging = opts.xen_data_area.min(max_data) & !4095;
+    let pinned = opts.xen_pinned.min(max_data.saturating_sub(staging)) & !4095;
+    let g = Geometry { req_size: (64 << 10).min(max_chan), rsp_size: (32 << 10).min(max_chan), data_size: staging + pinned };
+    g.validate(max_data).map_err(|e| refused(e.to_string()))?;
+
+    let gnt = GntAlloc::open().map_err(err("opening /dev/xen/gntalloc"))?;
+    let pages = gnt.share(backend_id, g.pages(), true).map_err(err("granting the shared region"))?;
+    let refs = pages.refs().to_vec();
+    let dir_count = refs.len().div_ceil(vgpu::REFS_PER_DIR_PAGE);
+    let dir = gnt.share(backend_id, dir_count, false).map_err(err("granting the reference directory"))?;
+    let dir_refs = dir.refs().to_vec();
+    let dir = SharedRegion::new(dir);
+    let dir_area = dir.area(0, dir_count * 4096).map_err(|e| refused(e.to_string()))?;
+    for (i, r) in refs.iter().enumerate() {
+        dir_area.write((i * 4) as u64, &r.to_le_bytes()).map_err(|e| refused(e.to_string()))?;
+    }
+    let notifier = EvtchnNotifier::offer(backend_id).map_err(err("offering an event channel"))?;
+    pages.set_unmap_notify(FRONTEND_ALIVE as u64, Some(notifier.port()), true).map_err(err("arming the unmap notification"))?;
+    let region = SharedRegion::new(pages);
+    init_region(&region, &g).map_err(|e| refused(e.to_string()))?;
+    region.write_byte(FRONTEND_ALIVE, 1).map_err(|e| refused(e.to_string()))?;
+
+    let port = notifier.port();
+    xs.transaction(|tx| {
+        let w = |tx: &mut pvgpu_xen::xenstore::Transaction<'_>, k: &str, v: String| tx.write(&vgpu::key(&fe_dir, k), v.as_bytes());
+        w(tx, fe::PAGE_COUNT, refs.len().to_string())?;
+        w(tx, fe::DIR_REF_COUNT, dir_count.to_string())?;
+        for (i, r) in dir_refs.iter().enumerate() {
+            w(tx, &format!("{}{i}", fe::DIR_REF), r.to_string())?;
+        }
+        w(tx, fe::EVENT_CHANNEL, port.to_string())?;
+        w(tx, fe::REQ_SIZE, g.req_size.to_string())?;
+        w(tx, fe::RSP_SIZE, g.rsp_size.to_string())?;
+        w(tx, fe::DATA_SIZE, g.data_size.to_string())?;
+        w(tx, fe::PROTOCOL, "1".into())?;
+        write_state(tx, &fe_dir, XenbusState::Initialised)
+    })
+    .map_err(err("publishing the ring"))?;
+    wait_backend(&mut xs, &be_dir, XenbusState::Connected)?;
+    write_state(&mut xs, &fe_dir, XenbusState::Connected).map_err(err("entering Connected"))?;
+    tracing::debug!(device = %fe_dir, pages = refs.len(), port, "connected over Xen");
+
+    let probe = region.clone();
+    let notifier = notifier.with_liveness(Arc::new(move || probe.read_byte(BACKEND_ALIVE).is_ok_and(|b| b == 1)));
+    let t = RingTransport::new(region, &g, staging, Box::new(notifier), opts.spin, opts.timeout, "xen")?;
+    Ok(t.with_keepalive(Box::new((claimed, dir))))
+}

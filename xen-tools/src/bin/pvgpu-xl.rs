@@ -1,0 +1,163 @@
+//! `pvgpu-xl`: the toolstack part of pvgpu. `xl` has no vgpu device type,
+//! so this creates and removes the device's XenStore directories as libxl
+//! does for its own devices. Run it in Dom0.
+//!
+//! ```text
+//! pvgpu-xl attach <domain> [--count N] [--devid N]
+//! pvgpu-xl detach <domain> [--devid N]
+//! pvgpu-xl list [<domain>]
+//! ```
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use pvgpu_xen::vgpu::{self, be, fe};
+use pvgpu_xen::xenbus::{read_state, write_state};
+use pvgpu_xen::{XenStore, XenbusState, XsAccess};
+use std::time::{Duration, Instant};
+
+#[derive(Parser, Debug)]
+#[command(name = "pvgpu-xl", version, about = "Attach, detach and list pvgpu vgpu devices of Xen guests")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Gives a guest vgpu devices (one per GPU program it runs at once).
+    Attach {
+        /// Domain name or id.
+        domain: String,
+        /// How many devices to add.
+        #[arg(long, default_value = "1")]
+        count: u32,
+        /// Id of the first device (default: the lowest free ids).
+        #[arg(long)]
+        devid: Option<u32>,
+        /// Domain of the backend (where pvgpu-backend runs).
+        #[arg(long, default_value = "0")]
+        backend_domid: u16,
+    },
+    /// Removes a guest's vgpu devices (all, or one), ending their sessions.
+    Detach {
+        /// Domain name or id.
+        domain: String,
+        /// Only this device.
+        #[arg(long)]
+        devid: Option<u32>,
+        /// Domain of the backend.
+        #[arg(long, default_value = "0")]
+        backend_domid: u16,
+    },
+    /// Lists vgpu devices and their states.
+    List {
+        /// Only this domain.
+        domain: Option<String>,
+        /// Domain of the backend.
+        #[arg(long, default_value = "0")]
+        backend_domid: u16,
+    },
+}
+
+/// A domain id from a number or a name (`/local/domain/*/name`).
+fn resolve(xs: &mut XenStore, domain: &str) -> Result<u16> {
+    if let Ok(id) = domain.parse() {
+        return Ok(id);
+    }
+    for d in xs.directory("/local/domain").context("listing domains")? {
+        if let Ok(name) = xs.read_string(&format!("/local/domain/{d}/name")) {
+            if name == domain {
+                return d.parse().with_context(|| format!("domain directory {d} is not a number"));
+            }
+        }
+    }
+    bail!("no domain named {domain} (see `xl list`)")
+}
+
+fn devices(xs: &mut XenStore, backend: u16, domid: u16) -> Result<Vec<u32>> {
+    let root = format!("{}/{domid}", vgpu::backend_root(backend));
+    match xs.directory(&root) {
+        Ok(d) => {
+            let mut ids: Vec<u32> = d.iter().filter_map(|s| s.parse().ok()).collect();
+            ids.sort_unstable();
+            Ok(ids)
+        }
+        Err(e) if e.is_not_found() => Ok(Vec::new()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let mut xs = XenStore::open().context("cannot reach XenStore (run pvgpu-xl in Dom0, with xenstored running)")?;
+    match cli.cmd {
+        Cmd::Attach { domain, count, devid, backend_domid } => {
+            let domid = resolve(&mut xs, &domain)?;
+            let existing = devices(&mut xs, backend_domid, domid)?;
+            let mut next = devid.unwrap_or(0);
+            for _ in 0..count {
+                while devid.is_none() && existing.contains(&next) {
+                    next += 1;
+                }
+                vgpu::create_device(&mut xs, backend_domid, domid, next)
+                    .with_context(|| format!("creating vgpu device {next} of domain {domid}"))?;
+                println!("attached vgpu {next} to domain {domid} ({})", vgpu::frontend_dir(domid, next));
+                next += 1;
+            }
+        }
+        Cmd::Detach { domain, devid, backend_domid } => {
+            let domid = resolve(&mut xs, &domain)?;
+            let ids = match devid {
+                Some(d) => vec![d],
+                None => devices(&mut xs, backend_domid, domid)?,
+            };
+            for id in ids {
+                let be_dir = vgpu::backend_dir(backend_domid, domid, id);
+                let fe_dir = vgpu::frontend_dir(domid, id);
+                // Take the device offline and end its session, as xl does.
+                let _ = xs.transaction(|tx| {
+                    tx.write(&vgpu::key(&be_dir, be::ONLINE), b"0")?;
+                    if tx.try_read(&vgpu::key(&fe_dir, fe::STATE))?.is_some() {
+                        write_state(tx, &fe_dir, XenbusState::Closing)?;
+                    }
+                    Ok(())
+                });
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < deadline {
+                    match read_state(&mut xs, &be_dir) {
+                        Ok(XenbusState::Closed | XenbusState::Unknown | XenbusState::Initialising | XenbusState::InitWait) | Err(_) => {
+                            break;
+                        }
+                        _ => std::thread::sleep(Duration::from_millis(100)),
+                    }
+                }
+                vgpu::remove_device(&mut xs, backend_domid, domid, id).with_context(|| format!("removing vgpu device {id}"))?;
+                println!("detached vgpu {id} from domain {domid}");
+            }
+        }
+        Cmd::List { domain, backend_domid } => {
+            let domains: Vec<u16> = match domain {
+                Some(d) => vec![resolve(&mut xs, &d)?],
+                None => match xs.directory(&vgpu::backend_root(backend_domid)) {
+                    Ok(d) => d.iter().filter_map(|s| s.parse().ok()).collect(),
+                    Err(e) if e.is_not_found() => Vec::new(),
+                    Err(e) => return Err(e.into()),
+                },
+            };
+            println!("{:>6} {:>5}  {:<14} {:<14} {:<8} claimed by", "domain", "devid", "frontend", "backend", "executor");
+            for domid in domains {
+                for id in devices(&mut xs, backend_domid, domid)? {
+                    let (f, b) = vgpu::states(&mut xs, backend_domid, domid, id)?;
+                    let be_dir = vgpu::backend_dir(backend_domid, domid, id);
+                    let exec = xs.read_string(&vgpu::key(&be_dir, be::EXECUTOR)).unwrap_or_else(|_| "-".into());
+                    let claim = xs
+                        .read_string(&vgpu::key(&vgpu::frontend_dir(domid, id), fe::CLAIM))
+                        .map(|p| format!("pid {p}"))
+                        .unwrap_or_default();
+                    println!("{domid:>6} {id:>5}  {:<14} {:<14} {exec:<8} {claim}", f.name(), b.name());
+                }
+            }
+        }
+    }
+    Ok(())
+}
