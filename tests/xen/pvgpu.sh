@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The pvgpu Xen lab: builds the backend, pvgpu-xl, the end-to-end suite
+# (Xen transport) and pvgpu-bench, and runs them in a real Xen under QEMU
+# (tests/xen/lab.sh): the suite in a guest against the backend in Dom0, the
+# ring-vs-TCP benchmark between the domains, and a guest destroyed
+# mid-session. Exit status 0 only if all of it passed.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+B=$HERE/build
+cd "$ROOT"
+
+cargo build --release -p pvgpu-backend -p pvgpu-xen --bins
+cargo build --release -p pvgpu-tests --bin pvgpu-bench
+E2E=$(cargo test --release -p pvgpu-tests --features xen --test e2e --no-run --message-format=json 2>/dev/null |
+  python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "e2e":
+        print(m["executable"])')
+[ -x "$E2E" ] || { echo "could not build the Xen end-to-end suite"; exit 3; }
+
+rm -rf "$B/pvgpu-dom0" "$B/pvgpu-domu"
+mkdir -p "$B/pvgpu-dom0" "$B/pvgpu-domu"
+cp tests/xen/pvgpu/dom0/run.sh target/release/pvgpu-backend target/release/pvgpu-xl "$B/pvgpu-dom0/"
+cp tests/xen/pvgpu/domu/run.sh target/release/pvgpu-bench "$B/pvgpu-domu/"
+cp "$E2E" "$B/pvgpu-domu/e2e"
+strip "$B"/pvgpu-dom0/pvgpu-* "$B"/pvgpu-domu/pvgpu-bench "$B"/pvgpu-domu/e2e
+
+LAB_DOM0_DIR=$B/pvgpu-dom0 LAB_DOMU_DIR=$B/pvgpu-domu LAB_DOMU_MEM=${LAB_DOMU_MEM:-384} LAB_MEM=${LAB_MEM:-2048} \
+  LAB_TIMEOUT=${LAB_TIMEOUT:-1800} LAB_DOMU_BINS="${LAB_DOMU_BINS:-} /usr/bin/timeout" \
+  bash "$HERE/lab.sh"

@@ -1,0 +1,63 @@
+#!/bin/sh
+# pvgpu in the Xen lab, Dom0 side: run pvgpu-backend (host executor, a worker
+# process per session) on vgpu devices and TCP, start the guest, attach its
+# devices, wait for the guest's end-to-end suite and benchmark, then destroy
+# the guest in the middle of a session and check that everything of it is
+# reclaimed. Exits 0 only if every step passed.
+say() { echo "LAB-PVGPU dom0: $* [+$(cut -d' ' -f1 /proc/uptime)s]"; }
+RC=0
+fail() { say "FAIL: $*"; RC=1; }
+wait_key() {  # path seconds -> prints the value
+  n=$(($2 * 2))
+  while [ "$n" -gt 0 ]; do
+    xenstore-read "$1" 2>/dev/null && return 0
+    usleep 500000; n=$((n - 1))
+  done
+  return 1
+}
+workers() { pgrep -f "pvgpu-backend worker --conn xen" | wc -l; }
+
+cd /lab
+RUST_LOG=${RUST_LOG:-info} ./pvgpu-backend --listen xen --listen tcp:0.0.0.0:7300 --executor host --host-mem 1G > /tmp/backend.log 2>&1 &
+BPID=$!
+say "pvgpu-backend pid $BPID"
+
+xl create "$LAB_DOMU_CFG" || { say "FAIL: xl create"; exit 1; }
+DOMID=$(xl domid "$LAB_DOMU_NAME")
+D=/local/domain/$DOMID
+./pvgpu-xl attach "$LAB_DOMU_NAME" --count 12 || fail "pvgpu-xl attach"
+sleep 2
+./pvgpu-xl list
+
+E2E=$(wait_key "$D/data/pvgpu-e2e" 1500) || E2E="no result"
+say "guest end-to-end suite over xen: $E2E"
+[ "$E2E" = pass ] || fail "end-to-end suite over xen: $E2E"
+
+BENCH=$(wait_key "$D/data/pvgpu-bench" 900) || BENCH="no result"
+say "guest benchmark: $BENCH"
+[ "$BENCH" = done ] || fail "benchmark: $BENCH"
+
+VICTIM=$(wait_key "$D/data/pvgpu-victim" 120) || VICTIM="no result"
+[ "$VICTIM" = ready ] || fail "victim client: $VICTIM"
+N=$(workers)
+say "sessions alive before destroying the guest: $N"
+[ "$N" -ge 1 ] || fail "no session for the victim client"
+./pvgpu-xl list
+xl destroy "$LAB_DOMU_NAME" || fail "xl destroy"
+say "guest destroyed mid-session"
+i=0
+while [ "$(workers)" -gt 0 ] && [ $i -lt 100 ]; do usleep 200000; i=$((i + 1)); done
+[ "$(workers)" -eq 0 ] && say "every session worker of the guest has exited (grants unmapped, ports closed, memory freed)" || fail "session workers left: $(workers)"
+i=0
+while xenstore-exists "/local/domain/0/backend/vgpu/$DOMID" 2>/dev/null && [ $i -lt 50 ]; do usleep 200000; i=$((i + 1)); done
+xenstore-exists "/local/domain/0/backend/vgpu/$DOMID" 2>/dev/null && fail "backend directories of the destroyed guest remain" || say "backend directories of the destroyed guest removed"
+
+kill -TERM $BPID
+wait $BPID
+BRC=$?
+[ $BRC -eq 0 ] && say "pvgpu-backend stopped cleanly" || fail "pvgpu-backend exit status $BRC"
+echo "----- pvgpu-backend log (last 60 lines) -----"
+tail -60 /tmp/backend.log
+echo "----- end of pvgpu-backend log -----"
+[ $RC -eq 0 ] && say "PASS" || say "FAIL"
+exit $RC

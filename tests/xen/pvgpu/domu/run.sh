@@ -1,0 +1,35 @@
+#!/bin/sh
+# pvgpu in the Xen lab, guest side: the end-to-end suite over the Xen
+# transport, the ring-vs-TCP benchmark between the domains, then a client
+# that Dom0 destroys the guest under. Results go to XenStore (data/) for
+# Dom0 and to the console.
+say() { echo "LAB-PVGPU domU: $* [+$(cut -d' ' -f1 /proc/uptime)s]"; }
+cd /lab
+# Every page of a session's region is a grant; allow more than the default
+# 1024 so that several sessions run at once.
+echo 65536 > /sys/module/xen_gntalloc/parameters/limit
+
+i=0
+while ! xenstore-ls device/vgpu >/dev/null 2>&1 && [ $i -lt 240 ]; do usleep 500000; i=$((i + 1)); done
+say "vgpu devices: $(xenstore-list device/vgpu 2>/dev/null | tr '\n' ' ')"
+
+export PVGPU_TEST_EXECUTOR=host RUST_LOG=warn
+if ./e2e --test-threads=1 > /tmp/e2e.log 2>&1; then R=pass; else R="fail rc=$?"; fi
+grep -E "^test |test result" /tmp/e2e.log
+[ "$R" = pass ] || tail -80 /tmp/e2e.log
+say "end-to-end suite over xen: $R"
+xenstore-write data/pvgpu-e2e "$R"
+
+./pvgpu-bench --quick --connect xen --connect "tcp:$LAB_DOM0_IP:7300" > /tmp/bench.out 2> /tmp/bench.err
+BRC=$?
+echo "----- pvgpu-bench (xen vs tcp between domains) -----"
+cat /tmp/bench.err /tmp/bench.out
+echo "----- end of pvgpu-bench -----"
+[ $BRC -eq 0 ] && xenstore-write data/pvgpu-bench done || xenstore-write data/pvgpu-bench "fail rc=$BRC"
+
+PVGPU_CHILD_ADDR=xen ./e2e --exact child_client_helper --nocapture > /tmp/victim.log 2>&1 &
+i=0
+while ! grep -q READY /tmp/victim.log && [ $i -lt 120 ]; do usleep 500000; i=$((i + 1)); done
+say "victim client: $(grep -c READY /tmp/victim.log) READY"
+xenstore-write data/pvgpu-victim ready
+sleep 600
