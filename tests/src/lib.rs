@@ -167,6 +167,19 @@ pub fn backend_bin() -> PathBuf {
     p
 }
 
+/// Client options of the suite: a 16 MiB data area (4 MiB copy chunks) and
+/// 4 MiB of page-locked memory, or a small area that makes every large copy
+/// go in many chunks around the staging ring (`PVGPU_TEST_SMALL_AREA=1`,
+/// as on Xen).
+pub fn test_options() -> Options {
+    let mut o = Options { data_area: 16 << 20, pinned: 4 << 20, spin: Duration::from_micros(50), ..Options::default() };
+    if std::env::var("PVGPU_TEST_SMALL_AREA").is_ok_and(|v| v == "1") {
+        o.data_area = 2 << 20;
+        o.pinned = 1 << 20;
+    }
+    o
+}
+
 /// Whether sessions of the backend under test run in worker processes
 /// (`PVGPU_TEST_ISOLATION=process|thread`; process by default for the cuda
 /// executor, thread for the host test double).
@@ -252,7 +265,7 @@ impl Harness {
 
     /// A new client (session) over `t`.
     pub fn client(&self, t: Transport) -> Client {
-        let opts = Options { data_area: 16 << 20, spin: Duration::from_micros(50), ..Options::default() };
+        let opts = test_options();
         Client::connect(&self.addr(t), &opts).expect("cannot connect to the backend under test")
     }
 
@@ -513,6 +526,23 @@ pub fn jacobi<D: Device>(d: &D, f: &D::Kernel, init: &[f32], n: usize, sweeps: u
     d.free(a)?;
     d.free(b)?;
     Ok(bytes_f32(&out))
+}
+
+/// Panics with the first few differences (index, got, want) and their
+/// count, instead of printing whole arrays.
+pub fn assert_same<T: PartialEq + std::fmt::Debug>(got: &[T], want: &[T], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let bad: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want[i]).collect();
+    if let Some(&first) = bad.first() {
+        let show: Vec<String> = bad.iter().take(8).map(|&i| format!("[{i}] got {:?} want {:?}", got[i], want[i])).collect();
+        panic!(
+            "{what}: {} of {} elements differ, from index {first} (byte {}): {}",
+            bad.len(),
+            got.len(),
+            first * std::mem::size_of::<T>(),
+            show.join(", ")
+        );
+    }
 }
 
 /// Largest absolute difference.

@@ -142,12 +142,12 @@ fn copies_of_every_size(t: Transport) {
         c.memcpy_htod(d, &data).unwrap();
         let mut back = vec![0u8; len];
         c.memcpy_dtoh(&mut back, d).unwrap();
-        assert!(back == data, "round trip of {len} bytes");
+        assert_same(&back, &data, &format!("round trip of {len} bytes"));
         let d2 = c.mem_alloc(ctx, len as u64).unwrap();
         c.memcpy_dtod(d2, d, len as u64).unwrap();
         let mut back2 = vec![0u8; len];
         c.memcpy_dtoh(&mut back2, d2).unwrap();
-        assert!(back2 == data, "device-to-device copy of {len} bytes");
+        assert_same(&back2, &data, &format!("device-to-device copy of {len} bytes"));
         c.mem_free(d).unwrap();
         c.mem_free(d2).unwrap();
     }
@@ -380,8 +380,8 @@ fn stream_waits_and_function_attributes(t: Transport) {
 fn pinned_host_memory(t: Transport) {
     let c = shared().client(t);
     let g = Gpu::new(&c).unwrap();
-    let n = 3 << 20;
-    let n = if t == Transport::Xen { 512 << 10 } else { n };
+    let pinned = if t == Transport::Xen { test_options().xen_pinned } else { test_options().pinned };
+    let n = (pinned as usize * 3 / 4).min(3 << 20);
     let Some(p) = c.host_alloc(n) else {
         assert_eq!(t, Transport::Tcp, "the ring transports have page-locked memory");
         return;
@@ -416,7 +416,7 @@ fn pinned_host_memory(t: Transport) {
     assert!(back.iter().all(|&v| v == 3), "captured at the call, as the borrow promises");
     assert!(c.host_free(p));
     assert!(!c.host_free(p));
-    let big = c.host_alloc(1 << 30);
+    let big = c.host_alloc(pinned as usize + 4096);
     assert!(big.is_none(), "larger than the page-locked area");
 }
 
@@ -451,7 +451,7 @@ fn kernel_fault_is_sticky_and_contained(t: Transport) {
     // Another session is untouched.
     let f = bg.func("mat_sum").unwrap();
     let (a, b) = matsum_inputs(1000);
-    assert_eq!(matsum(&bg, &f, &a, &b).unwrap(), matsum_cpu(&a, &b));
+    assert_same(&matsum(&bg, &f, &a, &b).unwrap(), &matsum_cpu(&a, &b), "MatSum of the bystander");
 }
 
 fn matsum_matches_cpu(t: Transport) {
@@ -460,7 +460,7 @@ fn matsum_matches_cpu(t: Transport) {
     let f = g.func("mat_sum").unwrap();
     for n in [1usize, 1000, 1 << 20] {
         let (a, b) = matsum_inputs(n);
-        assert_eq!(matsum(&g, &f, &a, &b).unwrap(), matsum_cpu(&a, &b), "n = {n}");
+        assert_same(&matsum(&g, &f, &a, &b).unwrap(), &matsum_cpu(&a, &b), &format!("MatSum of {n}"));
     }
 }
 
@@ -487,7 +487,7 @@ fn many_concurrent_clients(t: Transport) {
                 for round in 0..5 {
                     let n = 1000 + i * 100 + round;
                     let (a, b) = matsum_inputs(n);
-                    assert_eq!(matsum(&g, &f, &a, &b).unwrap(), matsum_cpu(&a, &b));
+                    assert_same(&matsum(&g, &f, &a, &b).unwrap(), &matsum_cpu(&a, &b), &format!("MatSum of {n} in client {i}"));
                 }
                 // Clients sharing one connection across threads work too.
                 std::thread::scope(|s2| {

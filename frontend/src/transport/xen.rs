@@ -46,12 +46,19 @@ pub fn available() -> bool {
 struct Claim {
     xs: XenStore,
     fe_dir: String,
+    token: String,
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        let fe_dir = self.fe_dir.clone();
+        let (fe_dir, token) = (self.fe_dir.clone(), self.token.clone());
         let r = self.xs.transaction(|tx| {
+            // The backend releases the claim of a session it ended (and may
+            // have handed the device to another connection since): leave a
+            // device that is no longer ours alone.
+            if tx.try_read(&vgpu::key(&fe_dir, fe::CLAIM))?.as_deref() != Some(token.as_bytes()) {
+                return Ok(());
+            }
             write_state(tx, &fe_dir, XenbusState::Closing)?;
             write_state(tx, &fe_dir, XenbusState::Closed)?;
             match tx.rm(&vgpu::key(&fe_dir, fe::CLAIM)) {
@@ -65,12 +72,22 @@ impl Drop for Claim {
     }
 }
 
+/// A claim value unique to this connection: the process id (for
+/// `pvgpu-xl list`) and a per-connection tag, since several connections of
+/// one process may race for the same device.
+fn claim_token() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    format!("{}.{n}.{t}", std::process::id())
+}
+
 /// Claims a free device: returns its frontend and backend directories and
-/// the backend's domain id.
-fn claim(xs: &mut XenStore, domid: u16, want: Option<u32>) -> Result<(String, String, u16), TransportError> {
+/// the backend's domain id. The claim is made in a transaction and read
+/// back afterwards, so that two connections can never both hold a device.
+fn claim(xs: &mut XenStore, domid: u16, want: Option<u32>, pid: &str) -> Result<(String, String, u16), TransportError> {
     let root = vgpu::frontend_root(domid);
     let deadline = Instant::now() + HANDSHAKE;
-    let pid = std::process::id().to_string();
     loop {
         let mut ids: Vec<u32> = match want {
             Some(d) => vec![d],
@@ -104,7 +121,15 @@ fn claim(xs: &mut XenStore, domid: u16, want: Option<u32>) -> Result<(String, St
                 })
                 .map_err(err("claiming a vgpu device"))?;
             match got {
-                Some((be_dir, backend_id)) => return Ok((fe_dir, be_dir, backend_id)),
+                Some((be_dir, backend_id)) => {
+                    let owner = xs.try_read(&vgpu::key(&fe_dir, fe::CLAIM)).map_err(err("reading the claim back"))?;
+                    if owner.as_deref() == Some(pid.as_bytes()) {
+                        tracing::debug!(device = %fe_dir, claim = %pid, "claimed");
+                        return Ok((fe_dir, be_dir, backend_id));
+                    }
+                    tracing::debug!(device = %fe_dir, "lost the device to another connection");
+                    busy += 1;
+                }
                 None => busy += 1,
             }
         }
@@ -143,8 +168,9 @@ fn wait_backend(xs: &mut XenStore, be_dir: &str, want: XenbusState) -> Result<()
 pub fn connect(devid: Option<u32>, opts: &Options) -> Result<RingTransport, TransportError> {
     let mut xs = XenStore::open().map_err(err("opening XenStore"))?;
     let domid = xs.domid().map_err(err("reading this domain's id"))?;
-    let (fe_dir, be_dir, backend_id) = claim(&mut xs, domid, devid)?;
-    let claimed = Claim { xs: XenStore::open().map_err(err("opening XenStore"))?, fe_dir: fe_dir.clone() };
+    let token = claim_token();
+    let (fe_dir, be_dir, backend_id) = claim(&mut xs, domid, devid, &token)?;
+    let claimed = Claim { xs: XenStore::open().map_err(err("opening XenStore"))?, fe_dir: fe_dir.clone(), token };
 
     let versions = xs.read_string(&vgpu::key(&be_dir, be::PROTOCOL_VERSIONS)).map_err(err("reading the backend's protocol versions"))?;
     if !versions.split(',').any(|v| v.trim() == "1") {

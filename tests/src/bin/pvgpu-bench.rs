@@ -406,7 +406,7 @@ fn main() -> Result<()> {
         host.trim()
     );
     if !gpu {
-        header += "\nno GPU here: the backend ran the host executor (a test double), so only local-vs-tcp ratios mean anything";
+        header += "\nno GPU here: the backend ran the host executor (a test double), so only the ratios between transports mean anything";
     }
     header += &format!(
         "\nMatSum {} floats; Jacobi {}x{}, {} sweeps; copies from pageable memory",

@@ -13,14 +13,30 @@ i=0
 while ! xenstore-ls device/vgpu >/dev/null 2>&1 && [ $i -lt 240 ]; do usleep 500000; i=$((i + 1)); done
 say "vgpu devices: $(xenstore-list device/vgpu 2>/dev/null | tr '\n' ' ')"
 
-export PVGPU_TEST_EXECUTOR=host RUST_LOG=warn
-if ./e2e --test-threads=1 > /tmp/e2e.log 2>&1; then R=pass; else R="fail rc=$?"; fi
-grep -E "^test |test result" /tmp/e2e.log
-[ "$R" = pass ] || tail -80 /tmp/e2e.log
+echo 7 > /proc/sys/kernel/printk
+export PVGPU_TEST_EXECUTOR=host RUST_LOG=warn,pvgpu_frontend::transport::xen=debug
+# One process per test, so that a test that crashes the process still
+# leaves the others' results (and its own output) to read.
+R=pass
+n=0
+failed=""
+for t in $(./e2e --list 2>/dev/null | sed -n 's/^\(xen::[a-z0-9_]*\): test$/\1/p'); do
+  n=$((n + 1))
+  if ./e2e --exact "$t" > "/tmp/e2e-$n.log" 2>&1; then
+    echo "test $t ... ok"
+  else
+    rc=$?
+    echo "test $t ... FAILED (rc=$rc)"
+    tail -40 "/tmp/e2e-$n.log"
+    failed="$failed $t"
+  fi
+done
+[ "$n" -gt 0 ] || failed=" (no tests listed)"
+[ -z "$failed" ] || R="fail:$failed"
 say "end-to-end suite over xen: $R"
 xenstore-write data/pvgpu-e2e "$R"
 
-./pvgpu-bench --quick --connect xen --connect "tcp:$LAB_DOM0_IP:7300" > /tmp/bench.out 2> /tmp/bench.err
+RUST_LOG=warn ./pvgpu-bench --quick --connect xen --connect "tcp:$LAB_DOM0_IP:7300" > /tmp/bench.out 2> /tmp/bench.err
 BRC=$?
 echo "----- pvgpu-bench (xen vs tcp between domains) -----"
 cat /tmp/bench.err /tmp/bench.out
