@@ -196,8 +196,11 @@ int main(int argc, char **argv) {
     CUdeviceptr dx;
     CHECK(((CUresult(*)(CUdeviceptr *, size_t))fp)(&dx, 64));
     EXPECT(qr == CU_GET_PROC_ADDRESS_SUCCESS && dx != 0, "cuGetProcAddress entry point works");
-    EXPECT(cuGetProcAddress("cuNoSuchThing", &fp, 13000, 0, &qr) == CUDA_ERROR_NOT_FOUND && qr == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
+    /* As the driver does: success, a null entry point, the reason in qr. */
+    EXPECT(cuGetProcAddress("cuNoSuchThing", &fp, 13000, 0, &qr) == CUDA_SUCCESS && qr == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND && fp == NULL,
            "cuGetProcAddress reports unknown symbols");
+    EXPECT(cuGetProcAddress("cuMemAlloc", &fp, 1000, 0, &qr) == CUDA_SUCCESS && qr == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT && fp == NULL,
+           "cuGetProcAddress reports versions too old for a symbol");
 
     CHECK(cuMemFreeHost(pinned));
     CHECK(cuEventDestroy(e0));

@@ -653,12 +653,12 @@ impl ExecContext for HostContext {
 
     fn get_limit(&mut self, limit: u32) -> CuRes<u64> {
         self.ok()?;
-        self.limits.get(&limit).copied().ok_or(CuResult::UNSUPPORTED_LIMIT)
+        self.limits.get(&limit).copied().ok_or(CuResult::INVALID_VALUE)
     }
 
     fn set_limit(&mut self, limit: u32, value: u64) -> CuRes<()> {
         self.ok()?;
-        let slot = self.limits.get_mut(&limit).ok_or(CuResult::UNSUPPORTED_LIMIT)?;
+        let slot = self.limits.get_mut(&limit).ok_or(CuResult::INVALID_VALUE)?;
         *slot = value;
         Ok(())
     }

@@ -85,7 +85,7 @@ fn claim_token() -> String {
 /// Claims a free device: returns its frontend and backend directories and
 /// the backend's domain id. The claim is made in a transaction and read
 /// back afterwards, so that two connections can never both hold a device.
-fn claim(xs: &mut XenStore, domid: u16, want: Option<u32>, pid: &str) -> Result<(String, String, u16), TransportError> {
+fn claim(xs: &mut XenStore, domid: u16, want: Option<u32>, token: &str) -> Result<(String, String, u16), TransportError> {
     let root = vgpu::frontend_root(domid);
     let deadline = Instant::now() + HANDSHAKE;
     loop {
@@ -115,7 +115,7 @@ fn claim(xs: &mut XenStore, domid: u16, want: Option<u32>, pid: &str) -> Result<
                     if !free {
                         return Ok(None);
                     }
-                    tx.write(&vgpu::key(&fe_dir, fe::CLAIM), pid.as_bytes())?;
+                    tx.write(&vgpu::key(&fe_dir, fe::CLAIM), token.as_bytes())?;
                     write_state(tx, &fe_dir, XenbusState::Initialising)?;
                     Ok(Some((be_dir, backend_id)))
                 })
@@ -123,8 +123,8 @@ fn claim(xs: &mut XenStore, domid: u16, want: Option<u32>, pid: &str) -> Result<
             match got {
                 Some((be_dir, backend_id)) => {
                     let owner = xs.try_read(&vgpu::key(&fe_dir, fe::CLAIM)).map_err(err("reading the claim back"))?;
-                    if owner.as_deref() == Some(pid.as_bytes()) {
-                        tracing::debug!(device = %fe_dir, claim = %pid, "claimed");
+                    if owner.as_deref() == Some(token.as_bytes()) {
+                        tracing::debug!(device = %fe_dir, claim = %token, "claimed");
                         return Ok((fe_dir, be_dir, backend_id));
                     }
                     tracing::debug!(device = %fe_dir, "lost the device to another connection");

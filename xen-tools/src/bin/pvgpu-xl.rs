@@ -152,7 +152,8 @@ fn main() -> Result<()> {
                     let exec = xs.read_string(&vgpu::key(&be_dir, be::EXECUTOR)).unwrap_or_else(|_| "-".into());
                     let claim = xs
                         .read_string(&vgpu::key(&vgpu::frontend_dir(domid, id), fe::CLAIM))
-                        .map(|p| format!("pid {p}"))
+                        // PID.N.NANOS: the claiming process and its connection.
+                        .map(|p| format!("pid {}", p.split('.').next().unwrap_or_default()))
                         .unwrap_or_default();
                     println!("{domid:>6} {id:>5}  {:<14} {:<14} {exec:<8} {claim}", f.name(), b.name());
                 }

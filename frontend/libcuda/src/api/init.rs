@@ -103,7 +103,12 @@ pub fn resolve(symbol: &str, version: c_int, flags: u64) -> Result<*const c_void
     lookup(sym).ok_or(SYMBOL_NOT_FOUND)
 }
 
-fn get_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> Res {
+/// Resolves a symbol for `cuGetProcAddress*`. The driver (measured with
+/// 580.159.04) answers a symbol it lacks, or one newer than `version`, with
+/// `CUDA_SUCCESS`, a null `*pfn` and the reason in `*status` for the `_v2`
+/// form; the CUDA 11 form, which has no status, answers
+/// `CUDA_ERROR_NOT_FOUND`.
+fn get_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int, with_status: bool) -> Res {
     // SAFETY: the caller passes a NUL-terminated name.
     let name = unsafe { state::name(symbol) }?;
     if pfn.is_null() {
@@ -124,7 +129,7 @@ fn get_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags:
         Ok(())
     } else {
         tracing::debug!(symbol = name, version, status = st, "cuGetProcAddress: not found");
-        Err(CuResult::NOT_FOUND)
+        if with_status { Ok(()) } else { Err(CuResult::NOT_FOUND) }
     }
 }
 
@@ -142,7 +147,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     flags: u64,
     symbol_status: *mut c_int,
 ) -> CuResult {
-    run("cuGetProcAddress_v2", || get_proc(symbol, pfn, cuda_version, flags, symbol_status))
+    run("cuGetProcAddress_v2", || get_proc(symbol, pfn, cuda_version, flags, symbol_status, true))
 }
 
 /// `cuGetProcAddress` (CUDA 11.3 form, without the status).
@@ -151,7 +156,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
 /// As for [`cuGetProcAddress_v2`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64) -> CuResult {
-    run("cuGetProcAddress", || get_proc(symbol, pfn, cuda_version, flags, std::ptr::null_mut()))
+    run("cuGetProcAddress", || get_proc(symbol, pfn, cuda_version, flags, std::ptr::null_mut(), false))
 }
 
 /// `cuGetExportTable`: the driver's private tables are not emulated; NVRTC
