@@ -608,29 +608,33 @@ fn backend_killed_mid_call(t: Transport) {
     assert_eq!(code(c.nop()), CuResult::DEVICE_UNAVAILABLE);
 }
 
+/// Runs each test body over every transport: `anywhere` lists the bodies
+/// that only need a backend to talk to (these also run over Xen, built with
+/// `--features xen` for the Xen lab, in a guest against the backend in
+/// Dom0); `own_backend` lists those that start, stop or configure the
+/// backend under test themselves (local and TCP only; the lab checks a guest
+/// destroyed mid-session separately).
 macro_rules! over_every_transport {
-    ($($name:ident),* $(,)?) => {
+    (anywhere: [$($any:ident),* $(,)?], own_backend: [$($own:ident),* $(,)?] $(,)?) => {
         #[cfg(not(feature = "xen"))]
         mod local {
-            $( #[test] fn $name() { super::$name(pvgpu_tests::Transport::Local) } )*
+            $( #[test] fn $any() { super::$any(pvgpu_tests::Transport::Local) } )*
+            $( #[test] fn $own() { super::$own(pvgpu_tests::Transport::Local) } )*
         }
         #[cfg(not(feature = "xen"))]
         mod tcp {
-            $( #[test] fn $name() { super::$name(pvgpu_tests::Transport::Tcp) } )*
+            $( #[test] fn $any() { super::$any(pvgpu_tests::Transport::Tcp) } )*
+            $( #[test] fn $own() { super::$own(pvgpu_tests::Transport::Tcp) } )*
+        }
+        #[cfg(feature = "xen")]
+        mod xen {
+            $( #[test] fn $any() { super::$any(pvgpu_tests::Transport::Xen) } )*
         }
     };
 }
 
-// Over Xen (built with `--features xen` for the Xen lab, where these run in
-// a guest against the backend in Dom0): every test that does not need to
-// start, stop or configure the backend itself. The lab checks a guest
-// destroyed mid-session separately.
-#[cfg(feature = "xen")]
-mod xen {
-    macro_rules! over_xen {
-        ($($name:ident),* $(,)?) => { $( #[test] fn $name() { super::$name(pvgpu_tests::Transport::Xen) } )* };
-    }
-    over_xen!(
+over_every_transport!(
+    anywhere: [
         hello_and_devices,
         contexts,
         modules_in_every_format,
@@ -650,31 +654,6 @@ mod xen {
         matsum_matches_cpu,
         jacobi_matches_cpu,
         many_concurrent_clients,
-    );
-}
-
-over_every_transport!(
-    hello_and_devices,
-    contexts,
-    modules_in_every_format,
-    globals_feed_kernels,
-    copies_of_every_size,
-    memsets,
-    out_of_range_copies_are_refused,
-    bad_handles,
-    unknown_opcode,
-    malformed_request_ends_only_that_session,
-    streams_and_async_copies,
-    events,
-    kernel_params_of_mixed_sizes,
-    stream_waits_and_function_attributes,
-    pinned_host_memory,
-    kernel_fault_is_sticky_and_contained,
-    matsum_matches_cpu,
-    jacobi_matches_cpu,
-    many_concurrent_clients,
-    memory_quota,
-    client_killed_mid_call,
-    backend_stopped_mid_call,
-    backend_killed_mid_call,
+    ],
+    own_backend: [memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
 );
