@@ -37,7 +37,7 @@ PVGPU_TEST_ISOLATION=process cargo test -p pvgpu-tests --test e2e
 step "loom model of the ring's index protocol"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p pvgpu-ring --test loom --release
 
-step "two domains on a real Xen (under QEMU): the suite over grant pages, xen vs tcp, a guest destroyed mid-session"
+step "two domains on a real Xen (under QEMU): the suite over grant pages, xen vs tcp, a backend killed and a guest destroyed mid-session"
 if [ "${PVGPU_SKIP_XEN_LAB:-0}" = 1 ]; then
   echo "skipped: PVGPU_SKIP_XEN_LAB=1"
 elif [ "$(id -u)" != 0 ]; then

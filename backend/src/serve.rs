@@ -5,7 +5,7 @@ use crate::exec::Executor;
 use crate::session::{Outcome, Session, SessionLimits};
 use pvgpu_ring::proto::{HEADER_LEN, Header};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How a session ended.
 #[derive(Debug)]
@@ -27,6 +27,12 @@ pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, limits: Se
     let mut buf = Vec::with_capacity(64 * 1024);
     let mut out = Vec::with_capacity(64 * 1024);
     loop {
+        // A stopping backend ends the session at the next request boundary,
+        // even while the frontend keeps requests coming (the connection only
+        // looks at `stop` while it waits for one).
+        if stop.load(Ordering::Relaxed) {
+            return Ended::Shutdown;
+        }
         match conn.recv(&mut buf, stop) {
             Ok(()) => {}
             Err(ConnError::PeerGone) => return Ended::PeerGone,

@@ -520,8 +520,12 @@ fn memory_quota(t: Transport) {
     c.mem_alloc(ctx, 1 << 20).unwrap();
 }
 
-/// The body of a client process killed by the test below: sets up memory,
-/// starts a long kernel, prints READY, and waits in a synchronising call.
+/// The body of a client process killed by the test below (and, in the Xen
+/// lab, of programs whose guest is destroyed or whose backend is killed):
+/// sets up memory, launches kernels that keep the device busy for
+/// `PVGPU_CHILD_SPIN_S` seconds (on the host executor; 1.5 by default),
+/// prints READY, waits in a synchronising call, prints how it ended
+/// (`SYNC ok` or `SYNC <error code>`), and keeps its session for a minute.
 #[test]
 fn child_client_helper() {
     let Ok(addr) = std::env::var("PVGPU_CHILD_ADDR") else { return };
@@ -531,11 +535,20 @@ fn child_client_helper() {
     c.memset(d, 1, 1, 32 << 20, Stream::DEFAULT).unwrap();
     c.memcpy_htod(d, &vec![7u8; 4 << 20]).unwrap();
     let spin = g.func("spin").unwrap();
-    let cycles: i64 = 1_500_000_000;
-    c.launch(&spin, [1, 1, 1], [1, 1, 1], 0, Stream::DEFAULT, &[arg(&cycles)]).unwrap();
-    c.nop().unwrap();
+    // In kernels of at most 10 s (the host executor's cap on one spin).
+    let mut secs: f64 = std::env::var("PVGPU_CHILD_SPIN_S").ok().and_then(|s| s.parse().ok()).unwrap_or(1.5);
+    while secs > 0.0 {
+        let cycles = (secs.min(10.0) * 1e9) as i64;
+        c.launch(&spin, [1, 1, 1], [1, 1, 1], 0, Stream::DEFAULT, &[arg(&cycles)]).unwrap();
+        secs -= 10.0;
+    }
+    // Before any call that waits: the host executor runs a spin inside the
+    // session's request loop, so even a Nop would wait for it.
     println!("READY");
-    let _ = c.ctx_synchronize(g.ctx);
+    match c.ctx_synchronize(g.ctx) {
+        Ok(()) => println!("SYNC ok"),
+        Err(e) => println!("SYNC {:?}", e.code()),
+    }
     std::thread::sleep(Duration::from_secs(60));
 }
 

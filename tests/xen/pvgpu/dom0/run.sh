@@ -1,8 +1,9 @@
 #!/bin/sh
 # pvgpu in the Xen lab, Dom0 side: run pvgpu-backend (host executor, a worker
 # process per session) on vgpu devices and TCP, start the guest, attach its
-# devices, wait for the guest's end-to-end suite and benchmark, then destroy
-# the guest in the middle of a session and check that everything of it is
+# devices, wait for the guest's end-to-end suite and benchmark, kill the
+# backend under a waiting guest call and start a new one, then destroy the
+# guest in the middle of a session and check that everything of it is
 # reclaimed. Exits 0 only if every step passed.
 say() { echo "LAB-PVGPU dom0: $* [+$(cut -d' ' -f1 /proc/uptime)s]"; }
 RC=0
@@ -25,9 +26,13 @@ workers() {
 cd /lab
 # Crashes of any process (a session worker, say) reach the console.
 echo 7 > /proc/sys/kernel/printk
-RUST_LOG=${RUST_LOG:-info,pvgpu_backend::xen=debug} ./pvgpu-backend --listen xen --listen tcp:0.0.0.0:7300 --executor host --host-mem 1G > /tmp/backend.log 2>&1 &
-BPID=$!
-say "pvgpu-backend pid $BPID"
+start_backend() {
+  RUST_LOG=${RUST_LOG:-info,pvgpu_backend::xen=debug} ./pvgpu-backend --listen xen --listen tcp:0.0.0.0:7300 --executor host --host-mem 1G >> /tmp/backend.log 2>&1 &
+  BPID=$!
+  say "pvgpu-backend pid $BPID"
+}
+: > /tmp/backend.log
+start_backend
 # Stream the backend's warnings and the guest's console to the serial log as
 # they happen.
 tail -F /tmp/backend.log 2>/dev/null | grep -E "WARN|ERROR" &
@@ -47,6 +52,20 @@ say "guest end-to-end suite over xen: $E2E"
 BENCH=$(wait_key "$D/data/pvgpu-bench" 400) || BENCH="no result"
 say "guest benchmark: $BENCH"
 [ "$BENCH" = done ] || fail "benchmark: $BENCH"
+
+HELD=$(wait_key "$D/data/pvgpu-held" 120) || HELD="no result"
+[ "$HELD" = 1 ] || fail "program holding a session: $HELD"
+kill -KILL $BPID
+wait $BPID 2>/dev/null
+say "pvgpu-backend killed (SIGKILL) while a guest program waits in a call"
+i=0
+while [ "$(workers)" -gt 0 ] && [ $i -lt 100 ]; do usleep 200000; i=$((i + 1)); done
+[ "$(workers)" -eq 0 ] && say "the killed backend's session workers have exited" || fail "workers of the killed backend left: $(workers)"
+start_backend
+xenstore-write "$D/data/pvgpu-restarted" 1
+RESTART=$(wait_key "$D/data/pvgpu-restart" 300) || RESTART="no result"
+say "guest across the backend restart: $RESTART"
+[ "$RESTART" = pass ] || fail "backend restart: $RESTART"
 
 VICTIM=$(wait_key "$D/data/pvgpu-victim" 120) || VICTIM="no result"
 [ "$VICTIM" = ready ] || fail "victim client: $VICTIM"

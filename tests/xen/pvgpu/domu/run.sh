@@ -1,7 +1,8 @@
 #!/bin/sh
 # pvgpu in the Xen lab, guest side: the end-to-end suite over the Xen
-# transport, the ring-vs-TCP benchmark between the domains, then a client
-# that Dom0 destroys the guest under. Results go to XenStore (data/) for
+# transport, the ring-vs-TCP benchmark between the domains, a program whose
+# backend Dom0 kills and restarts, then a client that Dom0 destroys the
+# guest under. Results go to XenStore (data/) for
 # Dom0 and to the console.
 say() { echo "LAB-PVGPU domU: $* [+$(cut -d' ' -f1 /proc/uptime)s]"; }
 cd /lab
@@ -42,6 +43,27 @@ echo "----- pvgpu-bench (xen vs tcp between domains) -----"
 cat /tmp/bench.err /tmp/bench.out
 echo "----- end of pvgpu-bench -----"
 [ $BRC -eq 0 ] && xenstore-write data/pvgpu-bench done || xenstore-write data/pvgpu-bench "fail rc=$BRC"
+
+# A program waits in a call while Dom0 kills the backend (SIGKILL) and starts
+# a new one: the call must fail rather than hang, and a program started
+# afterwards must get a session from the new backend.
+PVGPU_CHILD_ADDR=xen PVGPU_CHILD_SPIN_S=60 ./e2e --exact child_client_helper --nocapture > /tmp/held.log 2>&1 &
+i=0
+while ! grep -q READY /tmp/held.log && [ $i -lt 120 ]; do usleep 500000; i=$((i + 1)); done
+xenstore-write data/pvgpu-held "$(grep -c READY /tmp/held.log)"
+i=0
+while ! xenstore-read data/pvgpu-restarted >/dev/null 2>&1 && [ $i -lt 240 ]; do usleep 500000; i=$((i + 1)); done
+i=0
+while ! grep -q "^SYNC " /tmp/held.log && [ $i -lt 60 ]; do usleep 500000; i=$((i + 1)); done
+HELD=$(grep "^SYNC " /tmp/held.log | head -1)
+say "the call waiting when the backend died returned: ${HELD:-nothing yet}"
+if ./e2e --exact xen::matsum_matches_cpu > /tmp/after.log 2>&1; then AFTER=pass; else AFTER="fail rc=$?"; tail -30 /tmp/after.log; fi
+say "a new program after the backend restarted: $AFTER"
+case "$HELD" in
+  "SYNC CUDA_ERROR_DEVICE_UNAVAILABLE"*) R=$AFTER ;;
+  *) R="fail: the waiting call returned '${HELD:-nothing}'; new program: $AFTER" ;;
+esac
+xenstore-write data/pvgpu-restart "$R"
 
 PVGPU_CHILD_ADDR=xen ./e2e --exact child_client_helper --nocapture > /tmp/victim.log 2>&1 &
 i=0
