@@ -225,3 +225,91 @@ pub fn connect(devid: Option<u32>, opts: &Options) -> Result<RingTransport, Tran
     let t = RingTransport::new(region, &g, staging, Box::new(notifier), opts.spin, opts.timeout, "xen")?;
     Ok(t.with_keepalive(Box::new((claimed, dir))))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pvgpu_xen::xenstore::fake::{Fake, SharedFake};
+
+    /// The fake store's own domain.
+    const DOM: u16 = 3;
+
+    /// A store with `n` devices attached and advertised by backend domain 0.
+    fn attached(n: u32) -> SharedFake {
+        let store = SharedFake::new(Fake::default());
+        let mut xs = store.connect();
+        for devid in 0..n {
+            vgpu::create_device(&mut xs, 0, DOM, devid).unwrap();
+            write_state(&mut xs, &vgpu::backend_dir(0, DOM, devid), XenbusState::InitWait).unwrap();
+        }
+        store
+    }
+
+    fn value(store: &SharedFake, path: &str) -> Option<Vec<u8>> {
+        store.with(|f| f.nodes.get(path).map(|n| n.0.clone()))
+    }
+
+    fn state(store: &SharedFake, dir: &str) -> XenbusState {
+        read_state(&mut store.connect(), dir).unwrap()
+    }
+
+    #[test]
+    fn tokens_differ_between_connections() {
+        let (a, b) = (claim_token(), claim_token());
+        assert_ne!(a, b);
+        assert!(a.starts_with(&format!("{}.", std::process::id())), "{a}");
+    }
+
+    #[test]
+    fn each_connection_claims_its_own_device() {
+        let store = attached(2);
+        let mut xs = store.connect();
+        let (a, a_be, backend) = claim(&mut xs, DOM, None, "a").unwrap();
+        assert_eq!((a.as_str(), a_be.as_str(), backend), ("/local/domain/3/device/vgpu/0", "/local/domain/0/backend/vgpu/3/0", 0));
+        let (b, ..) = claim(&mut xs, DOM, None, "b").unwrap();
+        assert_eq!(b, vgpu::frontend_dir(DOM, 1));
+        assert_eq!(value(&store, &vgpu::key(&a, fe::CLAIM)).as_deref(), Some(&b"a"[..]));
+        assert_eq!(value(&store, &vgpu::key(&b, fe::CLAIM)).as_deref(), Some(&b"b"[..]));
+        assert_eq!(state(&store, &a), XenbusState::Initialising);
+    }
+
+    #[test]
+    fn a_device_with_a_backend_not_waiting_is_not_claimed() {
+        let store = attached(2);
+        let mut xs = store.connect();
+        // Device 0's backend has not advertised it (still Initialising).
+        write_state(&mut xs, &vgpu::backend_dir(0, DOM, 0), XenbusState::Initialising).unwrap();
+        let (dir, ..) = claim(&mut xs, DOM, None, "a").unwrap();
+        assert_eq!(dir, vgpu::frontend_dir(DOM, 1));
+        assert_eq!(value(&store, &vgpu::key(&vgpu::frontend_dir(DOM, 0), fe::CLAIM)), None);
+    }
+
+    #[test]
+    fn dropping_a_claim_releases_the_device() {
+        let store = attached(1);
+        let mut xs = store.connect();
+        let (dir, ..) = claim(&mut xs, DOM, None, "a").unwrap();
+        drop(Claim { xs: store.connect(), fe_dir: dir.clone(), token: "a".into() });
+        assert_eq!(value(&store, &vgpu::key(&dir, fe::CLAIM)), None);
+        assert_eq!(state(&store, &dir), XenbusState::Closed);
+        // Free again for the next program.
+        assert_eq!(claim(&mut xs, DOM, Some(0), "b").unwrap().0, dir);
+    }
+
+    #[test]
+    fn a_claim_dropped_after_the_device_changed_hands_leaves_it_alone() {
+        let store = attached(1);
+        let mut xs = store.connect();
+        let (dir, be_dir, _) = claim(&mut xs, DOM, None, "a").unwrap();
+        let a = Claim { xs: store.connect(), fe_dir: dir.clone(), token: "a".into() };
+        // The backend ends A's session (as it does for a broken frontend),
+        // advertises the device again, and B claims it.
+        xs.rm(&vgpu::key(&dir, fe::CLAIM)).unwrap();
+        write_state(&mut xs, &dir, XenbusState::Closed).unwrap();
+        write_state(&mut xs, &be_dir, XenbusState::InitWait).unwrap();
+        assert_eq!(claim(&mut xs, DOM, Some(0), "b").unwrap().0, dir);
+        drop(a);
+        assert_eq!(value(&store, &vgpu::key(&dir, fe::CLAIM)).as_deref(), Some(&b"b"[..]));
+        assert_eq!(state(&store, &dir), XenbusState::Initialising);
+    }
+}
