@@ -730,13 +730,7 @@ impl<E: Executor> Session<E> {
                 self.enter(ctx)?.func_set_attribute(func, r.attr.get(), r.value.get())?;
             }
             Request::CtxGetInfo(r) => {
-                let i = self.enter(r.handle.get())?.info()?;
-                let rep = CtxInfoRep {
-                    api_version: i.api_version.into(),
-                    flags: i.flags.into(),
-                    least_priority: i.least_priority.into(),
-                    greatest_priority: i.greatest_priority.into(),
-                };
+                let rep: CtxInfoRep = self.enter(r.handle.get())?.info()?.into();
                 out.extend_from_slice(rep.as_bytes());
             }
             Request::Occupancy(r) => {

@@ -217,17 +217,7 @@ pub struct Function {
 }
 
 /// Facts about a context.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CtxInfo {
-    /// `cuCtxGetApiVersion`.
-    pub api_version: u32,
-    /// `cuCtxGetFlags`.
-    pub flags: u32,
-    /// Least stream priority (numerically greatest).
-    pub least_priority: i32,
-    /// Greatest stream priority (numerically least).
-    pub greatest_priority: i32,
-}
+pub use pvgpu_ring::proto::CtxInfo;
 
 /// What the backend said about itself at connection.
 #[derive(Debug, Clone)]
@@ -867,12 +857,7 @@ impl Client {
     /// API version, flags and stream priority range of a context.
     pub fn ctx_info(&self, ctx: Context) -> Result<CtxInfo> {
         let r: CtxInfoRep = self.call_into(Opcode::CtxGetInfo, &[HandleReq { handle: ctx.0.into() }.as_bytes()])?;
-        Ok(CtxInfo {
-            api_version: r.api_version.get(),
-            flags: r.flags.get(),
-            least_priority: r.least_priority.get(),
-            greatest_priority: r.greatest_priority.get(),
-        })
+        Ok(r.into())
     }
 
     /// `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`.

@@ -315,6 +315,41 @@ impl DataRef {
     }
 }
 
+/// Facts about a context: what [`CtxInfoRep`] carries, in native types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CtxInfo {
+    /// `cuCtxGetApiVersion`.
+    pub api_version: u32,
+    /// `cuCtxGetFlags`.
+    pub flags: u32,
+    /// Least (numerically greatest) stream priority.
+    pub least_priority: i32,
+    /// Greatest (numerically least) stream priority.
+    pub greatest_priority: i32,
+}
+
+impl From<CtxInfo> for CtxInfoRep {
+    fn from(i: CtxInfo) -> Self {
+        CtxInfoRep {
+            api_version: i.api_version.into(),
+            flags: i.flags.into(),
+            least_priority: i.least_priority.into(),
+            greatest_priority: i.greatest_priority.into(),
+        }
+    }
+}
+
+impl From<CtxInfoRep> for CtxInfo {
+    fn from(r: CtxInfoRep) -> Self {
+        CtxInfo {
+            api_version: r.api_version.get(),
+            flags: r.flags.get(),
+            least_priority: r.least_priority.get(),
+            greatest_priority: r.greatest_priority.get(),
+        }
+    }
+}
+
 macro_rules! wire_structs {
     ($( $(#[$m:meta])* pub struct $name:ident { $( $(#[$fm:meta])* pub $f:ident : $t:ty ),* $(,)? } )*) => {
         $(

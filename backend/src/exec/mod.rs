@@ -177,14 +177,4 @@ pub trait ExecContext: Send + 'static {
 }
 
 /// Facts about a context.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CtxInfo {
-    /// `cuCtxGetApiVersion`.
-    pub api_version: u32,
-    /// `cuCtxGetFlags`.
-    pub flags: u32,
-    /// Least stream priority (numerically greatest).
-    pub least_priority: i32,
-    /// Greatest stream priority (numerically least).
-    pub greatest_priority: i32,
-}
+pub use pvgpu_ring::proto::CtxInfo;
