@@ -1011,6 +1011,17 @@ mod tests {
     }
 
     #[test]
+    fn ctx_info_round_trips_through_its_reply() {
+        let i = CtxInfo { api_version: 13000, flags: 0x9, least_priority: 0, greatest_priority: -5 };
+        let rep = CtxInfoRep::from(i);
+        assert_eq!(
+            rep.as_bytes(),
+            [&13000u32.to_le_bytes()[..], &9u32.to_le_bytes(), &0i32.to_le_bytes(), &(-5i32).to_le_bytes()].concat()
+        );
+        assert_eq!(CtxInfo::from(rep), i);
+    }
+
+    #[test]
     fn header_round_trip() {
         let h = Header::request(Opcode::LaunchKernel, 42, FLAG_REPLY, 100);
         let b = h.as_bytes().to_vec();
