@@ -429,14 +429,9 @@ mod tests {
         assert!(t.join().unwrap().is_err());
     }
 
-    #[test]
-    fn unsealed_memfd_is_refused() {
-        let (a, b) = UnixStream::pair().unwrap();
-        let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 4096 };
-        let fd = memfd_create(c"x", MFdFlags::MFD_CLOEXEC).unwrap();
-        File::from(fd.try_clone().unwrap()).set_len(g.total_len() as u64).unwrap();
-        let e1 = new_eventfd().unwrap();
-        let e2 = new_eventfd().unwrap();
+    /// Sends a client hello for 4 KiB channels and data area with `fds`
+    /// (region, then the two doorbells).
+    fn send_hello(a: &UnixStream, fds: [std::os::fd::RawFd; 3]) {
         let hello = LocalHello {
             magic: HELLO_MAGIC.into(),
             version: LOCAL_VERSION.into(),
@@ -445,9 +440,19 @@ mod tests {
             reserved: 0.into(),
             data_size: 4096.into(),
         };
-        let fds = [fd.as_raw_fd(), e1.as_raw_fd(), e2.as_raw_fd()];
         sendmsg::<()>(a.as_raw_fd(), &[IoSlice::new(hello.as_bytes())], &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
             .unwrap();
+    }
+
+    #[test]
+    fn unsealed_memfd_is_refused() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 4096 };
+        let fd = memfd_create(c"x", MFdFlags::MFD_CLOEXEC).unwrap();
+        File::from(fd.try_clone().unwrap()).set_len(g.total_len() as u64).unwrap();
+        let e1 = new_eventfd().unwrap();
+        let e2 = new_eventfd().unwrap();
+        send_hello(&a, [fd.as_raw_fd(), e1.as_raw_fd(), e2.as_raw_fd()]);
         assert!(matches!(server_handshake(b, 1 << 20), Err(LocalError::Memory(_))));
     }
 
@@ -458,17 +463,7 @@ mod tests {
         let (_r, memfd) = create_region(&g).unwrap();
         let (x, _y) = UnixStream::pair().unwrap();
         let e2 = new_eventfd().unwrap();
-        let hello = LocalHello {
-            magic: HELLO_MAGIC.into(),
-            version: LOCAL_VERSION.into(),
-            req_size: 4096.into(),
-            rsp_size: 4096.into(),
-            reserved: 0.into(),
-            data_size: 4096.into(),
-        };
-        let fds = [memfd.as_raw_fd(), x.as_raw_fd(), e2.as_raw_fd()];
-        sendmsg::<()>(a.as_raw_fd(), &[IoSlice::new(hello.as_bytes())], &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
-            .unwrap();
+        send_hello(&a, [memfd.as_raw_fd(), x.as_raw_fd(), e2.as_raw_fd()]);
         assert!(matches!(server_handshake(b, 1 << 20), Err(LocalError::Malformed(_))));
     }
 }
