@@ -63,10 +63,7 @@ impl Drop for XenSession {
             if tx.try_read(&vgpu::key(&fe_dir, fe::STATE))?.is_some() && !read_state(tx, &fe_dir)?.is_closing() {
                 write_state(tx, &fe_dir, XenbusState::Closed)?;
             }
-            match tx.rm(&vgpu::key(&fe_dir, fe::CLAIM)) {
-                Err(e) if !e.is_not_found() => Err(e),
-                _ => Ok(()),
-            }
+            tx.try_rm(&vgpu::key(&fe_dir, fe::CLAIM)).map(drop)
         });
         if let Err(e) = r {
             tracing::debug!(device = %self.be_dir, error = %e, "could not close the device (domain gone?)");
@@ -205,10 +202,7 @@ fn reset(xs: &mut XenStore, be_dir: &str, fe_dir: &str) -> Result<(), XenError> 
         if tx.try_read(&vgpu::key(fe_dir, fe::STATE))?.is_some() {
             write_state(tx, fe_dir, XenbusState::Closed)?;
         }
-        match tx.rm(&vgpu::key(fe_dir, fe::CLAIM)) {
-            Err(e) if !e.is_not_found() => Err(e),
-            _ => Ok(()),
-        }
+        tx.try_rm(&vgpu::key(fe_dir, fe::CLAIM)).map(drop)
     })
 }
 
@@ -239,10 +233,7 @@ pub fn scan(
             let busy = active.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(dm, _)| *dm == domid);
             if !busy {
                 tracing::info!(domid, "guest gone; removing its vgpu devices");
-                match xs.rm(&format!("{root}/{domid}")) {
-                    Err(e) if !e.is_not_found() => return Err(e),
-                    _ => {}
-                }
+                xs.try_rm(&format!("{root}/{domid}"))?;
             }
             continue;
         }

@@ -133,11 +133,7 @@ pub fn remove_device(xs: &mut crate::XenStore, backend: u16, domid: u16, devid: 
     let be_dir = backend_dir(backend, domid, devid);
     xs.transaction(|tx| {
         for d in [&fe_dir, &be_dir] {
-            match tx.rm(d) {
-                Ok(()) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
+            tx.try_rm(d)?;
         }
         Ok(())
     })

@@ -275,6 +275,16 @@ pub trait XsAccess {
         self.request(XsType::Rm, &path_arg(path)?).map(drop)
     }
 
+    /// Removes `path` and everything under it if it exists; says whether it
+    /// did.
+    fn try_rm(&mut self, path: &str) -> Result<bool, XenError> {
+        match self.rm(path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The names of `path`'s children.
     fn directory(&mut self, path: &str) -> Result<Vec<String>, XenError> {
         let reply = self.request(XsType::Directory, &path_arg(path)?)?;
@@ -972,6 +982,9 @@ mod tests {
         assert!(xs.set_perms("/a", &[]).is_err());
         xs.rm("/a/b").unwrap();
         assert!(xs.read("/a/b/c").unwrap_err().is_not_found());
+        assert!(xs.rm("/a/b").unwrap_err().is_not_found());
+        assert!(!xs.try_rm("/a/b").unwrap());
+        assert!(xs.try_rm("/a/e").unwrap());
         assert!(matches!(xs.write("/big", &[0; XENSTORE_PAYLOAD_MAX]), Err(XenError::InvalidArgument(_))));
         drop(xs);
         t.join().unwrap();

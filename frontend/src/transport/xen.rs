@@ -61,10 +61,7 @@ impl Drop for Claim {
             }
             write_state(tx, &fe_dir, XenbusState::Closing)?;
             write_state(tx, &fe_dir, XenbusState::Closed)?;
-            match tx.rm(&vgpu::key(&fe_dir, fe::CLAIM)) {
-                Err(e) if !e.is_not_found() => Err(e),
-                _ => Ok(()),
-            }
+            tx.try_rm(&vgpu::key(&fe_dir, fe::CLAIM)).map(drop)
         });
         if let Err(e) = r {
             tracing::warn!(device = %self.fe_dir, error = %e, "could not release the vgpu device");
