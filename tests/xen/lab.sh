@@ -197,6 +197,7 @@ base_root() {  # dir
   ln -s busybox "$1/bin/sh"
   echo "root:x:0:0:root:/root:/bin/sh" > "$1/etc/passwd"
   echo "root:x:0:" > "$1/etc/group"
+  install -m644 "$HERE/guest/lib.sh" "$1/etc/lab/lib.sh"
   # glibc dlopen()s libgcc_s for pthread_cancel / unwinding
   install -D -m644 /lib/x86_64-linux-gnu/libgcc_s.so.1 "$1/lib/x86_64-linux-gnu/libgcc_s.so.1"
 }

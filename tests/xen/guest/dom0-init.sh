@@ -9,23 +9,14 @@ export PATH=/usr/sbin:/usr/bin:/sbin:/bin:/usr/lib/xen-4.17/bin:/lab
 up() { cut -d' ' -f1 /proc/uptime; }
 say() { echo "LAB: $* [dom0 +$(up)s]"; }
 warn() { echo "LAB: WARNING: $*"; }
+. /etc/lab/lib.sh
 
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs tmpfs /dev/shm
-mount -t tmpfs tmpfs /run
-mount -t tmpfs tmpfs /tmp
-mkdir -p /var && ln -sfn /run /var/run && ln -sfn /run/lock /var/lock
+lab_mounts
 set -a; . /etc/lab/env; set +a
 say "dom0 init up (kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) vCPUs, $(awk '/MemTotal/{print int($2/1024)}' /proc/meminfo) MiB)"
 
 # ---- kernel modules (listed in load order by lab.sh) ----
-while read -r m; do
-  n=$(basename "$m" .ko | tr - _)
-  grep -q "^$n " /proc/modules && continue
-  insmod "$m" 2>/tmp/insmod.err || warn "insmod $m: $(cat /tmp/insmod.err)"
-done < /etc/lab/modules
+lab_modules
 mkdir -p /proc/xen && mount -t xenfs xenfs /proc/xen || warn "mount xenfs failed"
 for d in evtchn gntdev gntalloc privcmd xenbus; do
   [ -c /dev/xen/$d ] || warn "/dev/xen/$d missing"

@@ -9,22 +9,14 @@
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin:/lab
 up() { cut -d' ' -f1 /proc/uptime; }
 say() { echo "LAB-DOMU: $* [domU +$(up)s]"; }
+warn() { say "WARNING: $*"; }
+. /etc/lab/lib.sh
 
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs tmpfs /dev/shm
-mount -t tmpfs tmpfs /run
-mount -t tmpfs tmpfs /tmp
-mkdir -p /var && ln -sfn /run /var/run
+lab_mounts
 set -a; . /etc/lab/env; set +a
 say "init up (kernel $(uname -r), $(awk '/MemTotal/{print int($2/1024)}' /proc/meminfo) MiB)"
 
-while read -r m; do
-  n=$(basename "$m" .ko | tr - _)
-  grep -q "^$n " /proc/modules && continue
-  insmod "$m" 2>/tmp/insmod.err || say "WARNING: insmod $m: $(cat /tmp/insmod.err)"
-done < /etc/lab/modules
+lab_modules
 
 ip link set lo up
 i=0

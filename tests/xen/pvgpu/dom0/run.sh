@@ -8,14 +8,7 @@
 say() { echo "LAB-PVGPU dom0: $* [+$(cut -d' ' -f1 /proc/uptime)s]"; }
 RC=0
 fail() { say "FAIL: $*"; RC=1; }
-wait_key() {  # path seconds -> prints the value
-  n=$(($2 * 2))
-  while [ "$n" -gt 0 ]; do
-    xenstore-read "$1" 2>/dev/null && return 0
-    usleep 500000; n=$((n - 1))
-  done
-  return 1
-}
+. /etc/lab/lib.sh   # wait_key
 # Session workers of the backend: processes whose command line says
 # "pvgpu-backend worker --conn xen" (one pipeline: forks are slow under TCG).
 # The bracket keeps grep from counting its own command line.

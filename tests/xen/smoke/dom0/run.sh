@@ -4,15 +4,7 @@
 say() { echo "smoke-dom0: $* [+$(cut -d' ' -f1 /proc/uptime)s]"; }
 fail() { say "FAIL: $*"; exit 1; }
 
-# wait_key path seconds -> prints the value
-wait_key() {
-  n=$(($2 * 2))
-  while [ "$n" -gt 0 ]; do
-    xenstore-read "$1" 2>/dev/null && return 0
-    usleep 500000; n=$((n - 1))
-  done
-  return 1
-}
+. /etc/lab/lib.sh   # wait_key
 
 say "xl create $LAB_DOMU_CFG"
 xl create "$LAB_DOMU_CFG" || fail "xl create"
