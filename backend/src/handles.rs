@@ -5,7 +5,7 @@
 //! slot's new generation, so a guest cannot reach an object through an id it
 //! was not given for that object.
 
-use pvgpu_ring::CuResult;
+use pvgpu_ring::CuError;
 
 struct Slot<T> {
     generation: u32,
@@ -37,9 +37,9 @@ impl<T> HandleTable<T> {
     }
 
     /// Stores `value`; `CUDA_ERROR_OUT_OF_MEMORY` when the table is full.
-    pub fn insert(&mut self, value: T) -> Result<u64, CuResult> {
+    pub fn insert(&mut self, value: T) -> Result<u64, CuError> {
         if self.len >= self.max {
-            return Err(CuResult::OUT_OF_MEMORY);
+            return Err(CuError::OUT_OF_MEMORY);
         }
         let slot = match self.free.pop() {
             Some(s) => s,
@@ -110,7 +110,7 @@ mod tests {
         let a = t.insert("a").unwrap();
         let b = t.insert("b").unwrap();
         assert_ne!(a, 0);
-        assert_eq!(t.insert("c"), Err(CuResult::OUT_OF_MEMORY));
+        assert_eq!(t.insert("c"), Err(CuError::OUT_OF_MEMORY));
         assert_eq!(t.remove(a), Some("a"));
         assert_eq!(t.get(a), None);
         let c = t.insert("c").unwrap();

@@ -1,13 +1,18 @@
 //! # pvgpu-backend
 //!
 //! The Dom0 side of pvgpu: accepts frontends over the local shared-memory
-//! transport and TCP, runs one session per frontend, and executes its CUDA
-//! driver-API commands.
+//! transport, TCP and Xen, runs one session per frontend, and executes its
+//! CUDA driver-API commands.
 //!
-//! - [`server`]: listeners, one session per connection in a worker process
-//!   (default) or a thread, clean shutdown;
+//! - [`config`]: what an operator sets (listeners, isolation, executor,
+//!   session limits);
+//! - [`supervisor`]: the listeners, one session per connection in a worker
+//!   process (default) or a thread, session counts, clean shutdown;
+//! - [`session_loop`]: one session's serving loop over its connection;
+//! - [`worker_process`]: the worker process that runs one session;
 //! - [`session`]: per-session handle tables, device-range checks, quota,
-//!   deferred errors of calls sent without waiting;
+//!   deferred errors of calls sent without waiting, and the command
+//!   handlers by family;
 //! - [`exec`]: the executors, [`exec::cuda`] (cudarc) and [`exec::host`]
 //!   (a test double that runs without a GPU);
 //! - [`conn`]: the backend's end of a ring or TCP connection;
@@ -19,13 +24,16 @@
 //! the session's own tables, and a broken peer loses its session and nothing
 //! else.
 
+pub mod config;
 pub mod conn;
 pub mod exec;
 mod handles;
-pub mod serve;
-pub mod server;
+pub mod log_limit;
 pub mod session;
-pub mod worker;
+pub mod session_loop;
+pub mod supervisor;
+pub mod worker_process;
 pub mod xen;
 
-pub use server::{Backend, Config, Isolation, Listen, SessionConfig};
+pub use config::{Config, Isolation, Listen, SessionConfig};
+pub use supervisor::Backend;

@@ -3,11 +3,13 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
+use pvgpu_backend::Backend;
+use pvgpu_backend::config::{
+    Config, ExecutorConfig, ExecutorKind, Isolation, Listen, SessionConfig, SessionLimits, WorkerCommand, parse_bytes,
+};
 use pvgpu_backend::exec::cuda::CudaExecutor;
 use pvgpu_backend::exec::host::HostExecutor;
-use pvgpu_backend::server::{Backend, Config, Isolation, Listen, SessionConfig, WorkerCommand};
-use pvgpu_backend::session::SessionLimits;
-use pvgpu_backend::worker::{self, ExecutorConfig, ExecutorKind, parse_bytes};
+use pvgpu_backend::worker_process;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -66,10 +68,7 @@ impl ExecArgs {
     fn to_args(&self) -> Vec<String> {
         let mut a = vec![
             "--executor".into(),
-            match self.executor {
-                ExecutorKind::Cuda => "cuda".into(),
-                ExecutorKind::Host => "host".into(),
-            },
+            self.executor.name().into(),
             "--max-data-area".into(),
             self.max_data_area.to_string(),
             "--spin-us".into(),
@@ -115,7 +114,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     if let Some(Cmd::Worker { conn, session, domid, devid, exec }) = &cli.command {
         let xen = domid.zip(*devid);
-        worker::run_worker(conn, xen, *session, &exec.executor(), &exec.session())?;
+        worker_process::run_worker(conn, xen, *session, &exec.executor(), &exec.session())?;
         return Ok(());
     }
     if cli.listen.is_empty() {
@@ -124,13 +123,9 @@ fn main() -> Result<()> {
     let cfg = Config { listen: cli.listen.clone(), session: cli.exec.session(), max_sessions: cli.max_sessions };
     let backend = match (cli.isolation, cli.exec.executor) {
         (Isolation::Process, _) => {
-            worker::probe(&cli.exec.executor())?;
+            worker_process::probe(&cli.exec.executor())?;
             let exe = std::env::current_exe().context("cannot find the pvgpu-backend binary to start workers")?;
-            let executor = match cli.exec.executor {
-                ExecutorKind::Cuda => "cuda",
-                ExecutorKind::Host => "host",
-            };
-            Backend::start_processes(cfg, WorkerCommand { exe, args: cli.exec.to_args(), executor: executor.into() })?
+            Backend::start_processes(cfg, WorkerCommand { exe, args: cli.exec.to_args(), executor: cli.exec.executor.name().into() })?
         }
         (Isolation::Thread, ExecutorKind::Cuda) => Backend::start_threads(Arc::new(CudaExecutor::new()?), cfg)?,
         (Isolation::Thread, ExecutorKind::Host) => Backend::start_threads(Arc::new(HostExecutor::new(cli.exec.host_mem)), cfg)?,

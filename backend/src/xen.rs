@@ -16,8 +16,8 @@
 //!    unmapped and the port closed; the backend moves to `Closed`, releases
 //!    a claim the dead frontend left, and advertises the device again.
 
+use crate::config::SessionConfig;
 use crate::conn::RingConn;
-use crate::server::{Accepted, SessionConfig};
 use pvgpu_ring::layout::{BACKEND_ALIVE, FRONTEND_ALIVE, Geometry};
 use pvgpu_ring::region::SharedRegion;
 use pvgpu_xen::vgpu::{self, be, fe, read_num};
@@ -210,13 +210,14 @@ fn reset(xs: &mut XenStore, be_dir: &str, fe_dir: &str) -> Result<(), XenError> 
 pub type Active = Arc<Mutex<HashSet<(u16, u32)>>>;
 
 /// One pass over every vgpu device in XenStore: advertise, start sessions,
-/// clean up after dead ones. `start` launches a session.
+/// clean up after dead ones. `start(domid, devid)` launches a session and
+/// says whether it did.
 pub fn scan(
     xs: &mut XenStore,
     cfg: &SessionConfig,
     executor: &str,
     active: &Active,
-    start: &mut dyn FnMut(Accepted) -> bool,
+    start: &mut dyn FnMut(u16, u32) -> bool,
 ) -> Result<(), XenError> {
     let me = xs.domid()?;
     let root = vgpu::backend_root(me);
@@ -273,7 +274,7 @@ pub fn scan(
                 }
                 XenbusState::InitWait if fstate == XenbusState::Initialised => {
                     active.lock().unwrap_or_else(|p| p.into_inner()).insert((domid, devid));
-                    if !start(Accepted::Xen { domid, devid }) {
+                    if !start(domid, devid) {
                         active.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
                         reset(xs, &be_dir, &fe_dir)?;
                     }

@@ -1,9 +1,17 @@
-//! Errors of the client.
+//! Errors of the client. Messages follow the workspace's one rule: they say
+//! what happened at their own level and never repeat their source; print
+//! them with [`Chain`] (or anyhow's `{:#}`) to see the whole story.
 
-use pvgpu_ring::CuResult;
+use pvgpu_ring::addr::AddrError;
 use pvgpu_ring::channel::ChannelError;
+use pvgpu_ring::layout::LayoutError;
 use pvgpu_ring::local::LocalError;
 use pvgpu_ring::proto::DecodeError;
+use pvgpu_ring::region::RegionError;
+use pvgpu_ring::{CuError, CuResult};
+use pvgpu_xen::XenError;
+
+pub use pvgpu_ring::report::Chain;
 
 /// Why a transport stopped working. After any of these the client is
 /// unusable: every later call fails the same way, without blocking.
@@ -12,32 +20,106 @@ pub enum TransportError {
     /// The backend closed the connection or died.
     #[error("The pvgpu backend went away; restart the program once the backend is back")]
     BackendGone,
-    /// Connecting or the handshake failed.
-    #[error("Cannot connect to the pvgpu backend at {addr}: {reason}")]
+    /// The backend's address cannot be reached.
+    #[error("Cannot connect to the pvgpu backend at {addr}")]
     Connect {
         /// Where.
         addr: String,
         /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The backend, or the toolstack's set-up, turned the connection down.
+    #[error("The pvgpu backend at {addr} refused the connection: {reason}")]
+    Refused {
+        /// Where.
+        addr: String,
+        /// Why, in words.
         reason: String,
     },
+    /// A step of the Xen handshake failed.
+    #[error("Xen transport: {step} failed")]
+    Xen {
+        /// The step.
+        step: &'static str,
+        /// Why.
+        #[source]
+        source: XenError,
+    },
+    /// The shared region could not be laid out.
+    #[error("Cannot lay out the shared region")]
+    Layout(#[from] LayoutError),
+    /// An access outside the shared region.
+    #[error("Shared region access out of bounds")]
+    Region(#[from] RegionError),
+    /// A copy does not fit the data area, or unfinished copies hold all of it.
+    #[error("The data area has no room for this copy")]
+    Staging(#[from] StagingError),
     /// The backend broke the ring protocol.
-    #[error("The backend broke the ring protocol: {0}")]
+    #[error("The backend broke the ring protocol")]
     Channel(#[from] ChannelError),
     /// The backend sent something that does not decode.
-    #[error("The backend sent a malformed message: {0}")]
+    #[error("The backend sent a malformed message")]
     Decode(#[from] DecodeError),
-    /// The backend's reply does not match the request.
-    #[error("Protocol error: {0}")]
-    Protocol(String),
-    /// No reply within the configured timeout (`PVGPU_TIMEOUT`).
-    #[error("The backend did not answer within the call timeout")]
+    /// The backend's reply does not fit the request.
+    #[error("The backend's reply does not fit the request")]
+    Protocol(#[from] ProtocolError),
+    /// No reply within the configured timeout (`PVGPU_TIMEOUT_MS`).
+    #[error("The backend did not answer within the call timeout (PVGPU_TIMEOUT_MS)")]
     Timeout,
     /// The OS failed us.
-    #[error("I/O error talking to the backend: {0}")]
+    #[error("I/O error talking to the backend")]
     Io(#[from] std::io::Error),
     /// The local handshake failed.
-    #[error("Local transport handshake failed: {0}")]
+    #[error("Local transport handshake failed")]
     Local(#[from] LocalError),
+}
+
+/// Why a copy found no room in the data area.
+#[derive(Debug, thiserror::Error)]
+pub enum StagingError {
+    /// Larger than the staging part of the area.
+    #[error("{len} bytes do not fit the {cap}-byte data area")]
+    TooLarge {
+        /// Bytes to place.
+        len: u64,
+        /// Staging capacity.
+        cap: u64,
+    },
+    /// Copies whose replies have not been read hold the whole area.
+    #[error("Data area exhausted by unfinished copies")]
+    Exhausted,
+}
+
+/// How a reply failed to fit its request.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    /// A reply to another request.
+    #[error("Reply to request {got} (opcode {got_op}) while waiting for {want} (opcode {want_op})")]
+    Mismatch {
+        /// Id of the reply.
+        got: u64,
+        /// Its opcode.
+        got_op: u16,
+        /// Id waited for.
+        want: u64,
+        /// Its opcode.
+        want_op: u16,
+    },
+    /// A function reply whose parameters do not fit its packed size.
+    #[error("Function reply with an impossible parameter layout")]
+    ParamLayout,
+    /// A reply whose length is not what its header says.
+    #[error("Reply length does not match its header")]
+    ReplyLength,
+    /// A copy's reply carried another number of bytes than asked for.
+    #[error("Copy reply of {got} bytes for {want} asked")]
+    CopyLength {
+        /// Bytes in the reply.
+        got: usize,
+        /// Bytes asked.
+        want: usize,
+    },
 }
 
 /// An error of a client call.
@@ -45,29 +127,34 @@ pub enum TransportError {
 pub enum Error {
     /// The backend's driver (or the session's checks) returned this status.
     #[error("{0}")]
-    Cuda(CuResult),
+    Cuda(CuError),
     /// The connection to the backend failed.
-    #[error(transparent)]
+    #[error("The connection to the pvgpu backend failed")]
     Transport(#[from] TransportError),
     /// `PVGPU_BACKEND` or an explicit address is malformed.
-    #[error("Bad backend address '{0}': use local:PATH, tcp:HOST:PORT or xen")]
-    Address(String),
+    #[error("Bad backend address (PVGPU_BACKEND)")]
+    Address(#[from] AddrError),
 }
 
 impl Error {
     /// The `CUresult` a driver-API caller should see: the CUDA status, or
     /// `CUDA_ERROR_DEVICE_UNAVAILABLE` when the backend cannot be reached.
-    pub fn code(&self) -> CuResult {
+    pub fn code(&self) -> CuError {
         match self {
             Error::Cuda(c) => *c,
-            Error::Transport(_) => CuResult::DEVICE_UNAVAILABLE,
-            Error::Address(_) => CuResult::INVALID_VALUE,
+            Error::Transport(_) => CuError::DEVICE_UNAVAILABLE,
+            Error::Address(_) => CuError::INVALID_VALUE,
         }
+    }
+
+    /// The status of a failed call, as a `CUresult`.
+    pub fn status(&self) -> CuResult {
+        self.code().into()
     }
 }
 
-impl From<CuResult> for Error {
-    fn from(c: CuResult) -> Self {
+impl From<CuError> for Error {
+    fn from(c: CuError) -> Self {
         Error::Cuda(c)
     }
 }

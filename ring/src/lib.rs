@@ -14,14 +14,17 @@
 //!   spin-then-block wait;
 //! - [`local`]: memfd regions, eventfd doorbells and the Unix-socket
 //!   handshake of the local transport; [`frame`]: message framing for TCP;
-//! - [`cuda`]: `CUresult` codes and attribute numbers as CUDA 13 defines
-//!   them.
+//! - [`cuda`]: `CUresult` codes (and [`CuError`], a status that is not
+//!   success) and attribute numbers as CUDA 13 defines them;
+//! - [`addr`]: the `local:`/`tcp:`/`xen` address grammar both sides parse;
+//! - [`report`]: errors printed with their sources, for logs.
 //!
 //! The consumer side treats the peer as hostile: it copies each record out
 //! of shared memory before decoding it, checks every index against the
 //! buffer size, and reports an impossible state as an error that ends the
 //! session.
 
+pub mod addr;
 pub mod channel;
 pub mod cuda;
 #[cfg(not(loom))]
@@ -34,6 +37,7 @@ pub mod notify;
 pub mod proto;
 #[cfg(not(loom))]
 pub mod region;
+pub mod report;
 mod sync;
 
-pub use cuda::CuResult;
+pub use cuda::{CuError, CuResult};

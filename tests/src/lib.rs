@@ -18,7 +18,7 @@
 pub mod native;
 
 use pvgpu_backend::exec::host::HostExecutor;
-use pvgpu_backend::server::{Backend, Config, Listen, SessionConfig};
+use pvgpu_backend::{Backend, Config, Listen, SessionConfig};
 use pvgpu_frontend::{BackendAddr, Client, Context, Function, Module, Options, Stream, arg};
 use std::path::PathBuf;
 use std::process::{Child, Command};

@@ -3,13 +3,13 @@
 
 use crate::{Device, PTX};
 use cudarc::driver::sys;
-use pvgpu_frontend::{CuResult, Error};
+use pvgpu_frontend::{CuError, CuResult, Error};
 use std::ffi::{CString, c_void};
 use std::ptr;
 
 fn ck(r: sys::CUresult) -> pvgpu_frontend::Result<()> {
     let v = r as u32;
-    if v == 0 { Ok(()) } else { Err(Error::Cuda(CuResult(v))) }
+    CuResult(v).result().map_err(Error::Cuda)
 }
 
 /// A context of its own on device 0 with the test kernels loaded.
@@ -134,7 +134,7 @@ impl Device for NativeGpu {
     type Kernel = NativeKernel;
 
     fn kernel(&self, name: &str) -> pvgpu_frontend::Result<NativeKernel> {
-        let n = CString::new(name).map_err(|_| Error::Cuda(CuResult::INVALID_VALUE))?;
+        let n = CString::new(name).map_err(|_| Error::Cuda(CuError::INVALID_VALUE))?;
         let mut f = ptr::null_mut();
         // SAFETY: valid out-pointer, live module, NUL-terminated name.
         ck(unsafe { sys::cuModuleGetFunction(&mut f, self.module, n.as_ptr()) })?;

@@ -19,7 +19,7 @@ fn shared() -> &'static Harness {
 fn code<T: std::fmt::Debug>(r: Result<T, Error>) -> CuResult {
     match r {
         Ok(v) => panic!("expected an error, got Ok({v:?})"),
-        Err(e) => e.code(),
+        Err(e) => e.status(),
     }
 }
 

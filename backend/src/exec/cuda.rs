@@ -11,8 +11,8 @@
 
 use super::{CtxInfo, CuRes, DeviceInfo, ExecContext, Executor, LaunchDims, Param};
 use cudarc::driver::sys;
-use pvgpu_ring::CuResult;
 use pvgpu_ring::cuda::attr;
+use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_int, c_void};
 use std::ptr;
 
@@ -21,7 +21,7 @@ fn ck(r: sys::CUresult) -> CuRes<()> {
 }
 
 fn ck_raw(v: u32) -> CuRes<()> {
-    if v == 0 { Ok(()) } else { Err(CuResult(v)) }
+    CuResult(v).result()
 }
 
 /// Why the GPU executor could not start.
@@ -36,7 +36,7 @@ pub enum CudaInitError {
         /// The call.
         call: &'static str,
         /// Its status.
-        status: CuResult,
+        status: CuError,
     },
 }
 
@@ -115,7 +115,7 @@ impl CudaExecutor {
         for name in REQUIRED_SYMBOLS {
             // SAFETY: the library is loaded; we only look the symbol up.
             if unsafe { sys::culib().get::<*const c_void>(name.as_bytes()) }.is_err() {
-                return Err(CudaInitError::Driver { call: name, status: CuResult::NOT_FOUND });
+                return Err(CudaInitError::Driver { call: name, status: CuError::NOT_FOUND });
             }
         }
         // SAFETY: cuInit has no preconditions.
@@ -193,7 +193,7 @@ impl Executor for CudaExecutor {
     }
 
     fn create_context(&self, device: usize, flags: u32) -> CuRes<CudaContext> {
-        let dev = *self.raw.get(device).ok_or(CuResult::INVALID_DEVICE)?;
+        let dev = *self.raw.get(device).ok_or(CuError::INVALID_DEVICE)?;
         let mut raw = ptr::null_mut();
         // SAFETY: valid out-pointer; null create-params asks for defaults.
         ck(unsafe { sys::cuCtxCreate_v4(&mut raw, ptr::null_mut(), flags, dev) })?;
@@ -227,7 +227,7 @@ unsafe fn symbol<F: Copy>(name: &'static str) -> Result<F, CudaInitError> {
     // promises F matches the symbol.
     unsafe { sys::culib().get::<F>(name.as_bytes()) }
         .map(|s| *s)
-        .map_err(|_| CudaInitError::Driver { call: name, status: CuResult::NOT_FOUND })
+        .map_err(|_| CudaInitError::Driver { call: name, status: CuError::NOT_FOUND })
 }
 
 // SAFETY: a CUDA context may be used from any thread once made current
@@ -380,7 +380,7 @@ impl ExecContext for CudaContext {
 
     fn module_load(&mut self, image: &[u8]) -> CuRes<CudaModule> {
         if image.last() != Some(&0) {
-            return Err(CuResult::INVALID_IMAGE);
+            return Err(CuError::INVALID_IMAGE);
         }
         let mut m = ptr::null_mut();
         // SAFETY: the image is NUL-terminated (so PTX text ends in bounds)
@@ -395,7 +395,7 @@ impl ExecContext for CudaContext {
     }
 
     fn function(&mut self, m: &CudaModule, name: &str) -> CuRes<(CudaFunction, Vec<Param>)> {
-        let cname = std::ffi::CString::new(name).map_err(|_| CuResult::INVALID_VALUE)?;
+        let cname = std::ffi::CString::new(name).map_err(|_| CuError::INVALID_VALUE)?;
         let mut f = ptr::null_mut();
         // SAFETY: valid out-pointer, NUL-terminated name, live module.
         ck(unsafe { sys::cuModuleGetFunction(&mut f, m.0, cname.as_ptr()) })?;
@@ -413,7 +413,7 @@ impl ExecContext for CudaContext {
     }
 
     fn global(&mut self, m: &CudaModule, name: &str) -> CuRes<(u64, u64)> {
-        let cname = std::ffi::CString::new(name).map_err(|_| CuResult::INVALID_VALUE)?;
+        let cname = std::ffi::CString::new(name).map_err(|_| CuError::INVALID_VALUE)?;
         let (mut p, mut size) = (0u64, 0usize);
         // SAFETY: valid out-pointers, NUL-terminated name, live module.
         ck(unsafe { sys::cuModuleGetGlobal_v2(&mut p, &mut size, m.0, cname.as_ptr()) })?;
@@ -425,7 +425,7 @@ impl ExecContext for CudaContext {
         for p in layout {
             let end = p.offset as usize + p.size as usize;
             if end > params.len() {
-                return Err(CuResult::INVALID_VALUE);
+                return Err(CuError::INVALID_VALUE);
             }
             // SAFETY: offset is within `params` (checked just above).
             args.push(unsafe { params.as_ptr().add(p.offset as usize) } as *mut c_void);
@@ -471,7 +471,7 @@ impl ExecContext for CudaContext {
         // SAFETY: live stream.
         match ck(unsafe { sys::cuStreamQuery(s.0) }) {
             Ok(()) => Ok(true),
-            Err(CuResult::NOT_READY) => Ok(false),
+            Err(CuError::NOT_READY) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -497,7 +497,7 @@ impl ExecContext for CudaContext {
         // SAFETY: live event.
         match ck(unsafe { sys::cuEventQuery(e.0) }) {
             Ok(()) => Ok(true),
-            Err(CuResult::NOT_READY) => Ok(false),
+            Err(CuError::NOT_READY) => Ok(false),
             Err(err) => Err(err),
         }
     }

@@ -16,7 +16,7 @@
 
 use super::image::{self, ImageInfo};
 use super::{CtxInfo, CuRes, DeviceInfo, ExecContext, Executor, LaunchDims, Param};
-use pvgpu_ring::CuResult;
+use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::attr;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -114,7 +114,7 @@ impl Executor for HostExecutor {
     }
 
     fn create_context(&self, device: usize, _flags: u32) -> CuRes<HostContext> {
-        let dev = self.devices.get(device).ok_or(CuResult::INVALID_DEVICE)?;
+        let dev = self.devices.get(device).ok_or(CuError::INVALID_DEVICE)?;
         // Spread contexts (also those of other worker processes) over
         // distinct address ranges, as a GPU's unified address space does.
         let n = (NEXT_CTX.fetch_add(1, Ordering::Relaxed) + std::process::id() as u64 * 7) % 64;
@@ -393,7 +393,7 @@ pub struct HostContext {
     used: Arc<AtomicU64>,
     /// Bytes this context added to `used`.
     held: u64,
-    sticky: Option<CuResult>,
+    sticky: Option<CuError>,
     modules: HashMap<u64, ModuleState>,
     next_module: u64,
     epoch: Instant,
@@ -441,12 +441,12 @@ impl ExecContext for HostContext {
     fn mem_alloc(&mut self, size: u64) -> CuRes<u64> {
         self.ok()?;
         if size == 0 {
-            return Err(CuResult::INVALID_VALUE);
+            return Err(CuError::INVALID_VALUE);
         }
         if size > self.free_bytes() {
-            return Err(CuResult::OUT_OF_MEMORY);
+            return Err(CuError::OUT_OF_MEMORY);
         }
-        let addr = self.mem.alloc(size).ok_or(CuResult::OUT_OF_MEMORY)?;
+        let addr = self.mem.alloc(size).ok_or(CuError::OUT_OF_MEMORY)?;
         self.used.fetch_add(size, Ordering::Relaxed);
         self.held += size;
         Ok(addr)
@@ -454,7 +454,7 @@ impl ExecContext for HostContext {
 
     fn mem_free(&mut self, dptr: u64) -> CuRes<()> {
         self.ok()?;
-        let v = self.mem.allocs.remove(&dptr).ok_or(CuResult::INVALID_VALUE)?;
+        let v = self.mem.allocs.remove(&dptr).ok_or(CuError::INVALID_VALUE)?;
         self.used.fetch_sub(v.len() as u64, Ordering::Relaxed);
         self.held -= v.len() as u64;
         Ok(())
@@ -467,9 +467,9 @@ impl ExecContext for HostContext {
 
     fn memset(&mut self, dptr: u64, value: u32, elem_size: u32, count: u64, _s: Option<u64>) -> CuRes<()> {
         self.ok()?;
-        let len = count.checked_mul(elem_size as u64).ok_or(CuResult::INVALID_VALUE)?;
-        let len = usize::try_from(len).map_err(|_| CuResult::INVALID_VALUE)?;
-        let b = self.mem.bytes_mut(dptr, len).map_err(|_| CuResult::INVALID_VALUE)?;
+        let len = count.checked_mul(elem_size as u64).ok_or(CuError::INVALID_VALUE)?;
+        let len = usize::try_from(len).map_err(|_| CuError::INVALID_VALUE)?;
+        let b = self.mem.bytes_mut(dptr, len).map_err(|_| CuError::INVALID_VALUE)?;
         let pat = value.to_le_bytes();
         for chunk in b.chunks_exact_mut(elem_size as usize) {
             chunk.copy_from_slice(&pat[..elem_size as usize]);
@@ -479,7 +479,7 @@ impl ExecContext for HostContext {
 
     unsafe fn htod(&mut self, dst: u64, src: *const u8, len: usize, _s: Option<u64>, _wait: bool) -> CuRes<()> {
         self.ok()?;
-        let b = self.mem.bytes_mut(dst, len).map_err(|_| CuResult::INVALID_VALUE)?;
+        let b = self.mem.bytes_mut(dst, len).map_err(|_| CuError::INVALID_VALUE)?;
         // SAFETY: the caller guarantees `src` is readable for `len` bytes;
         // `b` is our own private buffer of exactly `len` bytes.
         unsafe { std::ptr::copy_nonoverlapping(src, b.as_mut_ptr(), len) };
@@ -488,7 +488,7 @@ impl ExecContext for HostContext {
 
     unsafe fn dtoh(&mut self, dst: *mut u8, src: u64, len: usize, _s: Option<u64>, _wait: bool) -> CuRes<()> {
         self.ok()?;
-        let b = self.mem.bytes(src, len).map_err(|_| CuResult::INVALID_VALUE)?;
+        let b = self.mem.bytes(src, len).map_err(|_| CuError::INVALID_VALUE)?;
         // SAFETY: the caller guarantees `dst` is writable for `len` bytes;
         // `b` is our own buffer of exactly `len` bytes.
         unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), dst, len) };
@@ -497,9 +497,9 @@ impl ExecContext for HostContext {
 
     fn dtod(&mut self, dst: u64, src: u64, len: u64, _s: Option<u64>, _is_async: bool) -> CuRes<()> {
         self.ok()?;
-        let len = usize::try_from(len).map_err(|_| CuResult::INVALID_VALUE)?;
-        let tmp = self.mem.bytes(src, len).map_err(|_| CuResult::INVALID_VALUE)?.to_vec();
-        self.mem.bytes_mut(dst, len).map_err(|_| CuResult::INVALID_VALUE)?.copy_from_slice(&tmp);
+        let len = usize::try_from(len).map_err(|_| CuError::INVALID_VALUE)?;
+        let tmp = self.mem.bytes(src, len).map_err(|_| CuError::INVALID_VALUE)?.to_vec();
+        self.mem.bytes_mut(dst, len).map_err(|_| CuError::INVALID_VALUE)?.copy_from_slice(&tmp);
         Ok(())
     }
 
@@ -508,7 +508,7 @@ impl ExecContext for HostContext {
         let info = image::parse(img)?;
         let mut globals = HashMap::new();
         for (name, g) in &info.globals {
-            let addr = self.mem.alloc(g.size.max(1)).ok_or(CuResult::OUT_OF_MEMORY)?;
+            let addr = self.mem.alloc(g.size.max(1)).ok_or(CuError::OUT_OF_MEMORY)?;
             if let Ok(b) = self.mem.bytes_mut(addr, g.init.len()) {
                 b.copy_from_slice(&g.init);
             }
@@ -521,7 +521,7 @@ impl ExecContext for HostContext {
     }
 
     fn module_unload(&mut self, m: HostModule) -> CuRes<()> {
-        let st = self.modules.remove(&m.id).ok_or(CuResult::INVALID_HANDLE)?;
+        let st = self.modules.remove(&m.id).ok_or(CuError::INVALID_HANDLE)?;
         for addr in st.globals.values() {
             self.mem.allocs.remove(addr);
         }
@@ -530,34 +530,34 @@ impl ExecContext for HostContext {
 
     fn function(&mut self, m: &HostModule, name: &str) -> CuRes<(HostFunction, Vec<Param>)> {
         self.ok()?;
-        let st = self.modules.get(&m.id).ok_or(CuResult::INVALID_HANDLE)?;
-        let entry = st.info.entries.get(name).ok_or(CuResult::NOT_FOUND)?;
+        let st = self.modules.get(&m.id).ok_or(CuError::INVALID_HANDLE)?;
+        let entry = st.info.entries.get(name).ok_or(CuError::NOT_FOUND)?;
         let (_, kernel) = KERNELS.iter().find(|(n, _)| *n == name).ok_or_else(|| {
             tracing::warn!(kernel = name, "the host executor has no implementation of this kernel");
-            CuResult::NOT_FOUND
+            CuError::NOT_FOUND
         })?;
         Ok((HostFunction { module: m.id, kernel: *kernel }, entry.params.clone()))
     }
 
     fn global(&mut self, m: &HostModule, name: &str) -> CuRes<(u64, u64)> {
         self.ok()?;
-        let st = self.modules.get(&m.id).ok_or(CuResult::INVALID_HANDLE)?;
-        let addr = *st.globals.get(name).ok_or(CuResult::NOT_FOUND)?;
+        let st = self.modules.get(&m.id).ok_or(CuError::INVALID_HANDLE)?;
+        let addr = *st.globals.get(name).ok_or(CuError::NOT_FOUND)?;
         Ok((addr, st.info.globals[name].size))
     }
 
     fn launch(&mut self, f: HostFunction, dims: LaunchDims, params: &[u8], layout: &[Param], _s: Option<u64>) -> CuRes<()> {
         self.ok()?;
         if dims.grid.contains(&0) || dims.block.contains(&0) || dims.block.iter().map(|&b| b as u64).product::<u64>() > 1024 {
-            return Err(CuResult::INVALID_VALUE);
+            return Err(CuError::INVALID_VALUE);
         }
-        let st = self.modules.get(&f.module).ok_or(CuResult::INVALID_HANDLE)?;
+        let st = self.modules.get(&f.module).ok_or(CuError::INVALID_HANDLE)?;
         let globals = st.globals.clone();
         let mut call = Call { dims, args: Args { buf: params, layout }, mem: &mut self.mem, globals: &globals };
         if (f.kernel)(&mut call).is_err() {
             // A GPU reports a fault asynchronously and poisons the context;
             // do the same.
-            self.sticky = Some(CuResult::ILLEGAL_ADDRESS);
+            self.sticky = Some(CuError::ILLEGAL_ADDRESS);
         }
         Ok(())
     }
@@ -587,19 +587,19 @@ impl ExecContext for HostContext {
     }
 
     fn event_destroy(&mut self, e: u64) -> CuRes<()> {
-        self.events.remove(&e).map(|_| ()).ok_or(CuResult::INVALID_HANDLE)
+        self.events.remove(&e).map(|_| ()).ok_or(CuError::INVALID_HANDLE)
     }
 
     fn event_record(&mut self, e: u64, _s: Option<u64>) -> CuRes<()> {
         self.ok()?;
         let t = self.epoch.elapsed();
-        *self.events.get_mut(&e).ok_or(CuResult::INVALID_HANDLE)? = Some(t);
+        *self.events.get_mut(&e).ok_or(CuError::INVALID_HANDLE)? = Some(t);
         Ok(())
     }
 
     fn event_query(&mut self, e: u64) -> CuRes<bool> {
         self.ok()?;
-        self.events.get(&e).map(|_| true).ok_or(CuResult::INVALID_HANDLE)
+        self.events.get(&e).map(|_| true).ok_or(CuError::INVALID_HANDLE)
     }
 
     fn event_synchronize(&mut self, e: u64) -> CuRes<()> {
@@ -608,15 +608,15 @@ impl ExecContext for HostContext {
 
     fn event_elapsed(&mut self, a: u64, b: u64) -> CuRes<f32> {
         self.ok()?;
-        let ta = self.events.get(&a).ok_or(CuResult::INVALID_HANDLE)?.ok_or(CuResult::INVALID_HANDLE)?;
-        let tb = self.events.get(&b).ok_or(CuResult::INVALID_HANDLE)?.ok_or(CuResult::INVALID_HANDLE)?;
+        let ta = self.events.get(&a).ok_or(CuError::INVALID_HANDLE)?.ok_or(CuError::INVALID_HANDLE)?;
+        let tb = self.events.get(&b).ok_or(CuError::INVALID_HANDLE)?.ok_or(CuError::INVALID_HANDLE)?;
         Ok((tb.as_secs_f64() - ta.as_secs_f64()) as f32 * 1000.0)
     }
 
     fn stream_wait_event(&mut self, _s: Option<u64>, e: u64) -> CuRes<()> {
         // Streams run in order and at once: the event is already complete.
         self.ok()?;
-        self.events.get(&e).map(|_| ()).ok_or(CuResult::INVALID_HANDLE)
+        self.events.get(&e).map(|_| ()).ok_or(CuError::INVALID_HANDLE)
     }
 
     fn func_get_attribute(&mut self, _f: HostFunction, attr: i32) -> CuRes<i32> {
@@ -630,7 +630,7 @@ impl ExecContext for HostContext {
             7 => 0,      // CACHE_MODE_CA
             8 => shared, // MAX_DYNAMIC_SHARED_SIZE_BYTES
             9 => -1,     // PREFERRED_SHARED_MEMORY_CARVEOUT
-            _ => return Err(CuResult::INVALID_VALUE),
+            _ => return Err(CuError::INVALID_VALUE),
         })
     }
 
@@ -642,7 +642,7 @@ impl ExecContext for HostContext {
                 Ok(())
             }
             9 if (-1..=100).contains(&value) => Ok(()),
-            _ => Err(CuResult::INVALID_VALUE),
+            _ => Err(CuError::INVALID_VALUE),
         }
     }
 
@@ -653,12 +653,12 @@ impl ExecContext for HostContext {
 
     fn get_limit(&mut self, limit: u32) -> CuRes<u64> {
         self.ok()?;
-        self.limits.get(&limit).copied().ok_or(CuResult::INVALID_VALUE)
+        self.limits.get(&limit).copied().ok_or(CuError::INVALID_VALUE)
     }
 
     fn set_limit(&mut self, limit: u32, value: u64) -> CuRes<()> {
         self.ok()?;
-        let slot = self.limits.get_mut(&limit).ok_or(CuResult::INVALID_VALUE)?;
+        let slot = self.limits.get_mut(&limit).ok_or(CuError::INVALID_VALUE)?;
         *slot = value;
         Ok(())
     }
@@ -671,7 +671,7 @@ impl ExecContext for HostContext {
             0 if (1..=1024).contains(&block_size) => Ok(((2048 / block_size as i64).min(16), 0)),
             1 => Ok((2, 1024)),
             2 => Ok((48 * 1024, 0)),
-            _ => Err(CuResult::INVALID_VALUE),
+            _ => Err(CuError::INVALID_VALUE),
         }
     }
 }
@@ -714,8 +714,8 @@ mod tests {
         assert_eq!(ex.used_bytes(), 3 * bytes as u64);
         let (poke, pl) = c.function(&m, "poke").unwrap();
         c.launch(poke, LaunchDims { grid: [1; 3], block: [1; 3], shared_mem: 0 }, &0x10u64.to_le_bytes(), &pl, None).unwrap();
-        assert_eq!(c.synchronize(), Err(CuResult::ILLEGAL_ADDRESS));
-        assert_eq!(c.mem_alloc(16), Err(CuResult::ILLEGAL_ADDRESS));
+        assert_eq!(c.synchronize(), Err(CuError::ILLEGAL_ADDRESS));
+        assert_eq!(c.mem_alloc(16), Err(CuError::ILLEGAL_ADDRESS));
         drop(c);
         assert_eq!(ex.used_bytes(), 0);
     }
@@ -728,7 +728,7 @@ mod tests {
         let _b = c.mem_alloc(100).unwrap();
         assert!(c.mem.bytes(a, 100).is_ok());
         assert!(c.mem.bytes(a + 96, 8).is_err());
-        assert_eq!(c.memset(a, 0, 4, 26, None), Err(CuResult::INVALID_VALUE));
+        assert_eq!(c.memset(a, 0, 4, 26, None), Err(CuError::INVALID_VALUE));
     }
 
     #[test]
@@ -736,6 +736,6 @@ mod tests {
         let ex = HostExecutor::new(1 << 20);
         let mut c = ex.create_context(0, 0).unwrap();
         assert!(c.mem_alloc(1 << 19).is_ok());
-        assert_eq!(c.mem_alloc(1 << 20), Err(CuResult::OUT_OF_MEMORY));
+        assert_eq!(c.mem_alloc(1 << 20), Err(CuError::OUT_OF_MEMORY));
     }
 }

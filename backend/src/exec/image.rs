@@ -12,7 +12,7 @@
 //! (`CUDA_ERROR_INVALID_IMAGE` / `CUDA_ERROR_INVALID_PTX`), never a panic.
 
 use super::Param;
-use pvgpu_ring::CuResult;
+use pvgpu_ring::CuError;
 use std::collections::HashMap;
 
 /// An entry point of a module image.
@@ -45,7 +45,7 @@ const FATBIN_MAGIC: u32 = 0xBA55_ED50;
 const MAX_GLOBAL: u64 = 64 << 20;
 
 /// Parses a PTX, cubin or fatbin image.
-pub fn parse(image: &[u8]) -> Result<ImageInfo, CuResult> {
+pub fn parse(image: &[u8]) -> Result<ImageInfo, CuError> {
     if image.starts_with(ELF_MAGIC) {
         return parse_elf(image);
     }
@@ -54,13 +54,13 @@ pub fn parse(image: &[u8]) -> Result<ImageInfo, CuResult> {
         // uncompressed cubin.
         return match find(image, ELF_MAGIC) {
             Some(at) => parse_elf(&image[at..]),
-            None => Err(CuResult::NO_BINARY_FOR_GPU),
+            None => Err(CuError::NO_BINARY_FOR_GPU),
         };
     }
     let text = image.strip_suffix(&[0]).unwrap_or(image);
-    let text = std::str::from_utf8(text).map_err(|_| CuResult::INVALID_IMAGE)?;
+    let text = std::str::from_utf8(text).map_err(|_| CuError::INVALID_IMAGE)?;
     if !text.contains(".version") || !text.contains(".target") {
-        return Err(CuResult::INVALID_IMAGE);
+        return Err(CuError::INVALID_IMAGE);
     }
     parse_ptx(text)
 }
@@ -71,21 +71,21 @@ pub fn parse(image: &[u8]) -> Result<ImageInfo, CuResult> {
 /// header tables and every section's data. PTX needs no check (the caller
 /// NUL-terminates it). Defence in depth: sessions also run in their own
 /// processes.
-pub fn check_bounds(image: &[u8]) -> Result<(), CuResult> {
+pub fn check_bounds(image: &[u8]) -> Result<(), CuError> {
     if image.starts_with(ELF_MAGIC) {
         return check_elf(image);
     }
     if image.len() >= 4 && u32::from_le_bytes([image[0], image[1], image[2], image[3]]) == FATBIN_MAGIC {
         let header = u16_at(image, 6)? as usize;
-        let fat = usize::try_from(u64_at(image, 8)?).map_err(|_| CuResult::INVALID_IMAGE)?;
-        let end = header.checked_add(fat).filter(|&e| e <= image.len() && header >= 16).ok_or(CuResult::INVALID_IMAGE)?;
+        let fat = usize::try_from(u64_at(image, 8)?).map_err(|_| CuError::INVALID_IMAGE)?;
+        let end = header.checked_add(fat).filter(|&e| e <= image.len() && header >= 16).ok_or(CuError::INVALID_IMAGE)?;
         let mut at = header;
         while at < end {
             let eh = u32_at(image, at + 4)? as usize;
-            let payload = usize::try_from(u64_at(image, at + 8)?).map_err(|_| CuResult::INVALID_IMAGE)?;
-            let next = at.checked_add(eh).and_then(|v| v.checked_add(payload)).ok_or(CuResult::INVALID_IMAGE)?;
+            let payload = usize::try_from(u64_at(image, at + 8)?).map_err(|_| CuError::INVALID_IMAGE)?;
+            let next = at.checked_add(eh).and_then(|v| v.checked_add(payload)).ok_or(CuError::INVALID_IMAGE)?;
             if eh < 16 || next > end {
-                return Err(CuResult::INVALID_IMAGE);
+                return Err(CuError::INVALID_IMAGE);
             }
             if image[at + eh..next].starts_with(ELF_MAGIC) {
                 check_elf(&image[at + eh..next])?;
@@ -97,13 +97,13 @@ pub fn check_bounds(image: &[u8]) -> Result<(), CuResult> {
     Ok(())
 }
 
-fn check_elf(d: &[u8]) -> Result<(), CuResult> {
+fn check_elf(d: &[u8]) -> Result<(), CuError> {
     if d.get(4) != Some(&2) || d.get(5) != Some(&1) {
-        return Err(CuResult::INVALID_IMAGE);
+        return Err(CuError::INVALID_IMAGE);
     }
-    let to_usize = |v: u64| usize::try_from(v).map_err(|_| CuResult::INVALID_IMAGE);
-    let table = |off: usize, entsize: usize, num: usize| -> Result<(), CuResult> {
-        let len = entsize.checked_mul(num).ok_or(CuResult::INVALID_IMAGE)?;
+    let to_usize = |v: u64| usize::try_from(v).map_err(|_| CuError::INVALID_IMAGE);
+    let table = |off: usize, entsize: usize, num: usize| -> Result<(), CuError> {
+        let len = entsize.checked_mul(num).ok_or(CuError::INVALID_IMAGE)?;
         slice(d, off, len).map(|_| ())
     };
     let phoff = to_usize(u64_at(d, 0x20)?)?;
@@ -111,12 +111,12 @@ fn check_elf(d: &[u8]) -> Result<(), CuResult> {
     let (phentsize, phnum) = (u16_at(d, 0x36)? as usize, u16_at(d, 0x38)? as usize);
     let (shentsize, shnum) = (u16_at(d, 0x3a)? as usize, u16_at(d, 0x3c)? as usize);
     if shentsize < 64 && shnum > 0 || phentsize < 56 && phnum > 0 {
-        return Err(CuResult::INVALID_IMAGE);
+        return Err(CuError::INVALID_IMAGE);
     }
     table(phoff, phentsize, phnum)?;
     table(shoff, shentsize, shnum)?;
     if u16_at(d, 0x3e)? as usize >= shnum.max(1) {
-        return Err(CuResult::INVALID_IMAGE);
+        return Err(CuError::INVALID_IMAGE);
     }
     for i in 0..shnum {
         let b = shoff + i * shentsize;
@@ -146,40 +146,40 @@ fn type_size(t: &str) -> Option<u32> {
 }
 
 /// Parses `[.align N] .type name[count]` into (size, align, name).
-fn parse_decl(tokens: &[&str]) -> Result<(u32, u32, String), CuResult> {
+fn parse_decl(tokens: &[&str]) -> Result<(u32, u32, String), CuError> {
     let mut align = None;
     let mut i = 0;
     if tokens.first() == Some(&".align") {
-        align = Some(tokens.get(1).and_then(|a| a.parse::<u32>().ok()).ok_or(CuResult::INVALID_PTX)?);
+        align = Some(tokens.get(1).and_then(|a| a.parse::<u32>().ok()).ok_or(CuError::INVALID_PTX)?);
         i = 2;
     }
     // Skip state-space qualifiers such as .ptr .global .align inside params.
     while i < tokens.len() && type_size(tokens[i]).is_none() && tokens[i].starts_with('.') {
         if tokens[i] == ".align" {
-            align = Some(tokens.get(i + 1).and_then(|a| a.parse::<u32>().ok()).ok_or(CuResult::INVALID_PTX)?);
+            align = Some(tokens.get(i + 1).and_then(|a| a.parse::<u32>().ok()).ok_or(CuError::INVALID_PTX)?);
             i += 2;
         } else {
             i += 1;
         }
     }
-    let ty = type_size(tokens.get(i).copied().ok_or(CuResult::INVALID_PTX)?).ok_or(CuResult::INVALID_PTX)?;
-    let decl = tokens.get(i + 1).ok_or(CuResult::INVALID_PTX)?;
+    let ty = type_size(tokens.get(i).copied().ok_or(CuError::INVALID_PTX)?).ok_or(CuError::INVALID_PTX)?;
+    let decl = tokens.get(i + 1).ok_or(CuError::INVALID_PTX)?;
     let (name, count) = match decl.find('[') {
         Some(b) => {
-            let n = decl[b + 1..].trim_end_matches(']').parse::<u32>().map_err(|_| CuResult::INVALID_PTX)?;
+            let n = decl[b + 1..].trim_end_matches(']').parse::<u32>().map_err(|_| CuError::INVALID_PTX)?;
             (&decl[..b], n)
         }
         None => (&decl[..], 1),
     };
-    let size = ty.checked_mul(count).ok_or(CuResult::INVALID_PTX)?;
+    let size = ty.checked_mul(count).ok_or(CuError::INVALID_PTX)?;
     let align = align.unwrap_or(ty).max(1);
     if !align.is_power_of_two() {
-        return Err(CuResult::INVALID_PTX);
+        return Err(CuError::INVALID_PTX);
     }
     Ok((size, align, name.to_string()))
 }
 
-fn parse_ptx(text: &str) -> Result<ImageInfo, CuResult> {
+fn parse_ptx(text: &str) -> Result<ImageInfo, CuError> {
     // Drop comments.
     let mut clean = String::with_capacity(text.len());
     for line in text.lines() {
@@ -190,9 +190,9 @@ fn parse_ptx(text: &str) -> Result<ImageInfo, CuResult> {
     let mut rest = clean.as_str();
     while let Some(at) = rest.find(".entry") {
         rest = &rest[at + ".entry".len()..];
-        let open = rest.find('(').ok_or(CuResult::INVALID_PTX)?;
+        let open = rest.find('(').ok_or(CuError::INVALID_PTX)?;
         let name = rest[..open].trim().to_string();
-        let close = rest[open..].find(')').ok_or(CuResult::INVALID_PTX)? + open;
+        let close = rest[open..].find(')').ok_or(CuError::INVALID_PTX)? + open;
         let mut params = Vec::new();
         let mut offset = 0u32;
         for decl in rest[open + 1..close].split(',') {
@@ -201,15 +201,15 @@ fn parse_ptx(text: &str) -> Result<ImageInfo, CuResult> {
                 continue;
             }
             if tokens[0] != ".param" {
-                return Err(CuResult::INVALID_PTX);
+                return Err(CuError::INVALID_PTX);
             }
             let (size, align, _) = parse_decl(&tokens[1..])?;
-            offset = offset.checked_next_multiple_of(align).ok_or(CuResult::INVALID_PTX)?;
+            offset = offset.checked_next_multiple_of(align).ok_or(CuError::INVALID_PTX)?;
             params.push(Param { offset, size });
-            offset = offset.checked_add(size).ok_or(CuResult::INVALID_PTX)?;
+            offset = offset.checked_add(size).ok_or(CuError::INVALID_PTX)?;
         }
         if name.is_empty() {
-            return Err(CuResult::INVALID_PTX);
+            return Err(CuError::INVALID_PTX);
         }
         info.entries.insert(name, Entry { params });
         rest = &rest[close..];
@@ -230,7 +230,7 @@ fn parse_ptx(text: &str) -> Result<ImageInfo, CuResult> {
         let (size, _, name) = parse_decl(decl)?;
         let mut bytes = vec![0u8; size as usize];
         if let Some(init) = init {
-            let v = parse_ptx_scalar(&init).ok_or(CuResult::INVALID_PTX)?;
+            let v = parse_ptx_scalar(&init).ok_or(CuError::INVALID_PTX)?;
             let n = bytes.len().min(8);
             bytes[..n].copy_from_slice(&v.to_le_bytes()[..n]);
         }
@@ -255,16 +255,16 @@ fn parse_ptx_scalar(s: &str) -> Option<u64> {
     s.trim_end_matches('U').parse::<i64>().ok().map(|v| v as u64)
 }
 
-fn rd<const N: usize>(d: &[u8], at: usize) -> Result<[u8; N], CuResult> {
-    d.get(at..at.checked_add(N).ok_or(CuResult::INVALID_IMAGE)?).and_then(|s| s.try_into().ok()).ok_or(CuResult::INVALID_IMAGE)
+fn rd<const N: usize>(d: &[u8], at: usize) -> Result<[u8; N], CuError> {
+    d.get(at..at.checked_add(N).ok_or(CuError::INVALID_IMAGE)?).and_then(|s| s.try_into().ok()).ok_or(CuError::INVALID_IMAGE)
 }
-fn u16_at(d: &[u8], at: usize) -> Result<u16, CuResult> {
+fn u16_at(d: &[u8], at: usize) -> Result<u16, CuError> {
     rd::<2>(d, at).map(u16::from_le_bytes)
 }
-fn u32_at(d: &[u8], at: usize) -> Result<u32, CuResult> {
+fn u32_at(d: &[u8], at: usize) -> Result<u32, CuError> {
     rd::<4>(d, at).map(u32::from_le_bytes)
 }
-fn u64_at(d: &[u8], at: usize) -> Result<u64, CuResult> {
+fn u64_at(d: &[u8], at: usize) -> Result<u64, CuError> {
     rd::<8>(d, at).map(u64::from_le_bytes)
 }
 
@@ -277,14 +277,14 @@ struct Section {
     entsize: usize,
 }
 
-fn slice(d: &[u8], off: usize, len: usize) -> Result<&[u8], CuResult> {
-    d.get(off..off.checked_add(len).ok_or(CuResult::INVALID_IMAGE)?).ok_or(CuResult::INVALID_IMAGE)
+fn slice(d: &[u8], off: usize, len: usize) -> Result<&[u8], CuError> {
+    d.get(off..off.checked_add(len).ok_or(CuError::INVALID_IMAGE)?).ok_or(CuError::INVALID_IMAGE)
 }
 
-fn cstr(d: &[u8], at: usize) -> Result<&str, CuResult> {
-    let tail = d.get(at..).ok_or(CuResult::INVALID_IMAGE)?;
-    let end = tail.iter().position(|&c| c == 0).ok_or(CuResult::INVALID_IMAGE)?;
-    std::str::from_utf8(&tail[..end]).map_err(|_| CuResult::INVALID_IMAGE)
+fn cstr(d: &[u8], at: usize) -> Result<&str, CuError> {
+    let tail = d.get(at..).ok_or(CuError::INVALID_IMAGE)?;
+    let end = tail.iter().position(|&c| c == 0).ok_or(CuError::INVALID_IMAGE)?;
+    std::str::from_utf8(&tail[..end]).map_err(|_| CuError::INVALID_IMAGE)
 }
 
 const SHT_SYMTAB: u32 = 2;
@@ -297,22 +297,22 @@ const EIFMT_HVAL: u8 = 3;
 const EIFMT_SVAL: u8 = 4;
 const EIATTR_KPARAM_INFO: u8 = 0x17;
 
-fn parse_elf(d: &[u8]) -> Result<ImageInfo, CuResult> {
+fn parse_elf(d: &[u8]) -> Result<ImageInfo, CuError> {
     // ELF64, little-endian only (what NVIDIA emits).
     if d.get(4) != Some(&2) || d.get(5) != Some(&1) {
-        return Err(CuResult::INVALID_IMAGE);
+        return Err(CuError::INVALID_IMAGE);
     }
-    let shoff = usize::try_from(u64_at(d, 0x28)?).map_err(|_| CuResult::INVALID_IMAGE)?;
+    let shoff = usize::try_from(u64_at(d, 0x28)?).map_err(|_| CuError::INVALID_IMAGE)?;
     let shentsize = u16_at(d, 0x3a)? as usize;
     let shnum = u16_at(d, 0x3c)? as usize;
     let shstrndx = u16_at(d, 0x3e)? as usize;
     if shentsize < 64 || shnum > 4096 {
-        return Err(CuResult::INVALID_IMAGE);
+        return Err(CuError::INVALID_IMAGE);
     }
     let mut secs = Vec::with_capacity(shnum);
     for i in 0..shnum {
-        let b = shoff.checked_add(i * shentsize).ok_or(CuResult::INVALID_IMAGE)?;
-        let to_usize = |v: u64| usize::try_from(v).map_err(|_| CuResult::INVALID_IMAGE);
+        let b = shoff.checked_add(i * shentsize).ok_or(CuError::INVALID_IMAGE)?;
+        let to_usize = |v: u64| usize::try_from(v).map_err(|_| CuError::INVALID_IMAGE);
         secs.push(Section {
             name: u32_at(d, b)?,
             kind: u32_at(d, b + 4)?,
@@ -322,13 +322,13 @@ fn parse_elf(d: &[u8]) -> Result<ImageInfo, CuResult> {
             entsize: to_usize(u64_at(d, b + 0x38)?)?,
         });
     }
-    let shstr = secs.get(shstrndx).ok_or(CuResult::INVALID_IMAGE)?;
+    let shstr = secs.get(shstrndx).ok_or(CuError::INVALID_IMAGE)?;
     let shstr = slice(d, shstr.offset, shstr.size)?;
     let sec_name = |s: &Section| cstr(shstr, s.name as usize);
 
     let mut info = ImageInfo::default();
-    let symtab = secs.iter().find(|s| s.kind == SHT_SYMTAB).ok_or(CuResult::INVALID_IMAGE)?;
-    let strtab = secs.get(symtab.link as usize).ok_or(CuResult::INVALID_IMAGE)?;
+    let symtab = secs.iter().find(|s| s.kind == SHT_SYMTAB).ok_or(CuError::INVALID_IMAGE)?;
+    let strtab = secs.get(symtab.link as usize).ok_or(CuError::INVALID_IMAGE)?;
     let strtab = slice(d, strtab.offset, strtab.size)?;
     let syms = slice(d, symtab.offset, symtab.size)?;
     let entsize = symtab.entsize.max(24);
@@ -346,7 +346,7 @@ fn parse_elf(d: &[u8]) -> Result<ImageInfo, CuResult> {
                 let mut init = vec![0u8; size as usize];
                 if let Some(sec) = secs.get(shndx) {
                     if sec.kind != SHT_NOBITS {
-                        let off = usize::try_from(value).map_err(|_| CuResult::INVALID_IMAGE)?;
+                        let off = usize::try_from(value).map_err(|_| CuError::INVALID_IMAGE)?;
                         if let Ok(bytes) = slice(d, sec.offset.saturating_add(off), size as usize) {
                             init.copy_from_slice(bytes);
                         }
@@ -381,7 +381,7 @@ fn parse_elf(d: &[u8]) -> Result<ImageInfo, CuResult> {
                         params.push((ordinal, Param { offset, size }));
                     }
                 }
-                _ => return Err(CuResult::INVALID_IMAGE),
+                _ => return Err(CuError::INVALID_IMAGE),
             }
         }
         params.sort_by_key(|(o, _)| *o);
@@ -425,11 +425,11 @@ mod tests {
         check_bounds(FATBIN).unwrap();
         let mut fat = FATBIN.to_vec();
         fat[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
-        assert_eq!(check_bounds(&fat), Err(CuResult::INVALID_IMAGE));
+        assert_eq!(check_bounds(&fat), Err(CuError::INVALID_IMAGE));
         let mut elf = CUBIN.to_vec();
         elf[0x28..0x30].copy_from_slice(&(CUBIN.len() as u64).to_le_bytes());
-        assert_eq!(check_bounds(&elf), Err(CuResult::INVALID_IMAGE));
-        assert_eq!(check_bounds(&CUBIN[..CUBIN.len() - 1]), Err(CuResult::INVALID_IMAGE));
+        assert_eq!(check_bounds(&elf), Err(CuError::INVALID_IMAGE));
+        assert_eq!(check_bounds(&CUBIN[..CUBIN.len() - 1]), Err(CuError::INVALID_IMAGE));
     }
 
     #[test]
@@ -442,7 +442,7 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        assert_eq!(parse(b"hello"), Err(CuResult::INVALID_IMAGE));
+        assert_eq!(parse(b"hello"), Err(CuError::INVALID_IMAGE));
         assert!(parse(b"\x7fELF\x02\x01").is_err());
         let mut cut = CUBIN.to_vec();
         cut.truncate(CUBIN.len() / 2);

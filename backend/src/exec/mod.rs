@@ -17,10 +17,10 @@ pub mod cuda;
 pub mod host;
 pub mod image;
 
-use pvgpu_ring::CuResult;
+use pvgpu_ring::CuError;
 
-/// Result of executor operations: a CUDA status on failure.
-pub type CuRes<T> = Result<T, CuResult>;
+/// Result of executor operations: a CUDA error on failure.
+pub type CuRes<T> = Result<T, CuError>;
 
 /// Static description of a device, gathered once.
 #[derive(Debug, Clone)]

@@ -32,7 +32,7 @@ pub use api::exec::*;
 pub use api::init::*;
 pub use api::memory::*;
 pub use api::module::*;
-pub use pvgpu_ring::CuResult;
+pub use pvgpu_ring::{CuError, CuResult};
 
 /// Which form of an entry point `cuGetProcAddress` returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! parameter layouts, streams, allocations), so that it can answer many
 //! calls without a round trip and tell device pointers from host pointers.
 
-use pvgpu_frontend::{Client, Context, CuResult, Error, Function, Stream};
+use pvgpu_frontend::{Client, Context, CuError, CuResult, Error, Function, Stream};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CString, c_void};
@@ -11,7 +11,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, MutexGuard, Once, OnceLock};
 
 /// Result of an API body.
-pub type Res = Result<(), CuResult>;
+pub type Res = Result<(), CuError>;
 
 static CLIENT: OnceLock<Client> = OnceLock::new();
 static CONNECT: Mutex<()> = Mutex::new(());
@@ -32,7 +32,7 @@ pub fn init_log() {
 }
 
 /// Connects to the backend named by `PVGPU_BACKEND` (once).
-pub fn connect() -> Result<&'static Client, CuResult> {
+pub fn connect() -> Result<&'static Client, CuError> {
     init_log();
     if let Some(c) = CLIENT.get() {
         return Ok(c);
@@ -49,18 +49,18 @@ pub fn connect() -> Result<&'static Client, CuResult> {
         Err(e) => {
             tracing::error!(error = %e, "libcuda: cannot reach the pvgpu backend (PVGPU_BACKEND)");
             Err(match e {
-                Error::Address(_) => CuResult::INVALID_VALUE,
-                _ => CuResult::NO_DEVICE,
+                Error::Address(_) => CuError::INVALID_VALUE,
+                _ => CuError::NO_DEVICE,
             })
         }
     }
 }
 
 /// The connection, once `cuInit` has succeeded.
-pub fn client() -> Result<&'static Client, CuResult> {
+pub fn client() -> Result<&'static Client, CuError> {
     match (CLIENT.get(), INITIALIZED.get()) {
         (Some(c), Some(_)) => Ok(c),
-        _ => Err(CuResult::NOT_INITIALIZED),
+        _ => Err(CuError::NOT_INITIALIZED),
     }
 }
 
@@ -68,7 +68,7 @@ pub fn client() -> Result<&'static Client, CuResult> {
 pub static INITIALIZED: OnceLock<()> = OnceLock::new();
 
 /// Converts a client error to the status a caller sees.
-pub fn cu(e: Error) -> CuResult {
+pub fn cu(e: Error) -> CuError {
     e.code()
 }
 
@@ -79,7 +79,7 @@ pub fn run(name: &'static str, f: impl FnOnce() -> Res) -> CuResult {
         Ok(Ok(())) => CuResult::SUCCESS,
         Ok(Err(e)) => {
             tracing::debug!(call = name, status = ?e, "call failed");
-            e
+            e.into()
         }
         Err(_) => {
             tracing::error!(call = name, "internal error (panic) in pvgpu's libcuda");
@@ -92,7 +92,7 @@ pub fn run(name: &'static str, f: impl FnOnce() -> Res) -> CuResult {
 pub fn unsupported(name: &'static str, once: &Once) -> CuResult {
     init_log();
     once.call_once(|| tracing::warn!(call = name, "not supported by pvgpu; returning CUDA_ERROR_NOT_SUPPORTED"));
-    CuResult::NOT_SUPPORTED
+    CuError::NOT_SUPPORTED.into()
 }
 
 /// Writes `v` through an out-pointer, refusing null.
@@ -101,7 +101,7 @@ pub fn unsupported(name: &'static str, once: &Once) -> CuResult {
 /// A non-null `p` must be valid for a write of `T`.
 pub unsafe fn put<T>(p: *mut T, v: T) -> Res {
     if p.is_null() {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     // SAFETY: non-null, and the caller guarantees it is writable.
     unsafe { p.write_unaligned(v) };
@@ -132,8 +132,8 @@ thread_local! {
 }
 
 /// The calling thread's current context.
-pub fn current() -> Result<Context, CuResult> {
-    CTX_STACK.with(|s| s.borrow().last().copied()).map(Context).ok_or(CuResult::INVALID_CONTEXT)
+pub fn current() -> Result<Context, CuError> {
+    CTX_STACK.with(|s| s.borrow().last().copied()).map(Context).ok_or(CuError::INVALID_CONTEXT)
 }
 
 /// The calling thread's current context id, if any.
@@ -258,10 +258,10 @@ impl Objects {
 ///
 /// # Safety
 /// A non-null `p` must point to a NUL-terminated string.
-pub unsafe fn name<'a>(p: *const std::ffi::c_char) -> Result<&'a str, CuResult> {
+pub unsafe fn name<'a>(p: *const std::ffi::c_char) -> Result<&'a str, CuError> {
     if p.is_null() {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     // SAFETY: the caller guarantees a NUL-terminated string.
-    unsafe { std::ffi::CStr::from_ptr(p) }.to_str().map_err(|_| CuResult::INVALID_VALUE)
+    unsafe { std::ffi::CStr::from_ptr(p) }.to_str().map_err(|_| CuError::INVALID_VALUE)
 }

@@ -4,6 +4,7 @@
 //! the ring, the frontend copies it into the shared data area and names it
 //! with a [`DataRef`]; on TCP it is appended to the message.
 
+pub mod local;
 pub mod ring;
 pub mod tcp;
 pub mod xen;

@@ -11,7 +11,7 @@
 //! the bytes out.
 
 use super::{Staged, Transport};
-use crate::error::TransportError;
+use crate::error::{ProtocolError, StagingError, TransportError};
 use pvgpu_ring::channel::{Consumer, Producer, Sent};
 use pvgpu_ring::layout::{Geometry, MAX_RING_RECORD, init_region};
 use pvgpu_ring::notify::{Notifier, NotifyError, Step, WaitError, Waiter};
@@ -205,7 +205,7 @@ impl RingTransport {
         timeout: Option<Duration>,
         kind: &'static str,
     ) -> Result<Self, TransportError> {
-        let ep = init_region(&region, g).map_err(|e| TransportError::Protocol(e.to_string()))?;
+        let ep = init_region(&region, g)?;
         let total = ep.data.len() as u64;
         let cap = staging.min(total) / PAGE * PAGE;
         Ok(RingTransport {
@@ -232,7 +232,7 @@ impl RingTransport {
     fn place(&mut self, len: usize, held: bool) -> Result<u64, TransportError> {
         let len = len as u64;
         if len > self.staging.cap {
-            return Err(TransportError::Protocol(format!("{len} bytes do not fit the {}-byte data area", self.staging.cap)));
+            return Err(StagingError::TooLarge { len, cap: self.staging.cap }.into());
         }
         let cons = self.req.consumed()?;
         self.staging.reclaim(cons);
@@ -251,7 +251,7 @@ impl RingTransport {
                         return Ok(Some(at));
                     }
                     if staging.front_held() {
-                        return Err(TransportError::Protocol("data area exhausted by unfinished copies".into()));
+                        return Err(StagingError::Exhausted.into());
                     }
                     Ok(None)
                 }
@@ -319,7 +319,7 @@ impl Transport for RingTransport {
         }
         let h = Header::parse(buf)?;
         if buf.len() != HEADER_LEN + h.payload_len.get() as usize {
-            return Err(TransportError::Protocol("reply length does not match its header".into()));
+            return Err(ProtocolError::ReplyLength.into());
         }
         buf.drain(..HEADER_LEN);
         Ok(h)
@@ -338,7 +338,7 @@ impl Transport for RingTransport {
             return Ok(Staged { dref: DataRef::area(0, 0), inline: false });
         }
         let at = self.place(data.len(), false)?;
-        self.area.write(at, data).map_err(|e| TransportError::Protocol(e.to_string()))?;
+        self.area.write(at, data)?;
         Ok(Staged { dref: DataRef::area(at, data.len()), inline: false })
     }
 
@@ -353,7 +353,7 @@ impl Transport for RingTransport {
     fn fetch(&mut self, s: &Staged, _reply_tail: &[u8], dst: &mut [u8]) -> Result<(), TransportError> {
         let at = s.dref.offset.get();
         if !dst.is_empty() {
-            self.area.read(at, dst).map_err(|e| TransportError::Protocol(e.to_string()))?;
+            self.area.read(at, dst)?;
             self.staging.unhold(at);
         }
         Ok(())

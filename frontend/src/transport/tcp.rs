@@ -1,7 +1,7 @@
 //! The TCP transport: framed messages, bulk data inline.
 
 use super::{Staged, Transport};
-use crate::error::TransportError;
+use crate::error::{ProtocolError, TransportError};
 use pvgpu_ring::frame::{FrameError, read_frame, write_frame};
 use pvgpu_ring::proto::{DataRef, Header};
 use std::io;
@@ -17,7 +17,7 @@ impl TcpTransport {
     /// Connects to `addr` (`host:port`). `timeout` bounds each wait for a
     /// reply.
     pub fn connect(addr: &str, timeout: Option<Duration>) -> Result<Self, TransportError> {
-        let sock = TcpStream::connect(addr).map_err(|e| TransportError::Connect { addr: format!("tcp:{addr}"), reason: e.to_string() })?;
+        let sock = TcpStream::connect(addr).map_err(|source| TransportError::Connect { addr: format!("tcp:{addr}"), source })?;
         sock.set_nodelay(true)?;
         sock.set_read_timeout(timeout)?;
         Ok(TcpTransport { sock })
@@ -66,7 +66,7 @@ impl Transport for TcpTransport {
 
     fn fetch(&mut self, _s: &Staged, reply_tail: &[u8], dst: &mut [u8]) -> Result<(), TransportError> {
         if reply_tail.len() != dst.len() {
-            return Err(TransportError::Protocol(format!("copy reply carries {} bytes, expected {}", reply_tail.len(), dst.len())));
+            return Err(ProtocolError::CopyLength { got: reply_tail.len(), want: dst.len() }.into());
         }
         dst.copy_from_slice(reply_tail);
         Ok(())

@@ -25,12 +25,12 @@ use std::time::{Duration, Instant};
 
 const HANDSHAKE: Duration = Duration::from_secs(15);
 
-fn err(what: &str) -> impl FnOnce(XenError) -> TransportError + '_ {
-    move |e| TransportError::Connect { addr: "xen".into(), reason: format!("{what}: {e}") }
+fn err(step: &'static str) -> impl FnOnce(XenError) -> TransportError {
+    move |source| TransportError::Xen { step, source }
 }
 
 fn refused(reason: String) -> TransportError {
-    TransportError::Connect { addr: "xen".into(), reason }
+    TransportError::Refused { addr: "xen".into(), reason }
 }
 
 /// Whether this process runs in a Xen guest that has a vgpu device.
@@ -178,7 +178,7 @@ pub fn connect(devid: Option<u32>, opts: &Options) -> Result<RingTransport, Tran
     let staging = opts.xen_data_area.min(max_data) & !4095;
     let pinned = opts.xen_pinned.min(max_data.saturating_sub(staging)) & !4095;
     let g = Geometry { req_size: (64 << 10).min(max_chan), rsp_size: (32 << 10).min(max_chan), data_size: staging + pinned };
-    g.validate(max_data).map_err(|e| refused(e.to_string()))?;
+    g.validate(max_data)?;
 
     let gnt = GntAlloc::open().map_err(err("opening /dev/xen/gntalloc"))?;
     let pages = gnt.share(backend_id, g.pages(), true).map_err(err("granting the shared region"))?;
@@ -187,15 +187,15 @@ pub fn connect(devid: Option<u32>, opts: &Options) -> Result<RingTransport, Tran
     let dir = gnt.share(backend_id, dir_count, false).map_err(err("granting the reference directory"))?;
     let dir_refs = dir.refs().to_vec();
     let dir = SharedRegion::new(dir);
-    let dir_area = dir.area(0, dir_count * 4096).map_err(|e| refused(e.to_string()))?;
+    let dir_area = dir.area(0, dir_count * 4096)?;
     for (i, r) in refs.iter().enumerate() {
-        dir_area.write((i * 4) as u64, &r.to_le_bytes()).map_err(|e| refused(e.to_string()))?;
+        dir_area.write((i * 4) as u64, &r.to_le_bytes())?;
     }
     let notifier = EvtchnNotifier::offer(backend_id).map_err(err("offering an event channel"))?;
     pages.set_unmap_notify(FRONTEND_ALIVE as u64, Some(notifier.port()), true).map_err(err("arming the unmap notification"))?;
     let region = SharedRegion::new(pages);
-    init_region(&region, &g).map_err(|e| refused(e.to_string()))?;
-    region.write_byte(FRONTEND_ALIVE, 1).map_err(|e| refused(e.to_string()))?;
+    init_region(&region, &g)?;
+    region.write_byte(FRONTEND_ALIVE, 1)?;
 
     let port = notifier.port();
     xs.transaction(|tx| {

@@ -14,7 +14,7 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use pvgpu_backend::exec::cuda::CudaExecutor;
 use pvgpu_backend::exec::host::HostExecutor;
-use pvgpu_backend::server::{Backend, Config, Listen, SessionConfig};
+use pvgpu_backend::{Backend, Config, Listen, SessionConfig};
 use pvgpu_frontend::{BackendAddr, Client, Options};
 use pvgpu_tests::native::NativeGpu;
 use pvgpu_tests::{

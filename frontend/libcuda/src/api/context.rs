@@ -3,12 +3,12 @@
 
 use crate::state::{self, Res, handle, id, objects, put, run};
 use pvgpu_frontend::Context;
-use pvgpu_ring::CuResult;
+use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_int, c_uint, c_void};
 
 fn create(pctx: *mut *mut c_void, flags: c_uint, dev: c_int) -> Res {
     if pctx.is_null() {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     let c = state::client()?.ctx_create(dev, flags).map_err(state::cu)?;
     objects().ctx_device.insert(c.0, dev);
@@ -49,7 +49,7 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
 ) -> CuResult {
     run("cuCtxCreate_v3", || {
         if !params.is_null() && num_params > 0 {
-            return Err(CuResult::NOT_SUPPORTED);
+            return Err(CuError::NOT_SUPPORTED);
         }
         create(pctx, flags, dev)
     })
@@ -63,7 +63,7 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
 pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut *mut c_void, params: *mut c_void, flags: c_uint, dev: c_int) -> CuResult {
     run("cuCtxCreate_v4", || {
         if !params.is_null() {
-            return Err(CuResult::NOT_SUPPORTED);
+            return Err(CuError::NOT_SUPPORTED);
         }
         create(pctx, flags, dev)
     })
@@ -72,7 +72,7 @@ pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut *mut c_void, params: *mut c_v
 fn destroy(ctx: *mut c_void) -> Res {
     let cid = id(ctx);
     if cid == 0 {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     state::client()?.ctx_destroy(Context(cid)).map_err(state::cu)?;
     objects().drop_ctx(cid);
@@ -120,7 +120,7 @@ fn push(ctx: *mut c_void) -> Res {
     state::client()?;
     let cid = id(ctx);
     if cid == 0 {
-        return Err(CuResult::INVALID_CONTEXT);
+        return Err(CuError::INVALID_CONTEXT);
     }
     state::push(cid);
     Ok(())
@@ -128,7 +128,7 @@ fn push(ctx: *mut c_void) -> Res {
 
 fn pop(pctx: *mut *mut c_void) -> Res {
     state::client()?;
-    let cid = state::pop().ok_or(CuResult::INVALID_CONTEXT)?;
+    let cid = state::pop().ok_or(CuError::INVALID_CONTEXT)?;
     if !pctx.is_null() {
         // SAFETY: non-null and writable per the API.
         unsafe { put(pctx, handle(cid))? };
@@ -174,7 +174,7 @@ pub unsafe extern "C" fn cuCtxPopCurrent(pctx: *mut *mut c_void) -> CuResult {
 pub unsafe extern "C" fn cuCtxGetDevice(device: *mut c_int) -> CuResult {
     run("cuCtxGetDevice", || {
         let ctx = state::current()?;
-        let dev = *objects().ctx_device.get(&ctx.0).ok_or(CuResult::INVALID_CONTEXT)?;
+        let dev = *objects().ctx_device.get(&ctx.0).ok_or(CuError::INVALID_CONTEXT)?;
         // SAFETY: writable per the API.
         unsafe { put(device, dev) }
     })
@@ -186,7 +186,7 @@ pub extern "C" fn cuCtxSynchronize() -> CuResult {
     run("cuCtxSynchronize", || state::client()?.ctx_synchronize(state::current()?).map_err(state::cu))
 }
 
-fn ctx_or_current(ctx: *mut c_void) -> Result<Context, CuResult> {
+fn ctx_or_current(ctx: *mut c_void) -> Result<Context, CuError> {
     match id(ctx) {
         0 => state::current(),
         c => Ok(Context(c)),
@@ -291,7 +291,7 @@ pub extern "C" fn cuCtxSetCacheConfig(config: c_int) -> CuResult {
     run("cuCtxSetCacheConfig", || {
         state::current()?;
         if !(0..=3).contains(&config) {
-            return Err(CuResult::INVALID_VALUE);
+            return Err(CuError::INVALID_VALUE);
         }
         Ok(())
     })
@@ -299,7 +299,7 @@ pub extern "C" fn cuCtxSetCacheConfig(config: c_int) -> CuResult {
 
 fn primary_retain(pctx: *mut *mut c_void, dev: c_int) -> Res {
     if pctx.is_null() {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     let c = state::client()?.primary_ctx_retain(dev).map_err(state::cu)?;
     {

@@ -1,11 +1,11 @@
 //! Devices: answered from the properties cached at the first query.
 
 use crate::state::{self, Res, put, run};
-use pvgpu_ring::CuResult;
 use pvgpu_ring::cuda::attr;
+use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_char, c_int, c_uint};
 
-fn props(dev: c_int) -> Result<std::sync::Arc<pvgpu_frontend::DeviceProps>, CuResult> {
+fn props(dev: c_int) -> Result<std::sync::Arc<pvgpu_frontend::DeviceProps>, CuError> {
     state::client()?.device_props(dev).map_err(state::cu)
 }
 
@@ -43,7 +43,7 @@ pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CuResult {
 pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> CuResult {
     run("cuDeviceGetName", || {
         if name.is_null() || len <= 0 {
-            return Err(CuResult::INVALID_VALUE);
+            return Err(CuError::INVALID_VALUE);
         }
         let p = props(dev)?;
         let bytes = p.name.as_bytes();
@@ -166,7 +166,7 @@ pub unsafe extern "C" fn cuDeviceGetProperties(prop: *mut CuDevProp, dev: c_int)
     })
 }
 
-fn bus_id(dev: c_int) -> Result<String, CuResult> {
+fn bus_id(dev: c_int) -> Result<String, CuError> {
     let c = state::client()?;
     let a = |k: i32| c.device_attribute(dev, k).map_err(state::cu);
     Ok(format!("{:08X}:{:02X}:{:02X}.0", a(attr::PCI_DOMAIN_ID)?, a(attr::PCI_BUS_ID)?, a(attr::PCI_DEVICE_ID)?))
@@ -180,7 +180,7 @@ fn bus_id(dev: c_int) -> Result<String, CuResult> {
 pub unsafe extern "C" fn cuDeviceGetPCIBusId(pci_bus_id: *mut c_char, len: c_int, dev: c_int) -> CuResult {
     run("cuDeviceGetPCIBusId", || {
         if pci_bus_id.is_null() || len <= 0 {
-            return Err(CuResult::INVALID_VALUE);
+            return Err(CuError::INVALID_VALUE);
         }
         let s = bus_id(dev)?;
         let n = s.len().min(len as usize - 1);
@@ -210,7 +210,7 @@ pub unsafe extern "C" fn cuDeviceGetByPCIBusId(dev: *mut c_int, pci_bus_id: *con
                 return unsafe { put(dev, d) };
             }
         }
-        Err(CuResult::INVALID_DEVICE)
+        Err(CuError::INVALID_DEVICE)
     })
 }
 

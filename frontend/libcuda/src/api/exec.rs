@@ -4,12 +4,12 @@
 
 use crate::state::{self, Res, StreamInfo, handle, id, objects, put, run, stream};
 use pvgpu_frontend::{Event, Stream};
-use pvgpu_ring::CuResult;
+use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_float, c_int, c_uint, c_void};
 
 fn stream_create(ph: *mut *mut c_void, flags: c_uint, priority: c_int) -> Res {
     if ph.is_null() {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     let ctx = state::current()?;
     let s = state::client()?.stream_create(ctx, flags, priority).map_err(state::cu)?;
@@ -39,7 +39,7 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(ph: *mut *mut c_void, flags:
 fn stream_destroy(s: *mut c_void) -> Res {
     let sid = id(s);
     if objects().streams.remove(&sid).is_none() {
-        return Err(CuResult::INVALID_HANDLE);
+        return Err(CuError::INVALID_HANDLE);
     }
     state::client()?.stream_destroy(Stream(sid)).map_err(state::cu)
 }
@@ -84,7 +84,7 @@ fn stream_query(s: *mut c_void) -> Res {
         st => c.stream_query(st),
     }
     .map_err(state::cu)?;
-    if idle { Ok(()) } else { Err(CuResult::NOT_READY) }
+    if idle { Ok(()) } else { Err(CuError::NOT_READY) }
 }
 
 /// `cuStreamQuery`.
@@ -115,10 +115,10 @@ pub extern "C" fn cuStreamWaitEvent_ptsz(s: *mut c_void, e: *mut c_void, _flags:
     run("cuStreamWaitEvent_ptsz", || stream_wait(s, e))
 }
 
-fn stream_info(s: *mut c_void) -> Result<Option<StreamInfo>, CuResult> {
+fn stream_info(s: *mut c_void) -> Result<Option<StreamInfo>, CuError> {
     match stream(s) {
         Stream::DEFAULT => Ok(None),
-        st => objects().streams.get(&st.0).copied().map(Some).ok_or(CuResult::INVALID_HANDLE),
+        st => objects().streams.get(&st.0).copied().map(Some).ok_or(CuError::INVALID_HANDLE),
     }
 }
 
@@ -199,7 +199,7 @@ pub unsafe extern "C" fn cuStreamIsCapturing(s: *mut c_void, status: *mut c_int)
 pub unsafe extern "C" fn cuEventCreate(ph: *mut *mut c_void, flags: c_uint) -> CuResult {
     run("cuEventCreate", || {
         if ph.is_null() {
-            return Err(CuResult::INVALID_VALUE);
+            return Err(CuError::INVALID_VALUE);
         }
         let e = state::client()?.event_create(state::current()?, flags).map_err(state::cu)?;
         // SAFETY: non-null and writable per the API.
@@ -238,7 +238,7 @@ pub extern "C" fn cuEventRecordWithFlags_ptsz(e: *mut c_void, s: *mut c_void, _f
 /// `cuEventQuery`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventQuery(e: *mut c_void) -> CuResult {
-    run("cuEventQuery", || if state::client()?.event_query(Event(id(e))).map_err(state::cu)? { Ok(()) } else { Err(CuResult::NOT_READY) })
+    run("cuEventQuery", || if state::client()?.event_query(Event(id(e))).map_err(state::cu)? { Ok(()) } else { Err(CuError::NOT_READY) })
 }
 
 /// `cuEventSynchronize`.
@@ -297,14 +297,14 @@ const CU_LAUNCH_PARAM_BUFFER_SIZE: usize = 0x02;
 /// `params` is null or holds one pointer per kernel parameter, each to a
 /// value of that parameter's size; `extra` is null or a
 /// `CU_LAUNCH_PARAM_END`-terminated list as the driver API defines it.
-unsafe fn pack(f: &pvgpu_frontend::Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> Result<Vec<u8>, CuResult> {
+unsafe fn pack(f: &pvgpu_frontend::Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> Result<Vec<u8>, CuError> {
     let mut packed = vec![0u8; f.param_bytes];
     if !params.is_null() {
         for (i, p) in f.params.iter().enumerate() {
             // SAFETY: one pointer per parameter, per the caller.
             let arg = unsafe { *params.add(i) } as *const u8;
             if arg.is_null() {
-                return Err(CuResult::INVALID_VALUE);
+                return Err(CuError::INVALID_VALUE);
             }
             let at = p.offset as usize;
             // SAFETY: `arg` points to `size` readable bytes, per the caller;
@@ -318,7 +318,7 @@ unsafe fn pack(f: &pvgpu_frontend::Function, params: *mut *mut c_void, extra: *m
         let mut i = 0;
         loop {
             if i >= 64 {
-                return Err(CuResult::INVALID_VALUE);
+                return Err(CuError::INVALID_VALUE);
             }
             // SAFETY: the list is END-terminated, per the caller.
             let key = unsafe { *extra.add(i) } as usize;
@@ -332,29 +332,29 @@ unsafe fn pack(f: &pvgpu_frontend::Function, params: *mut *mut c_void, extra: *m
                     // SAFETY: the value is a pointer to a size_t.
                     let sp = unsafe { *extra.add(i + 1) } as *const usize;
                     if sp.is_null() {
-                        return Err(CuResult::INVALID_VALUE);
+                        return Err(CuError::INVALID_VALUE);
                     }
                     // SAFETY: non-null pointer to a size_t, per the API.
                     size = Some(unsafe { sp.read_unaligned() });
                 }
-                _ => return Err(CuResult::INVALID_VALUE),
+                _ => return Err(CuError::INVALID_VALUE),
             }
             i += 2;
         }
-        let size = size.ok_or(CuResult::INVALID_VALUE)?;
+        let size = size.ok_or(CuError::INVALID_VALUE)?;
         if buf.is_null() || size < f.param_bytes {
-            return Err(CuResult::INVALID_VALUE);
+            return Err(CuError::INVALID_VALUE);
         }
         if size > f.param_bytes {
             // What the driver answers for a buffer larger than the kernel's
             // parameters.
-            return Err(CuResult::LAUNCH_OUT_OF_RESOURCES);
+            return Err(CuError::LAUNCH_OUT_OF_RESOURCES);
         }
         // SAFETY: `buf` holds `size >= param_bytes` readable bytes.
         unsafe { std::ptr::copy_nonoverlapping(buf, packed.as_mut_ptr(), f.param_bytes) };
         return Ok(packed);
     }
-    if f.params.is_empty() { Ok(packed) } else { Err(CuResult::INVALID_VALUE) }
+    if f.params.is_empty() { Ok(packed) } else { Err(CuError::INVALID_VALUE) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -367,7 +367,7 @@ fn launch(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> Res {
-    let f = objects().functions.get(&id(hfunc)).map(|i| i.func.clone()).ok_or(CuResult::INVALID_HANDLE)?;
+    let f = objects().functions.get(&id(hfunc)).map(|i| i.func.clone()).ok_or(CuError::INVALID_HANDLE)?;
     // SAFETY: the driver API's contract for kernelParams and extra.
     let packed = unsafe { pack(&f, params, extra) }?;
     state::client()?.launch_packed(&f, grid, block, shared, stream(s), &packed).map_err(state::cu)

@@ -2,7 +2,7 @@
 
 use crate::state::{self, Res, put, run};
 use crate::{PROC_TABLE, Variant, lookup};
-use pvgpu_ring::CuResult;
+use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{CString, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
@@ -14,7 +14,7 @@ pub const API_VERSION: c_int = 13000;
 pub extern "C" fn cuInit(flags: c_uint) -> CuResult {
     run("cuInit", || {
         if flags != 0 {
-            return Err(CuResult::INVALID_VALUE);
+            return Err(CuError::INVALID_VALUE);
         }
         let c = state::connect()?;
         c.init().map_err(state::cu)?;
@@ -60,7 +60,7 @@ fn error_strings() -> &'static ErrorStrings {
 
 fn error_text(error: u32, desc: bool, out: *mut *const c_char) -> Res {
     let s = error_strings();
-    let (_, n, d) = s.names.iter().find(|(v, _, _)| *v == error).ok_or(CuResult::INVALID_VALUE)?;
+    let (_, n, d) = s.names.iter().find(|(v, _, _)| *v == error).ok_or(CuError::INVALID_VALUE)?;
     let p = if desc { d.as_ptr() } else { n.as_ptr() };
     // SAFETY: the caller passes a writable pointer slot; the strings live
     // for the whole process.
@@ -112,7 +112,7 @@ fn get_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags:
     // SAFETY: the caller passes a NUL-terminated name.
     let name = unsafe { state::name(symbol) }?;
     if pfn.is_null() {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     let (f, st) = match resolve(name, version, flags) {
         Ok(f) => (f as *mut c_void, SUCCESS),
@@ -129,7 +129,7 @@ fn get_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags:
         Ok(())
     } else {
         tracing::debug!(symbol = name, version, status = st, "cuGetProcAddress: not found");
-        if with_status { Ok(()) } else { Err(CuResult::NOT_FOUND) }
+        if with_status { Ok(()) } else { Err(CuError::NOT_FOUND) }
     }
 }
 
@@ -173,7 +173,7 @@ pub unsafe extern "C" fn cuGetExportTable(pp_export_table: *mut *const c_void, _
         // SAFETY: non-null and writable per the API.
         unsafe { pp_export_table.write(std::ptr::null()) };
     }
-    CuResult::NOT_SUPPORTED
+    CuError::NOT_SUPPORTED.into()
 }
 
 /// `cuProfilerStart`: no profiler is attached to a remote session; a no-op.

@@ -11,12 +11,12 @@
 
 use crate::state::{self, HostInfo, Res, handle, objects, put, run, stream};
 use pvgpu_frontend::Stream;
-use pvgpu_ring::CuResult;
+use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_uint, c_void};
 
 fn alloc(dptr: *mut u64, size: usize) -> Res {
     if dptr.is_null() {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     let ctx = state::current()?;
     let p = state::client()?.mem_alloc(ctx, size as u64).map_err(state::cu)?;
@@ -42,10 +42,10 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> CuResult 
 pub unsafe extern "C" fn cuMemAllocPitch_v2(dptr: *mut u64, pitch: *mut usize, width: usize, height: usize, elem: c_uint) -> CuResult {
     run("cuMemAllocPitch_v2", || {
         if !matches!(elem, 4 | 8 | 16) || width == 0 || height == 0 || pitch.is_null() {
-            return Err(CuResult::INVALID_VALUE);
+            return Err(CuError::INVALID_VALUE);
         }
-        let p = width.checked_next_multiple_of(512).ok_or(CuResult::INVALID_VALUE)?;
-        alloc(dptr, p.checked_mul(height).ok_or(CuResult::INVALID_VALUE)?)?;
+        let p = width.checked_next_multiple_of(512).ok_or(CuError::INVALID_VALUE)?;
+        alloc(dptr, p.checked_mul(height).ok_or(CuError::INVALID_VALUE)?)?;
         // SAFETY: non-null and writable per the API.
         unsafe { put(pitch, p) }
     })
@@ -89,7 +89,7 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usize, dptr: u64) -> CuResult {
     run("cuMemGetAddressRange_v2", || {
         state::client()?;
-        let (start, len, _) = objects().device_range(dptr, 1).ok_or(CuResult::NOT_FOUND)?;
+        let (start, len, _) = objects().device_range(dptr, 1).ok_or(CuError::NOT_FOUND)?;
         if !base.is_null() {
             // SAFETY: non-null and writable per the API.
             unsafe { put(base, start)? };
@@ -104,7 +104,7 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usiz
 
 fn host_alloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> Res {
     if pp.is_null() || size == 0 {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     let c = state::client()?;
     state::current()?;
@@ -114,7 +114,7 @@ fn host_alloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> Res {
             let mut p = std::ptr::null_mut();
             // SAFETY: valid out-pointer; alignment is a power of two.
             if unsafe { libc::posix_memalign(&mut p, 4096, size) } != 0 {
-                return Err(CuResult::OUT_OF_MEMORY);
+                return Err(CuError::OUT_OF_MEMORY);
             }
             (p, false)
         }
@@ -150,7 +150,7 @@ pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CuResult {
     run("cuMemFreeHost", || {
-        let info = objects().host.remove(&(p as usize)).ok_or(CuResult::INVALID_VALUE)?;
+        let info = objects().host.remove(&(p as usize)).ok_or(CuError::INVALID_VALUE)?;
         if info.in_area {
             state::client()?.host_free(p as *mut u8);
         } else {
@@ -170,9 +170,9 @@ pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CuResult {
 pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -> CuResult {
     run("cuMemHostGetFlags", || {
         let o = objects();
-        let (&start, info) = o.host.range(..=(p as usize)).next_back().ok_or(CuResult::INVALID_VALUE)?;
+        let (&start, info) = o.host.range(..=(p as usize)).next_back().ok_or(CuError::INVALID_VALUE)?;
         if p as usize >= start + info.len {
-            return Err(CuResult::INVALID_VALUE);
+            return Err(CuError::INVALID_VALUE);
         }
         // SAFETY: writable per the API.
         unsafe { put(flags, info.flags) }
@@ -182,11 +182,11 @@ pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -
 fn register(p: *mut c_void, size: usize) -> Res {
     state::client()?;
     if p.is_null() || size == 0 {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     let mut o = objects();
     if o.registered.contains_key(&(p as usize)) {
-        return Err(CuResult::HOST_MEMORY_ALREADY_REGISTERED);
+        return Err(CuError::HOST_MEMORY_ALREADY_REGISTERED);
     }
     o.registered.insert(p as usize, size);
     Ok(())
@@ -207,12 +207,12 @@ pub extern "C" fn cuMemHostRegister(p: *mut c_void, size: usize, _flags: c_uint)
 /// `cuMemHostUnregister`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CuResult {
-    run("cuMemHostUnregister", || objects().registered.remove(&(p as usize)).map(|_| ()).ok_or(CuResult::HOST_MEMORY_NOT_REGISTERED))
+    run("cuMemHostUnregister", || objects().registered.remove(&(p as usize)).map(|_| ()).ok_or(CuError::HOST_MEMORY_NOT_REGISTERED))
 }
 
 fn htod(dst: u64, src: *const c_void, n: usize, s: Stream, is_async: bool) -> Res {
     if n > 0 && src.is_null() {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     // SAFETY: the caller of the driver API guarantees `src` holds `n`
     // readable bytes (and, for page-locked memory copied asynchronously,
@@ -222,7 +222,7 @@ fn htod(dst: u64, src: *const c_void, n: usize, s: Stream, is_async: bool) -> Re
 
 fn dtoh(dst: *mut c_void, src: u64, n: usize, s: Stream, is_async: bool) -> Res {
     if n > 0 && dst.is_null() {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     // SAFETY: the caller of the driver API guarantees `dst` holds `n`
     // writable bytes (as above for page-locked memory).
@@ -475,7 +475,7 @@ const CU_MEMORYTYPE_DEVICE: u32 = 2;
 /// Writes one pointer attribute of `ptr` to `data`.
 fn pointer_attribute(data: *mut c_void, attribute: i32, ptr: u64) -> Res {
     if data.is_null() {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     let o = objects();
     let dev = o.device_range(ptr, 1);
@@ -498,8 +498,8 @@ fn pointer_attribute(data: *mut c_void, attribute: i32, ptr: u64) -> Res {
             (CU_POINTER_ATTRIBUTE_RANGE_SIZE, Some((_, size, _)), _) => put(data.cast::<usize>(), size as usize),
             (CU_POINTER_ATTRIBUTE_RANGE_SIZE, None, Some((_, len))) => put(data.cast::<usize>(), len),
             (CU_POINTER_ATTRIBUTE_MAPPED, Some(_), _) => put(data.cast::<u32>(), 1),
-            (_, None, None) => Err(CuResult::INVALID_VALUE),
-            _ => Err(CuResult::NOT_SUPPORTED),
+            (_, None, None) => Err(CuError::INVALID_VALUE),
+            _ => Err(CuError::NOT_SUPPORTED),
         }
     }
 }
@@ -527,7 +527,7 @@ pub unsafe extern "C" fn cuPointerGetAttributes(n: c_uint, attributes: *const i3
     run("cuPointerGetAttributes", || {
         state::client()?;
         if attributes.is_null() || data.is_null() {
-            return Err(CuResult::INVALID_VALUE);
+            return Err(CuError::INVALID_VALUE);
         }
         for i in 0..n.min(64) as usize {
             // SAFETY: `n` entries per the API.

@@ -4,7 +4,7 @@
 
 use crate::state::{self, FnInfo, Res, handle, id, objects, put, run};
 use pvgpu_frontend::Module;
-use pvgpu_ring::CuResult;
+use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{CString, c_char, c_int, c_uint, c_void};
 
 const ELF_MAGIC: [u8; 4] = *b"\x7fELF";
@@ -30,10 +30,10 @@ unsafe fn le<const N: usize>(p: *const u8, off: usize) -> u64 {
 /// # Safety
 /// `image` must point to a well-formed image of one of those kinds, as the
 /// driver API requires.
-pub unsafe fn image_bytes<'a>(image: *const c_void) -> Result<&'a [u8], CuResult> {
+pub unsafe fn image_bytes<'a>(image: *const c_void) -> Result<&'a [u8], CuError> {
     let p = image as *const u8;
     if p.is_null() {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     let mut magic = [0u8; 4];
     // SAFETY: every image kind is at least 4 bytes long.
@@ -70,7 +70,7 @@ pub unsafe fn image_bytes<'a>(image: *const c_void) -> Result<&'a [u8], CuResult
         unsafe { std::ffi::CStr::from_ptr(p.cast()) }.to_bytes().len()
     };
     if len == 0 || len > MAX_IMAGE {
-        return Err(CuResult::INVALID_IMAGE);
+        return Err(CuError::INVALID_IMAGE);
     }
     // SAFETY: the image spans `len` readable bytes (computed above).
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
@@ -78,7 +78,7 @@ pub unsafe fn image_bytes<'a>(image: *const c_void) -> Result<&'a [u8], CuResult
 
 fn load(module: *mut *mut c_void, image: &[u8]) -> Res {
     if module.is_null() {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     let ctx = state::current()?;
     let m = state::client()?.module_load(ctx, image).map_err(state::cu)?;
@@ -161,7 +161,7 @@ pub unsafe extern "C" fn cuModuleLoad(module: *mut *mut c_void, fname: *const c_
     run("cuModuleLoad", || {
         // SAFETY: NUL-terminated per the API.
         let path = unsafe { state::name(fname) }?;
-        let bytes = std::fs::read(path).map_err(|_| CuResult::FILE_NOT_FOUND)?;
+        let bytes = std::fs::read(path).map_err(|_| CuError::FILE_NOT_FOUND)?;
         load(module, &bytes)
     })
 }
@@ -172,7 +172,7 @@ pub extern "C" fn cuModuleUnload(module: *mut c_void) -> CuResult {
     run("cuModuleUnload", || {
         let m = id(module);
         if !objects().modules.contains_key(&m) {
-            return Err(CuResult::INVALID_HANDLE);
+            return Err(CuError::INVALID_HANDLE);
         }
         state::client()?.module_unload(Module(m)).map_err(state::cu)?;
         objects().drop_module(m);
@@ -192,7 +192,7 @@ pub unsafe extern "C" fn cuModuleGetFunction(hfunc: *mut *mut c_void, module: *m
         let m = id(module);
         let f = state::client()?.module_get_function(Module(m), n).map_err(state::cu)?;
         let fid = f.id;
-        let cname = CString::new(n).map_err(|_| CuResult::INVALID_VALUE)?;
+        let cname = CString::new(n).map_err(|_| CuError::INVALID_VALUE)?;
         objects().functions.insert(fid, FnInfo { func: f, module: m, name: cname });
         // SAFETY: writable per the API.
         unsafe { put(hfunc, handle(fid)) }
@@ -227,8 +227,8 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(dptr: *mut u64, bytes: *mut usize,
     })
 }
 
-fn function(f: *mut c_void) -> Result<pvgpu_frontend::Function, CuResult> {
-    objects().functions.get(&id(f)).map(|i| i.func.clone()).ok_or(CuResult::INVALID_HANDLE)
+fn function(f: *mut c_void) -> Result<pvgpu_frontend::Function, CuError> {
+    objects().functions.get(&id(f)).map(|i| i.func.clone()).ok_or(CuError::INVALID_HANDLE)
 }
 
 /// `cuFuncGetAttribute`.
@@ -261,7 +261,7 @@ pub extern "C" fn cuFuncSetCacheConfig(hfunc: *mut c_void, config: c_int) -> CuR
     run("cuFuncSetCacheConfig", || {
         function(hfunc)?;
         if !(0..=3).contains(&config) {
-            return Err(CuResult::INVALID_VALUE);
+            return Err(CuError::INVALID_VALUE);
         }
         Ok(())
     })
@@ -275,7 +275,7 @@ pub extern "C" fn cuFuncSetCacheConfig(hfunc: *mut c_void, config: c_int) -> CuR
 pub unsafe extern "C" fn cuFuncGetParamInfo(hfunc: *mut c_void, index: usize, offset: *mut usize, size: *mut usize) -> CuResult {
     run("cuFuncGetParamInfo", || {
         let f = function(hfunc)?;
-        let p = f.params.get(index).ok_or(CuResult::INVALID_VALUE)?;
+        let p = f.params.get(index).ok_or(CuError::INVALID_VALUE)?;
         if !offset.is_null() {
             // SAFETY: non-null and writable per the API.
             unsafe { put(offset, p.offset as usize)? };
@@ -296,7 +296,7 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(hfunc: *mut c_void, index: usize, of
 pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, hfunc: *mut c_void) -> CuResult {
     run("cuFuncGetName", || {
         let o = objects();
-        let f = o.functions.get(&id(hfunc)).ok_or(CuResult::INVALID_HANDLE)?;
+        let f = o.functions.get(&id(hfunc)).ok_or(CuError::INVALID_HANDLE)?;
         // SAFETY: writable per the API; the string lives as long as the
         // function's module.
         unsafe { put(name, f.name.as_ptr()) }
@@ -310,7 +310,7 @@ pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, hfunc: *mut c_v
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetModule(module: *mut *mut c_void, hfunc: *mut c_void) -> CuResult {
     run("cuFuncGetModule", || {
-        let m = objects().functions.get(&id(hfunc)).map(|f| f.module).ok_or(CuResult::INVALID_HANDLE)?;
+        let m = objects().functions.get(&id(hfunc)).map(|f| f.module).ok_or(CuError::INVALID_HANDLE)?;
         // SAFETY: writable per the API.
         unsafe { put(module, handle(m)) }
     })
@@ -370,7 +370,7 @@ fn potential_block_size(
     flags: c_uint,
 ) -> Res {
     if grid.is_null() || block.is_null() {
-        return Err(CuResult::INVALID_VALUE);
+        return Err(CuError::INVALID_VALUE);
     }
     let f = function(hfunc)?;
     let c = state::client()?;
@@ -379,7 +379,7 @@ fn potential_block_size(
         Some(cb) => {
             let ctx = {
                 let o = objects();
-                let m = o.functions.get(&id(hfunc)).map(|i| i.module).ok_or(CuResult::INVALID_HANDLE)?;
+                let m = o.functions.get(&id(hfunc)).map(|i| i.module).ok_or(CuError::INVALID_HANDLE)?;
                 o.modules.get(&m).and_then(|c| o.ctx_device.get(c)).copied().unwrap_or(0)
             };
             let sms = c.device_attribute(ctx, pvgpu_ring::cuda::attr::MULTIPROCESSOR_COUNT).map_err(state::cu)?;

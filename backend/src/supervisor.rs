@@ -1,4 +1,5 @@
-//! The backend service: listeners, session spawning, shutdown.
+//! The supervisor: listeners, one session per accepted peer, session
+//! counts and limits, shutdown.
 //!
 //! Each accepted connection becomes one session, served either on a thread
 //! of this process ([`Isolation::Thread`]: tests, the embedded backend of
@@ -9,13 +10,13 @@
 //! sessions; it also makes clean-up unconditional (the worker's exit frees
 //! its GPU memory).
 
-use crate::conn::{Conn, RingConn, TcpConn};
+use crate::config::{Config, Listen, SessionConfig, WorkerCommand};
 use crate::exec::Executor;
-use crate::serve::{Ended, serve};
-use crate::session::SessionLimits;
+use crate::log_limit::LogLimiter;
+use crate::session_loop::{Accepted, run_connection};
 use pvgpu_ring::local::{self, Refusal};
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -24,70 +25,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// Where to listen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Listen {
-    /// A Unix socket path (local shared-memory transport).
-    Local(PathBuf),
-    /// A TCP address, `host:port` (port 0 picks one).
-    Tcp(String),
-    /// vgpu devices of Xen guests, found in XenStore (this must be the
-    /// backend domain, usually Dom0).
-    Xen,
-}
-
-impl std::str::FromStr for Listen {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        if let Some(p) = s.strip_prefix("local:") {
-            Ok(Listen::Local(PathBuf::from(p)))
-        } else if let Some(a) = s.strip_prefix("tcp:") {
-            Ok(Listen::Tcp(a.to_string()))
-        } else if s == "xen" {
-            Ok(Listen::Xen)
-        } else {
-            Err(format!("'{s}' is not local:PATH, tcp:HOST:PORT or xen"))
-        }
-    }
-}
-
-/// How sessions are separated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Isolation {
-    /// One worker process per session.
-    Process,
-    /// One thread per session in this process.
-    Thread,
-}
-
-/// Session settings shared by every transport.
-#[derive(Debug, Clone)]
-pub struct SessionConfig {
-    /// Per-session limits.
-    pub limits: SessionLimits,
-    /// Largest data area accepted from a local frontend, in bytes.
-    pub max_data_area: u64,
-    /// How long a session spins for the next request before sleeping.
-    pub spin: Duration,
-}
-
-impl Default for SessionConfig {
-    fn default() -> Self {
-        SessionConfig { limits: SessionLimits::default(), max_data_area: 1 << 30, spin: Duration::from_micros(50) }
-    }
-}
-
-/// Backend configuration.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Listeners.
-    pub listen: Vec<Listen>,
-    /// Session settings.
-    pub session: SessionConfig,
-    /// Most sessions served at once; more are refused.
-    pub max_sessions: usize,
-}
 
 /// Why the backend could not start.
 #[derive(Debug, thiserror::Error)]
@@ -107,71 +44,6 @@ pub enum BackendError {
     /// XenStore is not reachable.
     #[error("Cannot serve Xen guests: {0} (run the backend in the domain that owns the GPU, with xenstored running)")]
     Xen(#[from] pvgpu_xen::XenError),
-}
-
-/// A connection accepted by a listener.
-pub enum Accepted {
-    /// Local transport (handshake not yet done).
-    Unix(UnixStream),
-    /// TCP transport.
-    Tcp(TcpStream),
-    /// A Xen guest's vgpu device whose frontend is `Initialised`.
-    Xen {
-        /// Guest domain.
-        domid: u16,
-        /// Device id.
-        devid: u32,
-    },
-}
-
-impl Accepted {
-    fn kind(&self) -> &'static str {
-        match self {
-            Accepted::Unix(_) => "local",
-            Accepted::Tcp(_) => "tcp",
-            Accepted::Xen { .. } => "xen",
-        }
-    }
-}
-
-/// Serves one accepted connection with `exec` until the session ends.
-pub fn run_connection<E: Executor>(exec: Arc<E>, acc: Accepted, cfg: &SessionConfig, id: u64, stop: &AtomicBool) -> Ended {
-    let kind = acc.kind();
-    let mut xen_hold = None;
-    let mut conn: Box<dyn Conn> = match acc {
-        Accepted::Unix(s) => {
-            let side = match local::server_handshake(s, cfg.max_data_area) {
-                Ok(side) => side,
-                Err(e) => return Ended::Broken(format!("handshake failed: {e}")),
-            };
-            match RingConn::new(side.region, &side.geometry, Box::new(side.notifier), cfg.spin) {
-                Ok(c) => Box::new(c),
-                Err(e) => return Ended::Broken(format!("ring setup failed: {e}")),
-            }
-        }
-        Accepted::Tcp(s) => match TcpConn::new(s) {
-            Ok(c) => Box::new(c),
-            Err(e) => return Ended::Broken(format!("socket setup failed: {e}")),
-        },
-        Accepted::Xen { domid, devid } => match crate::xen::open_session(domid, devid, cfg) {
-            Ok((c, hold)) => {
-                xen_hold = Some(hold);
-                Box::new(c)
-            }
-            Err(e) => return Ended::Broken(format!("Xen handshake with domain {domid} device {devid} failed: {e}")),
-        },
-    };
-    tracing::info!(session = id, transport = kind, executor = exec.kind(), "session started");
-    let t = Instant::now();
-    let ended = serve(exec, &mut *conn, id, cfg.limits.clone(), stop);
-    // The ring and its mappings go first, then the device's XenStore side.
-    drop(conn);
-    drop(xen_hold);
-    match &ended {
-        Ended::Broken(why) => tracing::warn!(session = id, reason = %why, "session ended: frontend broke the protocol"),
-        other => tracing::info!(session = id, how = ?other, secs = t.elapsed().as_secs_f64(), "session ended"),
-    }
-    ended
 }
 
 /// Counters for operators and tests.
@@ -237,18 +109,6 @@ impl<E: Executor> Spawner for ThreadSpawner<E> {
             let _ = t.join();
         }
     }
-}
-
-/// The command that starts a worker process: the `pvgpu-backend` binary and
-/// the arguments that select its executor.
-#[derive(Debug, Clone)]
-pub struct WorkerCommand {
-    /// Path of the `pvgpu-backend` binary.
-    pub exe: PathBuf,
-    /// Arguments after `worker` (executor and limits).
-    pub args: Vec<String>,
-    /// Name of the executor the workers run (`cuda`, `host`).
-    pub executor: String,
 }
 
 struct ProcessSpawner {
@@ -485,7 +345,7 @@ impl Drop for Backend {
 }
 
 fn accept_loop(listener: Listener, max: usize, max_data: u64, stop: Arc<AtomicBool>, stats: &Arc<Stats>, spawner: &dyn Spawner) {
-    let mut refused_log = crate::session::LogLimiter::default();
+    let mut refused_log = LogLimiter::default();
     while !stop.load(Ordering::SeqCst) {
         let ready = match &listener {
             Listener::Unix(l) => wait_readable(l.as_fd(), 100),
@@ -561,7 +421,7 @@ fn xen_loop(
     }
     tracing::info!(path = %root, "serving Xen guests' vgpu devices");
     let active: crate::xen::Active = Default::default();
-    let mut log = crate::session::LogLimiter::default();
+    let mut log = LogLimiter::default();
     let mut last_scan = Instant::now() - Duration::from_secs(10);
     while !stop.load(Ordering::SeqCst) {
         spawner.reap(stats);
@@ -570,8 +430,7 @@ fn xen_loop(
             continue;
         }
         last_scan = Instant::now();
-        let mut start = |acc: Accepted| -> bool {
-            let Accepted::Xen { domid, devid } = acc else { return false };
+        let mut start = |domid: u16, devid: u32| -> bool {
             if stats.live() >= max {
                 if log.allow(0) {
                     tracing::warn!(max, domid, devid, "session limit reached; refusing a Xen frontend");
@@ -584,7 +443,7 @@ fn xen_loop(
             let on_end: OnEnd = Box::new(move || {
                 set.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
             });
-            match spawner.spawn(acc, id, stats.clone(), stop.clone(), Some(on_end)) {
+            match spawner.spawn(Accepted::Xen { domid, devid }, id, stats.clone(), stop.clone(), Some(on_end)) {
                 Ok(()) => true,
                 Err(e) => {
                     tracing::error!(session = id, error = %e, "cannot start a session");

@@ -1,29 +1,16 @@
-//! Executor selection and the worker process that serves one session.
+//! The worker process: serves one session, on the connection the
+//! supervisor hands it (fd 3) or on a Xen guest's vgpu device, with the
+//! executor the supervisor names, and exits when the session ends (which
+//! frees everything the session held on the GPU).
 
+use crate::config::{ExecutorConfig, ExecutorKind, SessionConfig};
 use crate::exec::cuda::{CudaExecutor, CudaInitError};
 use crate::exec::host::HostExecutor;
-use crate::server::{Accepted, SessionConfig, WORKER_FD, run_connection};
+use crate::session_loop::{Accepted, run_connection};
+use crate::supervisor::WORKER_FD;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-
-/// Which executor runs the commands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ExecutorKind {
-    /// The GPU, through the CUDA driver.
-    Cuda,
-    /// The host test double (no GPU; for tests).
-    Host,
-}
-
-/// Executor settings passed to every worker.
-#[derive(Debug, Clone)]
-pub struct ExecutorConfig {
-    /// Which executor.
-    pub kind: ExecutorKind,
-    /// Bytes of fake device memory of the host executor.
-    pub host_mem: u64,
-}
 
 /// Why a worker could not serve its session.
 #[derive(Debug, thiserror::Error)]
@@ -87,38 +74,4 @@ pub fn run_worker(
         }
     }
     Ok(())
-}
-
-/// Parses a byte count with an optional K, M, G or T suffix (powers of 1024).
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m = match c.to_ascii_uppercase() {
-                'K' => 1u64 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                _ => return Err(format!("unknown size suffix in '{s}' (use K, M, G or T)")),
-            };
-            (&s[..i], m)
-        }
-        _ => (s, 1),
-    };
-    let n: u64 = num.trim().parse().map_err(|_| format!("'{s}' is not a byte count"))?;
-    n.checked_mul(mult).ok_or_else(|| format!("'{s}' is too large"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_bytes;
-
-    #[test]
-    fn byte_counts() {
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert_eq!(parse_bytes("64M"), Ok(64 << 20));
-        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
-        assert!(parse_bytes("12Q").is_err());
-        assert!(parse_bytes("x").is_err());
-    }
 }

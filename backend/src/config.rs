@@ -1,0 +1,184 @@
+//! What an operator configures: listeners, isolation, executors and the
+//! limits every session runs under.
+
+use pvgpu_ring::addr::{Addr, AddrError};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Where to listen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// A Unix socket path (local shared-memory transport).
+    Local(PathBuf),
+    /// A TCP address, `host:port` (port 0 picks one).
+    Tcp(String),
+    /// vgpu devices of Xen guests, found in XenStore (this must be the
+    /// backend domain, usually Dom0).
+    Xen,
+}
+
+impl FromStr for Listen {
+    type Err = AddrError;
+    fn from_str(s: &str) -> Result<Self, AddrError> {
+        match s.parse()? {
+            Addr::Local(p) => Ok(Listen::Local(p)),
+            Addr::Tcp(a) => Ok(Listen::Tcp(a)),
+            Addr::Xen(None) => Ok(Listen::Xen),
+            // A backend serves every device it finds, not one.
+            Addr::Xen(Some(_)) => Err(AddrError(s.to_string())),
+        }
+    }
+}
+
+/// How sessions are separated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Isolation {
+    /// One worker process per session.
+    Process,
+    /// One thread per session in this process.
+    Thread,
+}
+
+/// Limits applied to each session.
+#[derive(Debug, Clone)]
+pub struct SessionLimits {
+    /// Device memory a session may hold, in bytes.
+    pub mem_quota: Option<u64>,
+    /// Objects of each kind (contexts, modules, functions, streams, events,
+    /// allocations) a session may hold.
+    pub max_objects: usize,
+    /// Largest module image accepted, in bytes.
+    pub max_image: usize,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits { mem_quota: None, max_objects: 65536, max_image: pvgpu_ring::proto::MAX_PAYLOAD }
+    }
+}
+
+/// Session settings shared by every transport.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Per-session limits.
+    pub limits: SessionLimits,
+    /// Largest data area accepted from a local frontend, in bytes.
+    pub max_data_area: u64,
+    /// How long a session spins for the next request before sleeping.
+    pub spin: Duration,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig { limits: SessionLimits::default(), max_data_area: 1 << 30, spin: Duration::from_micros(50) }
+    }
+}
+
+/// Backend configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Listeners.
+    pub listen: Vec<Listen>,
+    /// Session settings.
+    pub session: SessionConfig,
+    /// Most sessions served at once; more are refused.
+    pub max_sessions: usize,
+}
+
+/// Which executor runs the commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExecutorKind {
+    /// The GPU, through the CUDA driver.
+    Cuda,
+    /// The host test double (no GPU; for tests).
+    Host,
+}
+
+impl ExecutorKind {
+    /// The name sessions report (`cuda`, `host`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ExecutorKind::Cuda => "cuda",
+            ExecutorKind::Host => "host",
+        }
+    }
+}
+
+/// Executor settings passed to every worker.
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// Which executor.
+    pub kind: ExecutorKind,
+    /// Bytes of fake device memory of the host executor.
+    pub host_mem: u64,
+}
+
+/// The command that starts a worker process: the `pvgpu-backend` binary and
+/// the arguments that select its executor.
+#[derive(Debug, Clone)]
+pub struct WorkerCommand {
+    /// Path of the `pvgpu-backend` binary.
+    pub exe: PathBuf,
+    /// Arguments after `worker` (executor and limits).
+    pub args: Vec<String>,
+    /// Name of the executor the workers run (`cuda`, `host`).
+    pub executor: String,
+}
+
+/// A byte count that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ByteCountError {
+    /// The suffix is not one of K, M, G, T.
+    #[error("Unknown size suffix in '{0}' (use K, M, G or T)")]
+    Suffix(String),
+    /// No number before the suffix.
+    #[error("'{0}' is not a byte count")]
+    NotANumber(String),
+    /// More than 2^64 - 1 bytes.
+    #[error("'{0}' is too large")]
+    TooLarge(String),
+}
+
+/// Parses a byte count with an optional K, M, G or T suffix (powers of 1024).
+pub fn parse_bytes(s: &str) -> Result<u64, ByteCountError> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(ByteCountError::Suffix(s.to_string())),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    let n: u64 = num.trim().parse().map_err(|_| ByteCountError::NotANumber(s.to_string()))?;
+    n.checked_mul(mult).ok_or_else(|| ByteCountError::TooLarge(s.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("64M"), Ok(64 << 20));
+        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
+        assert!(parse_bytes("12Q").is_err());
+        assert!(parse_bytes("x").is_err());
+    }
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!("local:/run/x.sock".parse(), Ok(Listen::Local("/run/x.sock".into())));
+        assert_eq!("tcp:127.0.0.1:0".parse(), Ok(Listen::Tcp("127.0.0.1:0".into())));
+        assert_eq!("xen".parse(), Ok(Listen::Xen));
+        assert!("xen:1".parse::<Listen>().is_err());
+        assert!("local:".parse::<Listen>().is_err());
+    }
+}

@@ -1,0 +1,171 @@
+//! Devices and contexts: the hello, device queries (answered from what the
+//! executor gathered at start-up), primary and created contexts.
+
+use super::{CtxEntry, Io, Session};
+use crate::exec::{CuRes, ExecContext, Executor};
+use pvgpu_ring::CuError;
+use pvgpu_ring::proto::{self, AttrPair, DevicePropsHead, DevicePropsRep, HandleRep, HelloRep, I32Rep, PROTOCOL_VERSION};
+
+/// Most contexts one session may hold at once.
+const MAX_CONTEXTS: usize = 64;
+
+pub(super) fn hello<E: Executor>(s: &mut Session<E>, r: proto::Hello) -> CuRes<HelloRep> {
+    if r.min_version.get() > PROTOCOL_VERSION || r.max_version.get() < PROTOCOL_VERSION {
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    s.hello = true;
+    Ok(HelloRep {
+        version: PROTOCOL_VERSION.into(),
+        reserved: 0.into(),
+        driver_version: s.exec.driver_version().into(),
+        session_id: s.id.into(),
+        executor: proto::fixed_str(s.exec.kind()),
+    })
+}
+
+pub(super) fn init<E: Executor>(s: &mut Session<E>) -> CuRes<()> {
+    s.initialized = true;
+    Ok(())
+}
+
+pub(super) fn driver_version<E: Executor>(s: &Session<E>) -> CuRes<I32Rep> {
+    Ok(I32Rep { value: s.exec.driver_version().into() })
+}
+
+pub(super) fn count<E: Executor>(s: &Session<E>) -> CuRes<I32Rep> {
+    s.need_init()?;
+    Ok(I32Rep { value: (s.exec.devices().len() as i32).into() })
+}
+
+pub(super) fn get<E: Executor>(s: &Session<E>, r: proto::DeviceGet) -> CuRes<I32Rep> {
+    let d = s.device(r.device.get())?;
+    Ok(I32Rep { value: (d as i32).into() })
+}
+
+pub(super) fn properties<E: Executor>(s: &Session<E>, r: proto::DeviceGetProperties) -> CuRes<DevicePropsRep> {
+    let info = &s.exec.devices()[s.device(r.device.get())?];
+    Ok(DevicePropsRep {
+        head: DevicePropsHead {
+            total_mem: info.total_mem.into(),
+            uuid: info.uuid,
+            name: proto::fixed_str(&info.name),
+            attr_count: (info.attrs.len() as u32).into(),
+            reserved: 0.into(),
+        },
+        attrs: info.attrs.iter().map(|&(a, v)| AttrPair { attr: a.into(), value: v.into() }).collect(),
+    })
+}
+
+pub(super) fn attribute<E: Executor>(s: &Session<E>, r: proto::DeviceGetAttribute) -> CuRes<I32Rep> {
+    let d = s.device(r.device.get())?;
+    let v = s.exec.devices()[d].attr(r.attr.get()).ok_or(CuError::INVALID_VALUE)?;
+    Ok(I32Rep { value: v.into() })
+}
+
+pub(super) fn primary_retain<E: Executor>(s: &mut Session<E>, r: proto::PrimaryCtxRetain, io: &Io<'_>) -> CuRes<HandleRep> {
+    let d = s.device(r.device.get())?;
+    let id = match s.primary.get_mut(&d) {
+        Some((id, refs)) => {
+            *refs = refs.checked_add(1).ok_or(CuError::INVALID_VALUE)?;
+            *id
+        }
+        None => {
+            let id = new_context(s, d, 0, true, io)?;
+            s.primary.insert(d, (id, 1));
+            id
+        }
+    };
+    Ok(HandleRep { handle: id.into() })
+}
+
+pub(super) fn primary_release<E: Executor>(s: &mut Session<E>, r: proto::PrimaryCtxRelease) -> CuRes<()> {
+    let d = s.device(r.device.get())?;
+    let (id, refs) = s.primary.get_mut(&d).ok_or(CuError::INVALID_CONTEXT)?;
+    *refs -= 1;
+    if *refs == 0 {
+        let id = *id;
+        s.primary.remove(&d);
+        destroy_context(s, id)?;
+    }
+    Ok(())
+}
+
+pub(super) fn create<E: Executor>(s: &mut Session<E>, r: proto::CtxCreate, io: &Io<'_>) -> CuRes<HandleRep> {
+    let d = s.device(r.device.get())?;
+    let id = new_context(s, d, r.flags.get(), false, io)?;
+    Ok(HandleRep { handle: id.into() })
+}
+
+pub(super) fn destroy<E: Executor>(s: &mut Session<E>, r: proto::CtxDestroy) -> CuRes<()> {
+    let id = r.ctx.get();
+    match s.ctxs.get(id) {
+        Some(c) if !c.primary => destroy_context(s, id),
+        // The primary context goes with its last release, never by destroy.
+        _ => Err(CuError::INVALID_CONTEXT),
+    }
+}
+
+pub(super) fn synchronize<E: Executor>(s: &mut Session<E>, r: proto::CtxSynchronize) -> CuRes<()> {
+    s.enter(r.ctx.get())?.synchronize()
+}
+
+pub(super) fn info<E: Executor>(s: &mut Session<E>, r: proto::CtxGetInfo) -> CuRes<proto::CtxInfoRep> {
+    Ok(s.enter(r.ctx.get())?.info()?.into())
+}
+
+pub(super) fn limit<E: Executor>(s: &mut Session<E>, r: proto::CtxLimit) -> CuRes<proto::U64Rep> {
+    let c = s.enter(r.ctx.get())?;
+    let value = if r.set.get() != 0 {
+        c.set_limit(r.limit.get(), r.value.get())?;
+        r.value.get()
+    } else {
+        c.get_limit(r.limit.get())?
+    };
+    Ok(proto::U64Rep { value: value.into() })
+}
+
+/// Creates a context, makes it current, and page-locks the data area
+/// through it if no context of the session has yet.
+fn new_context<E: Executor>(s: &mut Session<E>, device: usize, flags: u32, primary: bool, io: &Io<'_>) -> CuRes<u64> {
+    if s.ctxs.len() >= MAX_CONTEXTS {
+        return Err(CuError::OUT_OF_MEMORY);
+    }
+    let ctx = s.exec.create_context(device, flags)?;
+    let id = s.ctxs.insert(CtxEntry { primary, ctx })?;
+    // Creating a context makes it current on this thread.
+    s.current = Some(id);
+    if let (None, Some(area), Some(entry)) = (s.area_pinned_by, io.area, s.ctxs.get_mut(id)) {
+        // SAFETY: the connection owns the data area's mapping and outlives
+        // the session, so the range stays mapped longer than any context of
+        // the session.
+        match unsafe { entry.ctx.register_host(area.base(), area.len()) } {
+            Ok(()) => s.area_pinned_by = Some(id),
+            Err(e) => tracing::debug!(session = s.id, error = %e, "data area not page-locked; copies go through the driver's staging"),
+        }
+    }
+    Ok(id)
+}
+
+/// Forgets everything of context `id`, then destroys it (which frees all
+/// device memory, modules, streams and events made in it).
+fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
+    let entry = s.ctxs.remove(id).ok_or(CuError::INVALID_CONTEXT)?;
+    s.functions.drain_where(|f| f.ctx == id);
+    let functions = &s.functions;
+    s.function_ids.retain(|_, f| functions.get(*f).is_some());
+    s.modules.drain_where(|m| m.ctx == id);
+    s.streams.drain_where(|st| st.ctx == id);
+    s.events.drain_where(|e| e.ctx == id);
+    let freed: u64 = s.allocs.values().filter(|a| a.ctx == id && a.global_of.is_none()).map(|a| a.len).sum();
+    s.allocs.retain(|_, a| a.ctx != id);
+    s.mem_used -= freed;
+    if s.current == Some(id) {
+        s.current = None;
+    }
+    if s.area_pinned_by == Some(id) {
+        // The registration goes with the context; the next one renews it.
+        s.area_pinned_by = None;
+    }
+    drop(entry);
+    Ok(())
+}

@@ -1,0 +1,294 @@
+//! One client's session: decodes its requests, checks every handle and
+//! device range against the session's own tables, runs the command on the
+//! executor, and builds the reply.
+//!
+//! Isolation rules enforced here:
+//! - every id a request names must be in this session's tables (contexts,
+//!   modules, functions, streams, events); anything else is
+//!   `CUDA_ERROR_INVALID_HANDLE` / `CUDA_ERROR_INVALID_CONTEXT`;
+//! - every device range a copy or memset touches must lie inside one of this
+//!   session's allocations (or a module global it looked up);
+//! - device memory is capped by the session's quota;
+//! - object counts are capped, so a guest cannot exhaust the backend's
+//!   memory with handles;
+//! - bulk data named by a [`DataRef`] must lie inside the data area; module
+//!   images are copied out of shared memory and bounds-checked before the
+//!   driver parses them.
+//!
+//! A request that cannot be decoded (other than an unknown opcode, which is
+//! answered with `CUDA_ERROR_NOT_SUPPORTED`) ends the session: the peer is
+//! broken or hostile. Dropping the session frees everything it made.
+//!
+//! The handlers live by family: [`device`] (devices and contexts),
+//! [`module`], [`memory`], [`stream`] (streams and events) and [`launch`]
+//! (launches and function queries); [`handler`] ties each command of the
+//! protocol's table to one of them.
+
+mod device;
+mod handler;
+mod launch;
+mod memory;
+mod module;
+mod stream;
+
+use crate::config::SessionLimits;
+use crate::exec::{CuRes, ExecContext, Executor, Param};
+use crate::handles::HandleTable;
+use crate::log_limit::LogLimiter;
+use pvgpu_ring::proto::{DataLoc, DataRef, DecodeError, Header, Request};
+use pvgpu_ring::region::DataArea;
+use pvgpu_ring::{CuError, CuResult};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// What the caller should do after a request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Send a reply with this status and the payload left in `out`.
+    Reply(CuResult),
+    /// Nothing to send.
+    Quiet,
+    /// Send the reply, then end the session (orderly goodbye).
+    Goodbye(CuResult),
+}
+
+/// The peer broke the protocol; the session must end.
+#[derive(Debug, thiserror::Error)]
+pub enum Broken {
+    /// A message did not decode.
+    #[error("Malformed request")]
+    Decode(#[from] DecodeError),
+    /// A request arrived before the hello, or a second hello.
+    #[error("Protocol violation: {0}")]
+    Protocol(&'static str),
+}
+
+/// What one request's handler may touch besides the session: the data area
+/// of the connection, if it has one, and the reply buffer (written only by
+/// handlers whose reply is bulk data).
+pub struct Io<'a> {
+    area: Option<&'a DataArea>,
+    out: &'a mut Vec<u8>,
+}
+
+struct CtxEntry<C> {
+    primary: bool,
+    ctx: C,
+}
+
+struct Owned<T> {
+    ctx: u64,
+    value: T,
+}
+
+struct ModEntry<M> {
+    ctx: u64,
+    module: Option<M>,
+}
+
+struct FnEntry<F> {
+    ctx: u64,
+    module: u64,
+    func: F,
+    layout: Vec<Param>,
+    param_bytes: usize,
+}
+
+#[derive(Clone, Copy)]
+struct Alloc {
+    len: u64,
+    ctx: u64,
+    /// Module whose global this is; `None` for `cuMemAlloc` memory.
+    global_of: Option<u64>,
+}
+
+type Ctx<E> = <E as Executor>::Context;
+type Stream<E> = <Ctx<E> as ExecContext>::Stream;
+
+/// Per-session state. Dropping it destroys every context, which frees all
+/// device memory, modules, streams and events of the session.
+pub struct Session<E: Executor> {
+    exec: Arc<E>,
+    id: u64,
+    limits: SessionLimits,
+    hello: bool,
+    initialized: bool,
+    ctxs: HandleTable<CtxEntry<Ctx<E>>>,
+    primary: HashMap<usize, (u64, u32)>,
+    modules: HandleTable<ModEntry<<Ctx<E> as ExecContext>::Module>>,
+    functions: HandleTable<FnEntry<<Ctx<E> as ExecContext>::Function>>,
+    function_ids: HashMap<(u64, String), u64>,
+    streams: HandleTable<Owned<Stream<E>>>,
+    events: HandleTable<Owned<<Ctx<E> as ExecContext>::Event>>,
+    allocs: BTreeMap<u64, Alloc>,
+    mem_used: u64,
+    pending: Option<CuError>,
+    current: Option<u64>,
+    /// Context through which the data area is page-locked, if any.
+    area_pinned_by: Option<u64>,
+    /// Rate limit for guest-triggered log lines.
+    pub log: LogLimiter,
+    param_buf: Vec<u64>,
+}
+
+/// Device-side range to check.
+fn end_of(ptr: u64, len: u64) -> CuRes<u64> {
+    ptr.checked_add(len).ok_or(CuError::INVALID_VALUE)
+}
+
+impl<E: Executor> Session<E> {
+    /// A new session numbered `id`.
+    pub fn new(exec: Arc<E>, id: u64, limits: SessionLimits) -> Self {
+        let n = limits.max_objects;
+        Session {
+            exec,
+            id,
+            limits,
+            hello: false,
+            initialized: false,
+            ctxs: HandleTable::new(n.min(256)),
+            primary: HashMap::new(),
+            modules: HandleTable::new(n),
+            functions: HandleTable::new(n),
+            function_ids: HashMap::new(),
+            streams: HandleTable::new(n),
+            events: HandleTable::new(n),
+            allocs: BTreeMap::new(),
+            mem_used: 0,
+            pending: None,
+            current: None,
+            area_pinned_by: None,
+            log: LogLimiter::default(),
+            param_buf: Vec::new(),
+        }
+    }
+
+    /// Session number.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Device memory held, in bytes.
+    pub fn mem_used(&self) -> u64 {
+        self.mem_used
+    }
+
+    /// Handles one request. `payload` is a private copy; `area` is the data
+    /// area when the transport has one. The reply payload is left in `out`.
+    pub fn process(&mut self, h: &Header, payload: &[u8], area: Option<&DataArea>, out: &mut Vec<u8>) -> Result<Outcome, Broken> {
+        out.clear();
+        let req = match Request::decode(h, payload) {
+            Ok(r) => r,
+            Err(DecodeError::UnknownOpcode(op)) => {
+                if self.log.allow(self.id) {
+                    tracing::warn!(session = self.id, opcode = op, "unknown opcode; answering CUDA_ERROR_NOT_SUPPORTED");
+                }
+                return Ok(self.finish(h, Err(CuError::NOT_SUPPORTED)));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        match (&req, self.hello) {
+            (Request::Hello(_), true) => return Err(Broken::Protocol("second hello")),
+            (Request::Hello(_), false) => {}
+            (_, false) => return Err(Broken::Protocol("request before hello")),
+            _ => {}
+        }
+        if h.wants_reply() && req.opcode().reports_pending() {
+            if let Some(e) = self.pending.take() {
+                return Ok(Outcome::Reply(e.into()));
+            }
+        }
+        if let Request::Goodbye(_) = req {
+            return Ok(Outcome::Goodbye(CuResult::SUCCESS));
+        }
+        let r = req.dispatch(self, &mut Io { area, out });
+        if r.is_err() {
+            out.clear();
+        }
+        Ok(self.finish(h, r))
+    }
+
+    fn finish(&mut self, h: &Header, r: CuRes<()>) -> Outcome {
+        if h.wants_reply() {
+            return Outcome::Reply(r.into());
+        }
+        if let Err(e) = r {
+            if self.pending.is_none() {
+                tracing::debug!(session = self.id, status = ?e, "error in a call without reply; reported at the next synchronising call");
+                self.pending = Some(e);
+            }
+        }
+        Outcome::Quiet
+    }
+
+    fn need_init(&self) -> CuRes<()> {
+        if self.initialized { Ok(()) } else { Err(CuError::NOT_INITIALIZED) }
+    }
+
+    fn device(&self, d: i32) -> CuRes<usize> {
+        self.need_init()?;
+        usize::try_from(d).ok().filter(|&d| d < self.exec.devices().len()).ok_or(CuError::INVALID_DEVICE)
+    }
+
+    /// Makes context `id` current and returns it.
+    fn enter(&mut self, id: u64) -> CuRes<&mut Ctx<E>> {
+        let e = self.ctxs.get_mut(id).ok_or(CuError::INVALID_CONTEXT)?;
+        if self.current != Some(id) {
+            e.ctx.make_current()?;
+            self.current = Some(id);
+        }
+        Ok(&mut e.ctx)
+    }
+
+    /// The stream `id` (0: the default stream) of context `ctx`.
+    fn stream(&self, id: u64, ctx: u64) -> CuRes<Option<Stream<E>>> {
+        if id == 0 {
+            return Ok(None);
+        }
+        let s = self.streams.get(id).ok_or(CuError::INVALID_HANDLE)?;
+        if s.ctx != ctx {
+            return Err(CuError::INVALID_HANDLE);
+        }
+        Ok(Some(s.value))
+    }
+
+    /// Checks that `[ptr, ptr+len)` lies inside one allocation of this
+    /// session; returns the owning context.
+    fn range(&self, ptr: u64, len: u64) -> CuRes<u64> {
+        let end = end_of(ptr, len)?;
+        let (&start, a) = self.allocs.range(..=ptr).next_back().ok_or(CuError::INVALID_VALUE)?;
+        if end > start + a.len {
+            return Err(CuError::INVALID_VALUE);
+        }
+        Ok(a.ctx)
+    }
+
+    /// Resolves bulk data named by a request to a pointer and length.
+    fn source(d: &DataRef, inline: &[u8], area: Option<&DataArea>) -> CuRes<(*const u8, usize)> {
+        let len = usize::try_from(d.len.get()).map_err(|_| CuError::INVALID_VALUE)?;
+        match d.location().map_err(|_| CuError::INVALID_VALUE)? {
+            DataLoc::Inline => Ok((inline.as_ptr(), inline.len())),
+            DataLoc::Area { offset } => {
+                let area = area.ok_or(CuError::INVALID_VALUE)?;
+                let p = area.ptr(offset, len as u64).map_err(|_| CuError::INVALID_VALUE)?;
+                Ok((p as *const u8, len))
+            }
+        }
+    }
+}
+
+impl<E: Executor> Drop for Session<E> {
+    fn drop(&mut self) {
+        let ctxs = self.ctxs.len();
+        if ctxs > 0 || self.mem_used > 0 {
+            tracing::info!(session = self.id, contexts = ctxs, bytes = self.mem_used, "freeing session resources");
+        }
+        // Forget handles before their contexts go: dropping a context frees
+        // everything made in it.
+        self.functions.drain_where(|_| true);
+        self.modules.drain_where(|_| true);
+        self.streams.drain_where(|_| true);
+        self.events.drain_where(|_| true);
+        self.ctxs.drain_where(|_| true);
+    }
+}

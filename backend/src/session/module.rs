@@ -1,0 +1,86 @@
+//! Modules: images copied out of shared memory and checked before the
+//! driver parses them, kernels with their parameter layouts, and module
+//! globals (which copies may then touch).
+
+use super::{Alloc, FnEntry, Io, ModEntry, Session};
+use crate::exec::{CuRes, ExecContext, Executor, Param};
+use pvgpu_ring::CuError;
+use pvgpu_ring::proto::{self, FunctionHead, FunctionRep, GlobalRep, HandleRep, ParamInfo};
+
+pub(super) fn load<E: Executor>(s: &mut Session<E>, r: proto::ModuleLoad<'_>, io: &Io<'_>) -> CuRes<HandleRep> {
+    let ctx = r.head.ctx.get();
+    s.enter(ctx)?;
+    let (p, len) = Session::<E>::source(&r.head.image, r.image, io.area)?;
+    if len == 0 || len > s.limits.max_image {
+        return Err(CuError::INVALID_IMAGE);
+    }
+    // Copy out of shared memory before anything parses it, and terminate it
+    // so PTX text can never be read past its end.
+    let mut image = Vec::with_capacity(len + 1);
+    // SAFETY: `source` checked that [p, p+len) is inside the request payload
+    // or the data area, both mapped for the duration of this call.
+    unsafe { image.extend_from_slice(std::slice::from_raw_parts(p, len)) };
+    image.push(0);
+    crate::exec::image::check_bounds(&image[..len])?;
+    let m = s.enter(ctx)?.module_load(&image)?;
+    let id = s.modules.insert(ModEntry { ctx, module: Some(m) })?;
+    Ok(HandleRep { handle: id.into() })
+}
+
+pub(super) fn unload<E: Executor>(s: &mut Session<E>, r: proto::ModuleUnload) -> CuRes<()> {
+    let id = r.module.get();
+    let mut m = s.modules.remove(id).ok_or(CuError::INVALID_HANDLE)?;
+    s.functions.drain_where(|f| f.module == id);
+    s.function_ids.retain(|(mid, _), _| *mid != id);
+    s.allocs.retain(|_, a| a.global_of != Some(id));
+    match m.module.take() {
+        Some(module) => s.enter(m.ctx)?.module_unload(module),
+        None => Ok(()),
+    }
+}
+
+pub(super) fn function<E: Executor>(s: &mut Session<E>, r: proto::ModuleGetFunction<'_>) -> CuRes<FunctionRep> {
+    let (module, name) = (r.module(), r.name);
+    if let Some(&fid) = s.function_ids.get(&(module, name.to_string())) {
+        let f = s.functions.get(fid).ok_or(CuError::INVALID_HANDLE)?;
+        return Ok(function_rep(fid, &f.layout, f.param_bytes));
+    }
+    let ctx = s.modules.get(module).ok_or(CuError::INVALID_HANDLE)?.ctx;
+    s.enter(ctx)?;
+    let m = s.modules.get(module).and_then(|e| e.module.as_ref()).ok_or(CuError::INVALID_HANDLE)?;
+    let c = s.ctxs.get_mut(ctx).ok_or(CuError::INVALID_CONTEXT)?;
+    let (func, layout) = c.ctx.function(m, name)?;
+    if layout.len() > proto::MAX_PARAMS {
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    let param_bytes = layout.iter().map(|p| p.offset as usize + p.size as usize).max().unwrap_or(0);
+    if param_bytes > proto::MAX_PARAM_BYTES {
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    let fid = s.functions.insert(FnEntry { ctx, module, func, layout: layout.clone(), param_bytes })?;
+    s.function_ids.insert((module, name.to_string()), fid);
+    Ok(function_rep(fid, &layout, param_bytes))
+}
+
+pub(super) fn global<E: Executor>(s: &mut Session<E>, r: proto::ModuleGetGlobal<'_>) -> CuRes<GlobalRep> {
+    let module = r.module();
+    let ctx = s.modules.get(module).ok_or(CuError::INVALID_HANDLE)?.ctx;
+    s.enter(ctx)?;
+    let m = s.modules.get(module).and_then(|e| e.module.as_ref()).ok_or(CuError::INVALID_HANDLE)?;
+    let c = s.ctxs.get_mut(ctx).ok_or(CuError::INVALID_CONTEXT)?;
+    let (dptr, size) = c.ctx.global(m, r.name)?;
+    if size > 0 && !s.allocs.contains_key(&dptr) {
+        if s.allocs.len() >= s.limits.max_objects {
+            return Err(CuError::OUT_OF_MEMORY);
+        }
+        s.allocs.insert(dptr, Alloc { len: size, ctx, global_of: Some(module) });
+    }
+    Ok(GlobalRep { dptr: dptr.into(), size: size.into() })
+}
+
+fn function_rep(fid: u64, layout: &[Param], param_bytes: usize) -> FunctionRep {
+    FunctionRep {
+        head: FunctionHead { function: fid.into(), param_count: (layout.len() as u32).into(), param_bytes: (param_bytes as u32).into() },
+        params: layout.iter().map(|p| ParamInfo { offset: p.offset.into(), size: p.size.into() }).collect(),
+    }
+}

@@ -1,0 +1,437 @@
+//! The client: one session with a backend, and a typed method per driver
+//! call. Each method builds its command from the protocol's table and
+//! either waits for the typed reply ([`Client::call`]) or posts it
+//! ([`Client::post`]); copies are in [`crate::copy`].
+
+use crate::error::{Error, ProtocolError, Result, TransportError};
+use crate::handles::*;
+use crate::options::{BackendAddr, Options, backend_from_env};
+use crate::rpc::Conn;
+use crate::transport::{self, Transport};
+use pvgpu_ring::proto::{self, *};
+use pvgpu_ring::{CuError, CuResult};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A connection to a pvgpu backend: one session, with its own contexts,
+/// memory and handles. Cheap to share between threads (calls are
+/// serialised on the connection).
+pub struct Client {
+    conn: Mutex<Conn>,
+    info: BackendInfo,
+    devices: Mutex<HashMap<i32, Arc<DeviceProps>>>,
+    pub(crate) sync_calls: bool,
+}
+
+impl Client {
+    /// Connects to the backend named by `PVGPU_BACKEND`, with options from
+    /// the environment.
+    pub fn from_env() -> Result<Client> {
+        Client::connect(&backend_from_env()?, &Options::from_env())
+    }
+
+    /// Connects to `addr`.
+    pub fn connect(addr: &BackendAddr, opts: &Options) -> Result<Client> {
+        let t: Box<dyn Transport> = match addr {
+            BackendAddr::Tcp(a) => Box::new(transport::tcp::TcpTransport::connect(a, opts.timeout)?),
+            BackendAddr::Local(p) => Box::new(transport::local::connect(p, opts)?),
+            BackendAddr::Xen(d) => Box::new(transport::xen::connect(*d, opts)?),
+        };
+        Client::over(t, opts)
+    }
+
+    /// Runs the protocol over an established transport.
+    pub fn over(t: Box<dyn Transport>, opts: &Options) -> Result<Client> {
+        let transport = t.kind();
+        let mut conn = Conn::new(t);
+        let hello = Hello { min_version: PROTOCOL_VERSION.into(), max_version: PROTOCOL_VERSION.into(), reserved: 0.into() };
+        let rep = conn.call(&hello)?;
+        let info = BackendInfo {
+            session_id: rep.session_id.get(),
+            executor: proto::str_from_fixed(&rep.executor),
+            driver_version: rep.driver_version.get(),
+            transport,
+        };
+        tracing::debug!(?info, "connected to pvgpu backend");
+        Ok(Client { conn: Mutex::new(conn), info, devices: Mutex::new(HashMap::new()), sync_calls: opts.sync_calls })
+    }
+
+    /// What the backend said about itself.
+    pub fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    pub(crate) fn conn(&self) -> MutexGuard<'_, Conn> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends a command and waits for its typed reply.
+    pub fn call<'a, C: Command<'a>>(&self, req: &C) -> Result<C::Reply> {
+        self.conn().call(req)
+    }
+
+    /// Sends a command without waiting (or waits, with `PVGPU_SYNC=1`); an
+    /// error it causes comes back at the next call that waits.
+    pub fn post<'a, C: Command<'a, Reply = ()>>(&self, req: &C) -> Result<()> {
+        if self.sync_calls {
+            return self.call(req);
+        }
+        self.conn().send(req, 0).map(drop)
+    }
+
+    /// Round trip that does nothing (latency measurement).
+    pub fn nop(&self) -> Result<()> {
+        self.call(&Nop {})
+    }
+
+    /// `cuInit`.
+    pub fn init(&self) -> Result<()> {
+        self.call(&Init {})
+    }
+
+    /// `cuDriverGetVersion` (of the backend's driver).
+    pub fn driver_version(&self) -> Result<i32> {
+        Ok(self.call(&DriverGetVersion {})?.value.get())
+    }
+
+    /// `cuDeviceGetCount`.
+    pub fn device_count(&self) -> Result<i32> {
+        Ok(self.call(&DeviceGetCount {})?.value.get())
+    }
+
+    /// `cuDeviceGet`.
+    pub fn device_get(&self, ordinal: i32) -> Result<i32> {
+        Ok(self.call(&DeviceGet { device: ordinal.into() })?.value.get())
+    }
+
+    /// Name, UUID, memory and attributes of a device (one round trip, then
+    /// cached).
+    pub fn device_props(&self, dev: i32) -> Result<Arc<DeviceProps>> {
+        if let Some(p) = self.devices.lock().unwrap_or_else(|p| p.into_inner()).get(&dev) {
+            return Ok(p.clone());
+        }
+        let rep = self.call(&DeviceGetProperties { device: dev.into() })?;
+        let masked = |a: &AttrPair| if MASKED_ATTRS.contains(&a.attr.get()) { 0 } else { a.value.get() };
+        let props = Arc::new(DeviceProps {
+            name: proto::str_from_fixed(&rep.head.name),
+            uuid: rep.head.uuid,
+            total_mem: rep.head.total_mem.get(),
+            attrs: rep.attrs.iter().map(|a| (a.attr.get(), masked(a))).collect(),
+        });
+        self.devices.lock().unwrap_or_else(|p| p.into_inner()).insert(dev, props.clone());
+        Ok(props)
+    }
+
+    /// `cuDeviceGetName`.
+    pub fn device_name(&self, dev: i32) -> Result<String> {
+        Ok(self.device_props(dev)?.name.clone())
+    }
+
+    /// `cuDeviceGetUuid`.
+    pub fn device_uuid(&self, dev: i32) -> Result<[u8; 16]> {
+        Ok(self.device_props(dev)?.uuid)
+    }
+
+    /// `cuDeviceTotalMem`.
+    pub fn device_total_mem(&self, dev: i32) -> Result<u64> {
+        Ok(self.device_props(dev)?.total_mem)
+    }
+
+    /// `cuDeviceGetAttribute`, answered from the cache ([`MASKED_ATTRS`]
+    /// read 0).
+    pub fn device_attribute(&self, dev: i32, attr: i32) -> Result<i32> {
+        let props = self.device_props(dev)?;
+        match props.attrs.get(&attr) {
+            Some(v) => Ok(*v),
+            None if MASKED_ATTRS.contains(&attr) => Ok(0),
+            None => Err(CuError::INVALID_VALUE.into()),
+        }
+    }
+
+    /// `cuDeviceGetAttribute`, asked of the backend (unmasked).
+    pub fn device_attribute_uncached(&self, dev: i32, attr: i32) -> Result<i32> {
+        Ok(self.call(&DeviceGetAttribute { device: dev.into(), attr: attr.into() })?.value.get())
+    }
+
+    /// `cuDevicePrimaryCtxRetain`.
+    pub fn primary_ctx_retain(&self, dev: i32) -> Result<Context> {
+        Ok(Context(self.call(&PrimaryCtxRetain { device: dev.into() })?.handle.get()))
+    }
+
+    /// `cuDevicePrimaryCtxRelease`.
+    pub fn primary_ctx_release(&self, dev: i32) -> Result<()> {
+        self.call(&PrimaryCtxRelease { device: dev.into() })
+    }
+
+    /// `cuCtxCreate`.
+    pub fn ctx_create(&self, dev: i32, flags: u32) -> Result<Context> {
+        Ok(Context(self.call(&CtxCreate { device: dev.into(), flags: flags.into() })?.handle.get()))
+    }
+
+    /// `cuCtxDestroy`.
+    pub fn ctx_destroy(&self, ctx: Context) -> Result<()> {
+        self.call(&CtxDestroy { ctx: ctx.0.into() })
+    }
+
+    /// `cuCtxSynchronize`.
+    pub fn ctx_synchronize(&self, ctx: Context) -> Result<()> {
+        self.call(&CtxSynchronize { ctx: ctx.0.into() })
+    }
+
+    /// API version, flags and stream priority range of a context.
+    pub fn ctx_info(&self, ctx: Context) -> Result<CtxInfo> {
+        Ok(self.call(&CtxGetInfo { ctx: ctx.0.into() })?.into())
+    }
+
+    /// `cuCtxGetLimit`.
+    pub fn ctx_get_limit(&self, ctx: Context, limit: u32) -> Result<u64> {
+        Ok(self.call(&CtxLimit { ctx: ctx.0.into(), limit: limit.into(), set: 0.into(), value: 0.into() })?.value.get())
+    }
+
+    /// `cuCtxSetLimit`.
+    pub fn ctx_set_limit(&self, ctx: Context, limit: u32, value: u64) -> Result<()> {
+        self.call(&CtxLimit { ctx: ctx.0.into(), limit: limit.into(), set: 1.into(), value: value.into() }).map(drop)
+    }
+
+    /// `cuModuleLoadData`: PTX (compiled by the backend's driver), cubin or
+    /// fatbin bytes.
+    pub fn module_load(&self, ctx: Context, image: &[u8]) -> Result<Module> {
+        let mut c = self.conn();
+        let staged = match c.t.stage(image) {
+            Ok(s) => s,
+            Err(e) => return c.fail(e),
+        };
+        let req =
+            ModuleLoad { head: ModuleLoadHead { ctx: ctx.0.into(), image: staged.dref }, image: if staged.inline { image } else { &[] } };
+        Ok(Module(c.call(&req)?.handle.get()))
+    }
+
+    /// `cuModuleUnload` (sent without waiting).
+    pub fn module_unload(&self, m: Module) -> Result<()> {
+        self.post(&ModuleUnload { module: m.0.into() })
+    }
+
+    /// `cuModuleGetFunction`, with the kernel's parameter layout.
+    pub fn module_get_function(&self, m: Module, name: &str) -> Result<Function> {
+        proto::check_name(name.as_bytes()).map_err(|_| CuError::INVALID_VALUE)?;
+        let rep = self.call(&ModuleGetFunction::new(m.0, name))?;
+        let params: Arc<[Param]> = rep.params.iter().map(|p| Param { offset: p.offset.get(), size: p.size.get() }).collect();
+        let param_bytes = rep.head.param_bytes.get() as usize;
+        if params.iter().any(|p| p.offset as usize + p.size as usize > param_bytes) || param_bytes > MAX_PARAM_BYTES {
+            return Err(TransportError::Protocol(ProtocolError::ParamLayout).into());
+        }
+        Ok(Function { id: rep.head.function.get(), params, param_bytes })
+    }
+
+    /// `cuModuleGetGlobal`: (device address, size).
+    pub fn module_get_global(&self, m: Module, name: &str) -> Result<(u64, u64)> {
+        proto::check_name(name.as_bytes()).map_err(|_| CuError::INVALID_VALUE)?;
+        let g = self.call(&ModuleGetGlobal::new(m.0, name))?;
+        Ok((g.dptr.get(), g.size.get()))
+    }
+
+    /// `cuMemAlloc`.
+    pub fn mem_alloc(&self, ctx: Context, size: u64) -> Result<u64> {
+        Ok(self.call(&MemAlloc { ctx: ctx.0.into(), size: size.into() })?.dptr.get())
+    }
+
+    /// `cuMemFree` (sent without waiting).
+    pub fn mem_free(&self, dptr: u64) -> Result<()> {
+        self.post(&MemFree { dptr: dptr.into() })
+    }
+
+    /// `cuMemGetInfo`: (free, total), within the session's quota.
+    pub fn mem_get_info(&self, ctx: Context) -> Result<(u64, u64)> {
+        let r = self.call(&MemGetInfo { ctx: ctx.0.into() })?;
+        Ok((r.free.get(), r.total.get()))
+    }
+
+    /// `cuMemsetD8/D16/D32[Async]`: `count` elements of `elem_size` bytes
+    /// (1, 2 or 4). Sent without waiting.
+    pub fn memset(&self, dptr: u64, value: u32, elem_size: u32, count: u64, stream: Stream) -> Result<()> {
+        if !matches!(elem_size, 1 | 2 | 4) {
+            return Err(CuError::INVALID_VALUE.into());
+        }
+        self.post(&Memset {
+            dptr: dptr.into(),
+            count: count.into(),
+            value: value.into(),
+            elem_size: elem_size.into(),
+            stream: stream.0.into(),
+        })
+    }
+
+    /// `cuMemcpyDtoD`.
+    pub fn memcpy_dtod(&self, dst: u64, src: u64, len: u64) -> Result<()> {
+        self.call(&MemcpyDtoD { dst: dst.into(), src: src.into(), len: len.into(), stream: 0.into(), flags: 0.into(), reserved: 0.into() })
+    }
+
+    /// `cuMemcpyDtoDAsync` (sent without waiting).
+    pub fn memcpy_dtod_async(&self, dst: u64, src: u64, len: u64, stream: Stream) -> Result<()> {
+        let flags = COPY_ASYNC.into();
+        self.post(&MemcpyDtoD { dst: dst.into(), src: src.into(), len: len.into(), stream: stream.0.into(), flags, reserved: 0.into() })
+    }
+
+    /// `cuStreamCreateWithPriority`.
+    pub fn stream_create(&self, ctx: Context, flags: u32, priority: i32) -> Result<Stream> {
+        let r = self.call(&StreamCreate { ctx: ctx.0.into(), flags: flags.into(), priority: priority.into() })?;
+        Ok(Stream(r.handle.get()))
+    }
+
+    /// `cuStreamDestroy` (sent without waiting).
+    pub fn stream_destroy(&self, s: Stream) -> Result<()> {
+        self.post(&StreamDestroy { stream: s.0.into() })
+    }
+
+    /// `cuStreamSynchronize`.
+    pub fn stream_synchronize(&self, s: Stream) -> Result<()> {
+        self.call(&StreamSynchronize { stream: s.0.into() })
+    }
+
+    /// `cuStreamQuery`: `Ok(true)` when idle, `Ok(false)` for
+    /// `CUDA_ERROR_NOT_READY`.
+    pub fn stream_query(&self, s: Stream) -> Result<bool> {
+        ready(self.call(&StreamQuery { stream: s.0.into() }))
+    }
+
+    /// `cuStreamWaitEvent` (sent without waiting).
+    pub fn stream_wait_event(&self, s: Stream, e: Event) -> Result<()> {
+        self.post(&StreamWaitEvent { stream: s.0.into(), event: e.0.into(), flags: 0.into(), reserved: 0.into() })
+    }
+
+    /// `cuEventCreate`.
+    pub fn event_create(&self, ctx: Context, flags: u32) -> Result<Event> {
+        Ok(Event(self.call(&EventCreate { ctx: ctx.0.into(), flags: flags.into(), reserved: 0.into() })?.handle.get()))
+    }
+
+    /// `cuEventRecord` (sent without waiting).
+    pub fn event_record(&self, e: Event, s: Stream) -> Result<()> {
+        self.post(&EventRecord { event: e.0.into(), stream: s.0.into() })
+    }
+
+    /// `cuEventQuery`: `Ok(true)` when complete.
+    pub fn event_query(&self, e: Event) -> Result<bool> {
+        ready(self.call(&EventQuery { event: e.0.into() }))
+    }
+
+    /// `cuEventSynchronize`.
+    pub fn event_synchronize(&self, e: Event) -> Result<()> {
+        self.call(&EventSynchronize { event: e.0.into() })
+    }
+
+    /// `cuEventElapsedTime`, in milliseconds.
+    pub fn event_elapsed(&self, start: Event, end: Event) -> Result<f32> {
+        Ok(self.call(&EventElapsedTime { start: start.0.into(), end: end.0.into() })?.ms.get())
+    }
+
+    /// `cuEventDestroy` (sent without waiting).
+    pub fn event_destroy(&self, e: Event) -> Result<()> {
+        self.post(&EventDestroy { event: e.0.into() })
+    }
+
+    /// `cuFuncGetAttribute`.
+    pub fn func_get_attribute(&self, f: &Function, attr: i32) -> Result<i32> {
+        Ok(self.call(&FuncGetAttribute { function: f.id.into(), attr: attr.into(), reserved: 0.into() })?.value.get())
+    }
+
+    /// `cuFuncSetAttribute`.
+    pub fn func_set_attribute(&self, f: &Function, attr: i32, value: i32) -> Result<()> {
+        self.call(&FuncSetAttribute { function: f.id.into(), attr: attr.into(), value: value.into() })
+    }
+
+    /// `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`.
+    pub fn occupancy_max_active_blocks(&self, f: &Function, block_size: i32, dyn_smem: u64, flags: u32) -> Result<i32> {
+        Ok(self.occupancy(f, 0, block_size, 0, dyn_smem, flags)?.0 as i32)
+    }
+
+    /// `cuOccupancyMaxPotentialBlockSizeWithFlags` without a block-size to
+    /// shared-memory callback: (minimum grid size, block size).
+    pub fn occupancy_max_potential_block_size(&self, f: &Function, dyn_smem: u64, limit: i32, flags: u32) -> Result<(i32, i32)> {
+        let (a, b) = self.occupancy(f, 1, 0, limit, dyn_smem, flags)?;
+        Ok((a as i32, b as i32))
+    }
+
+    /// `cuOccupancyAvailableDynamicSMemPerBlock`.
+    pub fn occupancy_available_dynamic_smem(&self, f: &Function, num_blocks: i32, block_size: i32) -> Result<u64> {
+        Ok(self.occupancy(f, 2, block_size, num_blocks, 0, 0)?.0 as u64)
+    }
+
+    fn occupancy(&self, f: &Function, kind: u32, block_size: i32, limit: i32, dyn_smem: u64, flags: u32) -> Result<(i64, i64)> {
+        let rep = self.call(&Occupancy {
+            function: f.id.into(),
+            kind: kind.into(),
+            flags: flags.into(),
+            block_size: block_size.into(),
+            limit: limit.into(),
+            dyn_smem: dyn_smem.into(),
+        })?;
+        Ok((rep.a.get(), rep.b.get()))
+    }
+
+    /// `cuLaunchKernel` with one byte slice per parameter (the values the
+    /// `kernelParams` pointers point to). Sizes must match the layout.
+    pub fn launch(&self, f: &Function, grid: [u32; 3], block: [u32; 3], shared_mem: u32, stream: Stream, args: &[&[u8]]) -> Result<()> {
+        if args.len() != f.params.len() {
+            return Err(CuError::INVALID_VALUE.into());
+        }
+        let mut packed = vec![0u8; f.param_bytes];
+        for (a, p) in args.iter().zip(f.params.iter()) {
+            if a.len() != p.size as usize {
+                return Err(CuError::INVALID_VALUE.into());
+            }
+            packed[p.offset as usize..p.offset as usize + a.len()].copy_from_slice(a);
+        }
+        self.launch_packed(f, grid, block, shared_mem, stream, &packed)
+    }
+
+    /// `cuLaunchKernel` with an already packed parameter buffer (the `extra`
+    /// form). Sent without waiting.
+    pub fn launch_packed(
+        &self,
+        f: &Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: Stream,
+        params: &[u8],
+    ) -> Result<()> {
+        if params.len() != f.param_bytes {
+            return Err(CuError::INVALID_VALUE.into());
+        }
+        let head = LaunchHead {
+            function: f.id.into(),
+            grid: grid.map(Into::into),
+            block: block.map(Into::into),
+            shared_mem: shared_mem.into(),
+            param_len: (params.len() as u32).into(),
+            stream: stream.0.into(),
+        };
+        self.post(&LaunchKernel { head, params })
+    }
+
+    /// Sends raw bytes as a request with `opcode` and waits for the reply
+    /// status (protocol tests).
+    pub fn raw_call(&self, opcode: u16, payload: &[u8]) -> Result<CuResult> {
+        let mut c = self.conn();
+        let id = c.send_raw(opcode, FLAG_REPLY, &[payload])?;
+        c.reply(opcode, id)
+    }
+}
+
+/// `Ok(true)` for success, `Ok(false)` for `CUDA_ERROR_NOT_READY`.
+fn ready(r: Result<()>) -> Result<bool> {
+    match r {
+        Ok(()) => Ok(true),
+        Err(Error::Cuda(CuError::NOT_READY)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let mut c = self.conn();
+        if !c.is_dead() {
+            let _ = c.send(&Goodbye {}, 0);
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Copies between host and device, and page-locked host memory.
+//!
+//! Host-to-device copies are split into chunks the transport can stage
+//! (a quarter of the data area on the ring, 8 MiB on TCP), sent back to
+//! back; only the last chunk of a synchronous copy waits. Device-to-host
+//! copies keep a few chunk requests in flight, each into a region reserved
+//! in the data area, and copy each region out when its reply arrives.
+//! Memory from [`Client::host_alloc`] lives in the data area itself, so
+//! copies from and to it name it directly and need no staging.
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::handles::Stream;
+use crate::rpc::Conn;
+use crate::transport::Staged;
+use pvgpu_ring::CuError;
+use pvgpu_ring::proto::{COPY_ASYNC, COPY_PINNED, FLAG_REPLY, HtoDHead, MemcpyDtoH, MemcpyHtoD, Opcode};
+use std::collections::VecDeque;
+
+/// Copy flags for a copy that is (or is not) asynchronous.
+fn flags(is_async: bool, pinned: bool) -> u32 {
+    (if is_async { COPY_ASYNC } else { 0 }) | if pinned { COPY_PINNED } else { 0 }
+}
+
+impl Client {
+    /// Host-to-device copy from raw memory. With `is_async` it is ordered on
+    /// `stream` and sent without waiting.
+    ///
+    /// # Safety
+    /// `src` must be readable for `len` bytes. Pageable memory is captured
+    /// before this returns; memory from [`Client::host_alloc`] copied with
+    /// `is_async` is read later, and must stay valid and unchanged until the
+    /// stream is synchronised (as with CUDA's own page-locked memory).
+    pub unsafe fn memcpy_htod_raw(&self, dst: u64, src: *const u8, len: usize, stream: Stream, is_async: bool) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let wait = !is_async || self.sync_calls;
+        let mut c = self.conn();
+        if let Some(data) = c.t.pinned(src, len) {
+            let head = HtoDHead { dst: dst.into(), stream: stream.0.into(), flags: flags(is_async, true).into(), reserved: 0.into(), data };
+            return send_copy(&mut c, &MemcpyHtoD { head, data: &[] }, wait);
+        }
+        // SAFETY: the caller guarantees `src` is readable for `len` bytes.
+        let src = unsafe { std::slice::from_raw_parts(src, len) };
+        let chunk = c.t.max_chunk();
+        let n = src.len().div_ceil(chunk);
+        for (i, part) in src.chunks(chunk).enumerate() {
+            let staged = match c.t.stage(part) {
+                Ok(s) => s,
+                Err(e) => return c.fail(e),
+            };
+            let head = HtoDHead {
+                dst: (dst + (i * chunk) as u64).into(),
+                stream: stream.0.into(),
+                flags: flags(is_async, false).into(),
+                reserved: 0.into(),
+                data: staged.dref,
+            };
+            let req = MemcpyHtoD { head, data: if staged.inline { part } else { &[] } };
+            send_copy(&mut c, &req, wait && i + 1 == n)?;
+        }
+        Ok(())
+    }
+
+    /// `cuMemcpyHtoD`: complete (or failed) when it returns.
+    pub fn memcpy_htod(&self, dst: u64, src: &[u8]) -> Result<()> {
+        // SAFETY: a live slice, read before this returns (synchronous copy).
+        unsafe { self.memcpy_htod_raw(dst, src.as_ptr(), src.len(), Stream::DEFAULT, false) }
+    }
+
+    /// `cuMemcpyHtoDAsync`: the bytes are captured before it returns, so
+    /// `src` may be reused at once; the copy is ordered on `stream` and sent
+    /// without waiting.
+    pub fn memcpy_htod_async(&self, dst: u64, src: &[u8], stream: Stream) -> Result<()> {
+        // Always staged: a slice's borrow ends at return, so nothing may read
+        // it later (use memcpy_htod_raw for zero-copy page-locked sources).
+        let staged: Vec<u8>;
+        let src = if self.is_pinned(src.as_ptr(), src.len()) {
+            staged = src.to_vec();
+            &staged[..]
+        } else {
+            src
+        };
+        // SAFETY: a live slice of pageable memory, captured before return.
+        unsafe { self.memcpy_htod_raw(dst, src.as_ptr(), src.len(), stream, true) }
+    }
+
+    /// Device-to-host copy into raw memory.
+    ///
+    /// # Safety
+    /// `dst` must be writable for `len` bytes. The copy is complete when this
+    /// returns, except into memory from [`Client::host_alloc`] with
+    /// `is_async`: then it is ordered on `stream`, sent without waiting, and
+    /// `dst` must stay valid until the stream is synchronised.
+    pub unsafe fn memcpy_dtoh_raw(&self, dst: *mut u8, len: usize, src: u64, stream: Stream, is_async: bool) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let mut c = self.conn();
+        if let Some(data) = c.t.pinned(dst, len) {
+            let req =
+                MemcpyDtoH { src: src.into(), stream: stream.0.into(), flags: flags(is_async, true).into(), reserved: 0.into(), data };
+            return send_copy(&mut c, &req, !is_async || self.sync_calls);
+        }
+        // SAFETY: the caller guarantees `dst` is writable for `len` bytes,
+        // and nothing else touches it during this synchronous copy.
+        let dst = unsafe { std::slice::from_raw_parts_mut(dst, len) };
+        dtoh_pipelined(&mut c, dst, src, stream, is_async)
+    }
+
+    /// `cuMemcpyDtoH`.
+    pub fn memcpy_dtoh(&self, dst: &mut [u8], src: u64) -> Result<()> {
+        // SAFETY: a live, exclusively borrowed slice; synchronous copy.
+        unsafe { self.memcpy_dtoh_raw(dst.as_mut_ptr(), dst.len(), src, Stream::DEFAULT, false) }
+    }
+
+    /// `cuMemcpyDtoHAsync` into a slice: ordered on `stream`, complete when
+    /// it returns (as CUDA does for pageable destinations).
+    pub fn memcpy_dtoh_async(&self, dst: &mut [u8], src: u64, stream: Stream) -> Result<()> {
+        // A slice into page-locked memory is still complete on return, as the
+        // borrow promises: copy it as a synchronous copy ordered on `stream`.
+        let is_async = !self.is_pinned(dst.as_ptr(), dst.len());
+        // SAFETY: a live, exclusively borrowed slice; the copy completes
+        // before return.
+        unsafe { self.memcpy_dtoh_raw(dst.as_mut_ptr(), dst.len(), src, stream, is_async) }
+    }
+
+    /// Allocates `len` bytes of page-locked host memory in the shared data
+    /// area (`cuMemAllocHost`): copies from and to it need no staging copy,
+    /// and asynchronous ones are truly asynchronous. `None` when the
+    /// transport has no data area (TCP) or it is full.
+    pub fn host_alloc(&self, len: usize) -> Option<*mut u8> {
+        self.conn().t.host_alloc(len)
+    }
+
+    /// Frees memory from [`Client::host_alloc`]; false if `ptr` is not one.
+    pub fn host_free(&self, ptr: *mut u8) -> bool {
+        self.conn().t.host_free(ptr)
+    }
+
+    /// Whether `[ptr, ptr+len)` lies inside one [`Client::host_alloc`]
+    /// allocation.
+    pub fn is_pinned(&self, ptr: *const u8, len: usize) -> bool {
+        self.conn().t.pinned(ptr, len).is_some()
+    }
+}
+
+/// Sends one copy request, waiting for its reply or not.
+fn send_copy<'a, C: pvgpu_ring::proto::Command<'a>>(c: &mut Conn, req: &C, wait: bool) -> Result<()> {
+    if wait { c.call_raw(req) } else { c.send(req, 0).map(drop) }
+}
+
+/// A pageable device-to-host copy: up to the transport's pipeline depth of
+/// chunk requests in flight, each copied out as its reply arrives. The
+/// first failure is returned once every chunk in flight is accounted for.
+fn dtoh_pipelined(c: &mut Conn, dst: &mut [u8], src: u64, stream: Stream, is_async: bool) -> Result<()> {
+    let chunk = c.t.max_chunk();
+    let depth = c.t.pipeline_depth();
+    let mut inflight: VecDeque<(u64, Staged, usize, usize)> = VecDeque::new();
+    let mut first_err: Option<Error> = None;
+    let total = dst.len();
+    let mut next = 0usize;
+    while next < total || !inflight.is_empty() {
+        if next < total && inflight.len() < depth {
+            let len = chunk.min(total - next);
+            let staged = match c.t.reserve(len) {
+                Ok(s) => s,
+                Err(e) => return c.fail(e),
+            };
+            let req = MemcpyDtoH {
+                src: (src + next as u64).into(),
+                stream: stream.0.into(),
+                flags: flags(is_async, false).into(),
+                reserved: 0.into(),
+                data: staged.dref,
+            };
+            let id = c.send(&req, FLAG_REPLY)?;
+            inflight.push_back((id, staged, next, len));
+            next += len;
+            continue;
+        }
+        let Some((id, staged, at, len)) = inflight.pop_front() else { break };
+        let status = c.reply(Opcode::MemcpyDtoH as u16, id)?;
+        match status.result() {
+            Ok(()) if first_err.is_none() => {
+                let Conn { t, buf, .. } = &mut *c;
+                if let Err(e) = t.fetch(&staged, buf, &mut dst[at..at + len]) {
+                    return c.fail(e);
+                }
+            }
+            r => {
+                c.t.discard(&staged);
+                first_err.get_or_insert(Error::Cuda(r.err().unwrap_or(CuError::UNKNOWN)));
+            }
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}

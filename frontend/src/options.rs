@@ -1,0 +1,92 @@
+//! Where the backend is and how to talk to it, from the environment.
+
+use crate::error::Result;
+use crate::transport;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where the backend is: `local:PATH`, `tcp:HOST:PORT`, `xen` or `xen:DEVICE`
+/// (the grammar both sides share, [`pvgpu_ring::addr`]).
+pub use pvgpu_ring::addr::Addr as BackendAddr;
+
+/// Default local socket of a backend.
+pub const DEFAULT_SOCKET: &str = "/run/pvgpu/pvgpu.sock";
+
+/// `PVGPU_BACKEND`; without it, Xen when this is a Xen guest with a vgpu
+/// device, else the default local socket.
+pub fn backend_from_env() -> Result<BackendAddr> {
+    match std::env::var("PVGPU_BACKEND") {
+        Ok(s) if !s.is_empty() => Ok(s.parse()?),
+        _ if transport::xen::available() => Ok(BackendAddr::Xen(None)),
+        _ => Ok(BackendAddr::Local(PathBuf::from(DEFAULT_SOCKET))),
+    }
+}
+
+/// Connection options.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Bytes of shared data area that stage copies (ring transports).
+    pub data_area: u64,
+    /// Bytes of shared data area for page-locked host allocations
+    /// ([`crate::Client::host_alloc`], `cuMemAllocHost`) on ring transports.
+    pub pinned: u64,
+    /// Staging part of the data area on Xen, where every page is a grant
+    /// (the guest's `xen-gntalloc` allows 1024 by default).
+    pub xen_data_area: u64,
+    /// Page-locked part of the data area on Xen.
+    pub xen_pinned: u64,
+    /// How long to spin for a reply before sleeping.
+    pub spin: Duration,
+    /// Longest wait for any one reply; `None` waits as long as the backend
+    /// lives.
+    pub timeout: Option<Duration>,
+    /// Make every call wait for its reply (debugging).
+    pub sync_calls: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            data_area: 64 << 20,
+            pinned: 256 << 20,
+            xen_data_area: 2 << 20,
+            xen_pinned: 1 << 20,
+            spin: Duration::from_micros(100),
+            timeout: None,
+            sync_calls: false,
+        }
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+impl Options {
+    /// Defaults, overridden by `PVGPU_DATA_AREA_MB`, `PVGPU_PINNED_MB`,
+    /// `PVGPU_XEN_DATA_AREA_KB`, `PVGPU_XEN_PINNED_KB`, `PVGPU_SPIN_US`,
+    /// `PVGPU_TIMEOUT_MS` and `PVGPU_SYNC`.
+    pub fn from_env() -> Self {
+        let mut o = Options::default();
+        if let Some(mb) = env_u64("PVGPU_DATA_AREA_MB") {
+            o.data_area = mb.clamp(1, 4096) << 20;
+        }
+        if let Some(mb) = env_u64("PVGPU_PINNED_MB") {
+            o.pinned = mb.min(16384) << 20;
+        }
+        if let Some(kb) = env_u64("PVGPU_XEN_DATA_AREA_KB") {
+            o.xen_data_area = kb.clamp(64, 1 << 22) << 10;
+        }
+        if let Some(kb) = env_u64("PVGPU_XEN_PINNED_KB") {
+            o.xen_pinned = kb.min(1 << 22) << 10;
+        }
+        if let Some(us) = env_u64("PVGPU_SPIN_US") {
+            o.spin = Duration::from_micros(us);
+        }
+        if let Some(ms) = env_u64("PVGPU_TIMEOUT_MS") {
+            o.timeout = Some(Duration::from_millis(ms));
+        }
+        o.sync_calls = std::env::var("PVGPU_SYNC").is_ok_and(|v| v == "1");
+        o
+    }
+}

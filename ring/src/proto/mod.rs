@@ -1,0 +1,180 @@
+//! Wire protocol, version 1.
+//!
+//! Every message is a 24-byte [`Header`] followed by `payload_len` bytes of
+//! payload. The payload of each opcode starts with one fixed-layout struct
+//! (all fields little-endian and unaligned, so any byte offset decodes) and
+//! may be followed by a variable tail whose length the struct declares: a
+//! symbol name, kernel parameters, or bulk data carried inline.
+//!
+//! The same encoding travels in ring records (local shared memory, Xen
+//! grants) and in TCP frames. Bulk data is either inline (TCP) or lives in the
+//! shared data area and is named by a [`DataRef`].
+//!
+//! The module is split by concern:
+//!
+//! - this file: the [`Header`], flags, limits and [`DecodeError`];
+//! - [`wire`]: the fixed-layout structs of every request and reply;
+//! - [`body`]: how each payload decodes (exact lengths, tails, field checks)
+//!   and encodes;
+//! - [`commands`]: the command table. Each request type declares its
+//!   [`Opcode`] and its reply type ([`Command`]); the table generates the
+//!   [`Request`] enum the backend decodes, and the [`Handler`] trait whose
+//!   typed replies [`Request::dispatch`] encodes in one place.
+//!
+//! Decoding never trusts the peer: [`Request::decode`] checks the version,
+//! the opcode, that the payload is exactly as long as the struct plus its
+//! declared tail, and that names are plain NUL-free UTF-8 of bounded length.
+//! Anything else is a [`DecodeError`]. See `docs/protocol.md` for the
+//! sequence diagrams, the versioning rules and how to add a command.
+
+pub mod body;
+pub mod commands;
+pub mod wire;
+
+pub use body::*;
+pub use commands::{Command, Handler, Opcode, Request};
+pub use wire::*;
+
+use crate::cuda::CuResult;
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+/// The protocol version this crate speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// Size of [`Header`] on the wire.
+pub const HEADER_LEN: usize = 24;
+
+/// Largest payload a peer may send in one message (64 MiB of bulk data plus
+/// room for the fixed part). Larger copies are split by the frontend.
+pub const MAX_PAYLOAD: usize = (64 << 20) + 4096;
+
+/// Largest kernel or global name accepted.
+pub const MAX_NAME_LEN: usize = 4096;
+
+/// Largest kernel parameter buffer accepted (CUDA's own limit is 32 764
+/// bytes on Volta and later).
+pub const MAX_PARAM_BYTES: usize = 32 * 1024;
+
+/// Largest number of kernel parameters described in a function reply.
+pub const MAX_PARAMS: usize = 1024;
+
+/// Largest number of attributes in a device-properties reply.
+pub const MAX_ATTRS: usize = 4096;
+
+/// Request flag: the sender waits for a reply. Without it the backend sends
+/// none, and an error is kept for the next request that has it.
+pub const FLAG_REPLY: u32 = 1;
+/// Set on every reply.
+pub const FLAG_IS_REPLY: u32 = 2;
+
+/// Copy flag: the copy is ordered on its stream and need not be complete
+/// when the backend moves on (the `*Async` driver calls).
+pub const COPY_ASYNC: u32 = 1;
+/// Copy flag: the host side is page-locked memory the program allocated in
+/// the data area (`cuMemAllocHost`); with [`COPY_ASYNC`] the backend only
+/// queues the copy, and the program owns the bytes until its stream is
+/// synchronised, as with CUDA's own pinned memory.
+pub const COPY_PINNED: u32 = 2;
+
+/// Message header.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Header {
+    /// [`PROTOCOL_VERSION`].
+    pub version: U16,
+    /// An [`Opcode`]; a reply repeats its request's opcode.
+    pub opcode: U16,
+    /// [`FLAG_REPLY`], [`FLAG_IS_REPLY`].
+    pub flags: U32,
+    /// Chosen by the frontend, echoed in the reply.
+    pub request_id: U64,
+    /// Bytes of payload after the header.
+    pub payload_len: U32,
+    /// Replies: the `CUresult` of the call. Requests: zero.
+    pub status: U32,
+}
+
+const _: () = assert!(core::mem::size_of::<Header>() == HEADER_LEN);
+
+impl Header {
+    /// A request header.
+    pub fn request(opcode: Opcode, request_id: u64, flags: u32, payload_len: usize) -> Self {
+        Header {
+            version: PROTOCOL_VERSION.into(),
+            opcode: (opcode as u16).into(),
+            flags: flags.into(),
+            request_id: request_id.into(),
+            payload_len: (payload_len as u32).into(),
+            status: 0.into(),
+        }
+    }
+
+    /// The reply header to `self`.
+    pub fn reply(&self, status: CuResult, payload_len: usize) -> Self {
+        Header {
+            version: PROTOCOL_VERSION.into(),
+            opcode: self.opcode,
+            flags: FLAG_IS_REPLY.into(),
+            request_id: self.request_id,
+            payload_len: (payload_len as u32).into(),
+            status: status.0.into(),
+        }
+    }
+
+    /// Whether the sender waits for a reply.
+    pub fn wants_reply(&self) -> bool {
+        self.flags.get() & FLAG_REPLY != 0
+    }
+
+    /// Parses a header from the first [`HEADER_LEN`] bytes of `bytes`.
+    pub fn parse(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let (h, _) = Header::read_from_prefix(bytes).map_err(|_| DecodeError::Truncated)?;
+        if h.version.get() != PROTOCOL_VERSION {
+            return Err(DecodeError::Version(h.version.get()));
+        }
+        if h.payload_len.get() as usize > MAX_PAYLOAD {
+            return Err(DecodeError::TooLarge(h.payload_len.get() as usize));
+        }
+        Ok(h)
+    }
+}
+
+/// Why a message did not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The opcode is not one this version knows.
+    #[error("Unknown opcode {0}")]
+    UnknownOpcode(u16),
+    /// The header names another protocol version.
+    #[error("Unsupported protocol version {0}; this side speaks version {PROTOCOL_VERSION}")]
+    Version(u16),
+    /// Fewer bytes than a header, or fewer than the header declares.
+    #[error("Message shorter than its header declares")]
+    Truncated,
+    /// The payload is larger than [`MAX_PAYLOAD`] or a declared limit.
+    #[error("Payload of {0} bytes is over the limit")]
+    TooLarge(usize),
+    /// The payload length does not match what the opcode's struct declares.
+    #[error("Payload of {opcode:?} is {got} bytes, expected {expected}")]
+    Length {
+        /// The message's opcode.
+        opcode: Opcode,
+        /// Payload bytes received.
+        got: usize,
+        /// Payload bytes the opcode's struct and its declared tail need.
+        expected: usize,
+    },
+    /// A name is empty, too long, contains NUL or is not UTF-8.
+    #[error("Symbol name is empty, over {MAX_NAME_LEN} bytes, contains NUL or is not UTF-8")]
+    BadName,
+    /// A [`DataRef`] has an unknown location or an impossible length.
+    #[error("Bad data reference (location {0})")]
+    BadDataRef(u32),
+    /// A field holds a value outside its domain.
+    #[error("Field {0} is out of range")]
+    BadField(&'static str),
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,555 @@
+//! The fixed-layout structs of protocol version 1.
+//!
+//! A request without a tail is one struct named after its command
+//! ([`MemAlloc`]); a request with a tail has a head struct here
+//! ([`ModuleLoadHead`]) and a command type in [`super::body`] that pairs it
+//! with its tail. Replies are named `...Rep`. Every field is little-endian
+//! and unaligned; `reserved` fields are sent as zero and ignored.
+
+use super::DecodeError;
+use zerocopy::little_endian::{F32, I32, I64, U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+/// Where bulk data lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataLoc {
+    /// In this message, right after the fixed struct (TCP).
+    Inline,
+    /// In the shared data area at `offset` (ring transports).
+    Area {
+        /// Byte offset into the data area.
+        offset: u64,
+    },
+}
+
+/// Wire form of a bulk-data reference.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct DataRef {
+    /// 0: inline, 1: data area.
+    pub loc: U32,
+    /// Reserved, zero.
+    pub reserved: U32,
+    /// Offset into the data area (zero when inline).
+    pub offset: U64,
+    /// Length in bytes.
+    pub len: U64,
+}
+
+impl DataRef {
+    /// Inline data of `len` bytes.
+    pub fn inline(len: usize) -> Self {
+        DataRef { loc: 0.into(), reserved: 0.into(), offset: 0.into(), len: (len as u64).into() }
+    }
+
+    /// `len` bytes at `offset` in the data area.
+    pub fn area(offset: u64, len: usize) -> Self {
+        DataRef { loc: 1.into(), reserved: 0.into(), offset: offset.into(), len: (len as u64).into() }
+    }
+
+    /// Decodes the location.
+    pub fn location(&self) -> Result<DataLoc, DecodeError> {
+        match self.loc.get() {
+            0 if self.offset.get() == 0 => Ok(DataLoc::Inline),
+            1 => Ok(DataLoc::Area { offset: self.offset.get() }),
+            other => Err(DecodeError::BadDataRef(other)),
+        }
+    }
+}
+
+/// Facts about a context: what [`CtxInfoRep`] carries, in native types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CtxInfo {
+    /// `cuCtxGetApiVersion`.
+    pub api_version: u32,
+    /// `cuCtxGetFlags`.
+    pub flags: u32,
+    /// Least (numerically greatest) stream priority.
+    pub least_priority: i32,
+    /// Greatest (numerically least) stream priority.
+    pub greatest_priority: i32,
+}
+
+impl From<CtxInfo> for CtxInfoRep {
+    fn from(i: CtxInfo) -> Self {
+        CtxInfoRep {
+            api_version: i.api_version.into(),
+            flags: i.flags.into(),
+            least_priority: i.least_priority.into(),
+            greatest_priority: i.greatest_priority.into(),
+        }
+    }
+}
+
+impl From<CtxInfoRep> for CtxInfo {
+    fn from(r: CtxInfoRep) -> Self {
+        CtxInfo {
+            api_version: r.api_version.get(),
+            flags: r.flags.get(),
+            least_priority: r.least_priority.get(),
+            greatest_priority: r.greatest_priority.get(),
+        }
+    }
+}
+
+/// Copies a NUL-padded string into a fixed array, truncating if needed.
+pub fn fixed_str<const N: usize>(s: &str) -> [u8; N] {
+    let mut out = [0u8; N];
+    let n = s.len().min(N - 1);
+    out[..n].copy_from_slice(&s.as_bytes()[..n]);
+    out
+}
+
+/// Reads a NUL-padded string out of a fixed array (lossy for non-UTF-8).
+pub fn str_from_fixed(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// Declares wire structs: `#[repr(C)]`, zerocopy-derived, zero by default.
+macro_rules! wire_structs {
+    ($( $(#[$m:meta])* pub struct $name:ident { $( $(#[$fm:meta])* pub $f:ident : $t:ty ),* $(,)? } )*) => {
+        $(
+            $(#[$m])*
+            #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug, PartialEq)]
+            #[repr(C)]
+            pub struct $name { $( $(#[$fm])* pub $f: $t ),* }
+
+            impl Default for $name {
+                fn default() -> Self {
+                    <Self as zerocopy::FromZeros>::new_zeroed()
+                }
+            }
+        )*
+    };
+}
+
+// Requests without a payload.
+wire_structs! {
+    /// `Hello`'s companion: orderly end of the session (no payload).
+    pub struct Goodbye {}
+    /// A round trip that does nothing (no payload).
+    pub struct Nop {}
+    /// `cuInit` (no payload).
+    pub struct Init {}
+    /// `cuDriverGetVersion` (no payload).
+    pub struct DriverGetVersion {}
+    /// `cuDeviceGetCount` (no payload).
+    pub struct DeviceGetCount {}
+}
+
+// Requests: devices and contexts.
+wire_structs! {
+    /// First message on every connection: version negotiation.
+    pub struct Hello {
+        /// Oldest protocol version the frontend speaks.
+        pub min_version: U16,
+        /// Newest protocol version the frontend speaks.
+        pub max_version: U16,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// `cuDeviceGet`.
+    pub struct DeviceGet {
+        /// Device ordinal.
+        pub device: I32,
+    }
+    /// Name, UUID, total memory and every attribute of a device.
+    pub struct DeviceGetProperties {
+        /// Device ordinal.
+        pub device: I32,
+    }
+    /// `cuDeviceGetAttribute` of one attribute.
+    pub struct DeviceGetAttribute {
+        /// Device ordinal.
+        pub device: I32,
+        /// `CUdevice_attribute`.
+        pub attr: I32,
+    }
+    /// `cuDevicePrimaryCtxRetain`.
+    pub struct PrimaryCtxRetain {
+        /// Device ordinal.
+        pub device: I32,
+    }
+    /// `cuDevicePrimaryCtxRelease`.
+    pub struct PrimaryCtxRelease {
+        /// Device ordinal.
+        pub device: I32,
+    }
+    /// `cuCtxCreate`.
+    pub struct CtxCreate {
+        /// Device ordinal.
+        pub device: I32,
+        /// `CUctx_flags`.
+        pub flags: U32,
+    }
+    /// `cuCtxDestroy`.
+    pub struct CtxDestroy {
+        /// Context id.
+        pub ctx: U64,
+    }
+    /// `cuCtxSynchronize`.
+    pub struct CtxSynchronize {
+        /// Context id.
+        pub ctx: U64,
+    }
+    /// Facts about a context (`cuCtxGetApiVersion`, `cuCtxGetFlags`,
+    /// `cuCtxGetStreamPriorityRange`).
+    pub struct CtxGetInfo {
+        /// Context id.
+        pub ctx: U64,
+    }
+    /// `cuCtxGetLimit` / `cuCtxSetLimit`.
+    pub struct CtxLimit {
+        /// Context id.
+        pub ctx: U64,
+        /// `CUlimit`.
+        pub limit: U32,
+        /// 1 to set, 0 to get.
+        pub set: U32,
+        /// Value to set.
+        pub value: U64,
+    }
+}
+
+// Requests: modules and functions.
+wire_structs! {
+    /// Head of `ModuleLoad`: inline image bytes follow when `image` is inline.
+    pub struct ModuleLoadHead {
+        /// Context id.
+        pub ctx: U64,
+        /// The image: PTX text, cubin or fatbin.
+        pub image: DataRef,
+    }
+    /// `cuModuleUnload`.
+    pub struct ModuleUnload {
+        /// Module id.
+        pub module: U64,
+    }
+    /// Head of `ModuleGetFunction` and `ModuleGetGlobal`: `name_len` bytes
+    /// of name follow.
+    pub struct SymbolHead {
+        /// Module id.
+        pub module: U64,
+        /// Bytes of name that follow.
+        pub name_len: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// `cuFuncGetAttribute`.
+    pub struct FuncGetAttribute {
+        /// Function id.
+        pub function: U64,
+        /// `CUfunction_attribute`.
+        pub attr: I32,
+        /// Reserved, zero.
+        pub reserved: I32,
+    }
+    /// `cuFuncSetAttribute`.
+    pub struct FuncSetAttribute {
+        /// Function id.
+        pub function: U64,
+        /// `CUfunction_attribute`.
+        pub attr: I32,
+        /// Value to set.
+        pub value: I32,
+    }
+    /// The occupancy calculator (`cuOccupancy*`).
+    pub struct Occupancy {
+        /// Function id.
+        pub function: U64,
+        /// 0: max active blocks per multiprocessor (`block_size`,
+        /// `dyn_smem`); 1: max potential block size (`dyn_smem`, `limit`);
+        /// 2: available dynamic shared memory per block (`limit` blocks of
+        /// `block_size`).
+        pub kind: U32,
+        /// `CU_OCCUPANCY_*` flags.
+        pub flags: U32,
+        /// Block size.
+        pub block_size: I32,
+        /// Block-size limit (kind 1) or number of blocks (kind 2).
+        pub limit: I32,
+        /// Dynamic shared memory per block.
+        pub dyn_smem: U64,
+    }
+    /// Head of `LaunchKernel`: `param_len` bytes of packed parameters follow,
+    /// laid out as the function reply described.
+    pub struct LaunchHead {
+        /// Function id.
+        pub function: U64,
+        /// Grid dimensions.
+        pub grid: [U32; 3],
+        /// Block dimensions.
+        pub block: [U32; 3],
+        /// Dynamic shared memory in bytes.
+        pub shared_mem: U32,
+        /// Bytes of packed parameters that follow.
+        pub param_len: U32,
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+    }
+}
+
+// Requests: memory.
+wire_structs! {
+    /// `cuMemAlloc`.
+    pub struct MemAlloc {
+        /// Context id.
+        pub ctx: U64,
+        /// Bytes to allocate.
+        pub size: U64,
+    }
+    /// `cuMemFree`.
+    pub struct MemFree {
+        /// Device address returned by `MemAlloc`.
+        pub dptr: U64,
+    }
+    /// `cuMemGetInfo`.
+    pub struct MemGetInfo {
+        /// Context id.
+        pub ctx: U64,
+    }
+    /// `cuMemsetD8/D16/D32` and their `Async` forms.
+    pub struct Memset {
+        /// Device address.
+        pub dptr: U64,
+        /// Number of elements.
+        pub count: U64,
+        /// The value; the low `elem_size` bytes are used.
+        pub value: U32,
+        /// 1, 2 or 4.
+        pub elem_size: U32,
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+    }
+    /// Head of `MemcpyHtoD`: inline data follows when `data` is inline.
+    pub struct HtoDHead {
+        /// Device address.
+        pub dst: U64,
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+        /// `COPY_ASYNC`, `COPY_PINNED`.
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+        /// Source bytes.
+        pub data: DataRef,
+    }
+    /// `cuMemcpyDtoH` / `cuMemcpyDtoHAsync`.
+    pub struct MemcpyDtoH {
+        /// Device address.
+        pub src: U64,
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+        /// `COPY_ASYNC`, `COPY_PINNED`.
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+        /// Where the bytes go: inline in the reply, or the data area.
+        pub data: DataRef,
+    }
+    /// `cuMemcpyDtoD` / `cuMemcpyDtoDAsync`.
+    pub struct MemcpyDtoD {
+        /// Destination device address.
+        pub dst: U64,
+        /// Source device address.
+        pub src: U64,
+        /// Bytes.
+        pub len: U64,
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+        /// `COPY_ASYNC`.
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+}
+
+// Requests: streams and events.
+wire_structs! {
+    /// `cuStreamCreate` / `cuStreamCreateWithPriority`.
+    pub struct StreamCreate {
+        /// Context id.
+        pub ctx: U64,
+        /// `CUstream_flags`.
+        pub flags: U32,
+        /// Priority (`cuStreamCreateWithPriority`), 0 by default.
+        pub priority: I32,
+    }
+    /// `cuStreamDestroy`.
+    pub struct StreamDestroy {
+        /// Stream id.
+        pub stream: U64,
+    }
+    /// `cuStreamSynchronize`.
+    pub struct StreamSynchronize {
+        /// Stream id.
+        pub stream: U64,
+    }
+    /// `cuStreamQuery`.
+    pub struct StreamQuery {
+        /// Stream id.
+        pub stream: U64,
+    }
+    /// `cuStreamWaitEvent`.
+    pub struct StreamWaitEvent {
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+        /// Event id.
+        pub event: U64,
+        /// Flags (0).
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// `cuEventCreate`.
+    pub struct EventCreate {
+        /// Context id.
+        pub ctx: U64,
+        /// `CUevent_flags`.
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// `cuEventRecord`.
+    pub struct EventRecord {
+        /// Event id.
+        pub event: U64,
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+    }
+    /// `cuEventQuery`.
+    pub struct EventQuery {
+        /// Event id.
+        pub event: U64,
+    }
+    /// `cuEventSynchronize`.
+    pub struct EventSynchronize {
+        /// Event id.
+        pub event: U64,
+    }
+    /// `cuEventElapsedTime`.
+    pub struct EventElapsedTime {
+        /// Start event id.
+        pub start: U64,
+        /// End event id.
+        pub end: U64,
+    }
+    /// `cuEventDestroy`.
+    pub struct EventDestroy {
+        /// Event id.
+        pub event: U64,
+    }
+}
+
+// Replies.
+wire_structs! {
+    /// `Hello` reply.
+    pub struct HelloRep {
+        /// The version both sides will speak.
+        pub version: U16,
+        /// Reserved, zero.
+        pub reserved: U16,
+        /// `cuDriverGetVersion` of the backend's driver.
+        pub driver_version: I32,
+        /// Session number, for logs on both sides.
+        pub session_id: U64,
+        /// Executor name, NUL-padded (`cuda`, `host`).
+        pub executor: [u8; 16],
+    }
+    /// A signed 32-bit answer (counts, versions, attribute values, devices).
+    pub struct I32Rep {
+        /// The value.
+        pub value: I32,
+    }
+    /// Replies that return one 64-bit value.
+    pub struct U64Rep {
+        /// The value.
+        pub value: U64,
+    }
+    /// Head of the `DeviceGetProperties` reply: `attr_count` [`AttrPair`]s
+    /// follow.
+    pub struct DevicePropsHead {
+        /// `cuDeviceTotalMem`.
+        pub total_mem: U64,
+        /// `cuDeviceGetUuid`.
+        pub uuid: [u8; 16],
+        /// `cuDeviceGetName`, NUL-padded.
+        pub name: [u8; 256],
+        /// Number of [`AttrPair`]s that follow.
+        pub attr_count: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// One device attribute.
+    pub struct AttrPair {
+        /// `CUdevice_attribute`.
+        pub attr: I32,
+        /// Its value.
+        pub value: I32,
+    }
+    /// Replies that return one object id.
+    pub struct HandleRep {
+        /// The new object's id.
+        pub handle: U64,
+    }
+    /// Head of the `ModuleGetFunction` reply: `param_count` [`ParamInfo`]s
+    /// follow.
+    pub struct FunctionHead {
+        /// Function id.
+        pub function: U64,
+        /// Number of kernel parameters.
+        pub param_count: U32,
+        /// Size of the packed parameter buffer in bytes.
+        pub param_bytes: U32,
+    }
+    /// Offset and size of one kernel parameter in the packed buffer.
+    pub struct ParamInfo {
+        /// Byte offset.
+        pub offset: U32,
+        /// Size in bytes.
+        pub size: U32,
+    }
+    /// `ModuleGetGlobal` reply.
+    pub struct GlobalRep {
+        /// Device address.
+        pub dptr: U64,
+        /// Size in bytes.
+        pub size: U64,
+    }
+    /// Replies that return a device address.
+    pub struct DptrRep {
+        /// Device address.
+        pub dptr: U64,
+    }
+    /// `MemGetInfo` reply.
+    pub struct MemInfoRep {
+        /// Free bytes.
+        pub free: U64,
+        /// Total bytes.
+        pub total: U64,
+    }
+    /// `EventElapsedTime` reply.
+    pub struct ElapsedRep {
+        /// Milliseconds.
+        pub ms: F32,
+    }
+    /// `CtxGetInfo` reply.
+    pub struct CtxInfoRep {
+        /// `cuCtxGetApiVersion`.
+        pub api_version: U32,
+        /// `cuCtxGetFlags`.
+        pub flags: U32,
+        /// Least (numerically greatest) stream priority.
+        pub least_priority: I32,
+        /// Greatest (numerically least) stream priority.
+        pub greatest_priority: I32,
+    }
+    /// `Occupancy` reply.
+    pub struct OccupancyRep {
+        /// Kind 0: blocks; kind 1: minimum grid size; kind 2: bytes.
+        pub a: I64,
+        /// Kind 1: block size; otherwise 0.
+        pub b: I64,
+    }
+}
