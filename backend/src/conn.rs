@@ -22,13 +22,13 @@ pub enum ConnError {
     #[error("Backend shutting down")]
     Shutdown,
     /// The frontend broke the ring protocol.
-    #[error("Frontend broke the ring: {0}")]
+    #[error("Frontend broke the ring")]
     Channel(#[from] ChannelError),
     /// The frontend sent a malformed frame.
-    #[error("Malformed frame: {0}")]
+    #[error("Malformed frame")]
     Frame(#[from] DecodeError),
     /// The OS failed us.
-    #[error("I/O error: {0}")]
+    #[error("I/O error on the connection")]
     Io(#[from] io::Error),
 }
 

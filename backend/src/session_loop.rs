@@ -9,6 +9,7 @@ use crate::exec::Executor;
 use crate::session::{Outcome, Session};
 use pvgpu_ring::local;
 use pvgpu_ring::proto::{HEADER_LEN, Header};
+use pvgpu_ring::report::Chain;
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -49,23 +50,23 @@ pub fn run_connection<E: Executor>(exec: Arc<E>, acc: Accepted, cfg: &SessionCon
         Accepted::Unix(s) => {
             let side = match local::server_handshake(s, cfg.max_data_area) {
                 Ok(side) => side,
-                Err(e) => return Ended::Broken(format!("handshake failed: {e}")),
+                Err(e) => return Ended::Broken(format!("handshake failed: {}", Chain(&e))),
             };
             match RingConn::new(side.region, &side.geometry, Box::new(side.notifier), cfg.spin) {
                 Ok(c) => Box::new(c),
-                Err(e) => return Ended::Broken(format!("ring setup failed: {e}")),
+                Err(e) => return Ended::Broken(format!("ring setup failed: {}", Chain(&e))),
             }
         }
         Accepted::Tcp(s) => match TcpConn::new(s) {
             Ok(c) => Box::new(c),
-            Err(e) => return Ended::Broken(format!("socket setup failed: {e}")),
+            Err(e) => return Ended::Broken(format!("socket setup failed: {}", Chain(&e))),
         },
         Accepted::Xen { domid, devid } => match crate::xen::open_session(domid, devid, cfg) {
             Ok((c, hold)) => {
                 xen_hold = Some(hold);
                 Box::new(c)
             }
-            Err(e) => return Ended::Broken(format!("Xen handshake with domain {domid} device {devid} failed: {e}")),
+            Err(e) => return Ended::Broken(format!("Xen handshake with domain {domid} device {devid} failed: {}", Chain(&e))),
         },
     };
     tracing::info!(session = id, transport = kind, executor = exec.kind(), "session started");
@@ -111,22 +112,22 @@ pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, cfg: &Sess
             Ok(()) => {}
             Err(ConnError::PeerGone) => return Ended::PeerGone,
             Err(ConnError::Shutdown) => return Ended::Shutdown,
-            Err(e) => return Ended::Broken(e.to_string()),
+            Err(e) => return Ended::Broken(Chain(&e).to_string()),
         }
         let h = match Header::parse(&buf) {
             Ok(h) => h,
-            Err(e) => return Ended::Broken(format!("malformed header: {e}")),
+            Err(e) => return Ended::Broken(format!("malformed header: {}", Chain(&e))),
         };
         let payload = &buf[HEADER_LEN.min(buf.len())..];
         let outcome = session.process(&h, payload, conn.area(), &mut out);
         if let Err(e) = conn.release() {
-            return Ended::Broken(e.to_string());
+            return Ended::Broken(Chain(&e).to_string());
         }
         let (status, last) = match outcome {
             Ok(Outcome::Quiet) => continue,
             Ok(Outcome::Reply(s)) => (s, false),
             Ok(Outcome::Goodbye(s)) => (s, true),
-            Err(e) => return Ended::Broken(e.to_string()),
+            Err(e) => return Ended::Broken(Chain(&e).to_string()),
         };
         if h.wants_reply() {
             let rh = h.reply(status, out.len());
@@ -134,7 +135,7 @@ pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, cfg: &Sess
                 Ok(()) => {}
                 Err(ConnError::PeerGone) => return Ended::PeerGone,
                 Err(ConnError::Shutdown) => return Ended::Shutdown,
-                Err(e) => return Ended::Broken(e.to_string()),
+                Err(e) => return Ended::Broken(Chain(&e).to_string()),
             }
         }
         if last {

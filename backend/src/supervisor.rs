@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     /// A listener could not be opened.
-    #[error("Cannot listen on {what}: {source}")]
+    #[error("Cannot listen on {what}")]
     Listen {
         /// The address.
         what: String,
@@ -42,7 +42,7 @@ pub enum BackendError {
     #[error("{0} is in use by a running backend; stop it or choose another path")]
     InUse(PathBuf),
     /// XenStore is not reachable.
-    #[error("Cannot serve Xen guests: {0} (run the backend in the domain that owns the GPU, with xenstored running)")]
+    #[error("Cannot serve Xen guests (run the backend in the domain that owns the GPU, with xenstored running)")]
     Xen(#[from] pvgpu_xen::XenError),
 }
 

@@ -22,8 +22,8 @@ pub enum WorkerError {
     #[error("Bad connection '{0}' (expected local or tcp, or xen with --domid and --devid)")]
     Conn(String),
     /// Signal handlers could not be installed.
-    #[error("Cannot install signal handlers: {0}")]
-    Signals(std::io::Error),
+    #[error("Cannot install signal handlers")]
+    Signals(#[source] std::io::Error),
 }
 
 /// Starts the configured executor once, so that a missing driver is reported

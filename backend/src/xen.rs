@@ -20,6 +20,7 @@ use crate::config::SessionConfig;
 use crate::conn::RingConn;
 use pvgpu_ring::layout::{BACKEND_ALIVE, FRONTEND_ALIVE, Geometry};
 use pvgpu_ring::region::SharedRegion;
+use pvgpu_ring::report::Chain;
 use pvgpu_xen::vgpu::{self, be, fe, read_num};
 use pvgpu_xen::xenbus::{read_state, write_state};
 use pvgpu_xen::{EvtchnNotifier, GntDev, MappedGrants, XenError, XenStore, XenbusState, XsAccess};
@@ -108,7 +109,7 @@ fn open_inner(
         rsp_size: read_num(xs, fe_dir, fe::RSP_SIZE)?,
         data_size: read_num(xs, fe_dir, fe::DATA_SIZE)?,
     };
-    g.validate(cfg.max_data_area).map_err(|e| bad(e.to_string()))?;
+    g.validate(cfg.max_data_area).map_err(|e| bad(Chain(&e).to_string()))?;
     if g.req_size > MAX_CHANNEL || g.rsp_size > MAX_CHANNEL {
         return Err(bad("channel larger than advertised"));
     }
@@ -140,7 +141,7 @@ fn open_inner(
     let notifier = EvtchnNotifier::connect(domid, port)?;
     map.set_unmap_notify(BACKEND_ALIVE as u64, Some(notifier.port()), true)?;
     let region: SharedRegion = map.into_region()?;
-    region.write_byte(BACKEND_ALIVE, 1).map_err(|e| bad(e.to_string()))?;
+    region.write_byte(BACKEND_ALIVE, 1).map_err(|e| bad(Chain(&e).to_string()))?;
 
     // A thread watches the frontend's state and its domain: either going
     // away ends the session, as does the frontend's alive byte clearing.
@@ -151,7 +152,7 @@ fn open_inner(
     let alive_gone = gone.clone();
     let notifier = notifier
         .with_liveness(Arc::new(move || !alive_gone.load(Ordering::SeqCst) && probe.read_byte(FRONTEND_ALIVE).is_ok_and(|b| b == 1)));
-    let conn = RingConn::new(region, &g, Box::new(notifier), cfg.spin).map_err(|e| bad(e.to_string()))?;
+    let conn = RingConn::new(region, &g, Box::new(notifier), cfg.spin).map_err(|e| bad(Chain(&e).to_string()))?;
     write_state(xs, be_dir, XenbusState::Connected)?;
     tracing::info!(domid, device = %be_dir, pages, "Xen frontend connected");
     let session = XenSession { xs: XenStore::open()?, be_dir: be_dir.to_string(), fe_dir: fe_dir.to_string(), watch_done, _dir: dir };

@@ -12,10 +12,10 @@ pub enum FrameError {
     #[error("Peer closed the connection")]
     Closed,
     /// The stream failed or ended inside a frame.
-    #[error("Connection failed: {0}")]
+    #[error("Connection failed")]
     Io(#[from] io::Error),
     /// The header is malformed.
-    #[error("Malformed frame header: {0}")]
+    #[error("Malformed frame header")]
     Header(#[from] DecodeError),
 }
 

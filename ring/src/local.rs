@@ -77,7 +77,7 @@ pub enum Refusal {
 #[derive(Debug, thiserror::Error)]
 pub enum LocalError {
     /// An OS call failed.
-    #[error("{what}: {source}")]
+    #[error("{what} failed")]
     Os {
         /// The operation.
         what: &'static str,

@@ -19,7 +19,7 @@ pub enum NotifyError {
     #[error("Peer went away")]
     PeerGone,
     /// The operating system refused an operation.
-    #[error("Notification failed: {0}")]
+    #[error("Notification failed")]
     Io(#[from] std::io::Error),
 }
 

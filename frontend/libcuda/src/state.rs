@@ -47,7 +47,7 @@ pub fn connect() -> Result<&'static Client, CuError> {
             Ok(CLIENT.get_or_init(|| c))
         }
         Err(e) => {
-            tracing::error!(error = %e, "libcuda: cannot reach the pvgpu backend (PVGPU_BACKEND)");
+            tracing::error!(error = %pvgpu_frontend::error::Chain(&e), "libcuda: cannot reach the pvgpu backend (PVGPU_BACKEND)");
             Err(match e {
                 Error::Address(_) => CuError::INVALID_VALUE,
                 _ => CuError::NO_DEVICE,

@@ -71,12 +71,6 @@ pub extern "C" fn cuStreamSynchronize(s: *mut c_void) -> CuResult {
     run("cuStreamSynchronize", || stream_sync(s))
 }
 
-/// `cuStreamSynchronize_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamSynchronize_ptsz(s: *mut c_void) -> CuResult {
-    run("cuStreamSynchronize_ptsz", || stream_sync(s))
-}
-
 fn stream_query(s: *mut c_void) -> Res {
     let c = state::client()?;
     let idle = match stream(s) {
@@ -93,12 +87,6 @@ pub extern "C" fn cuStreamQuery(s: *mut c_void) -> CuResult {
     run("cuStreamQuery", || stream_query(s))
 }
 
-/// `cuStreamQuery_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamQuery_ptsz(s: *mut c_void) -> CuResult {
-    run("cuStreamQuery_ptsz", || stream_query(s))
-}
-
 fn stream_wait(s: *mut c_void, e: *mut c_void) -> Res {
     state::client()?.stream_wait_event(stream(s), Event(id(e))).map_err(state::cu)
 }
@@ -107,12 +95,6 @@ fn stream_wait(s: *mut c_void, e: *mut c_void) -> Res {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamWaitEvent(s: *mut c_void, e: *mut c_void, _flags: c_uint) -> CuResult {
     run("cuStreamWaitEvent", || stream_wait(s, e))
-}
-
-/// `cuStreamWaitEvent_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamWaitEvent_ptsz(s: *mut c_void, e: *mut c_void, _flags: c_uint) -> CuResult {
-    run("cuStreamWaitEvent_ptsz", || stream_wait(s, e))
 }
 
 fn stream_info(s: *mut c_void) -> Result<Option<StreamInfo>, CuError> {
@@ -217,22 +199,10 @@ pub extern "C" fn cuEventRecord(e: *mut c_void, s: *mut c_void) -> CuResult {
     run("cuEventRecord", || record(e, s))
 }
 
-/// `cuEventRecord_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuEventRecord_ptsz(e: *mut c_void, s: *mut c_void) -> CuResult {
-    run("cuEventRecord_ptsz", || record(e, s))
-}
-
 /// `cuEventRecordWithFlags`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventRecordWithFlags(e: *mut c_void, s: *mut c_void, _flags: c_uint) -> CuResult {
     run("cuEventRecordWithFlags", || record(e, s))
-}
-
-/// `cuEventRecordWithFlags_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuEventRecordWithFlags_ptsz(e: *mut c_void, s: *mut c_void, _flags: c_uint) -> CuResult {
-    run("cuEventRecordWithFlags_ptsz", || record(e, s))
 }
 
 /// `cuEventQuery`.
@@ -392,25 +362,4 @@ pub unsafe extern "C" fn cuLaunchKernel(
     extra: *mut *mut c_void,
 ) -> CuResult {
     run("cuLaunchKernel", || launch(f, [gx, gy, gz], [bx, by, bz], shared, s, params, extra))
-}
-
-/// `cuLaunchKernel_ptsz`.
-///
-/// # Safety
-/// As `cuLaunchKernel`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchKernel_ptsz(
-    f: *mut c_void,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shared: c_uint,
-    s: *mut c_void,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CuResult {
-    run("cuLaunchKernel_ptsz", || launch(f, [gx, gy, gz], [bx, by, bz], shared, s, params, extra))
 }

@@ -247,15 +247,6 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize)
     run("cuMemcpyHtoD_v2", || htod(dst, src, n, Stream::DEFAULT, false))
 }
 
-/// `cuMemcpyHtoD_v2_ptds`.
-///
-/// # Safety
-/// As `cuMemcpyHtoD_v2`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptds(dst: u64, src: *const c_void, n: usize) -> CuResult {
-    run("cuMemcpyHtoD_v2_ptds", || htod(dst, src, n, Stream::DEFAULT, false))
-}
-
 /// `cuMemcpyHtoDAsync_v2`.
 ///
 /// # Safety
@@ -265,15 +256,6 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, n: u
     run("cuMemcpyHtoDAsync_v2", || htod(dst, src, n, stream(s), true))
 }
 
-/// `cuMemcpyHtoDAsync_v2_ptsz`.
-///
-/// # Safety
-/// As `cuMemcpyHtoDAsync_v2`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(dst: u64, src: *const c_void, n: usize, s: *mut c_void) -> CuResult {
-    run("cuMemcpyHtoDAsync_v2_ptsz", || htod(dst, src, n, stream(s), true))
-}
-
 /// `cuMemcpyDtoH_v2`.
 ///
 /// # Safety
@@ -281,15 +263,6 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(dst: u64, src: *const c_void,
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) -> CuResult {
     run("cuMemcpyDtoH_v2", || dtoh(dst, src, n, Stream::DEFAULT, false))
-}
-
-/// `cuMemcpyDtoH_v2_ptds`.
-///
-/// # Safety
-/// As `cuMemcpyDtoH_v2`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: u64, n: usize) -> CuResult {
-    run("cuMemcpyDtoH_v2_ptds", || dtoh(dst, src, n, Stream::DEFAULT, false))
 }
 
 /// `cuMemcpyDtoHAsync_v2`: into page-locked memory it is queued; into
@@ -302,37 +275,16 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: u64, n: usi
     run("cuMemcpyDtoHAsync_v2", || dtoh(dst, src, n, stream(s), true))
 }
 
-/// `cuMemcpyDtoHAsync_v2_ptsz`.
-///
-/// # Safety
-/// As `cuMemcpyDtoHAsync_v2`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: u64, n: usize, s: *mut c_void) -> CuResult {
-    run("cuMemcpyDtoHAsync_v2_ptsz", || dtoh(dst, src, n, stream(s), true))
-}
-
 /// `cuMemcpyDtoD_v2`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemcpyDtoD_v2(dst: u64, src: u64, n: usize) -> CuResult {
     run("cuMemcpyDtoD_v2", || dtod(dst, src, n, None))
 }
 
-/// `cuMemcpyDtoD_v2_ptds`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoD_v2_ptds(dst: u64, src: u64, n: usize) -> CuResult {
-    run("cuMemcpyDtoD_v2_ptds", || dtod(dst, src, n, None))
-}
-
 /// `cuMemcpyDtoDAsync_v2`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, s: *mut c_void) -> CuResult {
     run("cuMemcpyDtoDAsync_v2", || dtod(dst, src, n, Some(stream(s))))
-}
-
-/// `cuMemcpyDtoDAsync_v2_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(dst: u64, src: u64, n: usize, s: *mut c_void) -> CuResult {
-    run("cuMemcpyDtoDAsync_v2_ptsz", || dtod(dst, src, n, Some(stream(s))))
 }
 
 /// A unified-addressing copy: each side is device memory if it lies in an
@@ -366,22 +318,10 @@ pub extern "C" fn cuMemcpy(dst: u64, src: u64, n: usize) -> CuResult {
     run("cuMemcpy", || unified(dst, src, n, None))
 }
 
-/// `cuMemcpy_ptds`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpy_ptds(dst: u64, src: u64, n: usize) -> CuResult {
-    run("cuMemcpy_ptds", || unified(dst, src, n, None))
-}
-
 /// `cuMemcpyAsync`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemcpyAsync(dst: u64, src: u64, n: usize, s: *mut c_void) -> CuResult {
     run("cuMemcpyAsync", || unified(dst, src, n, Some(stream(s))))
-}
-
-/// `cuMemcpyAsync_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyAsync_ptsz(dst: u64, src: u64, n: usize, s: *mut c_void) -> CuResult {
-    run("cuMemcpyAsync_ptsz", || unified(dst, src, n, Some(stream(s))))
 }
 
 fn memset(dptr: u64, value: u32, elem: u32, n: usize, s: Stream) -> Res {
@@ -394,22 +334,10 @@ pub extern "C" fn cuMemsetD8_v2(dptr: u64, v: u8, n: usize) -> CuResult {
     run("cuMemsetD8_v2", || memset(dptr, v as u32, 1, n, Stream::DEFAULT))
 }
 
-/// `cuMemsetD8_v2_ptds`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD8_v2_ptds(dptr: u64, v: u8, n: usize) -> CuResult {
-    run("cuMemsetD8_v2_ptds", || memset(dptr, v as u32, 1, n, Stream::DEFAULT))
-}
-
 /// `cuMemsetD16_v2`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemsetD16_v2(dptr: u64, v: u16, n: usize) -> CuResult {
     run("cuMemsetD16_v2", || memset(dptr, v as u32, 2, n, Stream::DEFAULT))
-}
-
-/// `cuMemsetD16_v2_ptds`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD16_v2_ptds(dptr: u64, v: u16, n: usize) -> CuResult {
-    run("cuMemsetD16_v2_ptds", || memset(dptr, v as u32, 2, n, Stream::DEFAULT))
 }
 
 /// `cuMemsetD32_v2`.
@@ -418,22 +346,10 @@ pub extern "C" fn cuMemsetD32_v2(dptr: u64, v: u32, n: usize) -> CuResult {
     run("cuMemsetD32_v2", || memset(dptr, v, 4, n, Stream::DEFAULT))
 }
 
-/// `cuMemsetD32_v2_ptds`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD32_v2_ptds(dptr: u64, v: u32, n: usize) -> CuResult {
-    run("cuMemsetD32_v2_ptds", || memset(dptr, v, 4, n, Stream::DEFAULT))
-}
-
 /// `cuMemsetD8Async`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemsetD8Async(dptr: u64, v: u8, n: usize, s: *mut c_void) -> CuResult {
     run("cuMemsetD8Async", || memset(dptr, v as u32, 1, n, stream(s)))
-}
-
-/// `cuMemsetD8Async_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD8Async_ptsz(dptr: u64, v: u8, n: usize, s: *mut c_void) -> CuResult {
-    run("cuMemsetD8Async_ptsz", || memset(dptr, v as u32, 1, n, stream(s)))
 }
 
 /// `cuMemsetD16Async`.
@@ -442,22 +358,10 @@ pub extern "C" fn cuMemsetD16Async(dptr: u64, v: u16, n: usize, s: *mut c_void) 
     run("cuMemsetD16Async", || memset(dptr, v as u32, 2, n, stream(s)))
 }
 
-/// `cuMemsetD16Async_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD16Async_ptsz(dptr: u64, v: u16, n: usize, s: *mut c_void) -> CuResult {
-    run("cuMemsetD16Async_ptsz", || memset(dptr, v as u32, 2, n, stream(s)))
-}
-
 /// `cuMemsetD32Async`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemsetD32Async(dptr: u64, v: u32, n: usize, s: *mut c_void) -> CuResult {
     run("cuMemsetD32Async", || memset(dptr, v, 4, n, stream(s)))
-}
-
-/// `cuMemsetD32Async_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD32Async_ptsz(dptr: u64, v: u32, n: usize, s: *mut c_void) -> CuResult {
-    run("cuMemsetD32Async_ptsz", || memset(dptr, v, 4, n, stream(s)))
 }
 
 const CU_POINTER_ATTRIBUTE_CONTEXT: i32 = 1;

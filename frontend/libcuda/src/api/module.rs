@@ -23,6 +23,36 @@ unsafe fn le<const N: usize>(p: *const u8, off: usize) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// The length of an ELF64 image given by pointer: the end of the furthest
+/// header table or section its headers name (read with `object`).
+///
+/// # Safety
+/// `p` must point to a well-formed ELF image, as the driver API requires.
+unsafe fn elf_len(p: *const u8) -> Result<usize, CuError> {
+    use object::elf::{FileHeader64, SHT_NOBITS};
+    use object::read::elf::{FileHeader, SectionHeader};
+    let e = object::LittleEndian;
+    let bad = |_| CuError::INVALID_IMAGE;
+    // SAFETY: an ELF64 header is 64 bytes, part of the image.
+    let head = unsafe { std::slice::from_raw_parts(p, 64) };
+    let h = FileHeader64::<object::LittleEndian>::parse(head).map_err(bad)?;
+    let table = |off: u64, num: u16, size: u16| off.checked_add(u64::from(num) * u64::from(size));
+    let tables = table(h.e_shoff.get(e), h.e_shnum.get(e), h.e_shentsize.get(e))
+        .zip(table(h.e_phoff.get(e), h.e_phnum.get(e), h.e_phentsize.get(e)))
+        .map(|(s, p)| s.max(p).max(64))
+        .filter(|&end| end <= MAX_IMAGE as u64)
+        .ok_or(CuError::INVALID_IMAGE)?;
+    // SAFETY: the header tables the header names are part of the image.
+    let data = unsafe { std::slice::from_raw_parts(p, tables as usize) };
+    let mut end = tables;
+    for s in h.section_headers(e, data).map_err(bad)? {
+        if s.sh_type(e) != SHT_NOBITS {
+            end = end.max(s.sh_offset(e).checked_add(s.sh_size(e)).ok_or(CuError::INVALID_IMAGE)?);
+        }
+    }
+    usize::try_from(end).map_err(|_| CuError::INVALID_IMAGE)
+}
+
 /// The bytes of a module image given by pointer only, as the driver API
 /// passes it: an ELF cubin (its length from its headers), a fatbin (from
 /// its header), a fatbin wrapper as nvcc emits it, or NUL-terminated PTX.
@@ -40,22 +70,8 @@ pub unsafe fn image_bytes<'a>(image: *const c_void) -> Result<&'a [u8], CuError>
     unsafe { std::ptr::copy_nonoverlapping(p, magic.as_mut_ptr(), 4) };
     let m = u32::from_le_bytes(magic);
     let len = if magic == ELF_MAGIC {
-        // SAFETY: an ELF64 header is 64 bytes; the tables it names are part
-        // of the image.
-        unsafe {
-            let phoff = le::<8>(p, 0x20);
-            let shoff = le::<8>(p, 0x28);
-            let (phentsize, phnum) = (le::<2>(p, 0x36), le::<2>(p, 0x38));
-            let (shentsize, shnum) = (le::<2>(p, 0x3a), le::<2>(p, 0x3c));
-            let mut end = (phoff + phentsize * phnum).max(shoff + shentsize * shnum).max(64);
-            for i in 0..shnum {
-                let sh = p.add((shoff + i * shentsize) as usize);
-                if le::<4>(sh, 4) != 8 {
-                    end = end.max(le::<8>(sh, 0x18) + le::<8>(sh, 0x20));
-                }
-            }
-            end as usize
-        }
+        // SAFETY: a well-formed ELF image, per the caller.
+        unsafe { elf_len(p) }?
     } else if m == FATBIN_MAGIC {
         // SAFETY: a fatbin header is 16 bytes.
         unsafe { (le::<2>(p, 6) + le::<8>(p, 8)) as usize }

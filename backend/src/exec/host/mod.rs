@@ -2,7 +2,7 @@
 //!
 //! Device memory is host RAM, each context gets its own range of fake
 //! device addresses, and kernels are Rust functions from a small registry
-//! keyed by kernel name ([`KERNELS`]). A module image (PTX, cubin or fatbin)
+//! keyed by kernel name ([`KERNELS`], in [`kernels`]). A module image (PTX, cubin or fatbin)
 //! is parsed only for its entry points, parameter layouts and globals
 //! ([`super::image`]); a kernel without a Rust implementation is
 //! `CUDA_ERROR_NOT_FOUND` at lookup. Streams run in order, synchronously;
@@ -13,6 +13,10 @@
 //! It exists so that CI runs every command end to end without a GPU. It says
 //! so in its device name ("pvgpu host executor (test double)") and in the
 //! backend's log.
+
+mod kernels;
+
+pub use kernels::{Args, Call, Fault, HostKernel, KERNELS, Mem};
 
 use super::image::{self, ImageInfo};
 use super::{CtxInfo, CuRes, DeviceInfo, ExecContext, Executor, LaunchDims, Param};
@@ -135,238 +139,6 @@ impl Executor for HostExecutor {
             limits: HashMap::from([(0, 1024), (1, 1 << 20), (2, 8 << 20)]),
         })
     }
-}
-
-/// A kernel fault: an access outside the context's allocations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fault;
-
-/// Host "device" memory of one context.
-pub struct Mem {
-    allocs: BTreeMap<u64, Vec<u8>>,
-    next: u64,
-    end: u64,
-}
-
-impl Mem {
-    fn find(&self, ptr: u64, len: u64) -> Result<(u64, usize), Fault> {
-        let (&start, buf) = self.allocs.range(..=ptr).next_back().ok_or(Fault)?;
-        let off = ptr - start;
-        let end = off.checked_add(len).ok_or(Fault)?;
-        if end > buf.len() as u64 {
-            return Err(Fault);
-        }
-        Ok((start, off as usize))
-    }
-
-    /// Bytes at `[ptr, ptr+len)`.
-    pub fn bytes(&self, ptr: u64, len: usize) -> Result<&[u8], Fault> {
-        let (start, off) = self.find(ptr, len as u64)?;
-        Ok(&self.allocs[&start][off..off + len])
-    }
-
-    /// Mutable bytes at `[ptr, ptr+len)`.
-    pub fn bytes_mut(&mut self, ptr: u64, len: usize) -> Result<&mut [u8], Fault> {
-        let (start, off) = self.find(ptr, len as u64)?;
-        Ok(&mut self.allocs.get_mut(&start).ok_or(Fault)?[off..off + len])
-    }
-
-    /// Reads `n` f32 values.
-    pub fn read_f32(&self, ptr: u64, n: usize) -> Result<Vec<f32>, Fault> {
-        let b = self.bytes(ptr, n.checked_mul(4).ok_or(Fault)?)?;
-        Ok(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
-    }
-
-    /// Writes f32 values.
-    pub fn write_f32(&mut self, ptr: u64, v: &[f32]) -> Result<(), Fault> {
-        let b = self.bytes_mut(ptr, v.len().checked_mul(4).ok_or(Fault)?)?;
-        for (c, x) in b.chunks_exact_mut(4).zip(v) {
-            c.copy_from_slice(&x.to_le_bytes());
-        }
-        Ok(())
-    }
-
-    fn alloc(&mut self, size: u64) -> Option<u64> {
-        let len = usize::try_from(size).ok()?;
-        let addr = self.next;
-        let next = addr.checked_add(size)?.checked_add(GUARD)?.checked_next_multiple_of(ALIGN)?;
-        if next > self.end {
-            return None;
-        }
-        let mut v = Vec::new();
-        v.try_reserve_exact(len).ok()?;
-        v.resize(len, 0);
-        self.allocs.insert(addr, v);
-        self.next = next;
-        Some(addr)
-    }
-}
-
-/// Arguments of a kernel call, read from the packed parameter buffer.
-pub struct Args<'a> {
-    buf: &'a [u8],
-    layout: &'a [Param],
-}
-
-impl Args<'_> {
-    fn raw<const N: usize>(&self, i: usize) -> Result<[u8; N], Fault> {
-        let p = self.layout.get(i).ok_or(Fault)?;
-        if p.size as usize != N {
-            return Err(Fault);
-        }
-        let o = p.offset as usize;
-        self.buf.get(o..o + N).and_then(|s| s.try_into().ok()).ok_or(Fault)
-    }
-    /// Parameter `i` as a pointer or 64-bit integer.
-    pub fn u64(&self, i: usize) -> Result<u64, Fault> {
-        self.raw::<8>(i).map(u64::from_le_bytes)
-    }
-    /// Parameter `i` as a 32-bit integer.
-    pub fn i32(&self, i: usize) -> Result<i32, Fault> {
-        self.raw::<4>(i).map(i32::from_le_bytes)
-    }
-    /// Parameter `i` as a float.
-    pub fn f32(&self, i: usize) -> Result<f32, Fault> {
-        self.raw::<4>(i).map(f32::from_le_bytes)
-    }
-    /// Parameter `i` as a double.
-    pub fn f64(&self, i: usize) -> Result<f64, Fault> {
-        self.raw::<8>(i).map(f64::from_le_bytes)
-    }
-    /// Parameter `i` as a 16-bit integer.
-    pub fn i16(&self, i: usize) -> Result<i16, Fault> {
-        self.raw::<2>(i).map(i16::from_le_bytes)
-    }
-    /// Parameter `i` as an 8-bit integer.
-    pub fn i8(&self, i: usize) -> Result<i8, Fault> {
-        self.raw::<1>(i).map(|b| b[0] as i8)
-    }
-}
-
-/// Everything a host kernel sees.
-pub struct Call<'a> {
-    /// Launch geometry.
-    pub dims: LaunchDims,
-    /// Arguments.
-    pub args: Args<'a>,
-    /// The context's memory.
-    pub mem: &'a mut Mem,
-    /// The module's globals: name to address.
-    pub globals: &'a HashMap<String, u64>,
-}
-
-impl Call<'_> {
-    /// Total threads along x, y, z.
-    pub fn threads(&self) -> [u64; 3] {
-        let d = &self.dims;
-        [0, 1, 2].map(|i| d.grid[i] as u64 * d.block[i] as u64)
-    }
-}
-
-/// A host implementation of a kernel.
-pub type HostKernel = fn(&mut Call<'_>) -> Result<(), Fault>;
-
-/// The registry: kernel name to Rust implementation. These mirror
-/// `tests/kernels/kernels.cu`.
-pub static KERNELS: &[(&str, HostKernel)] = &[
-    ("pvgpu_null", |_| Ok(())),
-    ("mat_sum", k_mat_sum),
-    ("jacobi_step", k_jacobi_step),
-    ("saxpy", k_saxpy),
-    ("mixed_params", k_mixed_params),
-    ("scale_by_global", k_scale_by_global),
-    ("spin", k_spin),
-    ("poke", k_poke),
-];
-
-fn covered(c: &Call<'_>, n: i32) -> usize {
-    (n.max(0) as u64).min(c.threads()[0]) as usize
-}
-
-fn k_mat_sum(c: &mut Call<'_>) -> Result<(), Fault> {
-    let (a, b, out) = (c.args.u64(0)?, c.args.u64(1)?, c.args.u64(2)?);
-    let n = covered(c, c.args.i32(3)?);
-    let av = c.mem.read_f32(a, n)?;
-    let bv = c.mem.read_f32(b, n)?;
-    let sum: Vec<f32> = av.iter().zip(&bv).map(|(x, y)| x + y).collect();
-    c.mem.write_f32(out, &sum)
-}
-
-fn k_jacobi_step(c: &mut Call<'_>) -> Result<(), Fault> {
-    let (src, dst) = (c.args.u64(0)?, c.args.u64(1)?);
-    let n = c.args.i32(2)?.max(0) as usize;
-    let [tx, ty, _] = c.threads();
-    let (w, h) = ((n as u64).min(tx) as usize, (n as u64).min(ty) as usize);
-    if w == 0 || h == 0 {
-        return Ok(());
-    }
-    let cells = n.checked_mul(n).ok_or(Fault)?;
-    let inp = c.mem.read_f32(src, cells)?;
-    let mut out = c.mem.read_f32(dst, cells)?;
-    for y in 0..h {
-        for x in 0..w {
-            let i = y * n + x;
-            out[i] = if x == 0 || y == 0 || x == n - 1 || y == n - 1 {
-                inp[i]
-            } else {
-                0.25 * (inp[i - n] + inp[i + n] + inp[i - 1] + inp[i + 1])
-            };
-        }
-    }
-    c.mem.write_f32(dst, &out)
-}
-
-fn k_saxpy(c: &mut Call<'_>) -> Result<(), Fault> {
-    let a = c.args.f32(0)?;
-    let (x, y) = (c.args.u64(1)?, c.args.u64(2)?);
-    let n = covered(c, c.args.i32(3)?);
-    let xv = c.mem.read_f32(x, n)?;
-    let mut yv = c.mem.read_f32(y, n)?;
-    for (yi, xi) in yv.iter_mut().zip(&xv) {
-        *yi += a * xi;
-    }
-    c.mem.write_f32(y, &yv)
-}
-
-fn k_mixed_params(c: &mut Call<'_>) -> Result<(), Fault> {
-    if c.threads()[0] == 0 {
-        return Ok(());
-    }
-    let vals = [
-        c.args.i8(0)? as i64 as u64,
-        c.args.f64(1)?.to_bits(),
-        c.args.i16(2)? as i64 as u64,
-        c.args.u64(3)?,
-        c.args.f32(4)?.to_bits() as u64,
-    ];
-    let out = c.args.u64(5)?;
-    let b = c.mem.bytes_mut(out, 40)?;
-    for (chunk, v) in b.chunks_exact_mut(8).zip(vals) {
-        chunk.copy_from_slice(&v.to_le_bytes());
-    }
-    Ok(())
-}
-
-fn k_scale_by_global(c: &mut Call<'_>) -> Result<(), Fault> {
-    let x = c.args.u64(0)?;
-    let n = covered(c, c.args.i32(1)?);
-    let g = *c.globals.get("pvgpu_scale").ok_or(Fault)?;
-    let s = c.mem.read_f32(g, 1)?[0];
-    let v: Vec<f32> = c.mem.read_f32(x, n)?.into_iter().map(|e| e * s).collect();
-    c.mem.write_f32(x, &v)
-}
-
-fn k_spin(c: &mut Call<'_>) -> Result<(), Fault> {
-    // Treat the cycle count as nanoseconds of a 1 GHz clock, capped at 10 s.
-    let cycles = c.args.u64(0)?.min(10_000_000_000);
-    std::thread::sleep(Duration::from_nanos(cycles));
-    Ok(())
-}
-
-fn k_poke(c: &mut Call<'_>) -> Result<(), Fault> {
-    let p = c.args.u64(0)?;
-    c.mem.bytes_mut(p, 4)?.copy_from_slice(&1i32.to_le_bytes());
-    Ok(())
 }
 
 /// A loaded module.
@@ -680,7 +452,7 @@ impl ExecContext for HostContext {
 mod tests {
     use super::*;
 
-    const PTX: &[u8] = include_bytes!("../../../tests/kernels/kernels.ptx");
+    const PTX: &[u8] = include_bytes!("../../../../tests/kernels/kernels.ptx");
 
     #[test]
     fn mat_sum_runs_and_faults_are_sticky() {
