@@ -223,6 +223,11 @@ impl Client {
         Ok(Function { id: rep.head.function.get(), params, param_bytes })
     }
 
+    /// The names of a module's kernels.
+    pub fn module_function_names(&self, m: Module) -> Result<Vec<String>> {
+        Ok(self.call(&ModuleFunctionNames { module: m.0.into() })?.names)
+    }
+
     /// `cuModuleGetGlobal`: (device address, size).
     pub fn module_get_global(&self, m: Module, name: &str) -> Result<(u64, u64)> {
         proto::check_name(name.as_bytes()).map_err(|_| CuError::INVALID_VALUE)?;

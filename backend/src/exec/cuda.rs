@@ -50,6 +50,9 @@ type GetAttrFn = unsafe extern "C" fn(*mut c_int, c_int, sys::CUdevice) -> u32;
 
 /// Driver entry points the executor calls (CUDA 12.8 or newer has them all).
 const REQUIRED_SYMBOLS: &[&str] = &[
+    "cuModuleGetFunctionCount",
+    "cuModuleEnumerateFunctions",
+    "cuFuncGetName",
     "cuInit",
     "cuDriverGetVersion",
     "cuDeviceGetCount",
@@ -410,6 +413,25 @@ impl ExecContext for CudaContext {
             params.push(Param { offset: off as u32, size: size as u32 });
         }
         Ok((CudaFunction(f), params))
+    }
+
+    fn function_names(&mut self, m: &CudaModule) -> CuRes<Vec<String>> {
+        let mut n = 0u32;
+        // SAFETY: valid out-pointer, live module.
+        ck(unsafe { sys::cuModuleGetFunctionCount(&mut n, m.0) })?;
+        let n = (n as usize).min(pvgpu_ring::proto::MAX_NAMES);
+        let mut fns = vec![ptr::null_mut(); n];
+        // SAFETY: room for `n` handles, live module.
+        ck(unsafe { sys::cuModuleEnumerateFunctions(fns.as_mut_ptr(), n as u32, m.0) })?;
+        let mut names = Vec::with_capacity(n);
+        for f in fns {
+            let mut p = ptr::null();
+            // SAFETY: valid out-pointer; `f` is a function of the live module.
+            ck(unsafe { sys::cuFuncGetName(&mut p, f) })?;
+            // SAFETY: the driver returns a NUL-terminated name it owns.
+            names.push(unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned());
+        }
+        Ok(names)
     }
 
     fn global(&mut self, m: &CudaModule, name: &str) -> CuRes<(u64, u64)> {

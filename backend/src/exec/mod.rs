@@ -135,6 +135,8 @@ pub trait ExecContext: Send + 'static {
     fn module_unload(&mut self, module: Self::Module) -> CuRes<()>;
     /// Looks up a kernel and its parameter layout.
     fn function(&mut self, module: &Self::Module, name: &str) -> CuRes<(Self::Function, Vec<Param>)>;
+    /// The names of a module's kernels.
+    fn function_names(&mut self, module: &Self::Module) -> CuRes<Vec<String>>;
     /// Looks up a device global: (address, size).
     fn global(&mut self, module: &Self::Module, name: &str) -> CuRes<(u64, u64)>;
     /// Launches a kernel. `params` is the packed buffer laid out as `layout`

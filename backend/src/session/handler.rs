@@ -33,6 +33,7 @@ impl<E: Executor> Handler for Session<E> {
     fn module_load(&mut self, r: ModuleLoad<'_>, io: &mut Io<'_>) -> CuRes<HandleRep> { module::load(self, r, io) }
     fn module_unload(&mut self, r: ModuleUnload, _: &mut Io<'_>) -> CuRes<()> { module::unload(self, r) }
     fn module_get_function(&mut self, r: ModuleGetFunction<'_>, _: &mut Io<'_>) -> CuRes<FunctionRep> { module::function(self, r) }
+    fn module_function_names(&mut self, r: ModuleFunctionNames, _: &mut Io<'_>) -> CuRes<NamesRep> { module::function_names(self, r) }
     fn module_get_global(&mut self, r: ModuleGetGlobal<'_>, _: &mut Io<'_>) -> CuRes<GlobalRep> { module::global(self, r) }
     fn mem_alloc(&mut self, r: MemAlloc, _: &mut Io<'_>) -> CuRes<DptrRep> { memory::alloc(self, r) }
     fn mem_free(&mut self, r: MemFree, _: &mut Io<'_>) -> CuRes<()> { memory::free(self, r) }

@@ -5,7 +5,7 @@
 use super::{Alloc, FnEntry, Io, ModEntry, Session};
 use crate::exec::{CuRes, ExecContext, Executor, Param};
 use pvgpu_ring::CuError;
-use pvgpu_ring::proto::{self, FunctionHead, FunctionRep, GlobalRep, HandleRep, ParamInfo};
+use pvgpu_ring::proto::{self, FunctionHead, FunctionRep, GlobalRep, HandleRep, NamesRep, ParamInfo};
 
 pub(super) fn load<E: Executor>(s: &mut Session<E>, r: proto::ModuleLoad<'_>, io: &Io<'_>) -> CuRes<HandleRep> {
     let ctx = r.head.ctx.get();
@@ -60,6 +60,20 @@ pub(super) fn function<E: Executor>(s: &mut Session<E>, r: proto::ModuleGetFunct
     let fid = s.functions.insert(FnEntry { ctx, module, func, layout: layout.clone(), param_bytes })?;
     s.function_ids.insert((module, name.to_string()), fid);
     Ok(function_rep(fid, &layout, param_bytes))
+}
+
+pub(super) fn function_names<E: Executor>(s: &mut Session<E>, r: proto::ModuleFunctionNames) -> CuRes<NamesRep> {
+    let module = r.module.get();
+    let ctx = s.modules.get(module).ok_or(CuError::INVALID_HANDLE)?.ctx;
+    s.enter(ctx)?;
+    let m = s.modules.get(module).and_then(|e| e.module.as_ref()).ok_or(CuError::INVALID_HANDLE)?;
+    let c = s.ctxs.get_mut(ctx).ok_or(CuError::INVALID_CONTEXT)?;
+    let names = c.ctx.function_names(m)?;
+    let bytes: usize = names.iter().map(|n| n.len() + 1).sum();
+    if bytes > proto::MAX_PAYLOAD - 64 || names.iter().any(|n| proto::check_name(n.as_bytes()).is_err()) {
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    Ok(NamesRep { names })
 }
 
 pub(super) fn global<E: Executor>(s: &mut Session<E>, r: proto::ModuleGetGlobal<'_>) -> CuRes<GlobalRep> {

@@ -24,12 +24,16 @@
 //! library path of the backend, which needs the real driver.
 
 pub mod api;
+pub mod export;
+pub mod callback;
+pub mod library;
 pub mod state;
 
 pub use api::context::*;
 pub use api::device::*;
 pub use api::exec::*;
 pub use api::init::*;
+pub use api::library::*;
 pub use api::memory::*;
 pub use api::module::*;
 pub use pvgpu_ring::{CuError, CuResult};
@@ -46,6 +50,9 @@ pub enum Variant {
 #[allow(non_snake_case, missing_docs, clippy::missing_safety_doc, clippy::too_many_arguments)]
 mod generated {
     use super::*;
+    // Types that hand-written signatures use, for the generated forwarders.
+    #[allow(unused_imports)]
+    use crate::callback::{HostFn, StreamCallback};
     #[allow(unused_imports)]
     use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
     include!(concat!(env!("OUT_DIR"), "/exports.rs"));

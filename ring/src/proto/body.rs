@@ -7,7 +7,7 @@
 //! way.
 
 use super::wire::*;
-use super::{DecodeError, MAX_ATTRS, MAX_NAME_LEN, MAX_PARAM_BYTES, MAX_PARAMS, MAX_PAYLOAD, Opcode};
+use super::{DecodeError, MAX_ATTRS, MAX_NAME_LEN, MAX_NAMES, MAX_PARAM_BYTES, MAX_PARAMS, MAX_PAYLOAD, Opcode};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 /// A request payload: decoded from a private copy of the bytes, borrowing
@@ -163,7 +163,7 @@ macro_rules! fixed {
 fixed! { requests:
     Hello, Goodbye, Nop, Init, DriverGetVersion, DeviceGetCount, DeviceGet, DeviceGetProperties, DeviceGetAttribute,
     PrimaryCtxRetain, PrimaryCtxRelease, CtxCreate, CtxDestroy, CtxSynchronize, CtxGetInfo, CtxLimit,
-    ModuleUnload, FuncGetAttribute, FuncSetAttribute,
+    ModuleUnload, ModuleFunctionNames, FuncGetAttribute, FuncSetAttribute,
     MemAlloc, MemFree, MemGetInfo, MemcpyDtoD,
     StreamCreate, StreamDestroy, StreamSynchronize, StreamQuery, StreamWaitEvent,
     EventCreate, EventRecord, EventQuery, EventSynchronize, EventElapsedTime, EventDestroy,
@@ -355,5 +355,40 @@ impl Reply for FunctionRep {
     fn decode(op: Opcode, p: &[u8]) -> Result<Self, DecodeError> {
         let (head, params) = with_list(op, p, |h: &FunctionHead| h.param_count.get() as usize, MAX_PARAMS)?;
         Ok(FunctionRep { head, params })
+    }
+}
+
+/// `ModuleFunctionNames` reply: the names of a module's kernels.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NamesRep {
+    /// The names (each checked: non-empty, bounded, NUL-free UTF-8).
+    pub names: Vec<String>,
+}
+
+impl Reply for NamesRep {
+    fn encode(&self, out: &mut Vec<u8>) {
+        let bytes: usize = self.names.iter().map(|n| n.len() + 1).sum();
+        out.extend_from_slice(NamesHead { count: (self.names.len() as u32).into(), bytes: (bytes as u32).into() }.as_bytes());
+        for n in &self.names {
+            out.extend_from_slice(n.as_bytes());
+            out.push(0);
+        }
+    }
+    fn decode(op: Opcode, p: &[u8]) -> Result<Self, DecodeError> {
+        let (head, tail) = with_tail::<NamesHead, _>(op, p, |h| Ok(h.bytes.get() as usize))?;
+        let count = head.count.get() as usize;
+        if count > MAX_NAMES {
+            return Err(DecodeError::TooLarge(count));
+        }
+        let body = tail.strip_suffix(&[0]).ok_or(DecodeError::BadName)?;
+        let names = if count == 0 && tail.is_empty() {
+            Vec::new()
+        } else {
+            body.split(|&b| b == 0).map(|n| check_name(n).map(str::to_string)).collect::<Result<Vec<_>, _>>()?
+        };
+        if names.len() != count {
+            return Err(DecodeError::BadField("count"));
+        }
+        Ok(NamesRep { names })
     }
 }

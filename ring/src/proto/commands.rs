@@ -194,6 +194,8 @@ commands! {
     41 CtxLimit(ctx_limit): CtxLimit => U64Rep;
     /// The occupancy calculator (`cuOccupancy*`).
     42 Occupancy(occupancy): Occupancy => OccupancyRep;
+    /// The names of a module's kernels (`cuModuleEnumerateFunctions`).
+    43 ModuleFunctionNames(module_function_names): ModuleFunctionNames => NamesRep;
 }
 
 impl Opcode {

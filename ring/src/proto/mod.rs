@@ -59,6 +59,9 @@ pub const MAX_PARAM_BYTES: usize = 32 * 1024;
 /// Largest number of kernel parameters described in a function reply.
 pub const MAX_PARAMS: usize = 1024;
 
+/// Largest number of names in a names reply.
+pub const MAX_NAMES: usize = 65536;
+
 /// Largest number of attributes in a device-properties reply.
 pub const MAX_ATTRS: usize = 4096;
 

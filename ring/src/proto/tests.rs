@@ -187,6 +187,7 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
         CtxGetInfo,
         CtxLimit,
         ModuleUnload,
+        ModuleFunctionNames,
         FuncGetAttribute,
         FuncSetAttribute,
         MemAlloc,
@@ -358,5 +359,8 @@ proptest! {
         let f = FunctionRep { head: fh, params };
         check!(ModuleGetFunction, f);
         check!(Nop, ());
+        let names = NamesRep { names: vec!["a".into(), "_Z3fooPf".into()] };
+        check!(ModuleFunctionNames, names);
+        check!(ModuleFunctionNames, NamesRep::default());
     }
 }

@@ -236,6 +236,12 @@ wire_structs! {
         /// Reserved, zero.
         pub reserved: U32,
     }
+    /// The names of a module's kernels (`cuModuleEnumerateFunctions`,
+    /// `cuLibraryEnumerateKernels`).
+    pub struct ModuleFunctionNames {
+        /// Module id.
+        pub module: U64,
+    }
     /// `cuFuncGetAttribute`.
     pub struct FuncGetAttribute {
         /// Function id.
@@ -502,6 +508,14 @@ wire_structs! {
         pub param_count: U32,
         /// Size of the packed parameter buffer in bytes.
         pub param_bytes: U32,
+    }
+    /// Head of the `ModuleFunctionNames` reply: `bytes` bytes of
+    /// NUL-terminated names follow, `count` of them.
+    pub struct NamesHead {
+        /// Number of names.
+        pub count: U32,
+        /// Bytes of names that follow.
+        pub bytes: U32,
     }
     /// Offset and size of one kernel parameter in the packed buffer.
     pub struct ParamInfo {

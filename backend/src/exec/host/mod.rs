@@ -311,6 +311,14 @@ impl ExecContext for HostContext {
         Ok((HostFunction { module: m.id, kernel: *kernel }, entry.params.clone()))
     }
 
+    fn function_names(&mut self, m: &HostModule) -> CuRes<Vec<String>> {
+        self.ok()?;
+        let st = self.modules.get(&m.id).ok_or(CuError::INVALID_HANDLE)?;
+        let mut names: Vec<String> = st.info.entries.keys().cloned().collect();
+        names.sort();
+        Ok(names)
+    }
+
     fn global(&mut self, m: &HostModule, name: &str) -> CuRes<(u64, u64)> {
         self.ok()?;
         let st = self.modules.get(&m.id).ok_or(CuError::INVALID_HANDLE)?;

@@ -1,8 +1,8 @@
 //! Contexts: each thread's context stack is kept here; contexts themselves
 //! live in the backend.
 
-use crate::state::{self, Res, handle, id, objects, put, run};
-use pvgpu_frontend::Context;
+use crate::state::ctx;
+use crate::state::{self, Res, handle, id, put, run};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -10,11 +10,18 @@ fn create(pctx: *mut *mut c_void, flags: c_uint, dev: c_int) -> Res {
     if pctx.is_null() {
         return Err(CuError::INVALID_VALUE);
     }
-    let c = state::client()?.ctx_create(dev, flags).map_err(state::cu)?;
-    objects().ctx_device.insert(c.0, dev);
-    state::push(c.0);
+    state::client()?;
+    let h = ctx::create(dev, flags)?;
     // SAFETY: non-null and writable per the API.
-    unsafe { put(pctx, handle(c.0)) }
+    unsafe { put(pctx, handle(h)) }
+}
+
+/// `CUctxCreateParams`: execution-affinity and CIG parameters.
+#[repr(C)]
+pub struct CtxCreateParams {
+    exec_affinity_params: *mut c_void,
+    num_exec_affinity_params: c_int,
+    cig_params: *mut c_void,
 }
 
 /// `cuCtxCreate_v2`: the new context becomes current.
@@ -55,29 +62,33 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
     })
 }
 
-/// `cuCtxCreate_v4`: creation parameters (affinity, CIG) are not supported.
+/// `cuCtxCreate_v4` (CUDA 13's `cuCtxCreate`): null or zeroed creation
+/// parameters make a plain context, as they do for the driver; execution
+/// affinity and CIG (graphics interop) are not supported.
 ///
 /// # Safety
-/// `pctx` must be writable.
+/// `pctx` must be writable; `params` null or a `CUctxCreateParams`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut *mut c_void, params: *mut c_void, flags: c_uint, dev: c_int) -> CuResult {
+pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut *mut c_void, params: *const CtxCreateParams, flags: c_uint, dev: c_int) -> CuResult {
     run("cuCtxCreate_v4", || {
         if !params.is_null() {
-            return Err(CuError::NOT_SUPPORTED);
+            // SAFETY: a readable CUctxCreateParams, per the API.
+            let p = unsafe { params.read_unaligned() };
+            if (!p.exec_affinity_params.is_null() && p.num_exec_affinity_params > 0) || !p.cig_params.is_null() {
+                return Err(CuError::NOT_SUPPORTED);
+            }
         }
         create(pctx, flags, dev)
     })
 }
 
-fn destroy(ctx: *mut c_void) -> Res {
-    let cid = id(ctx);
-    if cid == 0 {
+fn destroy(c: *mut c_void) -> Res {
+    let h = id(c);
+    if h == 0 {
         return Err(CuError::INVALID_VALUE);
     }
-    state::client()?.ctx_destroy(Context(cid)).map_err(state::cu)?;
-    objects().drop_ctx(cid);
-    state::forget_ctx(cid);
-    Ok(())
+    state::client()?;
+    ctx::destroy(h)
 }
 
 /// `cuCtxDestroy_v2`.
@@ -101,34 +112,34 @@ pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut *mut c_void) -> CuResult {
     run("cuCtxGetCurrent", || {
         state::client()?;
         // SAFETY: writable per the API.
-        unsafe { put(pctx, state::current_id().map_or(std::ptr::null_mut(), handle)) }
+        unsafe { put(pctx, state::current_handle().map_or(std::ptr::null_mut(), handle)) }
     })
 }
 
 /// `cuCtxSetCurrent`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuCtxSetCurrent(ctx: *mut c_void) -> CuResult {
+pub extern "C" fn cuCtxSetCurrent(c: *mut c_void) -> CuResult {
     run("cuCtxSetCurrent", || {
         state::client()?;
-        let cid = id(ctx);
-        state::set_current((cid != 0).then_some(cid));
+        let h = id(c);
+        ctx::set_current((h != 0).then_some(h));
         Ok(())
     })
 }
 
-fn push(ctx: *mut c_void) -> Res {
+fn push(c: *mut c_void) -> Res {
     state::client()?;
-    let cid = id(ctx);
-    if cid == 0 {
+    let h = id(c);
+    if h == 0 {
         return Err(CuError::INVALID_CONTEXT);
     }
-    state::push(cid);
+    ctx::push(h);
     Ok(())
 }
 
 fn pop(pctx: *mut *mut c_void) -> Res {
     state::client()?;
-    let cid = state::pop().ok_or(CuError::INVALID_CONTEXT)?;
+    let cid = ctx::pop().ok_or(CuError::INVALID_CONTEXT)?;
     if !pctx.is_null() {
         // SAFETY: non-null and writable per the API.
         unsafe { put(pctx, handle(cid))? };
@@ -166,31 +177,52 @@ pub unsafe extern "C" fn cuCtxPopCurrent(pctx: *mut *mut c_void) -> CuResult {
     run("cuCtxPopCurrent", || pop(pctx))
 }
 
+fn get_device(device: *mut c_int, c: *mut c_void) -> Res {
+    state::client()?;
+    let dev = ctx::device_of(ctx::or_current(id(c))?)?;
+    // SAFETY: writable per the API.
+    unsafe { put(device, dev) }
+}
+
 /// `cuCtxGetDevice`.
 ///
 /// # Safety
 /// `device` must be writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetDevice(device: *mut c_int) -> CuResult {
-    run("cuCtxGetDevice", || {
-        let ctx = state::current()?;
-        let dev = *objects().ctx_device.get(&ctx.0).ok_or(CuError::INVALID_CONTEXT)?;
-        // SAFETY: writable per the API.
-        unsafe { put(device, dev) }
-    })
+    run("cuCtxGetDevice", || get_device(device, std::ptr::null_mut()))
+}
+
+/// `cuCtxGetDevice_v2` (CUDA 13): the device of `ctx`, or of the current
+/// context for null.
+///
+/// # Safety
+/// `device` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetDevice_v2(device: *mut c_int, c: *mut c_void) -> CuResult {
+    run("cuCtxGetDevice_v2", || get_device(device, c))
+}
+
+fn synchronize(c: *mut c_void) -> Res {
+    state::client()?.ctx_synchronize(ctx::backend(ctx::or_current(id(c))?)?).map_err(state::cu)?;
+    crate::callback::wait_all()
 }
 
 /// `cuCtxSynchronize`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSynchronize() -> CuResult {
-    run("cuCtxSynchronize", || state::client()?.ctx_synchronize(state::current()?).map_err(state::cu))
+    run("cuCtxSynchronize", || synchronize(std::ptr::null_mut()))
 }
 
-fn ctx_or_current(ctx: *mut c_void) -> Result<Context, CuError> {
-    match id(ctx) {
-        0 => state::current(),
-        c => Ok(Context(c)),
-    }
+/// `cuCtxSynchronize_v2` (CUDA 13): waits for `ctx`, or the current
+/// context for null.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSynchronize_v2(c: *mut c_void) -> CuResult {
+    run("cuCtxSynchronize_v2", || synchronize(c))
+}
+
+fn ctx_or_current(c: *mut c_void) -> Result<pvgpu_frontend::Context, CuError> {
+    ctx::backend(ctx::or_current(id(c))?)
 }
 
 /// `cuCtxGetApiVersion`.
@@ -198,9 +230,9 @@ fn ctx_or_current(ctx: *mut c_void) -> Result<Context, CuError> {
 /// # Safety
 /// `version` must be writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetApiVersion(ctx: *mut c_void, version: *mut c_uint) -> CuResult {
+pub unsafe extern "C" fn cuCtxGetApiVersion(c: *mut c_void, version: *mut c_uint) -> CuResult {
     run("cuCtxGetApiVersion", || {
-        let i = state::client()?.ctx_info(ctx_or_current(ctx)?).map_err(state::cu)?;
+        let i = state::client()?.ctx_info(ctx_or_current(c)?).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(version, i.api_version) }
     })
@@ -224,11 +256,11 @@ pub unsafe extern "C" fn cuCtxGetFlags(flags: *mut c_uint) -> CuResult {
 /// # Safety
 /// `ctx_id` must be writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetId(ctx: *mut c_void, ctx_id: *mut u64) -> CuResult {
+pub unsafe extern "C" fn cuCtxGetId(c: *mut c_void, ctx_id: *mut u64) -> CuResult {
     run("cuCtxGetId", || {
-        let c = ctx_or_current(ctx)?;
+        let b = ctx_or_current(c)?;
         // SAFETY: writable per the API.
-        unsafe { put(ctx_id, c.0) }
+        unsafe { put(ctx_id, b.0) }
     })
 }
 
@@ -301,16 +333,10 @@ fn primary_retain(pctx: *mut *mut c_void, dev: c_int) -> Res {
     if pctx.is_null() {
         return Err(CuError::INVALID_VALUE);
     }
-    let c = state::client()?.primary_ctx_retain(dev).map_err(state::cu)?;
-    {
-        let mut o = objects();
-        o.ctx_device.insert(c.0, dev);
-        let e = o.primary.entry(dev).or_insert((c.0, 0, 0));
-        e.0 = c.0;
-        e.1 += 1;
-    }
+    state::client()?;
+    let h = ctx::primary_retain(dev)?;
     // SAFETY: non-null and writable per the API.
-    unsafe { put(pctx, handle(c.0)) }
+    unsafe { put(pctx, handle(h)) }
 }
 
 /// `cuDevicePrimaryCtxRetain`.
@@ -323,18 +349,8 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut *mut c_void, dev: c
 }
 
 fn primary_release(dev: c_int) -> Res {
-    state::client()?.primary_ctx_release(dev).map_err(state::cu)?;
-    let mut o = objects();
-    if let Some(e) = o.primary.get_mut(&dev) {
-        e.1 = e.1.saturating_sub(1);
-        if e.1 == 0 {
-            let ctx = e.0;
-            o.drop_ctx(ctx);
-            drop(o);
-            state::forget_ctx(ctx);
-        }
-    }
-    Ok(())
+    state::client()?;
+    ctx::primary_release(dev)
 }
 
 /// `cuDevicePrimaryCtxRelease_v2`.
@@ -350,11 +366,9 @@ pub extern "C" fn cuDevicePrimaryCtxRelease(dev: c_int) -> CuResult {
 }
 
 fn primary_reset(dev: c_int) -> Res {
-    let refs = objects().primary.get(&dev).map_or(0, |e| e.1);
-    for _ in 0..refs {
-        primary_release(dev)?;
-    }
-    Ok(())
+    state::client()?;
+    crate::callback::wait_all()?;
+    ctx::primary_reset(dev)
 }
 
 /// `cuDevicePrimaryCtxReset_v2`: releases every reference this process
@@ -378,7 +392,8 @@ pub extern "C" fn cuDevicePrimaryCtxReset(dev: c_int) -> CuResult {
 pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(dev: c_int, flags: *mut c_uint, active: *mut c_int) -> CuResult {
     run("cuDevicePrimaryCtxGetState", || {
         state::client()?.device_props(dev).map_err(state::cu)?;
-        let (f, a) = objects().primary.get(&dev).map_or((0, 0), |e| (e.2, (e.1 > 0) as c_int));
+        let (f, a) = ctx::primary_state(dev);
+        let a = a as c_int;
         // SAFETY: writable per the API.
         unsafe {
             put(flags, f)?;
@@ -389,9 +404,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(dev: c_int, flags: *mut c_ui
 
 fn primary_set_flags(dev: c_int, flags: c_uint) -> Res {
     state::client()?.device_props(dev).map_err(state::cu)?;
-    // Scheduling flags only steer how the host thread waits, which happens
-    // in the backend; they are recorded for cuDevicePrimaryCtxGetState.
-    objects().primary.entry(dev).or_insert((0, 0, 0)).2 = flags;
+    ctx::primary_set_flags(dev, flags);
     Ok(())
 }
 

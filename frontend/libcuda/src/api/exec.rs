@@ -13,7 +13,8 @@ fn stream_create(ph: *mut *mut c_void, flags: c_uint, priority: c_int) -> Res {
     }
     let ctx = state::current()?;
     let s = state::client()?.stream_create(ctx, flags, priority).map_err(state::cu)?;
-    objects().streams.insert(s.0, StreamInfo { ctx: ctx.0, flags, priority });
+    let ctx_handle = state::current_handle().ok_or(CuError::INVALID_CONTEXT)?;
+    objects().streams.insert(s.0, StreamInfo { ctx: ctx_handle, flags, priority });
     // SAFETY: non-null and writable per the API.
     unsafe { put(ph, handle(s.0)) }
 }
@@ -337,7 +338,7 @@ fn launch(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> Res {
-    let f = objects().functions.get(&id(hfunc)).map(|i| i.func.clone()).ok_or(CuError::INVALID_HANDLE)?;
+    let (_, f) = crate::library::function(id(hfunc))?;
     // SAFETY: the driver API's contract for kernelParams and extra.
     let packed = unsafe { pack(&f, params, extra) }?;
     state::client()?.launch_packed(&f, grid, block, shared, stream(s), &packed).map_err(state::cu)

@@ -23,20 +23,27 @@ pub extern "C" fn cuInit(flags: c_uint) -> CuResult {
     })
 }
 
-/// `cuDriverGetVersion`: the backend's driver version, capped at the API
-/// version this library implements (answered without a backend, too).
+/// The driver version this library reports: the backend's, capped at the
+/// API version it implements (so programs pick entry points it has), or
+/// that API version without a backend. NVIDIA's runtime hashes it into its
+/// integrity check, so every answer must be this one.
+pub fn reported_driver_version() -> c_int {
+    match state::connect() {
+        Ok(c) => c.info().driver_version.min(API_VERSION),
+        Err(_) => API_VERSION,
+    }
+}
+
+/// `cuDriverGetVersion`: see [`reported_driver_version`] (answered without
+/// a backend, too).
 ///
 /// # Safety
 /// `version` must be writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CuResult {
     run("cuDriverGetVersion", || {
-        let v = match state::connect() {
-            Ok(c) => c.info().driver_version.min(API_VERSION),
-            Err(_) => API_VERSION,
-        };
         // SAFETY: the caller passes a writable int.
-        unsafe { put(version, v) }
+        unsafe { put(version, reported_driver_version()) }
     })
 }
 
@@ -159,21 +166,16 @@ pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut 
     run("cuGetProcAddress", || get_proc(symbol, pfn, cuda_version, flags, std::ptr::null_mut(), false))
 }
 
-/// `cuGetExportTable`: the driver's private tables are not emulated; NVRTC
-/// and others get an error and carry on.
+/// `cuGetExportTable`: the driver's private tables (see [`crate::export`]).
 ///
 /// # Safety
-/// `pp_export_table` must be null or writable.
+/// `pp_export_table` must be null or writable; `table_id` null or 16
+/// readable bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetExportTable(pp_export_table: *mut *const c_void, _table_id: *const c_void) -> CuResult {
-    static ONCE: std::sync::Once = std::sync::Once::new();
+pub unsafe extern "C" fn cuGetExportTable(pp_export_table: *mut *const c_void, table_id: *const c_void) -> CuResult {
     state::init_log();
-    ONCE.call_once(|| tracing::info!("cuGetExportTable: private driver tables are not emulated"));
-    if !pp_export_table.is_null() {
-        // SAFETY: non-null and writable per the API.
-        unsafe { pp_export_table.write(std::ptr::null()) };
-    }
-    CuError::NOT_SUPPORTED.into()
+    // SAFETY: the caller's pointers, as documented.
+    state::quiet(|| unsafe { crate::export::get(pp_export_table, table_id.cast()) })
 }
 
 /// `cuProfilerStart`: no profiler is attached to a remote session; a no-op.

@@ -9,7 +9,8 @@
 //! host memory cannot be mapped into the device's address space
 //! (`cuMemHostGetDevicePointer` is not supported).
 
-use crate::state::{self, HostInfo, Res, handle, objects, put, run, stream};
+use crate::state::objects::DevAlloc;
+use crate::state::{self, HostInfo, Res, ctx, handle, objects, put, run, stream};
 use pvgpu_frontend::Stream;
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_uint, c_void};
@@ -20,7 +21,8 @@ fn alloc(dptr: *mut u64, size: usize) -> Res {
     }
     let ctx = state::current()?;
     let p = state::client()?.mem_alloc(ctx, size as u64).map_err(state::cu)?;
-    objects().device.insert(p, (size as u64, ctx.0, None));
+    let handle = state::current_handle().ok_or(CuError::INVALID_CONTEXT)?;
+    objects().device.insert(p, DevAlloc { size: size as u64, ctx: handle, global_of: None });
     // SAFETY: non-null and writable per the API.
     unsafe { put(dptr, p) }
 }
@@ -89,7 +91,8 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usize, dptr: u64) -> CuResult {
     run("cuMemGetAddressRange_v2", || {
         state::client()?;
-        let (start, len, _) = objects().device_range(dptr, 1).ok_or(CuError::NOT_FOUND)?;
+        let (start, a) = objects().device_range(dptr, 1).ok_or(CuError::NOT_FOUND)?;
+        let len = a.size;
         if !base.is_null() {
             // SAFETY: non-null and writable per the API.
             unsafe { put(base, start)? };
@@ -390,16 +393,14 @@ fn pointer_attribute(data: *mut c_void, attribute: i32, ptr: u64) -> Res {
         match (attribute, dev, host) {
             (CU_POINTER_ATTRIBUTE_MEMORY_TYPE, Some(_), _) => put(data.cast::<u32>(), CU_MEMORYTYPE_DEVICE),
             (CU_POINTER_ATTRIBUTE_MEMORY_TYPE, None, Some(_)) => put(data.cast::<u32>(), CU_MEMORYTYPE_HOST),
-            (CU_POINTER_ATTRIBUTE_CONTEXT, Some((_, _, ctx)), _) => put(data.cast::<*mut c_void>(), handle(ctx)),
+            (CU_POINTER_ATTRIBUTE_CONTEXT, Some((_, a)), _) => put(data.cast::<*mut c_void>(), handle(a.ctx)),
             (CU_POINTER_ATTRIBUTE_DEVICE_POINTER, Some(_), _) => put(data.cast::<u64>(), ptr),
             (CU_POINTER_ATTRIBUTE_HOST_POINTER, None, Some(_)) => put(data.cast::<u64>(), ptr),
             (CU_POINTER_ATTRIBUTE_IS_MANAGED, Some(_), _) | (CU_POINTER_ATTRIBUTE_IS_MANAGED, None, Some(_)) => put(data.cast::<u32>(), 0),
-            (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, Some((_, _, ctx)), _) => {
-                put(data.cast::<i32>(), o.ctx_device.get(&ctx).copied().unwrap_or(0))
-            }
-            (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, Some((start, _, _)), _) => put(data.cast::<u64>(), start),
+            (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, Some((_, a)), _) => put(data.cast::<i32>(), ctx::device_of(a.ctx).unwrap_or(0)),
+            (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, Some((start, _)), _) => put(data.cast::<u64>(), start),
             (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, None, Some((start, _))) => put(data.cast::<u64>(), start as u64),
-            (CU_POINTER_ATTRIBUTE_RANGE_SIZE, Some((_, size, _)), _) => put(data.cast::<usize>(), size as usize),
+            (CU_POINTER_ATTRIBUTE_RANGE_SIZE, Some((_, a)), _) => put(data.cast::<usize>(), a.size as usize),
             (CU_POINTER_ATTRIBUTE_RANGE_SIZE, None, Some((_, len))) => put(data.cast::<usize>(), len),
             (CU_POINTER_ATTRIBUTE_MAPPED, Some(_), _) => put(data.cast::<u32>(), 1),
             (_, None, None) => Err(CuError::INVALID_VALUE),

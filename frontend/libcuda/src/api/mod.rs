@@ -5,5 +5,6 @@ pub mod context;
 pub mod device;
 pub mod exec;
 pub mod init;
+pub mod library;
 pub mod memory;
 pub mod module;

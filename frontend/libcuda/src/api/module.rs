@@ -2,10 +2,11 @@
 //! JIT-compiles PTX; each function's parameter layout comes back with it and
 //! is kept here to pack `cuLaunchKernel` arguments.
 
-use crate::state::{self, FnInfo, Res, handle, id, objects, put, run};
+use crate::state::objects::DevAlloc;
+use crate::state::{self, Res, handle, id, objects, put, run};
 use pvgpu_frontend::Module;
 use pvgpu_ring::{CuError, CuResult};
-use std::ffi::{CString, c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 const ELF_MAGIC: [u8; 4] = *b"\x7fELF";
 const FATBIN_MAGIC: u32 = 0xBA55_ED50;
@@ -98,7 +99,7 @@ fn load(module: *mut *mut c_void, image: &[u8]) -> Res {
     }
     let ctx = state::current()?;
     let m = state::client()?.module_load(ctx, image).map_err(state::cu)?;
-    objects().modules.insert(m.0, ctx.0);
+    objects().modules.insert(m.0, state::current_handle().ok_or(CuError::INVALID_CONTEXT)?);
     // SAFETY: non-null and writable per the API.
     unsafe { put(module, handle(m.0)) }
 }
@@ -205,11 +206,7 @@ pub unsafe extern "C" fn cuModuleGetFunction(hfunc: *mut *mut c_void, module: *m
     run("cuModuleGetFunction", || {
         // SAFETY: NUL-terminated per the API.
         let n = unsafe { state::name(name) }?;
-        let m = id(module);
-        let f = state::client()?.module_get_function(Module(m), n).map_err(state::cu)?;
-        let fid = f.id;
-        let cname = CString::new(n).map_err(|_| CuError::INVALID_VALUE)?;
-        objects().functions.insert(fid, FnInfo { func: f, module: m, name: cname });
+        let fid = crate::library::module_function(id(module), n)?;
         // SAFETY: writable per the API.
         unsafe { put(hfunc, handle(fid)) }
     })
@@ -229,7 +226,7 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(dptr: *mut u64, bytes: *mut usize,
         {
             let mut o = objects();
             let ctx = o.modules.get(&m).copied().unwrap_or(0);
-            o.device.insert(p, (size, ctx, Some(m)));
+            o.device.insert(p, DevAlloc { size, ctx, global_of: Some(m) });
         }
         if !dptr.is_null() {
             // SAFETY: non-null and writable per the API.
@@ -243,8 +240,9 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(dptr: *mut u64, bytes: *mut usize,
     })
 }
 
+/// A `CUfunction` or `CUkernel` as a function of the current context.
 fn function(f: *mut c_void) -> Result<pvgpu_frontend::Function, CuError> {
-    objects().functions.get(&id(f)).map(|i| i.func.clone()).ok_or(CuError::INVALID_HANDLE)
+    crate::library::function(id(f)).map(|(_, f)| f)
 }
 
 /// `cuFuncGetAttribute`.
@@ -311,8 +309,9 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(hfunc: *mut c_void, index: usize, of
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, hfunc: *mut c_void) -> CuResult {
     run("cuFuncGetName", || {
+        let (fid, _) = crate::library::function(id(hfunc))?;
         let o = objects();
-        let f = o.functions.get(&id(hfunc)).ok_or(CuError::INVALID_HANDLE)?;
+        let f = o.functions.get(&fid).ok_or(CuError::INVALID_HANDLE)?;
         // SAFETY: writable per the API; the string lives as long as the
         // function's module.
         unsafe { put(name, f.name.as_ptr()) }
@@ -326,7 +325,8 @@ pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, hfunc: *mut c_v
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetModule(module: *mut *mut c_void, hfunc: *mut c_void) -> CuResult {
     run("cuFuncGetModule", || {
-        let m = objects().functions.get(&id(hfunc)).map(|f| f.module).ok_or(CuError::INVALID_HANDLE)?;
+        let (fid, _) = crate::library::function(id(hfunc))?;
+        let m = objects().functions.get(&fid).map(|f| f.module).ok_or(CuError::INVALID_HANDLE)?;
         // SAFETY: writable per the API.
         unsafe { put(module, handle(m)) }
     })
@@ -394,10 +394,12 @@ fn potential_block_size(
         None => c.occupancy_max_potential_block_size(&f, dyn_smem as u64, limit, flags).map_err(state::cu)?,
         Some(cb) => {
             let ctx = {
+                let (fid, _) = crate::library::function(id(hfunc))?;
                 let o = objects();
-                let m = o.functions.get(&id(hfunc)).map(|i| i.module).ok_or(CuError::INVALID_HANDLE)?;
-                o.modules.get(&m).and_then(|c| o.ctx_device.get(c)).copied().unwrap_or(0)
+                let m = o.functions.get(&fid).map(|i| i.module).ok_or(CuError::INVALID_HANDLE)?;
+                o.modules.get(&m).copied()
             };
+            let ctx = ctx.map_or(Ok(0), crate::state::ctx::device_of)?;
             let sms = c.device_attribute(ctx, pvgpu_ring::cuda::attr::MULTIPROCESSOR_COUNT).map_err(state::cu)?;
             let warp = c.device_attribute(ctx, pvgpu_ring::cuda::attr::WARP_SIZE).map_err(state::cu)?.max(1);
             let mut max = c.func_get_attribute(&f, 0).map_err(state::cu)?;

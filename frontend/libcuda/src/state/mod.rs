@@ -1,14 +1,19 @@
 //! What the drop-in library knows locally: the connection, each thread's
-//! context stack, and the objects it handed out (functions with their
-//! parameter layouts, streams, allocations), so that it can answer many
+//! context stack and the contexts' local storage ([`ctx`]), and the objects
+//! it handed out ([`objects`]: functions with their parameter layouts,
+//! libraries and kernels, streams, allocations), so that it can answer many
 //! calls without a round trip and tell device pointers from host pointers.
 
-use pvgpu_frontend::{Client, Context, CuError, CuResult, Error, Function, Stream};
-use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
-use std::ffi::{CString, c_void};
+pub mod ctx;
+pub mod objects;
+
+pub use ctx::{current, current_handle};
+pub use objects::{FnInfo, HostInfo, Objects, StreamInfo, objects};
+
+use pvgpu_frontend::{Client, CuError, CuResult, Error, Stream};
+use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Mutex, MutexGuard, Once, OnceLock};
+use std::sync::{Mutex, Once, OnceLock};
 
 /// Result of an API body.
 pub type Res = Result<(), CuError>;
@@ -88,6 +93,19 @@ pub fn run(name: &'static str, f: impl FnOnce() -> Res) -> CuResult {
     }
 }
 
+/// Runs a body that fails as part of normal use (lookups that miss): errors
+/// become statuses without a log line, and a panic becomes
+/// `CUDA_ERROR_UNKNOWN` instead of unwinding into C.
+pub fn quiet(f: impl FnOnce() -> Res) -> CuResult {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r.into(),
+        Err(_) => {
+            tracing::error!("internal error (panic) in pvgpu's libcuda");
+            CuResult::UNKNOWN
+        }
+    }
+}
+
 /// The body of every function pvgpu does not implement.
 pub fn unsupported(name: &'static str, once: &Once) -> CuResult {
     init_log();
@@ -106,6 +124,17 @@ pub unsafe fn put<T>(p: *mut T, v: T) -> Res {
     // SAFETY: non-null, and the caller guarantees it is writable.
     unsafe { p.write_unaligned(v) };
     Ok(())
+}
+
+/// Tag of handles the library makes itself (libraries, kernels, memory
+/// pools), so they never collide with the backend's ids, whose high bits
+/// are a small generation count.
+pub const LOCAL_TAG: u64 = 0x8000_0000_0000_0000;
+
+/// A fresh handle of the library's own.
+pub fn local_handle() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    LOCAL_TAG | NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Opaque handle values handed to programs: our 64-bit ids as pointers.
@@ -127,131 +156,12 @@ pub fn stream(h: *mut c_void) -> Stream {
     }
 }
 
-thread_local! {
-    static CTX_STACK: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The calling thread's current context.
-pub fn current() -> Result<Context, CuError> {
-    CTX_STACK.with(|s| s.borrow().last().copied()).map(Context).ok_or(CuError::INVALID_CONTEXT)
-}
-
-/// The calling thread's current context id, if any.
-pub fn current_id() -> Option<u64> {
-    CTX_STACK.with(|s| s.borrow().last().copied())
-}
-
-/// Replaces the top of the calling thread's stack (`cuCtxSetCurrent`).
-pub fn set_current(ctx: Option<u64>) {
-    CTX_STACK.with(|s| {
-        let mut s = s.borrow_mut();
-        s.pop();
-        if let Some(c) = ctx {
-            s.push(c);
-        }
-    });
-}
-
-/// Pushes a context (`cuCtxPushCurrent`, `cuCtxCreate`).
-pub fn push(ctx: u64) {
-    CTX_STACK.with(|s| s.borrow_mut().push(ctx));
-}
-
-/// Pops the current context (`cuCtxPopCurrent`).
-pub fn pop() -> Option<u64> {
-    CTX_STACK.with(|s| s.borrow_mut().pop())
-}
-
-/// Forgets a destroyed context on the calling thread's stack.
-pub fn forget_ctx(ctx: u64) {
-    CTX_STACK.with(|s| s.borrow_mut().retain(|&c| c != ctx));
-}
-
-/// A kernel handed out by `cuModuleGetFunction`.
-pub struct FnInfo {
-    /// Function and layout.
-    pub func: Function,
-    /// Its module.
-    pub module: u64,
-    /// Its name, for `cuFuncGetName`.
-    pub name: CString,
-}
-
-/// A stream handed out by `cuStreamCreate*`.
-#[derive(Clone, Copy)]
-pub struct StreamInfo {
-    /// Its context.
-    pub ctx: u64,
-    /// Creation flags.
-    pub flags: u32,
-    /// Priority.
-    pub priority: i32,
-}
-
-/// Host memory the library allocated or registered.
-#[derive(Clone, Copy)]
-pub struct HostInfo {
-    /// Bytes.
-    pub len: usize,
-    /// `cuMemHostAlloc` flags.
-    pub flags: u32,
-    /// In the shared data area (else from the C heap).
-    pub in_area: bool,
-}
-
-/// Everything the library tracks, behind one lock.
-#[derive(Default)]
-pub struct Objects {
-    /// Context id to device.
-    pub ctx_device: HashMap<u64, i32>,
-    /// Primary context of each device: (context, retain count, flags).
-    pub primary: HashMap<i32, (u64, u32, u32)>,
-    /// Module id to context.
-    pub modules: HashMap<u64, u64>,
-    /// Function id to kernel.
-    pub functions: HashMap<u64, FnInfo>,
-    /// Stream id to stream.
-    pub streams: HashMap<u64, StreamInfo>,
-    /// Device allocations and module globals: address to (size, context,
-    /// module of a global).
-    pub device: BTreeMap<u64, (u64, u64, Option<u64>)>,
-    /// Host allocations by address.
-    pub host: BTreeMap<usize, HostInfo>,
-    /// Registered host ranges by address.
-    pub registered: BTreeMap<usize, usize>,
-}
-
-static OBJECTS: OnceLock<Mutex<Objects>> = OnceLock::new();
-
-/// The tracked objects.
-pub fn objects() -> MutexGuard<'static, Objects> {
-    OBJECTS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Objects {
-    /// The device allocation containing `[p, p+len)`: (start, size, context).
-    pub fn device_range(&self, p: u64, len: u64) -> Option<(u64, u64, u64)> {
-        let (&start, &(size, ctx, _)) = self.device.range(..=p).next_back()?;
-        (p.checked_add(len)? <= start + size).then_some((start, size, ctx))
-    }
-
-    /// Forgets everything of a destroyed context.
-    pub fn drop_ctx(&mut self, ctx: u64) {
-        self.ctx_device.remove(&ctx);
-        let modules: Vec<u64> = self.modules.iter().filter(|(_, c)| **c == ctx).map(|(m, _)| *m).collect();
-        for m in modules {
-            self.drop_module(m);
-        }
-        self.streams.retain(|_, s| s.ctx != ctx);
-        self.device.retain(|_, (_, c, _)| *c != ctx);
-    }
-
-    /// Forgets a module's functions and globals.
-    pub fn drop_module(&mut self, m: u64) {
-        self.modules.remove(&m);
-        self.functions.retain(|_, f| f.module != m);
-        self.device.retain(|_, (_, _, g)| *g != Some(m));
-    }
+/// [`stream`] for work submitted to it: first waits for the host functions
+/// the work must follow ([`crate::callback::gate`]).
+pub fn ordered(h: *mut c_void) -> Stream {
+    let s = stream(h);
+    crate::callback::gate(s);
+    s
 }
 
 /// Reads a NUL-terminated name.

@@ -1,0 +1,143 @@
+//! Host functions on streams (`cuLaunchHostFunc`, `cuStreamAddCallback`):
+//! they run in the guest, in stream order, as the driver runs them.
+//!
+//! The backend cannot call a function of this process, so the library
+//! keeps the order itself: a host function records an event on its stream
+//! (after the work before it), and a thread of this library waits for the
+//! event and then runs the function, one at a time, in the order they were
+//! enqueued (the driver also runs them on one thread). Work enqueued on the
+//! same stream afterwards must wait for the function: every submission to
+//! a stream first waits here until no host function of that stream is
+//! pending ([`gate`]); the legacy default stream waits for all of them, and
+//! every stream waits for those of the legacy default stream.
+
+use crate::state::{self, Res};
+use pvgpu_frontend::{Context, CuError, Event, Stream};
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// `CUhostFn`.
+pub type HostFn = unsafe extern "C" fn(*mut c_void);
+/// `CUstreamCallback`: (stream, status, user data).
+pub type StreamCallback = unsafe extern "C" fn(*mut c_void, u32, *mut c_void);
+
+/// What to call.
+#[derive(Clone, Copy)]
+pub enum Call {
+    /// `cuLaunchHostFunc`.
+    Host(HostFn, usize),
+    /// `cuStreamAddCallback`, with the stream handle the program passed.
+    Stream(StreamCallback, usize, usize),
+}
+
+struct Pending {
+    stream: Stream,
+    event: Event,
+    call: Call,
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: VecDeque<Pending>,
+    worker: bool,
+}
+
+static QUEUE: Mutex<Queue> = Mutex::new(Queue { pending: VecDeque::new(), worker: false });
+static CHANGED: Condvar = Condvar::new();
+
+fn queue() -> MutexGuard<'static, Queue> {
+    QUEUE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `CU_EVENT_DISABLE_TIMING`.
+const DISABLE_TIMING: u32 = 2;
+
+/// Enqueues `call` on `stream` of context `ctx`.
+pub fn enqueue(ctx: Context, stream: Stream, call: Call) -> Res {
+    let c = state::client()?;
+    let event = c.event_create(ctx, DISABLE_TIMING).map_err(state::cu)?;
+    c.event_record(event, stream).map_err(state::cu)?;
+    let mut q = queue();
+    q.pending.push_back(Pending { stream, event, call });
+    if !q.worker {
+        std::thread::Builder::new().name("pvgpu-host-fn".into()).spawn(worker).map_err(|_| CuError::OUT_OF_MEMORY)?;
+        q.worker = true;
+    }
+    CHANGED.notify_all();
+    Ok(())
+}
+
+/// Whether `pending` must run before work on `stream`.
+fn blocks(pending: &Pending, stream: Stream) -> bool {
+    stream == Stream::DEFAULT || pending.stream == Stream::DEFAULT || pending.stream == stream
+}
+
+/// Waits until no host function that work on `stream` must follow is
+/// pending.
+pub fn gate(stream: Stream) {
+    let mut q = queue();
+    while q.pending.iter().any(|p| blocks(p, stream)) {
+        q = CHANGED.wait(q).unwrap_or_else(|p| p.into_inner());
+    }
+}
+
+/// Whether a host function of `stream` is still pending (`cuStreamQuery`).
+pub fn busy(stream: Stream) -> bool {
+    queue().pending.iter().any(|p| blocks(p, stream))
+}
+
+/// Waits for every pending host function (`cuCtxSynchronize`).
+pub fn wait_all() -> Res {
+    gate(Stream::DEFAULT);
+    Ok(())
+}
+
+/// Runs the queue: waits for each host function's event, runs it, and lets
+/// the submissions waiting on it go.
+fn worker() {
+    loop {
+        let next = {
+            let mut q = queue();
+            loop {
+                match q.pending.front() {
+                    Some(p) => break (p.event, p.call, p.stream),
+                    None => q = CHANGED.wait(q).unwrap_or_else(|p| p.into_inner()),
+                }
+            }
+        };
+        let (event, call, _) = next;
+        let status = wait_for(event);
+        // SAFETY: the program passed this function and its data to
+        // cuLaunchHostFunc/cuStreamAddCallback, to be called once, on a
+        // thread of the driver, after the work before it on its stream.
+        unsafe {
+            match call {
+                Call::Host(f, data) => f(data as *mut c_void),
+                Call::Stream(f, stream, data) => f(stream as *mut c_void, status, data as *mut c_void),
+            }
+        }
+        if let Ok(c) = state::client() {
+            let _ = c.event_destroy(event);
+        }
+        queue().pending.pop_front();
+        CHANGED.notify_all();
+    }
+}
+
+/// Polls `event` until it completes; returns the status the stream reached
+/// it with.
+fn wait_for(event: Event) -> u32 {
+    let Ok(c) = state::client() else { return CuError::DEVICE_UNAVAILABLE.code() };
+    let mut pause = Duration::from_micros(20);
+    loop {
+        match c.event_query(event) {
+            Ok(true) => return 0,
+            Ok(false) => {}
+            Err(e) => return state::cu(e).code(),
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(1));
+    }
+}
