@@ -98,6 +98,11 @@ impl<T> HandleTable<T> {
     pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
         self.slots.iter().enumerate().filter_map(|(i, s)| s.value.as_ref().map(|v| (((s.generation as u64) << 32) | (i as u64 + 1), v)))
     }
+
+    /// Live objects, mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.slots.iter_mut().filter_map(|s| s.value.as_mut())
+    }
 }
 
 #[cfg(test)]

@@ -101,6 +101,7 @@ pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, cfg: &Sess
     let mut session = Session::new(exec, id, cfg.limits.clone());
     let mut buf = Vec::with_capacity(64 * 1024);
     let mut out = Vec::with_capacity(64 * 1024);
+    let mut printed = Vec::new();
     loop {
         // A stopping backend ends the session at the next request boundary,
         // even while the frontend keeps requests coming (the connection only
@@ -130,6 +131,19 @@ pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, cfg: &Sess
             Err(e) => return Ended::Broken(Chain(&e).to_string()),
         };
         if h.wants_reply() {
+            // What kernels printed goes first, as it appears before the
+            // synchronising call returns on a GPU.
+            session.take_output(&mut printed);
+            if !printed.is_empty() {
+                let r = conn.send(&Header::output(printed.len()), &printed, stop);
+                printed.clear();
+                match r {
+                    Ok(()) => {}
+                    Err(ConnError::PeerGone) => return Ended::PeerGone,
+                    Err(ConnError::Shutdown) => return Ended::Shutdown,
+                    Err(e) => return Ended::Broken(Chain(&e).to_string()),
+                }
+            }
             let rh = h.reply(status, out.len());
             match conn.send(&rh, &out, stop) {
                 Ok(()) => {}

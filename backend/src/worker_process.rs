@@ -65,6 +65,12 @@ pub fn run_worker(
     };
     match exec.kind {
         ExecutorKind::Cuda => {
+            // What kernels print reaches this process's standard output;
+            // send it to the program instead (this process serves one
+            // session).
+            if let Err(e) = crate::exec::cuda::output::capture() {
+                tracing::warn!(error = %pvgpu_ring::report::Chain(&e), "kernel output stays in the backend's log");
+            }
             let e = Arc::new(CudaExecutor::new()?);
             run_connection(e, acc, cfg, session, &stop);
         }

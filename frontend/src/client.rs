@@ -3,7 +3,7 @@
 //! either waits for the typed reply ([`Client::call`]) or posts it
 //! ([`Client::post`]); copies are in [`crate::copy`].
 
-use crate::error::{Error, ProtocolError, Result, TransportError};
+use crate::error::{ProtocolError, Result, TransportError};
 use crate::handles::*;
 use crate::options::{BackendAddr, Options, backend_from_env};
 use crate::rpc::Conn;
@@ -235,200 +235,12 @@ impl Client {
         Ok((g.dptr.get(), g.size.get()))
     }
 
-    /// `cuMemAlloc`.
-    pub fn mem_alloc(&self, ctx: Context, size: u64) -> Result<u64> {
-        Ok(self.call(&MemAlloc { ctx: ctx.0.into(), size: size.into() })?.dptr.get())
-    }
-
-    /// `cuMemFree` (sent without waiting).
-    pub fn mem_free(&self, dptr: u64) -> Result<()> {
-        self.post(&MemFree { dptr: dptr.into() })
-    }
-
-    /// `cuMemGetInfo`: (free, total), within the session's quota.
-    pub fn mem_get_info(&self, ctx: Context) -> Result<(u64, u64)> {
-        let r = self.call(&MemGetInfo { ctx: ctx.0.into() })?;
-        Ok((r.free.get(), r.total.get()))
-    }
-
-    /// `cuMemsetD8/D16/D32[Async]`: `count` elements of `elem_size` bytes
-    /// (1, 2 or 4). Sent without waiting.
-    pub fn memset(&self, dptr: u64, value: u32, elem_size: u32, count: u64, stream: Stream) -> Result<()> {
-        if !matches!(elem_size, 1 | 2 | 4) {
-            return Err(CuError::INVALID_VALUE.into());
-        }
-        self.post(&Memset {
-            dptr: dptr.into(),
-            count: count.into(),
-            value: value.into(),
-            elem_size: elem_size.into(),
-            stream: stream.0.into(),
-        })
-    }
-
-    /// `cuMemcpyDtoD`.
-    pub fn memcpy_dtod(&self, dst: u64, src: u64, len: u64) -> Result<()> {
-        self.call(&MemcpyDtoD { dst: dst.into(), src: src.into(), len: len.into(), stream: 0.into(), flags: 0.into(), reserved: 0.into() })
-    }
-
-    /// `cuMemcpyDtoDAsync` (sent without waiting).
-    pub fn memcpy_dtod_async(&self, dst: u64, src: u64, len: u64, stream: Stream) -> Result<()> {
-        let flags = COPY_ASYNC.into();
-        self.post(&MemcpyDtoD { dst: dst.into(), src: src.into(), len: len.into(), stream: stream.0.into(), flags, reserved: 0.into() })
-    }
-
-    /// `cuStreamCreateWithPriority`.
-    pub fn stream_create(&self, ctx: Context, flags: u32, priority: i32) -> Result<Stream> {
-        let r = self.call(&StreamCreate { ctx: ctx.0.into(), flags: flags.into(), priority: priority.into() })?;
-        Ok(Stream(r.handle.get()))
-    }
-
-    /// `cuStreamDestroy` (sent without waiting).
-    pub fn stream_destroy(&self, s: Stream) -> Result<()> {
-        self.post(&StreamDestroy { stream: s.0.into() })
-    }
-
-    /// `cuStreamSynchronize`.
-    pub fn stream_synchronize(&self, s: Stream) -> Result<()> {
-        self.call(&StreamSynchronize { stream: s.0.into() })
-    }
-
-    /// `cuStreamQuery`: `Ok(true)` when idle, `Ok(false)` for
-    /// `CUDA_ERROR_NOT_READY`.
-    pub fn stream_query(&self, s: Stream) -> Result<bool> {
-        ready(self.call(&StreamQuery { stream: s.0.into() }))
-    }
-
-    /// `cuStreamWaitEvent` (sent without waiting).
-    pub fn stream_wait_event(&self, s: Stream, e: Event) -> Result<()> {
-        self.post(&StreamWaitEvent { stream: s.0.into(), event: e.0.into(), flags: 0.into(), reserved: 0.into() })
-    }
-
-    /// `cuEventCreate`.
-    pub fn event_create(&self, ctx: Context, flags: u32) -> Result<Event> {
-        Ok(Event(self.call(&EventCreate { ctx: ctx.0.into(), flags: flags.into(), reserved: 0.into() })?.handle.get()))
-    }
-
-    /// `cuEventRecord` (sent without waiting).
-    pub fn event_record(&self, e: Event, s: Stream) -> Result<()> {
-        self.post(&EventRecord { event: e.0.into(), stream: s.0.into() })
-    }
-
-    /// `cuEventQuery`: `Ok(true)` when complete.
-    pub fn event_query(&self, e: Event) -> Result<bool> {
-        ready(self.call(&EventQuery { event: e.0.into() }))
-    }
-
-    /// `cuEventSynchronize`.
-    pub fn event_synchronize(&self, e: Event) -> Result<()> {
-        self.call(&EventSynchronize { event: e.0.into() })
-    }
-
-    /// `cuEventElapsedTime`, in milliseconds.
-    pub fn event_elapsed(&self, start: Event, end: Event) -> Result<f32> {
-        Ok(self.call(&EventElapsedTime { start: start.0.into(), end: end.0.into() })?.ms.get())
-    }
-
-    /// `cuEventDestroy` (sent without waiting).
-    pub fn event_destroy(&self, e: Event) -> Result<()> {
-        self.post(&EventDestroy { event: e.0.into() })
-    }
-
-    /// `cuFuncGetAttribute`.
-    pub fn func_get_attribute(&self, f: &Function, attr: i32) -> Result<i32> {
-        Ok(self.call(&FuncGetAttribute { function: f.id.into(), attr: attr.into(), reserved: 0.into() })?.value.get())
-    }
-
-    /// `cuFuncSetAttribute`.
-    pub fn func_set_attribute(&self, f: &Function, attr: i32, value: i32) -> Result<()> {
-        self.call(&FuncSetAttribute { function: f.id.into(), attr: attr.into(), value: value.into() })
-    }
-
-    /// `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`.
-    pub fn occupancy_max_active_blocks(&self, f: &Function, block_size: i32, dyn_smem: u64, flags: u32) -> Result<i32> {
-        Ok(self.occupancy(f, 0, block_size, 0, dyn_smem, flags)?.0 as i32)
-    }
-
-    /// `cuOccupancyMaxPotentialBlockSizeWithFlags` without a block-size to
-    /// shared-memory callback: (minimum grid size, block size).
-    pub fn occupancy_max_potential_block_size(&self, f: &Function, dyn_smem: u64, limit: i32, flags: u32) -> Result<(i32, i32)> {
-        let (a, b) = self.occupancy(f, 1, 0, limit, dyn_smem, flags)?;
-        Ok((a as i32, b as i32))
-    }
-
-    /// `cuOccupancyAvailableDynamicSMemPerBlock`.
-    pub fn occupancy_available_dynamic_smem(&self, f: &Function, num_blocks: i32, block_size: i32) -> Result<u64> {
-        Ok(self.occupancy(f, 2, block_size, num_blocks, 0, 0)?.0 as u64)
-    }
-
-    fn occupancy(&self, f: &Function, kind: u32, block_size: i32, limit: i32, dyn_smem: u64, flags: u32) -> Result<(i64, i64)> {
-        let rep = self.call(&Occupancy {
-            function: f.id.into(),
-            kind: kind.into(),
-            flags: flags.into(),
-            block_size: block_size.into(),
-            limit: limit.into(),
-            dyn_smem: dyn_smem.into(),
-        })?;
-        Ok((rep.a.get(), rep.b.get()))
-    }
-
-    /// `cuLaunchKernel` with one byte slice per parameter (the values the
-    /// `kernelParams` pointers point to). Sizes must match the layout.
-    pub fn launch(&self, f: &Function, grid: [u32; 3], block: [u32; 3], shared_mem: u32, stream: Stream, args: &[&[u8]]) -> Result<()> {
-        if args.len() != f.params.len() {
-            return Err(CuError::INVALID_VALUE.into());
-        }
-        let mut packed = vec![0u8; f.param_bytes];
-        for (a, p) in args.iter().zip(f.params.iter()) {
-            if a.len() != p.size as usize {
-                return Err(CuError::INVALID_VALUE.into());
-            }
-            packed[p.offset as usize..p.offset as usize + a.len()].copy_from_slice(a);
-        }
-        self.launch_packed(f, grid, block, shared_mem, stream, &packed)
-    }
-
-    /// `cuLaunchKernel` with an already packed parameter buffer (the `extra`
-    /// form). Sent without waiting.
-    pub fn launch_packed(
-        &self,
-        f: &Function,
-        grid: [u32; 3],
-        block: [u32; 3],
-        shared_mem: u32,
-        stream: Stream,
-        params: &[u8],
-    ) -> Result<()> {
-        if params.len() != f.param_bytes {
-            return Err(CuError::INVALID_VALUE.into());
-        }
-        let head = LaunchHead {
-            function: f.id.into(),
-            grid: grid.map(Into::into),
-            block: block.map(Into::into),
-            shared_mem: shared_mem.into(),
-            param_len: (params.len() as u32).into(),
-            stream: stream.0.into(),
-        };
-        self.post(&LaunchKernel { head, params })
-    }
-
     /// Sends raw bytes as a request with `opcode` and waits for the reply
     /// status (protocol tests).
     pub fn raw_call(&self, opcode: u16, payload: &[u8]) -> Result<CuResult> {
         let mut c = self.conn();
         let id = c.send_raw(opcode, FLAG_REPLY, &[payload])?;
         c.reply(opcode, id)
-    }
-}
-
-/// `Ok(true)` for success, `Ok(false)` for `CUDA_ERROR_NOT_READY`.
-fn ready(r: Result<()>) -> Result<bool> {
-    match r {
-        Ok(()) => Ok(true),
-        Err(Error::Cuda(CuError::NOT_READY)) => Ok(false),
-        Err(e) => Err(e),
     }
 }
 

@@ -14,7 +14,10 @@ use crate::handles::Stream;
 use crate::rpc::Conn;
 use crate::transport::Staged;
 use pvgpu_ring::CuError;
-use pvgpu_ring::proto::{COPY_ASYNC, COPY_PINNED, FLAG_REPLY, HtoDHead, MemcpyDtoH, MemcpyHtoD, Opcode};
+use pvgpu_ring::proto::{
+    COPY_2D_DTOD, COPY_2D_DTOH, COPY_2D_HTOD, COPY_ASYNC, COPY_PINNED, DataRef, FLAG_REPLY, HtoDHead, Memcpy2D, Memcpy2DHead, MemcpyDtoH,
+    MemcpyHtoD, Opcode,
+};
 use std::collections::VecDeque;
 
 /// Copy flags for a copy that is (or is not) asynchronous.
@@ -144,6 +147,148 @@ impl Client {
     pub fn is_pinned(&self, ptr: *const u8, len: usize) -> bool {
         self.conn().t.pinned(ptr, len).is_some()
     }
+}
+
+/// One side of a pitched (2D) copy.
+#[derive(Debug, Clone, Copy)]
+pub enum Pitched {
+    /// Host memory: rows `pitch` bytes apart.
+    Host {
+        /// First byte.
+        ptr: *const u8,
+        /// Bytes between rows.
+        pitch: usize,
+    },
+    /// Device memory: rows `pitch` bytes apart.
+    Device {
+        /// First byte.
+        ptr: u64,
+        /// Bytes between rows.
+        pitch: u64,
+    },
+}
+
+impl Client {
+    /// `cuMemcpy2D[Async]` between host and device memory or within the
+    /// device: `height` rows of `width` bytes. Host rows are gathered into
+    /// (or scattered from) the staging area in chunks of whole rows, so a
+    /// copy takes one request per chunk; a row wider than a chunk is copied
+    /// row by row. Device-to-host and synchronous copies are complete when
+    /// this returns; the others are ordered on `stream`.
+    ///
+    /// # Safety
+    /// A host side must be valid for `height` rows of `width` bytes at its
+    /// pitch (writable for a destination).
+    pub unsafe fn memcpy_2d(&self, dst: Pitched, src: Pitched, width: usize, height: usize, stream: Stream, is_async: bool) -> Result<()> {
+        if width == 0 || height == 0 {
+            return Ok(());
+        }
+        let wait = !is_async || self.sync_calls;
+        let mut c = self.conn();
+        match (dst, src) {
+            (Pitched::Device { ptr: d, pitch: dp }, Pitched::Device { ptr: s, pitch: sp }) => {
+                let req = copy_2d_head(COPY_2D_DTOD, (d, dp), (s, sp), width, height, stream, is_async, DataRef::default());
+                send_copy(&mut c, &Memcpy2D { head: req, data: &[] }, wait)
+            }
+            (Pitched::Device { ptr: d, pitch: dp }, Pitched::Host { ptr: s, pitch: sp }) => {
+                // SAFETY: the caller's contract for the host rows.
+                unsafe { htod_2d(&mut c, (d, dp), (s, sp), width, height, stream, is_async, wait) }
+            }
+            (Pitched::Host { ptr: d, pitch: dp }, Pitched::Device { ptr: s, pitch: sp }) => {
+                // SAFETY: the caller's contract for the host rows.
+                unsafe { dtoh_2d(&mut c, (d as *mut u8, dp), (s, sp), width, height, stream, is_async) }
+            }
+            (Pitched::Host { ptr: d, pitch: dp }, Pitched::Host { ptr: s, pitch: sp }) => {
+                for y in 0..height {
+                    // SAFETY: both host sides hold `height` rows of `width`
+                    // bytes at their pitches, per the caller; `copy` allows
+                    // overlap.
+                    unsafe { std::ptr::copy(s.add(y * sp), (d as *mut u8).add(y * dp), width) };
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn copy_2d_head(kind: u32, dst: (u64, u64), src: (u64, u64), w: usize, h: usize, stream: Stream, is_async: bool, data: DataRef) -> Memcpy2DHead {
+    Memcpy2DHead {
+        kind: kind.into(),
+        flags: flags(is_async, false).into(),
+        dst: dst.0.into(),
+        dst_pitch: dst.1.into(),
+        src: src.0.into(),
+        src_pitch: src.1.into(),
+        width: (w as u64).into(),
+        height: (h as u64).into(),
+        stream: stream.0.into(),
+        data,
+    }
+}
+
+/// Host rows to the device, a chunk of whole rows per request.
+///
+/// # Safety
+/// `src` holds `h` rows of `w` bytes, `src.1` bytes apart.
+#[allow(clippy::too_many_arguments)]
+unsafe fn htod_2d(c: &mut Conn, dst: (u64, u64), src: (*const u8, usize), w: usize, h: usize, stream: Stream, is_async: bool, wait: bool) -> Result<()> {
+    let rows = (c.t.max_chunk() / w).max(1);
+    let mut packed = Vec::with_capacity(rows.min(h) * w);
+    let mut y = 0;
+    while y < h {
+        let n = rows.min(h - y);
+        packed.clear();
+        for r in y..y + n {
+            // SAFETY: row `r` of the caller's source.
+            packed.extend_from_slice(unsafe { std::slice::from_raw_parts(src.0.add(r * src.1), w) });
+        }
+        let staged = match c.t.stage(&packed) {
+            Ok(s) => s,
+            Err(e) => return c.fail(e),
+        };
+        let head = copy_2d_head(COPY_2D_HTOD, (dst.0 + y as u64 * dst.1, dst.1), (0, 0), w, n, stream, is_async, staged.dref);
+        let data: &[u8] = if staged.inline { &packed } else { &[] };
+        send_copy(c, &Memcpy2D { head, data }, wait && y + n == h)?;
+        y += n;
+    }
+    Ok(())
+}
+
+/// Device rows to the host, a chunk of whole rows per request, each
+/// scattered to its rows when its reply arrives.
+///
+/// # Safety
+/// `dst` is writable for `h` rows of `w` bytes, `dst.1` bytes apart.
+#[allow(clippy::too_many_arguments)]
+unsafe fn dtoh_2d(c: &mut Conn, dst: (*mut u8, usize), src: (u64, u64), w: usize, h: usize, stream: Stream, is_async: bool) -> Result<()> {
+    let rows = (c.t.max_chunk() / w).max(1);
+    let mut packed = Vec::new();
+    let mut y = 0;
+    while y < h {
+        let n = rows.min(h - y);
+        let staged = match c.t.reserve(n * w) {
+            Ok(s) => s,
+            Err(e) => return c.fail(e),
+        };
+        let head = copy_2d_head(COPY_2D_DTOH, (0, 0), (src.0 + y as u64 * src.1, src.1), w, n, stream, is_async, staged.dref);
+        let id = c.send(&Memcpy2D { head, data: &[] }, FLAG_REPLY)?;
+        if let Err(e) = c.reply(Opcode::Memcpy2D as u16, id)?.result() {
+            c.t.discard(&staged);
+            return Err(Error::Cuda(e));
+        }
+        packed.resize(n * w, 0);
+        let Conn { t, buf, .. } = &mut *c;
+        if let Err(e) = t.fetch(&staged, buf, &mut packed) {
+            return c.fail(e);
+        }
+        for (i, row) in packed.chunks_exact(w).enumerate() {
+            // SAFETY: row `y + i` of the caller's destination.
+            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), dst.0.add((y + i) * dst.1), w) };
+        }
+        y += n;
+    }
+    Ok(())
 }
 
 /// Sends one copy request, waiting for its reply or not.

@@ -35,15 +35,20 @@
 mod client;
 mod copy;
 pub mod error;
+mod exec;
 mod handles;
+mod memory;
 mod options;
+mod output;
 mod rpc;
 pub mod transport;
 
 pub use client::Client;
+pub use copy::Pitched;
 pub use error::{Error, Result, TransportError};
 pub use handles::*;
 pub use options::{BackendAddr, DEFAULT_SOCKET, Options, backend_from_env};
+pub use output::set_output_handler;
 pub use pvgpu_ring::{CuError, CuResult};
 
 use zerocopy::{Immutable, IntoBytes};

@@ -56,13 +56,18 @@ impl Conn {
 
     /// Waits for the reply to request `id` of `opcode`; returns its status
     /// and leaves the payload in `self.buf`.
+    /// Program output the backend sends before a reply is passed to the
+    /// output handler ([`crate::set_output_handler`]).
     pub(crate) fn reply(&mut self, opcode: u16, id: u64) -> Result<CuResult> {
-        let mut buf = std::mem::take(&mut self.buf);
-        let r = self.t.recv(&mut buf);
-        self.buf = buf;
-        let h = match r {
-            Ok(h) => h,
-            Err(e) => return self.fail(e),
+        let h = loop {
+            let mut buf = std::mem::take(&mut self.buf);
+            let r = self.t.recv(&mut buf);
+            self.buf = buf;
+            match r {
+                Ok(h) if h.is_output() => crate::output::write(&self.buf),
+                Ok(h) => break h,
+                Err(e) => return self.fail(e),
+            }
         };
         if h.request_id.get() != id || h.opcode.get() != opcode {
             let e = ProtocolError::Mismatch { got: h.request_id.get(), got_op: h.opcode.get(), want: id, want_op: opcode };

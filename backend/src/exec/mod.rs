@@ -62,6 +62,43 @@ pub struct LaunchDims {
     pub shared_mem: u32,
 }
 
+/// A 2D copy's two sides (each `height` rows of `width` bytes); host sides
+/// are packed rows.
+#[derive(Debug, Clone, Copy)]
+pub enum Copy2D {
+    /// Host to device.
+    HtoD {
+        /// Destination.
+        dst: u64,
+        /// Destination pitch.
+        dst_pitch: u64,
+        /// Packed host rows.
+        src: *const u8,
+    },
+    /// Device to host.
+    DtoH {
+        /// Packed host rows.
+        dst: *mut u8,
+        /// Source.
+        src: u64,
+        /// Source pitch.
+        src_pitch: u64,
+    },
+    /// Device to device.
+    DtoD {
+        /// Destination.
+        dst: u64,
+        /// Destination pitch.
+        dst_pitch: u64,
+        /// Source.
+        src: u64,
+        /// Source pitch.
+        src_pitch: u64,
+    },
+}
+
+pub use pvgpu_ring::proto::{LaunchAttr, TensorMapEncode};
+
 /// A set of devices and the means to make contexts on them.
 pub trait Executor: Send + Sync + 'static {
     /// Context type.
@@ -140,8 +177,42 @@ pub trait ExecContext: Send + 'static {
     /// Looks up a device global: (address, size).
     fn global(&mut self, module: &Self::Module, name: &str) -> CuRes<(u64, u64)>;
     /// Launches a kernel. `params` is the packed buffer laid out as `layout`
-    /// says; the caller checked that every parameter lies inside it.
-    fn launch(&mut self, f: Self::Function, dims: LaunchDims, params: &[u8], layout: &[Param], stream: Option<Self::Stream>) -> CuRes<()>;
+    /// says; the caller checked that every parameter lies inside it, and
+    /// that `attrs` holds only attributes a guest may set.
+    fn launch(
+        &mut self,
+        f: Self::Function,
+        dims: LaunchDims,
+        params: &[u8],
+        layout: &[Param],
+        attrs: &[LaunchAttr],
+        stream: Option<Self::Stream>,
+    ) -> CuRes<()>;
+    /// Cluster occupancy of a launch configuration: kind 0, the most
+    /// clusters active at once; kind 1, the largest cluster size.
+    fn occupancy_clusters(&mut self, f: Self::Function, dims: LaunchDims, attrs: &[LaunchAttr], kind: u32) -> CuRes<i32>;
+    /// `cuMemAllocAsync` from the device's default pool.
+    fn mem_alloc_async(&mut self, size: u64, stream: Option<Self::Stream>) -> CuRes<u64>;
+    /// `cuMemFreeAsync` of an address the caller checked.
+    fn mem_free_async(&mut self, dptr: u64, stream: Option<Self::Stream>) -> CuRes<()>;
+    /// Gets (`set` is `None`) or sets an attribute of the device's default
+    /// memory pool; returns the value.
+    fn mem_pool_attribute(&mut self, attr: u32, set: Option<u64>) -> CuRes<u64>;
+    /// A 2D copy over ranges the caller checked.
+    ///
+    /// # Safety
+    /// A host side must be valid for `width * height` bytes until the copy
+    /// is done (when this returns with `wait`, else until the stream is
+    /// synchronised or the context dropped).
+    unsafe fn copy_2d(&mut self, c: Copy2D, width: u64, height: u64, stream: Option<Self::Stream>, wait: bool) -> CuRes<()>;
+    /// `cuMemsetD2D8/16/32[Async]` over a range the caller checked.
+    #[allow(clippy::too_many_arguments)]
+    fn memset_2d(&mut self, dptr: u64, pitch: u64, value: u32, elem_size: u32, width: u64, height: u64, stream: Option<Self::Stream>) -> CuRes<()>;
+    /// Builds a tensor-map descriptor whose memory the caller checked.
+    fn tensor_map_encode(&mut self, r: &TensorMapEncode) -> CuRes<[u8; 128]>;
+    /// Moves what the context's kernels printed since the last call into
+    /// `out`. The default has nothing to give.
+    fn take_output(&mut self, _out: &mut Vec<u8>) {}
     /// Creates a stream.
     fn stream_create(&mut self, flags: u32, priority: i32) -> CuRes<Self::Stream>;
     /// Destroys a stream.

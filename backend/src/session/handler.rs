@@ -1,7 +1,7 @@
 //! The protocol's command table served by a session: one line per command,
 //! each handed to its family's handler.
 
-use super::{Io, Session, device, launch, memory, module, stream};
+use super::{Io, Session, device, launch, memory, module, pitched, stream};
 use crate::exec::{CuRes, Executor};
 use pvgpu_ring::proto::*;
 
@@ -57,4 +57,12 @@ impl<E: Executor> Handler for Session<E> {
     fn func_get_attribute(&mut self, r: FuncGetAttribute, _: &mut Io<'_>) -> CuRes<I32Rep> { launch::get_attribute(self, r) }
     fn func_set_attribute(&mut self, r: FuncSetAttribute, _: &mut Io<'_>) -> CuRes<()> { launch::set_attribute(self, r) }
     fn occupancy(&mut self, r: Occupancy, _: &mut Io<'_>) -> CuRes<OccupancyRep> { launch::occupancy(self, r) }
+    fn launch_kernel_ex(&mut self, r: LaunchKernelEx<'_>, _: &mut Io<'_>) -> CuRes<()> { launch::launch_ex(self, r) }
+    fn occupancy_clusters(&mut self, r: OccupancyClusters<'_>, _: &mut Io<'_>) -> CuRes<I32Rep> { launch::occupancy_clusters(self, r) }
+    fn tensor_map_encode(&mut self, r: TensorMapEncode, _: &mut Io<'_>) -> CuRes<TensorMapRep> { launch::tensor_map(self, r) }
+    fn mem_alloc_async(&mut self, r: MemAllocAsync, _: &mut Io<'_>) -> CuRes<DptrRep> { memory::alloc_async(self, r) }
+    fn mem_free_async(&mut self, r: MemFreeAsync, _: &mut Io<'_>) -> CuRes<()> { memory::free_async(self, r) }
+    fn mem_pool_attribute(&mut self, r: MemPoolAttribute, _: &mut Io<'_>) -> CuRes<U64Rep> { memory::pool_attribute(self, r) }
+    fn memcpy_2d(&mut self, r: Memcpy2D<'_>, io: &mut Io<'_>) -> CuRes<Bulk> { pitched::copy(self, r, io) }
+    fn memset_2d(&mut self, r: Memset2D, _: &mut Io<'_>) -> CuRes<()> { pitched::memset(self, r) }
 }

@@ -2,9 +2,10 @@
 //! reply described), function attributes and the occupancy calculator.
 
 use super::Session;
-use crate::exec::{CuRes, ExecContext, Executor, LaunchDims};
+use crate::exec::{CuRes, ExecContext, Executor, LaunchAttr, LaunchDims};
 use pvgpu_ring::CuError;
-use pvgpu_ring::proto::{self, I32Rep, OccupancyRep};
+use pvgpu_ring::proto::{self, I32Rep, OccupancyRep, TensorMapRep};
+use zerocopy::little_endian::U32;
 use zerocopy::IntoBytes;
 
 /// The function `id` and its context.
@@ -12,24 +13,53 @@ fn function<E: Executor>(s: &Session<E>, id: u64) -> CuRes<(u64, <super::Ctx<E> 
     s.functions.get(id).map(|f| (f.ctx, f.func)).ok_or(CuError::INVALID_HANDLE)
 }
 
+/// Launch attributes a guest may set: access policy window (1),
+/// cooperative (2), cluster dimension (4), cluster scheduling policy (5),
+/// programmatic stream serialisation (6), priority (8), memory
+/// synchronisation domain map and domain (9, 10), preferred shared memory
+/// carveout (14). The others name events or graph nodes of the driver, or
+/// belong to streams.
+const ALLOWED_ATTRS: &[u32] = &[1, 2, 4, 5, 6, 8, 9, 10, 14];
+
+fn check_attrs(attrs: &[LaunchAttr]) -> CuRes<()> {
+    if attrs.iter().all(|a| ALLOWED_ATTRS.contains(&a.id.get())) { Ok(()) } else { Err(CuError::NOT_SUPPORTED) }
+}
+
+fn dims(grid: [U32; 3], block: [U32; 3], shared_mem: u32) -> CuRes<LaunchDims> {
+    let d = LaunchDims { grid: grid.map(|v| v.get()), block: block.map(|v| v.get()), shared_mem };
+    if d.grid.contains(&0) || d.block.contains(&0) {
+        return Err(CuError::INVALID_VALUE);
+    }
+    Ok(d)
+}
+
 pub(super) fn launch<E: Executor>(s: &mut Session<E>, r: proto::LaunchKernel<'_>) -> CuRes<()> {
-    let (h, params) = (&r.head, r.params);
-    let f = s.functions.get(h.function.get()).ok_or(CuError::INVALID_HANDLE)?;
+    let h = &r.head;
+    let d = dims(h.grid, h.block, h.shared_mem.get())?;
+    launch_with(s, h.function.get(), d, r.params, &[], h.stream.get())
+}
+
+pub(super) fn launch_ex<E: Executor>(s: &mut Session<E>, r: proto::LaunchKernelEx<'_>) -> CuRes<()> {
+    let h = &r.head;
+    let d = dims(h.grid, h.block, h.shared_mem.get())?;
+    let attrs = r.attrs();
+    check_attrs(attrs)?;
+    launch_with(s, h.function.get(), d, r.params(), attrs, h.stream.get())
+}
+
+fn launch_with<E: Executor>(s: &mut Session<E>, function: u64, dims: LaunchDims, params: &[u8], attrs: &[LaunchAttr], stream: u64) -> CuRes<()> {
+    let f = s.functions.get(function).ok_or(CuError::INVALID_HANDLE)?;
     if params.len() != f.param_bytes {
         return Err(CuError::INVALID_VALUE);
     }
     let (ctx, func, layout) = (f.ctx, f.func, f.layout.clone());
-    let st = s.stream(h.stream.get(), ctx)?;
-    let dims = LaunchDims { grid: h.grid.map(|v| v.get()), block: h.block.map(|v| v.get()), shared_mem: h.shared_mem.get() };
-    if dims.grid.contains(&0) || dims.block.contains(&0) {
-        return Err(CuError::INVALID_VALUE);
-    }
+    let st = s.stream(stream, ctx)?;
     // Copy the parameters into an 8-aligned buffer.
     let mut buf = std::mem::take(&mut s.param_buf);
     buf.clear();
     buf.resize(params.len().div_ceil(8), 0);
     buf.as_mut_bytes()[..params.len()].copy_from_slice(params);
-    let r = s.enter(ctx).and_then(|c| c.launch(func, dims, &buf.as_bytes()[..params.len()], &layout, st));
+    let r = s.enter(ctx).and_then(|c| c.launch(func, dims, &buf.as_bytes()[..params.len()], &layout, attrs, st));
     s.param_buf = buf;
     r
 }
@@ -50,3 +80,51 @@ pub(super) fn occupancy<E: Executor>(s: &mut Session<E>, r: proto::Occupancy) ->
     let (a, b) = s.enter(ctx)?.occupancy(func, r.kind.get(), r.block_size.get(), r.limit.get(), r.dyn_smem.get(), r.flags.get())?;
     Ok(OccupancyRep { a: a.into(), b: b.into() })
 }
+
+pub(super) fn occupancy_clusters<E: Executor>(s: &mut Session<E>, r: proto::OccupancyClusters<'_>) -> CuRes<I32Rep> {
+    let h = &r.head;
+    check_attrs(r.attrs)?;
+    let d = dims(h.grid, h.block, h.shared_mem.get())?;
+    let (ctx, func) = function(s, h.function.get())?;
+    let n = s.enter(ctx)?.occupancy_clusters(func, d, r.attrs, h.kind.get())?;
+    Ok(I32Rep { value: n.into() })
+}
+
+/// A tensor map may only describe memory of the session: its base address
+/// and everything its dimensions and strides reach must lie in one
+/// allocation.
+pub(super) fn tensor_map<E: Executor>(s: &mut Session<E>, r: proto::TensorMapEncode) -> CuRes<TensorMapRep> {
+    let extent = tensor_extent(&r).ok_or(CuError::INVALID_VALUE)?;
+    let ctx = s.range(r.global_address.get(), extent)?;
+    Ok(TensorMapRep { bytes: s.enter(ctx)?.tensor_map_encode(&r)? })
+}
+
+/// Element sizes of `CUtensorMapDataType`, in bits.
+fn element_bits(data_type: u32) -> Option<u64> {
+    Some(match data_type {
+        0 => 8,
+        1 | 6 | 9 => 16,
+        2 | 3 | 7 | 10..=12 => 32,
+        4 | 5 | 8 => 64,
+        13 | 14 => 4,
+        15 => 6,
+        _ => return None,
+    })
+}
+
+/// The bytes a tensor map may reach from its base address: the last
+/// element of the last row of the outermost dimension, past the base.
+fn tensor_extent(r: &proto::TensorMapEncode) -> Option<u64> {
+    let rank = r.rank.get() as usize;
+    let bits = element_bits(r.data_type.get())?;
+    let dims: Vec<u64> = r.global_dim.iter().take(rank).map(|d| d.get()).collect();
+    if dims.contains(&0) {
+        return None;
+    }
+    let mut end = dims[0].checked_mul(bits)?.div_ceil(8);
+    for i in 1..rank {
+        end = end.checked_add((dims[i] - 1).checked_mul(r.global_strides[i - 1].get())?)?;
+    }
+    Some(end)
+}
+

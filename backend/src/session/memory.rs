@@ -4,29 +4,76 @@
 use super::{Alloc, Io, Session};
 use crate::exec::{CuRes, ExecContext, Executor};
 use pvgpu_ring::CuError;
-use pvgpu_ring::proto::{self, DataLoc, DataRef, DptrRep, MemInfoRep};
+use pvgpu_ring::proto::{self, DataLoc, DataRef, DptrRep, MemInfoRep, U64Rep};
 
-pub(super) fn alloc<E: Executor>(s: &mut Session<E>, r: proto::MemAlloc) -> CuRes<DptrRep> {
-    let (ctx, size) = (r.ctx.get(), r.size.get());
+/// Allocates `size` bytes in context `ctx` (on `stream` from the default
+/// pool, or plainly), within the quota and the object limit.
+fn allocate<E: Executor>(s: &mut Session<E>, ctx: u64, size: u64, stream: Option<u64>) -> CuRes<DptrRep> {
     if size == 0 {
         return Err(CuError::INVALID_VALUE);
     }
     if s.limits.mem_quota.is_some_and(|q| s.mem_used.saturating_add(size) > q) || s.allocs.len() >= s.limits.max_objects {
         return Err(CuError::OUT_OF_MEMORY);
     }
-    let dptr = s.enter(ctx)?.mem_alloc(size)?;
+    let dptr = match stream {
+        None => s.enter(ctx)?.mem_alloc(size)?,
+        Some(id) => {
+            let st = s.stream(id, ctx)?;
+            s.enter(ctx)?.mem_alloc_async(size, st)?
+        }
+    };
     s.allocs.insert(dptr, Alloc { len: size, ctx, global_of: None });
     s.mem_used += size;
     Ok(DptrRep { dptr: dptr.into() })
 }
 
-pub(super) fn free<E: Executor>(s: &mut Session<E>, r: proto::MemFree) -> CuRes<()> {
-    let dptr = r.dptr.get();
+/// Frees an allocation of the session (on `stream`, or plainly).
+fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> CuRes<()> {
     let a = *s.allocs.get(&dptr).filter(|a| a.global_of.is_none()).ok_or(CuError::INVALID_VALUE)?;
-    s.enter(a.ctx)?.mem_free(dptr)?;
+    match stream {
+        None => s.enter(a.ctx)?.mem_free(dptr)?,
+        Some(id) => {
+            let st = s.stream(id, a.ctx)?;
+            s.enter(a.ctx)?.mem_free_async(dptr, st)?
+        }
+    }
     s.allocs.remove(&dptr);
     s.mem_used -= a.len;
     Ok(())
+}
+
+pub(super) fn alloc<E: Executor>(s: &mut Session<E>, r: proto::MemAlloc) -> CuRes<DptrRep> {
+    allocate(s, r.ctx.get(), r.size.get(), None)
+}
+
+pub(super) fn alloc_async<E: Executor>(s: &mut Session<E>, r: proto::MemAllocAsync) -> CuRes<DptrRep> {
+    allocate(s, r.ctx.get(), r.size.get(), Some(r.stream.get()))
+}
+
+pub(super) fn free<E: Executor>(s: &mut Session<E>, r: proto::MemFree) -> CuRes<()> {
+    release(s, r.dptr.get(), None)
+}
+
+pub(super) fn free_async<E: Executor>(s: &mut Session<E>, r: proto::MemFreeAsync) -> CuRes<()> {
+    release(s, r.dptr.get(), Some(r.stream.get()))
+}
+
+/// Attributes of the default pool a session may read: the reuse policies
+/// (1-3), the release threshold (4), and the reserved and used amounts and
+/// their high-water marks (5-8). It may set the reuse policies and the
+/// release threshold, and reset the high-water marks to 0.
+pub(super) fn pool_attribute<E: Executor>(s: &mut Session<E>, r: proto::MemPoolAttribute) -> CuRes<U64Rep> {
+    let (attr, value) = (r.attr.get(), r.value.get());
+    let set = (r.set.get() != 0).then_some(value);
+    let allowed = match set {
+        None => (1..=8).contains(&attr),
+        Some(v) => (1..=4).contains(&attr) || (matches!(attr, 6 | 8) && v == 0),
+    };
+    if !allowed {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let v = s.enter(r.ctx.get())?.mem_pool_attribute(attr, set)?;
+    Ok(U64Rep { value: v.into() })
 }
 
 pub(super) fn info<E: Executor>(s: &mut Session<E>, r: proto::MemGetInfo) -> CuRes<MemInfoRep> {
@@ -110,6 +157,6 @@ pub(super) fn dtod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoD) -> CuR
 
 /// An asynchronous copy to or from page-locked memory the program owns in
 /// the data area: queued without waiting for it to finish.
-fn pinned_async(flags: u32, d: &DataRef) -> bool {
+pub(super) fn pinned_async(flags: u32, d: &DataRef) -> bool {
     flags & proto::COPY_ASYNC != 0 && flags & proto::COPY_PINNED != 0 && matches!(d.location(), Ok(DataLoc::Area { .. }))
 }

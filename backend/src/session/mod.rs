@@ -29,6 +29,7 @@ mod handler;
 mod launch;
 mod memory;
 mod module;
+mod pitched;
 mod stream;
 
 use crate::config::SessionLimits;
@@ -171,6 +172,14 @@ impl<E: Executor> Session<E> {
     /// Device memory held, in bytes.
     pub fn mem_used(&self) -> u64 {
         self.mem_used
+    }
+
+    /// Moves what the session's kernels printed since the last call into
+    /// `out`, for the program's standard output.
+    pub fn take_output(&mut self, out: &mut Vec<u8>) {
+        for c in self.ctxs.iter_mut() {
+            c.ctx.take_output(out);
+        }
     }
 
     /// Handles one request. `payload` is a private copy; `area` is the data

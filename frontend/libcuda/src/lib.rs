@@ -33,9 +33,12 @@ pub use api::context::*;
 pub use api::device::*;
 pub use api::exec::*;
 pub use api::init::*;
+pub use api::launch::*;
 pub use api::library::*;
 pub use api::memory::*;
 pub use api::module::*;
+pub use api::pitched::*;
+pub use api::pool::*;
 pub use pvgpu_ring::{CuError, CuResult};
 
 /// Which form of an entry point `cuGetProcAddress` returns.

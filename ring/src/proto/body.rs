@@ -164,15 +164,15 @@ fixed! { requests:
     Hello, Goodbye, Nop, Init, DriverGetVersion, DeviceGetCount, DeviceGet, DeviceGetProperties, DeviceGetAttribute,
     PrimaryCtxRetain, PrimaryCtxRelease, CtxCreate, CtxDestroy, CtxSynchronize, CtxGetInfo, CtxLimit,
     ModuleUnload, ModuleFunctionNames, FuncGetAttribute, FuncSetAttribute,
-    MemAlloc, MemFree, MemGetInfo, MemcpyDtoD,
+    MemAlloc, MemFree, MemGetInfo, MemcpyDtoD, MemAllocAsync, MemFreeAsync, MemPoolAttribute,
     StreamCreate, StreamDestroy, StreamSynchronize, StreamQuery, StreamWaitEvent,
     EventCreate, EventRecord, EventQuery, EventSynchronize, EventElapsedTime, EventDestroy,
 }
 
-fixed! { checked requests: Memset, Occupancy, MemcpyDtoH }
+fixed! { checked requests: Memset, Occupancy, MemcpyDtoH, Memset2D, TensorMapEncode }
 
 fixed! { replies:
-    HelloRep, I32Rep, U64Rep, HandleRep, GlobalRep, DptrRep, MemInfoRep, ElapsedRep, CtxInfoRep, OccupancyRep,
+    HelloRep, I32Rep, U64Rep, HandleRep, GlobalRep, DptrRep, MemInfoRep, ElapsedRep, CtxInfoRep, OccupancyRep, TensorMapRep,
 }
 
 impl Validate for Memset {
@@ -184,6 +184,24 @@ impl Validate for Memset {
 impl Validate for Occupancy {
     fn validate(&self) -> Result<(), DecodeError> {
         if self.kind.get() <= 2 { Ok(()) } else { Err(DecodeError::BadField("kind")) }
+    }
+}
+
+impl Validate for Memset2D {
+    fn validate(&self) -> Result<(), DecodeError> {
+        if matches!(self.elem_size.get(), 1 | 2 | 4) { Ok(()) } else { Err(DecodeError::BadField("elem_size")) }
+    }
+}
+
+impl Validate for TensorMapEncode {
+    fn validate(&self) -> Result<(), DecodeError> {
+        if self.kind.get() > 1 {
+            return Err(DecodeError::BadField("kind"));
+        }
+        if !(1..=5).contains(&self.rank.get()) {
+            return Err(DecodeError::BadField("rank"));
+        }
+        Ok(())
     }
 }
 
@@ -380,15 +398,141 @@ impl Reply for NamesRep {
         if count > MAX_NAMES {
             return Err(DecodeError::TooLarge(count));
         }
-        let body = tail.strip_suffix(&[0]).ok_or(DecodeError::BadName)?;
         let names = if count == 0 && tail.is_empty() {
             Vec::new()
         } else {
+            let body = tail.strip_suffix(&[0]).ok_or(DecodeError::BadName)?;
             body.split(|&b| b == 0).map(|n| check_name(n).map(str::to_string)).collect::<Result<Vec<_>, _>>()?
         };
         if names.len() != count {
             return Err(DecodeError::BadField("count"));
         }
         Ok(NamesRep { names })
+    }
+}
+
+/// Largest number of launch attributes in one launch.
+pub const MAX_LAUNCH_ATTRS: usize = 16;
+
+/// Splits a tail into `count` launch attributes and the rest.
+fn launch_attrs(tail: &[u8], count: usize) -> Result<(&[LaunchAttr], &[u8]), DecodeError> {
+    if count > MAX_LAUNCH_ATTRS {
+        return Err(DecodeError::TooLarge(count));
+    }
+    let n = count * core::mem::size_of::<LaunchAttr>();
+    let (a, rest) = tail.split_at_checked(n).ok_or(DecodeError::Truncated)?;
+    let attrs = <[LaunchAttr]>::ref_from_bytes(a).map_err(|_| DecodeError::Truncated)?;
+    Ok((attrs, rest))
+}
+
+/// `cuLaunchKernelEx`: a launch with attributes (cooperative, clusters,
+/// priority...). The tail is the attributes, then the packed parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchKernelEx<'a> {
+    /// Function, geometry, stream and counts.
+    pub head: LaunchExHead,
+    /// Attributes then parameters.
+    pub tail: &'a [u8],
+}
+
+impl<'a> LaunchKernelEx<'a> {
+    /// The attributes.
+    pub fn attrs(&self) -> &'a [LaunchAttr] {
+        launch_attrs(self.tail, self.head.attr_count.get() as usize).map(|(a, _)| a).unwrap_or(&[])
+    }
+    /// The packed parameters.
+    pub fn params(&self) -> &'a [u8] {
+        launch_attrs(self.tail, self.head.attr_count.get() as usize).map(|(_, p)| p).unwrap_or(&[])
+    }
+}
+
+impl<'a> Body<'a> for LaunchKernelEx<'a> {
+    fn head(&self) -> &[u8] {
+        self.head.as_bytes()
+    }
+    fn tail(&self) -> &[u8] {
+        self.tail
+    }
+    fn decode(op: Opcode, p: &'a [u8]) -> Result<Self, DecodeError> {
+        let (head, tail) = with_tail::<LaunchExHead, _>(op, p, |h| {
+            let (n, a) = (h.param_len.get() as usize, h.attr_count.get() as usize);
+            if n > MAX_PARAM_BYTES || a > MAX_LAUNCH_ATTRS {
+                return Err(DecodeError::TooLarge(n.max(a)));
+            }
+            Ok(n + a * core::mem::size_of::<LaunchAttr>())
+        })?;
+        Ok(LaunchKernelEx { head, tail })
+    }
+}
+
+/// `cuOccupancyMaxActiveClusters` / `cuOccupancyMaxPotentialClusterSize`
+/// for a launch configuration with attributes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OccupancyClusters<'a> {
+    /// Function, geometry, kind and count.
+    pub head: OccupancyClustersHead,
+    /// The attributes.
+    pub attrs: &'a [LaunchAttr],
+}
+
+impl<'a> Body<'a> for OccupancyClusters<'a> {
+    fn head(&self) -> &[u8] {
+        self.head.as_bytes()
+    }
+    fn tail(&self) -> &[u8] {
+        self.attrs.as_bytes()
+    }
+    fn decode(op: Opcode, p: &'a [u8]) -> Result<Self, DecodeError> {
+        let (head, tail) = with_tail::<OccupancyClustersHead, _>(op, p, |h| {
+            let a = h.attr_count.get() as usize;
+            if a > MAX_LAUNCH_ATTRS { Err(DecodeError::TooLarge(a)) } else { Ok(a * core::mem::size_of::<LaunchAttr>()) }
+        })?;
+        if head.kind.get() > 1 {
+            return Err(DecodeError::BadField("kind"));
+        }
+        let (attrs, _) = launch_attrs(tail, head.attr_count.get() as usize)?;
+        Ok(OccupancyClusters { head, attrs })
+    }
+}
+
+/// A 2D copy, with the host side's bytes inline when they go to the
+/// device over TCP.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Memcpy2D<'a> {
+    /// Kind, addresses, pitches, extent, stream and the host data.
+    pub head: Memcpy2DHead,
+    /// Inline host bytes (host to device, inline only).
+    pub data: &'a [u8],
+}
+
+/// `Memcpy2D` kind: host to device.
+pub const COPY_2D_HTOD: u32 = 1;
+/// `Memcpy2D` kind: device to host.
+pub const COPY_2D_DTOH: u32 = 2;
+/// `Memcpy2D` kind: device to device.
+pub const COPY_2D_DTOD: u32 = 3;
+
+impl<'a> Body<'a> for Memcpy2D<'a> {
+    fn head(&self) -> &[u8] {
+        self.head.as_bytes()
+    }
+    fn tail(&self) -> &[u8] {
+        self.data
+    }
+    fn decode(op: Opcode, p: &'a [u8]) -> Result<Self, DecodeError> {
+        let (head, data) = with_tail::<Memcpy2DHead, _>(op, p, |h| {
+            let bytes = h.width.get().checked_mul(h.height.get()).ok_or(DecodeError::TooLarge(usize::MAX))?;
+            match h.kind.get() {
+                COPY_2D_DTOD => Ok(0),
+                COPY_2D_HTOD | COPY_2D_DTOH => {
+                    if bytes > MAX_PAYLOAD as u64 || h.data.len.get() != bytes {
+                        return Err(DecodeError::BadDataRef(h.data.loc.get()));
+                    }
+                    if h.kind.get() == COPY_2D_HTOD { inline_len(&h.data) } else { h.data.location().map(|_| 0) }
+                }
+                _ => Err(DecodeError::BadField("kind")),
+            }
+        })?;
+        Ok(Memcpy2D { head, data })
     }
 }

@@ -196,6 +196,22 @@ commands! {
     42 Occupancy(occupancy): Occupancy => OccupancyRep;
     /// The names of a module's kernels (`cuModuleEnumerateFunctions`).
     43 ModuleFunctionNames(module_function_names): ModuleFunctionNames => NamesRep;
+    /// `cuLaunchKernelEx`.
+    44 LaunchKernelEx(launch_kernel_ex): LaunchKernelEx<'a> => ();
+    /// `cuOccupancyMaxActiveClusters`, `cuOccupancyMaxPotentialClusterSize`.
+    45 OccupancyClusters(occupancy_clusters): OccupancyClusters<'a> => I32Rep;
+    /// `cuMemAllocAsync`.
+    46 MemAllocAsync(mem_alloc_async): MemAllocAsync => DptrRep;
+    /// `cuMemFreeAsync`.
+    47 MemFreeAsync(mem_free_async): MemFreeAsync => ();
+    /// `cuMemPoolGetAttribute` / `cuMemPoolSetAttribute` of the default pool.
+    48 MemPoolAttribute(mem_pool_attribute): MemPoolAttribute => U64Rep;
+    /// `cuMemcpy2D` and its `Async` form (host, device, pitched).
+    49 Memcpy2D(memcpy_2d): Memcpy2D<'a> => Bulk;
+    /// `cuMemsetD2D8/16/32` and their `Async` forms.
+    50 Memset2D(memset_2d): Memset2D => ();
+    /// `cuTensorMapEncodeTiled` / `cuTensorMapEncodeIm2col`.
+    51 TensorMapEncode(tensor_map_encode): TensorMapEncode => TensorMapRep;
 }
 
 impl Opcode {

@@ -70,6 +70,10 @@ pub const MAX_ATTRS: usize = 4096;
 pub const FLAG_REPLY: u32 = 1;
 /// Set on every reply.
 pub const FLAG_IS_REPLY: u32 = 2;
+/// A message from the backend that is not a reply: the program's output
+/// (what its kernels printed), sent before the reply of the call that
+/// waited for them. Its request id is 0 and its opcode 0.
+pub const FLAG_OUTPUT: u32 = 4;
 
 /// Copy flag: the copy is ordered on its stream and need not be complete
 /// when the backend moves on (the `*Async` driver calls).
@@ -123,6 +127,23 @@ impl Header {
             payload_len: (payload_len as u32).into(),
             status: status.0.into(),
         }
+    }
+
+    /// An output message carrying `payload_len` bytes of program output.
+    pub fn output(payload_len: usize) -> Self {
+        Header {
+            version: PROTOCOL_VERSION.into(),
+            opcode: 0.into(),
+            flags: (FLAG_IS_REPLY | FLAG_OUTPUT).into(),
+            request_id: 0.into(),
+            payload_len: (payload_len as u32).into(),
+            status: 0.into(),
+        }
+    }
+
+    /// Whether this is an output message.
+    pub fn is_output(&self) -> bool {
+        self.flags.get() & FLAG_OUTPUT != 0
     }
 
     /// Whether the sender waits for a reply.

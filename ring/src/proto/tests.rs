@@ -194,6 +194,9 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
         MemFree,
         MemGetInfo,
         MemcpyDtoD,
+        MemAllocAsync,
+        MemFreeAsync,
+        MemPoolAttribute,
         StreamCreate,
         StreamDestroy,
         StreamSynchronize,
@@ -266,6 +269,68 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
             })
             .boxed(),
     );
+    all.push(
+        (arb::<Memset2D>(), prop::sample::select(vec![1u32, 2, 4]))
+            .prop_map(|(mut r, e)| {
+                r.elem_size = e.into();
+                (Opcode::Memset2D, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
+    all.push(
+        (arb::<TensorMapEncode>(), 0u32..=1, 1u32..=5)
+            .prop_map(|(mut r, k, rank)| {
+                r.kind = k.into();
+                r.rank = rank.into();
+                (Opcode::TensorMapEncode, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
+    all.push(
+        (arb::<LaunchExHead>(), proptest::collection::vec(arb::<LaunchAttr>(), 0..=MAX_LAUNCH_ATTRS), proptest::collection::vec(any::<u8>(), 0..=256))
+            .prop_map(|(mut h, attrs, params)| {
+                h.attr_count = (attrs.len() as u32).into();
+                h.param_len = (params.len() as u32).into();
+                let tail = [attrs.as_bytes(), &params].concat();
+                let mut p = vec![];
+                LaunchKernelEx { head: h, tail: &tail }.encode(&mut p);
+                (Opcode::LaunchKernelEx, p)
+            })
+            .boxed(),
+    );
+    all.push(
+        (arb::<OccupancyClustersHead>(), 0u32..=1, proptest::collection::vec(arb::<LaunchAttr>(), 0..=4))
+            .prop_map(|(mut h, kind, attrs)| {
+                h.kind = kind.into();
+                h.attr_count = (attrs.len() as u32).into();
+                let mut p = vec![];
+                OccupancyClusters { head: h, attrs: &attrs }.encode(&mut p);
+                (Opcode::OccupancyClusters, p)
+            })
+            .boxed(),
+    );
+    all.push(
+        (arb::<Memcpy2DHead>(), 1u32..=3, 0u64..64, 0u64..16, any::<bool>())
+            .prop_map(|(mut h, kind, width, height, inline)| {
+                h.kind = kind.into();
+                h.width = width.into();
+                h.height = height.into();
+                let n = (width * height) as usize;
+                let bytes = vec![7u8; n];
+                h.data = if kind == COPY_2D_DTOD {
+                    DataRef::default()
+                } else if inline {
+                    DataRef::inline(n)
+                } else {
+                    DataRef::area(4096, n)
+                };
+                let tail: &[u8] = if kind == COPY_2D_HTOD && inline { &bytes } else { &[] };
+                let mut p = vec![];
+                Memcpy2D { head: h, data: tail }.encode(&mut p);
+                (Opcode::Memcpy2D, p)
+            })
+            .boxed(),
+    );
     for get_function in [true, false] {
         all.push(
             (any::<u64>(), arb_name())
@@ -329,7 +394,7 @@ proptest! {
     fn every_reply_round_trips(
         hello in arb::<HelloRep>(), i in arb::<I32Rep>(), u in arb::<U64Rep>(), handle in arb::<HandleRep>(),
         global in arb::<GlobalRep>(), dptr in arb::<DptrRep>(), mem in arb::<MemInfoRep>(), ms in arb::<ElapsedRep>(),
-        ctx in arb::<CtxInfoRep>(), occ in arb::<OccupancyRep>(),
+        ctx in arb::<CtxInfoRep>(), occ in arb::<OccupancyRep>(), tmap in arb::<TensorMapRep>(),
         props in (arb::<DevicePropsHead>(), proptest::collection::vec(arb::<AttrPair>(), 0..200)),
         func in (arb::<FunctionHead>(), proptest::collection::vec(arb::<ParamInfo>(), 0..100)),
     ) {
@@ -349,6 +414,7 @@ proptest! {
         check!(EventElapsedTime, ms);
         check!(CtxGetInfo, ctx);
         check!(Occupancy, occ);
+        check!(TensorMapEncode, tmap);
         let (mut ph, attrs) = props;
         ph.attr_count = (attrs.len() as u32).into();
         let p = DevicePropsRep { head: ph, attrs };

@@ -296,8 +296,170 @@ wire_structs! {
     }
 }
 
+// Requests: launches with attributes.
+wire_structs! {
+    /// Head of `LaunchKernelEx`: `attr_count` [`LaunchAttr`]s then
+    /// `param_len` bytes of packed parameters follow.
+    pub struct LaunchExHead {
+        /// Function id.
+        pub function: U64,
+        /// Grid dimensions.
+        pub grid: [U32; 3],
+        /// Block dimensions.
+        pub block: [U32; 3],
+        /// Dynamic shared memory in bytes.
+        pub shared_mem: U32,
+        /// Bytes of packed parameters.
+        pub param_len: U32,
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+        /// Number of attributes.
+        pub attr_count: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// One launch attribute, as `CUlaunchAttribute` holds it: its id and its
+    /// 64-byte value.
+    pub struct LaunchAttr {
+        /// `CUlaunchAttributeID`.
+        pub id: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+        /// The value, laid out as the attribute's member of
+        /// `CUlaunchAttributeValue`.
+        pub value: [u8; 64],
+    }
+    /// Head of `OccupancyClusters`: `attr_count` [`LaunchAttr`]s follow.
+    pub struct OccupancyClustersHead {
+        /// Function id.
+        pub function: U64,
+        /// Grid dimensions.
+        pub grid: [U32; 3],
+        /// Block dimensions.
+        pub block: [U32; 3],
+        /// Dynamic shared memory in bytes.
+        pub shared_mem: U32,
+        /// 0: `cuOccupancyMaxActiveClusters`; 1:
+        /// `cuOccupancyMaxPotentialClusterSize`.
+        pub kind: U32,
+        /// Number of attributes.
+        pub attr_count: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// `cuTensorMapEncodeTiled` (kind 0) and `cuTensorMapEncodeIm2col`
+    /// (kind 1): the descriptor is built by the backend's driver.
+    pub struct TensorMapEncode {
+        /// 0: tiled; 1: im2col.
+        pub kind: U32,
+        /// `CUtensorMapDataType`.
+        pub data_type: U32,
+        /// Rank, 1 to 5.
+        pub rank: U32,
+        /// `CUtensorMapInterleave`.
+        pub interleave: U32,
+        /// `CUtensorMapSwizzle`.
+        pub swizzle: U32,
+        /// `CUtensorMapL2promotion`.
+        pub l2_promotion: U32,
+        /// `CUtensorMapFloatOOBfill`.
+        pub oob_fill: U32,
+        /// Im2col: channels per pixel.
+        pub channels_per_pixel: U32,
+        /// Device address of the tensor.
+        pub global_address: U64,
+        /// Size of each dimension, in elements.
+        pub global_dim: [U64; 5],
+        /// Stride of dimensions 1.. in bytes.
+        pub global_strides: [U64; 4],
+        /// Tiled: box size per dimension.
+        pub box_dim: [U32; 5],
+        /// Traversal stride per dimension.
+        pub element_strides: [U32; 5],
+        /// Im2col: lower corner of the bounding box.
+        pub pixel_box_lower: [I32; 3],
+        /// Im2col: upper corner of the bounding box.
+        pub pixel_box_upper: [I32; 3],
+        /// Im2col: pixels per column.
+        pub pixels_per_column: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+}
+
 // Requests: memory.
 wire_structs! {
+    /// `cuMemAllocAsync`: from the device's default pool, ordered on a
+    /// stream.
+    pub struct MemAllocAsync {
+        /// Context id.
+        pub ctx: U64,
+        /// Bytes.
+        pub size: U64,
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+    }
+    /// `cuMemFreeAsync`.
+    pub struct MemFreeAsync {
+        /// Device address from `MemAllocAsync` (or `MemAlloc`).
+        pub dptr: U64,
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+    }
+    /// `cuMemPoolGetAttribute` / `cuMemPoolSetAttribute` of the default
+    /// pool of a context's device.
+    pub struct MemPoolAttribute {
+        /// Context id.
+        pub ctx: U64,
+        /// `CUmemPool_attribute`.
+        pub attr: U32,
+        /// 1 to set, 0 to get.
+        pub set: U32,
+        /// Value to set.
+        pub value: U64,
+    }
+    /// Head of `Memcpy2D`: a 2D copy of `height` rows of `width` bytes.
+    /// The host side (kinds 1 and 2) is `data`, rows packed; inline bytes
+    /// follow when it is inline and the copy goes to the device.
+    pub struct Memcpy2DHead {
+        /// 1: host to device; 2: device to host; 3: device to device.
+        pub kind: U32,
+        /// `COPY_ASYNC`, `COPY_PINNED`.
+        pub flags: U32,
+        /// Destination device address (kinds 1, 3).
+        pub dst: U64,
+        /// Destination pitch in bytes.
+        pub dst_pitch: U64,
+        /// Source device address (kinds 2, 3).
+        pub src: U64,
+        /// Source pitch in bytes.
+        pub src_pitch: U64,
+        /// Bytes per row.
+        pub width: U64,
+        /// Rows.
+        pub height: U64,
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+        /// The host side's bytes, `width * height` of them.
+        pub data: DataRef,
+    }
+    /// `cuMemsetD2D8/16/32` and their `Async` forms.
+    pub struct Memset2D {
+        /// Device address.
+        pub dptr: U64,
+        /// Pitch in bytes.
+        pub pitch: U64,
+        /// The value; the low `elem_size` bytes are used.
+        pub value: U32,
+        /// 1, 2 or 4.
+        pub elem_size: U32,
+        /// Elements per row.
+        pub width: U64,
+        /// Rows.
+        pub height: U64,
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+    }
     /// `cuMemAlloc`.
     pub struct MemAlloc {
         /// Context id.
@@ -558,6 +720,11 @@ wire_structs! {
         pub least_priority: I32,
         /// Greatest (numerically least) stream priority.
         pub greatest_priority: I32,
+    }
+    /// `TensorMapEncode` reply: the 128-byte `CUtensorMap`.
+    pub struct TensorMapRep {
+        /// The descriptor.
+        pub bytes: [u8; 128],
     }
     /// `Occupancy` reply.
     pub struct OccupancyRep {

@@ -122,6 +122,8 @@ pub struct Call<'a> {
     pub mem: &'a mut Mem,
     /// The module's globals: name to address.
     pub globals: &'a HashMap<String, u64>,
+    /// What the kernel prints (device `printf`).
+    pub out: &'a mut Vec<u8>,
 }
 
 impl Call<'_> {
@@ -146,6 +148,7 @@ pub static KERNELS: &[(&str, HostKernel)] = &[
     ("scale_by_global", k_scale_by_global),
     ("spin", k_spin),
     ("poke", k_poke),
+    ("pvgpu_printf", k_printf),
 ];
 
 fn covered(c: &Call<'_>, n: i32) -> usize {
@@ -235,5 +238,19 @@ fn k_spin(c: &mut Call<'_>) -> Result<(), Fault> {
 fn k_poke(c: &mut Call<'_>) -> Result<(), Fault> {
     let p = c.args.u64(0)?;
     c.mem.bytes_mut(p, 4)?.copy_from_slice(&1i32.to_le_bytes());
+    Ok(())
+}
+
+/// `printf("pvgpu_printf tag %d block %d thread %d\n", ...)` from each
+/// thread along x, block by block (at most 1024 lines).
+fn k_printf(c: &mut Call<'_>) -> Result<(), Fault> {
+    let tag = c.args.i32(0)?;
+    let (blocks, threads) = (c.dims.grid[0], c.dims.block[0]);
+    for (n, (b, t)) in (0..blocks).flat_map(|b| (0..threads).map(move |t| (b, t))).enumerate() {
+        if n >= 1024 {
+            break;
+        }
+        c.out.extend_from_slice(format!("pvgpu_printf tag {tag} block {b} thread {t}\n").as_bytes());
+    }
     Ok(())
 }

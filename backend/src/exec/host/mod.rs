@@ -14,12 +14,13 @@
 //! so in its device name ("pvgpu host executor (test double)") and in the
 //! backend's log.
 
+mod ext;
 mod kernels;
 
 pub use kernels::{Args, Call, Fault, HostKernel, KERNELS, Mem};
 
 use super::image::{self, ImageInfo};
-use super::{CtxInfo, CuRes, DeviceInfo, ExecContext, Executor, LaunchDims, Param};
+use super::{Copy2D, CtxInfo, CuRes, DeviceInfo, ExecContext, Executor, LaunchAttr, LaunchDims, Param, TensorMapEncode};
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::attr;
 use std::collections::{BTreeMap, HashMap};
@@ -137,6 +138,8 @@ impl Executor for HostExecutor {
             dyn_shared: 48 * 1024,
             // CU_LIMIT_STACK_SIZE, PRINTF_FIFO_SIZE, MALLOC_HEAP_SIZE.
             limits: HashMap::from([(0, 1024), (1, 1 << 20), (2, 8 << 20)]),
+            pool_attrs: HashMap::new(),
+            output: Vec::new(),
         })
     }
 }
@@ -173,6 +176,9 @@ pub struct HostContext {
     next_handle: u64,
     dyn_shared: i32,
     limits: HashMap<u32, u64>,
+    pool_attrs: HashMap<u32, u64>,
+    /// What kernels printed, for the session.
+    output: Vec<u8>,
 }
 
 impl HostContext {
@@ -326,14 +332,22 @@ impl ExecContext for HostContext {
         Ok((addr, st.info.globals[name].size))
     }
 
-    fn launch(&mut self, f: HostFunction, dims: LaunchDims, params: &[u8], layout: &[Param], _s: Option<u64>) -> CuRes<()> {
+    fn launch(
+        &mut self,
+        f: HostFunction,
+        dims: LaunchDims,
+        params: &[u8],
+        layout: &[Param],
+        _attrs: &[LaunchAttr],
+        _s: Option<u64>,
+    ) -> CuRes<()> {
         self.ok()?;
         if dims.grid.contains(&0) || dims.block.contains(&0) || dims.block.iter().map(|&b| b as u64).product::<u64>() > 1024 {
             return Err(CuError::INVALID_VALUE);
         }
         let st = self.modules.get(&f.module).ok_or(CuError::INVALID_HANDLE)?;
         let globals = st.globals.clone();
-        let mut call = Call { dims, args: Args { buf: params, layout }, mem: &mut self.mem, globals: &globals };
+        let mut call = Call { dims, args: Args { buf: params, layout }, mem: &mut self.mem, globals: &globals, out: &mut self.output };
         if (f.kernel)(&mut call).is_err() {
             // A GPU reports a fault asynchronously and poisons the context;
             // do the same.
@@ -454,6 +468,39 @@ impl ExecContext for HostContext {
             _ => Err(CuError::INVALID_VALUE),
         }
     }
+
+    fn occupancy_clusters(&mut self, _f: HostFunction, dims: LaunchDims, _attrs: &[LaunchAttr], kind: u32) -> CuRes<i32> {
+        self.clusters(dims, kind)
+    }
+
+    fn mem_alloc_async(&mut self, size: u64, _s: Option<u64>) -> CuRes<u64> {
+        self.mem_alloc(size)
+    }
+
+    fn mem_free_async(&mut self, dptr: u64, _s: Option<u64>) -> CuRes<()> {
+        self.mem_free(dptr)
+    }
+
+    fn mem_pool_attribute(&mut self, attr: u32, set: Option<u64>) -> CuRes<u64> {
+        self.pool_attribute(attr, set)
+    }
+
+    unsafe fn copy_2d(&mut self, c: Copy2D, width: u64, height: u64, _s: Option<u64>, _wait: bool) -> CuRes<()> {
+        // SAFETY: the same contract.
+        unsafe { self.copy2d(c, width, height) }
+    }
+
+    fn memset_2d(&mut self, dptr: u64, pitch: u64, value: u32, elem: u32, w: u64, h: u64, _s: Option<u64>) -> CuRes<()> {
+        self.memset2d(dptr, pitch, value, elem, w, h)
+    }
+
+    fn tensor_map_encode(&mut self, r: &TensorMapEncode) -> CuRes<[u8; 128]> {
+        self.tensor_map(r)
+    }
+
+    fn take_output(&mut self, out: &mut Vec<u8>) {
+        out.append(&mut self.output);
+    }
 }
 
 #[cfg(test)]
@@ -483,7 +530,7 @@ mod tests {
         params[16..24].copy_from_slice(&out.to_le_bytes());
         params[24..28].copy_from_slice(&(n as i32).to_le_bytes());
         let dims = LaunchDims { grid: [4, 1, 1], block: [256, 1, 1], shared_mem: 0 };
-        c.launch(f, dims, &params, &layout, None).unwrap();
+        c.launch(f, dims, &params, &layout, &[], None).unwrap();
         let mut res = vec![0u8; bytes];
         // SAFETY: res is a live buffer of `bytes` bytes.
         unsafe { c.dtoh(res.as_mut_ptr(), out, bytes, None, true).unwrap() };
@@ -493,7 +540,7 @@ mod tests {
         }
         assert_eq!(ex.used_bytes(), 3 * bytes as u64);
         let (poke, pl) = c.function(&m, "poke").unwrap();
-        c.launch(poke, LaunchDims { grid: [1; 3], block: [1; 3], shared_mem: 0 }, &0x10u64.to_le_bytes(), &pl, None).unwrap();
+        c.launch(poke, LaunchDims { grid: [1; 3], block: [1; 3], shared_mem: 0 }, &0x10u64.to_le_bytes(), &pl, &[], None).unwrap();
         assert_eq!(c.synchronize(), Err(CuError::ILLEGAL_ADDRESS));
         assert_eq!(c.mem_alloc(16), Err(CuError::ILLEGAL_ADDRESS));
         drop(c);

@@ -1,6 +1,6 @@
-//! Streams, events and kernel launches. Launches, event records and stream
-//! waits are sent without waiting for the backend; their errors come back
-//! at the next synchronising call.
+//! Streams and events. Event records and stream waits are sent without
+//! waiting for the backend; their errors come back at the next
+//! synchronising call.
 
 use crate::state::{self, Res, StreamInfo, handle, id, objects, put, run, stream};
 use pvgpu_frontend::{Event, Stream};
@@ -59,7 +59,7 @@ pub extern "C" fn cuStreamDestroy(s: *mut c_void) -> CuResult {
 
 fn stream_sync(s: *mut c_void) -> Res {
     let c = state::client()?;
-    match stream(s) {
+    match state::ordered(s) {
         Stream::DEFAULT => c.ctx_synchronize(state::current()?),
         st => c.stream_synchronize(st),
     }
@@ -74,6 +74,9 @@ pub extern "C" fn cuStreamSynchronize(s: *mut c_void) -> CuResult {
 
 fn stream_query(s: *mut c_void) -> Res {
     let c = state::client()?;
+    if crate::callback::busy(stream(s)) {
+        return Err(CuError::NOT_READY);
+    }
     let idle = match stream(s) {
         Stream::DEFAULT => c.ctx_synchronize(state::current()?).map(|_| true),
         st => c.stream_query(st),
@@ -89,7 +92,7 @@ pub extern "C" fn cuStreamQuery(s: *mut c_void) -> CuResult {
 }
 
 fn stream_wait(s: *mut c_void, e: *mut c_void) -> Res {
-    state::client()?.stream_wait_event(stream(s), Event(id(e))).map_err(state::cu)
+    state::client()?.stream_wait_event(state::ordered(s), Event(id(e))).map_err(state::cu)
 }
 
 /// `cuStreamWaitEvent`.
@@ -191,7 +194,7 @@ pub unsafe extern "C" fn cuEventCreate(ph: *mut *mut c_void, flags: c_uint) -> C
 }
 
 fn record(e: *mut c_void, s: *mut c_void) -> Res {
-    state::client()?.event_record(Event(id(e)), stream(s)).map_err(state::cu)
+    state::client()?.event_record(Event(id(e)), state::ordered(s)).map_err(state::cu)
 }
 
 /// `cuEventRecord`.
@@ -256,111 +259,4 @@ pub extern "C" fn cuEventDestroy_v2(e: *mut c_void) -> CuResult {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventDestroy(e: *mut c_void) -> CuResult {
     run("cuEventDestroy", || event_destroy(e))
-}
-
-const CU_LAUNCH_PARAM_END: usize = 0x00;
-const CU_LAUNCH_PARAM_BUFFER_POINTER: usize = 0x01;
-const CU_LAUNCH_PARAM_BUFFER_SIZE: usize = 0x02;
-
-/// Packs the arguments of a launch into the kernel's parameter layout.
-///
-/// # Safety
-/// `params` is null or holds one pointer per kernel parameter, each to a
-/// value of that parameter's size; `extra` is null or a
-/// `CU_LAUNCH_PARAM_END`-terminated list as the driver API defines it.
-unsafe fn pack(f: &pvgpu_frontend::Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> Result<Vec<u8>, CuError> {
-    let mut packed = vec![0u8; f.param_bytes];
-    if !params.is_null() {
-        for (i, p) in f.params.iter().enumerate() {
-            // SAFETY: one pointer per parameter, per the caller.
-            let arg = unsafe { *params.add(i) } as *const u8;
-            if arg.is_null() {
-                return Err(CuError::INVALID_VALUE);
-            }
-            let at = p.offset as usize;
-            // SAFETY: `arg` points to `size` readable bytes, per the caller;
-            // the layout was checked to fit in `packed` when it arrived.
-            unsafe { std::ptr::copy_nonoverlapping(arg, packed.as_mut_ptr().add(at), p.size as usize) };
-        }
-        return Ok(packed);
-    }
-    if !extra.is_null() {
-        let (mut buf, mut size) = (std::ptr::null::<u8>(), None);
-        let mut i = 0;
-        loop {
-            if i >= 64 {
-                return Err(CuError::INVALID_VALUE);
-            }
-            // SAFETY: the list is END-terminated, per the caller.
-            let key = unsafe { *extra.add(i) } as usize;
-            match key {
-                CU_LAUNCH_PARAM_END => break,
-                CU_LAUNCH_PARAM_BUFFER_POINTER => {
-                    // SAFETY: a key is followed by its value.
-                    buf = unsafe { *extra.add(i + 1) } as *const u8;
-                }
-                CU_LAUNCH_PARAM_BUFFER_SIZE => {
-                    // SAFETY: the value is a pointer to a size_t.
-                    let sp = unsafe { *extra.add(i + 1) } as *const usize;
-                    if sp.is_null() {
-                        return Err(CuError::INVALID_VALUE);
-                    }
-                    // SAFETY: non-null pointer to a size_t, per the API.
-                    size = Some(unsafe { sp.read_unaligned() });
-                }
-                _ => return Err(CuError::INVALID_VALUE),
-            }
-            i += 2;
-        }
-        let size = size.ok_or(CuError::INVALID_VALUE)?;
-        if buf.is_null() || size < f.param_bytes {
-            return Err(CuError::INVALID_VALUE);
-        }
-        if size > f.param_bytes {
-            // What the driver answers for a buffer larger than the kernel's
-            // parameters.
-            return Err(CuError::LAUNCH_OUT_OF_RESOURCES);
-        }
-        // SAFETY: `buf` holds `size >= param_bytes` readable bytes.
-        unsafe { std::ptr::copy_nonoverlapping(buf, packed.as_mut_ptr(), f.param_bytes) };
-        return Ok(packed);
-    }
-    if f.params.is_empty() { Ok(packed) } else { Err(CuError::INVALID_VALUE) }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn launch(
-    hfunc: *mut c_void,
-    grid: [c_uint; 3],
-    block: [c_uint; 3],
-    shared: c_uint,
-    s: *mut c_void,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> Res {
-    let (_, f) = crate::library::function(id(hfunc))?;
-    // SAFETY: the driver API's contract for kernelParams and extra.
-    let packed = unsafe { pack(&f, params, extra) }?;
-    state::client()?.launch_packed(&f, grid, block, shared, stream(s), &packed).map_err(state::cu)
-}
-
-/// `cuLaunchKernel`, with `kernelParams` or the `extra` packed buffer.
-///
-/// # Safety
-/// As the driver API requires of `kernelParams` and `extra`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchKernel(
-    f: *mut c_void,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shared: c_uint,
-    s: *mut c_void,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CuResult {
-    run("cuLaunchKernel", || launch(f, [gx, gy, gz], [bx, by, bz], shared, s, params, extra))
 }

@@ -61,7 +61,13 @@ pub extern "C" fn cuMemFree_v2(dptr: u64) -> CuResult {
         if dptr == 0 {
             return Ok(());
         }
-        state::client()?.mem_free(dptr).map_err(state::cu)?;
+        let c = state::client()?;
+        // A free of an address this process never allocated (or a global)
+        // fails at the call, as the driver's does.
+        if !objects().device.get(&dptr).is_some_and(|a| a.global_of.is_none()) {
+            return Err(CuError::INVALID_VALUE);
+        }
+        c.mem_free(dptr).map_err(state::cu)?;
         objects().device.remove(&dptr);
         Ok(())
     })
@@ -234,6 +240,7 @@ fn dtoh(dst: *mut c_void, src: u64, n: usize, s: Stream, is_async: bool) -> Res 
 
 fn dtod(dst: u64, src: u64, n: usize, s: Option<Stream>) -> Res {
     let c = state::client()?;
+    crate::callback::gate(s.unwrap_or(Stream::DEFAULT));
     match s {
         None => c.memcpy_dtod(dst, src, n as u64),
         Some(s) => c.memcpy_dtod_async(dst, src, n as u64, s),
@@ -247,7 +254,7 @@ fn dtod(dst: u64, src: u64, n: usize, s: Option<Stream>) -> Res {
 /// `src` must hold `n` readable bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize) -> CuResult {
-    run("cuMemcpyHtoD_v2", || htod(dst, src, n, Stream::DEFAULT, false))
+    run("cuMemcpyHtoD_v2", || htod(dst, src, n, state::ordered(std::ptr::null_mut()), false))
 }
 
 /// `cuMemcpyHtoDAsync_v2`.
@@ -256,7 +263,7 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize)
 /// `src` must hold `n` readable bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, n: usize, s: *mut c_void) -> CuResult {
-    run("cuMemcpyHtoDAsync_v2", || htod(dst, src, n, stream(s), true))
+    run("cuMemcpyHtoDAsync_v2", || htod(dst, src, n, state::ordered(s), true))
 }
 
 /// `cuMemcpyDtoH_v2`.
@@ -265,7 +272,7 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, n: u
 /// `dst` must hold `n` writable bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) -> CuResult {
-    run("cuMemcpyDtoH_v2", || dtoh(dst, src, n, Stream::DEFAULT, false))
+    run("cuMemcpyDtoH_v2", || dtoh(dst, src, n, state::ordered(std::ptr::null_mut()), false))
 }
 
 /// `cuMemcpyDtoHAsync_v2`: into page-locked memory it is queued; into
@@ -275,7 +282,7 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) -
 /// `dst` must hold `n` writable bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: u64, n: usize, s: *mut c_void) -> CuResult {
-    run("cuMemcpyDtoHAsync_v2", || dtoh(dst, src, n, stream(s), true))
+    run("cuMemcpyDtoHAsync_v2", || dtoh(dst, src, n, state::ordered(s), true))
 }
 
 /// `cuMemcpyDtoD_v2`.
@@ -287,12 +294,13 @@ pub extern "C" fn cuMemcpyDtoD_v2(dst: u64, src: u64, n: usize) -> CuResult {
 /// `cuMemcpyDtoDAsync_v2`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, s: *mut c_void) -> CuResult {
-    run("cuMemcpyDtoDAsync_v2", || dtod(dst, src, n, Some(stream(s))))
+    run("cuMemcpyDtoDAsync_v2", || dtod(dst, src, n, Some(state::ordered(s))))
 }
 
 /// A unified-addressing copy: each side is device memory if it lies in an
 /// allocation this process made, host memory otherwise.
 fn unified(dst: u64, src: u64, n: usize, s: Option<Stream>) -> Res {
+    crate::callback::gate(s.unwrap_or(Stream::DEFAULT));
     let (d_dev, s_dev) = {
         let o = objects();
         (o.device_range(dst, n as u64).is_some(), o.device_range(src, n as u64).is_some())
@@ -324,10 +332,11 @@ pub extern "C" fn cuMemcpy(dst: u64, src: u64, n: usize) -> CuResult {
 /// `cuMemcpyAsync`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemcpyAsync(dst: u64, src: u64, n: usize, s: *mut c_void) -> CuResult {
-    run("cuMemcpyAsync", || unified(dst, src, n, Some(stream(s))))
+    run("cuMemcpyAsync", || unified(dst, src, n, Some(state::ordered(s))))
 }
 
 fn memset(dptr: u64, value: u32, elem: u32, n: usize, s: Stream) -> Res {
+    crate::callback::gate(s);
     state::client()?.memset(dptr, value, elem, n as u64, s).map_err(state::cu)
 }
 

@@ -46,6 +46,7 @@ pub fn connect() -> Result<&'static Client, CuError> {
     if let Some(c) = CLIENT.get() {
         return Ok(c);
     }
+    pvgpu_frontend::set_output_handler(c_stdout);
     match Client::from_env() {
         Ok(c) => {
             tracing::info!(info = ?c.info(), "libcuda: connected to the pvgpu backend");
@@ -59,6 +60,19 @@ pub fn connect() -> Result<&'static Client, CuError> {
             })
         }
     }
+}
+
+unsafe extern "C" {
+    /// C's standard output stream.
+    static stdout: *mut libc::FILE;
+}
+
+/// Writes kernel output through C's `stdout`, in order with what the
+/// program prints there, as the driver does.
+fn c_stdout(bytes: &[u8]) {
+    // SAFETY: `stdout` is the C library's stream, valid for the life of the
+    // process; fwrite copies `bytes` into it.
+    unsafe { libc::fwrite(bytes.as_ptr().cast(), 1, bytes.len(), stdout) };
 }
 
 /// The connection, once `cuInit` has succeeded.

@@ -9,7 +9,11 @@
 //! context of the process: see `docs/architecture.md`), so the backend runs
 //! each session of this executor in its own worker process by default.
 
-use super::{CtxInfo, CuRes, DeviceInfo, ExecContext, Executor, LaunchDims, Param};
+mod ext;
+pub mod output;
+
+use super::{CtxInfo, Copy2D, CuRes, DeviceInfo, ExecContext, Executor, LaunchAttr, LaunchDims, Param, TensorMapEncode};
+use ext::ExtFns;
 use cudarc::driver::sys;
 use pvgpu_ring::cuda::attr;
 use pvgpu_ring::{CuError, CuResult};
@@ -103,6 +107,7 @@ pub struct CudaExecutor {
     raw: Vec<sys::CUdevice>,
     driver_version: i32,
     int_fns: IntFns,
+    ext_fns: ExtFns,
 }
 
 impl CudaExecutor {
@@ -175,8 +180,10 @@ impl CudaExecutor {
                 set_limit: symbol("cuCtxSetLimit")?,
             }
         };
+        // SAFETY: the library is loaded.
+        let ext_fns = unsafe { ExtFns::resolve()? };
         tracing::info!(driver_version, devices = devices.len(), "CUDA executor ready");
-        Ok(CudaExecutor { devices, raw, driver_version, int_fns })
+        Ok(CudaExecutor { devices, raw, driver_version, int_fns, ext_fns })
     }
 }
 
@@ -200,14 +207,16 @@ impl Executor for CudaExecutor {
         let mut raw = ptr::null_mut();
         // SAFETY: valid out-pointer; null create-params asks for defaults.
         ck(unsafe { sys::cuCtxCreate_v4(&mut raw, ptr::null_mut(), flags, dev) })?;
-        Ok(CudaContext { raw, attr_fns: self.int_fns })
+        Ok(CudaContext { raw, dev, attr_fns: self.int_fns, ext: self.ext_fns })
     }
 }
 
 /// A CUDA context owned by one session (RAII: destroyed on drop).
 pub struct CudaContext {
     raw: sys::CUcontext,
+    dev: sys::CUdevice,
     attr_fns: IntFns,
+    ext: ExtFns,
 }
 
 /// Driver entry points whose enum arguments we pass as plain integers
@@ -442,7 +451,15 @@ impl ExecContext for CudaContext {
         Ok((p, size as u64))
     }
 
-    fn launch(&mut self, f: CudaFunction, d: LaunchDims, params: &[u8], layout: &[Param], stream: Option<CudaStream>) -> CuRes<()> {
+    fn launch(
+        &mut self,
+        f: CudaFunction,
+        d: LaunchDims,
+        params: &[u8],
+        layout: &[Param],
+        attrs: &[LaunchAttr],
+        stream: Option<CudaStream>,
+    ) -> CuRes<()> {
         let mut args: Vec<*mut c_void> = Vec::with_capacity(layout.len());
         for p in layout {
             let end = p.offset as usize + p.size as usize;
@@ -451,6 +468,9 @@ impl ExecContext for CudaContext {
             }
             // SAFETY: offset is within `params` (checked just above).
             args.push(unsafe { params.as_ptr().add(p.offset as usize) } as *mut c_void);
+        }
+        if !attrs.is_empty() {
+            return self.launch_with(f, d, &mut args, attrs, stream);
         }
         // SAFETY: one pointer per kernel parameter, each to at least `size`
         // bytes of `params`, which outlives the call; the driver copies the
@@ -602,5 +622,38 @@ impl ExecContext for CudaContext {
     fn set_limit(&mut self, limit: u32, value: u64) -> CuRes<()> {
         // SAFETY: plain-int limit number; acts on the current context.
         ck_raw(unsafe { (self.attr_fns.set_limit)(limit as c_int, value as usize) })
+    }
+
+    fn occupancy_clusters(&mut self, f: CudaFunction, dims: LaunchDims, attrs: &[LaunchAttr], kind: u32) -> CuRes<i32> {
+        self.clusters(f, dims, attrs, kind)
+    }
+
+    fn mem_alloc_async(&mut self, size: u64, stream: Option<CudaStream>) -> CuRes<u64> {
+        self.alloc_async(size, stream)
+    }
+
+    fn mem_free_async(&mut self, dptr: u64, stream: Option<CudaStream>) -> CuRes<()> {
+        self.free_async(dptr, stream)
+    }
+
+    fn mem_pool_attribute(&mut self, attr: u32, set: Option<u64>) -> CuRes<u64> {
+        self.pool_attribute(attr, set)
+    }
+
+    unsafe fn copy_2d(&mut self, c: Copy2D, width: u64, height: u64, stream: Option<CudaStream>, wait: bool) -> CuRes<()> {
+        // SAFETY: the same contract.
+        unsafe { self.copy2d(c, width, height, stream, wait) }
+    }
+
+    fn memset_2d(&mut self, dptr: u64, pitch: u64, value: u32, elem: u32, w: u64, h: u64, s: Option<CudaStream>) -> CuRes<()> {
+        self.memset2d(dptr, pitch, value, elem, w, h, s)
+    }
+
+    fn tensor_map_encode(&mut self, r: &TensorMapEncode) -> CuRes<[u8; 128]> {
+        self.tensor_map(r)
+    }
+
+    fn take_output(&mut self, out: &mut Vec<u8>) {
+        output::drain(out);
     }
 }

@@ -1,0 +1,203 @@
+//! Pitched copies (`cuMemcpy2D`, `cuMemcpy3D` and their `Async` forms) and
+//! memsets (`cuMemsetD2D*`). Host, device and unified sides are
+//! supported; CUDA arrays (textures) are not. A 3D copy is a 2D copy per
+//! depth slice.
+
+use crate::state::{self, Res, objects, run};
+use pvgpu_frontend::{Pitched, Stream};
+use pvgpu_ring::{CuError, CuResult};
+use std::ffi::{c_uint, c_void};
+
+const MEMORYTYPE_HOST: c_uint = 1;
+const MEMORYTYPE_DEVICE: c_uint = 2;
+const MEMORYTYPE_UNIFIED: c_uint = 4;
+
+/// `CUDA_MEMCPY2D`.
+#[repr(C)]
+pub struct Memcpy2D {
+    src_x: usize,
+    src_y: usize,
+    src_type: c_uint,
+    src_host: *const c_void,
+    src_device: u64,
+    src_array: *mut c_void,
+    src_pitch: usize,
+    dst_x: usize,
+    dst_y: usize,
+    dst_type: c_uint,
+    dst_host: *mut c_void,
+    dst_device: u64,
+    dst_array: *mut c_void,
+    dst_pitch: usize,
+    width: usize,
+    height: usize,
+}
+
+/// `CUDA_MEMCPY3D`.
+#[repr(C)]
+pub struct Memcpy3D {
+    src_x: usize,
+    src_y: usize,
+    src_z: usize,
+    src_lod: usize,
+    src_type: c_uint,
+    src_host: *const c_void,
+    src_device: u64,
+    src_array: *mut c_void,
+    reserved0: *mut c_void,
+    src_pitch: usize,
+    src_height: usize,
+    dst_x: usize,
+    dst_y: usize,
+    dst_z: usize,
+    dst_lod: usize,
+    dst_type: c_uint,
+    dst_host: *mut c_void,
+    dst_device: u64,
+    dst_array: *mut c_void,
+    reserved1: *mut c_void,
+    dst_pitch: usize,
+    dst_height: usize,
+    width: usize,
+    height: usize,
+    depth: usize,
+}
+
+/// One side of a copy: its memory type, host and device pointers, and the
+/// byte offset of its first byte from them.
+fn side(kind: c_uint, host: *const c_void, device: u64, offset: usize, pitch: usize) -> Result<Pitched, CuError> {
+    let unified_is_device = |p: u64| objects().device_range(p, 1).is_some();
+    match kind {
+        MEMORYTYPE_DEVICE => Ok(Pitched::Device { ptr: device + offset as u64, pitch: pitch as u64 }),
+        MEMORYTYPE_HOST => Ok(Pitched::Host { ptr: (host as usize + offset) as *const u8, pitch }),
+        MEMORYTYPE_UNIFIED if unified_is_device(device) => Ok(Pitched::Device { ptr: device + offset as u64, pitch: pitch as u64 }),
+        MEMORYTYPE_UNIFIED => Ok(Pitched::Host { ptr: (device as usize + offset) as *const u8, pitch }),
+        // CUDA arrays.
+        _ => Err(CuError::NOT_SUPPORTED),
+    }
+}
+
+fn copy_2d(p: *const Memcpy2D, s: Option<*mut c_void>) -> Res {
+    if p.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    // SAFETY: a readable CUDA_MEMCPY2D, per the API.
+    let c = unsafe { &*p };
+    let src = side(c.src_type, c.src_host, c.src_device, c.src_y * c.src_pitch + c.src_x, c.src_pitch)?;
+    let dst = side(c.dst_type, c.dst_host, c.dst_device, c.dst_y * c.dst_pitch + c.dst_x, c.dst_pitch)?;
+    let stream = s.map_or(Stream::DEFAULT, state::ordered);
+    if s.is_none() {
+        crate::callback::gate(Stream::DEFAULT);
+    }
+    // SAFETY: host sides hold the rows the descriptor names, per the API.
+    unsafe { state::client()?.memcpy_2d(dst, src, c.width, c.height, stream, s.is_some()) }.map_err(state::cu)
+}
+
+/// `cuMemcpy2D_v2`.
+///
+/// # Safety
+/// `p` must point to a `CUDA_MEMCPY2D` whose host sides are valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpy2D_v2(p: *const Memcpy2D) -> CuResult {
+    run("cuMemcpy2D_v2", || copy_2d(p, None))
+}
+
+/// `cuMemcpy2DUnaligned_v2`: as `cuMemcpy2D_v2`.
+///
+/// # Safety
+/// As `cuMemcpy2D_v2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(p: *const Memcpy2D) -> CuResult {
+    run("cuMemcpy2DUnaligned_v2", || copy_2d(p, None))
+}
+
+/// `cuMemcpy2DAsync_v2`.
+///
+/// # Safety
+/// As `cuMemcpy2D_v2`; page-locked host sides stay valid until the stream
+/// is synchronised.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpy2DAsync_v2(p: *const Memcpy2D, s: *mut c_void) -> CuResult {
+    run("cuMemcpy2DAsync_v2", || copy_2d(p, Some(s)))
+}
+
+fn copy_3d(p: *const Memcpy3D, s: Option<*mut c_void>) -> Res {
+    if p.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    // SAFETY: a readable CUDA_MEMCPY3D, per the API.
+    let c = unsafe { &*p };
+    if c.src_lod != 0 || c.dst_lod != 0 {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let stream = s.map_or(Stream::DEFAULT, state::ordered);
+    let client = state::client()?;
+    for z in 0..c.depth {
+        let src_off = (c.src_z + z) * c.src_pitch * c.src_height + c.src_y * c.src_pitch + c.src_x;
+        let dst_off = (c.dst_z + z) * c.dst_pitch * c.dst_height + c.dst_y * c.dst_pitch + c.dst_x;
+        let src = side(c.src_type, c.src_host, c.src_device, src_off, c.src_pitch)?;
+        let dst = side(c.dst_type, c.dst_host, c.dst_device, dst_off, c.dst_pitch)?;
+        // SAFETY: host sides hold the slices the descriptor names.
+        unsafe { client.memcpy_2d(dst, src, c.width, c.height, stream, s.is_some()) }.map_err(state::cu)?;
+    }
+    Ok(())
+}
+
+/// `cuMemcpy3D_v2`.
+///
+/// # Safety
+/// `p` must point to a `CUDA_MEMCPY3D` whose host sides are valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpy3D_v2(p: *const Memcpy3D) -> CuResult {
+    run("cuMemcpy3D_v2", || copy_3d(p, None))
+}
+
+/// `cuMemcpy3DAsync_v2`.
+///
+/// # Safety
+/// As `cuMemcpy3D_v2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpy3DAsync_v2(p: *const Memcpy3D, s: *mut c_void) -> CuResult {
+    run("cuMemcpy3DAsync_v2", || copy_3d(p, Some(s)))
+}
+
+fn memset_2d(dptr: u64, pitch: usize, value: u32, elem: u32, w: usize, h: usize, s: Stream) -> Res {
+    crate::callback::gate(s);
+    state::client()?.memset_2d(dptr, pitch as u64, value, elem, w as u64, h as u64, s).map_err(state::cu)
+}
+
+/// `cuMemsetD2D8_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD2D8_v2(dptr: u64, pitch: usize, v: u8, w: usize, h: usize) -> CuResult {
+    run("cuMemsetD2D8_v2", || memset_2d(dptr, pitch, v as u32, 1, w, h, Stream::DEFAULT))
+}
+
+/// `cuMemsetD2D16_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD2D16_v2(dptr: u64, pitch: usize, v: u16, w: usize, h: usize) -> CuResult {
+    run("cuMemsetD2D16_v2", || memset_2d(dptr, pitch, v as u32, 2, w, h, Stream::DEFAULT))
+}
+
+/// `cuMemsetD2D32_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD2D32_v2(dptr: u64, pitch: usize, v: u32, w: usize, h: usize) -> CuResult {
+    run("cuMemsetD2D32_v2", || memset_2d(dptr, pitch, v, 4, w, h, Stream::DEFAULT))
+}
+
+/// `cuMemsetD2D8Async`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD2D8Async(dptr: u64, pitch: usize, v: u8, w: usize, h: usize, s: *mut c_void) -> CuResult {
+    run("cuMemsetD2D8Async", || memset_2d(dptr, pitch, v as u32, 1, w, h, state::stream(s)))
+}
+
+/// `cuMemsetD2D16Async`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD2D16Async(dptr: u64, pitch: usize, v: u16, w: usize, h: usize, s: *mut c_void) -> CuResult {
+    run("cuMemsetD2D16Async", || memset_2d(dptr, pitch, v as u32, 2, w, h, state::stream(s)))
+}
+
+/// `cuMemsetD2D32Async`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD2D32Async(dptr: u64, pitch: usize, v: u32, w: usize, h: usize, s: *mut c_void) -> CuResult {
+    run("cuMemsetD2D32Async", || memset_2d(dptr, pitch, v, 4, w, h, state::stream(s)))
+}

@@ -1,0 +1,170 @@
+//! Stream-ordered allocation and the default memory pool.
+//!
+//! `cuMemAllocAsync`/`cuMemFreeAsync` run on the backend's stream from
+//! the device's default pool (the host test double allocates plainly).
+//! Each device has one pool here, its default: its handle is the library's
+//! own, `cuDeviceGetMemPool` returns it, its attributes are the backend
+//! pool's. Pools of the program's own (`cuMemPoolCreate`), and sharing them
+//! between processes, are not supported.
+
+use crate::state::objects::DevAlloc;
+use crate::state::{self, Res, ctx, handle, id, objects, put, run};
+use pvgpu_frontend::Stream;
+use pvgpu_ring::{CuError, CuResult};
+use std::ffi::{c_int, c_void};
+
+/// Tag of default-pool handles: `POOL_TAG | device`.
+const POOL_TAG: u64 = state::LOCAL_TAG | 0x4000_0000_0000_0000;
+
+fn pool_device(pool: *mut c_void) -> Result<c_int, CuError> {
+    let h = id(pool);
+    if h & POOL_TAG != POOL_TAG {
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    Ok((h & 0xffff_ffff) as u32 as c_int)
+}
+
+/// The context handle work on stream `s` runs in.
+fn stream_ctx(s: *mut c_void) -> Result<u64, CuError> {
+    match state::stream(s) {
+        Stream::DEFAULT => state::current_handle().ok_or(CuError::INVALID_CONTEXT),
+        st => objects().streams.get(&st.0).map(|i| i.ctx).ok_or(CuError::INVALID_HANDLE),
+    }
+}
+
+fn alloc_async(dptr: *mut u64, size: usize, s: *mut c_void) -> Res {
+    if dptr.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let h = stream_ctx(s)?;
+    let p = state::client()?.mem_alloc_async(ctx::backend(h)?, size as u64, state::ordered(s)).map_err(state::cu)?;
+    objects().device.insert(p, DevAlloc { size: size as u64, ctx: h, global_of: None });
+    // SAFETY: non-null and writable per the API.
+    unsafe { put(dptr, p) }
+}
+
+/// `cuMemAllocAsync`.
+///
+/// # Safety
+/// `dptr` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut u64, size: usize, s: *mut c_void) -> CuResult {
+    run("cuMemAllocAsync", || alloc_async(dptr, size, s))
+}
+
+/// `cuMemAllocFromPoolAsync`: from a device's default pool (the only pools
+/// there are).
+///
+/// # Safety
+/// `dptr` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, pool: *mut c_void, s: *mut c_void) -> CuResult {
+    run("cuMemAllocFromPoolAsync", || {
+        pool_device(pool)?;
+        alloc_async(dptr, size, s)
+    })
+}
+
+/// `cuMemFreeAsync`: an address this process never allocated fails at the
+/// call.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemFreeAsync(dptr: u64, s: *mut c_void) -> CuResult {
+    run("cuMemFreeAsync", || {
+        let c = state::client()?;
+        if !objects().device.get(&dptr).is_some_and(|a| a.global_of.is_none()) {
+            return Err(CuError::INVALID_VALUE);
+        }
+        c.mem_free_async(dptr, state::ordered(s)).map_err(state::cu)?;
+        objects().device.remove(&dptr);
+        Ok(())
+    })
+}
+
+fn default_pool(pool: *mut *mut c_void, dev: c_int) -> Res {
+    state::client()?.device_props(dev).map_err(state::cu)?;
+    // SAFETY: writable per the API.
+    unsafe { put(pool, handle(POOL_TAG | dev as u32 as u64)) }
+}
+
+/// `cuDeviceGetDefaultMemPool`.
+///
+/// # Safety
+/// `pool` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(pool: *mut *mut c_void, dev: c_int) -> CuResult {
+    run("cuDeviceGetDefaultMemPool", || default_pool(pool, dev))
+}
+
+/// `cuDeviceGetMemPool`: the default pool.
+///
+/// # Safety
+/// `pool` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetMemPool(pool: *mut *mut c_void, dev: c_int) -> CuResult {
+    run("cuDeviceGetMemPool", || default_pool(pool, dev))
+}
+
+/// `cuDeviceSetMemPool`: only a device's default pool can be its pool.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDeviceSetMemPool(dev: c_int, pool: *mut c_void) -> CuResult {
+    run("cuDeviceSetMemPool", || if pool_device(pool)? == dev { Ok(()) } else { Err(CuError::NOT_SUPPORTED) })
+}
+
+/// Attributes 1 to 3 are ints, the others 64-bit values.
+fn is_wide(attr: c_int) -> bool {
+    attr >= 4
+}
+
+/// A context on the pool's device: the current one.
+fn pool_ctx(pool: *mut c_void) -> Result<pvgpu_frontend::Context, CuError> {
+    let dev = pool_device(pool)?;
+    let h = state::current_handle().ok_or(CuError::INVALID_CONTEXT)?;
+    if ctx::device_of(h)? != dev {
+        return Err(CuError::INVALID_CONTEXT);
+    }
+    ctx::backend(h)
+}
+
+/// `cuMemPoolGetAttribute` of a default pool.
+///
+/// # Safety
+/// `value` must point to storage of the attribute's type.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolGetAttribute(pool: *mut c_void, attr: c_int, value: *mut c_void) -> CuResult {
+    run("cuMemPoolGetAttribute", || {
+        let v = state::client()?.mem_pool_attribute(pool_ctx(pool)?, attr as u32, None).map_err(state::cu)?;
+        // SAFETY: storage of the attribute's type, per the API.
+        unsafe {
+            if is_wide(attr) {
+                put(value.cast::<u64>(), v)
+            } else {
+                put(value.cast::<c_int>(), v as c_int)
+            }
+        }
+    })
+}
+
+/// `cuMemPoolSetAttribute` of a default pool.
+///
+/// # Safety
+/// `value` must point to a value of the attribute's type.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolSetAttribute(pool: *mut c_void, attr: c_int, value: *mut c_void) -> CuResult {
+    run("cuMemPoolSetAttribute", || {
+        if value.is_null() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        // SAFETY: a value of the attribute's type, per the API.
+        let v = unsafe { if is_wide(attr) { value.cast::<u64>().read_unaligned() } else { value.cast::<c_int>().read_unaligned() as u64 } };
+        state::client()?.mem_pool_attribute(pool_ctx(pool)?, attr as u32, Some(v)).map_err(state::cu)?;
+        Ok(())
+    })
+}
+
+/// `cuMemPoolTrimTo`: a hint to return cached memory to the system; the
+/// backend's pool keeps what its release threshold says, so nothing is
+/// done and the program sees success.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemPoolTrimTo(pool: *mut c_void, _min_bytes_to_keep: usize) -> CuResult {
+    run("cuMemPoolTrimTo", || pool_device(pool).map(drop))
+}

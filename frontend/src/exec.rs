@@ -1,0 +1,213 @@
+//! Streams, events, kernels (attributes, occupancy, launches) and tensor
+//! maps.
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::handles::*;
+use pvgpu_ring::CuError;
+use pvgpu_ring::proto::*;
+
+impl Client {
+    /// `cuStreamCreateWithPriority`.
+    pub fn stream_create(&self, ctx: Context, flags: u32, priority: i32) -> Result<Stream> {
+        let r = self.call(&StreamCreate { ctx: ctx.0.into(), flags: flags.into(), priority: priority.into() })?;
+        Ok(Stream(r.handle.get()))
+    }
+
+    /// `cuStreamDestroy` (sent without waiting).
+    pub fn stream_destroy(&self, s: Stream) -> Result<()> {
+        self.post(&StreamDestroy { stream: s.0.into() })
+    }
+
+    /// `cuStreamSynchronize`.
+    pub fn stream_synchronize(&self, s: Stream) -> Result<()> {
+        self.call(&StreamSynchronize { stream: s.0.into() })
+    }
+
+    /// `cuStreamQuery`: `Ok(true)` when idle, `Ok(false)` for
+    /// `CUDA_ERROR_NOT_READY`.
+    pub fn stream_query(&self, s: Stream) -> Result<bool> {
+        ready(self.call(&StreamQuery { stream: s.0.into() }))
+    }
+
+    /// `cuStreamWaitEvent` (sent without waiting).
+    pub fn stream_wait_event(&self, s: Stream, e: Event) -> Result<()> {
+        self.post(&StreamWaitEvent { stream: s.0.into(), event: e.0.into(), flags: 0.into(), reserved: 0.into() })
+    }
+
+    /// `cuEventCreate`.
+    pub fn event_create(&self, ctx: Context, flags: u32) -> Result<Event> {
+        Ok(Event(self.call(&EventCreate { ctx: ctx.0.into(), flags: flags.into(), reserved: 0.into() })?.handle.get()))
+    }
+
+    /// `cuEventRecord` (sent without waiting).
+    pub fn event_record(&self, e: Event, s: Stream) -> Result<()> {
+        self.post(&EventRecord { event: e.0.into(), stream: s.0.into() })
+    }
+
+    /// `cuEventQuery`: `Ok(true)` when complete.
+    pub fn event_query(&self, e: Event) -> Result<bool> {
+        ready(self.call(&EventQuery { event: e.0.into() }))
+    }
+
+    /// `cuEventSynchronize`.
+    pub fn event_synchronize(&self, e: Event) -> Result<()> {
+        self.call(&EventSynchronize { event: e.0.into() })
+    }
+
+    /// `cuEventElapsedTime`, in milliseconds.
+    pub fn event_elapsed(&self, start: Event, end: Event) -> Result<f32> {
+        Ok(self.call(&EventElapsedTime { start: start.0.into(), end: end.0.into() })?.ms.get())
+    }
+
+    /// `cuEventDestroy` (sent without waiting).
+    pub fn event_destroy(&self, e: Event) -> Result<()> {
+        self.post(&EventDestroy { event: e.0.into() })
+    }
+
+    /// `cuFuncGetAttribute`.
+    pub fn func_get_attribute(&self, f: &Function, attr: i32) -> Result<i32> {
+        Ok(self.call(&FuncGetAttribute { function: f.id.into(), attr: attr.into(), reserved: 0.into() })?.value.get())
+    }
+
+    /// `cuFuncSetAttribute`.
+    pub fn func_set_attribute(&self, f: &Function, attr: i32, value: i32) -> Result<()> {
+        self.call(&FuncSetAttribute { function: f.id.into(), attr: attr.into(), value: value.into() })
+    }
+
+    /// `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`.
+    pub fn occupancy_max_active_blocks(&self, f: &Function, block_size: i32, dyn_smem: u64, flags: u32) -> Result<i32> {
+        Ok(self.occupancy(f, 0, block_size, 0, dyn_smem, flags)?.0 as i32)
+    }
+
+    /// `cuOccupancyMaxPotentialBlockSizeWithFlags` without a block-size to
+    /// shared-memory callback: (minimum grid size, block size).
+    pub fn occupancy_max_potential_block_size(&self, f: &Function, dyn_smem: u64, limit: i32, flags: u32) -> Result<(i32, i32)> {
+        let (a, b) = self.occupancy(f, 1, 0, limit, dyn_smem, flags)?;
+        Ok((a as i32, b as i32))
+    }
+
+    /// `cuOccupancyAvailableDynamicSMemPerBlock`.
+    pub fn occupancy_available_dynamic_smem(&self, f: &Function, num_blocks: i32, block_size: i32) -> Result<u64> {
+        Ok(self.occupancy(f, 2, block_size, num_blocks, 0, 0)?.0 as u64)
+    }
+
+    fn occupancy(&self, f: &Function, kind: u32, block_size: i32, limit: i32, dyn_smem: u64, flags: u32) -> Result<(i64, i64)> {
+        let rep = self.call(&Occupancy {
+            function: f.id.into(),
+            kind: kind.into(),
+            flags: flags.into(),
+            block_size: block_size.into(),
+            limit: limit.into(),
+            dyn_smem: dyn_smem.into(),
+        })?;
+        Ok((rep.a.get(), rep.b.get()))
+    }
+
+    /// `cuLaunchKernel` with one byte slice per parameter (the values the
+    /// `kernelParams` pointers point to). Sizes must match the layout.
+    pub fn launch(&self, f: &Function, grid: [u32; 3], block: [u32; 3], shared_mem: u32, stream: Stream, args: &[&[u8]]) -> Result<()> {
+        if args.len() != f.params.len() {
+            return Err(CuError::INVALID_VALUE.into());
+        }
+        let mut packed = vec![0u8; f.param_bytes];
+        for (a, p) in args.iter().zip(f.params.iter()) {
+            if a.len() != p.size as usize {
+                return Err(CuError::INVALID_VALUE.into());
+            }
+            packed[p.offset as usize..p.offset as usize + a.len()].copy_from_slice(a);
+        }
+        self.launch_packed(f, grid, block, shared_mem, stream, &packed)
+    }
+
+    /// `cuLaunchKernel` with an already packed parameter buffer (the `extra`
+    /// form). Sent without waiting.
+    pub fn launch_packed(
+        &self,
+        f: &Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: Stream,
+        params: &[u8],
+    ) -> Result<()> {
+        if params.len() != f.param_bytes {
+            return Err(CuError::INVALID_VALUE.into());
+        }
+        let head = LaunchHead {
+            function: f.id.into(),
+            grid: grid.map(Into::into),
+            block: block.map(Into::into),
+            shared_mem: shared_mem.into(),
+            param_len: (params.len() as u32).into(),
+            stream: stream.0.into(),
+        };
+        self.post(&LaunchKernel { head, params })
+    }
+
+    /// `cuLaunchKernelEx`: a launch with attributes (cooperative, cluster
+    /// dimensions, priority...), `params` packed as the function's layout
+    /// says. Sent without waiting.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_ex(
+        &self,
+        f: &Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: Stream,
+        attrs: &[LaunchAttr],
+        params: &[u8],
+    ) -> Result<()> {
+        if params.len() != f.param_bytes || attrs.len() > MAX_LAUNCH_ATTRS {
+            return Err(CuError::INVALID_VALUE.into());
+        }
+        let head = LaunchExHead {
+            function: f.id.into(),
+            grid: grid.map(Into::into),
+            block: block.map(Into::into),
+            shared_mem: shared_mem.into(),
+            param_len: (params.len() as u32).into(),
+            stream: stream.0.into(),
+            attr_count: (attrs.len() as u32).into(),
+            reserved: 0.into(),
+        };
+        let tail = [zerocopy::IntoBytes::as_bytes(attrs), params].concat();
+        self.post(&LaunchKernelEx { head, tail: &tail })
+    }
+
+    /// `cuOccupancyMaxActiveClusters` (kind 0) and
+    /// `cuOccupancyMaxPotentialClusterSize` (kind 1) of a launch
+    /// configuration.
+    pub fn occupancy_clusters(&self, f: &Function, grid: [u32; 3], block: [u32; 3], shared_mem: u32, attrs: &[LaunchAttr], kind: u32) -> Result<i32> {
+        if attrs.len() > MAX_LAUNCH_ATTRS {
+            return Err(CuError::INVALID_VALUE.into());
+        }
+        let head = OccupancyClustersHead {
+            function: f.id.into(),
+            grid: grid.map(Into::into),
+            block: block.map(Into::into),
+            shared_mem: shared_mem.into(),
+            kind: kind.into(),
+            attr_count: (attrs.len() as u32).into(),
+            reserved: 0.into(),
+        };
+        Ok(self.call(&OccupancyClusters { head, attrs })?.value.get())
+    }
+
+    /// `cuTensorMapEncodeTiled` / `cuTensorMapEncodeIm2col`, built by the
+    /// backend's driver.
+    pub fn tensor_map_encode(&self, r: &TensorMapEncode) -> Result<[u8; 128]> {
+        Ok(self.call(r)?.bytes)
+    }
+}
+
+
+/// `Ok(true)` for success, `Ok(false)` for `CUDA_ERROR_NOT_READY`.
+fn ready(r: Result<()>) -> Result<bool> {
+    match r {
+        Ok(()) => Ok(true),
+        Err(Error::Cuda(CuError::NOT_READY)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
