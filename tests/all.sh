@@ -21,6 +21,9 @@ PY
   rm -rf "$tmp"
 fi
 
+step "NVIDIA's nvcc and CUDA runtime (PyPI wheels) for the runtime-API programs the drop-in libcuda is tested with"
+eval "$(bash tests/cuda-toolkit.sh)"
+
 step "format and lints"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
@@ -28,7 +31,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "build (the drop-in libcuda and the binaries the tests start)"
 cargo build --workspace --all-targets
 
-step "unit, property, CLI, end-to-end and drop-in library tests (embedded backend, one thread per session)"
+step "unit, property, CLI, end-to-end and drop-in library tests, runtime-API programs built with nvcc (embedded backend, one thread per session)"
 cargo test --workspace
 
 step "end-to-end suite again, every session in its own worker process"

@@ -212,7 +212,16 @@ impl Client {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn copy_2d_head(kind: u32, dst: (u64, u64), src: (u64, u64), w: usize, h: usize, stream: Stream, is_async: bool, data: DataRef) -> Memcpy2DHead {
+fn copy_2d_head(
+    kind: u32,
+    dst: (u64, u64),
+    src: (u64, u64),
+    w: usize,
+    h: usize,
+    stream: Stream,
+    is_async: bool,
+    data: DataRef,
+) -> Memcpy2DHead {
     Memcpy2DHead {
         kind: kind.into(),
         flags: flags(is_async, false).into(),
@@ -232,7 +241,16 @@ fn copy_2d_head(kind: u32, dst: (u64, u64), src: (u64, u64), w: usize, h: usize,
 /// # Safety
 /// `src` holds `h` rows of `w` bytes, `src.1` bytes apart.
 #[allow(clippy::too_many_arguments)]
-unsafe fn htod_2d(c: &mut Conn, dst: (u64, u64), src: (*const u8, usize), w: usize, h: usize, stream: Stream, is_async: bool, wait: bool) -> Result<()> {
+unsafe fn htod_2d(
+    c: &mut Conn,
+    dst: (u64, u64),
+    src: (*const u8, usize),
+    w: usize,
+    h: usize,
+    stream: Stream,
+    is_async: bool,
+    wait: bool,
+) -> Result<()> {
     let rows = (c.t.max_chunk() / w).max(1);
     let mut packed = Vec::with_capacity(rows.min(h) * w);
     let mut y = 0;

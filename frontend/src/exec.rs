@@ -179,7 +179,15 @@ impl Client {
     /// `cuOccupancyMaxActiveClusters` (kind 0) and
     /// `cuOccupancyMaxPotentialClusterSize` (kind 1) of a launch
     /// configuration.
-    pub fn occupancy_clusters(&self, f: &Function, grid: [u32; 3], block: [u32; 3], shared_mem: u32, attrs: &[LaunchAttr], kind: u32) -> Result<i32> {
+    pub fn occupancy_clusters(
+        &self,
+        f: &Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        attrs: &[LaunchAttr],
+        kind: u32,
+    ) -> Result<i32> {
         if attrs.len() > MAX_LAUNCH_ATTRS {
             return Err(CuError::INVALID_VALUE.into());
         }
@@ -201,7 +209,6 @@ impl Client {
         Ok(self.call(r)?.bytes)
     }
 }
-
 
 /// `Ok(true)` for success, `Ok(false)` for `CUDA_ERROR_NOT_READY`.
 fn ready(r: Result<()>) -> Result<bool> {

@@ -65,7 +65,8 @@ impl Client {
     /// Gets (`set` is `None`) or sets an attribute of the default memory
     /// pool of `ctx`'s device; returns its value.
     pub fn mem_pool_attribute(&self, ctx: Context, attr: u32, set: Option<u64>) -> Result<u64> {
-        let r = MemPoolAttribute { ctx: ctx.0.into(), attr: attr.into(), set: (set.is_some() as u32).into(), value: set.unwrap_or(0).into() };
+        let r =
+            MemPoolAttribute { ctx: ctx.0.into(), attr: attr.into(), set: (set.is_some() as u32).into(), value: set.unwrap_or(0).into() };
         Ok(self.call(&r)?.value.get())
     }
 

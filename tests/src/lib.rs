@@ -15,6 +15,7 @@
 //!   same code natively;
 //! - [`native`]: the CUDA driver called directly, the benchmark's baseline.
 
+pub mod dropin;
 pub mod native;
 
 use pvgpu_backend::exec::host::HostExecutor;

@@ -7,52 +7,13 @@
 //! or `target/cuda-include/` (`tests/all.sh` fetches it from NVIDIA's
 //! `nvidia-cuda-runtime` wheel on PyPI).
 
+use pvgpu_tests::dropin::{cuda_include, shim_dir};
 use pvgpu_tests::{Harness, HarnessOptions, TempDir, Transport};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let mut dir = exe.parent().unwrap().to_path_buf();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    dir
-}
-
-/// A directory holding the drop-in library as libcuda.so.1 and libcuda.so.
-fn shim_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let t = target_dir();
-        let lib = t.join("libpvgpu_cuda.so");
-        assert!(lib.exists(), "{} not found: build it first (cargo build -p pvgpu-libcuda)", lib.display());
-        let dir = t.join("pvgpu-libcuda");
-        std::fs::create_dir_all(&dir).unwrap();
-        for name in ["libcuda.so.1", "libcuda.so"] {
-            let link = dir.join(name);
-            let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink("../libpvgpu_cuda.so", &link).unwrap();
-        }
-        dir
-    })
-    .clone()
-}
-
-fn cuda_include() -> PathBuf {
-    let dir = std::env::var_os("PVGPU_CUDA_INCLUDE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/cuda-include"));
-    assert!(
-        dir.join("cuda.h").exists(),
-        "cuda.h not found in {}: run tests/all.sh (it fetches NVIDIA's headers) or set PVGPU_CUDA_INCLUDE",
-        dir.display()
-    );
-    dir
-}
 
 /// The C test program, compiled once against cuda.h and the drop-in library.
 fn c_program() -> PathBuf {

@@ -62,6 +62,20 @@ pub struct LaunchDims {
     pub shared_mem: u32,
 }
 
+/// A pitched region of device memory: `height` rows of `width` units,
+/// `pitch` bytes apart, from `ptr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rect {
+    /// First byte.
+    pub ptr: u64,
+    /// Bytes between rows.
+    pub pitch: u64,
+    /// Units per row.
+    pub width: u64,
+    /// Rows.
+    pub height: u64,
+}
+
 /// A 2D copy's two sides (each `height` rows of `width` bytes); host sides
 /// are packed rows.
 #[derive(Debug, Clone, Copy)]
@@ -205,9 +219,9 @@ pub trait ExecContext: Send + 'static {
     /// is done (when this returns with `wait`, else until the stream is
     /// synchronised or the context dropped).
     unsafe fn copy_2d(&mut self, c: Copy2D, width: u64, height: u64, stream: Option<Self::Stream>, wait: bool) -> CuRes<()>;
-    /// `cuMemsetD2D8/16/32[Async]` over a range the caller checked.
-    #[allow(clippy::too_many_arguments)]
-    fn memset_2d(&mut self, dptr: u64, pitch: u64, value: u32, elem_size: u32, width: u64, height: u64, stream: Option<Self::Stream>) -> CuRes<()>;
+    /// `cuMemsetD2D8/16/32[Async]` of `rect` (its width in elements of
+    /// `elem_size` bytes), over a range the caller checked.
+    fn memset_2d(&mut self, rect: Rect, value: u32, elem_size: u32, stream: Option<Self::Stream>) -> CuRes<()>;
     /// Builds a tensor-map descriptor whose memory the caller checked.
     fn tensor_map_encode(&mut self, r: &TensorMapEncode) -> CuRes<[u8; 128]>;
     /// Moves what the context's kernels printed since the last call into

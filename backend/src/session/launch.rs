@@ -5,8 +5,8 @@ use super::Session;
 use crate::exec::{CuRes, ExecContext, Executor, LaunchAttr, LaunchDims};
 use pvgpu_ring::CuError;
 use pvgpu_ring::proto::{self, I32Rep, OccupancyRep, TensorMapRep};
-use zerocopy::little_endian::U32;
 use zerocopy::IntoBytes;
+use zerocopy::little_endian::U32;
 
 /// The function `id` and its context.
 fn function<E: Executor>(s: &Session<E>, id: u64) -> CuRes<(u64, <super::Ctx<E> as ExecContext>::Function)> {
@@ -47,7 +47,14 @@ pub(super) fn launch_ex<E: Executor>(s: &mut Session<E>, r: proto::LaunchKernelE
     launch_with(s, h.function.get(), d, r.params(), attrs, h.stream.get())
 }
 
-fn launch_with<E: Executor>(s: &mut Session<E>, function: u64, dims: LaunchDims, params: &[u8], attrs: &[LaunchAttr], stream: u64) -> CuRes<()> {
+fn launch_with<E: Executor>(
+    s: &mut Session<E>,
+    function: u64,
+    dims: LaunchDims,
+    params: &[u8],
+    attrs: &[LaunchAttr],
+    stream: u64,
+) -> CuRes<()> {
     let f = s.functions.get(function).ok_or(CuError::INVALID_HANDLE)?;
     if params.len() != f.param_bytes {
         return Err(CuError::INVALID_VALUE);
@@ -122,9 +129,8 @@ fn tensor_extent(r: &proto::TensorMapEncode) -> Option<u64> {
         return None;
     }
     let mut end = dims[0].checked_mul(bits)?.div_ceil(8);
-    for i in 1..rank {
-        end = end.checked_add((dims[i] - 1).checked_mul(r.global_strides[i - 1].get())?)?;
+    for (d, stride) in dims.iter().skip(1).zip(&r.global_strides) {
+        end = end.checked_add((d - 1).checked_mul(stride.get())?)?;
     }
     Some(end)
 }
-

@@ -4,7 +4,7 @@
 
 use super::memory::pinned_async;
 use super::{Io, Session};
-use crate::exec::{Copy2D, CuRes, ExecContext, Executor};
+use crate::exec::{Copy2D, CuRes, ExecContext, Executor, Rect};
 use pvgpu_ring::CuError;
 use pvgpu_ring::proto::{self, COPY_2D_DTOD, COPY_2D_DTOH, COPY_2D_HTOD, DataLoc};
 
@@ -80,5 +80,5 @@ pub(super) fn memset<E: Executor>(s: &mut Session<E>, r: proto::Memset2D) -> CuR
     let row = w.checked_mul(elem as u64).ok_or(CuError::INVALID_VALUE)?;
     let ctx = s.range(dptr, span(pitch, row, h)?)?;
     let st = s.stream(r.stream.get(), ctx)?;
-    s.enter(ctx)?.memset_2d(dptr, pitch, r.value.get(), elem, w, h, st)
+    s.enter(ctx)?.memset_2d(Rect { ptr: dptr, pitch, width: w, height: h }, r.value.get(), elem, st)
 }

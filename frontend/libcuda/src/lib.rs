@@ -24,8 +24,8 @@
 //! library path of the backend, which needs the real driver.
 
 pub mod api;
-pub mod export;
 pub mod callback;
+pub mod export;
 pub mod library;
 pub mod state;
 

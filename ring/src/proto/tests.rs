@@ -287,7 +287,11 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
             .boxed(),
     );
     all.push(
-        (arb::<LaunchExHead>(), proptest::collection::vec(arb::<LaunchAttr>(), 0..=MAX_LAUNCH_ATTRS), proptest::collection::vec(any::<u8>(), 0..=256))
+        (
+            arb::<LaunchExHead>(),
+            proptest::collection::vec(arb::<LaunchAttr>(), 0..=MAX_LAUNCH_ATTRS),
+            proptest::collection::vec(any::<u8>(), 0..=256),
+        )
             .prop_map(|(mut h, attrs, params)| {
                 h.attr_count = (attrs.len() as u32).into();
                 h.param_len = (params.len() as u32).into();

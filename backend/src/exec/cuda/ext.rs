@@ -7,7 +7,7 @@
 //! the rest.
 
 use super::{CudaContext, CudaFunction, CudaStream, ck, ck_raw, raw_stream};
-use crate::exec::{CuRes, LaunchDims};
+use crate::exec::{CuRes, LaunchDims, Rect};
 use cudarc::driver::sys;
 use pvgpu_ring::proto::{LaunchAttr, TensorMapEncode};
 use std::ffi::{c_int, c_void};
@@ -173,8 +173,8 @@ impl CudaContext {
         Ok(if wide { v } else { narrow as u32 as u64 })
     }
 
-    pub(super) fn memset2d(&mut self, dptr: u64, pitch: u64, value: u32, elem: u32, w: u64, h: u64, s: Option<CudaStream>) -> CuRes<()> {
-        let (pitch, w, h, st) = (pitch as usize, w as usize, h as usize, raw_stream(s));
+    pub(super) fn memset2d(&mut self, r: Rect, value: u32, elem: u32, s: Option<CudaStream>) -> CuRes<()> {
+        let (dptr, pitch, w, h, st) = (r.ptr, r.pitch as usize, r.width as usize, r.height as usize, raw_stream(s));
         // SAFETY: the session checked the pitched range lies in one of this
         // session's allocations; the stream belongs to this context.
         ck(unsafe {

@@ -12,9 +12,9 @@
 mod ext;
 pub mod output;
 
-use super::{CtxInfo, Copy2D, CuRes, DeviceInfo, ExecContext, Executor, LaunchAttr, LaunchDims, Param, TensorMapEncode};
-use ext::ExtFns;
+use super::{Copy2D, CtxInfo, CuRes, DeviceInfo, ExecContext, Executor, LaunchAttr, LaunchDims, Param, Rect, TensorMapEncode};
 use cudarc::driver::sys;
+use ext::ExtFns;
 use pvgpu_ring::cuda::attr;
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_int, c_void};
@@ -645,8 +645,8 @@ impl ExecContext for CudaContext {
         unsafe { self.copy2d(c, width, height, stream, wait) }
     }
 
-    fn memset_2d(&mut self, dptr: u64, pitch: u64, value: u32, elem: u32, w: u64, h: u64, s: Option<CudaStream>) -> CuRes<()> {
-        self.memset2d(dptr, pitch, value, elem, w, h, s)
+    fn memset_2d(&mut self, rect: Rect, value: u32, elem: u32, s: Option<CudaStream>) -> CuRes<()> {
+        self.memset2d(rect, value, elem, s)
     }
 
     fn tensor_map_encode(&mut self, r: &TensorMapEncode) -> CuRes<[u8; 128]> {

@@ -4,7 +4,7 @@
 //! stream-ordered operations are plain ones.
 
 use super::HostContext;
-use crate::exec::{Copy2D, CuRes, ExecContext, LaunchDims, TensorMapEncode};
+use crate::exec::{Copy2D, CuRes, ExecContext, LaunchDims, Rect, TensorMapEncode};
 use pvgpu_ring::CuError;
 use zerocopy::IntoBytes;
 
@@ -47,16 +47,18 @@ impl HostContext {
                 match c {
                     Copy2D::HtoD { dst, dst_pitch, src } => self.htod(dst + y * dst_pitch, src.add(packed), row, None, true)?,
                     Copy2D::DtoH { dst, src, src_pitch } => self.dtoh(dst.add(packed), src + y * src_pitch, row, None, true)?,
-                    Copy2D::DtoD { dst, dst_pitch, src, src_pitch } => self.dtod(dst + y * dst_pitch, src + y * src_pitch, w, None, false)?,
+                    Copy2D::DtoD { dst, dst_pitch, src, src_pitch } => {
+                        self.dtod(dst + y * dst_pitch, src + y * src_pitch, w, None, false)?
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    pub(super) fn memset2d(&mut self, dptr: u64, pitch: u64, value: u32, elem: u32, w: u64, h: u64) -> CuRes<()> {
-        for y in 0..h {
-            self.memset(dptr + y * pitch, value, elem, w, None)?;
+    pub(super) fn memset2d(&mut self, r: Rect, value: u32, elem: u32) -> CuRes<()> {
+        for y in 0..r.height {
+            self.memset(r.ptr + y * r.pitch, value, elem, r.width, None)?;
         }
         Ok(())
     }

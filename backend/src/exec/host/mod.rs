@@ -20,7 +20,7 @@ mod kernels;
 pub use kernels::{Args, Call, Fault, HostKernel, KERNELS, Mem};
 
 use super::image::{self, ImageInfo};
-use super::{Copy2D, CtxInfo, CuRes, DeviceInfo, ExecContext, Executor, LaunchAttr, LaunchDims, Param, TensorMapEncode};
+use super::{Copy2D, CtxInfo, CuRes, DeviceInfo, ExecContext, Executor, LaunchAttr, LaunchDims, Param, Rect, TensorMapEncode};
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::attr;
 use std::collections::{BTreeMap, HashMap};
@@ -417,13 +417,14 @@ impl ExecContext for HostContext {
         self.ok()?;
         let shared = self.dyn_shared;
         Ok(match attr {
-            0 => 1024,   // MAX_THREADS_PER_BLOCK
-            1..=3 => 0,  // static shared, constant, local sizes
-            4 => 32,     // NUM_REGS
-            5 | 6 => 75, // PTX and binary versions
-            7 => 0,      // CACHE_MODE_CA
-            8 => shared, // MAX_DYNAMIC_SHARED_SIZE_BYTES
-            9 => -1,     // PREFERRED_SHARED_MEMORY_CARVEOUT
+            0 => 1024,    // MAX_THREADS_PER_BLOCK
+            1..=3 => 0,   // static shared, constant, local sizes
+            4 => 32,      // NUM_REGS
+            5 | 6 => 75,  // PTX and binary versions
+            7 => 0,       // CACHE_MODE_CA
+            8 => shared,  // MAX_DYNAMIC_SHARED_SIZE_BYTES
+            9 => -1,      // PREFERRED_SHARED_MEMORY_CARVEOUT
+            10..=15 => 0, // cluster requirements and scheduling: none
             _ => return Err(CuError::INVALID_VALUE),
         })
     }
@@ -490,8 +491,8 @@ impl ExecContext for HostContext {
         unsafe { self.copy2d(c, width, height) }
     }
 
-    fn memset_2d(&mut self, dptr: u64, pitch: u64, value: u32, elem: u32, w: u64, h: u64, _s: Option<u64>) -> CuRes<()> {
-        self.memset2d(dptr, pitch, value, elem, w, h)
+    fn memset_2d(&mut self, rect: Rect, value: u32, elem: u32, _s: Option<u64>) -> CuRes<()> {
+        self.memset2d(rect, value, elem)
     }
 
     fn tensor_map_encode(&mut self, r: &TensorMapEncode) -> CuRes<[u8; 128]> {

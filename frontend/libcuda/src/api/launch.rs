@@ -6,6 +6,7 @@
 //! `CUkernel`.
 
 use crate::state::{self, Res, id, put, run};
+use pvgpu_ring::cuda::attr;
 use pvgpu_ring::proto::{LaunchAttr, TensorMapEncode};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_int, c_uint, c_void};
@@ -80,6 +81,40 @@ unsafe fn pack(f: &pvgpu_frontend::Function, params: *mut *mut c_void, extra: *m
     if f.params.is_empty() { Ok(packed) } else { Err(CuError::INVALID_VALUE) }
 }
 
+/// The checks the driver makes before it accepts a launch, made here so
+/// that their errors come back at the call: no dimension is zero, the block
+/// fits the device's limits, the grid fits its limits, and a stream belongs
+/// to the function's context.
+fn check_launch(fid: u64, grid: [c_uint; 3], block: [c_uint; 3], s: *mut c_void) -> Res {
+    if grid.contains(&0) || block.contains(&0) {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let fn_ctx = {
+        let o = state::objects();
+        o.functions.get(&fid).and_then(|f| o.modules.get(&f.module)).copied()
+    };
+    let Some(ctx) = fn_ctx else { return Ok(()) };
+    let stream = state::stream(s);
+    if stream != pvgpu_frontend::Stream::DEFAULT && state::objects().streams.get(&stream.0).is_some_and(|st| st.ctx != ctx) {
+        return Err(CuError::INVALID_HANDLE);
+    }
+    let c = state::client()?;
+    let dev = state::ctx::device_of(ctx)?;
+    let a = |k| c.device_attribute(dev, k).map_err(state::cu);
+    let threads = block.iter().map(|&b| b as u64).product::<u64>();
+    if threads > a(attr::MAX_THREADS_PER_BLOCK)? as u64
+        || block[0] > a(attr::MAX_BLOCK_DIM_X)? as u32
+        || block[1] > a(attr::MAX_BLOCK_DIM_Y)? as u32
+        || block[2] > a(attr::MAX_BLOCK_DIM_Z)? as u32
+        || grid[0] > a(attr::MAX_GRID_DIM_X)? as u32
+        || grid[1] > a(attr::MAX_GRID_DIM_Y)? as u32
+        || grid[2] > a(attr::MAX_GRID_DIM_Z)? as u32
+    {
+        return Err(CuError::INVALID_VALUE);
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 fn launch(
     hfunc: *mut c_void,
@@ -90,7 +125,8 @@ fn launch(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> Res {
-    let (_, f) = crate::library::function(id(hfunc))?;
+    let (fid, f) = crate::library::function(id(hfunc))?;
+    check_launch(fid, grid, block, s)?;
     // SAFETY: the driver API's contract for kernelParams and extra.
     let packed = unsafe { pack(&f, params, extra) }?;
     state::client()?.launch_packed(&f, grid, block, shared, state::ordered(s), &packed).map_err(state::cu)
@@ -152,7 +188,8 @@ unsafe fn attributes(cfg: &LaunchConfig) -> Result<Vec<LaunchAttr>, CuError> {
 }
 
 fn launch_ex(cfg: &LaunchConfig, hfunc: *mut c_void, attrs: &[LaunchAttr], params: *mut *mut c_void, extra: *mut *mut c_void) -> Res {
-    let (_, f) = crate::library::function(id(hfunc))?;
+    let (fid, f) = crate::library::function(id(hfunc))?;
+    check_launch(fid, cfg.grid, cfg.block, cfg.stream)?;
     // SAFETY: the driver API's contract for kernelParams and extra.
     let packed = unsafe { pack(&f, params, extra) }?;
     let s = state::ordered(cfg.stream);
@@ -204,14 +241,8 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel(
     params: *mut *mut c_void,
 ) -> CuResult {
     run("cuLaunchCooperativeKernel", || {
-        let cfg = LaunchConfig {
-            grid: [gx, gy, gz],
-            block: [bx, by, bz],
-            shared_mem: shared,
-            stream: s,
-            attrs: std::ptr::null(),
-            num_attrs: 0,
-        };
+        let cfg =
+            LaunchConfig { grid: [gx, gy, gz], block: [bx, by, bz], shared_mem: shared, stream: s, attrs: std::ptr::null(), num_attrs: 0 };
         let mut value = [0u8; 64];
         value[..4].copy_from_slice(&1i32.to_le_bytes());
         let attr = LaunchAttr { id: ATTR_COOPERATIVE.into(), reserved: 0.into(), value };
@@ -306,9 +337,8 @@ pub unsafe extern "C" fn cuTensorMapEncodeTiled(
             return Err(CuError::INVALID_VALUE);
         }
         // SAFETY: arrays of `rank` (strides: `rank - 1`) entries, per the API.
-        let (dims, strides, boxes, elems) = unsafe {
-            (array5(global_dim, n)?, array5(global_strides, n - 1)?, array5(box_dim, n)?, array5(element_strides, n)?)
-        };
+        let (dims, strides, boxes, elems) =
+            unsafe { (array5(global_dim, n)?, array5(global_strides, n - 1)?, array5(box_dim, n)?, array5(element_strides, n)?) };
         let r = TensorMapEncode {
             kind: 0.into(),
             data_type: data_type.into(),

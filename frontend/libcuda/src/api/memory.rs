@@ -64,7 +64,7 @@ pub extern "C" fn cuMemFree_v2(dptr: u64) -> CuResult {
         let c = state::client()?;
         // A free of an address this process never allocated (or a global)
         // fails at the call, as the driver's does.
-        if !objects().device.get(&dptr).is_some_and(|a| a.global_of.is_none()) {
+        if objects().device.get(&dptr).is_none_or(|a| a.global_of.is_some()) {
             return Err(CuError::INVALID_VALUE);
         }
         c.mem_free(dptr).map_err(state::cu)?;

@@ -71,7 +71,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, po
 pub extern "C" fn cuMemFreeAsync(dptr: u64, s: *mut c_void) -> CuResult {
     run("cuMemFreeAsync", || {
         let c = state::client()?;
-        if !objects().device.get(&dptr).is_some_and(|a| a.global_of.is_none()) {
+        if objects().device.get(&dptr).is_none_or(|a| a.global_of.is_some()) {
             return Err(CuError::INVALID_VALUE);
         }
         c.mem_free_async(dptr, state::ordered(s)).map_err(state::cu)?;
@@ -134,13 +134,7 @@ pub unsafe extern "C" fn cuMemPoolGetAttribute(pool: *mut c_void, attr: c_int, v
     run("cuMemPoolGetAttribute", || {
         let v = state::client()?.mem_pool_attribute(pool_ctx(pool)?, attr as u32, None).map_err(state::cu)?;
         // SAFETY: storage of the attribute's type, per the API.
-        unsafe {
-            if is_wide(attr) {
-                put(value.cast::<u64>(), v)
-            } else {
-                put(value.cast::<c_int>(), v as c_int)
-            }
-        }
+        unsafe { if is_wide(attr) { put(value.cast::<u64>(), v) } else { put(value.cast::<c_int>(), v as c_int) } }
     })
 }
 

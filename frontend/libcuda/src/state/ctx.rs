@@ -271,8 +271,7 @@ pub fn cls_put(ctx: *mut c_void, key: *mut c_void, value: *mut c_void, dtor: Cls
 /// The value under `key`; `CUDA_ERROR_INVALID_HANDLE` if there is none.
 pub fn cls_get(ctx: *mut c_void, key: *mut c_void) -> Result<*mut c_void, CuError> {
     let h = cls_context(ctx)?;
-    with(|t| t.cls.get(&h).and_then(|e| e.iter().find(|e| e.0 == key as usize)).map(|e| e.1 as *mut c_void))
-        .ok_or(CuError::INVALID_HANDLE)
+    with(|t| t.cls.get(&h).and_then(|e| e.iter().find(|e| e.0 == key as usize)).map(|e| e.1 as *mut c_void)).ok_or(CuError::INVALID_HANDLE)
 }
 
 /// Removes the value under `key` without running its destructor.

@@ -1,0 +1,93 @@
+//! Unmodified CUDA runtime-API programs (nvcc's default static cudart, and
+//! `-cudart shared`) against the drop-in libcuda.so.1, over each transport:
+//! NVIDIA's runtime starts on pvgpu's private driver tables, loads its
+//! fatbins through the library API, launches with `<<<>>>`, and gets its
+//! streams, events, pinned memory, host callbacks, stream-ordered
+//! allocation, pitched copies, kernel printf and error paths served.
+//!
+//! The program is built here with nvcc from NVIDIA's PyPI wheels
+//! (`tests/cuda-toolkit.sh`, run by `tests/all.sh`); its kernels are those
+//! the host test double implements, so it runs without a GPU.
+
+use pvgpu_tests::dropin::{cuda_home, run_program};
+use pvgpu_tests::{Harness, TempDir, Transport};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// How the program is linked against NVIDIA's runtime.
+#[derive(Clone, Copy, Debug)]
+enum Cudart {
+    Static,
+    Shared,
+}
+
+/// `tests/runtime/runtime_api.cu`, built once per cudart.
+fn program(cudart: Cudart) -> PathBuf {
+    static BUILT: OnceLock<(TempDir, PathBuf, PathBuf)> = OnceLock::new();
+    let (_, s, d) = BUILT.get_or_init(|| {
+        let dir = TempDir::new("runtime-api");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/runtime_api.cu");
+        let build = |out: &Path, extra: &[&str]| {
+            let status = Command::new(cuda_home().join("bin/nvcc"))
+                .args(extra)
+                .args(["-gencode", "arch=compute_90,code=[sm_90,compute_90]", "-o"])
+                .arg(out)
+                .arg(&src)
+                .status()
+                .expect("cannot run nvcc");
+            assert!(status.success(), "nvcc failed on {}", src.display());
+        };
+        let (s, d) = (dir.0.join("runtime_api_static"), dir.0.join("runtime_api_shared"));
+        build(&s, &[]);
+        build(&d, &["-cudart", "shared"]);
+        (dir, s, d)
+    });
+    match cudart {
+        Cudart::Static => s.clone(),
+        Cudart::Shared => d.clone(),
+    }
+}
+
+fn shared() -> &'static Harness {
+    static H: OnceLock<Harness> = OnceLock::new();
+    H.get_or_init(Harness::start)
+}
+
+fn runs(cudart: Cudart, t: Transport) {
+    let out = run_program(&mut Command::new(program(cudart)), shared(), t);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        out.status.success() && lines.last() == Some(&"PASS"),
+        "{cudart:?} cudart over {t:?} ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // What the kernel printed is on the program's standard output, between
+    // what the program printed before and after the synchronising call.
+    let before = lines.iter().position(|l| *l == "before printf").expect("before printf");
+    let printed: Vec<&str> = lines[before + 1..].iter().take_while(|l| **l != "after printf").copied().collect();
+    let want: Vec<String> = (0..2).flat_map(|b| (0..2).map(move |t| format!("pvgpu_printf tag 7 block {b} thread {t}"))).collect();
+    assert_eq!(printed, want, "kernel output over {t:?}");
+}
+
+#[test]
+fn static_cudart_over_local() {
+    runs(Cudart::Static, Transport::Local);
+}
+
+#[test]
+fn static_cudart_over_tcp() {
+    runs(Cudart::Static, Transport::Tcp);
+}
+
+#[test]
+fn shared_cudart_over_local() {
+    runs(Cudart::Shared, Transport::Local);
+}
+
+#[test]
+fn shared_cudart_over_tcp() {
+    runs(Cudart::Shared, Transport::Tcp);
+}
