@@ -1,10 +1,16 @@
 // Kernels used by the pvgpu end-to-end tests and by pvgpu-bench.
 //
-// `kernels.ptx` beside this file is generated from it on the GPU machine:
+// The images beside this file are generated from it with nvcc 13.0 (the
+// one tests/cuda-toolkit.sh unpacks):
 //     nvcc -ptx -arch=compute_75 -o kernels.ptx kernels.cu
+//     nvcc -cubin -arch=sm_90 -o kernels.sm_90.cubin kernels.cu
+//     nvcc -fatbin -gencode arch=compute_90,code=sm_90 \
+//          -gencode arch=compute_75,code=compute_75 -o kernels.fatbin kernels.cu
 // The host executor (the backend's test double) implements each kernel again
 // in Rust, keyed by the names below, and reads the parameter layout from the
 // PTX, so the same module image runs on both executors.
+
+#include <cstdio>
 
 extern "C" {
 
@@ -70,6 +76,11 @@ __global__ void spin(long long cycles) {
 // faults with CUDA_ERROR_ILLEGAL_ADDRESS.
 __global__ void poke(int *p) {
     *(volatile int *)p = 1;
+}
+
+// Device printf, one line per thread: kernel output reaching the program.
+__global__ void pvgpu_printf(int tag) {
+    printf("pvgpu_printf tag %d block %d thread %d\n", tag, (int)blockIdx.x, (int)threadIdx.x);
 }
 
 }

@@ -621,6 +621,144 @@ fn backend_killed_mid_call(t: Transport) {
     assert_eq!(code(c.nop()), CuResult::DEVICE_UNAVAILABLE);
 }
 
+/// Launch attributes (`cuLaunchKernelEx`), cluster occupancy, and the
+/// attributes a guest may not set.
+fn launches_with_attributes(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let f = g.func("saxpy").unwrap();
+    let n = 256usize;
+    let (x, y) = (c.mem_alloc(g.ctx, (n * 4) as u64).unwrap(), c.mem_alloc(g.ctx, (n * 4) as u64).unwrap());
+    c.memcpy_htod(x, &f32_bytes(&vec![1.0; n])).unwrap();
+    c.memcpy_htod(y, &f32_bytes(&vec![2.0; n])).unwrap();
+    let mut params = vec![0u8; f.param_bytes];
+    for (p, v) in f.params.iter().zip([arg(&3.0f32), arg(&x), arg(&y), arg(&(n as i32))]) {
+        params[p.offset as usize..p.offset as usize + v.len()].copy_from_slice(v);
+    }
+    let attr = |id: u32, v: i32| {
+        let mut value = [0u8; 64];
+        value[..4].copy_from_slice(&v.to_le_bytes());
+        pvgpu_ring::proto::LaunchAttr { id: id.into(), reserved: 0.into(), value }
+    };
+    // Priority (8) and cooperative (2) are allowed.
+    c.launch_ex(&f, [1, 1, 1], [256, 1, 1], 0, Stream::DEFAULT, &[attr(8, 0), attr(2, 1)], &params).unwrap();
+    let mut back = vec![0u8; n * 4];
+    c.memcpy_dtoh(&mut back, y).unwrap();
+    assert_eq!(bytes_f32(&back), vec![5.0; n]);
+    // A programmatic event (7) names an event of the driver's: refused, at
+    // the next call that waits, as every error of a posted call.
+    c.launch_ex(&f, [1, 1, 1], [256, 1, 1], 0, Stream::DEFAULT, &[attr(7, 0)], &params).unwrap();
+    assert_eq!(code(c.ctx_synchronize(g.ctx)), CuResult::NOT_SUPPORTED);
+    let mut cluster = [0u8; 64];
+    cluster[..12].copy_from_slice(&[1u32, 1, 1].map(u32::to_le_bytes).concat());
+    let dim = pvgpu_ring::proto::LaunchAttr { id: 4.into(), reserved: 0.into(), value: cluster };
+    assert!(c.occupancy_clusters(&f, [4, 1, 1], [128, 1, 1], 0, &[dim], 0).unwrap() >= 1, "max active clusters");
+    assert!(c.occupancy_clusters(&f, [4, 1, 1], [128, 1, 1], 0, &[], 1).unwrap() >= 1, "max cluster size");
+}
+
+/// `cuMemAllocAsync`/`cuMemFreeAsync` and the default pool's attributes.
+fn stream_ordered_allocation(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let s = c.stream_create(g.ctx, 1, 0).unwrap();
+    let d = c.mem_alloc_async(g.ctx, 1 << 16, s).unwrap();
+    c.memset(d, 9, 1, 1 << 16, s).unwrap();
+    let mut b = vec![0u8; 1 << 16];
+    c.memcpy_dtoh_async(&mut b, d, s).unwrap();
+    assert!(b.iter().all(|&v| v == 9));
+    c.mem_free_async(d, s).unwrap();
+    c.stream_synchronize(s).unwrap();
+    assert_eq!(code(c.memcpy_htod(d, &[1])), CuResult::INVALID_VALUE, "freed memory is out of range");
+    c.mem_free_async(d, s).unwrap();
+    assert_eq!(code(c.stream_synchronize(s)), CuResult::INVALID_VALUE, "a double free");
+    let threshold = 32 << 20;
+    assert_eq!(c.mem_pool_attribute(g.ctx, 4, Some(threshold)).unwrap(), threshold);
+    assert_eq!(c.mem_pool_attribute(g.ctx, 4, None).unwrap(), threshold, "release threshold");
+    assert_eq!(code(c.mem_pool_attribute(g.ctx, 5, Some(1))), CuResult::INVALID_VALUE, "reserved memory is read-only");
+    assert_eq!(code(c.mem_pool_attribute(g.ctx, 99, None)), CuResult::INVALID_VALUE);
+}
+
+/// Pitched copies between host and device and within the device, pitched
+/// memsets, and pitched ranges that leave the allocation.
+fn pitched_copies_and_memsets(t: Transport) {
+    use pvgpu_frontend::Pitched;
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let (w, h, pitch) = (300usize, 41usize, 512u64);
+    let a = c.mem_alloc(g.ctx, pitch * h as u64).unwrap();
+    let b = c.mem_alloc(g.ctx, pitch * h as u64).unwrap();
+    c.memset_2d(a, pitch, 0xab, 1, pitch, h as u64, Stream::DEFAULT).unwrap();
+    let host: Vec<u8> = (0..w * h).map(|i| (i * 7 % 251) as u8).collect();
+    let dev = |ptr| Pitched::Device { ptr, pitch };
+    // SAFETY: `host` holds h rows of w bytes; `back` likewise, writable.
+    unsafe {
+        c.memcpy_2d(dev(a), Pitched::Host { ptr: host.as_ptr(), pitch: w }, w, h, Stream::DEFAULT, false).unwrap();
+        c.memcpy_2d(dev(b), dev(a), pitch as usize, h, Stream::DEFAULT, false).unwrap();
+    }
+    let mut back = vec![0u8; w * h];
+    // SAFETY: as above.
+    unsafe { c.memcpy_2d(Pitched::Host { ptr: back.as_mut_ptr(), pitch: w }, dev(b), w, h, Stream::DEFAULT, false).unwrap() };
+    assert_eq!(back, host, "host to device to device to host, pitched");
+    let mut whole = vec![0u8; (pitch as usize) * h];
+    c.memcpy_dtoh(&mut whole, b).unwrap();
+    assert!(whole.chunks(pitch as usize).all(|row| row[w..].iter().all(|&v| v == 0xab)), "the padding kept its memset value");
+    c.memset_2d(a + 8, pitch, 0x01020304, 4, 4, h as u64, Stream::DEFAULT).unwrap();
+    c.memcpy_dtoh(&mut whole, a).unwrap();
+    assert_eq!(&whole[8..12], &0x01020304u32.to_le_bytes());
+    // SAFETY: as above.
+    let past = unsafe { c.memcpy_2d(dev(a + pitch), Pitched::Host { ptr: host.as_ptr(), pitch: w }, w, h, Stream::DEFAULT, false) };
+    assert_eq!(code(past), CuResult::INVALID_VALUE, "the last row would leave the allocation");
+    c.memset_2d(a, pitch, 0, 1, pitch + 1, 2, Stream::DEFAULT).unwrap();
+    assert_eq!(code(c.ctx_synchronize(g.ctx)), CuResult::INVALID_VALUE, "a row wider than the pitch");
+}
+
+/// Tensor maps are built by the backend's driver and may only describe the
+/// session's own memory.
+fn tensor_maps(t: Transport) {
+    use pvgpu_ring::proto::TensorMapEncode;
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let d = c.mem_alloc(g.ctx, 64 * 64 * 4).unwrap();
+    let map = |addr: u64, rows: u64| TensorMapEncode {
+        data_type: 7.into(), // FLOAT32
+        rank: 2.into(),
+        global_address: addr.into(),
+        global_dim: [64, rows, 1, 1, 1].map(Into::into),
+        global_strides: [256, 0, 0, 0].map(Into::into),
+        box_dim: [32, 32, 1, 1, 1].map(Into::into),
+        element_strides: [1, 1, 1, 1, 1].map(Into::into),
+        ..Default::default()
+    };
+    let desc = c.tensor_map_encode(&map(d, 64)).unwrap();
+    assert_ne!(desc, [0u8; 128]);
+    assert_eq!(code(c.tensor_map_encode(&map(d, 65))), CuResult::INVALID_VALUE, "one row past the allocation");
+    assert_eq!(code(c.tensor_map_encode(&map(0x1000, 64))), CuResult::INVALID_VALUE, "memory of nobody's");
+}
+
+/// What kernels print reaches the program, before the reply of the call
+/// that waited for them (when the backend can capture it: the host double
+/// always, a GPU in a session's own worker process).
+fn kernel_output(t: Transport) {
+    static OUTPUT: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+    pvgpu_frontend::set_output_handler(|b| OUTPUT.lock().unwrap().extend_from_slice(b));
+    let h = shared();
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    let f = g.func("pvgpu_printf").unwrap();
+    let tag = 4000 + t as i32;
+    c.launch(&f, [2, 1, 1], [3, 1, 1], 0, Stream::DEFAULT, &[arg(&tag)]).unwrap();
+    c.ctx_synchronize(g.ctx).unwrap();
+    if h.exec == ExecKind::Host || h.is_process() {
+        let out = String::from_utf8_lossy(&OUTPUT.lock().unwrap()).into_owned();
+        let mine: Vec<&str> = out.lines().filter(|l| l.starts_with(&format!("pvgpu_printf tag {tag} "))).collect();
+        assert_eq!(mine.len(), 6, "{out}");
+    }
+    let names = c.module_function_names(g.module).unwrap();
+    for k in ["mat_sum", "saxpy", "pvgpu_printf", "pvgpu_null"] {
+        assert!(names.iter().any(|n| n == k), "{k} in {names:?}");
+    }
+}
+
 /// Runs each test body over every transport: `anywhere` lists the bodies
 /// that only need a backend to talk to (these also run over Xen, built with
 /// `--features xen` for the Xen lab, in a guest against the backend in
@@ -667,6 +805,11 @@ over_every_transport!(
         matsum_matches_cpu,
         jacobi_matches_cpu,
         many_concurrent_clients,
+        launches_with_attributes,
+        stream_ordered_allocation,
+        pitched_copies_and_memsets,
+        tensor_maps,
+        kernel_output,
     ],
     own_backend: [memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
 );

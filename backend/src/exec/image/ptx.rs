@@ -16,8 +16,9 @@ fn type_size(t: &str) -> Option<u32> {
     })
 }
 
-/// Parses `[.align N] .type name[count]` into (size, align, name).
-fn parse_decl(tokens: &[&str]) -> Result<(u32, u32, String), CuError> {
+/// Parses `[.align N] .type name[count]` into (size, align, name, element
+/// size).
+fn parse_decl(tokens: &[&str]) -> Result<(u32, u32, String, u32), CuError> {
     let mut align = None;
     let mut i = 0;
     if tokens.first() == Some(&".align") {
@@ -47,7 +48,7 @@ fn parse_decl(tokens: &[&str]) -> Result<(u32, u32, String), CuError> {
     if !align.is_power_of_two() {
         return Err(CuError::INVALID_PTX);
     }
-    Ok((size, align, name.to_string()))
+    Ok((size, align, name.to_string(), ty))
 }
 
 pub(super) fn parse(text: &str) -> Result<ImageInfo, CuError> {
@@ -74,7 +75,7 @@ pub(super) fn parse(text: &str) -> Result<ImageInfo, CuError> {
             if tokens[0] != ".param" {
                 return Err(CuError::INVALID_PTX);
             }
-            let (size, align, _) = parse_decl(&tokens[1..])?;
+            let (size, align, _, _) = parse_decl(&tokens[1..])?;
             offset = offset.checked_next_multiple_of(align).ok_or(CuError::INVALID_PTX)?;
             params.push(Param { offset, size });
             offset = offset.checked_add(size).ok_or(CuError::INVALID_PTX)?;
@@ -98,12 +99,25 @@ pub(super) fn parse(text: &str) -> Result<ImageInfo, CuError> {
             Some(eq) => (&tokens[g + 1..eq], Some(tokens[eq + 1..].join(" "))),
             None => (&tokens[g + 1..], None),
         };
-        let (size, _, name) = parse_decl(decl)?;
+        let (size, _, name, elem) = parse_decl(decl)?;
         let mut bytes = vec![0u8; size as usize];
-        if let Some(init) = init {
-            let v = parse_ptx_scalar(&init).ok_or(CuError::INVALID_PTX)?;
-            let n = bytes.len().min(8);
-            bytes[..n].copy_from_slice(&v.to_le_bytes()[..n]);
+        match init {
+            // An array: `{a, b, c}`, each value `elem` bytes.
+            Some(list) if list.starts_with('{') => {
+                let values = list.trim_start_matches('{').trim_end_matches('}');
+                for (i, v) in values.split(',').filter(|v| !v.trim().is_empty()).enumerate() {
+                    let v = parse_ptx_scalar(v).ok_or(CuError::INVALID_PTX)?;
+                    let at = i * elem as usize;
+                    let dst = bytes.get_mut(at..at + elem as usize).ok_or(CuError::INVALID_PTX)?;
+                    dst.copy_from_slice(&v.to_le_bytes()[..elem as usize]);
+                }
+            }
+            Some(init) => {
+                let v = parse_ptx_scalar(&init).ok_or(CuError::INVALID_PTX)?;
+                let n = bytes.len().min(8);
+                bytes[..n].copy_from_slice(&v.to_le_bytes()[..n]);
+            }
+            None => {}
         }
         info.globals.insert(name, Global { size: size as u64, init: bytes });
     }
