@@ -37,6 +37,23 @@ pub fn shim_dir() -> PathBuf {
     .clone()
 }
 
+/// A directory holding the tracing library (`pvgpu-trace`) as
+/// libcuda.so.1.
+pub fn trace_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let t = target_dir();
+        assert!(t.join("libpvgpu_trace.so").exists(), "libpvgpu_trace.so not found: build it first (cargo build -p pvgpu-trace)");
+        let dir = t.join("pvgpu-trace");
+        std::fs::create_dir_all(&dir).expect("cannot create the library directory");
+        let link = dir.join("libcuda.so.1");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("../libpvgpu_trace.so", &link).expect("cannot link the library");
+        dir
+    })
+    .clone()
+}
+
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }

@@ -9,7 +9,7 @@
 //! (`tests/cuda-toolkit.sh`, run by `tests/all.sh`); its kernels are those
 //! the host test double implements, so it runs without a GPU.
 
-use pvgpu_tests::dropin::{cuda_home, run_program};
+use pvgpu_tests::dropin::{cuda_home, run_program, target_dir, trace_dir};
 use pvgpu_tests::{Harness, TempDir, Transport};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -90,4 +90,39 @@ fn shared_cudart_over_local() {
 #[test]
 fn shared_cudart_over_tcp() {
     runs(Cudart::Shared, Transport::Tcp);
+}
+
+/// The tracing library in front of the drop-in library: the program still
+/// passes (every call, whatever its arguments, reaches pvgpu unchanged) and
+/// the trace names what NVIDIA's runtime used, private-table slots
+/// included.
+#[test]
+fn traced_through_pvgpu_trace() {
+    let dir = TempDir::new("trace");
+    let log = dir.0.join("trace.log");
+    let h = shared();
+    let out = Command::new(program(Cudart::Static))
+        .env("LD_LIBRARY_PATH", trace_dir())
+        .env("PVGPU_TRACE_DRIVER", target_dir().join("libpvgpu_cuda.so"))
+        .env("PVGPU_TRACE_OUT", &log)
+        .env("PVGPU_BACKEND", h.addr(Transport::Local).to_string())
+        .output()
+        .expect("cannot start the program");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.ends_with("PASS\n"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let trace = std::fs::read_to_string(&log).expect("the trace");
+    for want in [
+        "ET d4082055bde6704b8d34ba123c66e1f2 0",
+        "CNT G:cuLibraryLoadData 1 [0:1]",
+        "CNT E:6bd5fb6c[2] 1 [0:1]",
+        "CNT E:263e8860[3] 1",
+        "GPA cuLaunchKernel ",
+    ] {
+        assert!(trace.contains(want), "{want:?} not in the trace:\n{trace}");
+    }
+    let cls_get = trace.lines().find(|l| l.starts_with("CNT E:c693336e[2] ")).expect("context-local storage lookups");
+    assert!(
+        cls_get.contains("201:") && cls_get.contains("400:"),
+        "the runtime retains the primary context and creates its state: {cls_get}"
+    );
 }
