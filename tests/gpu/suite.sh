@@ -28,19 +28,22 @@ echo "== programs"
 bash "$root/tests/gpu/compare.sh" "$bin" "$out"
 
 echo "== traces"
+x=$out/extra
+mkdir -p "$x"
 trace=$(mktemp -d)
 cp "$bin/libpvgpu_trace.so" "$trace/libcuda.so.1"
 driver=$(ldconfig -p | awk '/libcuda.so.1 / {print $NF; exit}')
 prog=$(mktemp -d)/runtime_api
 nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$prog" "$root/tests/runtime/runtime_api.cu" 2> /dev/null
-LD_LIBRARY_PATH=$trace PVGPU_TRACE_DRIVER=$driver PVGPU_TRACE_OUT=$out/trace-runtime-native.log timeout 120 "$prog" > "$out/trace-runtime-stdout.txt" 2>&1
+LD_LIBRARY_PATH=$trace PVGPU_TRACE_DRIVER=$driver PVGPU_TRACE_OUT=$x/trace-runtime-native.log timeout 120 "$prog" > "$x/trace-runtime-stdout.txt" 2>&1
 torch_op='import torch; x = torch.ones(1024, device="cuda"); print("torch", torch.__version__, (x * 2).sum().item())'
-LD_LIBRARY_PATH=$trace PVGPU_TRACE_DRIVER=$driver PVGPU_TRACE_OUT=$out/trace-torch-native.log timeout 240 python3 -c "$torch_op" > "$out/torch-native.txt" 2>&1
+LD_LIBRARY_PATH=$trace PVGPU_TRACE_DRIVER=$driver PVGPU_TRACE_OUT=$x/trace-torch-native.log timeout 240 python3 -c "$torch_op" > "$x/torch-native.txt" 2>&1
 lib=$(mktemp -d)
 cp "$bin/libpvgpu_cuda.so" "$lib/libcuda.so.1"
-"$bin/pvgpu-backend" --listen "local:$lib/sock" --executor cuda > "$out/torch-backend.log" 2>&1 &
+"$bin/pvgpu-backend" --listen "local:$lib/sock" --executor cuda > "$x/torch-backend.log" 2>&1 &
 b=$!
 sleep 2
-LD_LIBRARY_PATH=$lib PVGPU_BACKEND=local:$lib/sock PVGPU_LOG=warn timeout 240 python3 -c "$torch_op" > "$out/torch-pvgpu.txt" 2>&1
+LD_LIBRARY_PATH=$lib PVGPU_BACKEND=local:$lib/sock PVGPU_LOG=warn timeout 240 python3 -c "$torch_op" > "$x/torch-pvgpu.txt" 2>&1
 kill $b; wait $b 2> /dev/null
-tail -3 "$out/torch-native.txt" "$out/torch-pvgpu.txt"
+tail -3 "$x/torch-native.txt" "$x/torch-pvgpu.txt"
+tar -czf "$out/extra.tar.gz" -C "$out" extra && rm -rf "$x"
