@@ -45,5 +45,5 @@ b=$!
 sleep 2
 LD_LIBRARY_PATH=$lib PVGPU_BACKEND=local:$lib/sock PVGPU_LOG=warn timeout 240 python3 -c "$torch_op" > "$x/torch-pvgpu.txt" 2>&1
 kill $b; wait $b 2> /dev/null
-tail -3 "$x/torch-native.txt" "$x/torch-pvgpu.txt"
+tail -n 3 "$x/torch-native.txt" "$x/torch-pvgpu.txt"
 tar -czf "$out/extra.tar.gz" -C "$out" extra && rm -rf "$x"

@@ -191,22 +191,38 @@ impl CudaContext {
     pub(super) unsafe fn copy2d(&mut self, c: crate::exec::Copy2D, w: u64, h: u64, stream: Option<CudaStream>, wait: bool) -> CuRes<()> {
         use crate::exec::Copy2D;
         use sys::CUmemorytype::{CU_MEMORYTYPE_DEVICE as DEV, CU_MEMORYTYPE_HOST as HOST};
-        // SAFETY: CUDA_MEMCPY2D is plain data; zero is a valid start.
-        let mut p: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
-        p.WidthInBytes = w as usize;
-        p.Height = h as usize;
+        // Every field set explicitly: the memory types are Rust enums, for
+        // which zero is no value.
+        let mut p = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: DEV,
+            srcHost: ptr::null(),
+            srcDevice: 0,
+            srcArray: ptr::null_mut(),
+            srcPitch: 0,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: DEV,
+            dstHost: ptr::null_mut(),
+            dstDevice: 0,
+            dstArray: ptr::null_mut(),
+            dstPitch: 0,
+            WidthInBytes: w as usize,
+            Height: h as usize,
+        };
         match c {
             Copy2D::HtoD { dst, dst_pitch, src } => {
                 (p.srcMemoryType, p.srcHost, p.srcPitch) = (HOST, src.cast(), w as usize);
-                (p.dstMemoryType, p.dstDevice, p.dstPitch) = (DEV, dst, dst_pitch as usize);
+                (p.dstDevice, p.dstPitch) = (dst, dst_pitch as usize);
             }
             Copy2D::DtoH { dst, src, src_pitch } => {
-                (p.srcMemoryType, p.srcDevice, p.srcPitch) = (DEV, src, src_pitch as usize);
+                (p.srcDevice, p.srcPitch) = (src, src_pitch as usize);
                 (p.dstMemoryType, p.dstHost, p.dstPitch) = (HOST, dst.cast(), w as usize);
             }
             Copy2D::DtoD { dst, dst_pitch, src, src_pitch } => {
-                (p.srcMemoryType, p.srcDevice, p.srcPitch) = (DEV, src, src_pitch as usize);
-                (p.dstMemoryType, p.dstDevice, p.dstPitch) = (DEV, dst, dst_pitch as usize);
+                (p.srcDevice, p.srcPitch) = (src, src_pitch as usize);
+                (p.dstDevice, p.dstPitch) = (dst, dst_pitch as usize);
             }
         }
         // SAFETY: the caller's contract for host sides; device ranges were

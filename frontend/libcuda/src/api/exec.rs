@@ -124,6 +124,22 @@ pub unsafe extern "C" fn cuStreamGetCtx(s: *mut c_void, pctx: *mut *mut c_void) 
     })
 }
 
+/// `cuStreamGetCtx_v2`: the stream's context; green contexts are not
+/// supported, so that one is always null.
+///
+/// # Safety
+/// `pctx` must be writable; `green` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetCtx_v2(s: *mut c_void, pctx: *mut *mut c_void, green: *mut *mut c_void) -> CuResult {
+    // SAFETY: the same contract for `pctx`.
+    let r = unsafe { cuStreamGetCtx(s, pctx) };
+    if r.is_success() && !green.is_null() {
+        // SAFETY: non-null and writable per the API.
+        unsafe { green.write(std::ptr::null_mut()) };
+    }
+    r
+}
+
 /// `cuStreamGetFlags`.
 ///
 /// # Safety
