@@ -52,6 +52,7 @@ pub fn run_connection<E: Executor>(exec: Arc<E>, acc: Accepted, cfg: &SessionCon
                 Ok(side) => side,
                 Err(e) => return Ended::Broken(format!("handshake failed: {}", Chain(&e))),
             };
+            tracing::debug!(session = id, same_address = side.same_address, "shared memory mapped");
             match RingConn::new(side.region, &side.geometry, Box::new(side.notifier), cfg.spin) {
                 Ok(c) => Box::new(c),
                 Err(e) => return Ended::Broken(format!("ring setup failed: {}", Chain(&e))),

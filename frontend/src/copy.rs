@@ -15,8 +15,8 @@ use crate::rpc::Conn;
 use crate::transport::Staged;
 use pvgpu_ring::CuError;
 use pvgpu_ring::proto::{
-    COPY_2D_DTOD, COPY_2D_DTOH, COPY_2D_HTOD, COPY_ASYNC, COPY_PINNED, DataRef, FLAG_REPLY, HtoDHead, Memcpy2D, Memcpy2DHead, MemcpyDtoH,
-    MemcpyHtoD, Opcode,
+    COPY_2D_DTOD, COPY_2D_DTOH, COPY_2D_HTOD, COPY_ASYNC, COPY_PINNED, DataAreaDevice, DataRef, FLAG_REPLY, HtoDHead, Memcpy2D,
+    Memcpy2DHead, MemcpyDtoH, MemcpyHtoD, Opcode,
 };
 use std::collections::VecDeque;
 
@@ -146,6 +146,17 @@ impl Client {
     /// allocation.
     pub fn is_pinned(&self, ptr: *const u8, len: usize) -> bool {
         self.conn().t.pinned(ptr, len).is_some()
+    }
+
+    /// The device address of [`Client::host_alloc`] memory at `ptr`, when
+    /// the backend mapped the data area for the device (`None`: not such
+    /// memory, or the device cannot reach it). On the local transport the
+    /// backend maps the area at the program's address where it can, so the
+    /// device address is then `ptr` itself, as with unified addressing.
+    pub fn host_device_pointer(&self, ptr: *const u8) -> Result<Option<u64>> {
+        let Some(r) = self.conn().t.pinned(ptr, 1) else { return Ok(None) };
+        let base = self.call(&DataAreaDevice {})?.value.get();
+        Ok((base != 0).then(|| base + r.offset.get()))
     }
 }
 

@@ -61,14 +61,15 @@ pub struct BackendInfo {
 
 /// Device attributes reported as 0: features of the local driver that pvgpu
 /// does not provide across the connection (managed and mapped host memory,
-/// pageable-memory access, memory-pool IPC and host-located pools, virtual
-/// memory management, IPC and interop handles, multi-device cooperative
-/// launches, stream memory operations, multicast). Cooperative and cluster
-/// launches, the default memory pool and tensor maps are provided, so their
+/// pageable-memory access, memory-pool IPC and host-located pools, IPC and
+/// interop handles (including shareable handles of virtual memory),
+/// multi-device cooperative launches, stream memory operations,
+/// multicast). Cooperative and cluster launches, the default memory pool,
+/// virtual memory management and tensor maps are provided, so their
 /// attributes read as the GPU reports them.
 pub const MASKED_ATTRS: &[i32] = &[
-    19, 83, 88, 89, 91, 92, 93, 94, 96, 98, 100, 101, 102, 103, 104, 105, 107, 110, 112, 113, 114, 116, 117, 118, 119, 121, 122, 123, 124,
-    125, 128, 132, 135, 138, 141, 142, 143, 144, 145, 146,
+    19, 83, 88, 89, 91, 92, 93, 94, 96, 98, 100, 101, 103, 104, 105, 107, 110, 112, 113, 114, 116, 117, 118, 119, 121, 122, 123, 124, 125,
+    128, 132, 135, 138, 141, 142, 143, 144, 145, 146,
 ];
 
 /// Properties of a device, fetched once and cached.

@@ -42,6 +42,7 @@ mod options;
 mod output;
 mod rpc;
 pub mod transport;
+mod vmm;
 
 pub use client::Client;
 pub use copy::Pitched;
@@ -50,6 +51,7 @@ pub use handles::*;
 pub use options::{BackendAddr, DEFAULT_SOCKET, Options, backend_from_env};
 pub use output::set_output_handler;
 pub use pvgpu_ring::{CuError, CuResult};
+pub use vmm::{Access, PhysMem};
 
 use zerocopy::{Immutable, IntoBytes};
 

@@ -277,6 +277,7 @@ pub mod attr {
     pub const MAX_REGISTERS_PER_MULTIPROCESSOR: i32 = 82;
     pub const MANAGED_MEMORY: i32 = 83;
     pub const MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: i32 = 97;
+    pub const VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: i32 = 102;
     pub const MAX_BLOCKS_PER_MULTIPROCESSOR: i32 = 106;
     /// One past the largest attribute number CUDA 13.0 defines.
     pub const MAX: i32 = 148;

@@ -9,6 +9,14 @@
 //! geometry. The backend checks the seals, the size and the geometry against
 //! its limits before it maps anything, and answers with a status.
 //!
+//! The backend maps the region at the frontend's address when that address
+//! is free in its process (a session's worker usually has it free), so
+//! that page-locked memory in the data area has one address in the program,
+//! in the backend and, once the backend registers it with the driver, on
+//! the GPU: kernels can then read and write it as they read and write
+//! mapped host memory natively. Where the address is taken, it maps the
+//! region elsewhere and everything but that works the same.
+//!
 //! After the handshake the socket carries nothing; it stays open so that each
 //! side sees the other die (`POLLHUP`) while it waits on its doorbell.
 
@@ -31,7 +39,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"PVGPULH1");
 const WELCOME_MAGIC: u64 = u64::from_le_bytes(*b"PVGPULW1");
 /// Version of the local handshake.
-pub const LOCAL_VERSION: u32 = 1;
+pub const LOCAL_VERSION: u32 = 2;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Frontend to backend, with three fds: region memfd, backend doorbell,
@@ -45,6 +53,8 @@ struct LocalHello {
     rsp_size: U32,
     reserved: U32,
     data_size: U64,
+    /// Where the frontend mapped the region.
+    region_addr: U64,
 }
 
 /// Backend to frontend.
@@ -142,9 +152,63 @@ pub fn create_region(g: &Geometry) -> Result<(SharedRegion, OwnedFd), LocalError
     Ok((SharedRegion::new(MemfdMapping { map, _file: file }), OwnedFd::from(dup)))
 }
 
+/// A shared mapping of a memfd at an address of the peer's choosing.
+pub struct FixedMapping {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    _file: File,
+}
+
+// SAFETY: as for `MemfdMapping`: mapped at `ptr` with `len` bytes until
+// dropped (unmapped in `Drop`), backed by a memfd sealed against shrinking.
+unsafe impl Mapping for FixedMapping {
+    fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+// SAFETY: the mapping is reached only through raw pointers, from any
+// thread; nothing in it is tied to the thread that made it.
+unsafe impl Send for FixedMapping {}
+// SAFETY: as above.
+unsafe impl Sync for FixedMapping {}
+
+impl Drop for FixedMapping {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping of `len` bytes at `ptr`, unmapped once.
+        let _ = unsafe { nix::sys::mman::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// Maps `file` at exactly `addr`, if nothing is mapped there.
+fn map_at(file: &File, addr: usize, len: usize) -> Option<std::ptr::NonNull<u8>> {
+    use nix::sys::mman::{MapFlags, ProtFlags, mmap};
+    let want = std::num::NonZeroUsize::new(addr)?;
+    let len = std::num::NonZeroUsize::new(len)?;
+    if addr % 4096 != 0 {
+        return None;
+    }
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping (the
+    // call fails instead), so no memory of this process changes meaning.
+    let p = unsafe {
+        mmap(Some(want), len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED | MapFlags::MAP_FIXED_NOREPLACE, file, 0)
+    }
+    .ok()?;
+    if p.as_ptr() as usize != addr {
+        // A kernel without MAP_FIXED_NOREPLACE took it as a hint.
+        // SAFETY: the mapping just made, unmapped once.
+        let _ = unsafe { nix::sys::mman::munmap(p, len.get()) };
+        return None;
+    }
+    Some(p.cast())
+}
+
 /// Backend side: checks that `fd` is a memfd sealed against shrinking and
-/// large enough for `g`, then maps it.
-pub fn map_region(fd: OwnedFd, g: &Geometry) -> Result<SharedRegion, LocalError> {
+/// large enough for `g`, then maps it, at `at` if that address is free.
+pub fn map_region(fd: OwnedFd, g: &Geometry, at: Option<usize>) -> Result<SharedRegion, LocalError> {
     let seals = fcntl(&fd, FcntlArg::F_GET_SEALS).map_err(|_| LocalError::Memory("not a sealable memfd"))?;
     let seals = SealFlag::from_bits_truncate(seals);
     if !seals.contains(SealFlag::F_SEAL_SHRINK) {
@@ -154,6 +218,9 @@ pub fn map_region(fd: OwnedFd, g: &Geometry) -> Result<SharedRegion, LocalError>
     let meta = file.metadata().map_err(ios("fstat of the memfd"))?;
     if !meta.is_file() || meta.len() < g.total_len() as u64 {
         return Err(LocalError::Memory("memfd is smaller than the geometry"));
+    }
+    if let Some(ptr) = at.and_then(|a| map_at(&file, a, g.total_len())) {
+        return Ok(SharedRegion::new(FixedMapping { ptr, len: g.total_len(), _file: file }));
     }
     let map = memmap2::MmapOptions::new().len(g.total_len()).map_raw(&file).map_err(ios("mapping the shared memory"))?;
     Ok(SharedRegion::new(MemfdMapping { map, _file: file }))
@@ -275,6 +342,7 @@ pub fn client_handshake(sock: UnixStream, g: &Geometry) -> Result<ClientSide, Lo
         rsp_size: g.rsp_size.into(),
         reserved: 0.into(),
         data_size: g.data_size.into(),
+        region_addr: (region.as_ptr() as usize as u64).into(),
     };
     let fds = [memfd.as_raw_fd(), to_backend.as_raw_fd(), to_frontend.as_raw_fd()];
     sendmsg::<()>(sock.as_raw_fd(), &[IoSlice::new(hello.as_bytes())], &[ControlMessage::ScmRights(&fds)], MsgFlags::MSG_NOSIGNAL, None)
@@ -306,6 +374,8 @@ pub fn client_handshake(sock: UnixStream, g: &Geometry) -> Result<ClientSide, Lo
 pub struct ServerSide {
     /// The frontend's region, checked and mapped.
     pub region: SharedRegion,
+    /// Whether the region is mapped at the frontend's address.
+    pub same_address: bool,
     /// The geometry accepted.
     pub geometry: Geometry,
     /// Our doorbell, watching the socket.
@@ -365,7 +435,8 @@ pub fn server_handshake(sock: UnixStream, max_data: u64) -> Result<ServerSide, L
         let _ = answer(&sock, Refusal::Malformed as u32, max_data);
         return Err(e);
     }
-    let region = match map_region(memfd, &g) {
+    let at = usize::try_from(hello.region_addr.get()).ok();
+    let region = match map_region(memfd, &g, at) {
         Ok(r) => r,
         Err(e) => {
             let _ = answer(&sock, Refusal::Memory as u32, max_data);
@@ -379,7 +450,8 @@ pub fn server_handshake(sock: UnixStream, max_data: u64) -> Result<ServerSide, L
     answer(&sock, 0, max_data)?;
     sock.set_read_timeout(None).map_err(ios("socket timeout"))?;
     let notifier = EventFdNotifier::new(to_backend, to_frontend, Some(OwnedFd::from(sock)));
-    Ok(ServerSide { region, geometry: g, notifier })
+    let same_address = at == Some(region.as_ptr() as usize);
+    Ok(ServerSide { region, same_address, geometry: g, notifier })
 }
 
 /// Refuses a connection during the handshake (for example when the backend
@@ -420,6 +492,36 @@ mod tests {
     }
 
     #[test]
+    fn region_is_mapped_at_the_address_asked_for_when_it_is_free() {
+        let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 1 << 20 };
+        let (c, fd) = create_region(&g).unwrap();
+        let dup = || OwnedFd::from(File::from(fd.try_clone().unwrap()));
+        // Taken (by the frontend's own mapping, in this one process): mapped
+        // elsewhere, the same memory.
+        let taken = c.as_ptr() as usize;
+        let s = map_region(dup(), &g, Some(taken)).unwrap();
+        assert_ne!(s.as_ptr() as usize, taken);
+        // Free: mapped there. An address freed just now is free (unless
+        // another test's thread maps something there meanwhile: try again).
+        let (free, s2) = (0..10)
+            .map(|_| {
+                let free = memmap2::MmapMut::map_anon(g.total_len()).unwrap().as_ptr() as usize;
+                (free, map_region(dup(), &g, Some(free)).unwrap())
+            })
+            .find(|(free, s2)| s2.as_ptr() as usize == *free)
+            .expect("a free address is mapped where asked");
+        // SAFETY: both map the memfd, at least one page long.
+        unsafe {
+            c.as_ptr().write(42);
+            assert_eq!(s2.as_ptr().read(), 42);
+            assert_eq!(s.as_ptr().read(), 42);
+        }
+        // Not page-aligned: mapped elsewhere.
+        let s3 = map_region(dup(), &g, Some(free + 1)).unwrap();
+        assert_ne!(s3.as_ptr() as usize, free + 1);
+    }
+
+    #[test]
     fn oversized_data_area_is_refused_with_the_limit() {
         let (a, b) = UnixStream::pair().unwrap();
         let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 8 << 20 };
@@ -439,6 +541,7 @@ mod tests {
             rsp_size: 4096.into(),
             reserved: 0.into(),
             data_size: 4096.into(),
+            region_addr: 0.into(),
         };
         sendmsg::<()>(a.as_raw_fd(), &[IoSlice::new(hello.as_bytes())], &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
             .unwrap();

@@ -202,6 +202,48 @@ int main(int argc, char **argv) {
     EXPECT(cuGetProcAddress("cuMemAlloc", &fp, 1000, 0, &qr) == CUDA_SUCCESS && qr == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT && fp == NULL,
            "cuGetProcAddress reports versions too old for a symbol");
 
+    /* Virtual memory management, as vectorAddMMAP does it: a reservation
+       with two physical allocations mapped side by side. */
+    int vmm = 0;
+    CHECK(cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev));
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    size_t gran = 0;
+    CHECK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    EXPECT(vmm == 1 && gran > 0 && (gran & (gran - 1)) == 0, "virtual memory management supported, granularity a power of two");
+    CUdeviceptr va;
+    CUmemGenericAllocationHandle h0, h1;
+    CHECK(cuMemAddressReserve(&va, 2 * gran, 0, 0, 0));
+    CHECK(cuMemCreate(&h0, gran, &prop, 0));
+    CHECK(cuMemCreate(&h1, gran, &prop, 0));
+    CHECK(cuMemMap(va, gran, 0, h0, 0));
+    CHECK(cuMemMap(va + gran, gran, 0, h1, 0));
+    CHECK(cuMemRelease(h0));
+    CHECK(cuMemRelease(h1));
+    CUmemAccessDesc access;
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CHECK(cuMemSetAccess(va, 2 * gran, &access, 1));
+    unsigned long long got = 0;
+    CHECK(cuMemGetAccess(&got, &prop.location, va + gran));
+    EXPECT(got == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "cuMemGetAccess");
+    CUdeviceptr va_a = va + 256, va_c = va + gran + 512;
+    for (int i = 0; i < n; i++) c[i] = (float)(2 * i);
+    CHECK(cuMemcpyHtoD(va_a, c, bytes));
+    void *vargs[] = {&va_a, &db, &va_c, (void *)&n};
+    CHECK(cuLaunchKernel(matsum, (n + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, vargs, NULL));
+    memset(c, 0, bytes);
+    CHECK(cuMemcpy((CUdeviceptr)c, va_c, bytes));
+    ok = 1;
+    for (int i = 0; i < n; i++) ok &= c[i] == (float)(2 * i) + 1.0f;
+    EXPECT(ok, "kernels and copies on mapped memory");
+    CHECK(cuMemUnmap(va, 2 * gran));
+    EXPECT(cuMemcpyDtoH(c, va_c, 16) == CUDA_ERROR_INVALID_VALUE, "unmapped memory is gone");
+    CHECK(cuMemAddressFree(va, 2 * gran));
+
     CHECK(cuMemFreeHost(pinned));
     CHECK(cuEventDestroy(e0));
     CHECK(cuEventDestroy(e1));

@@ -735,6 +735,119 @@ fn tensor_maps(t: Transport) {
     assert_eq!(code(c.tensor_map_encode(&map(0x1000, 64))), CuResult::INVALID_VALUE, "memory of nobody's");
 }
 
+/// Virtual memory management: reserve, create, map, set access, use from
+/// copies and kernels, unmap and remap (the contents survive), and the
+/// ranges the session refuses.
+fn virtual_memory(t: Transport) {
+    use pvgpu_frontend::Access;
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let gran = c.mem_granularity(0, false).unwrap();
+    assert!(gran.is_power_of_two() && c.mem_granularity(0, true).unwrap() >= gran, "granularity {gran}");
+    assert_eq!(code(c.mem_granularity(7, false)), CuResult::INVALID_DEVICE);
+    let va = c.mem_address_reserve(g.ctx, 4 * gran, 0, 0).unwrap();
+    assert_eq!(va % gran, 0);
+    let (a, b) = (c.mem_create(g.ctx, 2 * gran).unwrap(), c.mem_create(g.ctx, 2 * gran).unwrap());
+    c.mem_map(va, 2 * gran, 0, a).unwrap();
+    c.mem_map(va + 2 * gran, 2 * gran, 0, b).unwrap();
+    assert_eq!(code(c.mem_map(va + gran, gran, 0, b)), CuResult::INVALID_VALUE, "over another mapping");
+    assert_eq!(code(c.mem_map(va + 4 * gran, gran, 0, b)), CuResult::INVALID_VALUE, "outside the reservation");
+    assert_eq!(code(c.memcpy_htod(va, &[1, 2, 3])), CuResult::INVALID_VALUE, "mapped but not accessible");
+    c.mem_set_access(va, 4 * gran, Access::ReadWrite).unwrap();
+    // saxpy with x in one mapping and y in the other.
+    let n = 1000usize;
+    let (x, y) = (va + 64, va + 2 * gran + 128);
+    c.memcpy_htod(x, &f32_bytes(&vec![2.0; n])).unwrap();
+    c.memcpy_htod(y, &f32_bytes(&vec![1.0; n])).unwrap();
+    let f = g.func("saxpy").unwrap();
+    c.launch(&f, [4, 1, 1], [256, 1, 1], 0, Stream::DEFAULT, &[arg(&3.0f32), arg(&x), arg(&y), arg(&(n as i32))]).unwrap();
+    let mut back = vec![0u8; n * 4];
+    c.memcpy_dtoh(&mut back, y).unwrap();
+    assert_eq!(bytes_f32(&back), vec![7.0; n]);
+    assert_eq!(code(c.mem_unmap(va, gran)), CuResult::INVALID_VALUE, "part of a mapping");
+    assert_eq!(code(c.mem_address_free(va, 4 * gran)), CuResult::INVALID_VALUE, "still mapped");
+    // Unmap b, map it again where it was: its contents are still there.
+    c.mem_unmap(va + 2 * gran, 2 * gran).unwrap();
+    assert_eq!(code(c.memcpy_dtoh(&mut back, y)), CuResult::INVALID_VALUE, "unmapped");
+    c.mem_map(va + 2 * gran, 2 * gran, 0, b).unwrap();
+    c.mem_set_access(va + 2 * gran, 2 * gran, Access::ReadWrite).unwrap();
+    c.memcpy_dtoh(&mut back, y).unwrap();
+    assert_eq!(bytes_f32(&back), vec![7.0; n], "contents survive a remap");
+    // Released while mapped: usable until unmapped.
+    c.mem_release(a).unwrap();
+    assert_eq!(code(c.mem_release(a)), CuResult::INVALID_VALUE, "released twice");
+    c.memcpy_dtoh(&mut back, x).unwrap();
+    assert_eq!(bytes_f32(&back), vec![2.0; n]);
+    c.mem_unmap(va, 4 * gran).unwrap();
+    assert_eq!(code(c.mem_map(va, 2 * gran, 0, a)), CuResult::INVALID_VALUE, "released and unmapped: gone");
+    c.mem_release(b).unwrap();
+    assert_eq!(code(c.mem_address_free(va, 2 * gran)), CuResult::INVALID_VALUE, "part of a reservation");
+    c.mem_address_free(va, 4 * gran).unwrap();
+    assert_eq!(code(c.mem_address_free(va, 4 * gran)), CuResult::INVALID_VALUE, "freed twice");
+    // What is left at the end goes with the context.
+    let va = c.mem_address_reserve(g.ctx, 2 * gran, 0, 0).unwrap();
+    let m = c.mem_create(g.ctx, 2 * gran).unwrap();
+    c.mem_map(va, 2 * gran, 0, m).unwrap();
+}
+
+/// Page-locked memory that kernels reach (mapped host memory): a session's
+/// worker maps the data area at the program's address and registers it for
+/// the GPU, so the device address is the program's. The host double has no
+/// device to map it for, and TCP no data area.
+fn mapped_host_memory(t: Transport) {
+    let h = shared();
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    let n = 4096usize;
+    let Some(p) = c.host_alloc(2 * n * 4) else {
+        assert_eq!(t, Transport::Tcp, "the ring transports have page-locked memory");
+        return;
+    };
+    let dp = c.host_device_pointer(p).unwrap();
+    if h.exec != ExecKind::Cuda {
+        assert_eq!(dp, None, "the host double maps nothing for a device");
+        assert!(c.host_free(p));
+        return;
+    }
+    let Some(dp) = dp else {
+        // The GPU could not map the area (for example where the backend
+        // could not map it at the program's address).
+        assert!(c.host_free(p));
+        return;
+    };
+    if h.is_process() && t == Transport::Local {
+        assert_eq!(dp, p as u64, "same address in the program and on the device");
+    }
+    let (x, y) = (p.cast::<f32>(), p.cast::<f32>().wrapping_add(n));
+    // SAFETY: 2n floats of host_alloc memory, used by nothing else.
+    unsafe {
+        for i in 0..n {
+            *x.add(i) = i as f32;
+            *y.add(i) = 1.0;
+        }
+    }
+    // A kernel reads and writes the program's memory through the device
+    // address.
+    let f = g.func("saxpy").unwrap();
+    let (dx, dy) = (dp, dp + (n * 4) as u64);
+    c.launch(&f, [(n as u32).div_ceil(256), 1, 1], [256, 1, 1], 0, Stream::DEFAULT, &[arg(&2.0f32), arg(&dx), arg(&dy), arg(&(n as i32))])
+        .unwrap();
+    c.ctx_synchronize(g.ctx).unwrap();
+    // SAFETY: as above; the kernel is done.
+    assert!((0..n).all(|i| unsafe { *y.add(i) } == 2.0 * i as f32 + 1.0), "the kernel wrote the program's memory");
+    // Copies and memsets name it as device memory.
+    let d = c.mem_alloc(g.ctx, (n * 4) as u64).unwrap();
+    c.memcpy_dtod(d, dy, (n * 4) as u64).unwrap();
+    c.memset(dy, 0, 4, n as u64, Stream::DEFAULT).unwrap();
+    c.ctx_synchronize(g.ctx).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { *y.add(7) }, 0.0);
+    let mut back = vec![0u8; n * 4];
+    c.memcpy_dtoh(&mut back, d).unwrap();
+    assert_eq!(bytes_f32(&back)[7], 15.0);
+    assert!(c.host_free(p));
+}
+
 /// What kernels print reaches the program, before the reply of the call
 /// that waited for them (when the backend can capture it: the host double
 /// always, a GPU in a session's own worker process).
@@ -809,6 +922,8 @@ over_every_transport!(
         stream_ordered_allocation,
         pitched_copies_and_memsets,
         tensor_maps,
+        virtual_memory,
+        mapped_host_memory,
         kernel_output,
     ],
     own_backend: [memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],

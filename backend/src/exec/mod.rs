@@ -125,6 +125,9 @@ pub trait Executor: Send + Sync + 'static {
     fn devices(&self) -> &[DeviceInfo];
     /// Creates a context on `device` (an index into [`Executor::devices`]).
     fn create_context(&self, device: usize, flags: u32) -> CuRes<Self::Context>;
+    /// `cuMemGetAllocationGranularity` of device memory on `device`:
+    /// option 0 the minimum, 1 the recommended.
+    fn vmm_granularity(&self, device: usize, option: u32) -> CuRes<u64>;
 }
 
 /// One context: dropping it frees everything made in it.
@@ -141,13 +144,14 @@ pub trait ExecContext: Send + 'static {
     /// Makes this context current on the calling thread.
     fn make_current(&mut self) -> CuRes<()>;
     /// Page-locks host memory shared with the frontend (the data area) so
-    /// copies from and to it run at pinned-memory speed. Optional: the
-    /// default does nothing, and copies work either way.
+    /// copies from and to it run at pinned-memory speed, and maps it for the
+    /// device where it can: returns the device address of `ptr` then.
+    /// Optional: the default does nothing, and copies work either way.
     ///
     /// # Safety
     /// `[ptr, ptr+len)` must stay mapped until this context is dropped.
-    unsafe fn register_host(&mut self, _ptr: *mut u8, _len: usize) -> CuRes<()> {
-        Ok(())
+    unsafe fn register_host(&mut self, _ptr: *mut u8, _len: usize) -> CuRes<Option<u64>> {
+        Ok(None)
     }
     /// `cuCtxSynchronize`.
     fn synchronize(&mut self) -> CuRes<()>;
@@ -222,6 +226,23 @@ pub trait ExecContext: Send + 'static {
     /// `cuMemsetD2D8/16/32[Async]` of `rect` (its width in elements of
     /// `elem_size` bytes), over a range the caller checked.
     fn memset_2d(&mut self, rect: Rect, value: u32, elem_size: u32, stream: Option<Self::Stream>) -> CuRes<()>;
+    /// `cuMemAddressReserve`: `size` bytes of device addresses aligned to
+    /// `alignment` (0: the granularity), at `addr` if it is free (a hint).
+    fn vmm_reserve(&mut self, size: u64, alignment: u64, addr: u64) -> CuRes<u64>;
+    /// `cuMemAddressFree` of a whole reservation without mappings.
+    fn vmm_free(&mut self, ptr: u64, size: u64) -> CuRes<()>;
+    /// `cuMemCreate`: `size` bytes of physical memory on this context's
+    /// device; returns its handle.
+    fn vmm_create(&mut self, size: u64) -> CuRes<u64>;
+    /// `cuMemRelease`: the memory goes when its last mapping does.
+    fn vmm_release(&mut self, handle: u64) -> CuRes<()>;
+    /// `cuMemMap` of `size` bytes of `handle` from `offset` at `ptr`, in a
+    /// reservation and over no other mapping (the caller checked).
+    fn vmm_map(&mut self, ptr: u64, size: u64, offset: u64, handle: u64) -> CuRes<()>;
+    /// `cuMemUnmap` of one whole mapping.
+    fn vmm_unmap(&mut self, ptr: u64, size: u64) -> CuRes<()>;
+    /// `cuMemSetAccess` from this context's device to one whole mapping.
+    fn vmm_set_access(&mut self, ptr: u64, size: u64, flags: u32) -> CuRes<()>;
     /// Builds a tensor-map descriptor whose memory the caller checked.
     fn tensor_map_encode(&mut self, r: &TensorMapEncode) -> CuRes<[u8; 128]>;
     /// Moves what the context's kernels printed since the last call into

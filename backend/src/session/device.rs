@@ -1,7 +1,7 @@
 //! Devices and contexts: the hello, device queries (answered from what the
 //! executor gathered at start-up), primary and created contexts.
 
-use super::{CtxEntry, Io, Session};
+use super::{Alloc, AllocKind, CtxEntry, Io, Session};
 use crate::exec::{CuRes, ExecContext, Executor};
 use pvgpu_ring::CuError;
 use pvgpu_ring::proto::{self, AttrPair, DevicePropsHead, DevicePropsRep, HandleRep, HelloRep, I32Rep, PROTOCOL_VERSION};
@@ -139,7 +139,16 @@ fn new_context<E: Executor>(s: &mut Session<E>, device: usize, flags: u32, prima
         // the session, so the range stays mapped longer than any context of
         // the session.
         match unsafe { entry.ctx.register_host(area.base(), area.len()) } {
-            Ok(()) => s.area_pinned_by = Some(id),
+            Ok(device) => {
+                s.area_pinned_by = Some(id);
+                s.area_device = device;
+                if let Some(d) = device {
+                    // Kernels and copies may use it as device memory: it is
+                    // the session's own shared memory.
+                    s.allocs.insert(d, Alloc { len: area.len() as u64, ctx: id, kind: AllocKind::Area });
+                    tracing::debug!(session = s.id, device = d, same = d == area.base() as u64, "data area mapped for the device");
+                }
+            }
             Err(e) => tracing::debug!(session = s.id, error = %e, "data area not page-locked; copies go through the driver's staging"),
         }
     }
@@ -149,6 +158,10 @@ fn new_context<E: Executor>(s: &mut Session<E>, device: usize, flags: u32, prima
 /// Forgets everything of context `id`, then destroys it (which frees all
 /// device memory, modules, streams and events made in it).
 fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
+    if s.ctxs.get(id).is_none() {
+        return Err(CuError::INVALID_CONTEXT);
+    }
+    super::vmm::forget(s, Some(id));
     let entry = s.ctxs.remove(id).ok_or(CuError::INVALID_CONTEXT)?;
     s.functions.drain_where(|f| f.ctx == id);
     let functions = &s.functions;
@@ -156,7 +169,7 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
     s.modules.drain_where(|m| m.ctx == id);
     s.streams.drain_where(|st| st.ctx == id);
     s.events.drain_where(|e| e.ctx == id);
-    let freed: u64 = s.allocs.values().filter(|a| a.ctx == id && a.global_of.is_none()).map(|a| a.len).sum();
+    let freed: u64 = s.allocs.values().filter(|a| a.ctx == id && a.kind == AllocKind::Memory).map(|a| a.len).sum();
     s.allocs.retain(|_, a| a.ctx != id);
     s.mem_used -= freed;
     if s.current == Some(id) {
@@ -165,7 +178,13 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
     if s.area_pinned_by == Some(id) {
         // The registration goes with the context; the next one renews it.
         s.area_pinned_by = None;
+        s.area_device = None;
     }
     drop(entry);
     Ok(())
+}
+
+/// The data area's device address (0: the device cannot reach it).
+pub(super) fn area_device<E: Executor>(s: &Session<E>) -> CuRes<proto::U64Rep> {
+    Ok(proto::U64Rep { value: s.area_device.unwrap_or(0).into() })
 }

@@ -1,7 +1,7 @@
 //! The protocol's command table served by a session: one line per command,
 //! each handed to its family's handler.
 
-use super::{Io, Session, device, launch, memory, module, pitched, stream};
+use super::{Io, Session, device, launch, memory, module, pitched, stream, vmm};
 use crate::exec::{CuRes, Executor};
 use pvgpu_ring::proto::*;
 
@@ -65,4 +65,13 @@ impl<E: Executor> Handler for Session<E> {
     fn mem_pool_attribute(&mut self, r: MemPoolAttribute, _: &mut Io<'_>) -> CuRes<U64Rep> { memory::pool_attribute(self, r) }
     fn memcpy_2d(&mut self, r: Memcpy2D<'_>, io: &mut Io<'_>) -> CuRes<Bulk> { pitched::copy(self, r, io) }
     fn memset_2d(&mut self, r: Memset2D, _: &mut Io<'_>) -> CuRes<()> { pitched::memset(self, r) }
+    fn mem_granularity(&mut self, r: MemGranularity, _: &mut Io<'_>) -> CuRes<U64Rep> { vmm::granularity(self, r) }
+    fn mem_address_reserve(&mut self, r: MemAddressReserve, _: &mut Io<'_>) -> CuRes<DptrRep> { vmm::reserve(self, r) }
+    fn mem_address_free(&mut self, r: MemAddressFree, _: &mut Io<'_>) -> CuRes<()> { vmm::address_free(self, r) }
+    fn mem_create(&mut self, r: MemCreate, _: &mut Io<'_>) -> CuRes<HandleRep> { vmm::create(self, r) }
+    fn mem_release(&mut self, r: MemRelease, _: &mut Io<'_>) -> CuRes<()> { vmm::release(self, r) }
+    fn mem_map(&mut self, r: MemMap, _: &mut Io<'_>) -> CuRes<()> { vmm::map(self, r) }
+    fn mem_unmap(&mut self, r: MemUnmap, _: &mut Io<'_>) -> CuRes<()> { vmm::unmap(self, r) }
+    fn mem_set_access(&mut self, r: MemSetAccess, _: &mut Io<'_>) -> CuRes<()> { vmm::set_access(self, r) }
+    fn data_area_device(&mut self, _: DataAreaDevice, _: &mut Io<'_>) -> CuRes<U64Rep> { device::area_device(self) }
 }

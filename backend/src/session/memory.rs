@@ -1,7 +1,7 @@
 //! Device memory: allocations against the quota, and copies and memsets
 //! whose every device range must lie inside the session's own allocations.
 
-use super::{Alloc, Io, Session};
+use super::{Alloc, AllocKind, Io, Session};
 use crate::exec::{CuRes, ExecContext, Executor};
 use pvgpu_ring::CuError;
 use pvgpu_ring::proto::{self, DataLoc, DataRef, DptrRep, MemInfoRep, U64Rep};
@@ -22,14 +22,14 @@ fn allocate<E: Executor>(s: &mut Session<E>, ctx: u64, size: u64, stream: Option
             s.enter(ctx)?.mem_alloc_async(size, st)?
         }
     };
-    s.allocs.insert(dptr, Alloc { len: size, ctx, global_of: None });
+    s.allocs.insert(dptr, Alloc { len: size, ctx, kind: AllocKind::Memory });
     s.mem_used += size;
     Ok(DptrRep { dptr: dptr.into() })
 }
 
 /// Frees an allocation of the session (on `stream`, or plainly).
 fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> CuRes<()> {
-    let a = *s.allocs.get(&dptr).filter(|a| a.global_of.is_none()).ok_or(CuError::INVALID_VALUE)?;
+    let a = *s.allocs.get(&dptr).filter(|a| a.kind == AllocKind::Memory).ok_or(CuError::INVALID_VALUE)?;
     match stream {
         None => s.enter(a.ctx)?.mem_free(dptr)?,
         Some(id) => {

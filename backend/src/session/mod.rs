@@ -20,8 +20,9 @@
 //! broken or hostile. Dropping the session frees everything it made.
 //!
 //! The handlers live by family: [`device`] (devices and contexts),
-//! [`module`], [`memory`], [`stream`] (streams and events) and [`launch`]
-//! (launches and function queries); [`handler`] ties each command of the
+//! [`module`], [`memory`], [`pitched`] (2D copies and memsets), [`vmm`]
+//! (virtual memory management), [`stream`] (streams and events) and
+//! [`launch`] (launches and function queries); [`handler`] ties each command of the
 //! protocol's table to one of them.
 
 mod device;
@@ -31,6 +32,7 @@ mod memory;
 mod module;
 mod pitched;
 mod stream;
+mod vmm;
 
 use crate::config::SessionLimits;
 use crate::exec::{CuRes, ExecContext, Executor, Param};
@@ -99,8 +101,21 @@ struct FnEntry<F> {
 struct Alloc {
     len: u64,
     ctx: u64,
-    /// Module whose global this is; `None` for `cuMemAlloc` memory.
-    global_of: Option<u64>,
+    kind: AllocKind,
+}
+
+/// Where a range of device memory the session may touch comes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AllocKind {
+    /// `cuMemAlloc` or `cuMemAllocAsync`: counted in `mem_used`.
+    Memory,
+    /// A global of this module.
+    Global(u64),
+    /// An accessible mapping of physical memory (`vmm`), counted in
+    /// `mem_used` when it was created.
+    Mapped,
+    /// The data area, shared with the program, as the device sees it.
+    Area,
 }
 
 type Ctx<E> = <E as Executor>::Context;
@@ -122,11 +137,14 @@ pub struct Session<E: Executor> {
     streams: HandleTable<Owned<Stream<E>>>,
     events: HandleTable<Owned<<Ctx<E> as ExecContext>::Event>>,
     allocs: BTreeMap<u64, Alloc>,
+    vmm: vmm::Vmm,
     mem_used: u64,
     pending: Option<CuError>,
     current: Option<u64>,
     /// Context through which the data area is page-locked, if any.
     area_pinned_by: Option<u64>,
+    /// The data area's device address, when the device can reach it.
+    area_device: Option<u64>,
     /// Rate limit for guest-triggered log lines.
     pub log: LogLimiter,
     param_buf: Vec<u64>,
@@ -155,10 +173,12 @@ impl<E: Executor> Session<E> {
             streams: HandleTable::new(n),
             events: HandleTable::new(n),
             allocs: BTreeMap::new(),
+            vmm: vmm::Vmm::new(n),
             mem_used: 0,
             pending: None,
             current: None,
             area_pinned_by: None,
+            area_device: None,
             log: LogLimiter::default(),
             param_buf: Vec::new(),
         }
@@ -210,8 +230,13 @@ impl<E: Executor> Session<E> {
         if let Request::Goodbye(_) = req {
             return Ok(Outcome::Goodbye(CuResult::SUCCESS));
         }
+        // What a failed request asked, for `RUST_LOG=pvgpu_backend::session=trace`.
+        let asked = tracing::enabled!(tracing::Level::TRACE).then(|| format!("{req:?}"));
         let r = req.dispatch(self, &mut Io { area, out });
-        if r.is_err() {
+        if let Err(e) = r {
+            if let Some(asked) = asked {
+                tracing::trace!(session = self.id, request = %asked, status = ?e, "request failed");
+            }
             out.clear();
         }
         Ok(self.finish(h, r))
@@ -292,6 +317,9 @@ impl<E: Executor> Drop for Session<E> {
         if ctxs > 0 || self.mem_used > 0 {
             tracing::info!(session = self.id, contexts = ctxs, bytes = self.mem_used, "freeing session resources");
         }
+        // Virtual memory is the driver's past a context: give it back while
+        // the contexts exist.
+        vmm::forget(self, None);
         // Forget handles before their contexts go: dropping a context frees
         // everything made in it.
         self.functions.drain_where(|_| true);

@@ -2,7 +2,7 @@
 //! driver parses them, kernels with their parameter layouts, and module
 //! globals (which copies may then touch).
 
-use super::{Alloc, FnEntry, Io, ModEntry, Session};
+use super::{Alloc, AllocKind, FnEntry, Io, ModEntry, Session};
 use crate::exec::{CuRes, ExecContext, Executor, Param};
 use pvgpu_ring::CuError;
 use pvgpu_ring::proto::{self, FunctionHead, FunctionRep, GlobalRep, HandleRep, NamesRep, ParamInfo};
@@ -32,7 +32,7 @@ pub(super) fn unload<E: Executor>(s: &mut Session<E>, r: proto::ModuleUnload) ->
     let mut m = s.modules.remove(id).ok_or(CuError::INVALID_HANDLE)?;
     s.functions.drain_where(|f| f.module == id);
     s.function_ids.retain(|(mid, _), _| *mid != id);
-    s.allocs.retain(|_, a| a.global_of != Some(id));
+    s.allocs.retain(|_, a| a.kind != AllocKind::Global(id));
     match m.module.take() {
         Some(module) => s.enter(m.ctx)?.module_unload(module),
         None => Ok(()),
@@ -87,7 +87,7 @@ pub(super) fn global<E: Executor>(s: &mut Session<E>, r: proto::ModuleGetGlobal<
         if s.allocs.len() >= s.limits.max_objects {
             return Err(CuError::OUT_OF_MEMORY);
         }
-        s.allocs.insert(dptr, Alloc { len: size, ctx, global_of: Some(module) });
+        s.allocs.insert(dptr, Alloc { len: size, ctx, kind: AllocKind::Global(module) });
     }
     Ok(GlobalRep { dptr: dptr.into(), size: size.into() })
 }

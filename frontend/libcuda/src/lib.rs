@@ -39,6 +39,7 @@ pub use api::memory::*;
 pub use api::module::*;
 pub use api::pitched::*;
 pub use api::pool::*;
+pub use api::vmm::*;
 pub use pvgpu_ring::{CuError, CuResult};
 
 /// Which form of an entry point `cuGetProcAddress` returns.

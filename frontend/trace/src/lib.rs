@@ -27,12 +27,15 @@
 //! NVIDIA's usual install paths), `PVGPU_TRACE_OUT` (where the report goes
 //! at exit; default standard error), `PVGPU_TRACE_CALLS=1` (also print
 //! every call as it returns), `PVGPU_TRACE_TABLES=0` (leave the private
-//! tables alone).
+//! tables alone), `PVGPU_TRACE_SLOT_ARGS=N` (for the first N calls of each
+//! table slot, its arguments and the memory they point at, before and
+//! after).
 //!
 //! x86-64 Linux only, like the driver.
 
 #![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
+mod args;
 mod driver;
 mod entry;
 mod report;

@@ -38,7 +38,7 @@ pub fn note(line: &str) {
 }
 
 /// The name of trampoline `i`: `G:symbol` or `E:uuid[slot]`.
-fn name(i: usize) -> String {
+pub fn name(i: usize) -> String {
     if i < SYMBOLS {
         return format!("G:{}", NAMES[i]);
     }

@@ -14,7 +14,8 @@ pub static TARGET: [AtomicUsize; TOTAL] = [const { AtomicUsize::new(0) }; TOTAL]
 /// arguments in place. Saves the argument registers, asks [`before`] for
 /// the function, calls it with the same register arguments and 16 stack
 /// slots copied from the caller's, hands the result to [`after`], and
-/// returns it to the caller.
+/// returns it to the caller. Both hooks also get the saved general
+/// argument registers (six words).
 #[unsafe(naked)]
 pub unsafe extern "C" fn common() {
     core::arch::naked_asm!(
@@ -41,6 +42,7 @@ pub unsafe extern "C" fn common() {
         "movdqu [rsp + 144], xmm6",
         "movdqu [rsp + 160], xmm7",
         "mov rdi, rbx",
+        "mov rsi, rsp",
         "call {before}",
         "mov r12, rax",
         // The caller's stack arguments, above its return address.
@@ -71,6 +73,7 @@ pub unsafe extern "C" fn common() {
         "add rsp, 128",
         "mov rdi, rbx",
         "mov rsi, r12",
+        "mov rdx, rsp",
         "call {after}",
         "mov rax, r12",
         "add rsp, 176",
@@ -89,17 +92,26 @@ extern "C" fn missing() -> u32 {
     801
 }
 
-/// The function trampoline `i` forwards to.
-extern "C" fn before(i: usize) -> usize {
+/// The function trampoline `i` forwards to; `args` are the caller's six
+/// general argument registers.
+extern "C" fn before(i: usize, args: *const [usize; 6]) -> usize {
     let f = match TARGET.get(i).map(|t| t.load(Ordering::Acquire)) {
         Some(0) | None => crate::driver::resolve(i).unwrap_or(missing as *const () as usize),
         Some(f) => f,
     };
     crate::report::called(i);
+    if i >= crate::stubs::SYMBOLS {
+        // SAFETY: `common` passes the six words it saved.
+        crate::args::before(i, unsafe { &*args });
+    }
     f
 }
 
 /// Records what trampoline `i`'s function returned.
-extern "C" fn after(i: usize, ret: usize) {
+extern "C" fn after(i: usize, ret: usize, args: *const [usize; 6]) {
     crate::report::returned(i, ret as u32);
+    if i >= crate::stubs::SYMBOLS {
+        // SAFETY: as in `before`.
+        crate::args::after(i, ret, unsafe { &*args });
+    }
 }

@@ -161,15 +161,16 @@ macro_rules! fixed {
 }
 
 fixed! { requests:
-    Hello, Goodbye, Nop, Init, DriverGetVersion, DeviceGetCount, DeviceGet, DeviceGetProperties, DeviceGetAttribute,
+    Hello, Goodbye, Nop, Init, DriverGetVersion, DeviceGetCount, DataAreaDevice, DeviceGet, DeviceGetProperties, DeviceGetAttribute,
     PrimaryCtxRetain, PrimaryCtxRelease, CtxCreate, CtxDestroy, CtxSynchronize, CtxGetInfo, CtxLimit,
     ModuleUnload, ModuleFunctionNames, FuncGetAttribute, FuncSetAttribute,
     MemAlloc, MemFree, MemGetInfo, MemcpyDtoD, MemAllocAsync, MemFreeAsync, MemPoolAttribute,
+    MemAddressReserve, MemAddressFree, MemCreate, MemRelease, MemMap, MemUnmap,
     StreamCreate, StreamDestroy, StreamSynchronize, StreamQuery, StreamWaitEvent,
     EventCreate, EventRecord, EventQuery, EventSynchronize, EventElapsedTime, EventDestroy,
 }
 
-fixed! { checked requests: Memset, Occupancy, MemcpyDtoH, Memset2D, TensorMapEncode }
+fixed! { checked requests: Memset, Occupancy, MemcpyDtoH, Memset2D, TensorMapEncode, MemGranularity, MemSetAccess }
 
 fixed! { replies:
     HelloRep, I32Rep, U64Rep, HandleRep, GlobalRep, DptrRep, MemInfoRep, ElapsedRep, CtxInfoRep, OccupancyRep, TensorMapRep,
@@ -178,6 +179,18 @@ fixed! { replies:
 impl Validate for Memset {
     fn validate(&self) -> Result<(), DecodeError> {
         if matches!(self.elem_size.get(), 1 | 2 | 4) { Ok(()) } else { Err(DecodeError::BadField("elem_size")) }
+    }
+}
+
+impl Validate for MemGranularity {
+    fn validate(&self) -> Result<(), DecodeError> {
+        if self.option.get() <= 1 { Ok(()) } else { Err(DecodeError::BadField("option")) }
+    }
+}
+
+impl Validate for MemSetAccess {
+    fn validate(&self) -> Result<(), DecodeError> {
+        if matches!(self.flags.get(), 0 | 1 | 3) { Ok(()) } else { Err(DecodeError::BadField("flags")) }
     }
 }
 

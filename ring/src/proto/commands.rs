@@ -212,6 +212,25 @@ commands! {
     50 Memset2D(memset_2d): Memset2D => ();
     /// `cuTensorMapEncodeTiled` / `cuTensorMapEncodeIm2col`.
     51 TensorMapEncode(tensor_map_encode): TensorMapEncode => TensorMapRep;
+    /// `cuMemGetAllocationGranularity`.
+    52 MemGranularity(mem_granularity): MemGranularity => U64Rep;
+    /// `cuMemAddressReserve`.
+    53 MemAddressReserve(mem_address_reserve): MemAddressReserve => DptrRep;
+    /// `cuMemAddressFree`.
+    54 MemAddressFree(mem_address_free): MemAddressFree => ();
+    /// `cuMemCreate`.
+    55 MemCreate(mem_create): MemCreate => HandleRep;
+    /// `cuMemRelease`.
+    56 MemRelease(mem_release): MemRelease => ();
+    /// `cuMemMap`.
+    57 MemMap(mem_map): MemMap => ();
+    /// `cuMemUnmap`.
+    58 MemUnmap(mem_unmap): MemUnmap => ();
+    /// `cuMemSetAccess`.
+    59 MemSetAccess(mem_set_access): MemSetAccess => ();
+    /// The device address of the data area, 0 when the GPU cannot reach
+    /// it (`cuMemHostGetDevicePointer`).
+    60 DataAreaDevice(data_area_device): DataAreaDevice => U64Rep;
 }
 
 impl Opcode {

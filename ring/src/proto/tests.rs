@@ -176,6 +176,7 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
         Init,
         DriverGetVersion,
         DeviceGetCount,
+        DataAreaDevice,
         DeviceGet,
         DeviceGetProperties,
         DeviceGetAttribute,
@@ -197,6 +198,12 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
         MemAllocAsync,
         MemFreeAsync,
         MemPoolAttribute,
+        MemAddressReserve,
+        MemAddressFree,
+        MemCreate,
+        MemRelease,
+        MemMap,
+        MemUnmap,
         StreamCreate,
         StreamDestroy,
         StreamSynchronize,
@@ -214,6 +221,22 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
             .prop_map(|(mut r, e)| {
                 r.elem_size = e.into();
                 (Opcode::Memset, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
+    all.push(
+        (arb::<MemGranularity>(), 0u32..=1)
+            .prop_map(|(mut r, o)| {
+                r.option = o.into();
+                (Opcode::MemGranularity, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
+    all.push(
+        (arb::<MemSetAccess>(), prop::sample::select(vec![0u32, 1, 3]))
+            .prop_map(|(mut r, f)| {
+                r.flags = f.into();
+                (Opcode::MemSetAccess, r.as_bytes().to_vec())
             })
             .boxed(),
     );

@@ -134,6 +134,9 @@ wire_structs! {
     pub struct Init {}
     /// `cuDriverGetVersion` (no payload).
     pub struct DriverGetVersion {}
+    /// The device address of the session's data area (no payload): where
+    /// kernels reach page-locked memory the program allocated in it.
+    pub struct DataAreaDevice {}
     /// `cuDeviceGetCount` (no payload).
     pub struct DeviceGetCount {}
 }
@@ -527,6 +530,80 @@ wire_structs! {
         /// Stream id, 0 for the default stream.
         pub stream: U64,
         /// `COPY_ASYNC`.
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+}
+
+// Requests: virtual memory management (`cuMemAddressReserve`, `cuMemCreate`,
+// `cuMemMap`, ...). Reservations, physical allocations and mappings belong
+// to the context they were made in.
+wire_structs! {
+    /// `cuMemGetAllocationGranularity` for device memory of a device (no
+    /// context needed, as with the driver).
+    pub struct MemGranularity {
+        /// Device ordinal.
+        pub device: I32,
+        /// 0: minimum; 1: recommended.
+        pub option: U32,
+    }
+    /// `cuMemAddressReserve`: a range of device addresses, no memory.
+    pub struct MemAddressReserve {
+        /// Context id.
+        pub ctx: U64,
+        /// Bytes.
+        pub size: U64,
+        /// Alignment, 0 for the granularity.
+        pub alignment: U64,
+        /// Address wanted (a hint), 0 for any.
+        pub addr: U64,
+    }
+    /// `cuMemAddressFree` of a whole reservation.
+    pub struct MemAddressFree {
+        /// Start of the reservation.
+        pub ptr: U64,
+        /// Its size.
+        pub size: U64,
+    }
+    /// `cuMemCreate`: physical device memory on a context's device.
+    pub struct MemCreate {
+        /// Context id.
+        pub ctx: U64,
+        /// Bytes, a multiple of the granularity.
+        pub size: U64,
+    }
+    /// `cuMemRelease` of a physical allocation.
+    pub struct MemRelease {
+        /// Handle from `MemCreate`.
+        pub handle: U64,
+    }
+    /// `cuMemMap`: `size` bytes of a physical allocation from `offset`, at
+    /// `ptr` inside a reservation.
+    pub struct MemMap {
+        /// Device address.
+        pub ptr: U64,
+        /// Bytes.
+        pub size: U64,
+        /// Offset in the physical allocation.
+        pub offset: U64,
+        /// Handle from `MemCreate`.
+        pub handle: U64,
+    }
+    /// `cuMemUnmap` of whole mappings.
+    pub struct MemUnmap {
+        /// Device address.
+        pub ptr: U64,
+        /// Bytes.
+        pub size: U64,
+    }
+    /// `cuMemSetAccess` from the context's device to whole mappings.
+    pub struct MemSetAccess {
+        /// Device address.
+        pub ptr: U64,
+        /// Bytes.
+        pub size: U64,
+        /// `CUmemAccess_flags`: 0 none, 1 read, 3 read and write.
         pub flags: U32,
         /// Reserved, zero.
         pub reserved: U32,

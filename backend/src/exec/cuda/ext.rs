@@ -1,6 +1,6 @@
 //! Driver calls whose arguments are structures or enums: launches with
 //! attributes, cluster occupancy, the default memory pool, 2D copies and
-//! memsets, tensor maps. Each goes through a function pointer typed with
+//! memsets, tensor maps, virtual memory management (in `vmm`). Each goes through a function pointer typed with
 //! plain integers, because cudarc's bindings take Rust enums, which cannot
 //! hold numbers from a guest without undefined behaviour; the session has
 //! already checked every value that names memory, and the driver checks
@@ -45,6 +45,14 @@ pub(super) struct ExtFns {
     pub max_cluster_size: unsafe extern "C" fn(*mut c_int, sys::CUfunction, *const RawConfig) -> u32,
     pub pool_get: unsafe extern "C" fn(sys::CUmemoryPool, c_int, *mut c_void) -> u32,
     pub pool_set: unsafe extern "C" fn(sys::CUmemoryPool, c_int, *mut c_void) -> u32,
+    pub granularity: unsafe extern "C" fn(*mut usize, *const super::vmm::RawProp, u32) -> u32,
+    pub address_reserve: unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> u32,
+    pub address_free: unsafe extern "C" fn(u64, usize) -> u32,
+    pub create: unsafe extern "C" fn(*mut u64, usize, *const super::vmm::RawProp, u64) -> u32,
+    pub release: unsafe extern "C" fn(u64) -> u32,
+    pub map: unsafe extern "C" fn(u64, usize, usize, u64, u64) -> u32,
+    pub unmap: unsafe extern "C" fn(u64, usize) -> u32,
+    pub set_access: unsafe extern "C" fn(u64, usize, *const super::vmm::RawAccess, usize) -> u32,
     #[allow(clippy::type_complexity)]
     pub tiled: unsafe extern "C" fn(
         *mut RawTensorMap,
@@ -96,6 +104,14 @@ impl ExtFns {
                 max_cluster_size: super::symbol("cuOccupancyMaxPotentialClusterSize")?,
                 pool_get: super::symbol("cuMemPoolGetAttribute")?,
                 pool_set: super::symbol("cuMemPoolSetAttribute")?,
+                granularity: super::symbol("cuMemGetAllocationGranularity")?,
+                address_reserve: super::symbol("cuMemAddressReserve")?,
+                address_free: super::symbol("cuMemAddressFree")?,
+                create: super::symbol("cuMemCreate")?,
+                release: super::symbol("cuMemRelease")?,
+                map: super::symbol("cuMemMap")?,
+                unmap: super::symbol("cuMemUnmap")?,
+                set_access: super::symbol("cuMemSetAccess")?,
                 tiled: super::symbol("cuTensorMapEncodeTiled")?,
                 im2col: super::symbol("cuTensorMapEncodeIm2col")?,
             })

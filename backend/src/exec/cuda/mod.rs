@@ -11,6 +11,7 @@
 
 mod ext;
 pub mod output;
+mod vmm;
 
 use super::{Copy2D, CtxInfo, CuRes, DeviceInfo, ExecContext, Executor, LaunchAttr, LaunchDims, Param, Rect, TensorMapEncode};
 use cudarc::driver::sys;
@@ -202,6 +203,11 @@ impl Executor for CudaExecutor {
         &self.devices
     }
 
+    fn vmm_granularity(&self, device: usize, option: u32) -> CuRes<u64> {
+        let dev = *self.raw.get(device).ok_or(CuError::INVALID_DEVICE)?;
+        vmm::granularity(&self.ext_fns, dev, option)
+    }
+
     fn create_context(&self, device: usize, flags: u32) -> CuRes<CudaContext> {
         let dev = *self.raw.get(device).ok_or(CuError::INVALID_DEVICE)?;
         let mut raw = ptr::null_mut();
@@ -300,10 +306,19 @@ impl ExecContext for CudaContext {
         ck(unsafe { sys::cuCtxSetCurrent(self.raw) })
     }
 
-    unsafe fn register_host(&mut self, ptr: *mut u8, len: usize) -> CuRes<()> {
+    unsafe fn register_host(&mut self, ptr: *mut u8, len: usize) -> CuRes<Option<u64>> {
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
         // SAFETY: the caller keeps the range mapped while this context
-        // lives; PORTABLE makes it pinned for every context of the process.
-        ck(unsafe { sys::cuMemHostRegister_v2(ptr.cast(), len, sys::CU_MEMHOSTREGISTER_PORTABLE) })
+        // lives; PORTABLE makes it pinned for every context of the process,
+        // DEVICEMAP gives it a device address.
+        if ck(unsafe { sys::cuMemHostRegister_v2(ptr.cast(), len, flags) }).is_err() {
+            // SAFETY: as above, without the device mapping.
+            ck(unsafe { sys::cuMemHostRegister_v2(ptr.cast(), len, sys::CU_MEMHOSTREGISTER_PORTABLE) })?;
+            return Ok(None);
+        }
+        let mut d = 0;
+        // SAFETY: valid out-pointer; `ptr` was registered with DEVICEMAP.
+        Ok(ck(unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, ptr.cast(), 0) }).ok().map(|_| d))
     }
 
     fn synchronize(&mut self) -> CuRes<()> {
@@ -651,6 +666,34 @@ impl ExecContext for CudaContext {
 
     fn tensor_map_encode(&mut self, r: &TensorMapEncode) -> CuRes<[u8; 128]> {
         self.tensor_map(r)
+    }
+
+    fn vmm_reserve(&mut self, size: u64, alignment: u64, addr: u64) -> CuRes<u64> {
+        self.reserve(size, alignment, addr)
+    }
+
+    fn vmm_free(&mut self, ptr: u64, size: u64) -> CuRes<()> {
+        self.address_free(ptr, size)
+    }
+
+    fn vmm_create(&mut self, size: u64) -> CuRes<u64> {
+        self.create(size)
+    }
+
+    fn vmm_release(&mut self, handle: u64) -> CuRes<()> {
+        self.release(handle)
+    }
+
+    fn vmm_map(&mut self, ptr: u64, size: u64, offset: u64, handle: u64) -> CuRes<()> {
+        self.map(ptr, size, offset, handle)
+    }
+
+    fn vmm_unmap(&mut self, ptr: u64, size: u64) -> CuRes<()> {
+        self.unmap(ptr, size)
+    }
+
+    fn vmm_set_access(&mut self, ptr: u64, size: u64, flags: u32) -> CuRes<()> {
+        self.set_access(ptr, size, flags)
     }
 
     fn take_output(&mut self, out: &mut Vec<u8>) {

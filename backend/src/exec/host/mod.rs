@@ -16,6 +16,7 @@
 
 mod ext;
 mod kernels;
+mod vmm;
 
 pub use kernels::{Args, Call, Fault, HostKernel, KERNELS, Mem};
 
@@ -86,6 +87,7 @@ impl HostExecutor {
             a(attr::MANAGED_MEMORY, 0),
             a(attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 64 * 1024),
             a(attr::MAX_BLOCKS_PER_MULTIPROCESSOR, 16),
+            a(attr::VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1),
         ];
         // Like a driver, answer every attribute; those not listed are 0.
         let attrs = (1..attr::MAX).map(|k| attrs.iter().find(|(a, _)| *a == k).copied().unwrap_or((k, 0))).collect();
@@ -118,6 +120,11 @@ impl Executor for HostExecutor {
         &self.devices
     }
 
+    fn vmm_granularity(&self, device: usize, _option: u32) -> CuRes<u64> {
+        self.devices.get(device).ok_or(CuError::INVALID_DEVICE)?;
+        Ok(vmm::GRANULARITY)
+    }
+
     fn create_context(&self, device: usize, _flags: u32) -> CuRes<HostContext> {
         let dev = self.devices.get(device).ok_or(CuError::INVALID_DEVICE)?;
         // Spread contexts (also those of other worker processes) over
@@ -140,6 +147,8 @@ impl Executor for HostExecutor {
             limits: HashMap::from([(0, 1024), (1, 1 << 20), (2, 8 << 20)]),
             pool_attrs: HashMap::new(),
             output: Vec::new(),
+            phys: HashMap::new(),
+            mapped: HashMap::new(),
         })
     }
 }
@@ -179,6 +188,10 @@ pub struct HostContext {
     pool_attrs: HashMap<u32, u64>,
     /// What kernels printed, for the session.
     output: Vec<u8>,
+    /// Physical allocations (`cuMemCreate`) by handle.
+    phys: HashMap<u64, vmm::Phys>,
+    /// Mappings: address to physical handle.
+    mapped: HashMap<u64, u64>,
 }
 
 impl HostContext {
@@ -497,6 +510,34 @@ impl ExecContext for HostContext {
 
     fn tensor_map_encode(&mut self, r: &TensorMapEncode) -> CuRes<[u8; 128]> {
         self.tensor_map(r)
+    }
+
+    fn vmm_reserve(&mut self, size: u64, alignment: u64, _addr: u64) -> CuRes<u64> {
+        self.reserve(size, alignment)
+    }
+
+    fn vmm_free(&mut self, _ptr: u64, _size: u64) -> CuRes<()> {
+        self.ok()
+    }
+
+    fn vmm_create(&mut self, size: u64) -> CuRes<u64> {
+        self.create(size)
+    }
+
+    fn vmm_release(&mut self, handle: u64) -> CuRes<()> {
+        self.release(handle)
+    }
+
+    fn vmm_map(&mut self, ptr: u64, size: u64, offset: u64, handle: u64) -> CuRes<()> {
+        self.map(ptr, size, offset, handle)
+    }
+
+    fn vmm_unmap(&mut self, ptr: u64, _size: u64) -> CuRes<()> {
+        self.unmap(ptr)
+    }
+
+    fn vmm_set_access(&mut self, _ptr: u64, _size: u64, _flags: u32) -> CuRes<()> {
+        self.ok()
     }
 
     fn take_output(&mut self, out: &mut Vec<u8>) {

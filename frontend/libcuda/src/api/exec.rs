@@ -6,6 +6,7 @@ use crate::state::{self, Res, StreamInfo, handle, id, objects, put, run, stream}
 use pvgpu_frontend::{Event, Stream};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_float, c_int, c_uint, c_void};
+use std::ptr;
 
 fn stream_create(ph: *mut *mut c_void, flags: c_uint, priority: c_int) -> Res {
     if ph.is_null() {
@@ -190,6 +191,100 @@ pub unsafe extern "C" fn cuStreamIsCapturing(s: *mut c_void, status: *mut c_int)
         stream_info(s)?;
         // SAFETY: writable per the API (CU_STREAM_CAPTURE_STATUS_NONE).
         unsafe { put(status, 0) }
+    })
+}
+
+/// Writes "not capturing" to the outputs of `cuStreamGetCaptureInfo`:
+/// status `CU_STREAM_CAPTURE_STATUS_NONE`, id 0, no graph, no
+/// dependencies (each output may be null).
+///
+/// # Safety
+/// Each pointer must be null or writable.
+unsafe fn not_capturing(
+    status: *mut c_int,
+    id: *mut u64,
+    graph: *mut *mut c_void,
+    deps: *mut *const c_void,
+    edges: *mut *const c_void,
+    n: *mut usize,
+) {
+    // SAFETY: null or writable, per the caller.
+    unsafe {
+        if !status.is_null() {
+            status.write_unaligned(0);
+        }
+        if !id.is_null() {
+            id.write_unaligned(0);
+        }
+        if !graph.is_null() {
+            graph.write_unaligned(std::ptr::null_mut());
+        }
+        if !deps.is_null() {
+            deps.write_unaligned(std::ptr::null());
+        }
+        if !edges.is_null() {
+            edges.write_unaligned(std::ptr::null());
+        }
+        if !n.is_null() {
+            n.write_unaligned(0);
+        }
+    }
+}
+
+/// `cuStreamGetCaptureInfo` (CUDA 10.1's form): never capturing.
+///
+/// # Safety
+/// Each pointer must be null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo(s: *mut c_void, status: *mut c_int, id: *mut u64) -> CuResult {
+    run("cuStreamGetCaptureInfo", || {
+        stream_info(s)?;
+        // SAFETY: per the caller.
+        unsafe { not_capturing(status, id, ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut()) };
+        Ok(())
+    })
+}
+
+/// `cuStreamGetCaptureInfo_v2`: never capturing.
+///
+/// # Safety
+/// Each pointer must be null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
+    s: *mut c_void,
+    status: *mut c_int,
+    id: *mut u64,
+    graph: *mut *mut c_void,
+    deps: *mut *const c_void,
+    n: *mut usize,
+) -> CuResult {
+    run("cuStreamGetCaptureInfo_v2", || {
+        stream_info(s)?;
+        // SAFETY: per the caller.
+        unsafe { not_capturing(status, id, graph, deps, ptr::null_mut(), n) };
+        Ok(())
+    })
+}
+
+/// `cuStreamGetCaptureInfo_v3` (with edge data): never capturing.
+///
+/// # Safety
+/// Each pointer must be null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
+    s: *mut c_void,
+    status: *mut c_int,
+    id: *mut u64,
+    graph: *mut *mut c_void,
+    deps: *mut *const c_void,
+    edges: *mut *const c_void,
+    n: *mut usize,
+) -> CuResult {
+    run("cuStreamGetCaptureInfo_v3", || {
+        stream_info(s)?;
+        // SAFETY: per the caller.
+        unsafe { not_capturing(status, id, graph, deps, edges, n) };
+        Ok(())
     })
 }
 

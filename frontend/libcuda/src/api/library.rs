@@ -4,7 +4,7 @@
 
 use crate::callback::{self, Call, HostFn, StreamCallback};
 use crate::library;
-use crate::state::objects::DevAlloc;
+use crate::state::objects::{DevAlloc, DevKind};
 use crate::state::{self, Res, handle, id, objects, put, run};
 use pvgpu_frontend::{Function, Module};
 use pvgpu_ring::{CuError, CuResult};
@@ -130,7 +130,7 @@ pub unsafe extern "C" fn cuLibraryGetGlobal(dptr: *mut u64, bytes: *mut usize, l
         let cur = state::current_handle().ok_or(CuError::INVALID_CONTEXT)?;
         let m = library::module(id(lib), cur)?;
         let (p, size) = state::client()?.module_get_global(Module(m), n).map_err(state::cu)?;
-        objects().device.insert(p, DevAlloc { size, ctx: cur, global_of: Some(m) });
+        objects().device.insert(p, DevAlloc { size, ctx: cur, kind: DevKind::Global(m) });
         if !dptr.is_null() {
             // SAFETY: non-null and writable per the API.
             unsafe { put(dptr, p)? };

@@ -9,7 +9,7 @@
 //! host memory cannot be mapped into the device's address space
 //! (`cuMemHostGetDevicePointer` is not supported).
 
-use crate::state::objects::DevAlloc;
+use crate::state::objects::{DevAlloc, DevKind};
 use crate::state::{self, HostInfo, Res, ctx, handle, objects, put, run, stream};
 use pvgpu_frontend::Stream;
 use pvgpu_ring::{CuError, CuResult};
@@ -22,7 +22,7 @@ fn alloc(dptr: *mut u64, size: usize) -> Res {
     let ctx = state::current()?;
     let p = state::client()?.mem_alloc(ctx, size as u64).map_err(state::cu)?;
     let handle = state::current_handle().ok_or(CuError::INVALID_CONTEXT)?;
-    objects().device.insert(p, DevAlloc { size: size as u64, ctx: handle, global_of: None });
+    objects().device.insert(p, DevAlloc { size: size as u64, ctx: handle, kind: DevKind::Alloc });
     // SAFETY: non-null and writable per the API.
     unsafe { put(dptr, p) }
 }
@@ -64,7 +64,7 @@ pub extern "C" fn cuMemFree_v2(dptr: u64) -> CuResult {
         let c = state::client()?;
         // A free of an address this process never allocated (or a global)
         // fails at the call, as the driver's does.
-        if objects().device.get(&dptr).is_none_or(|a| a.global_of.is_some()) {
+        if objects().device.get(&dptr).is_none_or(|a| a.kind != DevKind::Alloc) {
             return Err(CuError::INVALID_VALUE);
         }
         c.mem_free(dptr).map_err(state::cu)?;
@@ -128,7 +128,8 @@ fn host_alloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> Res {
             (p, false)
         }
     };
-    objects().host.insert(p as usize, HostInfo { len: size, flags, in_area });
+    let ctx = state::current_handle().unwrap_or(0);
+    objects().host.insert(p as usize, HostInfo { len: size, flags, in_area, ctx });
     // SAFETY: non-null and writable per the API.
     unsafe { put(pp, p) }
 }
@@ -188,6 +189,33 @@ pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -
     })
 }
 
+/// The device address of page-locked memory at `p`: memory this library
+/// allocated in the data area, when the backend mapped the area for the
+/// device (on the local transport, at the program's own address). Other
+/// host memory cannot be reached by the device of another domain or host.
+fn host_device_pointer(p: *mut c_void) -> Result<u64, CuError> {
+    if objects().host_range(p as usize).is_none() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    state::client()?.host_device_pointer(p.cast()).map_err(state::cu)?.ok_or(CuError::NOT_SUPPORTED)
+}
+
+/// `cuMemHostGetDevicePointer_v2`.
+///
+/// # Safety
+/// `pdptr` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(pdptr: *mut u64, p: *mut c_void, flags: c_uint) -> CuResult {
+    run("cuMemHostGetDevicePointer_v2", || {
+        if flags != 0 || pdptr.is_null() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let d = host_device_pointer(p)?;
+        // SAFETY: non-null and writable per the API.
+        unsafe { put(pdptr, d) }
+    })
+}
+
 fn register(p: *mut c_void, size: usize) -> Res {
     state::client()?;
     if p.is_null() || size == 0 {
@@ -219,9 +247,46 @@ pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CuResult {
     run("cuMemHostUnregister", || objects().registered.remove(&(p as usize)).map(|_| ()).ok_or(CuError::HOST_MEMORY_NOT_REGISTERED))
 }
 
+/// Whether `[p, p+n)` lies in page-locked host memory this library handed
+/// out. With unified addressing programs name such memory where device
+/// memory is expected (XLA zeroes flags in it with `cuMemsetD32Async`);
+/// the GPU cannot reach the program's memory here, so those operations run
+/// in the program, once the work queued before them on their stream is
+/// done ([`host_wait`]).
+fn pinned_host(p: u64, n: usize) -> bool {
+    let Some(end) = (p as usize).checked_add(n) else { return false };
+    objects().host_range(p as usize).is_some_and(|(start, i)| end <= start + i.len)
+}
+
+/// Waits for the work queued on `s` (and its host functions) before an
+/// operation done in the program.
+fn host_wait(s: Stream) -> Res {
+    crate::callback::gate(s);
+    let c = state::client()?;
+    match s {
+        Stream::DEFAULT => c.ctx_synchronize(state::current()?),
+        st => c.stream_synchronize(st),
+    }
+    .map_err(state::cu)
+}
+
+/// A copy between host ranges, after the work before it on `s`.
+fn host_copy(dst: u64, src: u64, n: usize, s: Stream) -> Res {
+    host_wait(s)?;
+    if n > 0 {
+        // SAFETY: both are host ranges of `n` bytes per the API; `copy`
+        // allows overlap.
+        unsafe { std::ptr::copy(src as usize as *const u8, dst as usize as *mut u8, n) };
+    }
+    Ok(())
+}
+
 fn htod(dst: u64, src: *const c_void, n: usize, s: Stream, is_async: bool) -> Res {
     if n > 0 && src.is_null() {
         return Err(CuError::INVALID_VALUE);
+    }
+    if pinned_host(dst, n) {
+        return host_copy(dst, src as u64, n, s);
     }
     // SAFETY: the caller of the driver API guarantees `src` holds `n`
     // readable bytes (and, for page-locked memory copied asynchronously,
@@ -233,12 +298,18 @@ fn dtoh(dst: *mut c_void, src: u64, n: usize, s: Stream, is_async: bool) -> Res 
     if n > 0 && dst.is_null() {
         return Err(CuError::INVALID_VALUE);
     }
+    if pinned_host(src, n) {
+        return host_copy(dst as u64, src, n, s);
+    }
     // SAFETY: the caller of the driver API guarantees `dst` holds `n`
     // writable bytes (as above for page-locked memory).
     unsafe { state::client()?.memcpy_dtoh_raw(dst.cast(), n, src, s, is_async) }.map_err(state::cu)
 }
 
 fn dtod(dst: u64, src: u64, n: usize, s: Option<Stream>) -> Res {
+    if pinned_host(dst, n) || pinned_host(src, n) {
+        return unified(dst, src, n, s);
+    }
     let c = state::client()?;
     crate::callback::gate(s.unwrap_or(Stream::DEFAULT));
     match s {
@@ -311,15 +382,7 @@ fn unified(dst: u64, src: u64, n: usize, s: Option<Stream>) -> Res {
         (true, true) => dtod(dst, src, n, s),
         (true, false) => htod(dst, src as usize as *const c_void, n, st, is_async),
         (false, true) => dtoh(dst as usize as *mut c_void, src, n, st, is_async),
-        (false, false) => {
-            state::client()?;
-            if n > 0 {
-                // SAFETY: both are host ranges of `n` bytes per the API;
-                // `copy` allows overlap.
-                unsafe { std::ptr::copy(src as usize as *const u8, dst as usize as *mut u8, n) };
-            }
-            Ok(())
-        }
+        (false, false) => host_copy(dst, src, n, st),
     }
 }
 
@@ -337,6 +400,21 @@ pub extern "C" fn cuMemcpyAsync(dst: u64, src: u64, n: usize, s: *mut c_void) ->
 
 fn memset(dptr: u64, value: u32, elem: u32, n: usize, s: Stream) -> Res {
     crate::callback::gate(s);
+    let len = n.checked_mul(elem as usize).ok_or(CuError::INVALID_VALUE)?;
+    if len > 0 && pinned_host(dptr, len) {
+        if dptr % elem as u64 != 0 {
+            return Err(CuError::INVALID_VALUE);
+        }
+        host_wait(s)?;
+        let pattern = &value.to_le_bytes()[..elem as usize];
+        // SAFETY: `[dptr, dptr+len)` lies in page-locked memory this library
+        // allocated (checked above), which the program may write.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(dptr as usize as *mut u8, len) };
+        for chunk in bytes.chunks_exact_mut(elem as usize) {
+            chunk.copy_from_slice(pattern);
+        }
+        return Ok(());
+    }
     state::client()?.memset(dptr, value, elem, n as u64, s).map_err(state::cu)
 }
 
@@ -396,6 +474,7 @@ fn pointer_attribute(data: *mut c_void, attribute: i32, ptr: u64) -> Res {
     let o = objects();
     let dev = o.device_range(ptr, 1);
     let host = o.host.range(..=(ptr as usize)).next_back().filter(|(s, i)| (ptr as usize) < **s + i.len).map(|(s, i)| (*s, i.len));
+    let host_ctx = o.host_range(ptr as usize).map_or(0, |(_, i)| i.ctx);
     // SAFETY: `data` points to storage of the attribute's type, per the
     // API; every write below is of that type.
     unsafe {
@@ -403,8 +482,13 @@ fn pointer_attribute(data: *mut c_void, attribute: i32, ptr: u64) -> Res {
             (CU_POINTER_ATTRIBUTE_MEMORY_TYPE, Some(_), _) => put(data.cast::<u32>(), CU_MEMORYTYPE_DEVICE),
             (CU_POINTER_ATTRIBUTE_MEMORY_TYPE, None, Some(_)) => put(data.cast::<u32>(), CU_MEMORYTYPE_HOST),
             (CU_POINTER_ATTRIBUTE_CONTEXT, Some((_, a)), _) => put(data.cast::<*mut c_void>(), handle(a.ctx)),
+            (CU_POINTER_ATTRIBUTE_CONTEXT, None, Some(_)) => put(data.cast::<*mut c_void>(), handle(host_ctx)),
             (CU_POINTER_ATTRIBUTE_DEVICE_POINTER, Some(_), _) => put(data.cast::<u64>(), ptr),
             (CU_POINTER_ATTRIBUTE_HOST_POINTER, None, Some(_)) => put(data.cast::<u64>(), ptr),
+            (CU_POINTER_ATTRIBUTE_DEVICE_POINTER, None, Some(_)) => {
+                drop(o);
+                put(data.cast::<u64>(), host_device_pointer(ptr as usize as *mut c_void)?)
+            }
             (CU_POINTER_ATTRIBUTE_IS_MANAGED, Some(_), _) | (CU_POINTER_ATTRIBUTE_IS_MANAGED, None, Some(_)) => put(data.cast::<u32>(), 0),
             (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, Some((_, a)), _) => put(data.cast::<i32>(), ctx::device_of(a.ctx).unwrap_or(0)),
             (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, Some((start, _)), _) => put(data.cast::<u64>(), start),

@@ -11,3 +11,4 @@ pub mod memory;
 pub mod module;
 pub mod pitched;
 pub mod pool;
+pub mod vmm;

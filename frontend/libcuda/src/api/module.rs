@@ -2,7 +2,7 @@
 //! JIT-compiles PTX; each function's parameter layout comes back with it and
 //! is kept here to pack `cuLaunchKernel` arguments.
 
-use crate::state::objects::DevAlloc;
+use crate::state::objects::{DevAlloc, DevKind};
 use crate::state::{self, Res, handle, id, objects, put, run};
 use pvgpu_frontend::Module;
 use pvgpu_ring::{CuError, CuResult};
@@ -226,7 +226,7 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(dptr: *mut u64, bytes: *mut usize,
         {
             let mut o = objects();
             let ctx = o.modules.get(&m).copied().unwrap_or(0);
-            o.device.insert(p, DevAlloc { size, ctx, global_of: Some(m) });
+            o.device.insert(p, DevAlloc { size, ctx, kind: DevKind::Global(m) });
         }
         if !dptr.is_null() {
             // SAFETY: non-null and writable per the API.

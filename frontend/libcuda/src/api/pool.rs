@@ -7,7 +7,7 @@
 //! pool's. Pools of the program's own (`cuMemPoolCreate`), and sharing them
 //! between processes, are not supported.
 
-use crate::state::objects::DevAlloc;
+use crate::state::objects::{DevAlloc, DevKind};
 use crate::state::{self, Res, ctx, handle, id, objects, put, run};
 use pvgpu_frontend::Stream;
 use pvgpu_ring::{CuError, CuResult};
@@ -38,7 +38,7 @@ fn alloc_async(dptr: *mut u64, size: usize, s: *mut c_void) -> Res {
     }
     let h = stream_ctx(s)?;
     let p = state::client()?.mem_alloc_async(ctx::backend(h)?, size as u64, state::ordered(s)).map_err(state::cu)?;
-    objects().device.insert(p, DevAlloc { size: size as u64, ctx: h, global_of: None });
+    objects().device.insert(p, DevAlloc { size: size as u64, ctx: h, kind: DevKind::Alloc });
     // SAFETY: non-null and writable per the API.
     unsafe { put(dptr, p) }
 }
@@ -71,7 +71,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, po
 pub extern "C" fn cuMemFreeAsync(dptr: u64, s: *mut c_void) -> CuResult {
     run("cuMemFreeAsync", || {
         let c = state::client()?;
-        if objects().device.get(&dptr).is_none_or(|a| a.global_of.is_some()) {
+        if objects().device.get(&dptr).is_none_or(|a| a.kind != DevKind::Alloc) {
             return Err(CuError::INVALID_VALUE);
         }
         c.mem_free_async(dptr, state::ordered(s)).map_err(state::cu)?;

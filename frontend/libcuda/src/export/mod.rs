@@ -20,7 +20,10 @@
 
 mod checks;
 mod cls;
+mod cluster;
 mod cudart;
+mod fft;
+mod ids;
 mod integrity;
 mod tools;
 
@@ -73,6 +76,9 @@ fn table(id: &Uuid) -> Option<*const c_void> {
         cls::UUID => cls::TABLE.addr(),
         checks::UUID => checks::TABLE.addr(),
         integrity::UUID => integrity::TABLE.addr(),
+        ids::UUID => ids::TABLE.addr(),
+        cluster::UUID => cluster::TABLE.addr(),
+        fft::UUID => fft::TABLE.addr(),
         _ => return None,
     })
 }

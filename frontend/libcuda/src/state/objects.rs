@@ -62,17 +62,31 @@ pub struct HostInfo {
     pub flags: u32,
     /// In the shared data area (else from the C heap).
     pub in_area: bool,
+    /// The context handle current when it was allocated (0: none), which
+    /// `CU_POINTER_ATTRIBUTE_CONTEXT` reports.
+    pub ctx: u64,
 }
 
-/// A device allocation or module global.
+/// A device allocation, module global or mapping.
 #[derive(Clone, Copy, Debug)]
 pub struct DevAlloc {
     /// Bytes.
     pub size: u64,
     /// Its context handle.
     pub ctx: u64,
-    /// The module of a global; `None` for allocations.
-    pub global_of: Option<u64>,
+    /// What it is.
+    pub kind: DevKind,
+}
+
+/// What a range of device memory is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DevKind {
+    /// `cuMemAlloc`, `cuMemAllocAsync`: the program frees it.
+    Alloc,
+    /// A global of this module.
+    Global(u64),
+    /// A mapping (`cuMemMap`), with its access flags (`cuMemSetAccess`).
+    Mapped(u32),
 }
 
 /// Everything the library tracks, behind one lock.
@@ -136,6 +150,6 @@ impl Objects {
     pub fn drop_module(&mut self, m: u64) {
         self.modules.remove(&m);
         self.functions.retain(|_, f| f.module != m);
-        self.device.retain(|_, a| a.global_of != Some(m));
+        self.device.retain(|_, a| a.kind != DevKind::Global(m));
     }
 }

@@ -1,0 +1,246 @@
+//! Virtual memory management (`cuMemAddressReserve`, `cuMemCreate`,
+//! `cuMemMap`, `cuMemSetAccess`, ...), as XLA and PyTorch's expandable
+//! segments use it.
+//!
+//! Physical memory is device memory of the current context's device; the
+//! backend ties each reservation, allocation and mapping to that context.
+//! Shareable handles (`requestedHandleTypes`) are accepted but none can be
+//! exported: memory does not leave the session. Mappings are recorded here
+//! as device memory, so `cuMemcpy` and pointer queries know them.
+
+use crate::state::objects::Objects;
+use crate::state::objects::{DevAlloc, DevKind};
+use crate::state::{self, ctx, objects, put, run};
+use pvgpu_frontend::{Access, PhysMem};
+use pvgpu_ring::{CuError, CuResult};
+use std::ffi::{c_int, c_void};
+
+/// `CU_MEM_ALLOCATION_TYPE_PINNED`.
+const TYPE_PINNED: u32 = 1;
+/// `CU_MEM_LOCATION_TYPE_DEVICE`.
+const LOCATION_DEVICE: u32 = 1;
+
+/// `CUmemLocation`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Location {
+    kind: u32,
+    id: c_int,
+}
+
+/// `CUmemAllocationProp`.
+#[repr(C)]
+pub struct AllocationProp {
+    kind: u32,
+    requested_handle_types: u32,
+    location: Location,
+    win32_handle_meta_data: *mut c_void,
+    compression_type: u8,
+    gpu_direct_rdma_capable: u8,
+    usage: u16,
+    reserved: [u8; 4],
+}
+
+/// `CUmemAccessDesc`.
+#[repr(C)]
+pub struct AccessDesc {
+    location: Location,
+    flags: u32,
+}
+
+/// The device `prop` names (device memory of one device is all there is).
+///
+/// # Safety
+/// `prop` must be null or readable.
+unsafe fn device_of(prop: *const AllocationProp) -> Result<c_int, CuError> {
+    // SAFETY: null or readable, per the caller.
+    let p = unsafe { prop.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
+    if p.kind != TYPE_PINNED || p.location.kind != LOCATION_DEVICE {
+        return Err(CuError::INVALID_VALUE);
+    }
+    Ok(p.location.id)
+}
+
+/// The context physical memory of `dev` is made in: the current context
+/// if it is on `dev`, else the device's primary context if it is active
+/// (the driver needs neither; the backend ties memory to a context).
+fn context_on(dev: c_int) -> Result<u64, CuError> {
+    if let Some(h) = state::current_handle().filter(|&h| ctx::device_of(h).is_ok_and(|d| d == dev)) {
+        return Ok(h);
+    }
+    match ctx::primary_state(dev) {
+        (_, true) => Ok(ctx::primary_handle(dev)),
+        _ => Err(CuError::INVALID_CONTEXT),
+    }
+}
+
+/// The context an address reservation is made in: the current one, else
+/// the first device's primary context if it is active.
+fn any_context() -> Result<u64, CuError> {
+    state::current_handle().map_or_else(|| context_on(0), Ok)
+}
+
+/// `cuMemGetAllocationGranularity`.
+///
+/// # Safety
+/// `granularity` writable, `prop` readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const AllocationProp, option: u32) -> CuResult {
+    run("cuMemGetAllocationGranularity", || {
+        // SAFETY: per the caller.
+        let dev = unsafe { device_of(prop) }?;
+        if option > 1 {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let g = state::client()?.mem_granularity(dev, option == 1).map_err(state::cu)?;
+        // SAFETY: writable per the API.
+        unsafe { put(granularity, g as usize) }
+    })
+}
+
+/// `cuMemAddressReserve` in the current context.
+///
+/// # Safety
+/// `ptr` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAddressReserve(ptr: *mut u64, size: usize, alignment: usize, addr: u64, flags: u64) -> CuResult {
+    run("cuMemAddressReserve", || {
+        if flags != 0 || ptr.is_null() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let c = ctx::backend(any_context()?)?;
+        let p = state::client()?.mem_address_reserve(c, size as u64, alignment as u64, addr).map_err(state::cu)?;
+        tracing::debug!(size, alignment, addr, ptr = p, "cuMemAddressReserve");
+        // SAFETY: non-null and writable per the API.
+        unsafe { put(ptr, p) }
+    })
+}
+
+/// `cuMemAddressFree`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> CuResult {
+    run("cuMemAddressFree", || state::client()?.mem_address_free(ptr, size as u64).map_err(state::cu))
+}
+
+/// `cuMemCreate` on the current context's device.
+///
+/// # Safety
+/// `handle` writable, `prop` readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const AllocationProp, flags: u64) -> CuResult {
+    run("cuMemCreate", || {
+        // SAFETY: per the caller.
+        let h = context_on(unsafe { device_of(prop) }?)?;
+        if flags != 0 || handle.is_null() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let m = state::client()?.mem_create(ctx::backend(h)?, size as u64).map_err(state::cu)?;
+        tracing::debug!(size, handle = m.0, "cuMemCreate");
+        // SAFETY: non-null and writable per the API.
+        unsafe { put(handle, m.0) }
+    })
+}
+
+/// `cuMemRelease`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemRelease(handle: u64) -> CuResult {
+    run("cuMemRelease", || state::client()?.mem_release(PhysMem(handle)).map_err(state::cu))
+}
+
+/// `cuMemMap`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) -> CuResult {
+    run("cuMemMap", || {
+        if flags != 0 {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let h = any_context()?;
+        tracing::debug!(ptr, size, offset, handle, "cuMemMap");
+        state::client()?.mem_map(ptr, size as u64, offset as u64, PhysMem(handle)).map_err(state::cu)?;
+        objects().device.insert(ptr, DevAlloc { size: size as u64, ctx: h, kind: DevKind::Mapped(0) });
+        Ok(())
+    })
+}
+
+/// The mappings recorded in `[ptr, ptr+size)`.
+fn mappings_in(o: &Objects, ptr: u64, size: usize) -> Vec<u64> {
+    let end = ptr.saturating_add(size as u64);
+    o.device.range(ptr..end).filter(|(_, a)| matches!(a.kind, DevKind::Mapped(_))).map(|(&p, _)| p).collect()
+}
+
+/// `cuMemUnmap`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> CuResult {
+    run("cuMemUnmap", || {
+        tracing::debug!(ptr, size, "cuMemUnmap");
+        state::client()?.mem_unmap(ptr, size as u64).map_err(state::cu)?;
+        let mut o = objects();
+        for p in mappings_in(&o, ptr, size) {
+            o.device.remove(&p);
+        }
+        Ok(())
+    })
+}
+
+/// `cuMemSetAccess`: one descriptor for the mappings' device; others name
+/// devices this session does not have.
+///
+/// # Safety
+/// `desc` must hold `count` readable descriptors.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemSetAccess(ptr: u64, size: usize, desc: *const AccessDesc, count: usize) -> CuResult {
+    run("cuMemSetAccess", || {
+        if desc.is_null() || count == 0 {
+            return Err(CuError::INVALID_VALUE);
+        }
+        // SAFETY: `count` readable descriptors, per the caller.
+        let descs = unsafe { std::slice::from_raw_parts(desc, count) };
+        let owner = objects().device.get(&ptr).filter(|a| matches!(a.kind, DevKind::Mapped(_))).map(|a| a.ctx);
+        let dev = ctx::device_of(owner.ok_or(CuError::INVALID_VALUE)?)?;
+        let mut flags = None;
+        for d in descs {
+            if d.location.kind != LOCATION_DEVICE || d.location.id != dev {
+                return Err(CuError::INVALID_DEVICE);
+            }
+            flags = Some(d.flags);
+        }
+        let access = match flags {
+            Some(0) => Access::None,
+            Some(1) => Access::Read,
+            Some(3) => Access::ReadWrite,
+            _ => return Err(CuError::INVALID_VALUE),
+        };
+        tracing::debug!(ptr, size, ?access, "cuMemSetAccess");
+        state::client()?.mem_set_access(ptr, size as u64, access).map_err(state::cu)?;
+        let mut o = objects();
+        for p in mappings_in(&o, ptr, size) {
+            if let Some(a) = o.device.get_mut(&p) {
+                a.kind = DevKind::Mapped(access as u32);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `cuMemGetAccess`: the flags last set on the mapping holding `ptr`.
+///
+/// # Safety
+/// `flags` writable, `location` readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetAccess(flags: *mut u64, location: *const Location, ptr: u64) -> CuResult {
+    run("cuMemGetAccess", || {
+        // SAFETY: null or readable per the API.
+        let loc = unsafe { location.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
+        let (_, a) = objects().device_range(ptr, 1).ok_or(CuError::INVALID_VALUE)?;
+        let DevKind::Mapped(access) = a.kind else { return Err(CuError::INVALID_VALUE) };
+        let mine = loc.kind == LOCATION_DEVICE && ctx::device_of(a.ctx).is_ok_and(|d| d == loc.id);
+        // SAFETY: writable per the API.
+        unsafe { put(flags, if mine { access as u64 } else { 0 }) }
+    })
+}
+
+/// Checks the layouts against NVIDIA's headers.
+const _: () = {
+    assert!(size_of::<AllocationProp>() == 32);
+    assert!(size_of::<AccessDesc>() == 12);
+};
