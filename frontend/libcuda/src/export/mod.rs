@@ -22,7 +22,6 @@ mod checks;
 mod cls;
 mod cluster;
 mod cudart;
-mod fft;
 mod ids;
 mod integrity;
 mod tools;
@@ -78,7 +77,6 @@ fn table(id: &Uuid) -> Option<*const c_void> {
         integrity::UUID => integrity::TABLE.addr(),
         ids::UUID => ids::TABLE.addr(),
         cluster::UUID => cluster::TABLE.addr(),
-        fft::UUID => fft::TABLE.addr(),
         _ => return None,
     })
 }
