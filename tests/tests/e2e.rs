@@ -848,6 +848,22 @@ fn mapped_host_memory(t: Transport) {
     assert!(c.host_free(p));
 }
 
+/// What NVML in the guest answers: the session's own memory, the device's
+/// gauges and the driver's version.
+fn device_status(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let before = c.device_status(0).unwrap();
+    assert!(before.mem_total > 0 && !before.driver_version.is_empty(), "{before:?}");
+    let d = c.mem_alloc(g.ctx, 8 << 20).unwrap();
+    let after = c.device_status(0).unwrap();
+    assert_eq!(after.mem_used, before.mem_used + (8 << 20), "the session's own allocations");
+    assert!(after.gpu_util.is_none_or(|u| u <= 100) && after.mem_util.is_none_or(|u| u <= 100));
+    c.mem_free(d).unwrap();
+    assert_eq!(c.device_status(0).unwrap().mem_used, before.mem_used);
+    assert_eq!(code(c.device_status(9)), CuResult::INVALID_DEVICE);
+}
+
 /// What kernels print reaches the program, before the reply of the call
 /// that waited for them (when the backend can capture it: the host double
 /// always, a GPU in a session's own worker process).
@@ -924,6 +940,7 @@ over_every_transport!(
         tensor_maps,
         virtual_memory,
         mapped_host_memory,
+        device_status,
         kernel_output,
     ],
     own_backend: [memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],

@@ -42,6 +42,22 @@ impl DeviceInfo {
     }
 }
 
+/// A device's gauges, for monitoring tools in the guest; `None` where the
+/// executor cannot read one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Gauges {
+    /// Percent of the last sample period a kernel ran.
+    pub gpu_util: Option<u32>,
+    /// Percent of it device memory was read or written.
+    pub mem_util: Option<u32>,
+    /// Degrees Celsius.
+    pub temperature: Option<u32>,
+    /// Milliwatts.
+    pub power_mw: Option<u32>,
+    /// The driver's version (`580.159.04`), empty when unknown.
+    pub driver_version: String,
+}
+
 /// Offset and size of one kernel parameter in the packed buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Param {
@@ -125,6 +141,8 @@ pub trait Executor: Send + Sync + 'static {
     fn devices(&self) -> &[DeviceInfo];
     /// Creates a context on `device` (an index into [`Executor::devices`]).
     fn create_context(&self, device: usize, flags: u32) -> CuRes<Self::Context>;
+    /// The gauges of `device`.
+    fn gauges(&self, device: usize) -> CuRes<Gauges>;
     /// `cuMemGetAllocationGranularity` of device memory on `device`:
     /// option 0 the minimum, 1 the recommended.
     fn vmm_granularity(&self, device: usize, option: u32) -> CuRes<u64>;

@@ -188,3 +188,21 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
 pub(super) fn area_device<E: Executor>(s: &Session<E>) -> CuRes<proto::U64Rep> {
     Ok(proto::U64Rep { value: s.area_device.unwrap_or(0).into() })
 }
+
+/// Memory as the session sees it (its quota, its allocations) and the
+/// device's gauges, for NVML in the guest.
+pub(super) fn status<E: Executor>(s: &Session<E>, r: proto::DeviceStatus) -> CuRes<proto::DeviceStatusRep> {
+    let d = s.device(r.device.get())?;
+    let g = s.exec.gauges(d)?;
+    let total = s.exec.devices()[d].total_mem;
+    let unknown = |v: Option<u32>| v.unwrap_or(u32::MAX).into();
+    Ok(proto::DeviceStatusRep {
+        mem_total: s.limits.mem_quota.map_or(total, |q| q.min(total)).into(),
+        mem_used: s.mem_used.into(),
+        gpu_util: unknown(g.gpu_util),
+        mem_util: unknown(g.mem_util),
+        temperature: unknown(g.temperature),
+        power_mw: unknown(g.power_mw),
+        driver_version: proto::fixed_str(&g.driver_version),
+    })
+}

@@ -74,4 +74,5 @@ impl<E: Executor> Handler for Session<E> {
     fn mem_unmap(&mut self, r: MemUnmap, _: &mut Io<'_>) -> CuRes<()> { vmm::unmap(self, r) }
     fn mem_set_access(&mut self, r: MemSetAccess, _: &mut Io<'_>) -> CuRes<()> { vmm::set_access(self, r) }
     fn data_area_device(&mut self, _: DataAreaDevice, _: &mut Io<'_>) -> CuRes<U64Rep> { device::area_device(self) }
+    fn device_status(&mut self, r: DeviceStatus, _: &mut Io<'_>) -> CuRes<DeviceStatusRep> { device::status(self, r) }
 }

@@ -161,7 +161,7 @@ macro_rules! fixed {
 }
 
 fixed! { requests:
-    Hello, Goodbye, Nop, Init, DriverGetVersion, DeviceGetCount, DataAreaDevice, DeviceGet, DeviceGetProperties, DeviceGetAttribute,
+    Hello, Goodbye, Nop, Init, DriverGetVersion, DeviceGetCount, DataAreaDevice, DeviceStatus, DeviceGet, DeviceGetProperties, DeviceGetAttribute,
     PrimaryCtxRetain, PrimaryCtxRelease, CtxCreate, CtxDestroy, CtxSynchronize, CtxGetInfo, CtxLimit,
     ModuleUnload, ModuleFunctionNames, FuncGetAttribute, FuncSetAttribute,
     MemAlloc, MemFree, MemGetInfo, MemcpyDtoD, MemAllocAsync, MemFreeAsync, MemPoolAttribute,
@@ -173,7 +173,7 @@ fixed! { requests:
 fixed! { checked requests: Memset, Occupancy, MemcpyDtoH, Memset2D, TensorMapEncode, MemGranularity, MemSetAccess }
 
 fixed! { replies:
-    HelloRep, I32Rep, U64Rep, HandleRep, GlobalRep, DptrRep, MemInfoRep, ElapsedRep, CtxInfoRep, OccupancyRep, TensorMapRep,
+    HelloRep, DeviceStatusRep, I32Rep, U64Rep, HandleRep, GlobalRep, DptrRep, MemInfoRep, ElapsedRep, CtxInfoRep, OccupancyRep, TensorMapRep,
 }
 
 impl Validate for Memset {

@@ -231,6 +231,8 @@ commands! {
     /// The device address of the data area, 0 when the GPU cannot reach
     /// it (`cuMemHostGetDevicePointer`).
     60 DataAreaDevice(data_area_device): DataAreaDevice => U64Rep;
+    /// Memory and gauges of a device, for NVML in the guest.
+    61 DeviceStatus(device_status): DeviceStatus => DeviceStatusRep;
 }
 
 impl Opcode {

@@ -177,6 +177,7 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
         DriverGetVersion,
         DeviceGetCount,
         DataAreaDevice,
+        DeviceStatus,
         DeviceGet,
         DeviceGetProperties,
         DeviceGetAttribute,
@@ -421,7 +422,7 @@ proptest! {
     fn every_reply_round_trips(
         hello in arb::<HelloRep>(), i in arb::<I32Rep>(), u in arb::<U64Rep>(), handle in arb::<HandleRep>(),
         global in arb::<GlobalRep>(), dptr in arb::<DptrRep>(), mem in arb::<MemInfoRep>(), ms in arb::<ElapsedRep>(),
-        ctx in arb::<CtxInfoRep>(), occ in arb::<OccupancyRep>(), tmap in arb::<TensorMapRep>(),
+        ctx in arb::<CtxInfoRep>(), occ in arb::<OccupancyRep>(), tmap in arb::<TensorMapRep>(), status in arb::<DeviceStatusRep>(),
         props in (arb::<DevicePropsHead>(), proptest::collection::vec(arb::<AttrPair>(), 0..200)),
         func in (arb::<FunctionHead>(), proptest::collection::vec(arb::<ParamInfo>(), 0..100)),
     ) {
@@ -442,6 +443,7 @@ proptest! {
         check!(CtxGetInfo, ctx);
         check!(Occupancy, occ);
         check!(TensorMapEncode, tmap);
+        check!(DeviceStatus, status);
         let (mut ph, attrs) = props;
         ph.attr_count = (attrs.len() as u32).into();
         let p = DevicePropsRep { head: ph, attrs };

@@ -134,6 +134,13 @@ wire_structs! {
     pub struct Init {}
     /// `cuDriverGetVersion` (no payload).
     pub struct DriverGetVersion {}
+    /// What monitoring tools ask of a device (NVML in the guest).
+    pub struct DeviceStatus {
+        /// Device ordinal.
+        pub device: I32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
     /// The device address of the session's data area (no payload): where
     /// kernels reach page-locked memory the program allocated in it.
     pub struct DataAreaDevice {}
@@ -701,6 +708,24 @@ wire_structs! {
         pub session_id: U64,
         /// Executor name, NUL-padded (`cuda`, `host`).
         pub executor: [u8; 16],
+    }
+    /// `DeviceStatus` reply: memory as the session sees it, and the
+    /// device's own gauges. A gauge the backend cannot read is `u32::MAX`.
+    pub struct DeviceStatusRep {
+        /// Device memory the session may use: the device's, or its quota.
+        pub mem_total: U64,
+        /// Device memory the session holds.
+        pub mem_used: U64,
+        /// Percent of the last sample period a kernel ran (device-wide).
+        pub gpu_util: U32,
+        /// Percent of it device memory was read or written (device-wide).
+        pub mem_util: U32,
+        /// Temperature in degrees Celsius.
+        pub temperature: U32,
+        /// Power draw in milliwatts.
+        pub power_mw: U32,
+        /// The driver's version (`580.159.04`), NUL-padded.
+        pub driver_version: [u8; 32],
     }
     /// A signed 32-bit answer (counts, versions, attribute values, devices).
     pub struct I32Rep {

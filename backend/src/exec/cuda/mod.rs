@@ -10,6 +10,7 @@
 //! each session of this executor in its own worker process by default.
 
 mod ext;
+mod nvml;
 pub mod output;
 mod vmm;
 
@@ -109,6 +110,18 @@ pub struct CudaExecutor {
     driver_version: i32,
     int_fns: IntFns,
     ext_fns: ExtFns,
+    nvml: Option<nvml::Nvml>,
+}
+
+/// A device's PCI bus id as `cuDeviceGetPCIBusId` writes it (empty if the
+/// driver does not say).
+fn bus_id(dev: sys::CUdevice) -> String {
+    let mut buf = [0 as std::ffi::c_char; 32];
+    // SAFETY: a buffer of the length passed.
+    if unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as c_int, dev) } != sys::cudaError_enum::CUDA_SUCCESS {
+        return String::new();
+    }
+    buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8 as char).collect()
 }
 
 impl CudaExecutor {
@@ -183,8 +196,10 @@ impl CudaExecutor {
         };
         // SAFETY: the library is loaded.
         let ext_fns = unsafe { ExtFns::resolve()? };
-        tracing::info!(driver_version, devices = devices.len(), "CUDA executor ready");
-        Ok(CudaExecutor { devices, raw, driver_version, int_fns, ext_fns })
+        let bus_ids: Vec<String> = raw.iter().map(|&d| bus_id(d)).collect();
+        let nvml = nvml::Nvml::load(&bus_ids);
+        tracing::info!(driver_version, devices = devices.len(), nvml = nvml.is_some(), "CUDA executor ready");
+        Ok(CudaExecutor { devices, raw, driver_version, int_fns, ext_fns, nvml })
     }
 }
 
@@ -201,6 +216,11 @@ impl Executor for CudaExecutor {
 
     fn devices(&self) -> &[DeviceInfo] {
         &self.devices
+    }
+
+    fn gauges(&self, device: usize) -> CuRes<super::Gauges> {
+        self.raw.get(device).ok_or(CuError::INVALID_DEVICE)?;
+        Ok(self.nvml.as_ref().map_or_else(super::Gauges::default, |n| n.gauges(device)))
     }
 
     fn vmm_granularity(&self, device: usize, option: u32) -> CuRes<u64> {

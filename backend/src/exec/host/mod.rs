@@ -120,6 +120,12 @@ impl Executor for HostExecutor {
         &self.devices
     }
 
+    fn gauges(&self, device: usize) -> CuRes<super::Gauges> {
+        self.devices.get(device).ok_or(CuError::INVALID_DEVICE)?;
+        // Nothing runs in the background of the double: idle, and no sensors.
+        Ok(super::Gauges { gpu_util: Some(0), mem_util: Some(0), driver_version: "pvgpu host executor".into(), ..Default::default() })
+    }
+
     fn vmm_granularity(&self, device: usize, _option: u32) -> CuRes<u64> {
         self.devices.get(device).ok_or(CuError::INVALID_DEVICE)?;
         Ok(vmm::GRANULARITY)

@@ -1,0 +1,106 @@
+//! The device gauges monitoring tools show (utilisation, temperature,
+//! power, the driver's version), read with NVML from the driver package's
+//! `libnvidia-ml.so.1`, loaded when the executor starts. Without it (or
+//! for a device NVML does not know) the gauges read as unknown; nothing
+//! else depends on it.
+
+use crate::exec::Gauges;
+use std::ffi::{CString, c_char, c_uint, c_void};
+
+type Handle = *mut c_void;
+
+#[repr(C)]
+#[derive(Default)]
+struct Utilization {
+    gpu: c_uint,
+    memory: c_uint,
+}
+
+/// NVML's entry points this file calls.
+struct Fns {
+    by_bus_id: unsafe extern "C" fn(*const c_char, *mut Handle) -> u32,
+    utilization: unsafe extern "C" fn(Handle, *mut Utilization) -> u32,
+    temperature: unsafe extern "C" fn(Handle, u32, *mut c_uint) -> u32,
+    power: unsafe extern "C" fn(Handle, *mut c_uint) -> u32,
+    driver_version: unsafe extern "C" fn(*mut c_char, c_uint) -> u32,
+}
+
+/// NVML, loaded and initialised, with a handle per device.
+pub struct Nvml {
+    _lib: libloading::Library,
+    fns: Fns,
+    /// NVML's handle of each CUDA device, by ordinal.
+    devices: Vec<Option<Handle>>,
+    driver_version: String,
+}
+
+// SAFETY: NVML is thread-safe (documented), and its device handles are
+// plain identifiers valid for the life of the library.
+unsafe impl Send for Nvml {}
+// SAFETY: as above.
+unsafe impl Sync for Nvml {}
+
+impl Nvml {
+    /// Loads NVML and finds each device by its PCI bus id (as
+    /// `cuDeviceGetPCIBusId` writes it); `None` without NVML.
+    pub fn load(bus_ids: &[String]) -> Option<Nvml> {
+        // SAFETY: loading the driver's NVML runs its initialisers, which
+        // have no preconditions.
+        let lib = unsafe { libloading::Library::new("libnvidia-ml.so.1") }.ok()?;
+        // SAFETY: each type is the symbol's C signature.
+        let (init, fns) = unsafe {
+            let init: unsafe extern "C" fn() -> u32 = *lib.get(b"nvmlInit_v2").ok()?;
+            let fns = Fns {
+                by_bus_id: *lib.get(b"nvmlDeviceGetHandleByPciBusId_v2").ok()?,
+                utilization: *lib.get(b"nvmlDeviceGetUtilizationRates").ok()?,
+                temperature: *lib.get(b"nvmlDeviceGetTemperature").ok()?,
+                power: *lib.get(b"nvmlDeviceGetPowerUsage").ok()?,
+                driver_version: *lib.get(b"nvmlSystemGetDriverVersion").ok()?,
+            };
+            (init, fns)
+        };
+        // SAFETY: no arguments.
+        if unsafe { init() } != 0 {
+            return None;
+        }
+        let devices = bus_ids
+            .iter()
+            .map(|id| {
+                let id = CString::new(id.as_str()).ok()?;
+                let mut h = std::ptr::null_mut();
+                // SAFETY: a NUL-terminated id and a valid out-pointer.
+                (unsafe { (fns.by_bus_id)(id.as_ptr(), &mut h) } == 0).then_some(h)
+            })
+            .collect();
+        let mut buf = [0 as c_char; 80];
+        // SAFETY: a buffer of the length passed.
+        let driver_version = if unsafe { (fns.driver_version)(buf.as_mut_ptr(), buf.len() as c_uint) } == 0 {
+            buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8 as char).collect()
+        } else {
+            String::new()
+        };
+        Some(Nvml { _lib: lib, fns, devices, driver_version })
+    }
+
+    /// The gauges of device `ordinal`.
+    pub fn gauges(&self, ordinal: usize) -> Gauges {
+        let mut g = Gauges { driver_version: self.driver_version.clone(), ..Gauges::default() };
+        let Some(Some(h)) = self.devices.get(ordinal).copied() else { return g };
+        let mut u = Utilization::default();
+        // SAFETY: a handle NVML gave, valid out-pointers.
+        unsafe {
+            if (self.fns.utilization)(h, &mut u) == 0 {
+                (g.gpu_util, g.mem_util) = (Some(u.gpu), Some(u.memory));
+            }
+            let mut t = 0;
+            if (self.fns.temperature)(h, 0, &mut t) == 0 {
+                g.temperature = Some(t);
+            }
+            let mut p = 0;
+            if (self.fns.power)(h, &mut p) == 0 {
+                g.power_mw = Some(p);
+            }
+        }
+        g
+    }
+}
