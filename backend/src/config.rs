@@ -67,11 +67,21 @@ pub struct SessionConfig {
     pub max_data_area: u64,
     /// How long a session spins for the next request before sleeping.
     pub spin: Duration,
+    /// Where module images are kept between sessions (`None`: nowhere).
+    pub image_cache: Option<PathBuf>,
+    /// Most bytes of images kept there.
+    pub image_cache_max: u64,
 }
 
 impl Default for SessionConfig {
     fn default() -> Self {
-        SessionConfig { limits: SessionLimits::default(), max_data_area: 1 << 30, spin: Duration::from_micros(50) }
+        SessionConfig {
+            limits: SessionLimits::default(),
+            max_data_area: 1 << 30,
+            spin: Duration::from_micros(50),
+            image_cache: None,
+            image_cache_max: 4 << 30,
+        }
     }
 }
 

@@ -28,6 +28,7 @@ pub mod config;
 pub mod conn;
 pub mod exec;
 mod handles;
+pub mod image_cache;
 pub mod log_limit;
 pub mod session;
 pub mod session_loop;

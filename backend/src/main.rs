@@ -50,6 +50,14 @@ struct ExecArgs {
     /// Fake device memory of the host executor.
     #[arg(long, value_parser = parse_bytes, default_value = "4G")]
     host_mem: u64,
+    /// Where module images are kept between sessions, so a guest's next
+    /// program names them instead of sending them; `off` keeps none.
+    /// Default: $XDG_CACHE_HOME/pvgpu/images (else ~/.cache/pvgpu/images).
+    #[arg(long, value_name = "DIR|off")]
+    image_cache: Option<String>,
+    /// Most bytes of images kept (least recently used go first).
+    #[arg(long, value_parser = parse_bytes, default_value = "4G")]
+    image_cache_max: u64,
 }
 
 impl ExecArgs {
@@ -58,6 +66,21 @@ impl ExecArgs {
             limits: SessionLimits { mem_quota: self.mem_quota, ..SessionLimits::default() },
             max_data_area: self.max_data_area,
             spin: Duration::from_micros(self.spin_us),
+            image_cache: self.image_cache_dir(),
+            image_cache_max: self.image_cache_max,
+        }
+    }
+
+    fn image_cache_dir(&self) -> Option<std::path::PathBuf> {
+        match self.image_cache.as_deref() {
+            Some("off") => None,
+            Some(dir) => Some(dir.into()),
+            None => {
+                let base = std::env::var_os("XDG_CACHE_HOME")
+                    .map(std::path::PathBuf::from)
+                    .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))?;
+                Some(base.join("pvgpu").join("images"))
+            }
         }
     }
 
@@ -80,6 +103,10 @@ impl ExecArgs {
             a.push("--mem-quota".into());
             a.push(q.to_string());
         }
+        a.push("--image-cache".into());
+        a.push(self.image_cache_dir().map_or("off".into(), |d| d.display().to_string()));
+        a.push("--image-cache-max".into());
+        a.push(self.image_cache_max.to_string());
         a
     }
 }

@@ -6,6 +6,7 @@
 use crate::config::SessionConfig;
 use crate::conn::{Conn, ConnError, RingConn, TcpConn};
 use crate::exec::Executor;
+use crate::image_cache::{ImageCache, Owner};
 use crate::session::{Outcome, Session};
 use pvgpu_ring::local;
 use pvgpu_ring::proto::{HEADER_LEN, Header};
@@ -32,6 +33,19 @@ pub enum Accepted {
 }
 
 impl Accepted {
+    /// Who is at the other end, as far as the transport says: the guest
+    /// domain, the local user, or the TCP peer's address.
+    pub fn owner(&self) -> Owner {
+        Owner(match self {
+            Accepted::Unix(s) => match nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerCredentials) {
+                Ok(c) => format!("uid:{}", c.uid()),
+                Err(_) => "local".into(),
+            },
+            Accepted::Tcp(s) => s.peer_addr().map_or("tcp".into(), |a| format!("tcp:{}", a.ip())),
+            Accepted::Xen { domid, .. } => format!("xen:{domid}"),
+        })
+    }
+
     /// The transport's name (`local`, `tcp`, `xen`).
     pub fn kind(&self) -> &'static str {
         match self {
@@ -45,6 +59,7 @@ impl Accepted {
 /// Serves one accepted connection with `exec` until the session ends.
 pub fn run_connection<E: Executor>(exec: Arc<E>, acc: Accepted, cfg: &SessionConfig, id: u64, stop: &AtomicBool) -> Ended {
     let kind = acc.kind();
+    let owner = acc.owner();
     let mut xen_hold = None;
     let mut conn: Box<dyn Conn> = match acc {
         Accepted::Unix(s) => {
@@ -72,7 +87,7 @@ pub fn run_connection<E: Executor>(exec: Arc<E>, acc: Accepted, cfg: &SessionCon
     };
     tracing::info!(session = id, transport = kind, executor = exec.kind(), "session started");
     let t = Instant::now();
-    let ended = serve(exec, &mut *conn, id, cfg, stop);
+    let ended = serve(exec, &mut *conn, id, owner, cfg, stop);
     // The ring and its mappings go first, then the device's XenStore side.
     drop(conn);
     drop(xen_hold);
@@ -98,8 +113,14 @@ pub enum Ended {
 
 /// Serves one session until it ends. Everything the session made is freed
 /// before this returns.
-pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, cfg: &SessionConfig, stop: &AtomicBool) -> Ended {
+pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, owner: Owner, cfg: &SessionConfig, stop: &AtomicBool) -> Ended {
     let mut session = Session::new(exec, id, cfg.limits.clone());
+    if let Some(dir) = &cfg.image_cache {
+        match ImageCache::open(dir, cfg.image_cache_max) {
+            Ok(cache) => session = session.with_image_cache(Arc::new(cache), owner),
+            Err(e) => tracing::warn!(session = id, error = %Chain(&e), "module images are not cached"),
+        }
+    }
     let mut buf = Vec::with_capacity(64 * 1024);
     let mut out = Vec::with_capacity(64 * 1024);
     let mut printed = Vec::new();

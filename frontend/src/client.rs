@@ -23,6 +23,10 @@ pub struct Client {
     pub(crate) sync_calls: bool,
 }
 
+/// Images at least this long are first named by their hash, in case the
+/// backend holds them (smaller ones cost less to send than to look up).
+pub const CACHED_IMAGE_MIN: usize = 16 << 10;
+
 impl Client {
     /// Connects to the backend named by `PVGPU_BACKEND`, with options from
     /// the environment.
@@ -209,8 +213,33 @@ impl Client {
     }
 
     /// `cuModuleLoadData`: PTX (compiled by the backend's driver), cubin or
-    /// fatbin bytes.
+    /// fatbin bytes. An image of [`CACHED_IMAGE_MIN`] bytes or more is
+    /// first named by its hash, and sent only if the backend does not hold
+    /// it for this guest already.
     pub fn module_load(&self, ctx: Context, image: &[u8]) -> Result<Module> {
+        if image.len() >= CACHED_IMAGE_MIN {
+            if let Some(m) = self.module_load_cached(ctx, image)? {
+                return Ok(m);
+            }
+        }
+        self.module_load_sent(ctx, image)
+    }
+
+    /// Loads `image` from the backend's image cache: `None` when the
+    /// backend does not hold it for this guest (or keeps no cache).
+    pub fn module_load_cached(&self, ctx: Context, image: &[u8]) -> Result<Option<Module>> {
+        use sha2::Digest;
+        let r = ModuleLoadCached { ctx: ctx.0.into(), len: (image.len() as u64).into(), sha256: sha2::Sha256::digest(image).into() };
+        match self.call(&r) {
+            Ok(rep) => Ok(Some(Module(rep.handle.get()))),
+            // NOT_SUPPORTED: a backend that predates the cache.
+            Err(e) if matches!(e.code(), CuError::NOT_FOUND | CuError::NOT_SUPPORTED) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `cuModuleLoadData` with the image sent.
+    pub fn module_load_sent(&self, ctx: Context, image: &[u8]) -> Result<Module> {
         let mut c = self.conn();
         let staged = match c.t.stage(image) {
             Ok(s) => s,

@@ -44,7 +44,7 @@ mod rpc;
 pub mod transport;
 mod vmm;
 
-pub use client::Client;
+pub use client::{CACHED_IMAGE_MIN, Client};
 pub use copy::Pitched;
 pub use error::{Error, Result, TransportError};
 pub use handles::*;

@@ -224,13 +224,15 @@ impl Harness {
             if let Some(q) = opts.mem_quota {
                 cmd.arg("--mem-quota").arg(q.to_string());
             }
+            cmd.arg("--image-cache").arg(dir.0.join("images"));
             let (child, keeper) = spawn_kept(cmd);
             let h = Harness { running: Running::Process { child, _keeper: keeper }, exec, socket, tcp, _dir: dir };
             h.wait_ready();
             h
         } else {
             let host = Arc::new(HostExecutor::new(8 << 30));
-            let mut session = SessionConfig { spin: Duration::from_micros(20), ..SessionConfig::default() };
+            let mut session =
+                SessionConfig { spin: Duration::from_micros(20), image_cache: Some(dir.0.join("images")), ..SessionConfig::default() };
             session.limits.mem_quota = opts.mem_quota;
             let cfg = Config { listen: vec![Listen::Local(socket.clone()), Listen::Tcp("127.0.0.1:0".into())], session, max_sessions: 256 };
             let backend = Backend::start_threads(host.clone(), cfg).expect("cannot start the embedded backend");

@@ -864,6 +864,38 @@ fn device_status(t: Transport) {
     assert_eq!(code(c.device_status(9)), CuResult::INVALID_DEVICE);
 }
 
+/// The image cache: an image a guest sent is named by its hash the next
+/// time, in a new session too; a guest reached over another transport (a
+/// different owner) must send it itself.
+fn image_cache(t: Transport) {
+    let h = shared();
+    let image = {
+        let ptx = String::from_utf8(PTX.to_vec()).unwrap();
+        // Unique to this run and transport, so the cache starts without it.
+        let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        format!("{ptx}\n// {nonce} {t:?}\n").into_bytes()
+    };
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    assert!(c.module_load_cached(g.ctx, &image).unwrap().is_none(), "not sent yet");
+    c.module_load_sent(g.ctx, &image).unwrap();
+    // A new session of the same guest names it.
+    let c2 = h.client(t);
+    let g2 = Gpu::new(&c2).unwrap();
+    let m = c2.module_load_cached(g2.ctx, &image).unwrap().expect("cached");
+    c2.module_get_function(m, "saxpy").unwrap();
+    // One byte different is another image.
+    let mut other = image.clone();
+    *other.last_mut().unwrap() = b' ';
+    assert!(c2.module_load_cached(g2.ctx, &other).unwrap().is_none());
+    if t != Transport::Xen {
+        let o = if t == Transport::Local { Transport::Tcp } else { Transport::Local };
+        let c3 = h.client(o);
+        let g3 = Gpu::new(&c3).unwrap();
+        assert!(c3.module_load_cached(g3.ctx, &image).unwrap().is_none(), "another owner must send it");
+    }
+}
+
 /// What kernels print reaches the program, before the reply of the call
 /// that waited for them (when the backend can capture it: the host double
 /// always, a GPU in a session's own worker process).
@@ -941,6 +973,7 @@ over_every_transport!(
         virtual_memory,
         mapped_host_memory,
         device_status,
+        image_cache,
         kernel_output,
     ],
     own_backend: [memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],

@@ -32,6 +32,7 @@ impl<E: Executor> Handler for Session<E> {
     fn ctx_limit(&mut self, r: CtxLimit, _: &mut Io<'_>) -> CuRes<U64Rep> { device::limit(self, r) }
     fn module_load(&mut self, r: ModuleLoad<'_>, io: &mut Io<'_>) -> CuRes<HandleRep> { module::load(self, r, io) }
     fn module_unload(&mut self, r: ModuleUnload, _: &mut Io<'_>) -> CuRes<()> { module::unload(self, r) }
+    fn module_load_cached(&mut self, r: ModuleLoadCached, _: &mut Io<'_>) -> CuRes<HandleRep> { module::load_cached(self, r) }
     fn module_get_function(&mut self, r: ModuleGetFunction<'_>, _: &mut Io<'_>) -> CuRes<FunctionRep> { module::function(self, r) }
     fn module_function_names(&mut self, r: ModuleFunctionNames, _: &mut Io<'_>) -> CuRes<NamesRep> { module::function_names(self, r) }
     fn module_get_global(&mut self, r: ModuleGetGlobal<'_>, _: &mut Io<'_>) -> CuRes<GlobalRep> { module::global(self, r) }

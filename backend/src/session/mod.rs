@@ -37,6 +37,7 @@ mod vmm;
 use crate::config::SessionLimits;
 use crate::exec::{CuRes, ExecContext, Executor, Param};
 use crate::handles::HandleTable;
+use crate::image_cache::{ImageCache, Owner};
 use crate::log_limit::LogLimiter;
 use pvgpu_ring::proto::{DataLoc, DataRef, DecodeError, Header, Request};
 use pvgpu_ring::region::DataArea;
@@ -145,6 +146,9 @@ pub struct Session<E: Executor> {
     area_pinned_by: Option<u64>,
     /// The data area's device address, when the device can reach it.
     area_device: Option<u64>,
+    /// Module images kept between sessions, and who this session's guest
+    /// is to it.
+    images: Option<(Arc<ImageCache>, Owner)>,
     /// Rate limit for guest-triggered log lines.
     pub log: LogLimiter,
     param_buf: Vec<u64>,
@@ -179,9 +183,17 @@ impl<E: Executor> Session<E> {
             current: None,
             area_pinned_by: None,
             area_device: None,
+            images: None,
             log: LogLimiter::default(),
             param_buf: Vec::new(),
         }
+    }
+
+    /// Serves module images from `cache` to this session's guest, `owner`,
+    /// and keeps those it sends there.
+    pub fn with_image_cache(mut self, cache: Arc<ImageCache>, owner: Owner) -> Self {
+        self.images = Some((cache, owner));
+        self
     }
 
     /// Session number.

@@ -21,9 +21,32 @@ pub(super) fn load<E: Executor>(s: &mut Session<E>, r: proto::ModuleLoad<'_>, io
     // or the data area, both mapped for the duration of this call.
     unsafe { image.extend_from_slice(std::slice::from_raw_parts(p, len)) };
     image.push(0);
-    crate::exec::image::check_bounds(&image[..len])?;
-    let m = s.enter(ctx)?.module_load(&image)?;
-    let id = s.modules.insert(ModEntry { ctx, module: Some(m) })?;
+    let id = load_image(s, ctx, &image)?;
+    if let Some((cache, owner)) = &s.images {
+        cache.put(owner, &image[..len]);
+    }
+    Ok(HandleRep { handle: id.into() })
+}
+
+/// Checks and loads `image` (NUL-terminated) in context `ctx`.
+fn load_image<E: Executor>(s: &mut Session<E>, ctx: u64, image: &[u8]) -> CuRes<u64> {
+    crate::exec::image::check_bounds(&image[..image.len() - 1])?;
+    let m = s.enter(ctx)?.module_load(image)?;
+    s.modules.insert(ModEntry { ctx, module: Some(m) })
+}
+
+/// A module from the image cache: only an image this guest sent before,
+/// checked against its hash as it is read back.
+pub(super) fn load_cached<E: Executor>(s: &mut Session<E>, r: proto::ModuleLoadCached) -> CuRes<HandleRep> {
+    let (ctx, len) = (r.ctx.get(), r.len.get());
+    s.enter(ctx)?;
+    if len == 0 || len > s.limits.max_image as u64 {
+        return Err(CuError::INVALID_IMAGE);
+    }
+    let (cache, owner) = s.images.as_ref().ok_or(CuError::NOT_FOUND)?;
+    let mut image = cache.get(owner, &r.sha256, len).ok_or(CuError::NOT_FOUND)?;
+    image.push(0);
+    let id = load_image(s, ctx, &image)?;
     Ok(HandleRep { handle: id.into() })
 }
 

@@ -26,6 +26,7 @@
 pub mod api;
 pub mod callback;
 pub mod export;
+pub mod image;
 pub mod library;
 pub mod state;
 

@@ -52,7 +52,7 @@ pub fn module(lib: u64, ctx: u64) -> Result<u64, CuError> {
         l.image.clone()
     };
     let backend = ctx::backend(ctx)?;
-    let m = client()?.module_load(backend, &image).map_err(state::cu)?;
+    let m = client()?.module_load(backend, &crate::image::for_context(&image, ctx)?).map_err(state::cu)?;
     let mut o = objects();
     o.modules.insert(m.0, ctx);
     match o.libraries.get_mut(&lib) {

@@ -163,7 +163,7 @@ macro_rules! fixed {
 fixed! { requests:
     Hello, Goodbye, Nop, Init, DriverGetVersion, DeviceGetCount, DataAreaDevice, DeviceStatus, DeviceGet, DeviceGetProperties, DeviceGetAttribute,
     PrimaryCtxRetain, PrimaryCtxRelease, CtxCreate, CtxDestroy, CtxSynchronize, CtxGetInfo, CtxLimit,
-    ModuleUnload, ModuleFunctionNames, FuncGetAttribute, FuncSetAttribute,
+    ModuleUnload, ModuleLoadCached, ModuleFunctionNames, FuncGetAttribute, FuncSetAttribute,
     MemAlloc, MemFree, MemGetInfo, MemcpyDtoD, MemAllocAsync, MemFreeAsync, MemPoolAttribute,
     MemAddressReserve, MemAddressFree, MemCreate, MemRelease, MemMap, MemUnmap,
     StreamCreate, StreamDestroy, StreamSynchronize, StreamQuery, StreamWaitEvent,

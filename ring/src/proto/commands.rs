@@ -233,6 +233,9 @@ commands! {
     60 DataAreaDevice(data_area_device): DataAreaDevice => U64Rep;
     /// Memory and gauges of a device, for NVML in the guest.
     61 DeviceStatus(device_status): DeviceStatus => DeviceStatusRep;
+    /// A module from the backend's image cache; `CUDA_ERROR_NOT_FOUND`
+    /// when it does not hold the image for this guest (send it then).
+    62 ModuleLoadCached(module_load_cached): ModuleLoadCached => HandleRep;
 }
 
 impl Opcode {

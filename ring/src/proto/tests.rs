@@ -189,6 +189,7 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
         CtxGetInfo,
         CtxLimit,
         ModuleUnload,
+        ModuleLoadCached,
         ModuleFunctionNames,
         FuncGetAttribute,
         FuncSetAttribute,

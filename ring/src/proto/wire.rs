@@ -231,6 +231,16 @@ wire_structs! {
         /// The image: PTX text, cubin or fatbin.
         pub image: DataRef,
     }
+    /// `cuModuleLoadData` of an image the backend may hold already: named
+    /// by its SHA-256 and length instead of sent.
+    pub struct ModuleLoadCached {
+        /// Context id.
+        pub ctx: U64,
+        /// The image's length in bytes.
+        pub len: U64,
+        /// The image's SHA-256.
+        pub sha256: [u8; 32],
+    }
     /// `cuModuleUnload`.
     pub struct ModuleUnload {
         /// Module id.

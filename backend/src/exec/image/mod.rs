@@ -7,13 +7,13 @@
 //! - cubin (ELF, read with `object`): `FUNC` symbols, the
 //!   `EIATTR_KPARAM_INFO` records of each `.nv.info.<name>` section, and
 //!   `OBJECT` symbols with their bytes;
-//! - fatbin (NVIDIA's container): the first uncompressed cubin.
+//! - fatbin (NVIDIA's container, read with `pvgpu-fatbin`): its first
+//!   cubin, else its first PTX, decompressed.
 //!
 //! All parsing is bounds-checked: a malformed image is an error
 //! (`CUDA_ERROR_INVALID_IMAGE` / `CUDA_ERROR_INVALID_PTX`), never a panic.
 
 mod elf;
-pub mod fatbin;
 mod nvinfo;
 mod ptx;
 
@@ -54,14 +54,15 @@ pub fn parse(image: &[u8]) -> Result<ImageInfo, CuError> {
     if image.starts_with(ELF_MAGIC) {
         return elf::parse(image);
     }
-    if fatbin::is_fatbin(image) {
-        let entries = fatbin::entries(image)?;
-        return match entries.iter().find(|e| e.kind == fatbin::KIND_ELF && !e.compressed()) {
-            Some(e) => elf::parse(e.payload),
-            None => Err(CuError::NO_BINARY_FOR_GPU),
-        };
+    if pvgpu_fatbin::is_fatbin(image) {
+        let fat = pvgpu_fatbin::parse(image).map_err(|_| CuError::INVALID_IMAGE)?;
+        let pick = fat.entries.iter().find(|e| e.is_elf()).or_else(|| fat.entries.iter().find(|e| e.is_ptx()));
+        let e = pick.ok_or(CuError::NO_BINARY_FOR_GPU)?;
+        let payload = e.decompressed().map_err(|_| CuError::INVALID_IMAGE)?;
+        return parse(&payload);
     }
-    let text = image.strip_suffix(&[0]).unwrap_or(image);
+    // PTX is NUL-terminated, in a fatbin padded with NULs.
+    let text = &image[..image.iter().rposition(|&b| b != 0).map_or(0, |n| n + 1)];
     let text = std::str::from_utf8(text).map_err(|_| CuError::INVALID_IMAGE)?;
     if !text.contains(".version") || !text.contains(".target") {
         return Err(CuError::INVALID_IMAGE);
@@ -70,19 +71,22 @@ pub fn parse(image: &[u8]) -> Result<ImageInfo, CuError> {
 }
 
 /// Checks the sizes and offsets a driver trusts when it parses a cubin or a
-/// fatbin, since it is never told the buffer's length: the fatbin's total
-/// size and each entry's extent, and the ELF header's section and program
-/// header tables and every section's data. PTX needs no check (the caller
-/// NUL-terminates it). Defence in depth: sessions also run in their own
-/// processes.
+/// fatbin, since it is never told the buffer's length: the fatbin's
+/// containers and each entry's extent, that each compressed payload
+/// inflates to the size its entry declares, and in each cubin the ELF
+/// header's section and program header tables and every section's data.
+/// PTX needs no check (the caller NUL-terminates it). Defence in depth:
+/// sessions also run in their own processes.
 pub fn check_bounds(image: &[u8]) -> Result<(), CuError> {
     if image.starts_with(ELF_MAGIC) {
         return elf::check(image);
     }
-    if fatbin::is_fatbin(image) {
-        for e in fatbin::entries(image)? {
-            if e.payload.starts_with(ELF_MAGIC) {
-                elf::check(e.payload)?;
+    if pvgpu_fatbin::is_fatbin(image) {
+        let fat = pvgpu_fatbin::parse(image).map_err(|_| CuError::INVALID_IMAGE)?;
+        for e in &fat.entries {
+            let payload = e.decompressed().map_err(|_| CuError::INVALID_IMAGE)?;
+            if payload.starts_with(ELF_MAGIC) {
+                elf::check(&payload)?;
             }
         }
     }

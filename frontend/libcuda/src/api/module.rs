@@ -98,8 +98,9 @@ fn load(module: *mut *mut c_void, image: &[u8]) -> Res {
         return Err(CuError::INVALID_VALUE);
     }
     let ctx = state::current()?;
-    let m = state::client()?.module_load(ctx, image).map_err(state::cu)?;
-    objects().modules.insert(m.0, state::current_handle().ok_or(CuError::INVALID_CONTEXT)?);
+    let h = state::current_handle().ok_or(CuError::INVALID_CONTEXT)?;
+    let m = state::client()?.module_load(ctx, &crate::image::for_context(image, h)?).map_err(state::cu)?;
+    objects().modules.insert(m.0, h);
     // SAFETY: non-null and writable per the API.
     unsafe { put(module, handle(m.0)) }
 }
