@@ -24,6 +24,13 @@ fi
 step "NVIDIA's nvcc and CUDA runtime (PyPI wheels) for the runtime-API programs the drop-in libcuda is tested with"
 eval "$(bash tests/cuda-toolkit.sh)"
 
+step "NVIDIA's NVML bindings for Python (pynvml) that the drop-in libnvidia-ml is tested with"
+pynvml=13.615.71
+if [ ! -d "target/pynvml/nvidia_ml_py-$pynvml.dist-info" ]; then
+  rm -rf target/pynvml
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps --target target/pynvml "nvidia-ml-py==$pynvml"
+fi
+
 step "format and lints"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings

@@ -54,6 +54,23 @@ pub fn trace_dir() -> PathBuf {
     .clone()
 }
 
+/// A directory holding the drop-in NVML library (`pvgpu-nvml`) as
+/// libnvidia-ml.so.1.
+pub fn nvml_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let t = target_dir();
+        assert!(t.join("libpvgpu_nvml.so").exists(), "libpvgpu_nvml.so not found: build it first (cargo build -p pvgpu-nvml)");
+        let dir = t.join("pvgpu-nvml");
+        std::fs::create_dir_all(&dir).expect("cannot create the library directory");
+        let link = dir.join("libnvidia-ml.so.1");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("../libpvgpu_nvml.so", &link).expect("cannot link the library");
+        dir
+    })
+    .clone()
+}
+
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }

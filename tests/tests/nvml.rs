@@ -1,0 +1,134 @@
+//! NVIDIA's own NVML bindings for Python (`pynvml`, PyPI's `nvidia-ml-py`)
+//! against the drop-in libnvidia-ml.so.1, over each transport: the script
+//! `nvml/pynvml_demo.py` asks what a monitor asks (versions, devices,
+//! memory, gauges, PCI ids, processes) and the error paths, and checks
+//! that the answers agree; this test checks them against the backend.
+//!
+//! Needs the library built (`cargo build -p pvgpu-nvml`; `tests/all.sh`
+//! builds the workspace first), python3, and pynvml in `target/pynvml/`
+//! (`tests/all.sh` installs it) or `PVGPU_PYNVML`.
+
+use pvgpu_tests::dropin::nvml_dir;
+use pvgpu_tests::{ExecKind, Harness, HarnessOptions, Transport};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// Where pynvml is installed: `PVGPU_PYNVML`, or `target/pynvml/`.
+fn pynvml_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::var_os("PVGPU_PYNVML")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/pynvml"));
+        let probe = Command::new("python3").arg("-c").arg("import pynvml").env("PYTHONPATH", &dir).output();
+        match probe {
+            Err(e) => panic!("cannot run python3 ({e}): these tests run pynvml, and need python3 with pip"),
+            Ok(o) if !o.status.success() => panic!(
+                "pynvml is not installed in {}: run tests/all.sh, or `python3 -m pip install --target target/pynvml nvidia-ml-py`:\n{}",
+                dir.display(),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Ok(_) => dir,
+        }
+    })
+    .clone()
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("nvml/pynvml_demo.py")
+}
+
+/// Runs the script against the drop-in NVML and `backend` (a
+/// `PVGPU_BACKEND` value), with the library's log filter `log`.
+fn run(backend: &str, args: &[&str], log: Option<&str>) -> Output {
+    let mut cmd = Command::new("python3");
+    cmd.arg(script()).args(args).env("LD_LIBRARY_PATH", nvml_dir()).env("PYTHONPATH", pynvml_dir()).env("PVGPU_BACKEND", backend);
+    match log {
+        Some(filter) => cmd.env("PVGPU_LOG", filter),
+        None => cmd.env_remove("PVGPU_LOG"),
+    };
+    cmd.output().expect("cannot start python3")
+}
+
+/// The script's `key: value` lines, once it passed.
+fn answers(backend: &str) -> HashMap<String, String> {
+    let out = run(backend, &[], None);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && stdout.lines().last() == Some("PASS"),
+        "pynvml_demo.py failed against {backend} ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout.lines().filter_map(|l| l.split_once(": ")).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn shared() -> &'static Harness {
+    static H: OnceLock<Harness> = OnceLock::new();
+    H.get_or_init(Harness::start)
+}
+
+/// Checks what the script saw against what the backend offers.
+fn check(h: &Harness, t: Transport) {
+    let a = answers(&h.addr(t).to_string());
+    let get = |k: &str| a.get(k).unwrap_or_else(|| panic!("no {k:?} in {a:#?}")).as_str();
+    assert!(get("library_path").ends_with("libpvgpu_nvml.so"), "pynvml loaded {}", get("library_path"));
+    assert_eq!(get("cuda_driver_version"), "13000");
+    assert_eq!(get("bad_index"), "2", "NVML_ERROR_INVALID_ARGUMENT");
+    assert_eq!(get("not_exported"), "13", "NVML_ERROR_FUNCTION_NOT_FOUND");
+    assert_eq!(get("after_shutdown"), "1", "NVML_ERROR_UNINITIALIZED");
+    let count: usize = get("device_count").parse().unwrap();
+    let c = h.client(t);
+    c.init().unwrap();
+    assert_eq!(count, c.device_count().unwrap() as usize);
+    assert_eq!(get("driver_version"), c.device_status(0).unwrap().driver_version);
+    for dev in 0..count {
+        let props = c.device_props(dev as i32).unwrap();
+        assert_eq!(get(&format!("device {dev} name")), props.name);
+        let memory = get(&format!("device {dev} memory"));
+        assert!(memory.starts_with(&format!("total={} ", c.device_status(dev as i32).unwrap().mem_total)), "{memory}");
+        assert!(get(&format!("device {dev} processes")).starts_with("pid="));
+    }
+    if h.exec == ExecKind::Host {
+        // The test double: one idle device without sensors.
+        assert_eq!(get("device 0 uuid"), "GPU-70766770-752d-686f-7374-2d64626c0001");
+        assert!(get("device 0 memory").ends_with(" used=0"), "the session holds nothing");
+        assert_eq!(get("device 0 utilization"), "gpu=0% memory=0%");
+        assert_eq!(get("device 0 temperature"), "not supported");
+        assert_eq!(get("device 0 power_mw"), "not supported");
+        assert_eq!(get("device 0 compute_capability"), "7.5");
+        assert!(get("device 0 pci").starts_with("bus_id=00000000:00:00.0 legacy=0000:00:00.0 "));
+        assert_eq!(get("nvml_version"), "12");
+    }
+}
+
+#[test]
+fn pynvml_over_local() {
+    check(shared(), Transport::Local);
+}
+
+#[test]
+fn pynvml_over_tcp() {
+    check(shared(), Transport::Tcp);
+}
+
+#[test]
+fn memory_total_is_the_session_quota() {
+    let quota = 256u64 << 20;
+    let h = Harness::with(HarnessOptions { mem_quota: Some(quota), ..Default::default() });
+    let a = answers(&h.addr(Transport::Local).to_string());
+    assert_eq!(a["device 0 memory"], format!("total={quota} free={quota} used=0"));
+}
+
+#[test]
+fn unreachable_backend_is_driver_not_loaded() {
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let out = run(&format!("tcp:127.0.0.1:{port}"), &["--unreachable"], Some("error"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stdout.contains("PASS"), "{stdout}\n{stderr}");
+    assert!(stderr.contains("cannot reach the pvgpu backend"), "no log line saying why:\n{stderr}");
+}
