@@ -219,9 +219,11 @@ impl Client {
     pub fn module_load(&self, ctx: Context, image: &[u8]) -> Result<Module> {
         if image.len() >= CACHED_IMAGE_MIN {
             if let Some(m) = self.module_load_cached(ctx, image)? {
+                tracing::debug!(bytes = image.len(), "module image: named by hash, held by the backend");
                 return Ok(m);
             }
         }
+        tracing::debug!(bytes = image.len(), "module image: sent");
         self.module_load_sent(ctx, image)
     }
 

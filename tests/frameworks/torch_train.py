@@ -21,9 +21,9 @@ timings = {}
 
 def check(name, f):
     try:
-        print(name, f(), flush=True)
+        print(f"{name}: {f()}", flush=True)
     except Exception as e:  # a failure is a result: say which and go on
-        print(name, "ERROR", type(e).__name__, str(e).splitlines()[0][:300], flush=True)
+        print(f"{name}: ERROR", type(e).__name__, str(e).splitlines()[0][:300], flush=True)
 
 
 x = torch.ones(1024, device=d)
@@ -87,7 +87,7 @@ class Tiny(torch.nn.Module):
 
 toks = torch.randint(0, 1000, (32, 16, 33), generator=g).to(d)
 check("transformer bf16 loss", lambda: train("transformer", Tiny, lambda i: (toks[i % 32, :, :32], toks[i % 32, :, 1:].flatten()), args.steps, True))
-print("timings", {k: round(v, 3) for k, v in timings.items()}, flush=True)
+print("timings:", {k: round(v, 3) for k, v in timings.items()}, flush=True)
 if args.json:
     with open(args.json, "w") as f:
         json.dump(timings, f)
