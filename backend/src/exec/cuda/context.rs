@@ -1,0 +1,412 @@
+//! The GPU executor's [`ExecContext`]: each command of a session as the
+//! driver call (or calls) that runs it, in the context made for the
+//! session.
+
+use super::*;
+use crate::exec::ExecContext;
+
+impl ExecContext for CudaContext {
+    type Module = CudaModule;
+    type Function = CudaFunction;
+    type Stream = CudaStream;
+    type Event = CudaEvent;
+
+    fn make_current(&mut self) -> CuRes<()> {
+        // SAFETY: the context is alive (owned by self).
+        ck(unsafe { sys::cuCtxSetCurrent(self.raw) })
+    }
+
+    unsafe fn register_host(&mut self, ptr: *mut u8, len: usize) -> CuRes<Option<u64>> {
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        // SAFETY: the caller keeps the range mapped while this context
+        // lives; PORTABLE makes it pinned for every context of the process,
+        // DEVICEMAP gives it a device address.
+        if ck(unsafe { sys::cuMemHostRegister_v2(ptr.cast(), len, flags) }).is_err() {
+            // SAFETY: as above, without the device mapping.
+            ck(unsafe { sys::cuMemHostRegister_v2(ptr.cast(), len, sys::CU_MEMHOSTREGISTER_PORTABLE) })?;
+            return Ok(None);
+        }
+        let mut d = 0;
+        // SAFETY: valid out-pointer; `ptr` was registered with DEVICEMAP.
+        Ok(ck(unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, ptr.cast(), 0) }).ok().map(|_| d))
+    }
+
+    fn synchronize(&mut self) -> CuRes<()> {
+        // SAFETY: no arguments; acts on the current context.
+        ck(unsafe { sys::cuCtxSynchronize() })
+    }
+
+    fn mem_alloc(&mut self, size: u64) -> CuRes<u64> {
+        let mut p = 0;
+        // SAFETY: valid out-pointer.
+        ck(unsafe { sys::cuMemAlloc_v2(&mut p, size as usize) })?;
+        Ok(p)
+    }
+
+    fn mem_free(&mut self, dptr: u64) -> CuRes<()> {
+        // SAFETY: the session only frees addresses this context allocated.
+        ck(unsafe { sys::cuMemFree_v2(dptr) })
+    }
+
+    fn mem_get_info(&mut self) -> CuRes<(u64, u64)> {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        ck(unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) })?;
+        Ok((free as u64, total as u64))
+    }
+
+    fn memset(&mut self, dptr: u64, value: u32, elem_size: u32, count: u64, stream: Option<CudaStream>) -> CuRes<()> {
+        let n = count as usize;
+        let s = raw_stream(stream);
+        // SAFETY: the session checked the range lies in this session's
+        // allocations; the stream belongs to this context.
+        ck(unsafe {
+            match elem_size {
+                1 => sys::cuMemsetD8Async(dptr, value as u8, n, s),
+                2 => sys::cuMemsetD16Async(dptr, value as u16, n, s),
+                _ => sys::cuMemsetD32Async(dptr, value, n, s),
+            }
+        })
+    }
+
+    unsafe fn htod(&mut self, dst: u64, src: *const u8, len: usize, stream: Option<CudaStream>, wait: bool) -> CuRes<()> {
+        match stream {
+            // SAFETY: the caller guarantees src is readable for len bytes;
+            // the device range was checked.
+            None => ck(unsafe { sys::cuMemcpyHtoD_v2(dst, src.cast(), len) }),
+            Some(s) => {
+                // SAFETY: as above; the stream belongs to this context.
+                ck(unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, s.0) })?;
+                if wait {
+                    // The source may be reused once we return (CUDA stages
+                    // pageable sources the same way).
+                    // SAFETY: the stream is alive.
+                    ck(unsafe { sys::cuStreamSynchronize(s.0) })?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    unsafe fn dtoh(&mut self, dst: *mut u8, src: u64, len: usize, stream: Option<CudaStream>, wait: bool) -> CuRes<()> {
+        match stream {
+            // SAFETY: the caller guarantees dst is writable for len bytes;
+            // the device range was checked.
+            None => ck(unsafe { sys::cuMemcpyDtoH_v2(dst.cast(), src, len) }),
+            Some(s) => {
+                // SAFETY: as above; the stream belongs to this context.
+                ck(unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, s.0) })?;
+                if wait {
+                    // SAFETY: the stream is alive.
+                    ck(unsafe { sys::cuStreamSynchronize(s.0) })?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn dtod(&mut self, dst: u64, src: u64, len: u64, stream: Option<CudaStream>, is_async: bool) -> CuRes<()> {
+        if is_async {
+            // SAFETY: both ranges were checked; the stream belongs here.
+            ck(unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len as usize, raw_stream(stream)) })
+        } else {
+            // SAFETY: both ranges were checked.
+            ck(unsafe { sys::cuMemcpyDtoD_v2(dst, src, len as usize) })
+        }
+    }
+
+    fn module_load(&mut self, image: &[u8]) -> CuRes<CudaModule> {
+        if image.last() != Some(&0) {
+            return Err(CuError::INVALID_IMAGE);
+        }
+        let mut m = ptr::null_mut();
+        // SAFETY: the image is NUL-terminated (so PTX text ends in bounds)
+        // and cubin/fatbin headers were bounds-checked by the session.
+        ck(unsafe { sys::cuModuleLoadData(&mut m, image.as_ptr().cast()) })?;
+        Ok(CudaModule(m))
+    }
+
+    fn module_unload(&mut self, m: CudaModule) -> CuRes<()> {
+        // SAFETY: the module was loaded in this context and is unloaded once.
+        ck(unsafe { sys::cuModuleUnload(m.0) })
+    }
+
+    fn function(&mut self, m: &CudaModule, name: &str) -> CuRes<(CudaFunction, Vec<Param>)> {
+        let cname = std::ffi::CString::new(name).map_err(|_| CuError::INVALID_VALUE)?;
+        let mut f = ptr::null_mut();
+        // SAFETY: valid out-pointer, NUL-terminated name, live module.
+        ck(unsafe { sys::cuModuleGetFunction(&mut f, m.0, cname.as_ptr()) })?;
+        let mut params = Vec::new();
+        for i in 0..pvgpu_ring::proto::MAX_PARAMS {
+            let (mut off, mut size) = (0usize, 0usize);
+            // SAFETY: valid out-pointers; an index past the last parameter
+            // returns CUDA_ERROR_INVALID_VALUE.
+            if unsafe { sys::cuFuncGetParamInfo(f, i, &mut off, &mut size) } as u32 != 0 {
+                break;
+            }
+            params.push(Param { offset: off as u32, size: size as u32 });
+        }
+        Ok((CudaFunction(f), params))
+    }
+
+    fn function_names(&mut self, m: &CudaModule) -> CuRes<Vec<String>> {
+        let mut n = 0u32;
+        // SAFETY: valid out-pointer, live module.
+        ck(unsafe { sys::cuModuleGetFunctionCount(&mut n, m.0) })?;
+        let n = (n as usize).min(pvgpu_ring::proto::MAX_NAMES);
+        let mut fns = vec![ptr::null_mut(); n];
+        // SAFETY: room for `n` handles, live module.
+        ck(unsafe { sys::cuModuleEnumerateFunctions(fns.as_mut_ptr(), n as u32, m.0) })?;
+        let mut names = Vec::with_capacity(n);
+        for f in fns {
+            let mut p = ptr::null();
+            // SAFETY: valid out-pointer; `f` is a function of the live module.
+            ck(unsafe { sys::cuFuncGetName(&mut p, f) })?;
+            // SAFETY: the driver returns a NUL-terminated name it owns.
+            names.push(unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+
+    fn global(&mut self, m: &CudaModule, name: &str) -> CuRes<(u64, u64)> {
+        let cname = std::ffi::CString::new(name).map_err(|_| CuError::INVALID_VALUE)?;
+        let (mut p, mut size) = (0u64, 0usize);
+        // SAFETY: valid out-pointers, NUL-terminated name, live module.
+        ck(unsafe { sys::cuModuleGetGlobal_v2(&mut p, &mut size, m.0, cname.as_ptr()) })?;
+        Ok((p, size as u64))
+    }
+
+    fn launch(
+        &mut self,
+        f: CudaFunction,
+        d: LaunchDims,
+        params: &[u8],
+        layout: &[Param],
+        attrs: &[LaunchAttr],
+        stream: Option<CudaStream>,
+    ) -> CuRes<()> {
+        let mut args: Vec<*mut c_void> = Vec::with_capacity(layout.len());
+        for p in layout {
+            let end = p.offset as usize + p.size as usize;
+            if end > params.len() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: offset is within `params` (checked just above).
+            args.push(unsafe { params.as_ptr().add(p.offset as usize) } as *mut c_void);
+        }
+        if !attrs.is_empty() {
+            return self.launch_with(f, d, &mut args, attrs, stream);
+        }
+        // SAFETY: one pointer per kernel parameter, each to at least `size`
+        // bytes of `params`, which outlives the call; the driver copies the
+        // values before returning.
+        ck(unsafe {
+            sys::cuLaunchKernel(
+                f.0,
+                d.grid[0],
+                d.grid[1],
+                d.grid[2],
+                d.block[0],
+                d.block[1],
+                d.block[2],
+                d.shared_mem,
+                raw_stream(stream),
+                args.as_mut_ptr(),
+                ptr::null_mut(),
+            )
+        })
+    }
+
+    fn stream_create(&mut self, flags: u32, priority: i32) -> CuRes<CudaStream> {
+        let mut s = ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        ck(unsafe { sys::cuStreamCreateWithPriority(&mut s, flags, priority) })?;
+        Ok(CudaStream(s))
+    }
+
+    fn stream_destroy(&mut self, s: CudaStream) -> CuRes<()> {
+        // SAFETY: the stream was created here and is destroyed once.
+        ck(unsafe { sys::cuStreamDestroy_v2(s.0) })
+    }
+
+    fn stream_synchronize(&mut self, s: CudaStream) -> CuRes<()> {
+        // SAFETY: live stream.
+        ck(unsafe { sys::cuStreamSynchronize(s.0) })
+    }
+
+    fn stream_query(&mut self, s: CudaStream) -> CuRes<bool> {
+        // SAFETY: live stream.
+        match ck(unsafe { sys::cuStreamQuery(s.0) }) {
+            Ok(()) => Ok(true),
+            Err(CuError::NOT_READY) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn event_create(&mut self, flags: u32) -> CuRes<CudaEvent> {
+        let mut e = ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        ck(unsafe { sys::cuEventCreate(&mut e, flags) })?;
+        Ok(CudaEvent(e))
+    }
+
+    fn event_destroy(&mut self, e: CudaEvent) -> CuRes<()> {
+        // SAFETY: the event was created here and is destroyed once.
+        ck(unsafe { sys::cuEventDestroy_v2(e.0) })
+    }
+
+    fn event_record(&mut self, e: CudaEvent, s: Option<CudaStream>) -> CuRes<()> {
+        // SAFETY: live event and stream of this context.
+        ck(unsafe { sys::cuEventRecord(e.0, raw_stream(s)) })
+    }
+
+    fn event_query(&mut self, e: CudaEvent) -> CuRes<bool> {
+        // SAFETY: live event.
+        match ck(unsafe { sys::cuEventQuery(e.0) }) {
+            Ok(()) => Ok(true),
+            Err(CuError::NOT_READY) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
+    fn event_synchronize(&mut self, e: CudaEvent) -> CuRes<()> {
+        // SAFETY: live event.
+        ck(unsafe { sys::cuEventSynchronize(e.0) })
+    }
+
+    fn event_elapsed(&mut self, a: CudaEvent, b: CudaEvent) -> CuRes<f32> {
+        let mut ms = 0f32;
+        // SAFETY: valid out-pointer, live events.
+        ck(unsafe { sys::cuEventElapsedTime_v2(&mut ms, a.0, b.0) })?;
+        Ok(ms)
+    }
+
+    fn stream_wait_event(&mut self, s: Option<CudaStream>, e: CudaEvent) -> CuRes<()> {
+        // SAFETY: live stream (or the default stream) and event.
+        ck(unsafe { sys::cuStreamWaitEvent(raw_stream(s), e.0, 0) })
+    }
+
+    fn func_get_attribute(&mut self, f: CudaFunction, attr: i32) -> CuRes<i32> {
+        let mut v = 0;
+        // SAFETY: valid out-pointer, live function; the attribute number is
+        // passed as a plain int (an unknown one is an error status).
+        ck_raw(unsafe { (self.attr_fns.get)(&mut v, attr, f.0) })?;
+        Ok(v)
+    }
+
+    fn func_set_attribute(&mut self, f: CudaFunction, attr: i32, value: i32) -> CuRes<()> {
+        // SAFETY: live function; plain-int attribute as above.
+        ck_raw(unsafe { (self.attr_fns.set)(f.0, attr, value) })
+    }
+
+    fn info(&mut self) -> CuRes<CtxInfo> {
+        let (mut least, mut greatest, mut flags, mut version) = (0, 0, 0u32, 0u32);
+        // SAFETY: valid out-pointers; acts on the current context (this one).
+        ck(unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) })?;
+        // SAFETY: valid out-pointer.
+        ck(unsafe { sys::cuCtxGetFlags(&mut flags) })?;
+        // SAFETY: valid out-pointer, live context.
+        ck(unsafe { sys::cuCtxGetApiVersion(self.raw, &mut version) })?;
+        Ok(CtxInfo { api_version: version, flags, least_priority: least, greatest_priority: greatest })
+    }
+
+    fn get_limit(&mut self, limit: u32) -> CuRes<u64> {
+        let mut v = 0usize;
+        // SAFETY: valid out-pointer; a plain-int limit number.
+        ck_raw(unsafe { (self.attr_fns.get_limit)(&mut v, limit as c_int) })?;
+        Ok(v as u64)
+    }
+
+    fn occupancy(&mut self, f: CudaFunction, kind: u32, block_size: i32, limit: i32, dyn_smem: u64, flags: u32) -> CuRes<(i64, i64)> {
+        match kind {
+            0 => {
+                let mut n = 0;
+                // SAFETY: valid out-pointer, live function.
+                ck(unsafe {
+                    sys::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&mut n, f.0, block_size, dyn_smem as usize, flags)
+                })?;
+                Ok((n as i64, 0))
+            }
+            1 => {
+                let (mut grid, mut block) = (0, 0);
+                // SAFETY: valid out-pointers, live function, no callback.
+                ck(unsafe {
+                    sys::cuOccupancyMaxPotentialBlockSizeWithFlags(&mut grid, &mut block, f.0, None, dyn_smem as usize, limit, flags)
+                })?;
+                Ok((grid as i64, block as i64))
+            }
+            _ => {
+                let mut size = 0usize;
+                // SAFETY: valid out-pointer, live function.
+                ck(unsafe { sys::cuOccupancyAvailableDynamicSMemPerBlock(&mut size, f.0, limit, block_size) })?;
+                Ok((size as i64, 0))
+            }
+        }
+    }
+
+    fn set_limit(&mut self, limit: u32, value: u64) -> CuRes<()> {
+        // SAFETY: plain-int limit number; acts on the current context.
+        ck_raw(unsafe { (self.attr_fns.set_limit)(limit as c_int, value as usize) })
+    }
+
+    fn occupancy_clusters(&mut self, f: CudaFunction, dims: LaunchDims, attrs: &[LaunchAttr], kind: u32) -> CuRes<i32> {
+        self.clusters(f, dims, attrs, kind)
+    }
+
+    fn mem_alloc_async(&mut self, size: u64, stream: Option<CudaStream>) -> CuRes<u64> {
+        self.alloc_async(size, stream)
+    }
+
+    fn mem_free_async(&mut self, dptr: u64, stream: Option<CudaStream>) -> CuRes<()> {
+        self.free_async(dptr, stream)
+    }
+
+    fn mem_pool_attribute(&mut self, attr: u32, set: Option<u64>) -> CuRes<u64> {
+        self.pool_attribute(attr, set)
+    }
+
+    unsafe fn copy_2d(&mut self, c: Copy2D, width: u64, height: u64, stream: Option<CudaStream>, wait: bool) -> CuRes<()> {
+        // SAFETY: the same contract.
+        unsafe { self.copy2d(c, width, height, stream, wait) }
+    }
+
+    fn memset_2d(&mut self, rect: Rect, value: u32, elem: u32, s: Option<CudaStream>) -> CuRes<()> {
+        self.memset2d(rect, value, elem, s)
+    }
+
+    fn tensor_map_encode(&mut self, r: &TensorMapEncode) -> CuRes<[u8; 128]> {
+        self.tensor_map(r)
+    }
+
+    fn vmm_reserve(&mut self, size: u64, alignment: u64, addr: u64) -> CuRes<u64> {
+        self.reserve(size, alignment, addr)
+    }
+
+    fn vmm_free(&mut self, ptr: u64, size: u64) -> CuRes<()> {
+        self.address_free(ptr, size)
+    }
+
+    fn vmm_create(&mut self, size: u64) -> CuRes<u64> {
+        self.create(size)
+    }
+
+    fn vmm_release(&mut self, handle: u64) -> CuRes<()> {
+        self.release(handle)
+    }
+
+    fn vmm_map(&mut self, ptr: u64, size: u64, offset: u64, handle: u64) -> CuRes<()> {
+        self.map(ptr, size, offset, handle)
+    }
+
+    fn vmm_unmap(&mut self, ptr: u64, size: u64) -> CuRes<()> {
+        self.unmap(ptr, size)
+    }
+
+    fn vmm_set_access(&mut self, ptr: u64, size: u64, flags: u32) -> CuRes<()> {
+        self.set_access(ptr, size, flags)
+    }
+
+    fn take_output(&mut self, out: &mut Vec<u8>) {
+        output::drain(out);
+    }
+}

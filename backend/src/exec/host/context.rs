@@ -1,0 +1,335 @@
+//! The host test double's [`ExecContext`]: each command on host memory
+//! and the kernels of the Rust registry.
+
+use super::*;
+use crate::exec::ExecContext;
+
+impl ExecContext for HostContext {
+    type Module = HostModule;
+    type Function = HostFunction;
+    type Stream = u64;
+    type Event = u64;
+
+    fn make_current(&mut self) -> CuRes<()> {
+        Ok(())
+    }
+
+    fn synchronize(&mut self) -> CuRes<()> {
+        self.ok()
+    }
+
+    fn mem_alloc(&mut self, size: u64) -> CuRes<u64> {
+        self.ok()?;
+        if size == 0 {
+            return Err(CuError::INVALID_VALUE);
+        }
+        if size > self.free_bytes() {
+            return Err(CuError::OUT_OF_MEMORY);
+        }
+        let addr = self.mem.alloc(size).ok_or(CuError::OUT_OF_MEMORY)?;
+        self.used.fetch_add(size, Ordering::Relaxed);
+        self.held += size;
+        Ok(addr)
+    }
+
+    fn mem_free(&mut self, dptr: u64) -> CuRes<()> {
+        self.ok()?;
+        let v = self.mem.allocs.remove(&dptr).ok_or(CuError::INVALID_VALUE)?;
+        self.used.fetch_sub(v.len() as u64, Ordering::Relaxed);
+        self.held -= v.len() as u64;
+        Ok(())
+    }
+
+    fn mem_get_info(&mut self) -> CuRes<(u64, u64)> {
+        self.ok()?;
+        Ok((self.free_bytes(), self.total))
+    }
+
+    fn memset(&mut self, dptr: u64, value: u32, elem_size: u32, count: u64, _s: Option<u64>) -> CuRes<()> {
+        self.ok()?;
+        let len = count.checked_mul(elem_size as u64).ok_or(CuError::INVALID_VALUE)?;
+        let len = usize::try_from(len).map_err(|_| CuError::INVALID_VALUE)?;
+        let b = self.mem.bytes_mut(dptr, len).map_err(|_| CuError::INVALID_VALUE)?;
+        let pat = value.to_le_bytes();
+        for chunk in b.chunks_exact_mut(elem_size as usize) {
+            chunk.copy_from_slice(&pat[..elem_size as usize]);
+        }
+        Ok(())
+    }
+
+    unsafe fn htod(&mut self, dst: u64, src: *const u8, len: usize, _s: Option<u64>, _wait: bool) -> CuRes<()> {
+        self.ok()?;
+        let b = self.mem.bytes_mut(dst, len).map_err(|_| CuError::INVALID_VALUE)?;
+        // SAFETY: the caller guarantees `src` is readable for `len` bytes;
+        // `b` is our own private buffer of exactly `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(src, b.as_mut_ptr(), len) };
+        Ok(())
+    }
+
+    unsafe fn dtoh(&mut self, dst: *mut u8, src: u64, len: usize, _s: Option<u64>, _wait: bool) -> CuRes<()> {
+        self.ok()?;
+        let b = self.mem.bytes(src, len).map_err(|_| CuError::INVALID_VALUE)?;
+        // SAFETY: the caller guarantees `dst` is writable for `len` bytes;
+        // `b` is our own buffer of exactly `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), dst, len) };
+        Ok(())
+    }
+
+    fn dtod(&mut self, dst: u64, src: u64, len: u64, _s: Option<u64>, _is_async: bool) -> CuRes<()> {
+        self.ok()?;
+        let len = usize::try_from(len).map_err(|_| CuError::INVALID_VALUE)?;
+        let tmp = self.mem.bytes(src, len).map_err(|_| CuError::INVALID_VALUE)?.to_vec();
+        self.mem.bytes_mut(dst, len).map_err(|_| CuError::INVALID_VALUE)?.copy_from_slice(&tmp);
+        Ok(())
+    }
+
+    fn module_load(&mut self, img: &[u8]) -> CuRes<HostModule> {
+        self.ok()?;
+        let info = image::parse(img)?;
+        let mut globals = HashMap::new();
+        for (name, g) in &info.globals {
+            let addr = self.mem.alloc(g.size.max(1)).ok_or(CuError::OUT_OF_MEMORY)?;
+            if let Ok(b) = self.mem.bytes_mut(addr, g.init.len()) {
+                b.copy_from_slice(&g.init);
+            }
+            globals.insert(name.clone(), addr);
+        }
+        let id = self.next_module;
+        self.next_module += 1;
+        self.modules.insert(id, ModuleState { info, globals });
+        Ok(HostModule { id })
+    }
+
+    fn module_unload(&mut self, m: HostModule) -> CuRes<()> {
+        let st = self.modules.remove(&m.id).ok_or(CuError::INVALID_HANDLE)?;
+        for addr in st.globals.values() {
+            self.mem.allocs.remove(addr);
+        }
+        Ok(())
+    }
+
+    fn function(&mut self, m: &HostModule, name: &str) -> CuRes<(HostFunction, Vec<Param>)> {
+        self.ok()?;
+        let st = self.modules.get(&m.id).ok_or(CuError::INVALID_HANDLE)?;
+        let entry = st.info.entries.get(name).ok_or(CuError::NOT_FOUND)?;
+        let (_, kernel) = KERNELS.iter().find(|(n, _)| *n == name).ok_or_else(|| {
+            tracing::warn!(kernel = name, "the host executor has no implementation of this kernel");
+            CuError::NOT_FOUND
+        })?;
+        Ok((HostFunction { module: m.id, kernel: *kernel }, entry.params.clone()))
+    }
+
+    fn function_names(&mut self, m: &HostModule) -> CuRes<Vec<String>> {
+        self.ok()?;
+        let st = self.modules.get(&m.id).ok_or(CuError::INVALID_HANDLE)?;
+        let mut names: Vec<String> = st.info.entries.keys().cloned().collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn global(&mut self, m: &HostModule, name: &str) -> CuRes<(u64, u64)> {
+        self.ok()?;
+        let st = self.modules.get(&m.id).ok_or(CuError::INVALID_HANDLE)?;
+        let addr = *st.globals.get(name).ok_or(CuError::NOT_FOUND)?;
+        Ok((addr, st.info.globals[name].size))
+    }
+
+    fn launch(
+        &mut self,
+        f: HostFunction,
+        dims: LaunchDims,
+        params: &[u8],
+        layout: &[Param],
+        _attrs: &[LaunchAttr],
+        _s: Option<u64>,
+    ) -> CuRes<()> {
+        self.ok()?;
+        if dims.grid.contains(&0) || dims.block.contains(&0) || dims.block.iter().map(|&b| b as u64).product::<u64>() > 1024 {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let st = self.modules.get(&f.module).ok_or(CuError::INVALID_HANDLE)?;
+        let globals = st.globals.clone();
+        let mut call = Call { dims, args: Args { buf: params, layout }, mem: &mut self.mem, globals: &globals, out: &mut self.output };
+        if (f.kernel)(&mut call).is_err() {
+            // A GPU reports a fault asynchronously and poisons the context;
+            // do the same.
+            self.sticky = Some(CuError::ILLEGAL_ADDRESS);
+        }
+        Ok(())
+    }
+
+    fn stream_create(&mut self, _flags: u32, _priority: i32) -> CuRes<u64> {
+        self.ok()?;
+        Ok(self.handle())
+    }
+
+    fn stream_destroy(&mut self, _s: u64) -> CuRes<()> {
+        Ok(())
+    }
+
+    fn stream_synchronize(&mut self, _s: u64) -> CuRes<()> {
+        self.ok()
+    }
+
+    fn stream_query(&mut self, _s: u64) -> CuRes<bool> {
+        self.ok().map(|_| true)
+    }
+
+    fn event_create(&mut self, _flags: u32) -> CuRes<u64> {
+        self.ok()?;
+        let h = self.handle();
+        self.events.insert(h, None);
+        Ok(h)
+    }
+
+    fn event_destroy(&mut self, e: u64) -> CuRes<()> {
+        self.events.remove(&e).map(|_| ()).ok_or(CuError::INVALID_HANDLE)
+    }
+
+    fn event_record(&mut self, e: u64, _s: Option<u64>) -> CuRes<()> {
+        self.ok()?;
+        let t = self.epoch.elapsed();
+        *self.events.get_mut(&e).ok_or(CuError::INVALID_HANDLE)? = Some(t);
+        Ok(())
+    }
+
+    fn event_query(&mut self, e: u64) -> CuRes<bool> {
+        self.ok()?;
+        self.events.get(&e).map(|_| true).ok_or(CuError::INVALID_HANDLE)
+    }
+
+    fn event_synchronize(&mut self, e: u64) -> CuRes<()> {
+        self.event_query(e).map(|_| ())
+    }
+
+    fn event_elapsed(&mut self, a: u64, b: u64) -> CuRes<f32> {
+        self.ok()?;
+        let ta = self.events.get(&a).ok_or(CuError::INVALID_HANDLE)?.ok_or(CuError::INVALID_HANDLE)?;
+        let tb = self.events.get(&b).ok_or(CuError::INVALID_HANDLE)?.ok_or(CuError::INVALID_HANDLE)?;
+        Ok((tb.as_secs_f64() - ta.as_secs_f64()) as f32 * 1000.0)
+    }
+
+    fn stream_wait_event(&mut self, _s: Option<u64>, e: u64) -> CuRes<()> {
+        // Streams run in order and at once: the event is already complete.
+        self.ok()?;
+        self.events.get(&e).map(|_| ()).ok_or(CuError::INVALID_HANDLE)
+    }
+
+    fn func_get_attribute(&mut self, _f: HostFunction, attr: i32) -> CuRes<i32> {
+        self.ok()?;
+        let shared = self.dyn_shared;
+        Ok(match attr {
+            0 => 1024,    // MAX_THREADS_PER_BLOCK
+            1..=3 => 0,   // static shared, constant, local sizes
+            4 => 32,      // NUM_REGS
+            5 | 6 => 75,  // PTX and binary versions
+            7 => 0,       // CACHE_MODE_CA
+            8 => shared,  // MAX_DYNAMIC_SHARED_SIZE_BYTES
+            9 => -1,      // PREFERRED_SHARED_MEMORY_CARVEOUT
+            10..=15 => 0, // cluster requirements and scheduling: none
+            _ => return Err(CuError::INVALID_VALUE),
+        })
+    }
+
+    fn func_set_attribute(&mut self, _f: HostFunction, attr: i32, value: i32) -> CuRes<()> {
+        self.ok()?;
+        match attr {
+            8 if (0..=64 * 1024).contains(&value) => {
+                self.dyn_shared = value;
+                Ok(())
+            }
+            9 if (-1..=100).contains(&value) => Ok(()),
+            _ => Err(CuError::INVALID_VALUE),
+        }
+    }
+
+    fn info(&mut self) -> CuRes<CtxInfo> {
+        self.ok()?;
+        Ok(CtxInfo { api_version: 13000, flags: 0, least_priority: 0, greatest_priority: 0 })
+    }
+
+    fn get_limit(&mut self, limit: u32) -> CuRes<u64> {
+        self.ok()?;
+        self.limits.get(&limit).copied().ok_or(CuError::INVALID_VALUE)
+    }
+
+    fn set_limit(&mut self, limit: u32, value: u64) -> CuRes<()> {
+        self.ok()?;
+        let slot = self.limits.get_mut(&limit).ok_or(CuError::INVALID_VALUE)?;
+        *slot = value;
+        Ok(())
+    }
+
+    fn occupancy(&mut self, _f: HostFunction, kind: u32, block_size: i32, _limit: i32, _dyn_smem: u64, _flags: u32) -> CuRes<(i64, i64)> {
+        self.ok()?;
+        // One multiprocessor of 2048 threads and 16 blocks, 64 KiB of
+        // shared memory: the attributes the double reports.
+        match kind {
+            0 if (1..=1024).contains(&block_size) => Ok(((2048 / block_size as i64).min(16), 0)),
+            1 => Ok((2, 1024)),
+            2 => Ok((48 * 1024, 0)),
+            _ => Err(CuError::INVALID_VALUE),
+        }
+    }
+
+    fn occupancy_clusters(&mut self, _f: HostFunction, dims: LaunchDims, _attrs: &[LaunchAttr], kind: u32) -> CuRes<i32> {
+        self.clusters(dims, kind)
+    }
+
+    fn mem_alloc_async(&mut self, size: u64, _s: Option<u64>) -> CuRes<u64> {
+        self.mem_alloc(size)
+    }
+
+    fn mem_free_async(&mut self, dptr: u64, _s: Option<u64>) -> CuRes<()> {
+        self.mem_free(dptr)
+    }
+
+    fn mem_pool_attribute(&mut self, attr: u32, set: Option<u64>) -> CuRes<u64> {
+        self.pool_attribute(attr, set)
+    }
+
+    unsafe fn copy_2d(&mut self, c: Copy2D, width: u64, height: u64, _s: Option<u64>, _wait: bool) -> CuRes<()> {
+        // SAFETY: the same contract.
+        unsafe { self.copy2d(c, width, height) }
+    }
+
+    fn memset_2d(&mut self, rect: Rect, value: u32, elem: u32, _s: Option<u64>) -> CuRes<()> {
+        self.memset2d(rect, value, elem)
+    }
+
+    fn tensor_map_encode(&mut self, r: &TensorMapEncode) -> CuRes<[u8; 128]> {
+        self.tensor_map(r)
+    }
+
+    fn vmm_reserve(&mut self, size: u64, alignment: u64, _addr: u64) -> CuRes<u64> {
+        self.reserve(size, alignment)
+    }
+
+    fn vmm_free(&mut self, _ptr: u64, _size: u64) -> CuRes<()> {
+        self.ok()
+    }
+
+    fn vmm_create(&mut self, size: u64) -> CuRes<u64> {
+        self.create(size)
+    }
+
+    fn vmm_release(&mut self, handle: u64) -> CuRes<()> {
+        self.release(handle)
+    }
+
+    fn vmm_map(&mut self, ptr: u64, size: u64, offset: u64, handle: u64) -> CuRes<()> {
+        self.map(ptr, size, offset, handle)
+    }
+
+    fn vmm_unmap(&mut self, ptr: u64, _size: u64) -> CuRes<()> {
+        self.unmap(ptr)
+    }
+
+    fn vmm_set_access(&mut self, _ptr: u64, _size: u64, _flags: u32) -> CuRes<()> {
+        self.ok()
+    }
+
+    fn take_output(&mut self, out: &mut Vec<u8>) {
+        out.append(&mut self.output);
+    }
+}
