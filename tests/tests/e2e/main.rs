@@ -1,0 +1,127 @@
+#![cfg_attr(feature = "xen", allow(dead_code, unused_imports))]
+//! The end-to-end suite: every test body runs over each transport (`local`
+//! shared memory and `tcp`) against the backend the environment selects
+//! (host test double by default; `PVGPU_TEST_EXECUTOR=cuda` for the GPU).
+
+use pvgpu_frontend::{Client, CuResult, Error, Stream, arg};
+use pvgpu_ring::cuda::attr;
+use pvgpu_tests::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+mod devices;
+mod execution;
+mod lifecycle;
+mod memory;
+mod modules;
+
+use devices::*;
+use execution::*;
+use lifecycle::*;
+use memory::*;
+use modules::*;
+
+fn shared() -> &'static Harness {
+    static H: OnceLock<Harness> = OnceLock::new();
+    H.get_or_init(|| if cfg!(feature = "xen") { Harness::external() } else { Harness::start() })
+}
+
+fn code<T: std::fmt::Debug>(r: Result<T, Error>) -> CuResult {
+    match r {
+        Ok(v) => panic!("expected an error, got Ok({v:?})"),
+        Err(e) => e.status(),
+    }
+}
+
+/// The body of a client process killed by the test below (and, in the Xen
+/// lab, of programs whose guest is destroyed or whose backend is killed):
+/// sets up memory, launches kernels that keep the device busy for
+/// `PVGPU_CHILD_SPIN_S` seconds (on the host executor; 1.5 by default),
+/// prints READY, waits in a synchronising call, prints how it ended
+/// (`SYNC ok` or `SYNC <error code>`), and keeps its session for a minute.
+#[test]
+fn child_client_helper() {
+    let Ok(addr) = std::env::var("PVGPU_CHILD_ADDR") else { return };
+    let c = Client::connect(&addr.parse().unwrap(), &pvgpu_frontend::Options::default()).unwrap();
+    let g = Gpu::new(&c).unwrap();
+    let d = g.c.mem_alloc(g.ctx, 32 << 20).unwrap();
+    c.memset(d, 1, 1, 32 << 20, Stream::DEFAULT).unwrap();
+    c.memcpy_htod(d, &vec![7u8; 4 << 20]).unwrap();
+    let spin = g.func("spin").unwrap();
+    // In kernels of at most 10 s (the host executor's cap on one spin).
+    let mut secs: f64 = std::env::var("PVGPU_CHILD_SPIN_S").ok().and_then(|s| s.parse().ok()).unwrap_or(1.5);
+    while secs > 0.0 {
+        let cycles = (secs.min(10.0) * 1e9) as i64;
+        c.launch(&spin, [1, 1, 1], [1, 1, 1], 0, Stream::DEFAULT, &[arg(&cycles)]).unwrap();
+        secs -= 10.0;
+    }
+    // Before any call that waits: the host executor runs a spin inside the
+    // session's request loop, so even a Nop would wait for it.
+    println!("READY");
+    match c.ctx_synchronize(g.ctx) {
+        Ok(()) => println!("SYNC ok"),
+        Err(e) => println!("SYNC {:?}", e.code()),
+    }
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// Runs each test body over every transport: `anywhere` lists the bodies
+/// that only need a backend to talk to (these also run over Xen, built with
+/// `--features xen` for the Xen lab, in a guest against the backend in
+/// Dom0); `own_backend` lists those that start, stop or configure the
+/// backend under test themselves (local and TCP only; the lab checks a guest
+/// destroyed mid-session separately).
+macro_rules! over_every_transport {
+    (anywhere: [$($any:ident),* $(,)?], own_backend: [$($own:ident),* $(,)?] $(,)?) => {
+        #[cfg(not(feature = "xen"))]
+        mod local {
+            $( #[test] fn $any() { super::$any(pvgpu_tests::Transport::Local) } )*
+            $( #[test] fn $own() { super::$own(pvgpu_tests::Transport::Local) } )*
+        }
+        #[cfg(not(feature = "xen"))]
+        mod tcp {
+            $( #[test] fn $any() { super::$any(pvgpu_tests::Transport::Tcp) } )*
+            $( #[test] fn $own() { super::$own(pvgpu_tests::Transport::Tcp) } )*
+        }
+        #[cfg(feature = "xen")]
+        mod xen {
+            $( #[test] fn $any() { super::$any(pvgpu_tests::Transport::Xen) } )*
+        }
+    };
+}
+
+over_every_transport!(
+    anywhere: [
+        hello_and_devices,
+        contexts,
+        modules_in_every_format,
+        globals_feed_kernels,
+        copies_of_every_size,
+        memsets,
+        out_of_range_copies_are_refused,
+        bad_handles,
+        unknown_opcode,
+        malformed_request_ends_only_that_session,
+        streams_and_async_copies,
+        events,
+        kernel_params_of_mixed_sizes,
+        stream_waits_and_function_attributes,
+        pinned_host_memory,
+        kernel_fault_is_sticky_and_contained,
+        matsum_matches_cpu,
+        jacobi_matches_cpu,
+        many_concurrent_clients,
+        launches_with_attributes,
+        stream_ordered_allocation,
+        pitched_copies_and_memsets,
+        tensor_maps,
+        virtual_memory,
+        mapped_host_memory,
+        device_status,
+        image_cache,
+        kernel_output,
+    ],
+    own_backend: [memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
+);

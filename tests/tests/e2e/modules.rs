@@ -1,0 +1,125 @@
+//! Modules in every format, globals, kernel parameters and output, the image cache.
+
+use super::*;
+
+pub(crate) fn modules_in_every_format(t: Transport) {
+    let h = shared();
+    let c = h.client(t);
+    c.init().unwrap();
+    let ctx = c.primary_ctx_retain(0).unwrap();
+    for (what, image) in [("ptx", PTX), ("cubin", CUBIN), ("fatbin", FATBIN)] {
+        let m = c.module_load(ctx, image).unwrap_or_else(|e| panic!("loading the {what} image: {e}"));
+        let f = c.module_get_function(m, "mat_sum").unwrap();
+        let layout: Vec<(u32, u32)> = f.params.iter().map(|p| (p.offset, p.size)).collect();
+        assert_eq!(layout, vec![(0, 8), (8, 8), (16, 8), (24, 4)], "{what}");
+        let mixed = c.module_get_function(m, "mixed_params").unwrap();
+        let layout: Vec<(u32, u32)> = mixed.params.iter().map(|p| (p.offset, p.size)).collect();
+        assert_eq!(layout, vec![(0, 1), (8, 8), (16, 2), (24, 8), (32, 4), (40, 8)], "{what}");
+        // Looking the same kernel up again gives the same function.
+        assert_eq!(c.module_get_function(m, "mat_sum").unwrap().id, f.id);
+        let (g, size) = c.module_get_global(m, "pvgpu_scale").unwrap();
+        assert_eq!(size, 4);
+        let mut v = [0u8; 4];
+        c.memcpy_dtoh(&mut v, g).unwrap();
+        assert_eq!(f32::from_le_bytes(v), 3.0, "{what}");
+        assert_eq!(code(c.module_get_function(m, "no_such_kernel")), CuResult::NOT_FOUND);
+        assert_eq!(code(c.module_get_global(m, "no_such_global")), CuResult::NOT_FOUND);
+        c.module_unload(m).unwrap();
+        assert_eq!(code(c.module_get_function(m, "mat_sum")), CuResult::INVALID_HANDLE);
+        // The module's globals went with it.
+        assert_eq!(code(c.memcpy_dtoh(&mut v, g)), CuResult::INVALID_VALUE);
+    }
+    assert!(c.module_load(ctx, b"definitely not a module").is_err());
+    let mut lying_fatbin = FATBIN.to_vec();
+    lying_fatbin[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    assert_eq!(code(c.module_load(ctx, &lying_fatbin)), CuResult::INVALID_IMAGE);
+    c.nop().unwrap();
+}
+
+pub(crate) fn globals_feed_kernels(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let f = g.func("scale_by_global").unwrap();
+    let (scale, _) = c.module_get_global(g.module, "pvgpu_scale").unwrap();
+    c.memcpy_htod(scale, &2.5f32.to_le_bytes()).unwrap();
+    let x = c.mem_alloc(g.ctx, 400).unwrap();
+    c.memcpy_htod(x, &f32_bytes(&[2.0; 100])).unwrap();
+    let n = 100i32;
+    c.launch(&f, [1, 1, 1], [128, 1, 1], 0, Stream::DEFAULT, &[arg(&x), arg(&n)]).unwrap();
+    let mut out = vec![0u8; 400];
+    c.memcpy_dtoh(&mut out, x).unwrap();
+    assert!(bytes_f32(&out).iter().all(|&v| v == 5.0));
+}
+
+/// The image cache: an image a guest sent is named by its hash the next
+/// time, in a new session too; a guest reached over another transport (a
+/// different owner) must send it itself.
+pub(crate) fn image_cache(t: Transport) {
+    let h = shared();
+    let image = {
+        let ptx = String::from_utf8(PTX.to_vec()).unwrap();
+        // Unique to this run and transport, so the cache starts without it.
+        let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        format!("{ptx}\n// {nonce} {t:?}\n").into_bytes()
+    };
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    assert!(c.module_load_cached(g.ctx, &image).unwrap().is_none(), "not sent yet");
+    c.module_load_sent(g.ctx, &image).unwrap();
+    // A new session of the same guest names it.
+    let c2 = h.client(t);
+    let g2 = Gpu::new(&c2).unwrap();
+    let m = c2.module_load_cached(g2.ctx, &image).unwrap().expect("cached");
+    c2.module_get_function(m, "saxpy").unwrap();
+    // One byte different is another image.
+    let mut other = image.clone();
+    *other.last_mut().unwrap() = b' ';
+    assert!(c2.module_load_cached(g2.ctx, &other).unwrap().is_none());
+    if t != Transport::Xen {
+        let o = if t == Transport::Local { Transport::Tcp } else { Transport::Local };
+        let c3 = h.client(o);
+        let g3 = Gpu::new(&c3).unwrap();
+        assert!(c3.module_load_cached(g3.ctx, &image).unwrap().is_none(), "another owner must send it");
+    }
+}
+
+/// What kernels print reaches the program, before the reply of the call
+/// that waited for them (when the backend can capture it: the host double
+/// always, a GPU in a session's own worker process).
+pub(crate) fn kernel_output(t: Transport) {
+    static OUTPUT: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+    pvgpu_frontend::set_output_handler(|b| OUTPUT.lock().unwrap().extend_from_slice(b));
+    let h = shared();
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    let f = g.func("pvgpu_printf").unwrap();
+    let tag = 4000 + t as i32;
+    c.launch(&f, [2, 1, 1], [3, 1, 1], 0, Stream::DEFAULT, &[arg(&tag)]).unwrap();
+    c.ctx_synchronize(g.ctx).unwrap();
+    if h.exec == ExecKind::Host || h.is_process() {
+        let out = String::from_utf8_lossy(&OUTPUT.lock().unwrap()).into_owned();
+        let mine: Vec<&str> = out.lines().filter(|l| l.starts_with(&format!("pvgpu_printf tag {tag} "))).collect();
+        assert_eq!(mine.len(), 6, "{out}");
+    }
+    let names = c.module_function_names(g.module).unwrap();
+    for k in ["mat_sum", "saxpy", "pvgpu_printf", "pvgpu_null"] {
+        assert!(names.iter().any(|n| n == k), "{k} in {names:?}");
+    }
+}
+
+pub(crate) fn kernel_params_of_mixed_sizes(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let f = g.func("mixed_params").unwrap();
+    let out = c.mem_alloc(g.ctx, 40).unwrap();
+    let (ch, d, sh, u, fl) = (-5i8, -1.25e300f64, -1234i16, 0xDEAD_BEEF_0123_4567u64, 3.5f32);
+    c.launch(&f, [1, 1, 1], [1, 1, 1], 0, Stream::DEFAULT, &[arg(&ch), arg(&d), arg(&sh), arg(&u), arg(&fl), arg(&out)]).unwrap();
+    let mut b = [0u8; 40];
+    c.memcpy_dtoh(&mut b, out).unwrap();
+    let w: Vec<u64> = b.chunks_exact(8).map(|x| u64::from_le_bytes(x.try_into().unwrap())).collect();
+    assert_eq!(w[0] as i64, -5);
+    assert_eq!(f64::from_bits(w[1]), d);
+    assert_eq!(w[2] as i64, -1234);
+    assert_eq!(w[3], u);
+    assert_eq!(f32::from_bits(w[4] as u32), fl);
+}
