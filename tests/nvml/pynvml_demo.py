@@ -1,11 +1,13 @@
 """What a pynvml-based monitor asks of NVML, run against pvgpu's drop-in
-libnvidia-ml.so.1 (tests/tests/nvml.rs runs it against a harness backend
-over each transport).
+libnvidia-ml.so.1 and libcuda.so.1 (tests/tests/nvml.rs runs it against a
+harness backend over each transport).
 
 Prints one `key: value` line per answer, checks that the answers agree with
-each other and that errors come back as NVML's, and ends with PASS. With
---unreachable it only checks that nvmlInit fails as NVML does without a
-driver.
+each other and that errors come back as NVML's, and ends with PASS. Memory
+the script allocates through libcuda.so.1 (with ctypes, as a CUDA program
+would) must show in NVML's answers: NVML shares the process's session.
+With --no-driver it only checks that nvmlInit fails as NVML does without a
+driver (no backend, or a libcuda.so.1 that is not pvgpu's).
 """
 
 import ctypes
@@ -41,18 +43,22 @@ def gauge(fn, *args):
         return "not supported"
 
 
-def loaded_library():
+def loaded_libraries(*names):
+    """The files mapped into this process whose paths contain one of `names`."""
+    found = set()
     with open("/proc/self/maps") as maps:
         for line in maps:
-            if "libnvidia-ml" in line or "libpvgpu_nvml" in line:
-                return os.path.realpath(line.split()[-1])
-    return "?"
+            path = line.split()[-1]
+            if any(n in path for n in names):
+                found.add(os.path.realpath(path))
+    return sorted(found)
 
 
-def unreachable():
+def no_driver():
     code = error_of(nv.nvmlInit)
     print(f"init: {code}")
-    check(code == nv.NVML_ERROR_DRIVER_NOT_LOADED, "nvmlInit without a backend is NVML_ERROR_DRIVER_NOT_LOADED")
+    check(code == nv.NVML_ERROR_DRIVER_NOT_LOADED, "nvmlInit without pvgpu's libcuda and a backend is NVML_ERROR_DRIVER_NOT_LOADED")
+    check(error_of(nv.nvmlDeviceGetCount) == nv.NVML_ERROR_UNINITIALIZED, "nothing initialised")
 
 
 def device(i, count):
@@ -104,6 +110,48 @@ def device(i, count):
     return h
 
 
+def used(h):
+    """NVML's used memory, and the process list's."""
+    procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
+    check([p.pid for p in procs] == [os.getpid()], "this process, alone, is running")
+    return nv.nvmlDeviceGetMemoryInfo(h).used, procs[0].usedGpuMemory
+
+
+def sharing(h):
+    """Allocates through libcuda.so.1, the library NVML loaded (so the same
+    backend session), and checks that NVML reports the program's memory;
+    then that nvmlShutdown leaves libcuda's session open. Ends with NVML
+    shut down."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    print(f"cuda_library_path: {' '.join(loaded_libraries('libcuda', 'libpvgpu_cuda'))}")
+    dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+    size = 64 << 20
+    check(cuda.cuInit(0) == 0, "cuInit")
+    check(cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0, "cuDeviceGet")
+    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0, "cuDevicePrimaryCtxRetain")
+    check(cuda.cuCtxSetCurrent(ctx) == 0, "cuCtxSetCurrent")
+
+    before = used(h)
+    check(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(size)) == 0, "cuMemAlloc_v2")
+    during = used(h)
+    check(cuda.cuMemFree_v2(ptr) == 0, "cuMemFree_v2")
+    after = used(h)
+    print(f"shared_memory: before={before[0]} allocated={during[0]} freed={after[0]}")
+    check(during == (before[0] + size, before[0] + size), "NVML and its process list see the program's allocation")
+    check(after == before, "and see it freed")
+
+    nv.nvmlShutdown()
+    check(error_of(nv.nvmlDeviceGetCount) == nv.NVML_ERROR_UNINITIALIZED, "NVML shut down")
+    check(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(size)) == 0, "libcuda's session outlives NVML's shutdown")
+    nv.nvmlInit()
+    again = used(nv.nvmlDeviceGetHandleByIndex(0))
+    print(f"reinit_memory: {again[0]}")
+    check(again == (before[0] + size, before[0] + size), "NVML initialised again sees the same session")
+    check(cuda.cuMemFree_v2(ptr) == 0, "cuMemFree_v2")
+    nv.nvmlShutdown()
+    check(cuda.cuDevicePrimaryCtxRelease_v2(dev) == 0, "cuDevicePrimaryCtxRelease_v2")
+
+
 def raw_errors(h, count):
     """Calls through ctypes, where pynvml would not let a bad argument by."""
     lib = nv.nvmlLib
@@ -123,12 +171,12 @@ def raw_errors(h, count):
 
 
 def main():
-    if "--unreachable" in sys.argv:
-        unreachable()
+    if "--no-driver" in sys.argv:
+        no_driver()
         return
 
     print(f"library: {'loaded' if error_of(nv.nvmlInit) is None else 'init failed'}")
-    print(f"library_path: {loaded_library()}")
+    print(f"library_path: {' '.join(loaded_libraries('libnvidia-ml', 'libpvgpu_nvml'))}")
     nv.nvmlInit()  # a second initialisation is counted
     print(f"driver_version: {nv.nvmlSystemGetDriverVersion()}")
     print(f"nvml_version: {nv.nvmlSystemGetNVMLVersion()}")
@@ -158,6 +206,9 @@ def main():
     print(f"after_shutdown: {error_of(nv.nvmlDeviceGetCount)}")
     check(error_of(nv.nvmlDeviceGetCount) == nv.NVML_ERROR_UNINITIALIZED, "uninitialised after the last shutdown")
     check(error_of(nv.nvmlShutdown) == nv.NVML_ERROR_UNINITIALIZED, "shutdown without init")
+
+    nv.nvmlInit()
+    sharing(nv.nvmlDeviceGetHandleByIndex(0))
 
 
 main()

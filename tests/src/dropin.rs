@@ -55,7 +55,8 @@ pub fn trace_dir() -> PathBuf {
 }
 
 /// A directory holding the drop-in NVML library (`pvgpu-nvml`) as
-/// libnvidia-ml.so.1.
+/// libnvidia-ml.so.1. It loads `libcuda.so.1` at `nvmlInit`: put
+/// [`shim_dir`] on the library path beside it.
 pub fn nvml_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {

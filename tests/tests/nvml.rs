@@ -1,16 +1,20 @@
 //! NVIDIA's own NVML bindings for Python (`pynvml`, PyPI's `nvidia-ml-py`)
-//! against the drop-in libnvidia-ml.so.1, over each transport: the script
-//! `nvml/pynvml_demo.py` asks what a monitor asks (versions, devices,
-//! memory, gauges, PCI ids, processes) and the error paths, and checks
-//! that the answers agree; this test checks them against the backend.
+//! against the drop-in libnvidia-ml.so.1 and libcuda.so.1, over each
+//! transport: the script `nvml/pynvml_demo.py` asks what a monitor asks
+//! (versions, devices, memory, gauges, PCI ids, processes) and the error
+//! paths, allocates through libcuda.so.1 and sees NVML report it (one
+//! session per process, shared), and checks that the answers agree; this
+//! test checks them against the backend.
 //!
-//! Needs the library built (`cargo build -p pvgpu-nvml`; `tests/all.sh`
-//! builds the workspace first), python3, and pynvml in `target/pynvml/`
-//! (`tests/all.sh` installs it) or `PVGPU_PYNVML`.
+//! Needs the libraries built (`cargo build -p pvgpu-nvml -p pvgpu-libcuda
+//! -p pvgpu-trace`; `tests/all.sh` builds the workspace first), python3,
+//! and pynvml in `target/pynvml/` (`tests/all.sh` installs it) or
+//! `PVGPU_PYNVML`.
 
-use pvgpu_tests::dropin::nvml_dir;
+use pvgpu_tests::dropin::{nvml_dir, shim_dir, target_dir, trace_dir};
 use pvgpu_tests::{ExecKind, Harness, HarnessOptions, Transport};
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -40,16 +44,25 @@ fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("nvml/pynvml_demo.py")
 }
 
-/// Runs the script against the drop-in NVML and `backend` (a
-/// `PVGPU_BACKEND` value), with the library's log filter `log`.
-fn run(backend: &str, args: &[&str], log: Option<&str>) -> Output {
+/// The script against the drop-in NVML, the `libcuda.so.1` in `cuda_dir`
+/// and `backend` (a `PVGPU_BACKEND` value), with the libraries' log filter
+/// `log`.
+fn command(cuda_dir: &Path, backend: &str, args: &[&str], log: Option<&str>) -> Command {
+    let mut path = OsString::from(nvml_dir());
+    path.push(":");
+    path.push(cuda_dir);
     let mut cmd = Command::new("python3");
-    cmd.arg(script()).args(args).env("LD_LIBRARY_PATH", nvml_dir()).env("PYTHONPATH", pynvml_dir()).env("PVGPU_BACKEND", backend);
+    cmd.arg(script()).args(args).env("LD_LIBRARY_PATH", path).env("PYTHONPATH", pynvml_dir()).env("PVGPU_BACKEND", backend);
     match log {
         Some(filter) => cmd.env("PVGPU_LOG", filter),
         None => cmd.env_remove("PVGPU_LOG"),
     };
-    cmd.output().expect("cannot start python3")
+    cmd
+}
+
+/// Runs the script with pvgpu's libcuda.so.1 (see [`command`]).
+fn run(backend: &str, args: &[&str], log: Option<&str>) -> Output {
+    command(&shim_dir(), backend, args, log).output().expect("cannot start python3")
 }
 
 /// The script's `key: value` lines, once it passed.
@@ -75,6 +88,13 @@ fn check(h: &Harness, t: Transport) {
     let a = answers(&h.addr(t).to_string());
     let get = |k: &str| a.get(k).unwrap_or_else(|| panic!("no {k:?} in {a:#?}")).as_str();
     assert!(get("library_path").ends_with("libpvgpu_nvml.so"), "pynvml loaded {}", get("library_path"));
+    // One libcuda in the process, pvgpu's: NVML's and the program's.
+    assert!(get("cuda_library_path").ends_with("libpvgpu_cuda.so"), "libcuda.so.1 is {}", get("cuda_library_path"));
+    let mib64 = 64 << 20;
+    let shared = get("shared_memory");
+    let before: u64 = shared.strip_prefix("before=").and_then(|r| r.split(' ').next()).and_then(|v| v.parse().ok()).expect(shared);
+    assert_eq!(shared, format!("before={before} allocated={} freed={before}", before + mib64), "NVML reports the program's memory");
+    assert_eq!(get("reinit_memory"), (before + mib64).to_string());
     assert_eq!(get("cuda_driver_version"), "13000");
     assert_eq!(get("bad_index"), "2", "NVML_ERROR_INVALID_ARGUMENT");
     assert_eq!(get("not_exported"), "13", "NVML_ERROR_FUNCTION_NOT_FOUND");
@@ -94,7 +114,7 @@ fn check(h: &Harness, t: Transport) {
     if h.exec == ExecKind::Host {
         // The test double: one idle device without sensors.
         assert_eq!(get("device 0 uuid"), "GPU-70766770-752d-686f-7374-2d64626c0001");
-        assert!(get("device 0 memory").ends_with(" used=0"), "the session holds nothing");
+        assert!(get("device 0 memory").ends_with(" used=0"), "the program holds nothing yet");
         assert_eq!(get("device 0 utilization"), "gpu=0% memory=0%");
         assert_eq!(get("device 0 temperature"), "not supported");
         assert_eq!(get("device 0 power_mw"), "not supported");
@@ -122,13 +142,43 @@ fn memory_total_is_the_session_quota() {
     assert_eq!(a["device 0 memory"], format!("total={quota} free={quota} used=0"));
 }
 
+/// Checks that the script's `--no-driver` run passed (nvmlInit answered
+/// `NVML_ERROR_DRIVER_NOT_LOADED`), and returns the libraries' log.
+fn no_driver(out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success() && stdout.contains("init: 9") && stdout.contains("PASS"), "{stdout}\n{stderr}");
+    stderr
+}
+
 #[test]
 fn unreachable_backend_is_driver_not_loaded() {
-    // A port nothing listens on: bound, then closed.
+    // A port nothing listens on: bound, then closed. libcuda's cuInit
+    // answers CUDA_ERROR_NO_DEVICE.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let out = run(&format!("tcp:127.0.0.1:{port}"), &["--unreachable"], Some("error"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && stdout.contains("PASS"), "{stdout}\n{stderr}");
-    assert!(stderr.contains("cannot reach the pvgpu backend"), "no log line saying why:\n{stderr}");
+    let log = no_driver(run(&format!("tcp:127.0.0.1:{port}"), &["--no-driver"], Some("error")));
+    assert!(log.contains("libcuda: cannot reach the pvgpu backend"), "no log line from libcuda saying why:\n{log}");
+    assert!(log.contains("libnvidia-ml: cuInit failed") && log.contains("CUDA_ERROR_NO_DEVICE"), "no log line from NVML:\n{log}");
+}
+
+#[test]
+fn a_libcuda_not_pvgpus_is_driver_not_loaded() {
+    // pvgpu-trace's libcuda.so.1 has every CUDA entry point (it forwards
+    // them, here to pvgpu's) but not pvgpu_device_status, as NVIDIA's.
+    let out = command(&trace_dir(), "tcp:127.0.0.1:1", &["--no-driver"], Some("error"))
+        .env("PVGPU_TRACE_DRIVER", target_dir().join("libpvgpu_cuda.so"))
+        .env("PVGPU_TRACE_OUT", "/dev/null")
+        .output()
+        .expect("cannot start python3");
+    let log = no_driver(out);
+    assert!(log.contains("is not pvgpu's (it has no pvgpu_device_status)"), "no log line saying why:\n{log}");
+    assert!(log.contains("install pvgpu's libcuda.so.1 in the directory of this library"), "no log line saying what to do:\n{log}");
+}
+
+#[test]
+fn no_libcuda_is_driver_not_loaded() {
+    let empty = target_dir().join("pvgpu-nvml-no-libcuda");
+    std::fs::create_dir_all(&empty).expect("cannot create the directory");
+    let log = no_driver(command(&empty, "tcp:127.0.0.1:1", &["--no-driver"], Some("error")).output().expect("cannot start python3"));
+    assert!(log.contains("install pvgpu's libcuda.so.1"), "no log line saying what to do:\n{log}");
 }

@@ -1,6 +1,6 @@
 //! Device handles (`nvmlDevice_t`): opaque pointers to the caller, here a
 //! tag and the device index, never dereferenced, and checked on every call
-//! against the devices of the open session.
+//! against the devices NVML counted at initialisation.
 
 use crate::session::{self, Session};
 use crate::status::{NvmlError, Res};
@@ -34,8 +34,8 @@ pub fn index(h: NvmlDevice, count: u32) -> Option<u32> {
     (i < count).then_some(i)
 }
 
-/// The open session and the device `h` names: `NVML_ERROR_UNINITIALIZED`
-/// without a session, `NVML_ERROR_INVALID_ARGUMENT` for anything but one
+/// NVML's state and the device `h` names: `NVML_ERROR_UNINITIALIZED`
+/// before `nvmlInit`, `NVML_ERROR_INVALID_ARGUMENT` for anything but one
 /// of its devices' handles.
 pub fn device(h: NvmlDevice) -> Res<(Arc<Session>, u32)> {
     let s = session::current()?;

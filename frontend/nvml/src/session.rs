@@ -1,23 +1,24 @@
-//! The backend session behind the library: opened by the first
-//! `nvmlInit*`, counted like NVML's initialisations, and closed by the
-//! `nvmlShutdown` that brings the count back to zero (which frees the
-//! backend's session slot, or the guest's vgpu device on Xen).
+//! NVML's state: the process's libcuda (whose backend session NVML
+//! shares) and the devices it offers, set up by the first `nvmlInit*`,
+//! counted like NVML's initialisations, and dropped by the `nvmlShutdown`
+//! that brings the count back to zero. Shutting NVML down closes nothing:
+//! the session is libcuda's, and lives with the process.
 
+use crate::libcuda::{self, CuDevice, DeviceStatus, Libcuda};
 use crate::status::{NvmlError, Res};
-use pvgpu_frontend::error::Chain;
-use pvgpu_frontend::{Client, DeviceProps, DeviceStatus};
+use pvgpu_ring::CuError;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-/// One connection to the backend, and what never changes during it.
+/// What NVML knows between an initialisation and the last shutdown.
 pub struct Session {
-    client: Client,
-    /// Devices the backend offers, counted at initialisation.
-    count: u32,
+    cuda: &'static Libcuda,
+    /// The `CUdevice` of each NVML index, asked at initialisation.
+    devices: Vec<CuDevice>,
     /// The backend driver's version string, asked once.
     driver: OnceLock<String>,
 }
 
-/// The session and how many initialisations hold it.
+/// The state and how many initialisations hold it.
 struct Global {
     session: Option<Arc<Session>>,
     refs: u32,
@@ -29,8 +30,8 @@ fn global() -> MutexGuard<'static, Global> {
     GLOBAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// `nvmlInit*`: connects to the backend named by `PVGPU_BACKEND` on the
-/// first call, counts the others.
+/// `nvmlInit*`: loads the process's libcuda and initialises it on the first
+/// call, counts the others.
 pub fn init() -> Res {
     let mut g = global();
     if g.session.is_some() {
@@ -38,76 +39,93 @@ pub fn init() -> Res {
         return Ok(());
     }
     let session = Session::open()?;
-    tracing::info!(info = ?session.client.info(), devices = session.count, "libnvidia-ml: connected to the pvgpu backend");
+    tracing::info!(devices = session.count(), "libnvidia-ml: sharing the process's pvgpu session through libcuda.so.1");
     g.session = Some(Arc::new(session));
     g.refs = 1;
     Ok(())
 }
 
-/// `nvmlShutdown`: drops one initialisation, and the session with the last.
+/// `nvmlShutdown`: drops one initialisation, and NVML's state with the
+/// last.
 pub fn shutdown() -> Res {
-    let closed = {
-        let mut g = global();
-        if g.session.is_none() {
-            return Err(NvmlError::UNINITIALIZED);
-        }
-        g.refs -= 1;
-        if g.refs > 0 {
-            return Ok(());
-        }
-        g.session.take()
-    };
-    // Dropped outside the lock: the last reference says goodbye to the
-    // backend, after any call still running on another thread.
-    drop(closed);
+    let mut g = global();
+    if g.session.is_none() {
+        return Err(NvmlError::UNINITIALIZED);
+    }
+    g.refs -= 1;
+    if g.refs == 0 {
+        g.session = None;
+    }
     Ok(())
 }
 
-/// The open session, or `NVML_ERROR_UNINITIALIZED`.
+/// The state, or `NVML_ERROR_UNINITIALIZED`.
 pub fn current() -> Res<Arc<Session>> {
     global().session.clone().ok_or(NvmlError::UNINITIALIZED)
 }
 
+/// Logs why initialisation failed; `NVML_ERROR_DRIVER_NOT_LOADED`.
+fn not_loaded(why: &str, status: CuError) -> NvmlError {
+    tracing::error!(%status, "libnvidia-ml: {why}; answering NVML_ERROR_DRIVER_NOT_LOADED");
+    NvmlError::DRIVER_NOT_LOADED
+}
+
 impl Session {
     fn open() -> Res<Session> {
-        let client = Client::from_env().map_err(|e| {
+        let cuda = libcuda::get().map_err(|e| {
             tracing::error!(
-                error = %Chain(&e),
-                "libnvidia-ml: cannot reach the pvgpu backend (PVGPU_BACKEND); answering NVML_ERROR_DRIVER_NOT_LOADED"
+                error = %pvgpu_ring::report::Chain(&e),
+                "libnvidia-ml: no pvgpu libcuda.so.1; install pvgpu's libcuda.so.1 in the directory of this library \
+                 (or on LD_LIBRARY_PATH); answering NVML_ERROR_DRIVER_NOT_LOADED"
             );
             NvmlError::DRIVER_NOT_LOADED
         })?;
-        let count = client.init().and_then(|()| client.device_count()).map_err(|e| {
-            tracing::error!(error = %Chain(&e), "libnvidia-ml: the pvgpu backend refused to initialise");
-            NvmlError::DRIVER_NOT_LOADED
+        cuda.init().map_err(|e| {
+            not_loaded("cuInit failed: libcuda.so.1 could not open a session with the pvgpu backend named by PVGPU_BACKEND", e)
         })?;
-        Ok(Session { client, count: u32::try_from(count).unwrap_or(0).min(crate::handle::MAX_DEVICES), driver: OnceLock::new() })
+        let count = cuda.device_count().map_err(|e| not_loaded("cuDeviceGetCount failed", e))?;
+        let count = count.clamp(0, crate::handle::MAX_DEVICES as i32);
+        let devices = (0..count).map(|i| cuda.device_get(i)).collect::<Result<_, _>>().map_err(|e| not_loaded("cuDeviceGet failed", e))?;
+        Ok(Session { cuda, devices, driver: OnceLock::new() })
     }
 
     /// Devices the backend offers.
     pub fn count(&self) -> u32 {
-        self.count
+        self.devices.len() as u32
     }
 
-    /// The client, for what the backend said about itself.
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// The `CUdevice` of NVML index `index`.
+    fn dev(&self, index: u32) -> Res<CuDevice> {
+        self.devices.get(index as usize).copied().ok_or(NvmlError::INVALID_ARGUMENT)
     }
 
-    /// Name, UUID and attributes of device `index` (cached by the client).
-    pub fn props(&self, index: u32) -> Res<Arc<DeviceProps>> {
-        Ok(self.client.device_props(ordinal(index)?)?)
+    /// The name of device `index`.
+    pub fn name(&self, index: u32) -> Res<String> {
+        Ok(self.cuda.name(self.dev(index)?)?)
+    }
+
+    /// The UUID of device `index`.
+    pub fn uuid(&self, index: u32) -> Res<[u8; 16]> {
+        Ok(self.cuda.uuid(self.dev(index)?)?)
     }
 
     /// An attribute of device `index`, 0 when the backend's driver does not
-    /// report it.
+    /// report it (libcuda answers `CUDA_ERROR_INVALID_VALUE`).
     pub fn attr(&self, index: u32, attr: i32) -> Res<i32> {
-        Ok(self.props(index)?.attrs.get(&attr).copied().unwrap_or(0))
+        match self.cuda.attribute(self.dev(index)?, attr) {
+            Err(CuError::INVALID_VALUE) => Ok(0),
+            r => Ok(r?),
+        }
     }
 
-    /// Memory as this session sees it and the device's gauges, asked now.
+    /// Memory as the process's session sees it (its quota, never more than
+    /// the device's memory, as the total) and the device's gauges, asked
+    /// now.
     pub fn status(&self, index: u32) -> Res<DeviceStatus> {
-        Ok(self.client.device_status(ordinal(index)?)?)
+        let dev = self.dev(index)?;
+        let mut st = self.cuda.status(dev)?;
+        st.mem_total = st.mem_total.min(self.cuda.total_mem(dev)?);
+        Ok(st)
     }
 
     /// The backend driver's version (`580.159.04`), asked of the first
@@ -116,15 +134,12 @@ impl Session {
         if let Some(v) = self.driver.get() {
             return Ok(v);
         }
-        if self.count == 0 {
-            return Err(NvmlError::NOT_FOUND);
-        }
-        let v = self.status(0)?.driver_version;
+        let v = self.cuda.status(*self.devices.first().ok_or(NvmlError::NOT_FOUND)?)?.driver_version;
         Ok(self.driver.get_or_init(|| v))
     }
-}
 
-/// A device index as the client's ordinal.
-fn ordinal(index: u32) -> Res<i32> {
-    i32::try_from(index).map_err(|_| NvmlError::INVALID_ARGUMENT)
+    /// libcuda's `cuDriverGetVersion` (`13000` for CUDA 13.0).
+    pub fn cuda_driver_version(&self) -> Res<i32> {
+        Ok(self.cuda.driver_version()?)
+    }
 }

@@ -1,8 +1,8 @@
 //! NVML status codes (`nvmlReturn_t`, with the values of NVIDIA's
-//! `nvml.h`), their texts for `nvmlErrorString`, and how a failed client
-//! call maps onto them.
+//! `nvml.h`), their texts for `nvmlErrorString`, and how a failed call
+//! into libcuda maps onto them.
 
-use pvgpu_frontend::{CuError, Error};
+use pvgpu_ring::CuError;
 use std::ffi::CStr;
 use std::fmt;
 use std::num::NonZeroU32;
@@ -112,17 +112,20 @@ impl From<Res> for NvmlReturn {
     }
 }
 
-/// What a failed backend call means to an NVML caller: an unknown device
+/// What a failed libcuda call means to an NVML caller (after `nvmlInit`;
+/// a failure there is `NVML_ERROR_DRIVER_NOT_LOADED`): an unknown device
 /// is a bad argument, a feature the backend lacks is unsupported, a lost
-/// connection is a lost GPU.
-impl From<Error> for NvmlError {
-    fn from(e: Error) -> Self {
+/// connection to the backend is a lost GPU.
+impl From<CuError> for NvmlError {
+    fn from(e: CuError) -> Self {
         match e {
-            Error::Cuda(CuError::INVALID_DEVICE | CuError::INVALID_VALUE) => NvmlError::INVALID_ARGUMENT,
-            Error::Cuda(CuError::NOT_SUPPORTED) => NvmlError::NOT_SUPPORTED,
-            Error::Cuda(CuError::DEVICE_UNAVAILABLE) | Error::Transport(_) => NvmlError::GPU_IS_LOST,
-            Error::Cuda(_) => NvmlError::UNKNOWN,
-            Error::Address(_) => NvmlError::DRIVER_NOT_LOADED,
+            CuError::INVALID_DEVICE | CuError::INVALID_VALUE => NvmlError::INVALID_ARGUMENT,
+            CuError::NOT_SUPPORTED => NvmlError::NOT_SUPPORTED,
+            CuError::DEVICE_UNAVAILABLE => NvmlError::GPU_IS_LOST,
+            CuError::NOT_INITIALIZED | CuError::DEINITIALIZED => NvmlError::UNINITIALIZED,
+            CuError::NO_DEVICE | CuError::STUB_LIBRARY => NvmlError::DRIVER_NOT_LOADED,
+            CuError::OUT_OF_MEMORY => NvmlError::MEMORY,
+            _ => NvmlError::UNKNOWN,
         }
     }
 }
@@ -158,9 +161,12 @@ mod tests {
     }
 
     #[test]
-    fn client_errors_map_to_nvml_statuses() {
-        assert_eq!(NvmlError::from(Error::Cuda(CuError::INVALID_DEVICE)), NvmlError::INVALID_ARGUMENT);
-        assert_eq!(NvmlError::from(Error::Cuda(CuError::DEVICE_UNAVAILABLE)), NvmlError::GPU_IS_LOST);
-        assert_eq!(NvmlError::from(Error::Cuda(CuError::OUT_OF_MEMORY)), NvmlError::UNKNOWN);
+    fn cuda_errors_map_to_nvml_statuses() {
+        assert_eq!(NvmlError::from(CuError::INVALID_DEVICE), NvmlError::INVALID_ARGUMENT);
+        assert_eq!(NvmlError::from(CuError::DEVICE_UNAVAILABLE), NvmlError::GPU_IS_LOST);
+        assert_eq!(NvmlError::from(CuError::NOT_SUPPORTED), NvmlError::NOT_SUPPORTED);
+        assert_eq!(NvmlError::from(CuError::NO_DEVICE), NvmlError::DRIVER_NOT_LOADED);
+        assert_eq!(NvmlError::from(CuError::OUT_OF_MEMORY), NvmlError::MEMORY);
+        assert_eq!(NvmlError::from(CuError::LAUNCH_FAILED), NvmlError::UNKNOWN);
     }
 }

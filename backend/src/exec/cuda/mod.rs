@@ -315,4 +315,3 @@ send_handle!(
 fn raw_stream(s: Option<CudaStream>) -> sys::CUstream {
     s.map_or(ptr::null_mut(), |s| s.0)
 }
-

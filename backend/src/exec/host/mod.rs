@@ -222,7 +222,6 @@ impl Drop for HostContext {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

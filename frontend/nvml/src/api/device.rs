@@ -1,7 +1,8 @@
 //! Devices and what identifies them: the count, handles by index, UUID and
 //! PCI bus id, the index of a handle, name, UUID, PCI information and
-//! compute capability, all from the properties the backend reports for its
-//! GPUs (cached at the first query).
+//! compute capability, all from libcuda's device queries (`cuDeviceGetName`,
+//! `cuDeviceGetUuid_v2`, `cuDeviceGetAttribute`), which answer from the
+//! properties the backend reported for its GPUs.
 
 use crate::ffi::{get_str, put, put_str, run};
 use crate::handle::{self, NvmlDevice};
@@ -107,7 +108,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: 
         if device.is_null() {
             return Err(NvmlError::INVALID_ARGUMENT);
         }
-        let h = find(&s, |i| Ok(uuid_string(&s.props(i)?.uuid).eq_ignore_ascii_case(want.trim())))?;
+        let h = find(&s, |i| Ok(uuid_string(&s.uuid(i)?).eq_ignore_ascii_case(want.trim())))?;
         // SAFETY: null or writable (the caller's contract).
         unsafe { put(device, h) }
     })
@@ -180,7 +181,7 @@ pub unsafe extern "C" fn nvmlDeviceGetName(device: NvmlDevice, name: *mut c_char
     run("nvmlDeviceGetName", || {
         let (s, i) = handle::device(device)?;
         // SAFETY: the caller's buffer of `length` bytes.
-        unsafe { put_str(name, length, &s.props(i)?.name) }
+        unsafe { put_str(name, length, &s.name(i)?) }
     })
 }
 
@@ -194,7 +195,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(device: NvmlDevice, uuid: *mut c_char
     run("nvmlDeviceGetUUID", || {
         let (s, i) = handle::device(device)?;
         // SAFETY: the caller's buffer of `length` bytes.
-        unsafe { put_str(uuid, length, &uuid_string(&s.props(i)?.uuid)) }
+        unsafe { put_str(uuid, length, &uuid_string(&s.uuid(i)?)) }
     })
 }
 

@@ -1,14 +1,16 @@
 //! What changes: memory, utilisation, temperature, power and running
-//! processes, asked of the backend at each call. Memory is this session's
-//! view (its quota as the total, its own allocations as used); utilisation,
-//! temperature and power are the whole device's. A gauge the backend
-//! cannot read is `NVML_ERROR_NOT_SUPPORTED`.
+//! processes, asked of the backend at each call through libcuda's
+//! `pvgpu_device_status`. Memory is the process's session's view, the one
+//! session libcuda holds for the program (its quota as the total, the
+//! program's own allocations as used); utilisation, temperature and power
+//! are the whole device's. A gauge the backend cannot read is
+//! `NVML_ERROR_NOT_SUPPORTED`.
 
 use crate::ffi::{put, run};
 use crate::handle::{self, NvmlDevice};
+use crate::libcuda::DeviceStatus;
 use crate::status::{NvmlError, NvmlReturn, Res};
 use crate::types::{MEMORY_V2, Memory, MemoryV2, ProcessEntry, ProcessInfoV1, ProcessInfoV2, Utilization};
-use pvgpu_frontend::DeviceStatus;
 use std::ffi::c_uint;
 
 /// `NVML_TEMPERATURE_GPU`, the only sensor NVML defines.
@@ -24,15 +26,15 @@ fn status<T>(device: NvmlDevice, out: *mut T) -> Res<DeviceStatus> {
     s.status(i)
 }
 
-/// Total, free and used bytes as this session sees them.
+/// Total, free and used bytes as the process's session sees them.
 fn memory(st: &DeviceStatus) -> Memory {
     let used = st.mem_used.min(st.mem_total);
     Memory { total: st.mem_total, free: st.mem_total - used, used }
 }
 
-/// `nvmlDeviceGetMemoryInfo`: the session's memory (the backend's
-/// per-session quota, or the device's memory, as the total; the session's
-/// allocations as used).
+/// `nvmlDeviceGetMemoryInfo`: the process's memory (the backend's
+/// per-session quota, or the device's memory, as the total; what the
+/// program allocated through libcuda as used).
 ///
 /// # Safety
 /// `mem` must be null or writable.
@@ -116,8 +118,8 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: NvmlDevice, power: *mut
 }
 
 /// Fills in the running compute processes the guest can see: this process,
-/// with the device memory its session holds. Other guests' and the host's
-/// processes are not visible.
+/// with the device memory it holds (its session's, shared with libcuda).
+/// Other processes, other guests' and the host's are not visible.
 ///
 /// With `*count` smaller than the list (0 to ask its length), writes the
 /// length to `*count` and returns `NVML_ERROR_INSUFFICIENT_SIZE`.

@@ -1,6 +1,6 @@
 //! The exported NVML functions, by family. Each checks what it can
 //! locally (initialisation, handles, null pointers, buffer sizes) and asks
-//! the session for the rest.
+//! libcuda, through [`crate::session`], for the rest.
 
 pub mod device;
 pub mod gauges;

@@ -8,15 +8,12 @@ use std::ffi::{c_char, c_int, c_uint};
 /// `NVML_API_VERSION` of the `nvml.h` this library follows.
 pub const NVML_API_VERSION: u32 = 12;
 
-/// The CUDA version pvgpu's drop-in libcuda implements: its
-/// `cuDriverGetVersion` reports the backend driver's version capped at
-/// this, and NVML agrees with it.
-pub const CUDA_API_VERSION: i32 = 13000;
-
-/// `nvmlInit_v2`: connects to the backend named by `PVGPU_BACKEND` (the
-/// first time; later calls count). An unreachable backend is
-/// `NVML_ERROR_DRIVER_NOT_LOADED`, logged with the reason when
-/// `PVGPU_LOG` is set.
+/// `nvmlInit_v2`: loads the process's `libcuda.so.1` (pvgpu's) and calls
+/// its `cuInit` (the first time; later calls count), so that NVML shares
+/// the program's session with the backend named by `PVGPU_BACKEND`. No
+/// `libcuda.so.1`, one that is not pvgpu's, or an unreachable backend is
+/// `NVML_ERROR_DRIVER_NOT_LOADED`, logged with the reason when `PVGPU_LOG`
+/// is set.
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlInit_v2() -> NvmlReturn {
     run("nvmlInit_v2", session::init)
@@ -39,8 +36,9 @@ pub extern "C" fn nvmlInitWithFlags(flags: c_uint) -> NvmlReturn {
     })
 }
 
-/// `nvmlShutdown`: the call balancing the last initialisation closes the
-/// backend session; `NVML_ERROR_UNINITIALIZED` when none is open.
+/// `nvmlShutdown`: the call balancing the last initialisation drops
+/// NVML's state (the backend session is libcuda's and stays open);
+/// `NVML_ERROR_UNINITIALIZED` when NVML is not initialised.
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlShutdown() -> NvmlReturn {
     run("nvmlShutdown", session::shutdown)
@@ -92,14 +90,14 @@ pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: 
 /// # Safety
 /// `out` must be null or writable.
 unsafe fn cuda_driver_version(out: *mut c_int) -> Res {
-    let s = session::current()?;
-    let v = s.client().info().driver_version.min(CUDA_API_VERSION);
+    let v = session::current()?.cuda_driver_version()?;
     // SAFETY: null or writable (this function's contract).
     unsafe { put(out, v) }
 }
 
-/// `nvmlSystemGetCudaDriverVersion`: the backend's `cuDriverGetVersion`,
-/// capped as the drop-in libcuda reports it ([`CUDA_API_VERSION`]).
+/// `nvmlSystemGetCudaDriverVersion`: libcuda's `cuDriverGetVersion` (the
+/// backend driver's version, capped at the CUDA version the drop-in
+/// libcuda implements).
 ///
 /// # Safety
 /// `version` must be null or writable.
@@ -110,8 +108,8 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(version: *mut c_int) -> 
 }
 
 /// `nvmlSystemGetCudaDriverVersion_v2`: the same as
-/// [`nvmlSystemGetCudaDriverVersion`] (NVIDIA's asks libcuda, whose answer
-/// here is that one).
+/// [`nvmlSystemGetCudaDriverVersion`] (both ask libcuda, as NVIDIA's
+/// `_v2` does).
 ///
 /// # Safety
 /// `version` must be null or writable.
