@@ -7,7 +7,8 @@
 #
 #   tests/gpu/frameworks.sh BIN_DIR OUT_DIR
 #
-# BIN_DIR holds release builds of pvgpu-backend and libpvgpu_cuda.so.
+# BIN_DIR holds release builds of pvgpu-backend, libpvgpu_cuda.so and
+# (optionally) libpvgpu_nvml.so.
 # OUT_DIR receives summary.md, timings.json and logs.tar.gz.
 set -u
 bin=$(realpath "$1")
@@ -17,6 +18,8 @@ work=$(mktemp -d)
 mkdir -p "$out" "$work/lib" "$work/logs"
 cp "$bin/libpvgpu_cuda.so" "$work/lib/libcuda.so.1"
 ln -sf libcuda.so.1 "$work/lib/libcuda.so"
+# NVML beside it, as a guest installs both (PyTorch asks NVML too).
+[ -f "$bin/libpvgpu_nvml.so" ] && cp "$bin/libpvgpu_nvml.so" "$work/lib/libnvidia-ml.so.1"
 cache=$work/image-cache
 
 backend() { # start a backend on the shared image cache
@@ -51,7 +54,7 @@ for w in torch cupy jax; do
 done
 
 # The check lines ("name: value") of a run.
-checks() { sed 's/\x1b\[[0-9;]*m//g' "$1" | grep -E '^[a-z0-9 ]+: ' | grep -v '^timings: '; }
+checks() { sed 's/\x1b\[[0-9;]*m//g' "$1" | grep -E '^[A-Za-z0-9 ]+: ' | grep -v '^timings: '; }
 {
   echo "| workload | check | native | pvgpu local, cache cold | pvgpu local, cache warm | pvgpu tcp |"
   echo "|---|---|---|---|---|---|"
