@@ -67,6 +67,11 @@ pub struct SessionConfig {
     pub max_data_area: u64,
     /// How long a session spins for the next request before sleeping.
     pub spin: Duration,
+    /// Whether a local frontend's shared memory may be mapped at the
+    /// frontend's own address (so page-locked memory has one address on
+    /// both sides and on the GPU). Only a process that serves one session
+    /// does: the frontend learns where its memory lies in the process.
+    pub same_address: bool,
     /// Where module images are kept between sessions (`None`: nowhere).
     pub image_cache: Option<PathBuf>,
     /// Most bytes of images kept there.
@@ -79,6 +84,7 @@ impl Default for SessionConfig {
             limits: SessionLimits::default(),
             max_data_area: 1 << 30,
             spin: Duration::from_micros(50),
+            same_address: false,
             image_cache: None,
             image_cache_max: 4 << 30,
         }

@@ -66,6 +66,7 @@ impl ExecArgs {
             limits: SessionLimits { mem_quota: self.mem_quota, ..SessionLimits::default() },
             max_data_area: self.max_data_area,
             spin: Duration::from_micros(self.spin_us),
+            same_address: false,
             image_cache: self.image_cache_dir(),
             image_cache_max: self.image_cache_max,
         }

@@ -63,7 +63,7 @@ pub fn run_connection<E: Executor>(exec: Arc<E>, acc: Accepted, cfg: &SessionCon
     let mut xen_hold = None;
     let mut conn: Box<dyn Conn> = match acc {
         Accepted::Unix(s) => {
-            let side = match local::server_handshake(s, cfg.max_data_area) {
+            let side = match local::server_handshake(s, cfg.max_data_area, cfg.same_address) {
                 Ok(side) => side,
                 Err(e) => return Ended::Broken(format!("handshake failed: {}", Chain(&e))),
             };

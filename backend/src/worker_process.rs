@@ -63,6 +63,9 @@ pub fn run_worker(
         }
         (other, _) => return Err(WorkerError::Conn(other.to_string())),
     };
+    // This process serves one session: its frontend may know where its
+    // shared memory lies here.
+    let cfg = &SessionConfig { same_address: true, ..cfg.clone() };
     match exec.kind {
         ExecutorKind::Cuda => {
             // What kernels print reaches this process's standard output;

@@ -183,12 +183,17 @@ impl Drop for FixedMapping {
     }
 }
 
+/// Lowest address the backend maps a region at for the frontend: far
+/// above the page at 0 (a privileged backend could otherwise be made to
+/// map guest memory where a null pointer reads) and the program's image.
+pub const MIN_SHARED_ADDRESS: usize = 1 << 32;
+
 /// Maps `file` at exactly `addr`, if nothing is mapped there.
 fn map_at(file: &File, addr: usize, len: usize) -> Option<std::ptr::NonNull<u8>> {
     use nix::sys::mman::{MapFlags, ProtFlags, mmap};
     let want = std::num::NonZeroUsize::new(addr)?;
     let len = std::num::NonZeroUsize::new(len)?;
-    if addr % 4096 != 0 {
+    if addr % 4096 != 0 || addr < MIN_SHARED_ADDRESS || addr.checked_add(len.get()).is_none() {
         return None;
     }
     // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping (the
@@ -388,9 +393,12 @@ fn answer(sock: &UnixStream, status: u32, max_data: u64) -> Result<(), LocalErro
 }
 
 /// Backend side of the handshake on an accepted socket. `max_data` is the
-/// largest data area accepted. On failure the frontend has been told why
-/// (when the socket still works).
-pub fn server_handshake(sock: UnixStream, max_data: u64) -> Result<ServerSide, LocalError> {
+/// largest data area accepted. With `same_address`, the region is mapped
+/// at the frontend's address when that is free (only for a process that
+/// serves this one session: the frontend then knows where its memory lies
+/// in the process, which must hold nothing of anyone else's). On failure
+/// the frontend has been told why (when the socket still works).
+pub fn server_handshake(sock: UnixStream, max_data: u64, same_address: bool) -> Result<ServerSide, LocalError> {
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(ios("socket timeout"))?;
     let mut hb = [0u8; core::mem::size_of::<LocalHello>()];
     let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 3]);
@@ -435,7 +443,7 @@ pub fn server_handshake(sock: UnixStream, max_data: u64) -> Result<ServerSide, L
         let _ = answer(&sock, Refusal::Malformed as u32, max_data);
         return Err(e);
     }
-    let at = usize::try_from(hello.region_addr.get()).ok();
+    let at = usize::try_from(hello.region_addr.get()).ok().filter(|_| same_address);
     let region = match map_region(memfd, &g, at) {
         Ok(r) => r,
         Err(e) => {
@@ -469,7 +477,7 @@ mod tests {
     fn handshake_shares_region_and_doorbells() {
         let (a, b) = UnixStream::pair().unwrap();
         let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 1 << 20 };
-        let t = std::thread::spawn(move || server_handshake(b, 16 << 20).unwrap());
+        let t = std::thread::spawn(move || server_handshake(b, 16 << 20, true).unwrap());
         let c = client_handshake(a, &g).unwrap();
         let s = t.join().unwrap();
         assert_eq!(s.geometry, g);
@@ -516,16 +524,18 @@ mod tests {
             assert_eq!(s2.as_ptr().read(), 42);
             assert_eq!(s.as_ptr().read(), 42);
         }
-        // Not page-aligned: mapped elsewhere.
+        // Not page-aligned, or low in the address space: mapped elsewhere.
         let s3 = map_region(dup(), &g, Some(free + 1)).unwrap();
         assert_ne!(s3.as_ptr() as usize, free + 1);
+        let s4 = map_region(dup(), &g, Some(0x10000)).unwrap();
+        assert_ne!(s4.as_ptr() as usize, 0x10000);
     }
 
     #[test]
     fn oversized_data_area_is_refused_with_the_limit() {
         let (a, b) = UnixStream::pair().unwrap();
         let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 8 << 20 };
-        let t = std::thread::spawn(move || server_handshake(b, 4 << 20));
+        let t = std::thread::spawn(move || server_handshake(b, 4 << 20, true));
         let e = client_handshake(a, &g).err().unwrap();
         assert!(matches!(e, LocalError::Refused { reason: Refusal::Geometry, max_data } if max_data == 4 << 20));
         assert!(t.join().unwrap().is_err());
@@ -556,7 +566,7 @@ mod tests {
         let e1 = new_eventfd().unwrap();
         let e2 = new_eventfd().unwrap();
         send_hello(&a, [fd.as_raw_fd(), e1.as_raw_fd(), e2.as_raw_fd()]);
-        assert!(matches!(server_handshake(b, 1 << 20), Err(LocalError::Memory(_))));
+        assert!(matches!(server_handshake(b, 1 << 20, true), Err(LocalError::Memory(_))));
     }
 
     #[test]
@@ -567,6 +577,6 @@ mod tests {
         let (x, _y) = UnixStream::pair().unwrap();
         let e2 = new_eventfd().unwrap();
         send_hello(&a, [memfd.as_raw_fd(), x.as_raw_fd(), e2.as_raw_fd()]);
-        assert!(matches!(server_handshake(b, 1 << 20), Err(LocalError::Malformed(_))));
+        assert!(matches!(server_handshake(b, 1 << 20, true), Err(LocalError::Malformed(_))));
     }
 }
