@@ -154,17 +154,7 @@ impl Client {
 
     /// Memory and gauges of a device, asked each time (they change).
     pub fn device_status(&self, dev: i32) -> Result<crate::handles::DeviceStatus> {
-        let r = self.call(&proto::DeviceStatus { device: dev.into(), reserved: 0.into() })?;
-        let known = |v: zerocopy::little_endian::U32| Some(v.get()).filter(|&v| v != u32::MAX);
-        Ok(crate::handles::DeviceStatus {
-            mem_total: r.mem_total.get(),
-            mem_used: r.mem_used.get(),
-            gpu_util: known(r.gpu_util),
-            mem_util: known(r.mem_util),
-            temperature: known(r.temperature),
-            power_mw: known(r.power_mw),
-            driver_version: proto::str_from_fixed(&r.driver_version),
-        })
+        Ok((&self.call(&proto::DeviceStatus { device: dev.into(), reserved: 0.into() })?).into())
     }
 
     /// `cuDeviceGetAttribute`, asked of the backend (unmasked).

@@ -72,25 +72,7 @@ pub const MASKED_ATTRS: &[i32] = &[
     128, 132, 135, 138, 141, 142, 143, 144, 145, 146,
 ];
 
-/// Memory as the session sees it and the device's gauges (what NVML
-/// answers in the guest); a gauge is `None` when the backend cannot read it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceStatus {
-    /// Device memory the session may use (the device's, or its quota).
-    pub mem_total: u64,
-    /// Device memory the session holds.
-    pub mem_used: u64,
-    /// Percent of the last sample period a kernel ran (device-wide).
-    pub gpu_util: Option<u32>,
-    /// Percent of it device memory was busy (device-wide).
-    pub mem_util: Option<u32>,
-    /// Degrees Celsius.
-    pub temperature: Option<u32>,
-    /// Milliwatts.
-    pub power_mw: Option<u32>,
-    /// The backend driver's version (`580.159.04`).
-    pub driver_version: String,
-}
+pub use pvgpu_ring::device_status::DeviceStatus;
 
 /// Properties of a device, fetched once and cached.
 #[derive(Debug, Clone)]

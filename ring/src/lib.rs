@@ -27,6 +27,7 @@
 pub mod addr;
 pub mod channel;
 pub mod cuda;
+pub mod device_status;
 #[cfg(not(loom))]
 pub mod frame;
 #[cfg(not(loom))]

@@ -21,6 +21,7 @@ pub(super) fn load<E: Executor>(s: &mut Session<E>, r: proto::ModuleLoad<'_>, io
     // or the data area, both mapped for the duration of this call.
     unsafe { image.extend_from_slice(std::slice::from_raw_parts(p, len)) };
     image.push(0);
+    crate::exec::image::check_bounds(&image[..len])?;
     let id = load_image(s, ctx, &image)?;
     if let Some((cache, owner)) = &s.images {
         cache.put(owner, &image[..len]);
@@ -28,15 +29,16 @@ pub(super) fn load<E: Executor>(s: &mut Session<E>, r: proto::ModuleLoad<'_>, io
     Ok(HandleRep { handle: id.into() })
 }
 
-/// Checks and loads `image` (NUL-terminated) in context `ctx`.
+/// Loads `image` (checked, NUL-terminated) in context `ctx`.
 fn load_image<E: Executor>(s: &mut Session<E>, ctx: u64, image: &[u8]) -> CuRes<u64> {
-    crate::exec::image::check_bounds(&image[..image.len() - 1])?;
     let m = s.enter(ctx)?.module_load(image)?;
     s.modules.insert(ModEntry { ctx, module: Some(m) })
 }
 
 /// A module from the image cache: only an image this guest sent before,
-/// checked against its hash as it is read back.
+/// checked against its hash as it is read back. An image is cached only
+/// after it passed `check_bounds` and loaded, so the same bytes are not
+/// checked again.
 pub(super) fn load_cached<E: Executor>(s: &mut Session<E>, r: proto::ModuleLoadCached) -> CuRes<HandleRep> {
     let (ctx, len) = (r.ctx.get(), r.len.get());
     s.enter(ctx)?;

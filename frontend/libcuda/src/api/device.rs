@@ -2,6 +2,7 @@
 
 use crate::state::{self, Res, put, run};
 use pvgpu_ring::cuda::attr;
+use pvgpu_ring::device_status::PvgpuDeviceStatus;
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_char, c_int, c_uint};
 
@@ -244,57 +245,19 @@ pub unsafe extern "C" fn cuDeviceGetExecAffinitySupport(pi: *mut c_int, _kind: c
     })
 }
 
-/// What `pvgpu_device_status` writes: memory as this process's session sees
-/// it and the device's gauges (`u32::MAX`: unknown). pvgpu's
-/// `libnvidia-ml.so.1` reads it, so that NVML in the guest shares this
-/// library's session (one per process) and reports the program's own
-/// memory.
-#[repr(C)]
-pub struct PvgpuDeviceStatus {
-    /// Device memory the session may use (the device's, or its quota).
-    pub mem_total: u64,
-    /// Device memory the session holds.
-    pub mem_used: u64,
-    /// Percent of the last sample period a kernel ran (device-wide).
-    pub gpu_util: u32,
-    /// Percent of it device memory was busy (device-wide).
-    pub mem_util: u32,
-    /// Degrees Celsius.
-    pub temperature: u32,
-    /// Milliwatts.
-    pub power_mw: u32,
-    /// The backend driver's version, NUL-terminated.
-    pub driver_version: [c_char; 32],
-}
-
-/// pvgpu's own entry point: the status of device `dev` (connecting to the
-/// backend if this process has not yet).
+/// pvgpu's own entry point ([`pvgpu_ring::device_status::DEVICE_STATUS_SYMBOL`]): the memory and
+/// gauges of device `dev` (connecting to the backend if this process has
+/// not yet). pvgpu's `libnvidia-ml.so.1` calls it, so that NVML in the
+/// guest shares this library's session (one per process) and reports the
+/// program's own memory.
 ///
 /// # Safety
 /// `out` must be null or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pvgpu_device_status(dev: c_int, out: *mut PvgpuDeviceStatus) -> CuResult {
     run("pvgpu_device_status", || {
-        if out.is_null() {
-            return Err(CuError::INVALID_VALUE);
-        }
         let s = state::connect()?.device_status(dev).map_err(state::cu)?;
-        let mut version = [0 as c_char; 32];
-        for (d, b) in version.iter_mut().zip(s.driver_version.bytes().take(31)) {
-            *d = b as c_char;
-        }
-        let gauge = |v: Option<u32>| v.unwrap_or(u32::MAX);
-        let st = PvgpuDeviceStatus {
-            mem_total: s.mem_total,
-            mem_used: s.mem_used,
-            gpu_util: gauge(s.gpu_util),
-            mem_util: gauge(s.mem_util),
-            temperature: gauge(s.temperature),
-            power_mw: gauge(s.power_mw),
-            driver_version: version,
-        };
-        // SAFETY: non-null and writable, per the caller.
-        unsafe { out.write_unaligned(st) };
-        Ok(())
+        // SAFETY: null is refused; otherwise writable, per the caller.
+        unsafe { put(out, PvgpuDeviceStatus::from(&s)) }
     })
 }

@@ -337,8 +337,8 @@ pub unsafe extern "C" fn cuTensorMapEncodeTiled(
             return Err(CuError::INVALID_VALUE);
         }
         // SAFETY: arrays of `rank` (strides: `rank - 1`) entries, per the API.
-        let (dims, strides, boxes, elems) =
-            unsafe { (array5(global_dim, n)?, array5(global_strides, n - 1)?, array5(box_dim, n)?, array5(element_strides, n)?) };
+        let arrays = unsafe { (array5(global_dim, n)?, array5(global_strides, n - 1)?, array5(box_dim, n)?, array5(element_strides, n)?) };
+        let (dims, strides, boxes, elems) = arrays;
         let r = TensorMapEncode {
             kind: 0.into(),
             data_type: data_type.into(),
