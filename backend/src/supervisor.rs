@@ -452,7 +452,13 @@ fn xen_loop(
                 }
             }
         };
-        if let Err(e) = crate::xen::scan(&mut xs, cfg, spawner.executor(), &active, &mut start) {
+        let mut skip_log = LogLimiter::default();
+        let mut skipped = |device: &str, e: pvgpu_xen::XenError| {
+            if skip_log.allow(0) {
+                tracing::warn!(device, error = %e, "skipping a vgpu device this pass");
+            }
+        };
+        if let Err(e) = crate::xen::scan(&mut xs, cfg, spawner.executor(), &active, &mut start, &mut skipped) {
             if log.allow(0) {
                 tracing::warn!(error = %e, "scanning vgpu devices failed");
             }

@@ -212,13 +212,18 @@ pub type Active = Arc<Mutex<HashSet<(u16, u32)>>>;
 
 /// One pass over every vgpu device in XenStore: advertise, start sessions,
 /// clean up after dead ones. `start(domid, devid)` launches a session and
-/// says whether it did.
+/// says whether it did. A device whose keys cannot be read or make no sense
+/// (a guest writes what it likes under its own frontend directory) is
+/// skipped for this pass and reported through `skipped`; it never stops the
+/// pass for the other guests' devices. Only failing to list the backend's
+/// own directory is an error.
 pub fn scan(
     xs: &mut XenStore,
     cfg: &SessionConfig,
     executor: &str,
     active: &Active,
     start: &mut dyn FnMut(u16, u32) -> bool,
+    skipped: &mut dyn FnMut(&str, XenError),
 ) -> Result<(), XenError> {
     let me = xs.domid()?;
     let root = vgpu::backend_root(me);
@@ -229,64 +234,149 @@ pub fn scan(
     };
     for d in domains {
         let Ok(domid) = d.parse::<u16>() else { continue };
-        if xs.try_read(&format!("/local/domain/{domid}"))?.is_none() {
-            // The guest is gone (destroyed or crashed) and no session of it
-            // runs: remove its devices, as libxl does for its own.
-            let busy = active.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(dm, _)| *dm == domid);
-            if !busy {
-                tracing::info!(domid, "guest gone; removing its vgpu devices");
-                xs.try_rm(&format!("{root}/{domid}"))?;
+        let devs = match scan_domain(xs, &root, domid, active) {
+            Ok(Some(devs)) => devs,
+            Ok(None) => continue,
+            Err(e) => {
+                skipped(&format!("{root}/{domid}"), e);
+                continue;
             }
-            continue;
-        }
-        let devs = xs.directory(&format!("{root}/{domid}")).unwrap_or_default();
-        for devid in devs.iter().filter_map(|s| s.parse::<u32>().ok()) {
+        };
+        for devid in devs {
             if active.lock().unwrap_or_else(|p| p.into_inner()).contains(&(domid, devid)) {
                 continue;
             }
             let be_dir = vgpu::backend_dir(me, domid, devid);
-            let fe_dir = match xs.read_string(&vgpu::key(&be_dir, be::FRONTEND)) {
-                Ok(p) => p,
-                Err(_) => continue,
-            };
-            if fe_dir != vgpu::frontend_dir(domid, devid) {
-                tracing::warn!(device = %be_dir, frontend = %fe_dir, "frontend path does not match the device; ignoring it");
-                continue;
-            }
-            let online = xs.try_read(&vgpu::key(&be_dir, be::ONLINE))?.is_some_and(|v| v == b"1");
-            let bstate = read_state(xs, &be_dir)?;
-            let fstate = read_state(xs, &fe_dir)?;
-            let claimed = xs.try_read(&vgpu::key(&fe_dir, fe::CLAIM))?.is_some();
-            if !online {
-                if bstate != XenbusState::Closed {
-                    write_state(xs, &be_dir, XenbusState::Closed)?;
-                }
-                continue;
-            }
-            match bstate {
-                XenbusState::Unknown | XenbusState::Initialising | XenbusState::Closed => {
-                    if claimed || matches!(fstate, XenbusState::Initialised | XenbusState::Connected) {
-                        // A frontend that died holding the device.
-                        reset(xs, &be_dir, &fe_dir)?;
-                    } else if !fstate.is_closing() || fstate == XenbusState::Closed {
-                        advertise(xs, &be_dir, cfg, executor)?;
-                        tracing::debug!(device = %be_dir, "advertised");
-                    }
-                }
-                XenbusState::InitWait if fstate == XenbusState::Initialised => {
-                    active.lock().unwrap_or_else(|p| p.into_inner()).insert((domid, devid));
-                    if !start(domid, devid) {
-                        active.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
-                        reset(xs, &be_dir, &fe_dir)?;
-                    }
-                }
-                XenbusState::Connected | XenbusState::Closing => {
-                    // No session here: a previous backend's, or one that died.
-                    reset(xs, &be_dir, &fe_dir)?;
-                }
-                _ => {}
+            if let Err(e) = scan_device(xs, cfg, executor, active, start, &be_dir, domid, devid) {
+                skipped(&be_dir, e);
             }
         }
     }
     Ok(())
+}
+
+/// The device ids of guest `domid`, or `None` when the guest is gone (its
+/// devices are then removed, once no session of it runs).
+fn scan_domain(xs: &mut XenStore, root: &str, domid: u16, active: &Active) -> Result<Option<Vec<u32>>, XenError> {
+    if xs.try_read(&format!("/local/domain/{domid}"))?.is_none() {
+        // The guest is gone (destroyed or crashed) and no session of it
+        // runs: remove its devices, as libxl does for its own.
+        let busy = active.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(dm, _)| *dm == domid);
+        if !busy {
+            tracing::info!(domid, "guest gone; removing its vgpu devices");
+            xs.try_rm(&format!("{root}/{domid}"))?;
+        }
+        return Ok(None);
+    }
+    let devs = xs.directory(&format!("{root}/{domid}"))?;
+    Ok(Some(devs.iter().filter_map(|s| s.parse::<u32>().ok()).collect()))
+}
+
+/// One device's step of the life cycle.
+#[allow(clippy::too_many_arguments)]
+fn scan_device(
+    xs: &mut XenStore,
+    cfg: &SessionConfig,
+    executor: &str,
+    active: &Active,
+    start: &mut dyn FnMut(u16, u32) -> bool,
+    be_dir: &str,
+    domid: u16,
+    devid: u32,
+) -> Result<(), XenError> {
+    let fe_dir = xs.read_string(&vgpu::key(be_dir, be::FRONTEND))?;
+    if fe_dir != vgpu::frontend_dir(domid, devid) {
+        return Err(XenError::InvalidArgument(format!("frontend path {fe_dir} does not match the device")));
+    }
+    let online = xs.try_read(&vgpu::key(be_dir, be::ONLINE))?.is_some_and(|v| v == b"1");
+    let bstate = read_state(xs, be_dir)?;
+    if !online {
+        if bstate != XenbusState::Closed {
+            write_state(xs, be_dir, XenbusState::Closed)?;
+        }
+        return Ok(());
+    }
+    // A state the guest garbled is read as the guest being gone: the device
+    // goes back to a clean `Closed` and is advertised again.
+    let fstate = match read_state(xs, &fe_dir) {
+        Ok(s) => s,
+        Err(e @ XenError::BadValue { .. }) => {
+            reset(xs, be_dir, &fe_dir)?;
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    let claimed = xs.try_read(&vgpu::key(&fe_dir, fe::CLAIM))?.is_some();
+    match bstate {
+        XenbusState::Unknown | XenbusState::Initialising | XenbusState::Closed => {
+            if claimed || matches!(fstate, XenbusState::Initialised | XenbusState::Connected) {
+                // A frontend that died holding the device.
+                reset(xs, be_dir, &fe_dir)?;
+            } else if !fstate.is_closing() || fstate == XenbusState::Closed {
+                advertise(xs, be_dir, cfg, executor)?;
+                tracing::debug!(device = %be_dir, "advertised");
+            }
+        }
+        XenbusState::InitWait if fstate == XenbusState::Initialised => {
+            active.lock().unwrap_or_else(|p| p.into_inner()).insert((domid, devid));
+            if !start(domid, devid) {
+                active.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
+                reset(xs, be_dir, &fe_dir)?;
+            }
+        }
+        XenbusState::Connected | XenbusState::Closing => {
+            // No session here: a previous backend's, or one that died.
+            reset(xs, be_dir, &fe_dir)?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pvgpu_xen::xenstore::fake::{Fake, SharedFake};
+
+    /// Guest 1 writes garbage into its device's state; guest 2's device
+    /// must still be advertised, and guest 1's put back to a clean state.
+    #[test]
+    fn one_guests_garbage_skips_only_its_device() {
+        let store = SharedFake::new(Fake::default());
+        let mut xs = store.connect();
+        let me = xs.domid().unwrap();
+        for domid in [1, 2] {
+            xs.write(&format!("/local/domain/{domid}/name"), b"guest").unwrap();
+            vgpu::create_device(&mut xs, me, domid, 0).unwrap();
+        }
+        xs.write(&vgpu::key(&vgpu::frontend_dir(1, 0), fe::STATE), b"not a state").unwrap();
+        let active: Active = Default::default();
+        let mut skipped = Vec::new();
+        scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _| false, &mut |d, _| skipped.push(d.to_string())).unwrap();
+        assert_eq!(read_state(&mut xs, &vgpu::backend_dir(me, 2, 0)).unwrap(), XenbusState::InitWait);
+        assert_eq!(skipped, [vgpu::backend_dir(me, 1, 0)]);
+        // The garbled device was reset, so the next pass advertises it.
+        scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _| false, &mut |d, _| skipped.push(d.to_string())).unwrap();
+        assert_eq!(read_state(&mut xs, &vgpu::backend_dir(me, 1, 0)).unwrap(), XenbusState::InitWait);
+        assert_eq!(skipped.len(), 1);
+    }
+
+    /// A device directory the backend cannot read (here: a frontend path
+    /// that points elsewhere) is skipped, not fatal.
+    #[test]
+    fn unreadable_device_does_not_stop_the_scan() {
+        let store = SharedFake::new(Fake::default());
+        let mut xs = store.connect();
+        let me = xs.domid().unwrap();
+        for domid in [1, 2] {
+            xs.write(&format!("/local/domain/{domid}/name"), b"guest").unwrap();
+            vgpu::create_device(&mut xs, me, domid, 0).unwrap();
+        }
+        xs.rm(&vgpu::key(&vgpu::backend_dir(me, 1, 0), be::FRONTEND)).unwrap();
+        let active: Active = Default::default();
+        let mut n = 0;
+        scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _| false, &mut |_, _| n += 1).unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(read_state(&mut xs, &vgpu::backend_dir(me, 2, 0)).unwrap(), XenbusState::InitWait);
+    }
 }
