@@ -76,6 +76,10 @@ pub struct SessionConfig {
     pub image_cache: Option<PathBuf>,
     /// Most bytes of images kept there.
     pub image_cache_max: u64,
+    /// A TCP session that sends nothing for this long is ended.
+    pub tcp_idle_timeout: Option<Duration>,
+    /// A local or Xen session that sends nothing for this long is ended.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for SessionConfig {
@@ -87,6 +91,8 @@ impl Default for SessionConfig {
             same_address: false,
             image_cache: None,
             image_cache_max: 4 << 30,
+            tcp_idle_timeout: Some(Duration::from_secs(3600)),
+            idle_timeout: None,
         }
     }
 }
@@ -98,8 +104,63 @@ pub struct Config {
     pub listen: Vec<Listen>,
     /// Session settings.
     pub session: SessionConfig,
-    /// Most sessions served at once; more are refused.
+    /// Who may open a session, how many, and how quickly they must.
+    pub admission: AdmissionConfig,
+}
+
+/// Who may open sessions and how many; what a peer must do before the
+/// backend starts a worker for it.
+#[derive(Debug, Clone)]
+pub struct AdmissionConfig {
+    /// Most sessions served at once, over all transports.
     pub max_sessions: usize,
+    /// Most sessions over each transport: local, TCP, Xen.
+    pub max_local: usize,
+    /// See [`AdmissionConfig::max_local`].
+    pub max_tcp: usize,
+    /// See [`AdmissionConfig::max_local`].
+    pub max_xen: usize,
+    /// Most sessions of one peer: a local user, a TCP address, a guest.
+    pub max_per_peer: usize,
+    /// Most connections still in their opening (no worker yet), and of
+    /// one peer among them.
+    pub max_pending: usize,
+    /// See [`AdmissionConfig::max_pending`].
+    pub max_pending_per_peer: usize,
+    /// How long a connection may take to open (hello, key check).
+    pub handshake_timeout: Duration,
+    /// The key TCP clients must prove they hold.
+    pub tcp_key: Option<pvgpu_ring::tcp_auth::TcpKey>,
+    /// Serve TCP without a key (a network where every host is trusted).
+    pub tcp_trusted_network: bool,
+    /// Local users (uids) who may connect; `None`: whoever can open the
+    /// socket.
+    pub allow_uids: Option<Vec<u32>>,
+    /// Permission bits of the local socket.
+    pub socket_mode: u32,
+    /// How long a session's worker may live on after its peer left (or its
+    /// guest went away) before it is killed.
+    pub end_grace: Duration,
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        AdmissionConfig {
+            max_sessions: 64,
+            max_local: 64,
+            max_tcp: 16,
+            max_xen: 64,
+            max_per_peer: 16,
+            max_pending: 64,
+            max_pending_per_peer: 8,
+            handshake_timeout: Duration::from_secs(5),
+            tcp_key: None,
+            tcp_trusted_network: false,
+            allow_uids: None,
+            socket_mode: 0o660,
+            end_grace: Duration::from_secs(10),
+        }
+    }
 }
 
 /// Which executor runs the commands.

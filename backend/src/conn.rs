@@ -10,7 +10,7 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Why a connection stopped.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +21,9 @@ pub enum ConnError {
     /// The backend is shutting down.
     #[error("Backend shutting down")]
     Shutdown,
+    /// The frontend sent nothing for the idle timeout.
+    #[error("Frontend idle for too long")]
+    Idle,
     /// The frontend broke the ring protocol.
     #[error("Frontend broke the ring")]
     Channel(#[from] ChannelError),
@@ -46,7 +49,7 @@ impl From<WaitError<ConnError>> for ConnError {
         match e {
             WaitError::Check(e) => e,
             WaitError::Notify(e) => e.into(),
-            WaitError::TimedOut => ConnError::Io(io::ErrorKind::TimedOut.into()),
+            WaitError::TimedOut => ConnError::Idle,
         }
     }
 }
@@ -72,7 +75,42 @@ pub struct RingConn {
     area: DataArea,
     notifier: Box<dyn Notifier>,
     spin: Duration,
+    idle: IdleWakes,
+    idle_timeout: Option<Duration>,
     _region: SharedRegion,
+}
+
+/// Counts wake-ups that found no request. A peer ringing the doorbell (or
+/// the event channel) without posting anything would otherwise keep the
+/// session's thread busy; past [`IdleWakes::PER_SECOND`] in a second, the
+/// session sleeps [`IdleWakes::PAUSE`] after each, which bounds what a
+/// flood costs the host to about a thousand wake-ups a second.
+#[derive(Debug)]
+struct IdleWakes {
+    window: Instant,
+    count: u32,
+    total: u64,
+}
+
+impl IdleWakes {
+    const PER_SECOND: u32 = 1000;
+    const PAUSE: Duration = Duration::from_millis(1);
+
+    fn new() -> Self {
+        IdleWakes { window: Instant::now(), count: 0, total: 0 }
+    }
+
+    fn note(&mut self) {
+        self.total += 1;
+        if self.window.elapsed() >= Duration::from_secs(1) {
+            self.window = Instant::now();
+            self.count = 0;
+        }
+        self.count += 1;
+        if self.count > Self::PER_SECOND {
+            std::thread::sleep(Self::PAUSE);
+        }
+    }
 }
 
 impl RingConn {
@@ -86,6 +124,8 @@ impl RingConn {
             area: ep.data,
             notifier,
             spin,
+            idle: IdleWakes::new(),
+            idle_timeout: None,
             _region: region,
         })
     }
@@ -95,22 +135,46 @@ fn check_stop(stop: &AtomicBool) -> Result<(), ConnError> {
     if stop.load(Ordering::Relaxed) { Err(ConnError::Shutdown) } else { Ok(()) }
 }
 
+impl RingConn {
+    /// Ends the session (with [`ConnError::Idle`]) when no request comes
+    /// for `t`.
+    pub fn with_idle_timeout(mut self, t: Option<Duration>) -> Self {
+        self.idle_timeout = t;
+        self
+    }
+
+    /// Wake-ups so far that found no request.
+    pub fn idle_wakes(&self) -> u64 {
+        self.idle.total
+    }
+}
+
 impl Conn for RingConn {
     fn recv(&mut self, buf: &mut Vec<u8>, stop: &AtomicBool) -> Result<(), ConnError> {
         if self.req.try_recv(buf)? {
             return Ok(());
         }
         self.release()?;
-        let (req, notifier) = (&mut self.req, &*self.notifier);
-        Waiter::new(notifier, self.spin).wait_until(|step| -> Result<Option<()>, ConnError> {
+        let (req, notifier, idle) = (&mut self.req, &*self.notifier, &mut self.idle);
+        let mut woke = false;
+        let mut waiter = Waiter::new(notifier, self.spin);
+        waiter.deadline = self.idle_timeout.map(|t| Instant::now() + t);
+        waiter.wait_until(|step| -> Result<Option<()>, ConnError> {
             match step {
-                Step::Check => Ok(req.try_recv(buf)?.then_some(())),
+                Step::Check => {
+                    let got = req.try_recv(buf)?;
+                    if !got && std::mem::take(&mut woke) {
+                        idle.note();
+                    }
+                    Ok(got.then_some(()))
+                }
                 Step::Arm => {
                     req.prepare_wait()?;
                     Ok(None)
                 }
                 Step::Tick => {
                     check_stop(stop)?;
+                    woke = true;
                     Ok(None)
                 }
             }
@@ -162,16 +226,22 @@ impl Conn for RingConn {
 /// A connection over a TCP stream: framed messages, bulk data inline.
 pub struct TcpConn {
     sock: TcpStream,
+    idle_timeout: Option<Duration>,
 }
 
+/// Payload bytes read per step: a frame's buffer grows with what arrives,
+/// never to what a header merely claims.
+const READ_STEP: usize = 1 << 20;
+
 impl TcpConn {
-    /// Wraps an accepted stream.
-    pub fn new(sock: TcpStream) -> io::Result<Self> {
+    /// Wraps a stream that passed its opening. A frontend that sends
+    /// nothing for `idle_timeout` loses its session.
+    pub fn new(sock: TcpStream, idle_timeout: Option<Duration>) -> io::Result<Self> {
         sock.set_nodelay(true)?;
         // A frontend that stops in the middle of a frame loses its session.
         sock.set_read_timeout(Some(Duration::from_secs(30)))?;
         sock.set_write_timeout(Some(Duration::from_secs(30)))?;
-        Ok(TcpConn { sock })
+        Ok(TcpConn { sock, idle_timeout })
     }
 }
 
@@ -185,29 +255,44 @@ fn readable(sock: &TcpStream, timeout: Duration) -> io::Result<bool> {
     }
 }
 
+/// Reads one frame from `sock` into `buf`: the header, then the payload in
+/// steps of [`READ_STEP`] as it arrives.
+fn read_frame_into(sock: &mut impl Read, buf: &mut Vec<u8>) -> Result<(), ConnError> {
+    buf.clear();
+    buf.resize(HEADER_LEN, 0);
+    let mut got = 0;
+    while got < HEADER_LEN {
+        match sock.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Err(ConnError::PeerGone),
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Err(ConnError::PeerGone),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let h = Header::parse(buf)?;
+    let mut left = h.payload_len.get() as usize;
+    while left > 0 {
+        let step = left.min(READ_STEP);
+        let at = buf.len();
+        buf.resize(at + step, 0);
+        sock.read_exact(&mut buf[at..])?;
+        left -= step;
+    }
+    Ok(())
+}
+
 impl Conn for TcpConn {
     fn recv(&mut self, buf: &mut Vec<u8>, stop: &AtomicBool) -> Result<(), ConnError> {
+        let since = Instant::now();
         while !readable(&self.sock, Duration::from_millis(200))? {
             check_stop(stop)?;
-        }
-        buf.clear();
-        buf.resize(HEADER_LEN, 0);
-        let mut got = 0;
-        while got < HEADER_LEN {
-            match self.sock.read(&mut buf[got..]) {
-                Ok(0) if got == 0 => return Err(ConnError::PeerGone),
-                Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
-                Ok(n) => got += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Err(ConnError::PeerGone),
-                Err(e) => return Err(e.into()),
+            if self.idle_timeout.is_some_and(|t| since.elapsed() >= t) {
+                return Err(ConnError::Idle);
             }
         }
-        let h = Header::parse(buf)?;
-        let len = h.payload_len.get() as usize;
-        buf.resize(HEADER_LEN + len, 0);
-        self.sock.read_exact(&mut buf[HEADER_LEN..])?;
-        Ok(())
+        read_frame_into(&mut self.sock, buf)
     }
 
     fn release(&mut self) -> Result<(), ConnError> {
@@ -225,5 +310,59 @@ impl Conn for TcpConn {
 
     fn area(&self) -> Option<&DataArea> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A header that claims a large payload makes the buffer grow only
+    /// with the bytes that actually arrive.
+    #[test]
+    fn payload_is_read_before_it_is_allocated() {
+        use zerocopy::IntoBytes;
+        let h = Header::request(pvgpu_ring::proto::Opcode::Nop, 1, 0, pvgpu_ring::proto::MAX_PAYLOAD);
+        let mut wire = h.as_bytes().to_vec();
+        wire.extend_from_slice(&[0u8; 100]);
+        let mut buf = Vec::new();
+        assert!(read_frame_into(&mut &wire[..], &mut buf).is_err());
+        assert!(buf.capacity() <= HEADER_LEN + 2 * READ_STEP, "{} bytes allocated for 100 received", buf.capacity());
+        const { assert!(pvgpu_ring::proto::MAX_PAYLOAD > 4 * READ_STEP) };
+    }
+    use pvgpu_ring::local::{client_handshake, server_handshake};
+    use std::os::unix::net::UnixStream;
+    use std::sync::Arc;
+
+    /// A frontend ringing the doorbell without posting requests costs the
+    /// backend a bounded number of wake-ups.
+    #[test]
+    fn doorbell_flood_is_throttled() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 4096 };
+        let t = std::thread::spawn(move || server_handshake(b, 1 << 20, false).unwrap());
+        let client = client_handshake(a, &g).unwrap();
+        let side = t.join().unwrap();
+        let mut conn = RingConn::new(side.region, &side.geometry, Box::new(side.notifier), Duration::from_micros(10)).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flooding = Arc::new(AtomicBool::new(true));
+        let f = flooding.clone();
+        let flood = std::thread::spawn(move || {
+            while f.load(Ordering::Relaxed) {
+                let _ = client.notifier.notify();
+            }
+        });
+        let s = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(2));
+            s.store(true, Ordering::SeqCst);
+        });
+        let mut buf = Vec::new();
+        assert!(matches!(conn.recv(&mut buf, &stop), Err(ConnError::Shutdown)));
+        flooding.store(false, Ordering::Relaxed);
+        flood.join().unwrap();
+        // 2 s: a thousand free wake-ups a second, then one per millisecond.
+        assert!(conn.idle_wakes() < 5000, "{} idle wake-ups in 2 s", conn.idle_wakes());
+        assert!(conn.idle_wakes() > 100, "the flood reached the session");
     }
 }

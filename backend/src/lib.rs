@@ -6,8 +6,12 @@
 //!
 //! - [`config`]: what an operator sets (listeners, isolation, executor,
 //!   session limits);
-//! - [`supervisor`]: the listeners, one session per connection in a worker
-//!   process (default) or a thread, session counts, clean shutdown;
+//! - [`supervisor`]: the listeners, one session per connection, clean
+//!   shutdown;
+//! - [`admission`]: what a peer must do before it gets a worker (hello,
+//!   key check) and how many sessions it may hold;
+//! - [`spawn`]: sessions in worker processes (default) or threads, and the
+//!   supervisor's hold on their lifetime;
 //! - [`session_loop`]: one session's serving loop over its connection;
 //! - [`worker_process`]: the worker process that runs one session;
 //! - [`session`]: per-session handle tables, device-range checks, quota,
@@ -24,6 +28,7 @@
 //! the session's own tables, and a broken peer loses its session and nothing
 //! else.
 
+pub mod admission;
 pub mod config;
 pub mod conn;
 pub mod exec;
@@ -32,6 +37,7 @@ pub mod image_cache;
 pub mod log_limit;
 pub mod session;
 pub mod session_loop;
+pub mod spawn;
 pub mod supervisor;
 pub mod worker_process;
 pub mod xen;

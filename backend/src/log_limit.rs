@@ -1,6 +1,17 @@
 //! Rate limiting of log lines a guest or a network peer can trigger.
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// The backend's one limiter for lines that peers trigger by connecting
+/// (refusals, failed openings, sessions ended by a broken peer): shared by
+/// every listener and session of the process, so connection churn cannot
+/// flood the log however many connections it opens.
+pub fn peer_triggered() -> bool {
+    static LIMITER: Mutex<Option<LogLimiter>> = Mutex::new(None);
+    let mut l = LIMITER.lock().unwrap_or_else(|p| p.into_inner());
+    l.get_or_insert_with(LogLimiter::default).allow(0)
+}
 
 /// At most [`LogLimiter::PER_WINDOW`] lines per [`LogLimiter::WINDOW`]; the
 /// rest are counted and reported once when the next window opens.

@@ -5,11 +5,12 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use pvgpu_backend::Backend;
 use pvgpu_backend::config::{
-    Config, ExecutorConfig, ExecutorKind, Isolation, Listen, SessionConfig, SessionLimits, WorkerCommand, parse_bytes,
+    AdmissionConfig, Config, ExecutorConfig, ExecutorKind, Isolation, Listen, SessionConfig, SessionLimits, WorkerCommand, parse_bytes,
 };
 use pvgpu_backend::exec::cuda::CudaExecutor;
 use pvgpu_backend::exec::host::HostExecutor;
 use pvgpu_backend::worker_process;
+use pvgpu_ring::tcp_auth::TcpKey;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -26,11 +27,81 @@ struct Cli {
     /// ends only the faulting session) or a thread each.
     #[arg(long, value_enum, default_value = "process")]
     isolation: Isolation,
-    /// Most sessions served at once.
-    #[arg(long, default_value = "64")]
-    max_sessions: usize,
+    #[command(flatten)]
+    admission: AdmissionArgs,
     #[command(flatten)]
     exec: ExecArgs,
+}
+
+/// Who may open sessions, and how many.
+#[derive(Args, Debug, Clone)]
+struct AdmissionArgs {
+    /// Most sessions served at once, over all transports.
+    #[arg(long, default_value = "64")]
+    max_sessions: usize,
+    /// Most sessions over the local transport.
+    #[arg(long, default_value = "64")]
+    max_local_sessions: usize,
+    /// Most sessions over TCP.
+    #[arg(long, default_value = "16")]
+    max_tcp_sessions: usize,
+    /// Most sessions of Xen guests.
+    #[arg(long, default_value = "64")]
+    max_xen_sessions: usize,
+    /// Most sessions of one peer: a local user, a TCP client address, a guest.
+    #[arg(long, default_value = "16")]
+    max_sessions_per_peer: usize,
+    /// Seconds a new connection has to open (send its hello, pass the key
+    /// check) before it is dropped.
+    #[arg(long, value_name = "SECS", default_value = "5")]
+    handshake_timeout: u64,
+    /// File holding the key TCP clients must prove they hold (their
+    /// PVGPU_TCP_KEY names a copy). Make one with:
+    /// head -c 32 /dev/urandom | base64 > FILE; chmod 600 FILE.
+    #[arg(long, value_name = "FILE")]
+    tcp_key: Option<std::path::PathBuf>,
+    /// Serve TCP without a key: every host that can reach the port is trusted.
+    #[arg(long)]
+    tcp_trusted_network: bool,
+    /// Local users (uid) who may connect; repeatable. Default: whoever can
+    /// open the socket (see --socket-mode).
+    #[arg(long = "allow-uid", value_name = "UID")]
+    allow_uids: Vec<u32>,
+    /// Permission bits of the local socket, in octal.
+    #[arg(long, value_name = "MODE", default_value = "660", value_parser = parse_mode)]
+    socket_mode: u32,
+    /// Seconds a session's worker may live on after its peer left (or its
+    /// guest went away) before it is killed; frees the GPU even when a
+    /// kernel never ends.
+    #[arg(long, value_name = "SECS", default_value = "10")]
+    end_grace: u64,
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s, 8).ok().filter(|m| *m <= 0o777).ok_or_else(|| format!("'{s}' is not an octal mode like 660"))
+}
+
+impl AdmissionArgs {
+    fn config(&self) -> Result<AdmissionConfig> {
+        let tcp_key = match &self.tcp_key {
+            Some(p) => Some(TcpKey::from_file(p)?),
+            None => None,
+        };
+        Ok(AdmissionConfig {
+            max_sessions: self.max_sessions,
+            max_local: self.max_local_sessions,
+            max_tcp: self.max_tcp_sessions,
+            max_xen: self.max_xen_sessions,
+            max_per_peer: self.max_sessions_per_peer,
+            handshake_timeout: Duration::from_secs(self.handshake_timeout.max(1)),
+            tcp_key,
+            tcp_trusted_network: self.tcp_trusted_network,
+            allow_uids: (!self.allow_uids.is_empty()).then(|| self.allow_uids.clone()),
+            socket_mode: self.socket_mode,
+            end_grace: Duration::from_secs(self.end_grace),
+            ..AdmissionConfig::default()
+        })
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -58,6 +129,17 @@ struct ExecArgs {
     /// Most bytes of images kept (least recently used go first).
     #[arg(long, value_parser = parse_bytes, default_value = "4G")]
     image_cache_max: u64,
+    /// Seconds a TCP session may send nothing before it is ended (0: never).
+    #[arg(long, value_name = "SECS", default_value = "3600")]
+    tcp_idle_timeout: u64,
+    /// Seconds a local or Xen session may send nothing before it is ended
+    /// (0: never).
+    #[arg(long, value_name = "SECS", default_value = "0")]
+    idle_timeout: u64,
+}
+
+fn secs(n: u64) -> Option<Duration> {
+    (n > 0).then(|| Duration::from_secs(n))
 }
 
 impl ExecArgs {
@@ -69,6 +151,8 @@ impl ExecArgs {
             same_address: false,
             image_cache: self.image_cache_dir(),
             image_cache_max: self.image_cache_max,
+            tcp_idle_timeout: secs(self.tcp_idle_timeout),
+            idle_timeout: secs(self.idle_timeout),
         }
     }
 
@@ -108,6 +192,10 @@ impl ExecArgs {
         a.push(self.image_cache_dir().map_or("off".into(), |d| d.display().to_string()));
         a.push("--image-cache-max".into());
         a.push(self.image_cache_max.to_string());
+        a.push("--tcp-idle-timeout".into());
+        a.push(self.tcp_idle_timeout.to_string());
+        a.push("--idle-timeout".into());
+        a.push(self.idle_timeout.to_string());
         a
     }
 }
@@ -129,6 +217,9 @@ enum Cmd {
         /// vgpu device of the guest (xen).
         #[arg(long)]
         devid: Option<u32>,
+        /// Where to report how the session ended (a pipe from the backend).
+        #[arg(long)]
+        report_fd: Option<i32>,
         #[command(flatten)]
         exec: ExecArgs,
     },
@@ -140,15 +231,17 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    if let Some(Cmd::Worker { conn, session, domid, devid, exec }) = &cli.command {
+    if let Some(Cmd::Worker { conn, session, domid, devid, report_fd, exec }) = &cli.command {
         let xen = domid.zip(*devid);
-        worker_process::run_worker(conn, xen, *session, &exec.executor(), &exec.session())?;
+        worker_process::run_worker(conn, xen, *session, *report_fd, &exec.executor(), &exec.session())?;
         return Ok(());
     }
     if cli.listen.is_empty() {
-        bail!("nothing to listen on: pass --listen local:/run/pvgpu/pvgpu.sock, --listen tcp:0.0.0.0:7300 and/or --listen xen");
+        bail!(
+            "nothing to listen on: pass --listen local:/run/pvgpu/pvgpu.sock, --listen tcp:HOST:7300 (with --tcp-key FILE) and/or --listen xen"
+        );
     }
-    let cfg = Config { listen: cli.listen.clone(), session: cli.exec.session(), max_sessions: cli.max_sessions };
+    let cfg = Config { listen: cli.listen.clone(), session: cli.exec.session(), admission: cli.admission.config()? };
     let backend = match (cli.isolation, cli.exec.executor) {
         (Isolation::Process, _) => {
             worker_process::probe(&cli.exec.executor())?;

@@ -15,7 +15,6 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 
 /// A connection accepted by a listener.
 pub enum Accepted {
@@ -56,59 +55,128 @@ impl Accepted {
     }
 }
 
-/// Serves one accepted connection with `exec` until the session ends.
-pub fn run_connection<E: Executor>(exec: Arc<E>, acc: Accepted, cfg: &SessionConfig, id: u64, stop: &AtomicBool) -> Ended {
+/// A connection set up and ready to serve.
+pub struct Opened {
+    conn: Box<dyn Conn>,
+    xen_hold: Option<crate::xen::XenSession>,
+    owner: Owner,
+    kind: &'static str,
+}
+
+/// Sets up the connection an accepted peer brings: the local handshake
+/// (the frontend's memory mapped), the TCP socket, or the Xen grants. Runs
+/// before the executor starts, so a peer that cannot open a connection
+/// never costs a GPU context.
+pub fn open_connection(acc: Accepted, cfg: &SessionConfig, id: u64) -> Result<Opened, Ended> {
     let kind = acc.kind();
     let owner = acc.owner();
     let mut xen_hold = None;
-    let mut conn: Box<dyn Conn> = match acc {
+    let conn: Box<dyn Conn> = match acc {
         Accepted::Unix(s) => {
             let side = match local::server_handshake(s, cfg.max_data_area, cfg.same_address) {
                 Ok(side) => side,
-                Err(e) => return Ended::Broken(format!("handshake failed: {}", Chain(&e))),
+                Err(e) => return Err(Ended::Broken(format!("handshake failed: {}", Chain(&e)))),
             };
             tracing::debug!(session = id, same_address = side.same_address, "shared memory mapped");
             match RingConn::new(side.region, &side.geometry, Box::new(side.notifier), cfg.spin) {
-                Ok(c) => Box::new(c),
-                Err(e) => return Ended::Broken(format!("ring setup failed: {}", Chain(&e))),
+                Ok(c) => Box::new(c.with_idle_timeout(cfg.idle_timeout)),
+                Err(e) => return Err(Ended::Broken(format!("ring setup failed: {}", Chain(&e)))),
             }
         }
-        Accepted::Tcp(s) => match TcpConn::new(s) {
+        Accepted::Tcp(s) => match TcpConn::new(s, cfg.tcp_idle_timeout) {
             Ok(c) => Box::new(c),
-            Err(e) => return Ended::Broken(format!("socket setup failed: {}", Chain(&e))),
+            Err(e) => return Err(Ended::Broken(format!("socket setup failed: {}", Chain(&e)))),
         },
         Accepted::Xen { domid, devid } => match crate::xen::open_session(domid, devid, cfg) {
             Ok((c, hold)) => {
                 xen_hold = Some(hold);
-                Box::new(c)
+                Box::new(c.with_idle_timeout(cfg.idle_timeout))
             }
-            Err(e) => return Ended::Broken(format!("Xen handshake with domain {domid} device {devid} failed: {}", Chain(&e))),
+            Err(e) => return Err(Ended::Broken(format!("Xen handshake with domain {domid} device {devid} failed: {}", Chain(&e)))),
         },
     };
+    Ok(Opened { conn, xen_hold, owner, kind })
+}
+
+/// Serves an opened connection with `exec` until the session ends.
+pub fn serve_opened<E: Executor>(exec: Arc<E>, opened: Opened, cfg: &SessionConfig, id: u64, stop: &AtomicBool) -> Ended {
+    let Opened { mut conn, xen_hold, owner, kind } = opened;
     tracing::info!(session = id, transport = kind, executor = exec.kind(), "session started");
-    let t = Instant::now();
     let ended = serve(exec, &mut *conn, id, owner, cfg, stop);
     // The ring and its mappings go first, then the device's XenStore side.
     drop(conn);
     drop(xen_hold);
-    match &ended {
-        Ended::Broken(why) => tracing::warn!(session = id, reason = %why, "session ended: frontend broke the protocol"),
-        other => tracing::info!(session = id, how = ?other, secs = t.elapsed().as_secs_f64(), "session ended"),
-    }
     ended
 }
 
+/// Serves one accepted connection with `exec` until the session ends.
+pub fn run_connection<E: Executor>(exec: Arc<E>, acc: Accepted, cfg: &SessionConfig, id: u64, stop: &AtomicBool) -> Ended {
+    match open_connection(acc, cfg, id) {
+        Ok(opened) => serve_opened(exec, opened, cfg, id, stop),
+        Err(ended) => ended,
+    }
+}
+
+/// Logs how a session ended; a peer that broke the protocol is reported
+/// within the backend's limit for peer-triggered lines.
+pub fn log_end(id: u64, ended: &Ended, secs: f64) {
+    match ended {
+        Ended::Broken(why) => {
+            if crate::log_limit::peer_triggered() {
+                tracing::warn!(session = id, reason = %why, "session ended: frontend broke the protocol");
+            }
+        }
+        Ended::Killed(why) => tracing::warn!(session = id, reason = %why, secs, "session ended: worker killed"),
+        other => tracing::info!(session = id, how = %other, secs, "session ended"),
+    }
+}
+
 /// How a session ended.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ended {
     /// The frontend said goodbye.
     Goodbye,
     /// The frontend went away without saying goodbye.
     PeerGone,
+    /// The frontend sent nothing for the idle timeout.
+    Idle,
     /// The backend is shutting down.
     Shutdown,
     /// The frontend broke the protocol; the reason is logged.
     Broken(String),
+    /// The supervisor killed the session's worker (why).
+    Killed(String),
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ended::Goodbye => f.write_str("goodbye"),
+            Ended::PeerGone => f.write_str("peer gone"),
+            Ended::Idle => f.write_str("idle timeout"),
+            Ended::Shutdown => f.write_str("shutdown"),
+            Ended::Broken(why) => write!(f, "broken: {why}"),
+            Ended::Killed(why) => write!(f, "killed: {why}"),
+        }
+    }
+}
+
+impl Ended {
+    /// Parses what [`Display`](std::fmt::Display) wrote (a worker's report
+    /// to the supervisor).
+    pub fn parse(s: &str) -> Ended {
+        match s {
+            "goodbye" => Ended::Goodbye,
+            "peer gone" => Ended::PeerGone,
+            "idle timeout" => Ended::Idle,
+            "shutdown" => Ended::Shutdown,
+            _ => match s.split_once(": ") {
+                Some(("killed", why)) => Ended::Killed(why.into()),
+                Some(("broken", why)) => Ended::Broken(why.into()),
+                _ => Ended::Broken(s.into()),
+            },
+        }
+    }
 }
 
 /// Serves one session until it ends. Everything the session made is freed
@@ -135,6 +203,7 @@ pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, owner: Own
             Ok(()) => {}
             Err(ConnError::PeerGone) => return Ended::PeerGone,
             Err(ConnError::Shutdown) => return Ended::Shutdown,
+            Err(ConnError::Idle) => return Ended::Idle,
             Err(e) => return Ended::Broken(Chain(&e).to_string()),
         }
         let h = match Header::parse(&buf) {

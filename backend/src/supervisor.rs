@@ -10,21 +10,24 @@
 //! sessions; it also makes clean-up unconditional (the worker's exit frees
 //! its GPU memory).
 
-use crate::config::{Config, Listen, SessionConfig, WorkerCommand};
+use crate::admission::{self, Pools, Slots};
+use crate::config::{AdmissionConfig, Config, Listen, SessionConfig, WorkerCommand};
 use crate::exec::Executor;
-use crate::log_limit::LogLimiter;
-use crate::session_loop::{Accepted, run_connection};
+use crate::log_limit;
+use crate::session_loop::Accepted;
+use crate::spawn::{OnEnd, ProcessSpawner, Spawner, Start, ThreadSpawner};
 use pvgpu_ring::local::{self, Refusal};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::process::{Child, Command};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+pub use crate::spawn::WORKER_FD;
 
 /// Why the backend could not start.
 #[derive(Debug, thiserror::Error)]
@@ -41,173 +44,34 @@ pub enum BackendError {
     /// A Unix socket path is already served by a running backend.
     #[error("{0} is in use by a running backend; stop it or choose another path")]
     InUse(PathBuf),
+    /// TCP without a key, and the network not declared trusted.
+    #[error(
+        "Refusing to serve TCP without a key: pass --tcp-key FILE (clients set PVGPU_TCP_KEY to a copy), or --tcp-trusted-network if every host that can reach the port is trusted"
+    )]
+    TcpWithoutKey,
     /// XenStore is not reachable.
     #[error("Cannot serve Xen guests (run the backend in the domain that owns the GPU, with xenstored running)")]
     Xen(#[from] pvgpu_xen::XenError),
 }
 
 /// Counters for operators and tests.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Stats {
-    live: AtomicUsize,
+    sessions: Arc<Slots>,
     total: AtomicU64,
 }
 
 impl Stats {
     /// Sessions being served now.
     pub fn live(&self) -> usize {
-        self.live.load(Ordering::SeqCst)
+        self.sessions.held()
     }
     /// Sessions started since the backend started.
     pub fn total(&self) -> u64 {
         self.total.load(Ordering::SeqCst)
     }
-}
-
-/// Runs when a session has ended (its thread returned or its worker exited).
-type OnEnd = Box<dyn FnOnce() + Send>;
-
-/// How a session gets run once its connection is accepted.
-trait Spawner: Send + Sync {
-    fn spawn(&self, acc: Accepted, id: u64, stats: Arc<Stats>, stop: Arc<AtomicBool>, on_end: Option<OnEnd>) -> io::Result<()>;
-    /// Name of the executor sessions run on.
-    fn executor(&self) -> &str;
-    /// Collects sessions that ended on their own.
-    fn reap(&self, _stats: &Stats) {}
-    fn shutdown(&self) {}
-}
-
-struct ThreadSpawner<E: Executor> {
-    exec: Arc<E>,
-    cfg: SessionConfig,
-    threads: Mutex<Vec<JoinHandle<()>>>,
-}
-
-impl<E: Executor> Spawner for ThreadSpawner<E> {
-    fn spawn(&self, acc: Accepted, id: u64, stats: Arc<Stats>, stop: Arc<AtomicBool>, on_end: Option<OnEnd>) -> io::Result<()> {
-        let (exec, cfg) = (self.exec.clone(), self.cfg.clone());
-        let h = std::thread::Builder::new().name(format!("pvgpu-session-{id}")).spawn(move || {
-            run_connection(exec, acc, &cfg, id, &stop);
-            stats.live.fetch_sub(1, Ordering::SeqCst);
-            if let Some(f) = on_end {
-                f();
-            }
-        })?;
-        let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
-        threads.retain(|t| !t.is_finished());
-        threads.push(h);
-        Ok(())
-    }
-
-    fn executor(&self) -> &str {
-        self.exec.kind()
-    }
-
-    fn shutdown(&self) {
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
-        for t in threads {
-            let _ = t.join();
-        }
-    }
-}
-
-struct ProcessSpawner {
-    cmd: WorkerCommand,
-    children: Mutex<Vec<(u64, Child, Option<OnEnd>)>>,
-}
-
-/// File descriptor a worker finds its connection on.
-pub const WORKER_FD: i32 = 3;
-
-impl ProcessSpawner {
-    fn reap_children(&self, stats: &Stats) {
-        let mut ended = Vec::new();
-        let mut children = self.children.lock().unwrap_or_else(|p| p.into_inner());
-        children.retain_mut(|(id, c, on_end)| match c.try_wait() {
-            Ok(Some(status)) => {
-                if !status.success() {
-                    tracing::warn!(session = *id, %status, "session worker exited abnormally");
-                }
-                stats.live.fetch_sub(1, Ordering::SeqCst);
-                ended.extend(on_end.take());
-                false
-            }
-            _ => true,
-        });
-        drop(children);
-        for f in ended {
-            f();
-        }
-    }
-}
-
-impl Spawner for ProcessSpawner {
-    fn reap(&self, stats: &Stats) {
-        self.reap_children(stats);
-    }
-
-    fn spawn(&self, acc: Accepted, id: u64, _stats: Arc<Stats>, _stop: Arc<AtomicBool>, on_end: Option<OnEnd>) -> io::Result<()> {
-        use std::os::unix::process::CommandExt;
-        let kind = acc.kind();
-        let mut cmd = Command::new(&self.cmd.exe);
-        cmd.arg("worker").arg("--conn").arg(kind).arg("--session").arg(id.to_string()).args(&self.cmd.args);
-        let fd: Option<OwnedFd> = match acc {
-            Accepted::Unix(s) => Some(s.into()),
-            Accepted::Tcp(s) => Some(s.into()),
-            Accepted::Xen { domid, devid } => {
-                cmd.arg("--domid").arg(domid.to_string()).arg("--devid").arg(devid.to_string());
-                None
-            }
-        };
-        let raw = fd.as_ref().map(|f| f.as_raw_fd());
-        // SAFETY: the closure runs in the child between fork and exec and
-        // calls only async-signal-safe functions (dup2, fcntl, prctl).
-        unsafe {
-            cmd.pre_exec(move || {
-                let Some(raw) = raw else {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                    return Ok(());
-                };
-                if raw == WORKER_FD {
-                    if libc::fcntl(raw, libc::F_SETFD, 0) < 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                } else if libc::dup2(raw, WORKER_FD) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // The worker ends if the backend dies.
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                Ok(())
-            });
-        }
-        let child = cmd.spawn()?;
-        drop(fd);
-        tracing::debug!(session = id, pid = child.id(), "session worker started");
-        self.children.lock().unwrap_or_else(|p| p.into_inner()).push((id, child, on_end));
-        Ok(())
-    }
-
-    fn executor(&self) -> &str {
-        &self.cmd.executor
-    }
-
-    fn shutdown(&self) {
-        let mut children = std::mem::take(&mut *self.children.lock().unwrap_or_else(|p| p.into_inner()));
-        for (_, c, _) in &children {
-            // SAFETY: sending a signal to our own child by pid.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline && children.iter_mut().any(|(_, c, _)| matches!(c.try_wait(), Ok(None))) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        for (id, c, _) in &mut children {
-            if matches!(c.try_wait(), Ok(None)) {
-                tracing::warn!(session = *id, "session worker did not stop; killing it");
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
+    fn next_id(&self) -> u64 {
+        self.total.fetch_add(1, Ordering::SeqCst) + 1
     }
 }
 
@@ -228,23 +92,31 @@ enum Listener {
     Xen(pvgpu_xen::XenStore),
 }
 
-fn bind(l: &Listen) -> Result<(Listener, Option<SocketAddr>), BackendError> {
+fn bind(l: &Listen, adm: &AdmissionConfig) -> Result<(Listener, Option<SocketAddr>), BackendError> {
     match l {
         Listen::Local(path) => {
+            let err = |source| BackendError::Listen { what: path.display().to_string(), source };
             if path.exists() {
                 if UnixStream::connect(path).is_ok() {
                     return Err(BackendError::InUse(path.clone()));
                 }
                 let _ = std::fs::remove_file(path);
             }
-            let ul = UnixListener::bind(path).map_err(|source| BackendError::Listen { what: path.display().to_string(), source })?;
-            ul.set_nonblocking(true).map_err(|source| BackendError::Listen { what: path.display().to_string(), source })?;
+            let ul = UnixListener::bind(path).map_err(err)?;
+            // The mode decides who may connect, whatever the umask.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(adm.socket_mode)).map_err(err)?;
+            ul.set_nonblocking(true).map_err(err)?;
             Ok((Listener::Unix(ul), None))
         }
         Listen::Tcp(a) => {
-            let tl = TcpListener::bind(a).map_err(|source| BackendError::Listen { what: a.clone(), source })?;
-            tl.set_nonblocking(true).map_err(|source| BackendError::Listen { what: a.clone(), source })?;
-            let addr = tl.local_addr().map_err(|source| BackendError::Listen { what: a.clone(), source })?;
+            if adm.tcp_key.is_none() && !adm.tcp_trusted_network {
+                return Err(BackendError::TcpWithoutKey);
+            }
+            let err = |source| BackendError::Listen { what: a.clone(), source };
+            let tl = TcpListener::bind(a).map_err(err)?;
+            tl.set_nonblocking(true).map_err(err)?;
+            let addr = tl.local_addr().map_err(err)?;
             Ok((Listener::Tcp(tl), Some(addr)))
         }
         Listen::Xen => Ok((Listener::Xen(pvgpu_xen::XenStore::open()?), None)),
@@ -257,29 +129,48 @@ fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, ms: u16) -> bool {
     matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
 }
 
+/// What every listener thread shares.
+struct Shared {
+    stop: Arc<AtomicBool>,
+    stats: Arc<Stats>,
+    pools: Pools,
+    spawner: Arc<dyn Spawner>,
+    admission: AdmissionConfig,
+    session: SessionConfig,
+}
+
 impl Backend {
     /// Starts a backend serving each session on a thread of this process.
     pub fn start_threads<E: Executor>(exec: Arc<E>, cfg: Config) -> Result<Backend, BackendError> {
-        let spawner = Arc::new(ThreadSpawner { exec, cfg: cfg.session.clone(), threads: Mutex::new(Vec::new()) });
+        let spawner = Arc::new(ThreadSpawner::new(exec, cfg.session.clone(), cfg.admission.end_grace));
         Self::start(cfg, spawner)
     }
 
     /// Starts a backend serving each session in a worker process.
     pub fn start_processes(cfg: Config, worker: WorkerCommand) -> Result<Backend, BackendError> {
-        let spawner = Arc::new(ProcessSpawner { cmd: worker, children: Mutex::new(Vec::new()) });
+        let spawner = Arc::new(ProcessSpawner::new(worker, cfg.admission.end_grace));
         Self::start(cfg, spawner)
     }
 
     fn start(cfg: Config, spawner: Arc<dyn Spawner>) -> Result<Backend, BackendError> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stats = Arc::new(Stats::default());
+        let pools = Pools::new(&cfg.admission);
+        let stats = Arc::new(Stats { sessions: pools.sessions.clone(), total: AtomicU64::new(0) });
+        let shared = Arc::new(Shared {
+            stop: Arc::new(AtomicBool::new(false)),
+            stats: stats.clone(),
+            pools,
+            spawner: spawner.clone(),
+            admission: cfg.admission.clone(),
+            session: cfg.session.clone(),
+        });
         let mut bound = Vec::new();
         let mut tcp_addrs = Vec::new();
         let mut local_paths = Vec::new();
         for l in &cfg.listen {
-            let (listener, addr) = bind(l)?;
+            let (listener, addr) = bind(l, &cfg.admission)?;
             if let Some(a) = addr {
-                tracing::info!(address = %a, "listening (tcp)");
+                let auth = if cfg.admission.tcp_key.is_some() { "key required" } else { "trusted network, no key" };
+                tracing::info!(address = %a, auth, "listening (tcp)");
                 tcp_addrs.push(a);
             }
             if let Listen::Local(p) = l {
@@ -290,20 +181,17 @@ impl Backend {
         }
         let mut listeners = Vec::new();
         for listener in bound {
-            let (stop, stats, spawner) = (stop.clone(), stats.clone(), spawner.clone());
-            let max = cfg.max_sessions;
-            let max_data = cfg.session.max_data_area;
-            let session = cfg.session.clone();
+            let shared = shared.clone();
             let h = std::thread::Builder::new()
                 .name("pvgpu-listener".into())
                 .spawn(move || match listener {
-                    Listener::Xen(xs) => xen_loop(xs, &session, max, stop, &stats, &*spawner),
-                    other => accept_loop(other, max, max_data, stop, &stats, &*spawner),
+                    Listener::Xen(xs) => xen_loop(xs, &shared),
+                    other => accept_loop(other, &shared),
                 })
                 .map_err(|source| BackendError::Listen { what: "listener thread".into(), source })?;
             listeners.push(h);
         }
-        Ok(Backend { stop, stats, listeners, spawner, tcp_addrs, local_paths })
+        Ok(Backend { stop: shared.stop.clone(), stats, listeners, spawner, tcp_addrs, local_paths })
     }
 
     /// Bound TCP addresses (useful with port 0).
@@ -344,15 +232,17 @@ impl Drop for Backend {
     }
 }
 
-fn accept_loop(listener: Listener, max: usize, max_data: u64, stop: Arc<AtomicBool>, stats: &Arc<Stats>, spawner: &dyn Spawner) {
-    let mut refused_log = LogLimiter::default();
-    while !stop.load(Ordering::SeqCst) {
+/// Accepts connections and hands each to an admission thread: it has the
+/// handshake timeout to open (hello, key check) while holding a pending
+/// slot, and gets a worker only once it has, and a session slot is free.
+fn accept_loop(listener: Listener, sh: &Arc<Shared>) {
+    while !sh.stop.load(Ordering::SeqCst) {
         let ready = match &listener {
             Listener::Unix(l) => wait_readable(l.as_fd(), 100),
             Listener::Tcp(l) => wait_readable(l.as_fd(), 100),
             Listener::Xen(_) => return,
         };
-        spawner.reap(stats);
+        sh.spawner.tend();
         if !ready {
             continue;
         }
@@ -365,7 +255,9 @@ fn accept_loop(listener: Listener, max: usize, max_data: u64, stop: Arc<AtomicBo
             Ok(a) => a,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
+                if log_limit::peer_triggered() {
+                    tracing::warn!(error = %e, "accept failed");
+                }
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
@@ -378,35 +270,47 @@ fn accept_loop(listener: Listener, max: usize, max_data: u64, stop: Arc<AtomicBo
         if sock_blocking.is_err() {
             continue;
         }
-        if stats.live() >= max {
-            if refused_log.allow(0) {
-                tracing::warn!(max, "session limit reached; refusing a connection");
+        let (peer, kind) = (acc.owner().0, acc.kind());
+        let pending = match sh.pools.pending.acquire(kind, &peer) {
+            Ok(p) => p,
+            Err(full) => {
+                if let Accepted::Unix(s) = &acc {
+                    local::refuse(s, Refusal::Busy, sh.session.max_data_area);
+                }
+                admission::log_refusal(&peer, kind, &admission::Refused::Full(full));
+                continue;
             }
-            if let Accepted::Unix(s) = &acc {
-                local::refuse(s, Refusal::Busy, max_data);
+        };
+        let sh2 = sh.clone();
+        let r = std::thread::Builder::new().name("pvgpu-admit".into()).spawn(move || {
+            admit(acc, &sh2);
+            drop(pending);
+        });
+        if let Err(e) = r {
+            tracing::error!(error = %e, "cannot start an admission thread");
+        }
+    }
+}
+
+/// One connection's opening, then its session.
+fn admit(acc: Accepted, sh: &Shared) {
+    let (peer, kind) = (acc.owner().0, acc.kind());
+    match admission::open(acc, &sh.admission, &sh.pools.sessions, sh.session.max_data_area) {
+        Ok((acc, slot)) => {
+            let id = sh.stats.next_id();
+            if let Err(e) = sh.spawner.spawn(Start { acc, id, slot, on_end: None }, sh.stop.clone()) {
+                tracing::error!(session = id, error = %e, "cannot start a session");
             }
-            continue;
         }
-        let id = stats.total.fetch_add(1, Ordering::SeqCst) + 1;
-        stats.live.fetch_add(1, Ordering::SeqCst);
-        if let Err(e) = spawner.spawn(acc, id, stats.clone(), stop.clone(), None) {
-            tracing::error!(session = id, error = %e, "cannot start a session");
-            stats.live.fetch_sub(1, Ordering::SeqCst);
-        }
+        Err(why) => admission::log_refusal(&peer, kind, &why),
     }
 }
 
 /// Serves Xen guests: rescans the vgpu devices whenever XenStore changes
 /// under the backend's directory (and every second, to notice sessions that
-/// ended), and starts a session for each frontend that is ready.
-fn xen_loop(
-    mut xs: pvgpu_xen::XenStore,
-    cfg: &SessionConfig,
-    max: usize,
-    stop: Arc<AtomicBool>,
-    stats: &Arc<Stats>,
-    spawner: &dyn Spawner,
-) {
+/// ended), starts a session for each frontend that is ready, and ends the
+/// sessions of guests that went away or closed their device.
+fn xen_loop(mut xs: pvgpu_xen::XenStore, sh: &Shared) {
     let me = match xs.domid() {
         Ok(d) => d,
         Err(e) => {
@@ -421,45 +325,47 @@ fn xen_loop(
     }
     tracing::info!(path = %root, "serving Xen guests' vgpu devices");
     let active: crate::xen::Active = Default::default();
-    let mut log = LogLimiter::default();
     let mut last_scan = Instant::now() - Duration::from_secs(10);
-    while !stop.load(Ordering::SeqCst) {
-        spawner.reap(stats);
+    while !sh.stop.load(Ordering::SeqCst) {
+        sh.spawner.tend();
         let event = matches!(xs.read_watch(Some(Duration::from_millis(200))), Ok(Some(_)));
         if !event && last_scan.elapsed() < Duration::from_secs(1) {
             continue;
         }
         last_scan = Instant::now();
-        let mut start = |domid: u16, devid: u32| -> bool {
-            if stats.live() >= max {
-                if log.allow(0) {
-                    tracing::warn!(max, domid, devid, "session limit reached; refusing a Xen frontend");
+        for id in crate::xen::departed(&mut xs, &active) {
+            sh.spawner.end(id);
+        }
+        let mut start = |domid: u16, devid: u32| -> Option<u64> {
+            let acc = Accepted::Xen { domid, devid };
+            let peer = acc.owner().0;
+            let slot = match sh.pools.sessions.acquire("xen", &peer) {
+                Ok(s) => s,
+                Err(full) => {
+                    admission::log_refusal(&peer, "xen", &admission::Refused::Full(full));
+                    return None;
                 }
-                return false;
-            }
-            let id = stats.total.fetch_add(1, Ordering::SeqCst) + 1;
-            stats.live.fetch_add(1, Ordering::SeqCst);
+            };
+            let id = sh.stats.next_id();
             let set = active.clone();
             let on_end: OnEnd = Box::new(move || {
                 set.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
             });
-            match spawner.spawn(Accepted::Xen { domid, devid }, id, stats.clone(), stop.clone(), Some(on_end)) {
-                Ok(()) => true,
+            match sh.spawner.spawn(Start { acc, id, slot, on_end: Some(on_end) }, sh.stop.clone()) {
+                Ok(()) => Some(id),
                 Err(e) => {
                     tracing::error!(session = id, error = %e, "cannot start a session");
-                    stats.live.fetch_sub(1, Ordering::SeqCst);
-                    false
+                    None
                 }
             }
         };
-        let mut skip_log = LogLimiter::default();
         let mut skipped = |device: &str, e: pvgpu_xen::XenError| {
-            if skip_log.allow(0) {
+            if log_limit::peer_triggered() {
                 tracing::warn!(device, error = %e, "skipping a vgpu device this pass");
             }
         };
-        if let Err(e) = crate::xen::scan(&mut xs, cfg, spawner.executor(), &active, &mut start, &mut skipped) {
-            if log.allow(0) {
+        if let Err(e) = crate::xen::scan(&mut xs, &sh.session, sh.spawner.executor(), &active, &mut start, &mut skipped) {
+            if log_limit::peer_triggered() {
                 tracing::warn!(error = %e, "scanning vgpu devices failed");
             }
         }

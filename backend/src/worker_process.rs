@@ -6,8 +6,9 @@
 use crate::config::{ExecutorConfig, ExecutorKind, SessionConfig};
 use crate::exec::cuda::{CudaExecutor, CudaInitError};
 use crate::exec::host::HostExecutor;
-use crate::session_loop::{Accepted, run_connection};
-use crate::supervisor::WORKER_FD;
+use crate::session_loop::{Accepted, Ended, open_connection, serve_opened};
+use crate::spawn::WORKER_FD;
+use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -40,11 +41,15 @@ pub fn probe(cfg: &ExecutorConfig) -> Result<(), WorkerError> {
 }
 
 /// Serves one session: a connection handed over on fd 3 (`local`, `tcp`),
-/// or guest `xen`'s vgpu device.
+/// or guest `xen`'s vgpu device. The connection is set up before the
+/// executor starts, so a peer that cannot open one never costs a GPU
+/// context. How the session ended goes to `report_fd`, for the supervisor
+/// to log.
 pub fn run_worker(
     conn: &str,
     xen: Option<(u16, u32)>,
     session: u64,
+    report_fd: Option<i32>,
     exec: &ExecutorConfig,
     cfg: &SessionConfig,
 ) -> Result<(), WorkerError> {
@@ -52,11 +57,15 @@ pub fn run_worker(
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(WorkerError::Signals)?;
     }
+    // SAFETY: the supervisor placed the write end of this session's report
+    // pipe on `report_fd` before exec (spawn::ProcessSpawner), and nothing
+    // else in this process owns it.
+    let report = report_fd.map(|fd| std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }));
     let acc = match (conn, xen) {
         ("xen", Some((domid, devid))) => Accepted::Xen { domid, devid },
         ("local" | "tcp", None) => {
             // SAFETY: the backend placed this session's socket on WORKER_FD
-            // before exec (server::ProcessSpawner) and nothing else in this
+            // before exec (spawn::ProcessSpawner) and nothing else in this
             // process owns it.
             let fd = unsafe { OwnedFd::from_raw_fd(WORKER_FD) };
             if conn == "local" { Accepted::Unix(fd.into()) } else { Accepted::Tcp(fd.into()) }
@@ -66,21 +75,31 @@ pub fn run_worker(
     // This process serves one session: its frontend may know where its
     // shared memory lies here.
     let cfg = &SessionConfig { same_address: true, ..cfg.clone() };
-    match exec.kind {
-        ExecutorKind::Cuda => {
-            // What kernels print reaches this process's standard output;
-            // send it to the program instead (this process serves one
-            // session).
-            if let Err(e) = crate::exec::cuda::output::capture() {
-                tracing::warn!(error = %pvgpu_ring::report::Chain(&e), "kernel output stays in the backend's log");
+    let ended = match open_connection(acc, cfg, session) {
+        Err(ended) => ended,
+        Ok(opened) => match exec.kind {
+            ExecutorKind::Cuda => {
+                // What kernels print reaches this process's standard
+                // output; send it to the program instead (this process
+                // serves one session).
+                if let Err(e) = crate::exec::cuda::output::capture() {
+                    tracing::warn!(error = %pvgpu_ring::report::Chain(&e), "kernel output stays in the backend's log");
+                }
+                let e = Arc::new(CudaExecutor::new()?);
+                serve_opened(e, opened, cfg, session, &stop)
             }
-            let e = Arc::new(CudaExecutor::new()?);
-            run_connection(e, acc, cfg, session, &stop);
-        }
-        ExecutorKind::Host => {
-            let e = Arc::new(HostExecutor::new(exec.host_mem));
-            run_connection(e, acc, cfg, session, &stop);
-        }
-    }
+            ExecutorKind::Host => serve_opened(Arc::new(HostExecutor::new(exec.host_mem)), opened, cfg, session, &stop),
+        },
+    };
+    report_end(report, &ended);
     Ok(())
+}
+
+fn report_end(report: Option<std::fs::File>, ended: &Ended) {
+    match report {
+        Some(mut f) => {
+            let _ = write!(f, "{ended}");
+        }
+        None => crate::session_loop::log_end(0, ended, 0.0),
+    }
 }

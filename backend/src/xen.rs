@@ -24,7 +24,7 @@ use pvgpu_ring::report::Chain;
 use pvgpu_xen::vgpu::{self, be, fe, read_num};
 use pvgpu_xen::xenbus::{read_state, write_state};
 use pvgpu_xen::{EvtchnNotifier, GntDev, MappedGrants, XenError, XenStore, XenbusState, XsAccess};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -207,12 +207,37 @@ fn reset(xs: &mut XenStore, be_dir: &str, fe_dir: &str) -> Result<(), XenError> 
     })
 }
 
-/// Devices with a session running: (domain, device).
-pub type Active = Arc<Mutex<HashSet<(u16, u32)>>>;
+/// Devices with a session running: (domain, device) to session number.
+pub type Active = Arc<Mutex<HashMap<(u16, u32), u64>>>;
+
+/// Sessions whose guest went away or closed its device (domain gone,
+/// frontend state missing, closing or garbled): the supervisor ends them,
+/// whatever their worker is doing.
+pub fn departed(xs: &mut XenStore, active: &Active) -> Vec<u64> {
+    let devices: Vec<((u16, u32), u64)> =
+        active.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|(_, id)| **id != 0).map(|(k, v)| (*k, *v)).collect();
+    let mut gone = Vec::new();
+    for ((domid, devid), id) in devices {
+        let alive = match xs.try_read(&format!("/local/domain/{domid}")) {
+            Ok(Some(_)) => match xs.try_read(&vgpu::key(&vgpu::frontend_dir(domid, devid), fe::STATE)) {
+                Ok(Some(v)) => XenbusState::from_wire(&v).is_some_and(|s| !s.is_closing()),
+                Ok(None) => false,
+                // XenStore did not answer: decide on the next pass.
+                Err(_) => true,
+            },
+            Ok(None) => false,
+            Err(_) => true,
+        };
+        if !alive {
+            gone.push(id);
+        }
+    }
+    gone
+}
 
 /// One pass over every vgpu device in XenStore: advertise, start sessions,
 /// clean up after dead ones. `start(domid, devid)` launches a session and
-/// says whether it did. A device whose keys cannot be read or make no sense
+/// returns its number, or `None` when it could not. A device whose keys cannot be read or make no sense
 /// (a guest writes what it likes under its own frontend directory) is
 /// skipped for this pass and reported through `skipped`; it never stops the
 /// pass for the other guests' devices. Only failing to list the backend's
@@ -222,7 +247,7 @@ pub fn scan(
     cfg: &SessionConfig,
     executor: &str,
     active: &Active,
-    start: &mut dyn FnMut(u16, u32) -> bool,
+    start: &mut dyn FnMut(u16, u32) -> Option<u64>,
     skipped: &mut dyn FnMut(&str, XenError),
 ) -> Result<(), XenError> {
     let me = xs.domid()?;
@@ -243,7 +268,7 @@ pub fn scan(
             }
         };
         for devid in devs {
-            if active.lock().unwrap_or_else(|p| p.into_inner()).contains(&(domid, devid)) {
+            if active.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&(domid, devid)) {
                 continue;
             }
             let be_dir = vgpu::backend_dir(me, domid, devid);
@@ -261,7 +286,7 @@ fn scan_domain(xs: &mut XenStore, root: &str, domid: u16, active: &Active) -> Re
     if xs.try_read(&format!("/local/domain/{domid}"))?.is_none() {
         // The guest is gone (destroyed or crashed) and no session of it
         // runs: remove its devices, as libxl does for its own.
-        let busy = active.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(dm, _)| *dm == domid);
+        let busy = active.lock().unwrap_or_else(|p| p.into_inner()).keys().any(|(dm, _)| *dm == domid);
         if !busy {
             tracing::info!(domid, "guest gone; removing its vgpu devices");
             xs.try_rm(&format!("{root}/{domid}"))?;
@@ -279,7 +304,7 @@ fn scan_device(
     cfg: &SessionConfig,
     executor: &str,
     active: &Active,
-    start: &mut dyn FnMut(u16, u32) -> bool,
+    start: &mut dyn FnMut(u16, u32) -> Option<u64>,
     be_dir: &str,
     domid: u16,
     devid: u32,
@@ -318,10 +343,19 @@ fn scan_device(
             }
         }
         XenbusState::InitWait if fstate == XenbusState::Initialised => {
-            active.lock().unwrap_or_else(|p| p.into_inner()).insert((domid, devid));
-            if !start(domid, devid) {
-                active.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
-                reset(xs, be_dir, &fe_dir)?;
+            // Marked before the session starts: it may end (and unmark)
+            // before `start` returns.
+            active.lock().unwrap_or_else(|p| p.into_inner()).insert((domid, devid), 0);
+            match start(domid, devid) {
+                Some(id) => {
+                    if let Some(v) = active.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&(domid, devid)) {
+                        *v = id;
+                    }
+                }
+                None => {
+                    active.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
+                    reset(xs, be_dir, &fe_dir)?;
+                }
             }
         }
         XenbusState::Connected | XenbusState::Closing => {
@@ -352,11 +386,11 @@ mod tests {
         xs.write(&vgpu::key(&vgpu::frontend_dir(1, 0), fe::STATE), b"not a state").unwrap();
         let active: Active = Default::default();
         let mut skipped = Vec::new();
-        scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _| false, &mut |d, _| skipped.push(d.to_string())).unwrap();
+        scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _| None, &mut |d, _| skipped.push(d.to_string())).unwrap();
         assert_eq!(read_state(&mut xs, &vgpu::backend_dir(me, 2, 0)).unwrap(), XenbusState::InitWait);
         assert_eq!(skipped, [vgpu::backend_dir(me, 1, 0)]);
         // The garbled device was reset, so the next pass advertises it.
-        scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _| false, &mut |d, _| skipped.push(d.to_string())).unwrap();
+        scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _| None, &mut |d, _| skipped.push(d.to_string())).unwrap();
         assert_eq!(read_state(&mut xs, &vgpu::backend_dir(me, 1, 0)).unwrap(), XenbusState::InitWait);
         assert_eq!(skipped.len(), 1);
     }
@@ -375,7 +409,7 @@ mod tests {
         xs.rm(&vgpu::key(&vgpu::backend_dir(me, 1, 0), be::FRONTEND)).unwrap();
         let active: Active = Default::default();
         let mut n = 0;
-        scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _| false, &mut |_, _| n += 1).unwrap();
+        scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _| None, &mut |_, _| n += 1).unwrap();
         assert_eq!(n, 1);
         assert_eq!(read_state(&mut xs, &vgpu::backend_dir(me, 2, 0)).unwrap(), XenbusState::InitWait);
     }

@@ -37,7 +37,7 @@ impl Client {
     /// Connects to `addr`.
     pub fn connect(addr: &BackendAddr, opts: &Options) -> Result<Client> {
         let t: Box<dyn Transport> = match addr {
-            BackendAddr::Tcp(a) => Box::new(transport::tcp::TcpTransport::connect(a, opts.timeout)?),
+            BackendAddr::Tcp(a) => Box::new(transport::tcp::TcpTransport::connect(a, opts.tcp_key.as_deref(), opts.timeout)?),
             BackendAddr::Local(p) => Box::new(transport::local::connect(p, opts)?),
             BackendAddr::Xen(d) => Box::new(transport::xen::connect(*d, opts)?),
         };

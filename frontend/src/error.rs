@@ -29,6 +29,15 @@ pub enum TransportError {
         #[source]
         source: std::io::Error,
     },
+    /// The TCP opening (key check) failed.
+    #[error("Cannot open a session with the pvgpu backend at {addr}")]
+    Auth {
+        /// Where.
+        addr: String,
+        /// Why, and what to do.
+        #[source]
+        source: pvgpu_ring::tcp_auth::AuthError,
+    },
     /// The backend, or the toolstack's set-up, turned the connection down.
     #[error("The pvgpu backend at {addr} refused the connection: {reason}")]
     Refused {

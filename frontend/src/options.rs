@@ -42,6 +42,8 @@ pub struct Options {
     pub timeout: Option<Duration>,
     /// Make every call wait for its reply (debugging).
     pub sync_calls: bool,
+    /// File holding the key a TCP backend checks (`PVGPU_TCP_KEY`).
+    pub tcp_key: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -54,6 +56,7 @@ impl Default for Options {
             spin: Duration::from_micros(100),
             timeout: None,
             sync_calls: false,
+            tcp_key: None,
         }
     }
 }
@@ -65,7 +68,7 @@ fn env_u64(name: &str) -> Option<u64> {
 impl Options {
     /// Defaults, overridden by `PVGPU_DATA_AREA_MB`, `PVGPU_PINNED_MB`,
     /// `PVGPU_XEN_DATA_AREA_KB`, `PVGPU_XEN_PINNED_KB`, `PVGPU_SPIN_US`,
-    /// `PVGPU_TIMEOUT_MS` and `PVGPU_SYNC`.
+    /// `PVGPU_TIMEOUT_MS`, `PVGPU_SYNC` and `PVGPU_TCP_KEY`.
     pub fn from_env() -> Self {
         let mut o = Options::default();
         if let Some(mb) = env_u64("PVGPU_DATA_AREA_MB") {
@@ -87,6 +90,7 @@ impl Options {
             o.timeout = Some(Duration::from_millis(ms));
         }
         o.sync_calls = std::env::var("PVGPU_SYNC").is_ok_and(|v| v == "1");
+        o.tcp_key = std::env::var_os("PVGPU_TCP_KEY").filter(|v| !v.is_empty()).map(PathBuf::from);
         o
     }
 }

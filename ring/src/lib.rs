@@ -40,5 +40,7 @@ pub mod proto;
 pub mod region;
 pub mod report;
 mod sync;
+#[cfg(not(loom))]
+pub mod tcp_auth;
 
 pub use cuda::{CuError, CuResult};

@@ -1,12 +1,11 @@
 //! Plumbing of the local transport, shared by frontend and backend: a
-//! memfd-backed region, eventfd doorbells, and the handshake over a Unix
-//! socket that passes their file descriptors.
+//! memfd-backed region, the handshake over a Unix socket that passes its
+//! file descriptor, and the doorbells, which are bytes on that socket.
 //!
 //! As in Xen, the frontend owns the memory: it creates the memfd, seals its
 //! size (`F_SEAL_SHRINK | F_SEAL_GROW`, so a hostile frontend cannot truncate
 //! it under the backend's mapping and make the backend fault), writes the
-//! control page, and sends the memfd and two eventfds with its proposed
-//! geometry. The backend checks the seals, the size and the geometry against
+//! control page, and sends the memfd with its proposed geometry. The backend checks the seals, the size and the geometry against
 //! its limits before it maps anything, and answers with a status.
 //!
 //! The backend maps the region at the frontend's address when that address
@@ -17,15 +16,20 @@
 //! mapped host memory natively. Where the address is taken, it maps the
 //! region elsewhere and everything but that works the same.
 //!
-//! After the handshake the socket carries nothing; it stays open so that each
-//! side sees the other die (`POLLHUP`) while it waits on its doorbell.
+//! After the handshake the socket is the doorbell in both directions: a side
+//! rings by sending one byte and waits by polling the socket. Each side
+//! sees the other die (end of file) while it waits. The backend never
+//! blocks on it whatever the frontend does to the socket: every send and
+//! receive is non-blocking per call (`MSG_DONTWAIT`), which a peer cannot
+//! change, unlike the shared `O_NONBLOCK` flag of an eventfd the peer also
+//! holds; a full socket only means the peer has not read earlier rings,
+//! so it will wake anyway.
 
 use crate::layout::{Geometry, LayoutError};
 use crate::notify::{Notifier, NotifyError, Wake};
 use crate::region::{Mapping, SharedRegion};
 use nix::fcntl::{FcntlArg, SealFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use std::fs::File;
@@ -38,12 +42,11 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"PVGPULH1");
 const WELCOME_MAGIC: u64 = u64::from_le_bytes(*b"PVGPULW1");
-/// Version of the local handshake.
-pub const LOCAL_VERSION: u32 = 2;
+/// Version of the local handshake (3: doorbells on the socket).
+pub const LOCAL_VERSION: u32 = 3;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Frontend to backend, with three fds: region memfd, backend doorbell,
-/// frontend doorbell.
+/// Frontend to backend, with one fd: the region's memfd.
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
 #[repr(C)]
 struct LocalHello {
@@ -81,6 +84,8 @@ pub enum Refusal {
     Malformed = 3,
     /// The backend is at its session limit.
     Busy = 4,
+    /// This user may not use the backend.
+    Denied = 5,
 }
 
 /// Why the local handshake or mapping failed.
@@ -99,7 +104,7 @@ pub enum LocalError {
     #[error("Malformed handshake: {0}")]
     Malformed(&'static str),
     /// The backend refused the connection.
-    #[error("Backend refused the connection ({reason:?}); it accepts data areas up to {max_data} bytes")]
+    #[error("Backend refused the connection: {}", refusal_text(*reason, *max_data))]
     Refused {
         /// Why.
         reason: Refusal,
@@ -112,6 +117,16 @@ pub enum LocalError {
     /// The geometry is out of range.
     #[error(transparent)]
     Layout(#[from] LayoutError),
+}
+
+fn refusal_text(reason: Refusal, max_data: u64) -> String {
+    match reason {
+        Refusal::Geometry => format!("it accepts data areas up to {max_data} bytes (PVGPU_DATA_AREA_MB, PVGPU_PINNED_MB)"),
+        Refusal::Memory => "the shared memory is not usable".into(),
+        Refusal::Malformed => "it did not understand the handshake (frontend and backend versions differ?)".into(),
+        Refusal::Busy => "it serves as many sessions as it may (for this user or in all); try again when one ends".into(),
+        Refusal::Denied => "this user may not use it (the backend's --allow-uid)".into(),
+    }
 }
 
 fn os(what: &'static str) -> impl FnOnce(nix::Error) -> LocalError {
@@ -231,28 +246,28 @@ pub fn map_region(fd: OwnedFd, g: &Geometry, at: Option<usize>) -> Result<Shared
     Ok(SharedRegion::new(MemfdMapping { map, _file: file }))
 }
 
-/// A doorbell made of two eventfds, watching a socket for the peer's death.
-pub struct EventFdNotifier {
-    ours: OwnedFd,
-    theirs: OwnedFd,
-    liveness: Option<OwnedFd>,
+/// A doorbell made of a connected Unix socket: a ring is one byte, the
+/// peer's death is end of file.
+pub struct SocketNotifier {
+    sock: OwnedFd,
 }
 
-impl EventFdNotifier {
-    /// `ours` is rung by the peer; `theirs` we ring. `liveness`, if given,
-    /// is a socket whose hang-up means the peer is gone.
-    /// Both must be non-blocking eventfds.
-    pub fn new(ours: OwnedFd, theirs: OwnedFd, liveness: Option<OwnedFd>) -> Self {
-        EventFdNotifier { ours, theirs, liveness }
+/// Bytes drained per wake-up; a peer ringing faster only makes us wake
+/// again, never read without bound.
+const DRAIN: usize = 256;
+
+impl SocketNotifier {
+    /// A doorbell on `sock`, a connected stream socket (the handshake's).
+    pub fn new(sock: OwnedFd) -> Self {
+        SocketNotifier { sock }
     }
 
-    /// Whether the liveness socket shows the peer gone, without blocking.
+    /// Whether the socket shows the peer gone, without blocking.
     pub fn peer_gone(&self) -> bool {
-        let Some(s) = &self.liveness else { return false };
-        let mut fds = [PollFd::new(s.as_fd(), PollFlags::POLLIN)];
+        let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, PollTimeout::ZERO) {
             Ok(0) => false,
-            Ok(_) => socket_closed(s),
+            Ok(_) => socket_closed(&self.sock),
             Err(_) => true,
         }
     }
@@ -268,11 +283,19 @@ fn socket_closed(s: &OwnedFd) -> bool {
     n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock
 }
 
-impl Notifier for EventFdNotifier {
+impl Notifier for SocketNotifier {
     fn notify(&self) -> Result<(), NotifyError> {
-        match nix::unistd::write(&self.theirs, &1u64.to_ne_bytes()) {
-            Ok(_) | Err(nix::Error::EAGAIN) => Ok(()),
-            Err(e) => Err(NotifyError::Io(e.into())),
+        // SAFETY: send from a valid 1-byte buffer on a socket we own.
+        let n = unsafe { libc::send(self.sock.as_raw_fd(), [1u8].as_ptr().cast(), 1, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            // Full: the peer has rings it has not read, so it wakes anyway.
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(()),
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::NotConnected => Err(NotifyError::PeerGone),
+            _ => Err(NotifyError::Io(e)),
         }
     }
 
@@ -281,46 +304,31 @@ impl Notifier for EventFdNotifier {
             None => PollTimeout::NONE,
             Some(d) => PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX),
         };
-        let mut fds = vec![PollFd::new(self.ours.as_fd(), PollFlags::POLLIN)];
-        if let Some(s) = &self.liveness {
-            fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
-        }
-        let n = match poll(&mut fds, t) {
-            Ok(n) => n,
+        let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, t) {
+            Ok(0) => return Ok(Wake::TimedOut),
+            Ok(_) => {}
             Err(nix::Error::EINTR) => return Ok(Wake::Notified),
             Err(e) => return Err(NotifyError::Io(e.into())),
-        };
+        }
+        // Clear the rings; one racing with this is not lost because the
+        // caller re-checks the ring after every wake-up.
+        let mut b = [0u8; DRAIN];
+        // SAFETY: recv into a valid buffer of DRAIN bytes on a socket we own.
+        let n = unsafe { libc::recv(self.sock.as_raw_fd(), b.as_mut_ptr().cast(), DRAIN, libc::MSG_DONTWAIT) };
         if n == 0 {
-            return Ok(Wake::TimedOut);
-        }
-        let rang = fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLIN));
-        let sock_event = fds.get(1).and_then(|f| f.revents()).is_some_and(|r| !r.is_empty());
-        drop(fds);
-        if rang {
-            // Clear the counter; a concurrent ring is not lost because the
-            // caller re-checks the ring after every wake-up.
-            let mut b = [0u8; 8];
-            let _ = nix::unistd::read(&self.ours, &mut b);
-        }
-        if sock_event && self.liveness.as_ref().is_some_and(socket_closed) {
             return Err(NotifyError::PeerGone);
+        }
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(Wake::Notified),
+                io::ErrorKind::ConnectionReset | io::ErrorKind::NotConnected => Err(NotifyError::PeerGone),
+                _ => Err(NotifyError::Io(e)),
+            };
         }
         Ok(Wake::Notified)
     }
-}
-
-fn new_eventfd() -> Result<OwnedFd, LocalError> {
-    let e = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).map_err(os("eventfd"))?;
-    Ok(OwnedFd::from(e))
-}
-
-fn check_eventfd(fd: &OwnedFd) -> Result<(), LocalError> {
-    // An eventfd's /proc link reads "anon_inode:[eventfd]".
-    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(ios("inspecting a doorbell fd"))?;
-    if link.to_string_lossy() != "anon_inode:[eventfd]" {
-        return Err(LocalError::Malformed("doorbell fd is not an eventfd"));
-    }
-    Ok(())
 }
 
 /// What the frontend holds after a successful handshake.
@@ -329,8 +337,8 @@ pub struct ClientSide {
     pub region: SharedRegion,
     /// The geometry accepted.
     pub geometry: Geometry,
-    /// Our doorbell, watching the socket.
-    pub notifier: EventFdNotifier,
+    /// Our doorbell: the socket.
+    pub notifier: SocketNotifier,
 }
 
 /// Frontend side of the handshake on a connected socket.
@@ -338,8 +346,6 @@ pub fn client_handshake(sock: UnixStream, g: &Geometry) -> Result<ClientSide, Lo
     g.validate(u64::MAX)?;
     let (region, memfd) = create_region(g)?;
     crate::layout::init_region(&region, g)?;
-    let to_backend = new_eventfd()?;
-    let to_frontend = new_eventfd()?;
     let hello = LocalHello {
         magic: HELLO_MAGIC.into(),
         version: LOCAL_VERSION.into(),
@@ -349,13 +355,27 @@ pub fn client_handshake(sock: UnixStream, g: &Geometry) -> Result<ClientSide, Lo
         data_size: g.data_size.into(),
         region_addr: (region.as_ptr() as usize as u64).into(),
     };
-    let fds = [memfd.as_raw_fd(), to_backend.as_raw_fd(), to_frontend.as_raw_fd()];
-    sendmsg::<()>(sock.as_raw_fd(), &[IoSlice::new(hello.as_bytes())], &[ControlMessage::ScmRights(&fds)], MsgFlags::MSG_NOSIGNAL, None)
-        .map_err(os("sending the handshake"))?;
+    let fds = [memfd.as_raw_fd()];
+    let sent = sendmsg::<()>(
+        sock.as_raw_fd(),
+        &[IoSlice::new(hello.as_bytes())],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    );
     drop(memfd);
+    // A backend that refuses at once (busy) may have answered and closed
+    // before our hello went out: read its answer before reporting the
+    // broken pipe.
+    let sent_err = sent.err();
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(ios("socket timeout"))?;
     let mut w = [0u8; core::mem::size_of::<LocalWelcome>()];
-    (&sock).read_exact(&mut w).map_err(ios("reading the backend's answer"))?;
+    if let Err(e) = (&sock).read_exact(&mut w) {
+        return Err(match sent_err {
+            Some(s) => os("sending the handshake")(s),
+            None => ios("reading the backend's answer")(e),
+        });
+    }
     let welcome = LocalWelcome::read_from_bytes(&w).map_err(|_| LocalError::Malformed("short answer"))?;
     if welcome.magic.get() != WELCOME_MAGIC {
         return Err(LocalError::Malformed("bad answer magic"));
@@ -365,13 +385,17 @@ pub fn client_handshake(sock: UnixStream, g: &Geometry) -> Result<ClientSide, Lo
         1 => Some(Refusal::Geometry),
         2 => Some(Refusal::Memory),
         4 => Some(Refusal::Busy),
+        5 => Some(Refusal::Denied),
         _ => Some(Refusal::Malformed),
     };
     if let Some(reason) = reason {
         return Err(LocalError::Refused { reason, max_data: welcome.max_data.get() });
     }
+    if let Some(e) = sent_err {
+        return Err(os("sending the handshake")(e));
+    }
     sock.set_read_timeout(None).map_err(ios("socket timeout"))?;
-    let notifier = EventFdNotifier::new(to_frontend, to_backend, Some(OwnedFd::from(sock)));
+    let notifier = SocketNotifier::new(OwnedFd::from(sock));
     Ok(ClientSide { region, geometry: *g, notifier })
 }
 
@@ -383,8 +407,8 @@ pub struct ServerSide {
     pub same_address: bool,
     /// The geometry accepted.
     pub geometry: Geometry,
-    /// Our doorbell, watching the socket.
-    pub notifier: EventFdNotifier,
+    /// Our doorbell: the socket.
+    pub notifier: SocketNotifier,
 }
 
 fn answer(sock: &UnixStream, status: u32, max_data: u64) -> Result<(), LocalError> {
@@ -401,7 +425,7 @@ fn answer(sock: &UnixStream, status: u32, max_data: u64) -> Result<(), LocalErro
 pub fn server_handshake(sock: UnixStream, max_data: u64, same_address: bool) -> Result<ServerSide, LocalError> {
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(ios("socket timeout"))?;
     let mut hb = [0u8; core::mem::size_of::<LocalHello>()];
-    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 3]);
+    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
     let (n, fds) = {
         let mut iov = [IoSliceMut::new(&mut hb)];
         let msg =
@@ -425,7 +449,7 @@ pub fn server_handshake(sock: UnixStream, max_data: u64, same_address: bool) -> 
         (&sock).read_exact(&mut hb[n..]).map_err(ios("reading the handshake"))?;
     }
     let hello = LocalHello::read_from_bytes(&hb).map_err(|_| LocalError::Malformed("short hello"))?;
-    if hello.magic.get() != HELLO_MAGIC || hello.version.get() != LOCAL_VERSION || fds.len() != 3 {
+    if hello.magic.get() != HELLO_MAGIC || hello.version.get() != LOCAL_VERSION || fds.len() != 1 {
         let _ = answer(&sock, Refusal::Malformed as u32, max_data);
         return Err(LocalError::Malformed("bad magic, version or fd count"));
     }
@@ -434,15 +458,10 @@ pub fn server_handshake(sock: UnixStream, max_data: u64, same_address: bool) -> 
         let _ = answer(&sock, Refusal::Geometry as u32, max_data);
         return Err(e.into());
     }
-    let mut fds = fds.into_iter();
-    let (memfd, to_backend, to_frontend) = match (fds.next(), fds.next(), fds.next()) {
-        (Some(a), Some(b), Some(c)) => (a, b, c),
-        _ => unreachable!("length checked above"),
-    };
-    if let Err(e) = check_eventfd(&to_backend).and_then(|_| check_eventfd(&to_frontend)) {
+    let Some(memfd) = fds.into_iter().next() else {
         let _ = answer(&sock, Refusal::Malformed as u32, max_data);
-        return Err(e);
-    }
+        return Err(LocalError::Malformed("no memfd"));
+    };
     let at = usize::try_from(hello.region_addr.get()).ok().filter(|_| same_address);
     let region = match map_region(memfd, &g, at) {
         Ok(r) => r,
@@ -457,14 +476,28 @@ pub fn server_handshake(sock: UnixStream, max_data: u64, same_address: bool) -> 
     }
     answer(&sock, 0, max_data)?;
     sock.set_read_timeout(None).map_err(ios("socket timeout"))?;
-    let notifier = EventFdNotifier::new(to_backend, to_frontend, Some(OwnedFd::from(sock)));
+    let notifier = SocketNotifier::new(OwnedFd::from(sock));
     let same_address = at == Some(region.as_ptr() as usize);
     Ok(ServerSide { region, same_address, geometry: g, notifier })
 }
 
 /// Refuses a connection during the handshake (for example when the backend
-/// is at its session limit).
+/// is at its session limit). A hello already sent is read first (and its
+/// memfd closed), so the frontend reads the refusal rather than a broken
+/// pipe; this never waits for one.
 pub fn refuse(sock: &UnixStream, reason: Refusal, max_data: u64) {
+    let mut hb = [0u8; core::mem::size_of::<LocalHello>()];
+    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 4]);
+    let mut iov = [IoSliceMut::new(&mut hb)];
+    if let Ok(msg) = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT) {
+        for c in msg.cmsgs().into_iter().flatten() {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                // SAFETY: the kernel just installed these fds in our table
+                // for us; owning them closes them.
+                raw.into_iter().for_each(|r| drop(unsafe { OwnedFd::from_raw_fd(r) }));
+            }
+        }
+    }
     let _ = answer(sock, reason as u32, max_data);
 }
 
@@ -541,9 +574,8 @@ mod tests {
         assert!(t.join().unwrap().is_err());
     }
 
-    /// Sends a client hello for 4 KiB channels and data area with `fds`
-    /// (region, then the two doorbells).
-    fn send_hello(a: &UnixStream, fds: [std::os::fd::RawFd; 3]) {
+    /// Sends a client hello for 4 KiB channels and data area with `fds`.
+    fn send_hello(a: &UnixStream, fds: &[std::os::fd::RawFd]) {
         let hello = LocalHello {
             magic: HELLO_MAGIC.into(),
             version: LOCAL_VERSION.into(),
@@ -553,7 +585,7 @@ mod tests {
             data_size: 4096.into(),
             region_addr: 0.into(),
         };
-        sendmsg::<()>(a.as_raw_fd(), &[IoSlice::new(hello.as_bytes())], &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
+        sendmsg::<()>(a.as_raw_fd(), &[IoSlice::new(hello.as_bytes())], &[ControlMessage::ScmRights(fds)], MsgFlags::empty(), None)
             .unwrap();
     }
 
@@ -563,20 +595,39 @@ mod tests {
         let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 4096 };
         let fd = memfd_create(c"x", MFdFlags::MFD_CLOEXEC).unwrap();
         File::from(fd.try_clone().unwrap()).set_len(g.total_len() as u64).unwrap();
-        let e1 = new_eventfd().unwrap();
-        let e2 = new_eventfd().unwrap();
-        send_hello(&a, [fd.as_raw_fd(), e1.as_raw_fd(), e2.as_raw_fd()]);
+        send_hello(&a, &[fd.as_raw_fd()]);
         assert!(matches!(server_handshake(b, 1 << 20, true), Err(LocalError::Memory(_))));
     }
 
     #[test]
-    fn non_eventfd_doorbell_is_refused() {
+    fn extra_fds_are_refused() {
         let (a, b) = UnixStream::pair().unwrap();
         let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 4096 };
         let (_r, memfd) = create_region(&g).unwrap();
         let (x, _y) = UnixStream::pair().unwrap();
-        let e2 = new_eventfd().unwrap();
-        send_hello(&a, [memfd.as_raw_fd(), x.as_raw_fd(), e2.as_raw_fd()]);
+        send_hello(&a, &[memfd.as_raw_fd(), x.as_raw_fd()]);
         assert!(matches!(server_handshake(b, 1 << 20, true), Err(LocalError::Malformed(_))));
+    }
+
+    /// A frontend that never reads its doorbell (its socket blocking, its
+    /// buffer full) cannot make the backend's ring block.
+    #[test]
+    fn a_peer_that_never_reads_cannot_block_the_ring() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 4096 };
+        let t = std::thread::spawn(move || server_handshake(b, 1 << 20, false).unwrap());
+        let c = client_handshake(a, &g).unwrap();
+        let s = t.join().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for _ in 0..100_000 {
+                s.notifier.notify().unwrap();
+            }
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(Duration::from_secs(20)).expect("ringing a peer that never reads blocked");
+        // The frontend still wakes, and the flood is drained a bounded
+        // amount per wake-up.
+        assert_eq!(c.notifier.wait(Some(Duration::from_secs(1))).unwrap(), Wake::Notified);
     }
 }

@@ -107,6 +107,7 @@ pub fn run_program(cmd: &mut Command, h: &Harness, t: Transport) -> Output {
     path.push(cuda_home().join("lib"));
     cmd.env("LD_LIBRARY_PATH", path)
         .env("PVGPU_BACKEND", h.addr(t).to_string())
+        .env("PVGPU_TCP_KEY", &h.tcp_key)
         .env_remove("PVGPU_LOG")
         .output()
         .expect("cannot start the program")

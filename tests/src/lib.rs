@@ -18,9 +18,11 @@
 pub mod dropin;
 pub mod native;
 
+use pvgpu_backend::config::AdmissionConfig;
 use pvgpu_backend::exec::host::HostExecutor;
 use pvgpu_backend::{Backend, Config, Listen, SessionConfig};
 use pvgpu_frontend::{BackendAddr, Client, Context, Function, Module, Options, Stream, arg};
+use pvgpu_ring::tcp_auth::TcpKey;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::Arc;
@@ -134,7 +136,19 @@ pub struct Harness {
     pub socket: PathBuf,
     /// TCP address.
     pub tcp: String,
+    /// The key file TCP clients prove they hold (`PVGPU_TCP_KEY`).
+    pub tcp_key: PathBuf,
     _dir: TempDir,
+}
+
+/// Writes a fresh random key file (mode 0600) at `path`.
+pub fn write_key_file(path: &std::path::Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut raw = [0u8; 32];
+    std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut raw)).expect("no /dev/urandom");
+    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).expect("cannot create the key file");
+    std::io::Write::write_all(&mut f, hex.as_bytes()).expect("cannot write the key file");
 }
 
 /// Options of a harness backend.
@@ -202,7 +216,15 @@ impl Harness {
     /// Xen lab runs the backend in Dom0 and the tests in a guest).
     pub fn external() -> Harness {
         let dir = TempDir::new("external");
-        Harness { running: Running::External, exec: ExecKind::from_env(), socket: dir.0.join("none"), tcp: String::new(), _dir: dir }
+        let tcp_key = std::env::var_os("PVGPU_TCP_KEY").map_or_else(|| dir.0.join("none"), PathBuf::from);
+        Harness {
+            running: Running::External,
+            exec: ExecKind::from_env(),
+            socket: dir.0.join("none"),
+            tcp: String::new(),
+            tcp_key,
+            _dir: dir,
+        }
     }
 
     /// A backend with options.
@@ -210,6 +232,8 @@ impl Harness {
         let exec = ExecKind::from_env();
         let dir = TempDir::new("harness");
         let socket = dir.0.join("pvgpu.sock");
+        let tcp_key = dir.0.join("tcp.key");
+        write_key_file(&tcp_key);
         let use_process = opts.process || process_isolation();
         if use_process {
             let bin = backend_bin();
@@ -225,8 +249,9 @@ impl Harness {
                 cmd.arg("--mem-quota").arg(q.to_string());
             }
             cmd.arg("--image-cache").arg(dir.0.join("images"));
+            cmd.arg("--tcp-key").arg(&tcp_key);
             let (child, keeper) = spawn_kept(cmd);
-            let h = Harness { running: Running::Process { child, _keeper: keeper }, exec, socket, tcp, _dir: dir };
+            let h = Harness { running: Running::Process { child, _keeper: keeper }, exec, socket, tcp, tcp_key, _dir: dir };
             h.wait_ready();
             h
         } else {
@@ -234,10 +259,19 @@ impl Harness {
             let mut session =
                 SessionConfig { spin: Duration::from_micros(20), image_cache: Some(dir.0.join("images")), ..SessionConfig::default() };
             session.limits.mem_quota = opts.mem_quota;
-            let cfg = Config { listen: vec![Listen::Local(socket.clone()), Listen::Tcp("127.0.0.1:0".into())], session, max_sessions: 256 };
+            let admission = AdmissionConfig {
+                max_sessions: 256,
+                max_local: 256,
+                max_tcp: 256,
+                max_per_peer: 256,
+                max_pending_per_peer: 64,
+                tcp_key: Some(TcpKey::from_file(&tcp_key).expect("cannot read the key file")),
+                ..AdmissionConfig::default()
+            };
+            let cfg = Config { listen: vec![Listen::Local(socket.clone()), Listen::Tcp("127.0.0.1:0".into())], session, admission };
             let backend = Backend::start_threads(host.clone(), cfg).expect("cannot start the embedded backend");
             let tcp = backend.tcp_addrs()[0].to_string();
-            Harness { running: Running::Embedded { backend: Some(backend), exec: host }, exec, socket, tcp, _dir: dir }
+            Harness { running: Running::Embedded { backend: Some(backend), exec: host }, exec, socket, tcp, tcp_key, _dir: dir }
         }
     }
 
@@ -266,9 +300,14 @@ impl Harness {
         }
     }
 
+    /// The suite's client options with this backend's TCP key.
+    pub fn options(&self) -> Options {
+        Options { tcp_key: Some(self.tcp_key.clone()), ..test_options() }
+    }
+
     /// A new client (session) over `t`.
     pub fn client(&self, t: Transport) -> Client {
-        let opts = test_options();
+        let opts = self.options();
         Client::connect(&self.addr(t), &opts).expect("cannot connect to the backend under test")
     }
 

@@ -48,11 +48,19 @@ fn script() -> PathBuf {
 /// and `backend` (a `PVGPU_BACKEND` value), with the libraries' log filter
 /// `log`.
 fn command(cuda_dir: &Path, backend: &str, args: &[&str], log: Option<&str>) -> Command {
+    command_with_key(cuda_dir, backend, None, args, log)
+}
+
+/// [`command`], proving `key` to a TCP backend.
+fn command_with_key(cuda_dir: &Path, backend: &str, key: Option<&Path>, args: &[&str], log: Option<&str>) -> Command {
     let mut path = OsString::from(nvml_dir());
     path.push(":");
     path.push(cuda_dir);
     let mut cmd = Command::new("python3");
     cmd.arg(script()).args(args).env("LD_LIBRARY_PATH", path).env("PYTHONPATH", pynvml_dir()).env("PVGPU_BACKEND", backend);
+    if let Some(k) = key {
+        cmd.env("PVGPU_TCP_KEY", k);
+    }
     match log {
         Some(filter) => cmd.env("PVGPU_LOG", filter),
         None => cmd.env_remove("PVGPU_LOG"),
@@ -66,12 +74,13 @@ fn run(backend: &str, args: &[&str], log: Option<&str>) -> Output {
 }
 
 /// The script's `key: value` lines, once it passed.
-fn answers(backend: &str) -> HashMap<String, String> {
-    let out = run(backend, &[], None);
+fn answers(h: &Harness, t: Transport) -> HashMap<String, String> {
+    let out = command_with_key(&shim_dir(), &h.addr(t).to_string(), Some(&h.tcp_key), &[], None).output().expect("cannot start python3");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success() && stdout.lines().last() == Some("PASS"),
-        "pynvml_demo.py failed against {backend} ({}):\n{stdout}\n{}",
+        "pynvml_demo.py failed against {} ({}):\n{stdout}\n{}",
+        h.addr(t),
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
@@ -85,7 +94,7 @@ fn shared() -> &'static Harness {
 
 /// Checks what the script saw against what the backend offers.
 fn check(h: &Harness, t: Transport) {
-    let a = answers(&h.addr(t).to_string());
+    let a = answers(h, t);
     let get = |k: &str| a.get(k).unwrap_or_else(|| panic!("no {k:?} in {a:#?}")).as_str();
     assert!(get("library_path").ends_with("libpvgpu_nvml.so"), "pynvml loaded {}", get("library_path"));
     // One libcuda in the process, pvgpu's: NVML's and the program's.
@@ -138,7 +147,7 @@ fn pynvml_over_tcp() {
 fn memory_total_is_the_session_quota() {
     let quota = 256u64 << 20;
     let h = Harness::with(HarnessOptions { mem_quota: Some(quota), ..Default::default() });
-    let a = answers(&h.addr(Transport::Local).to_string());
+    let a = answers(&h, Transport::Local);
     assert_eq!(a["device 0 memory"], format!("total={quota} free={quota} used=0"));
 }
 

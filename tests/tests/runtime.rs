@@ -106,6 +106,7 @@ fn traced_through_pvgpu_trace() {
         .env("PVGPU_TRACE_DRIVER", target_dir().join("libpvgpu_cuda.so"))
         .env("PVGPU_TRACE_OUT", &log)
         .env("PVGPU_BACKEND", h.addr(Transport::Local).to_string())
+        .env("PVGPU_TCP_KEY", &h.tcp_key)
         .output()
         .expect("cannot start the program");
     let stdout = String::from_utf8_lossy(&out.stdout);

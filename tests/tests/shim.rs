@@ -49,6 +49,7 @@ fn run(cmd: &mut Command, h: &Harness, t: Transport) -> String {
     let out = cmd
         .env("LD_LIBRARY_PATH", shim_dir())
         .env("PVGPU_BACKEND", h.addr(t).to_string())
+        .env("PVGPU_TCP_KEY", &h.tcp_key)
         .env_remove("PVGPU_LOG")
         .output()
         .expect("cannot start the program");
@@ -96,6 +97,7 @@ fn lost_backend_is_an_error_not_a_hang() {
             .arg("--lost-backend")
             .env("LD_LIBRARY_PATH", shim_dir())
             .env("PVGPU_BACKEND", h.addr(t).to_string())
+            .env("PVGPU_TCP_KEY", &h.tcp_key)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

@@ -25,6 +25,10 @@ mkdir -p "$B/pvgpu-dom0" "$B/pvgpu-domu"
 cp tests/xen/pvgpu/dom0/run.sh target/release/pvgpu-backend target/release/pvgpu-xl "$B/pvgpu-dom0/"
 cp tests/xen/pvgpu/domu/run.sh target/release/pvgpu-bench "$B/pvgpu-domu/"
 cp "$E2E" "$B/pvgpu-domu/e2e"
+# One key for the TCP listener in Dom0 and the client in the guest.
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$B/pvgpu-dom0/tcp.key"
+cp "$B/pvgpu-dom0/tcp.key" "$B/pvgpu-domu/tcp.key"
+chmod 600 "$B/pvgpu-dom0/tcp.key" "$B/pvgpu-domu/tcp.key"
 strip "$B"/pvgpu-dom0/pvgpu-* "$B"/pvgpu-domu/pvgpu-bench "$B"/pvgpu-domu/e2e
 
 # -cpu qemu64: under TCG, -cpu max (even without SMAP) corrupts memory of

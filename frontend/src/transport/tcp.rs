@@ -4,9 +4,14 @@ use super::{Staged, Transport};
 use crate::error::{ProtocolError, TransportError};
 use pvgpu_ring::frame::{FrameError, read_frame, write_frame};
 use pvgpu_ring::proto::{DataRef, Header};
+use pvgpu_ring::tcp_auth::{self, TcpKey};
 use std::io;
 use std::net::TcpStream;
+use std::path::Path;
 use std::time::Duration;
+
+/// Longest the opening (key check) may take.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A TCP connection to a backend.
 pub struct TcpTransport {
@@ -14,11 +19,19 @@ pub struct TcpTransport {
 }
 
 impl TcpTransport {
-    /// Connects to `addr` (`host:port`). `timeout` bounds each wait for a
-    /// reply.
-    pub fn connect(addr: &str, timeout: Option<Duration>) -> Result<Self, TransportError> {
-        let sock = TcpStream::connect(addr).map_err(|source| TransportError::Connect { addr: format!("tcp:{addr}"), source })?;
+    /// Connects to `addr` (`host:port`) and opens a session, proving that
+    /// we hold the key in file `key` when given (the backend's `--tcp-key`).
+    /// `timeout` bounds each wait for a reply.
+    pub fn connect(addr: &str, key: Option<&Path>, timeout: Option<Duration>) -> Result<Self, TransportError> {
+        let name = || format!("tcp:{addr}");
+        let auth = |source| TransportError::Auth { addr: name(), source };
+        let key = key.map(TcpKey::from_file).transpose().map_err(auth)?;
+        let mut sock = TcpStream::connect(addr).map_err(|source| TransportError::Connect { addr: name(), source })?;
         sock.set_nodelay(true)?;
+        sock.set_read_timeout(Some(OPEN_TIMEOUT))?;
+        sock.set_write_timeout(Some(OPEN_TIMEOUT))?;
+        tcp_auth::client_open(&mut sock, key.as_ref()).map_err(auth)?;
+        sock.set_write_timeout(None)?;
         sock.set_read_timeout(timeout)?;
         Ok(TcpTransport { sock })
     }

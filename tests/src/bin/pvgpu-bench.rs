@@ -12,10 +12,12 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
+use pvgpu_backend::config::AdmissionConfig;
 use pvgpu_backend::exec::cuda::CudaExecutor;
 use pvgpu_backend::exec::host::HostExecutor;
 use pvgpu_backend::{Backend, Config, Listen, SessionConfig};
 use pvgpu_frontend::{BackendAddr, Client, Options};
+use pvgpu_ring::tcp_auth::TcpKey;
 use pvgpu_tests::native::NativeGpu;
 use pvgpu_tests::{
     Device, Gpu, TempDir, f32_bytes, jacobi, jacobi_cpu, jacobi_init, matsum, matsum_bytes, matsum_cpu, matsum_inputs, max_abs_diff,
@@ -336,10 +338,13 @@ fn main() -> Result<()> {
     // The backend: embedded, unless --connect names one.
     let dir = TempDir::new("bench");
     let sock = dir.0.join("bench.sock");
+    let key_file = dir.0.join("tcp.key");
     let mut targets: Vec<(String, BackendAddr)> = Vec::new();
     let _backend: Option<Backend> = if args.connect.is_empty() {
         let session = SessionConfig::default();
-        let cfg = Config { listen: vec![Listen::Local(sock.clone()), Listen::Tcp("127.0.0.1:0".into())], session, max_sessions: 8 };
+        pvgpu_tests::write_key_file(&key_file);
+        let admission = AdmissionConfig { tcp_key: Some(TcpKey::from_file(&key_file)?), ..AdmissionConfig::default() };
+        let cfg = Config { listen: vec![Listen::Local(sock.clone()), Listen::Tcp("127.0.0.1:0".into())], session, admission };
         let b = if gpu {
             Backend::start_threads(Arc::new(CudaExecutor::new()?), cfg)?
         } else {
@@ -384,7 +389,10 @@ fn main() -> Result<()> {
     } else if let Some(n) = &native {
         device_name = n.name.clone();
     }
-    let opts = Options::from_env();
+    let mut opts = Options::from_env();
+    if args.connect.is_empty() {
+        opts.tcp_key = Some(key_file.clone());
+    }
     for (name, addr) in &targets {
         let client = Client::connect(addr, &opts).with_context(|| format!("connecting to {addr}"))?;
         let exec_name = client.info().executor.clone();

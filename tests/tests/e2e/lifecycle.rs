@@ -52,6 +52,7 @@ pub(crate) fn client_killed_mid_call(t: Transport) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_client_helper", "--nocapture", "--test-threads=1"])
         .env("PVGPU_CHILD_ADDR", h.addr(t).to_string())
+        .env("PVGPU_TCP_KEY", &h.tcp_key)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -44,7 +44,7 @@ fn code<T: std::fmt::Debug>(r: Result<T, Error>) -> CuResult {
 #[test]
 fn child_client_helper() {
     let Ok(addr) = std::env::var("PVGPU_CHILD_ADDR") else { return };
-    let c = Client::connect(&addr.parse().unwrap(), &pvgpu_frontend::Options::default()).unwrap();
+    let c = Client::connect(&addr.parse().unwrap(), &pvgpu_frontend::Options::from_env()).unwrap();
     let g = Gpu::new(&c).unwrap();
     let d = g.c.mem_alloc(g.ctx, 32 << 20).unwrap();
     c.memset(d, 1, 1, 32 << 20, Stream::DEFAULT).unwrap();

@@ -19,8 +19,9 @@ workers() {
 cd /lab
 # Crashes of any process (a session worker, say) reach the console.
 echo 7 > /proc/sys/kernel/printk
+chmod 600 tcp.key
 start_backend() {
-  RUST_LOG=${RUST_LOG:-info,pvgpu_backend::xen=debug} ./pvgpu-backend --listen xen --listen tcp:0.0.0.0:7300 --executor host --host-mem 1G >> /tmp/backend.log 2>&1 &
+  RUST_LOG=${RUST_LOG:-info,pvgpu_backend::xen=debug} ./pvgpu-backend --listen xen --listen tcp:0.0.0.0:7300 --tcp-key tcp.key --executor host --host-mem 1G >> /tmp/backend.log 2>&1 &
   BPID=$!
   say "pvgpu-backend pid $BPID"
 }

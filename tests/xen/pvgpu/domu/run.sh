@@ -37,7 +37,8 @@ done
 say "end-to-end suite over xen: $R"
 xenstore-write data/pvgpu-e2e "$R"
 
-RUST_LOG=warn ./pvgpu-bench --quick --connect xen --connect "tcp:$LAB_DOM0_IP:7300" > /tmp/bench.out 2> /tmp/bench.err
+chmod 600 tcp.key
+RUST_LOG=warn PVGPU_TCP_KEY=/lab/tcp.key ./pvgpu-bench --quick --connect xen --connect "tcp:$LAB_DOM0_IP:7300" > /tmp/bench.out 2> /tmp/bench.err
 BRC=$?
 echo "----- pvgpu-bench (xen vs tcp between domains) -----"
 cat /tmp/bench.err /tmp/bench.out

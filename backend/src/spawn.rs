@@ -1,0 +1,320 @@
+//! How an admitted session runs, and how the supervisor ends it.
+//!
+//! [`ThreadSpawner`] serves each session on a thread of this process (tests,
+//! the embedded backend of `pvgpu-bench`); [`ProcessSpawner`] starts a worker
+//! process per session (the default of `pvgpu-backend`). The supervisor owns
+//! a worker's lifetime: it watches the session's peer itself (a duplicate of
+//! the socket, or the guest's XenStore state) and, once the peer is gone,
+//! gives the worker [`AdmissionConfig::end_grace`](crate::config::AdmissionConfig)
+//! to exit before it kills it, so the GPU is freed even when the worker is
+//! stuck in the driver (a kernel that never ends makes `cuCtxDestroy` wait
+//! for ever). Threads cannot be killed: thread isolation is for tests.
+
+use crate::admission::Slot;
+use crate::config::{SessionConfig, WorkerCommand};
+use crate::exec::Executor;
+use crate::session_loop::{Accepted, Ended, log_end, run_connection};
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::process::{Child, Command};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// File descriptor a worker finds its connection on.
+pub const WORKER_FD: i32 = 3;
+/// File descriptor a worker reports how its session ended on.
+pub const REPORT_FD: i32 = 4;
+
+/// Runs when a session has ended (its thread returned or its worker exited).
+pub type OnEnd = Box<dyn FnOnce() + Send>;
+
+/// An admitted session, ready to run.
+pub struct Start {
+    /// Its connection.
+    pub acc: Accepted,
+    /// Its number.
+    pub id: u64,
+    /// Its slot, held until it has ended.
+    pub slot: Slot,
+    /// What to do once it has ended.
+    pub on_end: Option<OnEnd>,
+}
+
+/// How sessions get run once admitted.
+pub trait Spawner: Send + Sync {
+    /// Runs a session.
+    fn spawn(&self, s: Start, stop: Arc<AtomicBool>) -> io::Result<()>;
+    /// Name of the executor sessions run on.
+    fn executor(&self) -> &str;
+    /// Collects sessions that ended, and ends those whose peer is gone.
+    fn tend(&self) {}
+    /// Ends session `id` (its guest went away): it has the grace period to
+    /// exit, then is killed.
+    fn end(&self, _id: u64) {}
+    /// Ends every session and waits (at most the grace period for each).
+    fn shutdown(&self) {}
+}
+
+/// Sessions on threads of this process.
+pub struct ThreadSpawner<E: Executor> {
+    exec: Arc<E>,
+    cfg: SessionConfig,
+    grace: Duration,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl<E: Executor> ThreadSpawner<E> {
+    /// Sessions on `exec`.
+    pub fn new(exec: Arc<E>, cfg: SessionConfig, grace: Duration) -> Self {
+        ThreadSpawner { exec, cfg, grace, threads: Mutex::new(Vec::new()) }
+    }
+}
+
+impl<E: Executor> Spawner for ThreadSpawner<E> {
+    fn spawn(&self, s: Start, stop: Arc<AtomicBool>) -> io::Result<()> {
+        let (exec, cfg) = (self.exec.clone(), self.cfg.clone());
+        let Start { acc, id, slot, on_end } = s;
+        let h = std::thread::Builder::new().name(format!("pvgpu-session-{id}")).spawn(move || {
+            let t = Instant::now();
+            let ended = run_connection(exec, acc, &cfg, id, &stop);
+            log_end(id, &ended, t.elapsed().as_secs_f64());
+            drop(slot);
+            if let Some(f) = on_end {
+                f();
+            }
+        })?;
+        let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        threads.retain(|t| !t.is_finished());
+        threads.push(h);
+        Ok(())
+    }
+
+    fn executor(&self) -> &str {
+        self.exec.kind()
+    }
+
+    fn shutdown(&self) {
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        let deadline = Instant::now() + self.grace;
+        for t in threads {
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                tracing::warn!("a session thread did not end (stuck in the driver?); leaving it behind");
+            }
+        }
+    }
+}
+
+/// A worker process and what the supervisor knows of its session.
+struct Worker {
+    id: u64,
+    child: Child,
+    _slot: Slot,
+    on_end: Option<OnEnd>,
+    /// The session's socket (a duplicate), watched for the peer leaving.
+    peer: Option<OwnedFd>,
+    /// Read end of the worker's report of how its session ended.
+    report: Option<File>,
+    /// When the peer was found gone (or the session was asked to end).
+    ending_since: Option<Instant>,
+    killed: bool,
+    started: Instant,
+}
+
+/// Sessions in worker processes.
+pub struct ProcessSpawner {
+    cmd: WorkerCommand,
+    grace: Duration,
+    workers: Mutex<Vec<Worker>>,
+    forker: Mutex<std::sync::mpsc::Sender<Fork>>,
+}
+
+/// A worker to start, and where to say how that went.
+type Fork = (Command, std::sync::mpsc::Sender<io::Result<Child>>);
+
+/// Starts workers from one thread that lives as long as the backend: a
+/// worker's parent-death signal fires when the *thread* that forked it
+/// ends, and sessions are admitted on short-lived threads.
+fn forker() -> std::sync::mpsc::Sender<Fork> {
+    let (tx, rx) = std::sync::mpsc::channel::<Fork>();
+    let r = std::thread::Builder::new().name("pvgpu-forker".into()).spawn(move || {
+        for (mut cmd, reply) in rx {
+            let _ = reply.send(cmd.spawn());
+        }
+    });
+    if let Err(e) = r {
+        tracing::error!(error = %e, "cannot start the thread that starts workers");
+    }
+    tx
+}
+
+/// Whether a socket's peer has hung up, without reading from it.
+fn hung_up(fd: &OwnedFd) -> bool {
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+    // SAFETY: one valid pollfd, a zero timeout.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+impl ProcessSpawner {
+    /// Workers started with `cmd`; a worker whose peer is gone is killed
+    /// after `grace`.
+    pub fn new(cmd: WorkerCommand, grace: Duration) -> Self {
+        ProcessSpawner { cmd, grace, workers: Mutex::new(Vec::new()), forker: Mutex::new(forker()) }
+    }
+
+    fn finish(w: &mut Worker, status: std::process::ExitStatus) {
+        let mut report = String::new();
+        if let Some(r) = &mut w.report {
+            let _ = r.take(1024).read_to_string(&mut report);
+        }
+        let ended = if w.killed {
+            Ended::Killed(format!("still running {} s after its peer left", w.ending_since.map_or(0, |t| t.elapsed().as_secs())))
+        } else if report.trim().is_empty() {
+            Ended::Broken(format!("worker exited ({status}) without a report"))
+        } else {
+            Ended::parse(report.trim())
+        };
+        log_end(w.id, &ended, w.started.elapsed().as_secs_f64());
+    }
+}
+
+impl Spawner for ProcessSpawner {
+    fn spawn(&self, s: Start, _stop: Arc<AtomicBool>) -> io::Result<()> {
+        use std::os::unix::process::CommandExt;
+        let Start { acc, id, slot, on_end } = s;
+        let kind = acc.kind();
+        let mut cmd = Command::new(&self.cmd.exe);
+        cmd.arg("worker").arg("--conn").arg(kind).arg("--session").arg(id.to_string()).args(&self.cmd.args);
+        let fd: Option<OwnedFd> = match acc {
+            Accepted::Unix(s) => Some(s.into()),
+            Accepted::Tcp(s) => Some(s.into()),
+            Accepted::Xen { domid, devid } => {
+                cmd.arg("--domid").arg(domid.to_string()).arg("--devid").arg(devid.to_string());
+                None
+            }
+        };
+        let peer = fd.as_ref().map(|f| f.try_clone()).transpose()?;
+        let (report_rd, report_wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+        cmd.arg("--report-fd").arg(REPORT_FD.to_string());
+        let conn_raw = fd.as_ref().map(|f| f.as_raw_fd());
+        let report_raw = report_wr.as_raw_fd();
+        // SAFETY: the closure runs in the child between fork and exec and
+        // calls only async-signal-safe functions (fcntl, dup2, close, prctl).
+        unsafe {
+            cmd.pre_exec(move || {
+                // Move both out of the way first: either may sit on the
+                // other's target number.
+                let report = libc::fcntl(report_raw, libc::F_DUPFD_CLOEXEC, 10);
+                if report < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if let Some(raw) = conn_raw {
+                    let conn = libc::fcntl(raw, libc::F_DUPFD_CLOEXEC, 10);
+                    if conn < 0 || libc::dup2(conn, WORKER_FD) < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    libc::close(conn);
+                }
+                if libc::dup2(report, REPORT_FD) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                libc::close(report);
+                // The worker ends if the backend dies.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let gone = || io::Error::other("the thread that starts workers is gone");
+        self.forker.lock().unwrap_or_else(|p| p.into_inner()).send((cmd, tx)).map_err(|_| gone())?;
+        let child = rx.recv().map_err(|_| gone())??;
+        drop(fd);
+        drop(report_wr);
+        let report = File::from(report_rd);
+        // Read without blocking when the worker is reaped (it has exited,
+        // so what it wrote is all there is).
+        nix::fcntl::fcntl(&report, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK)).map_err(io::Error::from)?;
+        tracing::debug!(session = id, pid = child.id(), "session worker started");
+        self.workers.lock().unwrap_or_else(|p| p.into_inner()).push(Worker {
+            id,
+            child,
+            _slot: slot,
+            on_end,
+            peer,
+            report: Some(report),
+            ending_since: None,
+            killed: false,
+            started: Instant::now(),
+        });
+        Ok(())
+    }
+
+    fn executor(&self) -> &str {
+        &self.cmd.executor
+    }
+
+    fn tend(&self) {
+        let mut ended = Vec::new();
+        let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        workers.retain_mut(|w| match w.child.try_wait() {
+            Ok(Some(status)) => {
+                Self::finish(w, status);
+                ended.extend(w.on_end.take());
+                false
+            }
+            _ => {
+                if w.ending_since.is_none() && w.peer.as_ref().is_some_and(hung_up) {
+                    tracing::debug!(session = w.id, "peer left; the worker has the grace period to exit");
+                    w.ending_since = Some(Instant::now());
+                }
+                if !w.killed && w.ending_since.is_some_and(|t| t.elapsed() >= self.grace) {
+                    let _ = w.child.kill();
+                    w.killed = true;
+                }
+                true
+            }
+        });
+        drop(workers);
+        // Slots were given back as the workers dropped; now the rest.
+        for f in ended {
+            f();
+        }
+    }
+
+    fn end(&self, id: u64) {
+        let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        for w in workers.iter_mut().filter(|w| w.id == id && w.ending_since.is_none()) {
+            // SAFETY: signalling our own child by pid; it has not been
+            // reaped (it is still in the list), so the pid is its.
+            unsafe { libc::kill(w.child.id() as i32, libc::SIGTERM) };
+            w.ending_since = Some(Instant::now());
+        }
+    }
+
+    fn shutdown(&self) {
+        let mut workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
+        for w in &workers {
+            // SAFETY: signalling our own child by pid (not yet reaped).
+            unsafe { libc::kill(w.child.id() as i32, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + self.grace;
+        while Instant::now() < deadline && workers.iter_mut().any(|w| matches!(w.child.try_wait(), Ok(None))) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for w in &mut workers {
+            if matches!(w.child.try_wait(), Ok(None)) {
+                tracing::warn!(session = w.id, "session worker did not stop; killing it");
+                let _ = w.child.kill();
+                let _ = w.child.wait();
+            }
+        }
+    }
+}
