@@ -47,6 +47,9 @@ PVGPU_TEST_ISOLATION=process cargo test -p pvgpu-tests --test e2e
 step "loom model of the ring's index protocol"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p pvgpu-ring --test loom --release
 
+step "fuzzing: the request decoder, the ring under a hostile peer, module images, the local handshake and XenStore replies (${PVGPU_FUZZ_SECONDS:-30} s each)"
+bash tests/fuzz.sh
+
 step "two domains on a real Xen (under QEMU): the suite over grant pages, xen vs tcp, a backend killed and a guest destroyed mid-session"
 if [ "${PVGPU_SKIP_XEN_LAB:-0}" = 1 ]; then
   echo "skipped: PVGPU_SKIP_XEN_LAB=1"

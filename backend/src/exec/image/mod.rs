@@ -47,6 +47,8 @@ pub struct ImageInfo {
 }
 
 const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
+/// Largest global kept from an image, PTX or cubin: a larger one is not
+/// listed (its zeroed bytes would be allocated while parsing).
 const MAX_GLOBAL: u64 = 64 << 20;
 
 /// Parses a PTX, cubin or fatbin image.
@@ -151,6 +153,18 @@ mod tests {
         cut.truncate(CUBIN.len() / 2);
         assert!(parse(&cut).is_err());
         assert!(parse(b".version 8.0\n.target sm_75\n.entry k(.param .q32 x) {}").is_err());
+    }
+
+    /// Found by the `module_image` fuzz target: a few bytes of PTX
+    /// declaring a 4 GB global made the parser allocate its zeroed bytes.
+    /// Globals over `MAX_GLOBAL` are not kept, in PTX as in cubins.
+    #[test]
+    fn huge_globals_are_not_allocated() {
+        let info = parse(b".version 8.0\n.target sm_75\n.global .b8 big[4000000000];\n.global .u32 small = 7;\n").unwrap();
+        assert!(!info.globals.contains_key("big"));
+        assert_eq!(info.globals["small"].init, 7u32.to_le_bytes());
+        let at_limit = format!(".version 8.0\n.target sm_75\n.global .b8 edge[{MAX_GLOBAL}];\n");
+        assert_eq!(parse(at_limit.as_bytes()).unwrap().globals["edge"].size, MAX_GLOBAL);
     }
 
     proptest::proptest! {

@@ -2,7 +2,7 @@
 //! parameter layout, and `.global` variables with scalar initialisers give
 //! the module's globals.
 
-use super::{Entry, Global, ImageInfo};
+use super::{Entry, Global, ImageInfo, MAX_GLOBAL};
 use crate::exec::Param;
 use pvgpu_ring::CuError;
 
@@ -100,6 +100,12 @@ pub(super) fn parse(text: &str) -> Result<ImageInfo, CuError> {
             None => (&tokens[g + 1..], None),
         };
         let (size, _, name, elem) = parse_decl(decl)?;
+        // As for cubins: a global larger than this is not kept (its zeroed
+        // bytes would be allocated here, up to 4 GiB for a few bytes of
+        // text).
+        if u64::from(size) > MAX_GLOBAL {
+            continue;
+        }
         let mut bytes = vec![0u8; size as usize];
         match init {
             // An array: `{a, b, c}`, each value `elem` bytes.
