@@ -10,6 +10,8 @@
 //!   process (default) or a thread, session counts, clean shutdown;
 //! - [`session_loop`]: one session's serving loop over its connection;
 //! - [`worker_process`]: the worker process that runs one session;
+//! - [`sandbox`]: what a worker gives up before serving (its user, a
+//!   seccomp deny-list);
 //! - [`session`]: per-session handle tables, device-range checks, quota,
 //!   deferred errors of calls sent without waiting, and the command
 //!   handlers by family;
@@ -30,6 +32,7 @@ pub mod exec;
 mod handles;
 pub mod image_cache;
 pub mod log_limit;
+pub mod sandbox;
 pub mod session;
 pub mod session_loop;
 pub mod supervisor;
