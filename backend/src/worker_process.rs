@@ -6,6 +6,7 @@
 use crate::config::{ExecutorConfig, ExecutorKind, SessionConfig};
 use crate::exec::cuda::{CudaExecutor, CudaInitError};
 use crate::exec::host::HostExecutor;
+use crate::sandbox::{Confinement, SandboxError, confine};
 use crate::session_loop::{Accepted, run_connection};
 use crate::supervisor::WORKER_FD;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -24,6 +25,9 @@ pub enum WorkerError {
     /// Signal handlers could not be installed.
     #[error("Cannot install signal handlers")]
     Signals(#[source] std::io::Error),
+    /// The worker could not give up its privileges.
+    #[error("Cannot confine the worker")]
+    Sandbox(#[source] SandboxError),
 }
 
 /// Starts the configured executor once, so that a missing driver is reported
@@ -47,6 +51,7 @@ pub fn run_worker(
     session: u64,
     exec: &ExecutorConfig,
     cfg: &SessionConfig,
+    confinement: &Confinement,
 ) -> Result<(), WorkerError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -66,6 +71,14 @@ pub fn run_worker(
     // This process serves one session: its frontend may know where its
     // shared memory lies here.
     let cfg = &SessionConfig { same_address: true, ..cfg.clone() };
+    // CONFINEMENT HOOK (crate::sandbox): once the executor is up, before
+    // the first request. A Xen session still needs root for XenStore and
+    // its grants until xen::open_session has run in run_connection, so
+    // here its worker keeps its user (seccomp applies to every transport).
+    let mut confinement = confinement.clone();
+    if matches!(acc, Accepted::Xen { .. }) {
+        confinement.user = None;
+    }
     match exec.kind {
         ExecutorKind::Cuda => {
             // What kernels print reaches this process's standard output;
@@ -75,10 +88,12 @@ pub fn run_worker(
                 tracing::warn!(error = %pvgpu_ring::report::Chain(&e), "kernel output stays in the backend's log");
             }
             let e = Arc::new(CudaExecutor::new()?);
+            confine(&confinement).map_err(WorkerError::Sandbox)?;
             run_connection(e, acc, cfg, session, &stop);
         }
         ExecutorKind::Host => {
             let e = Arc::new(HostExecutor::new(exec.host_mem));
+            confine(&confinement).map_err(WorkerError::Sandbox)?;
             run_connection(e, acc, cfg, session, &stop);
         }
     }
