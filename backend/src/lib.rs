@@ -14,6 +14,8 @@
 //!   supervisor's hold on their lifetime;
 //! - [`session_loop`]: one session's serving loop over its connection;
 //! - [`worker_process`]: the worker process that runs one session;
+//! - [`sandbox`]: what a worker gives up before serving (its user, a
+//!   seccomp deny-list);
 //! - [`session`]: per-session handle tables, device-range checks, quota,
 //!   deferred errors of calls sent without waiting, and the command
 //!   handlers by family;
@@ -35,6 +37,7 @@ pub mod exec;
 mod handles;
 pub mod image_cache;
 pub mod log_limit;
+pub mod sandbox;
 pub mod session;
 pub mod session_loop;
 pub mod spawn;

@@ -9,6 +9,7 @@ use pvgpu_backend::config::{
 };
 use pvgpu_backend::exec::cuda::CudaExecutor;
 use pvgpu_backend::exec::host::HostExecutor;
+use pvgpu_backend::sandbox::{Confinement, WorkerUser};
 use pvgpu_backend::worker_process;
 use pvgpu_ring::tcp_auth::TcpKey;
 use std::sync::Arc;
@@ -29,6 +30,15 @@ struct Cli {
     isolation: Isolation,
     #[command(flatten)]
     admission: AdmissionArgs,
+    /// User the worker processes switch to once the GPU is open (a
+    /// dedicated one, such as `pvgpu`, that may open /dev/nvidia*).
+    /// Default: the backend's own user.
+    #[arg(long, value_name = "NAME")]
+    worker_user: Option<String>,
+    /// Leave out the workers' seccomp filter (which denies exec, fork,
+    /// network sockets, ptrace and the kernel's administrative calls).
+    #[arg(long)]
+    no_seccomp: bool,
     #[command(flatten)]
     exec: ExecArgs,
 }
@@ -101,6 +111,46 @@ impl AdmissionArgs {
             end_grace: Duration::from_secs(self.end_grace),
             ..AdmissionConfig::default()
         })
+    }
+}
+
+/// How the backend tells a worker to confine itself (see
+/// `pvgpu_backend::sandbox`).
+#[derive(Args, Debug, Clone)]
+struct SandboxArgs {
+    /// User id to switch to.
+    #[arg(long, requires = "worker_gid")]
+    worker_uid: Option<u32>,
+    /// Group id to switch to.
+    #[arg(long, requires = "worker_uid")]
+    worker_gid: Option<u32>,
+    /// Every group of the user, comma-separated.
+    #[arg(long, value_delimiter = ',', requires = "worker_uid")]
+    worker_groups: Vec<u32>,
+    /// No seccomp filter.
+    #[arg(long)]
+    no_seccomp: bool,
+}
+
+impl SandboxArgs {
+    fn confinement(&self) -> Confinement {
+        let user = self.worker_uid.zip(self.worker_gid).map(|(uid, gid)| WorkerUser { uid, gid, groups: self.worker_groups.clone() });
+        Confinement { user, seccomp: !self.no_seccomp }
+    }
+
+    fn to_args(user: Option<&WorkerUser>, no_seccomp: bool) -> Vec<String> {
+        let mut a = Vec::new();
+        if let Some(u) = user {
+            a.extend(["--worker-uid".into(), u.uid.to_string(), "--worker-gid".into(), u.gid.to_string()]);
+            if !u.groups.is_empty() {
+                let groups: Vec<String> = u.groups.iter().map(u32::to_string).collect();
+                a.extend(["--worker-groups".into(), groups.join(",")]);
+            }
+        }
+        if no_seccomp {
+            a.push("--no-seccomp".into());
+        }
+        a
     }
 }
 
@@ -222,6 +272,8 @@ enum Cmd {
         report_fd: Option<i32>,
         #[command(flatten)]
         exec: ExecArgs,
+        #[command(flatten)]
+        sandbox: SandboxArgs,
     },
 }
 
@@ -231,9 +283,9 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    if let Some(Cmd::Worker { conn, session, domid, devid, report_fd, exec }) = &cli.command {
+    if let Some(Cmd::Worker { conn, session, domid, devid, report_fd, exec, sandbox }) = &cli.command {
         let xen = domid.zip(*devid);
-        worker_process::run_worker(conn, xen, *session, *report_fd, &exec.executor(), &exec.session())?;
+        worker_process::run_worker(conn, xen, *session, *report_fd, &exec.executor(), &exec.session(), &sandbox.confinement())?;
         return Ok(());
     }
     if cli.listen.is_empty() {
@@ -242,11 +294,27 @@ fn main() -> Result<()> {
         );
     }
     let cfg = Config { listen: cli.listen.clone(), session: cli.exec.session(), admission: cli.admission.config()? };
+    let worker_user = match &cli.worker_user {
+        Some(name) => Some(WorkerUser::lookup(name).with_context(|| format!("--worker-user {name}"))?),
+        None => None,
+    };
+    match cli.isolation {
+        Isolation::Thread if worker_user.is_some() || cli.no_seccomp => {
+            bail!("--worker-user and --no-seccomp apply to worker processes (--isolation process)")
+        }
+        Isolation::Process if worker_user.is_none() && nix::unistd::geteuid().is_root() => tracing::warn!(
+            "running as root without --worker-user: workers keep root (seccomp still applies); \
+             give them a dedicated user that may open /dev/nvidia*"
+        ),
+        _ => {}
+    }
     let backend = match (cli.isolation, cli.exec.executor) {
         (Isolation::Process, _) => {
             worker_process::probe(&cli.exec.executor())?;
             let exe = std::env::current_exe().context("cannot find the pvgpu-backend binary to start workers")?;
-            Backend::start_processes(cfg, WorkerCommand { exe, args: cli.exec.to_args(), executor: cli.exec.executor.name().into() })?
+            let mut args = cli.exec.to_args();
+            args.extend(SandboxArgs::to_args(worker_user.as_ref(), cli.no_seccomp));
+            Backend::start_processes(cfg, WorkerCommand { exe, args, executor: cli.exec.executor.name().into() })?
         }
         (Isolation::Thread, ExecutorKind::Cuda) => Backend::start_threads(Arc::new(CudaExecutor::new()?), cfg)?,
         (Isolation::Thread, ExecutorKind::Host) => Backend::start_threads(Arc::new(HostExecutor::new(cli.exec.host_mem)), cfg)?,

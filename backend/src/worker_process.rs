@@ -6,6 +6,7 @@
 use crate::config::{ExecutorConfig, ExecutorKind, SessionConfig};
 use crate::exec::cuda::{CudaExecutor, CudaInitError};
 use crate::exec::host::HostExecutor;
+use crate::sandbox::{Confinement, SandboxError, confine};
 use crate::session_loop::{Accepted, Ended, open_connection, serve_opened};
 use crate::spawn::WORKER_FD;
 use std::io::Write;
@@ -25,6 +26,9 @@ pub enum WorkerError {
     /// Signal handlers could not be installed.
     #[error("Cannot install signal handlers")]
     Signals(#[source] std::io::Error),
+    /// The worker could not give up its privileges.
+    #[error("Cannot confine the worker")]
+    Sandbox(#[source] SandboxError),
 }
 
 /// Starts the configured executor once, so that a missing driver is reported
@@ -52,6 +56,7 @@ pub fn run_worker(
     report_fd: Option<i32>,
     exec: &ExecutorConfig,
     cfg: &SessionConfig,
+    confinement: &Confinement,
 ) -> Result<(), WorkerError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -86,9 +91,16 @@ pub fn run_worker(
                     tracing::warn!(error = %pvgpu_ring::report::Chain(&e), "kernel output stays in the backend's log");
                 }
                 let e = Arc::new(CudaExecutor::new()?);
+                // Confined once the GPU is open and the connection mapped
+                // (Xen: XenStore and the grants), before the first request.
+                confine(confinement).map_err(WorkerError::Sandbox)?;
                 serve_opened(e, opened, cfg, session, &stop)
             }
-            ExecutorKind::Host => serve_opened(Arc::new(HostExecutor::new(exec.host_mem)), opened, cfg, session, &stop),
+            ExecutorKind::Host => {
+                let e = Arc::new(HostExecutor::new(exec.host_mem));
+                confine(confinement).map_err(WorkerError::Sandbox)?;
+                serve_opened(e, opened, cfg, session, &stop)
+            }
         },
     };
     report_end(report, &ended);
