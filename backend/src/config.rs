@@ -50,11 +50,17 @@ pub struct SessionLimits {
     pub max_objects: usize,
     /// Largest module image accepted, in bytes.
     pub max_image: usize,
+    /// Count against the quota everything the process holds on the device
+    /// (what the driver reserves for contexts, their limits, module code
+    /// and globals), as the executor measures it, besides the allocations
+    /// the session counts itself. Only a process that serves one session
+    /// (a worker) sets it.
+    pub footprint: bool,
 }
 
 impl Default for SessionLimits {
     fn default() -> Self {
-        SessionLimits { mem_quota: None, max_objects: 65536, max_image: pvgpu_ring::proto::MAX_PAYLOAD }
+        SessionLimits { mem_quota: None, max_objects: 65536, max_image: pvgpu_ring::proto::MAX_PAYLOAD, footprint: false }
     }
 }
 

@@ -79,7 +79,10 @@ pub fn run_worker(
     };
     // This process serves one session: its frontend may know where its
     // shared memory lies here.
-    let cfg = &SessionConfig { same_address: true, ..cfg.clone() };
+    let mut cfg = SessionConfig { same_address: true, ..cfg.clone() };
+    // Everything this process holds on the device is the session's.
+    cfg.limits.footprint = true;
+    let cfg = &cfg;
     let ended = match open_connection(acc, cfg, session) {
         Err(ended) => ended,
         Ok(opened) => match exec.kind {

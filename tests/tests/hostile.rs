@@ -38,8 +38,8 @@ impl Backend {
             .arg("--tcp-key")
             .arg(&key)
             .args(extra)
-            .env("RUST_LOG", "error")
-            .stderr(Stdio::null())
+            .env("RUST_LOG", std::env::var("PVGPU_HOSTILE_LOG").unwrap_or_else(|_| "error".into()))
+            .stderr(if std::env::var_os("PVGPU_HOSTILE_LOG").is_some() { Stdio::inherit() } else { Stdio::null() })
             .spawn()
             .unwrap();
         let b = Backend { child, dir, sock, tcp, key };
@@ -224,5 +224,65 @@ fn a_stalled_frame_loses_only_its_session() {
         let rss_kb: u64 =
             status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
         assert!(rss_kb < 48 << 10, "worker {pid} holds {rss_kb} KiB after a 64 MiB header with 1000 bytes");
+    }
+}
+
+/// The quota counts what the driver reserves because of the session, not
+/// only its allocations: a larger stack for every resident thread, module
+/// globals, and contexts beyond the first (the host double reserves for
+/// each context 16 MiB, a stack for 2048 threads, a 1 MiB printf buffer and
+/// an 8 MiB heap, as a driver does for a device: 27 MiB).
+#[test]
+fn the_quota_counts_limits_module_globals_and_extra_contexts() {
+    use pvgpu_frontend::CuResult;
+    let b = Backend::start(&["--mem-quota", "96M"]);
+    let c = b.local().unwrap();
+    c.init().unwrap();
+    let ctx = c.ctx_create(0, 0).unwrap();
+    // A 64 KiB stack for 2048 threads is 128 MiB: refused, and put back.
+    assert_eq!(status(c.ctx_set_limit(ctx, 0, 64 << 10)), CuResult::OUT_OF_MEMORY);
+    assert_eq!(c.ctx_get_limit(ctx, 0).unwrap(), 1024);
+    // 8 KiB: 14 MiB more than the first context's 2 MiB.
+    c.ctx_set_limit(ctx, 0, 8 << 10).unwrap();
+    // A module declaring a 45 MB global: once fits, twice not.
+    let ptx = b".version 8.0\n.target sm_75\n.address_size 64\n.visible .global .align 8 .b8 big[45000000];\n\0";
+    let m = c.module_load(ctx, ptx).unwrap();
+    assert_eq!(status(c.module_load(ctx, ptx)), CuResult::OUT_OF_MEMORY);
+    // Nor does an allocation that fits the quota alone.
+    assert_eq!(status(c.mem_alloc(ctx, 40 << 20)), CuResult::OUT_OF_MEMORY);
+    c.module_unload(m).unwrap();
+    c.mem_alloc(ctx, 40 << 20).unwrap();
+    // Contexts beyond the first: 27 MiB each of the 42 MiB left.
+    let one = c.ctx_create(0, 0).unwrap();
+    assert_eq!(status(c.ctx_create(0, 0)), CuResult::OUT_OF_MEMORY);
+    c.ctx_destroy(one).unwrap();
+    c.ctx_create(0, 0).unwrap();
+}
+
+/// The status a call ended with.
+fn status<T>(r: Result<T, pvgpu_frontend::Error>) -> pvgpu_frontend::CuResult {
+    match r {
+        Ok(_) => pvgpu_frontend::CuResult::SUCCESS,
+        Err(e) => e.status(),
+    }
+}
+
+/// Context flags that reach outside the session are refused.
+#[test]
+fn context_flags_are_filtered() {
+    use pvgpu_frontend::CuResult;
+    let b = Backend::start(&[]);
+    let c = b.local().unwrap();
+    c.init().unwrap();
+    for (flags, want) in [(0x20, CuResult::NOT_SUPPORTED), (0x40, CuResult::NOT_SUPPORTED), (0x1000, CuResult::INVALID_VALUE)] {
+        match c.ctx_create(0, flags) {
+            Ok(_) => panic!("flags {flags:#x} were accepted"),
+            Err(e) => assert_eq!(e.status(), want, "flags {flags:#x}"),
+        }
+    }
+    let ctx = c.ctx_create(0, 0x04 | 0x08).unwrap();
+    match c.ctx_set_limit(ctx, 6, 1 << 20) {
+        Ok(_) => panic!("the device-wide L2 set-aside was accepted"),
+        Err(e) => assert_eq!(e.status(), CuResult::NOT_SUPPORTED),
     }
 }

@@ -146,6 +146,14 @@ pub trait Executor: Send + Sync + 'static {
     /// `cuMemGetAllocationGranularity` of device memory on `device`:
     /// option 0 the minimum, 1 the recommended.
     fn vmm_granularity(&self, device: usize, option: u32) -> CuRes<u64>;
+    /// Device memory this process holds on every device, as the device
+    /// sees it: allocations, and what the driver reserved for contexts,
+    /// their limits (stacks, heaps) and module code and globals. `None`
+    /// where the executor cannot tell. Meaningful for one session only in
+    /// a process that serves one session (a worker).
+    fn process_footprint(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// One context: dropping it frees everything made in it.

@@ -1,7 +1,7 @@
 //! Devices and contexts: the hello, device queries (answered from what the
 //! executor gathered at start-up), primary and created contexts.
 
-use super::{Alloc, AllocKind, CtxEntry, Io, Session};
+use super::{Alloc, AllocKind, CtxEntry, Io, Session, policy};
 use crate::exec::{CuRes, ExecContext, Executor};
 use pvgpu_ring::CuError;
 use pvgpu_ring::proto::{self, AttrPair, DevicePropsHead, DevicePropsRep, HandleRep, HelloRep, I32Rep, PROTOCOL_VERSION};
@@ -92,7 +92,8 @@ pub(super) fn primary_release<E: Executor>(s: &mut Session<E>, r: proto::Primary
 
 pub(super) fn create<E: Executor>(s: &mut Session<E>, r: proto::CtxCreate, io: &Io<'_>) -> CuRes<HandleRep> {
     let d = s.device(r.device.get())?;
-    let id = new_context(s, d, r.flags.get(), false, io)?;
+    let flags = policy::ctx_flags(r.flags.get())?;
+    let id = new_context(s, d, flags, false, io)?;
     Ok(HandleRep { handle: id.into() })
 }
 
@@ -114,14 +115,26 @@ pub(super) fn info<E: Executor>(s: &mut Session<E>, r: proto::CtxGetInfo) -> CuR
 }
 
 pub(super) fn limit<E: Executor>(s: &mut Session<E>, r: proto::CtxLimit) -> CuRes<proto::U64Rep> {
-    let c = s.enter(r.ctx.get())?;
-    let value = if r.set.get() != 0 {
-        c.set_limit(r.limit.get(), r.value.get())?;
-        r.value.get()
-    } else {
-        c.get_limit(r.limit.get())?
-    };
-    Ok(proto::U64Rep { value: value.into() })
+    let set = r.set.get() != 0;
+    if set {
+        policy::ctx_limit(r.limit.get())?;
+    }
+    let (ctx, limit) = (r.ctx.get(), r.limit.get());
+    let c = s.enter(ctx)?;
+    if !set {
+        return Ok(proto::U64Rep { value: c.get_limit(limit)?.into() });
+    }
+    // What the driver reserves for a limit (a stack for every thread that
+    // can be resident, the heap, the printf buffer) counts against the
+    // quota: a limit that does not fit is put back.
+    let old = c.get_limit(limit)?;
+    c.set_limit(limit, r.value.get())?;
+    if !s.remeasure() {
+        s.enter(ctx)?.set_limit(limit, old)?;
+        s.remeasure();
+        return Err(CuError::OUT_OF_MEMORY);
+    }
+    Ok(proto::U64Rep { value: r.value.get().into() })
 }
 
 /// Creates a context, makes it current, and page-locks the data area
@@ -134,6 +147,11 @@ fn new_context<E: Executor>(s: &mut Session<E>, device: usize, flags: u32, prima
     let id = s.ctxs.insert(CtxEntry { primary, ctx })?;
     // Creating a context makes it current on this thread.
     s.current = Some(id);
+    // What the driver reserves for a context counts against the quota.
+    if !s.remeasure() {
+        destroy_context(s, id)?;
+        return Err(CuError::OUT_OF_MEMORY);
+    }
     if let (None, Some(area), Some(entry)) = (s.area_pinned_by, io.area, s.ctxs.get_mut(id)) {
         // SAFETY: the connection owns the data area's mapping and outlives
         // the session, so the range stays mapped longer than any context of
@@ -181,6 +199,7 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
         s.area_device = None;
     }
     drop(entry);
+    s.remeasure();
     Ok(())
 }
 
@@ -198,7 +217,7 @@ pub(super) fn status<E: Executor>(s: &Session<E>, r: proto::DeviceStatus) -> CuR
     let unknown = |v: Option<u32>| v.unwrap_or(u32::MAX).into();
     Ok(proto::DeviceStatusRep {
         mem_total: s.limits.mem_quota.map_or(total, |q| q.min(total)).into(),
-        mem_used: s.mem_used.into(),
+        mem_used: s.charged().into(),
         gpu_util: unknown(g.gpu_util),
         mem_util: unknown(g.mem_util),
         temperature: unknown(g.temperature),

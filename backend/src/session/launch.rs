@@ -78,6 +78,7 @@ pub(super) fn get_attribute<E: Executor>(s: &mut Session<E>, r: proto::FuncGetAt
 }
 
 pub(super) fn set_attribute<E: Executor>(s: &mut Session<E>, r: proto::FuncSetAttribute) -> CuRes<()> {
+    super::policy::func_attribute(r.attr.get())?;
     let (ctx, func) = function(s, r.function.get())?;
     s.enter(ctx)?.func_set_attribute(func, r.attr.get(), r.value.get())
 }

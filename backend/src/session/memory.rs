@@ -12,7 +12,7 @@ fn allocate<E: Executor>(s: &mut Session<E>, ctx: u64, size: u64, stream: Option
     if size == 0 {
         return Err(CuError::INVALID_VALUE);
     }
-    if s.limits.mem_quota.is_some_and(|q| s.mem_used.saturating_add(size) > q) || s.allocs.len() >= s.limits.max_objects {
+    if s.over_quota(size) || s.allocs.len() >= s.limits.max_objects {
         return Err(CuError::OUT_OF_MEMORY);
     }
     let dptr = match stream {
@@ -80,7 +80,7 @@ pub(super) fn info<E: Executor>(s: &mut Session<E>, r: proto::MemGetInfo) -> CuR
     let (mut free, mut total) = s.enter(r.ctx.get())?.mem_get_info()?;
     if let Some(q) = s.limits.mem_quota {
         total = total.min(q);
-        free = free.min(q.saturating_sub(s.mem_used));
+        free = free.min(q.saturating_sub(s.charged()));
     }
     Ok(MemInfoRep { free: free.into(), total: total.into() })
 }

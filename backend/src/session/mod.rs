@@ -31,6 +31,7 @@ mod launch;
 mod memory;
 mod module;
 mod pitched;
+mod policy;
 mod stream;
 mod vmm;
 
@@ -140,6 +141,14 @@ pub struct Session<E: Executor> {
     allocs: BTreeMap<u64, Alloc>,
     vmm: vmm::Vmm,
     mem_used: u64,
+    /// Device memory the session holds besides its allocations (what the
+    /// driver reserved for its contexts, limits and modules), as last
+    /// measured; see [`SessionLimits::footprint`].
+    overhead: u64,
+    /// What the process held besides allocations once the session's first
+    /// context was made: the cost of having a context at all, which the
+    /// quota does not count.
+    baseline: Option<u64>,
     pending: Option<CuError>,
     current: Option<u64>,
     /// Context through which the data area is page-locked, if any.
@@ -179,6 +188,8 @@ impl<E: Executor> Session<E> {
             allocs: BTreeMap::new(),
             vmm: vmm::Vmm::new(n),
             mem_used: 0,
+            overhead: 0,
+            baseline: None,
             pending: None,
             current: None,
             area_pinned_by: None,
@@ -204,6 +215,36 @@ impl<E: Executor> Session<E> {
     /// Device memory held, in bytes.
     pub fn mem_used(&self) -> u64 {
         self.mem_used
+    }
+
+    /// Device memory the session holds in all, as the quota counts it.
+    fn charged(&self) -> u64 {
+        self.mem_used.saturating_add(self.overhead)
+    }
+
+    /// Whether `more` bytes of allocations would pass the quota.
+    fn over_quota(&self, more: u64) -> bool {
+        self.limits.mem_quota.is_some_and(|q| self.charged().saturating_add(more) > q)
+    }
+
+    /// Measures what the session holds on the device besides its
+    /// allocations and its first context (where the executor can tell, and
+    /// the process serves only this session), and says whether the quota
+    /// still holds. Called
+    /// after each operation that makes the driver reserve memory: the
+    /// caller undoes the operation when it does not.
+    fn remeasure(&mut self) -> bool {
+        if !self.limits.footprint {
+            return true;
+        }
+        if let Some(fp) = self.exec.process_footprint() {
+            // The first measurement follows the first context's creation.
+            let besides = fp.saturating_sub(self.mem_used);
+            let base = *self.baseline.get_or_insert(besides);
+            self.overhead = besides.saturating_sub(base);
+            tracing::debug!(session = self.id, footprint = fp, overhead = self.overhead, "device footprint measured");
+        }
+        !self.over_quota(0)
     }
 
     /// Moves what the session's kernels printed since the last call into

@@ -30,8 +30,15 @@ pub(super) fn load<E: Executor>(s: &mut Session<E>, r: proto::ModuleLoad<'_>, io
 }
 
 /// Loads `image` (checked, NUL-terminated) in context `ctx`.
+/// Its code and globals count against the quota: a module that does not
+/// fit is unloaded again (`CUDA_ERROR_OUT_OF_MEMORY`).
 fn load_image<E: Executor>(s: &mut Session<E>, ctx: u64, image: &[u8]) -> CuRes<u64> {
     let m = s.enter(ctx)?.module_load(image)?;
+    if !s.remeasure() {
+        s.enter(ctx)?.module_unload(m)?;
+        s.remeasure();
+        return Err(CuError::OUT_OF_MEMORY);
+    }
     s.modules.insert(ModEntry { ctx, module: Some(m) })
 }
 
@@ -58,10 +65,12 @@ pub(super) fn unload<E: Executor>(s: &mut Session<E>, r: proto::ModuleUnload) ->
     s.functions.drain_where(|f| f.module == id);
     s.function_ids.retain(|(mid, _), _| *mid != id);
     s.allocs.retain(|_, a| a.kind != AllocKind::Global(id));
-    match m.module.take() {
+    let r = match m.module.take() {
         Some(module) => s.enter(m.ctx)?.module_unload(module),
         None => Ok(()),
-    }
+    };
+    s.remeasure();
+    r
 }
 
 pub(super) fn function<E: Executor>(s: &mut Session<E>, r: proto::ModuleGetFunction<'_>) -> CuRes<FunctionRep> {

@@ -124,7 +124,7 @@ pub(super) fn create<E: Executor>(s: &mut Session<E>, r: proto::MemCreate) -> Cu
     if size == 0 {
         return Err(CuError::INVALID_VALUE);
     }
-    if s.limits.mem_quota.is_some_and(|q| s.mem_used.saturating_add(size) > q) {
+    if s.over_quota(size) {
         return Err(CuError::OUT_OF_MEMORY);
     }
     let raw = s.enter(ctx)?.vmm_create(size)?;

@@ -229,6 +229,10 @@ impl Executor for CudaExecutor {
         vmm::granularity(&self.ext_fns, dev, option)
     }
 
+    fn process_footprint(&self) -> Option<u64> {
+        self.nvml.as_ref()?.process_used()
+    }
+
     fn create_context(&self, device: usize, flags: u32) -> CuRes<CudaContext> {
         let dev = *self.raw.get(device).ok_or(CuError::INVALID_DEVICE)?;
         let mut raw = ptr::null_mut();

@@ -16,8 +16,20 @@ struct Utilization {
     memory: c_uint,
 }
 
+/// `nvmlProcessInfo_v2_t`, as `nvmlDeviceGetComputeRunningProcesses_v3`
+/// fills it.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct ProcessInfo {
+    pid: c_uint,
+    used_gpu_memory: u64,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
 /// NVML's entry points this file calls.
 struct Fns {
+    processes: Option<unsafe extern "C" fn(Handle, *mut c_uint, *mut ProcessInfo) -> u32>,
     by_bus_id: unsafe extern "C" fn(*const c_char, *mut Handle) -> u32,
     utilization: unsafe extern "C" fn(Handle, *mut Utilization) -> u32,
     temperature: unsafe extern "C" fn(Handle, u32, *mut c_uint) -> u32,
@@ -51,6 +63,7 @@ impl Nvml {
         let (init, fns) = unsafe {
             let init: unsafe extern "C" fn() -> u32 = *lib.get(b"nvmlInit_v2").ok()?;
             let fns = Fns {
+                processes: lib.get(b"nvmlDeviceGetComputeRunningProcesses_v3").ok().map(|f| *f),
                 by_bus_id: *lib.get(b"nvmlDeviceGetHandleByPciBusId_v2").ok()?,
                 utilization: *lib.get(b"nvmlDeviceGetUtilizationRates").ok()?,
                 temperature: *lib.get(b"nvmlDeviceGetTemperature").ok()?,
@@ -80,6 +93,33 @@ impl Nvml {
             String::new()
         };
         Some(Nvml { _lib: lib, fns, devices, driver_version })
+    }
+
+    /// Device memory this process holds on every device NVML knows, or
+    /// `None` where NVML cannot tell (no such call, or this process not
+    /// listed: another PID namespace, say).
+    pub fn process_used(&self) -> Option<u64> {
+        let f = self.fns.processes?;
+        let me = std::process::id();
+        let mut total = 0u64;
+        let mut found = false;
+        for h in self.devices.iter().flatten() {
+            let mut list = [ProcessInfo::default(); 256];
+            let mut n = list.len() as c_uint;
+            // SAFETY: a handle NVML gave; `n` says how many entries `list`
+            // holds, and NVML writes at most that many.
+            if unsafe { f(*h, &mut n, list.as_mut_ptr()) } != 0 {
+                return None;
+            }
+            for p in list.iter().take(n as usize).filter(|p| p.pid == me) {
+                found = true;
+                // NVML_VALUE_NOT_AVAILABLE is all ones.
+                if p.used_gpu_memory != u64::MAX {
+                    total += p.used_gpu_memory;
+                }
+            }
+        }
+        found.then_some(total)
     }
 
     /// The gauges of device `ordinal`.

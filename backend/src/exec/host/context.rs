@@ -97,6 +97,7 @@ impl ExecContext for HostContext {
         let id = self.next_module;
         self.next_module += 1;
         self.modules.insert(id, ModuleState { info, globals });
+        self.recount_reserved();
         Ok(HostModule { id })
     }
 
@@ -105,6 +106,7 @@ impl ExecContext for HostContext {
         for addr in st.globals.values() {
             self.mem.allocs.remove(addr);
         }
+        self.recount_reserved();
         Ok(())
     }
 
@@ -257,6 +259,7 @@ impl ExecContext for HostContext {
         self.ok()?;
         let slot = self.limits.get_mut(&limit).ok_or(CuError::INVALID_VALUE)?;
         *slot = value;
+        self.recount_reserved();
         Ok(())
     }
 

@@ -39,10 +39,17 @@ const CTX_SPAN: u64 = 1 << 40;
 const BASE: u64 = 0x7f00_0000_0000 & !(CTX_SPAN - 1);
 static NEXT_CTX: AtomicU64 = AtomicU64::new(1);
 
+/// What the double reserves for each context, as a driver does.
+pub const CONTEXT_BYTES: u64 = 16 << 20;
+/// Threads whose stacks the double reserves (one multiprocessor of 2048).
+pub const STACK_THREADS: u64 = 2048;
+
 /// The host test double.
 pub struct HostExecutor {
     devices: Vec<DeviceInfo>,
     used: Arc<AtomicU64>,
+    /// Bytes reserved by contexts (see `HostContext::recount_reserved`).
+    reserved: Arc<AtomicU64>,
 }
 
 impl HostExecutor {
@@ -97,6 +104,7 @@ impl HostExecutor {
         HostExecutor {
             devices: vec![DeviceInfo { name: "pvgpu host executor (test double)".into(), uuid, total_mem, attrs }],
             used: Arc::new(AtomicU64::new(0)),
+            reserved: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -132,17 +140,23 @@ impl Executor for HostExecutor {
         Ok(vmm::GRANULARITY)
     }
 
+    fn process_footprint(&self) -> Option<u64> {
+        Some(self.used_bytes() + self.reserved.load(Ordering::Relaxed))
+    }
+
     fn create_context(&self, device: usize, _flags: u32) -> CuRes<HostContext> {
         let dev = self.devices.get(device).ok_or(CuError::INVALID_DEVICE)?;
         // Spread contexts (also those of other worker processes) over
         // distinct address ranges, as a GPU's unified address space does.
         let n = (NEXT_CTX.fetch_add(1, Ordering::Relaxed) + std::process::id() as u64 * 7) % 64;
         let base = BASE + n * CTX_SPAN;
-        Ok(HostContext {
+        let mut c = HostContext {
             mem: Mem { allocs: BTreeMap::new(), next: base + ALIGN, end: base + CTX_SPAN },
             total: dev.total_mem,
             used: self.used.clone(),
             held: 0,
+            reserved: self.reserved.clone(),
+            reserving: 0,
             sticky: None,
             modules: HashMap::new(),
             next_module: 1,
@@ -156,7 +170,9 @@ impl Executor for HostExecutor {
             output: Vec::new(),
             phys: HashMap::new(),
             mapped: HashMap::new(),
-        })
+        };
+        c.recount_reserved();
+        Ok(c)
     }
 }
 
@@ -184,6 +200,10 @@ pub struct HostContext {
     used: Arc<AtomicU64>,
     /// Bytes this context added to `used`.
     held: u64,
+    /// Bytes reserved by all contexts of the executor.
+    reserved: Arc<AtomicU64>,
+    /// Bytes this context added to `reserved`.
+    reserving: u64,
     sticky: Option<CuError>,
     modules: HashMap<u64, ModuleState>,
     next_module: u64,
@@ -216,9 +236,28 @@ impl HostContext {
     }
 }
 
+impl HostContext {
+    /// Recounts what the double reserves for this context, as a driver
+    /// does: the context itself, a stack for every thread that can be
+    /// resident, the printf buffer, the device heap, and module globals.
+    fn recount_reserved(&mut self) {
+        let limit = |k| self.limits.get(&k).copied().unwrap_or(0);
+        let globals: u64 = self.modules.values().flat_map(|m| m.info.globals.values()).map(|g| g.size).sum();
+        let want = CONTEXT_BYTES
+            .saturating_add(limit(0).saturating_mul(STACK_THREADS))
+            .saturating_add(limit(1))
+            .saturating_add(limit(2))
+            .saturating_add(globals);
+        self.reserved.fetch_add(want, Ordering::Relaxed);
+        self.reserved.fetch_sub(self.reserving, Ordering::Relaxed);
+        self.reserving = want;
+    }
+}
+
 impl Drop for HostContext {
     fn drop(&mut self) {
         self.used.fetch_sub(self.held, Ordering::Relaxed);
+        self.reserved.fetch_sub(self.reserving, Ordering::Relaxed);
     }
 }
 
