@@ -43,7 +43,9 @@ wait
 
 # The backend on the GPU: a worker process per session.
 sock=$work/pvgpu.sock
-"$bin/pvgpu-backend" --listen "local:$sock" --listen tcp:127.0.0.1:7300 --executor cuda > "$work/runs/backend.log" 2>&1 &
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/tcp.key"
+chmod 600 "$work/tcp.key"
+"$bin/pvgpu-backend" --listen "local:$sock" --listen tcp:127.0.0.1:7300 --tcp-key "$work/tcp.key" --executor cuda > "$work/runs/backend.log" 2>&1 &
 backend=$!
 for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.2; done
 
@@ -53,7 +55,7 @@ run() { # label, transport, command...
     timeout 180 "$@" > "$work/runs/$label.native.out" 2>&1
   else
     local addr="local:$sock"; [ "$t" = tcp ] && addr=tcp:127.0.0.1:7300
-    LD_LIBRARY_PATH="$work/lib:$LD_LIBRARY_PATH" PVGPU_BACKEND=$addr timeout 180 "$@" > "$work/runs/$label.$t.out" 2>&1
+    LD_LIBRARY_PATH="$work/lib:$LD_LIBRARY_PATH" PVGPU_BACKEND=$addr PVGPU_TCP_KEY=$work/tcp.key timeout 180 "$@" > "$work/runs/$label.$t.out" 2>&1
   fi
   echo $? > "$work/runs/$label.$t.rc"
 }

@@ -21,9 +21,11 @@ ln -sf libcuda.so.1 "$work/lib/libcuda.so"
 # NVML beside it, as a guest installs both (PyTorch asks NVML too).
 [ -f "$bin/libpvgpu_nvml.so" ] && cp "$bin/libpvgpu_nvml.so" "$work/lib/libnvidia-ml.so.1"
 cache=$work/image-cache
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/tcp.key"
+chmod 600 "$work/tcp.key"
 
 backend() { # start a backend on the shared image cache
-  "$bin/pvgpu-backend" --listen "local:$work/pv.sock" --listen tcp:127.0.0.1:7310 --executor cuda --image-cache "$cache" \
+  "$bin/pvgpu-backend" --listen "local:$work/pv.sock" --listen tcp:127.0.0.1:7310 --tcp-key "$work/tcp.key" --executor cuda --image-cache "$cache" \
     > "$work/logs/backend-$1.log" 2>&1 &
   pid=$!
   for _ in $(seq 50); do [ -S "$work/pv.sock" ] && break; sleep 0.2; done
@@ -37,7 +39,7 @@ run() { # label, mode (native|local|tcp), script args...
     timeout 300 python3 "$@" --json "$log.json" > "$log.txt" 2>&1
   else
     local addr="local:$work/pv.sock"; [ "$mode" = tcp ] && addr=tcp:127.0.0.1:7310
-    LD_LIBRARY_PATH="$work/lib" PVGPU_BACKEND=$addr PVGPU_LOG=warn,pvgpu_frontend::client=debug,pvgpu_cuda::image=debug \
+    LD_LIBRARY_PATH="$work/lib" PVGPU_BACKEND=$addr PVGPU_TCP_KEY=$work/tcp.key PVGPU_LOG=warn,pvgpu_frontend::client=debug,pvgpu_cuda::image=debug \
       timeout 300 python3 "$@" --json "$log.json" > "$log.txt" 2>&1
   fi
   echo "rc $?" >> "$log.txt"

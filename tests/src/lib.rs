@@ -250,6 +250,10 @@ impl Harness {
             }
             cmd.arg("--image-cache").arg(dir.0.join("images"));
             cmd.arg("--tcp-key").arg(&tcp_key);
+            // Every test of the suite is the same local user and TCP peer.
+            for limit in ["--max-sessions", "--max-local-sessions", "--max-tcp-sessions", "--max-sessions-per-peer"] {
+                cmd.arg(limit).arg("256");
+            }
             let (child, keeper) = spawn_kept(cmd);
             let h = Harness { running: Running::Process { child, _keeper: keeper }, exec, socket, tcp, tcp_key, _dir: dir };
             h.wait_ready();
