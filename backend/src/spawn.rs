@@ -18,7 +18,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, Command};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -64,12 +64,14 @@ pub struct ThreadSpawner<E: Executor> {
     cfg: SessionConfig,
     grace: Duration,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Each running session's stop flag, by session number.
+    stops: Arc<Mutex<std::collections::HashMap<u64, Arc<AtomicBool>>>>,
 }
 
 impl<E: Executor> ThreadSpawner<E> {
     /// Sessions on `exec`.
     pub fn new(exec: Arc<E>, cfg: SessionConfig, grace: Duration) -> Self {
-        ThreadSpawner { exec, cfg, grace, threads: Mutex::new(Vec::new()) }
+        ThreadSpawner { exec, cfg, grace, threads: Mutex::new(Vec::new()), stops: Default::default() }
     }
 }
 
@@ -77,9 +79,14 @@ impl<E: Executor> Spawner for ThreadSpawner<E> {
     fn spawn(&self, s: Start, stop: Arc<AtomicBool>) -> io::Result<()> {
         let (exec, cfg) = (self.exec.clone(), self.cfg.clone());
         let Start { acc, id, slot, on_end } = s;
+        // The session's own flag: set by `end`, and by `shutdown` for all.
+        let mine = Arc::new(AtomicBool::new(stop.load(Ordering::SeqCst)));
+        self.stops.lock().unwrap_or_else(|p| p.into_inner()).insert(id, mine.clone());
+        let stops = self.stops.clone();
         let h = std::thread::Builder::new().name(format!("pvgpu-session-{id}")).spawn(move || {
             let t = Instant::now();
-            let ended = run_connection(exec, acc, &cfg, id, &stop);
+            let ended = run_connection(exec, acc, &cfg, id, &mine);
+            stops.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             log_end(id, &ended, t.elapsed().as_secs_f64());
             drop(slot);
             if let Some(f) = on_end {
@@ -96,7 +103,18 @@ impl<E: Executor> Spawner for ThreadSpawner<E> {
         self.exec.kind()
     }
 
+    fn end(&self, id: u64) {
+        // A thread cannot be killed: the session ends at its next request
+        // boundary or wait.
+        if let Some(f) = self.stops.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+            f.store(true, Ordering::SeqCst);
+        }
+    }
+
     fn shutdown(&self) {
+        for f in self.stops.lock().unwrap_or_else(|p| p.into_inner()).values() {
+            f.store(true, Ordering::SeqCst);
+        }
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
         let deadline = Instant::now() + self.grace;
         for t in threads {

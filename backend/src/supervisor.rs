@@ -349,6 +349,9 @@ fn xen_loop(mut xs: pvgpu_xen::XenStore, sh: &Shared) {
             let id = sh.stats.next_id();
             let set = active.clone();
             let on_end: OnEnd = Box::new(move || {
+                // The device's XenStore side is the supervisor's: the
+                // worker holds none once it serves.
+                crate::xen::close_device(domid, devid);
                 set.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
             });
             match sh.spawner.spawn(Start { acc, id, slot, on_end: Some(on_end) }, sh.stop.clone()) {

@@ -9,12 +9,17 @@
 //! 2. the backend advertises its limits and moves to `InitWait`;
 //! 3. a guest process claims the device, publishes its ring and moves to
 //!    `Initialised`;
-//! 4. the backend starts a session (a worker process by default), which maps
-//!    the grants, binds the event channel, and moves to `Connected`;
+//! 4. the backend starts a session (a worker process by default), which
+//!    reads the ring's geometry, grants and port, maps the grants, binds the
+//!    event channel, moves the device to `Connected` and closes its XenStore
+//!    connection: from then on, and before it serves a request, the worker
+//!    holds only its grants and its port;
 //! 5. when the frontend closes, dies (its kernel clears the region's alive
-//!    byte), or its domain goes away, the session ends, the grants are
-//!    unmapped and the port closed; the backend moves to `Closed`, releases
-//!    a claim the dead frontend left, and advertises the device again.
+//!    byte), or its domain goes away (the supervisor sees the state or the
+//!    domain go and ends the session), the session ends, the grants are
+//!    unmapped and the port closed; the supervisor moves the device to
+//!    `Closed` ([`close_device`]), releases a claim the dead frontend left,
+//!    and advertises the device again.
 
 use crate::config::SessionConfig;
 use crate::conn::RingConn;
@@ -25,9 +30,7 @@ use pvgpu_xen::vgpu::{self, be, fe, read_num};
 use pvgpu_xen::xenbus::{read_state, write_state};
 use pvgpu_xen::{EvtchnNotifier, GntDev, MappedGrants, XenError, XenStore, XenbusState, XsAccess};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// Largest channel the backend accepts from a Xen frontend.
 pub const MAX_CHANNEL: u32 = 1 << 20;
@@ -43,32 +46,32 @@ pub enum XenSessionError {
     BadFrontend(String),
 }
 
-/// A running session's hold on its device: ends the XenStore side of the
-/// session when dropped (after the ring and the mappings).
+/// A running session's hold on its device: the directory page's mapping.
+/// The device's XenStore side is the supervisor's ([`close_device`] when
+/// the session has ended).
 pub struct XenSession {
-    xs: XenStore,
-    be_dir: String,
-    fe_dir: String,
-    watch_done: Arc<AtomicBool>,
     _dir: MappedGrants,
 }
 
-impl Drop for XenSession {
-    fn drop(&mut self) {
-        self.watch_done.store(true, Ordering::SeqCst);
-        let (be_dir, fe_dir) = (self.be_dir.clone(), self.fe_dir.clone());
-        let r = self.xs.transaction(|tx| {
+/// Ends the XenStore side of guest `domid`'s device `devid` once its
+/// session has ended: the backend moves to `Closing`, then `Closed`, and a
+/// claim the frontend left (it may have died) is released.
+pub fn close_device(domid: u16, devid: u32) {
+    let r = XenStore::open().and_then(|mut xs| {
+        let me = xs.domid()?;
+        let (be_dir, fe_dir) = (vgpu::backend_dir(me, domid, devid), vgpu::frontend_dir(domid, devid));
+        xs.transaction(|tx| {
             write_state(tx, &be_dir, XenbusState::Closing)?;
             write_state(tx, &be_dir, XenbusState::Closed)?;
             // A frontend that died cannot release its claim; do it for it.
-            if tx.try_read(&vgpu::key(&fe_dir, fe::STATE))?.is_some() && !read_state(tx, &fe_dir)?.is_closing() {
+            if tx.try_read(&vgpu::key(&fe_dir, fe::STATE))?.is_some() && read_state(tx, &fe_dir).is_ok_and(|s| !s.is_closing()) {
                 write_state(tx, &fe_dir, XenbusState::Closed)?;
             }
             tx.try_rm(&vgpu::key(&fe_dir, fe::CLAIM)).map(drop)
-        });
-        if let Err(e) = r {
-            tracing::debug!(device = %self.be_dir, error = %e, "could not close the device (domain gone?)");
-        }
+        })
+    });
+    if let Err(e) = r {
+        tracing::debug!(domid, devid, error = %e, "could not close the device (domain gone?)");
     }
 }
 
@@ -77,23 +80,15 @@ fn bad(what: impl Into<String>) -> XenSessionError {
 }
 
 /// Maps the ring of guest `domid`'s device `devid` and returns the session's
-/// connection and its hold on the device. On failure the device is moved to
-/// `Closed` so the frontend sees the refusal.
+/// connection and its hold on the device. The XenStore connection this
+/// opens is closed before it returns.
 pub fn open_session(domid: u16, devid: u32, cfg: &SessionConfig) -> Result<(RingConn, XenSession), XenSessionError> {
     let mut xs = XenStore::open()?;
     let me = xs.domid()?;
     let be_dir = vgpu::backend_dir(me, domid, devid);
     let fe_dir = vgpu::frontend_dir(domid, devid);
-    match open_inner(&mut xs, domid, &be_dir, &fe_dir, cfg) {
-        Ok(r) => Ok(r),
-        Err(e) => {
-            let _ = xs.transaction(|tx| {
-                write_state(tx, &be_dir, XenbusState::Closing)?;
-                write_state(tx, &be_dir, XenbusState::Closed)
-            });
-            Err(e)
-        }
-    }
+    // On failure the supervisor closes the device when the session ends.
+    open_inner(&mut xs, domid, &be_dir, &fe_dir, cfg)
 }
 
 fn open_inner(
@@ -143,45 +138,15 @@ fn open_inner(
     let region: SharedRegion = map.into_region()?;
     region.write_byte(BACKEND_ALIVE, 1).map_err(|e| bad(Chain(&e).to_string()))?;
 
-    // A thread watches the frontend's state and its domain: either going
-    // away ends the session, as does the frontend's alive byte clearing.
-    let gone = Arc::new(AtomicBool::new(false));
-    let watch_done = Arc::new(AtomicBool::new(false));
-    spawn_watch(fe_dir.to_string(), gone.clone(), watch_done.clone())?;
+    // The frontend's process dying clears its alive byte; its domain going
+    // away or its device closing is the supervisor's to see (it ends the
+    // session).
     let probe = region.clone();
-    let alive_gone = gone.clone();
-    let notifier = notifier
-        .with_liveness(Arc::new(move || !alive_gone.load(Ordering::SeqCst) && probe.read_byte(FRONTEND_ALIVE).is_ok_and(|b| b == 1)));
+    let notifier = notifier.with_liveness(Arc::new(move || probe.read_byte(FRONTEND_ALIVE).is_ok_and(|b| b == 1)));
     let conn = RingConn::new(region, &g, Box::new(notifier), cfg.spin).map_err(|e| bad(Chain(&e).to_string()))?;
     write_state(xs, be_dir, XenbusState::Connected)?;
     tracing::info!(domid, device = %be_dir, pages, "Xen frontend connected");
-    let session = XenSession { xs: XenStore::open()?, be_dir: be_dir.to_string(), fe_dir: fe_dir.to_string(), watch_done, _dir: dir };
-    Ok((conn, session))
-}
-
-fn spawn_watch(fe_dir: String, gone: Arc<AtomicBool>, done: Arc<AtomicBool>) -> Result<(), XenError> {
-    let mut xs = XenStore::open()?;
-    let state = vgpu::key(&fe_dir, fe::STATE);
-    xs.watch(&state, "pvgpu-session")?;
-    xs.watch("@releaseDomain", "pvgpu-session")?;
-    std::thread::Builder::new()
-        .name("pvgpu-xen-watch".into())
-        .spawn(move || {
-            while !done.load(Ordering::SeqCst) {
-                let _ = xs.read_watch(Some(Duration::from_millis(200)));
-                let closing = match xs.try_read(&state) {
-                    Ok(Some(v)) => XenbusState::from_wire(&v).is_none_or(|s| s.is_closing()),
-                    Ok(None) => true,
-                    Err(_) => true,
-                };
-                if closing {
-                    gone.store(true, Ordering::SeqCst);
-                    return;
-                }
-            }
-        })
-        .map_err(|e| XenError::InvalidArgument(format!("cannot start a watch thread: {e}")))?;
-    Ok(())
+    Ok((conn, XenSession { _dir: dir }))
 }
 
 /// Advertises the backend's limits on a device and moves it to `InitWait`.
@@ -412,5 +377,27 @@ mod tests {
         scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _| None, &mut |_, _| n += 1).unwrap();
         assert_eq!(n, 1);
         assert_eq!(read_state(&mut xs, &vgpu::backend_dir(me, 2, 0)).unwrap(), XenbusState::InitWait);
+    }
+
+    /// The supervisor ends sessions whose guest went away or closed its
+    /// device, and only those.
+    #[test]
+    fn departed_finds_sessions_whose_guest_left() {
+        let store = SharedFake::new(Fake::default());
+        let mut xs = store.connect();
+        let me = xs.domid().unwrap();
+        for domid in [1, 2, 4] {
+            xs.write(&format!("/local/domain/{domid}/name"), b"guest").unwrap();
+            vgpu::create_device(&mut xs, me, domid, 0).unwrap();
+            write_state(&mut xs, &vgpu::frontend_dir(domid, 0), XenbusState::Connected).unwrap();
+        }
+        let active: Active = Default::default();
+        active.lock().unwrap().extend([((1, 0), 11), ((2, 0), 12), ((4, 0), 14), ((5, 0), 0)]);
+        assert!(departed(&mut xs, &active).is_empty());
+        write_state(&mut xs, &vgpu::frontend_dir(1, 0), XenbusState::Closing).unwrap();
+        xs.rm("/local/domain/2").unwrap();
+        let mut gone = departed(&mut xs, &active);
+        gone.sort();
+        assert_eq!(gone, [11, 12]);
     }
 }
