@@ -15,6 +15,7 @@ use crate::session_loop::Accepted;
 use pvgpu_ring::local::{self, Refusal};
 use pvgpu_ring::tcp_auth::{self, AuthError, Status};
 use std::collections::HashMap;
+use std::io::Write;
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,6 +24,8 @@ use std::time::Duration;
 const TRANSPORTS: [&str; 3] = ["local", "tcp", "xen"];
 
 fn transport_index(kind: &str) -> usize {
+    // TLS is TCP as far as limits go.
+    let kind = if kind == "tls" { "tcp" } else { kind };
     TRANSPORTS.iter().position(|t| *t == kind).unwrap_or(0)
 }
 
@@ -163,12 +166,27 @@ pub enum Refused {
     /// The socket failed.
     #[error("socket error")]
     Io(#[from] std::io::Error),
+    /// A TLS connection without TLS settings (cannot happen: the listener
+    /// needs them).
+    #[error("no TLS settings")]
+    NoTls,
+}
+
+/// An admitted connection: what its session serves, its slot, and, for
+/// TLS, the relay the supervisor runs between the peer and the session.
+pub struct Admitted {
+    /// The connection the session serves.
+    pub acc: Accepted,
+    /// Its session slot.
+    pub slot: Slot,
+    /// TLS: the peer's side of the relay, and the session's other end.
+    pub relay: Option<(crate::tls::TlsStream, std::os::unix::net::UnixStream)>,
 }
 
 /// Runs a connection's opening. Returns the connection and its session
 /// slot when it may have a worker; otherwise the peer has been told why
 /// (where the transport can say) and the connection is dropped.
-pub fn open(acc: Accepted, cfg: &AdmissionConfig, sessions: &Arc<Slots>, max_data: u64) -> Result<(Accepted, Slot), Refused> {
+pub fn open(acc: Accepted, cfg: &AdmissionConfig, sessions: &Arc<Slots>, max_data: u64) -> Result<Admitted, Refused> {
     let peer = acc.owner().0;
     let kind = acc.kind();
     match acc {
@@ -184,7 +202,7 @@ pub fn open(acc: Accepted, cfg: &AdmissionConfig, sessions: &Arc<Slots>, max_dat
                 return Err(Refused::Silent);
             }
             match sessions.acquire(kind, &peer) {
-                Ok(slot) => Ok((Accepted::Unix(s), slot)),
+                Ok(slot) => Ok(Admitted { acc: Accepted::Unix(s), slot, relay: None }),
                 Err(full) => {
                     local::refuse(&s, Refusal::Busy, max_data);
                     Err(full.into())
@@ -204,12 +222,33 @@ pub fn open(acc: Accepted, cfg: &AdmissionConfig, sessions: &Arc<Slots>, max_dat
                 }
             };
             tcp_auth::accept(&mut s, &opened, key)?;
-            Ok((Accepted::Tcp(s), slot))
+            Ok(Admitted { acc: Accepted::Tcp(s), slot, relay: None })
+        }
+        Accepted::Tls(s) => {
+            s.set_read_timeout(Some(cfg.handshake_timeout))?;
+            s.set_write_timeout(Some(cfg.handshake_timeout))?;
+            let tls = cfg.tls.as_ref().ok_or(Refused::NoTls)?;
+            let mut s = crate::tls::accept(tls, s)?;
+            let key = cfg.tcp_key.as_ref();
+            let opened = tcp_auth::server_open(&mut s, key)?;
+            let slot = match sessions.acquire(kind, &peer) {
+                Ok(slot) => slot,
+                Err(full) => {
+                    let _ = tcp_auth::refuse(&mut s, Status::Busy);
+                    let _ = s.flush();
+                    return Err(full.into());
+                }
+            };
+            tcp_auth::accept(&mut s, &opened, key)?;
+            s.flush()?;
+            let (worker_end, relay_end) = std::os::unix::net::UnixStream::pair()?;
+            Ok(Admitted { acc: Accepted::Relayed { sock: worker_end, peer }, slot, relay: Some((s, relay_end)) })
         }
         Accepted::Xen { .. } => {
             let slot = sessions.acquire(kind, &peer)?;
-            Ok((acc, slot))
+            Ok(Admitted { acc, slot, relay: None })
         }
+        Accepted::Relayed { .. } => Err(Refused::NoTls),
     }
 }
 

@@ -13,6 +13,8 @@ pub enum Listen {
     Local(PathBuf),
     /// A TCP address, `host:port` (port 0 picks one).
     Tcp(String),
+    /// A TCP address served inside TLS (`--tls-cert`, `--tls-key`).
+    Tls(String),
     /// vgpu devices of Xen guests, found in XenStore (this must be the
     /// backend domain, usually Dom0).
     Xen,
@@ -24,6 +26,7 @@ impl FromStr for Listen {
         match s.parse()? {
             Addr::Local(p) => Ok(Listen::Local(p)),
             Addr::Tcp(a) => Ok(Listen::Tcp(a)),
+            Addr::Tls(a) => Ok(Listen::Tls(a)),
             Addr::Xen(None) => Ok(Listen::Xen),
             // A backend serves every device it finds, not one.
             Addr::Xen(Some(_)) => Err(AddrError(s.to_string())),
@@ -139,6 +142,8 @@ pub struct AdmissionConfig {
     pub tcp_key: Option<pvgpu_ring::tcp_auth::TcpKey>,
     /// Serve TCP without a key (a network where every host is trusted).
     pub tcp_trusted_network: bool,
+    /// Certificate and key of `tls:` listeners.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
     /// Local users (uids) who may connect; `None`: whoever can open the
     /// socket.
     pub allow_uids: Option<Vec<u32>>,
@@ -162,6 +167,7 @@ impl Default for AdmissionConfig {
             handshake_timeout: Duration::from_secs(5),
             tcp_key: None,
             tcp_trusted_network: false,
+            tls: None,
             allow_uids: None,
             socket_mode: 0o660,
             end_grace: Duration::from_secs(10),

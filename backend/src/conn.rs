@@ -223,9 +223,15 @@ impl Conn for RingConn {
     }
 }
 
-/// A connection over a TCP stream: framed messages, bulk data inline.
+/// What a [`TcpConn`] reads frames from: a TCP socket, or the worker's end
+/// of a TLS relay.
+trait FrameStream: Read + Write + AsFd + Send {}
+impl<T: Read + Write + AsFd + Send> FrameStream for T {}
+
+/// A connection over a TCP stream (or the supervisor's TLS relay): framed
+/// messages, bulk data inline.
 pub struct TcpConn {
-    sock: TcpStream,
+    sock: Box<dyn FrameStream>,
     idle_timeout: Option<Duration>,
 }
 
@@ -241,11 +247,18 @@ impl TcpConn {
         // A frontend that stops in the middle of a frame loses its session.
         sock.set_read_timeout(Some(Duration::from_secs(30)))?;
         sock.set_write_timeout(Some(Duration::from_secs(30)))?;
-        Ok(TcpConn { sock, idle_timeout })
+        Ok(TcpConn { sock: Box::new(sock), idle_timeout })
+    }
+
+    /// Wraps the worker's end of the supervisor's TLS relay.
+    pub fn relayed(sock: std::os::unix::net::UnixStream, idle_timeout: Option<Duration>) -> io::Result<Self> {
+        sock.set_read_timeout(Some(Duration::from_secs(30)))?;
+        sock.set_write_timeout(Some(Duration::from_secs(30)))?;
+        Ok(TcpConn { sock: Box::new(sock), idle_timeout })
     }
 }
 
-fn readable(sock: &TcpStream, timeout: Duration) -> io::Result<bool> {
+fn readable(sock: &impl AsFd, timeout: Duration) -> io::Result<bool> {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
     match poll(&mut fds, PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX)) {
@@ -286,7 +299,7 @@ fn read_frame_into(sock: &mut impl Read, buf: &mut Vec<u8>) -> Result<(), ConnEr
 impl Conn for TcpConn {
     fn recv(&mut self, buf: &mut Vec<u8>, stop: &AtomicBool) -> Result<(), ConnError> {
         let since = Instant::now();
-        while !readable(&self.sock, Duration::from_millis(200))? {
+        while !readable(&self.sock.as_fd(), Duration::from_millis(200))? {
             check_stop(stop)?;
             if self.idle_timeout.is_some_and(|t| since.elapsed() >= t) {
                 return Err(ConnError::Idle);

@@ -22,6 +22,7 @@
 //! - [`exec`]: the executors, [`exec::cuda`] (cudarc) and [`exec::host`]
 //!   (a test double that runs without a GPU);
 //! - [`conn`]: the backend's end of a ring or TCP connection;
+//! - [`tls`]: TLS for TCP listeners, relayed by the supervisor;
 //! - [`xen`]: vgpu devices in XenStore, the xenbus handshake, sessions over
 //!   grant-mapped rings.
 //!
@@ -42,6 +43,7 @@ pub mod session;
 pub mod session_loop;
 pub mod spawn;
 pub mod supervisor;
+pub mod tls;
 pub mod worker_process;
 pub mod xen;
 

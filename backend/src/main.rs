@@ -73,6 +73,12 @@ struct AdmissionArgs {
     /// Serve TCP without a key: every host that can reach the port is trusted.
     #[arg(long)]
     tcp_trusted_network: bool,
+    /// Certificate chain (PEM) of tls: listeners.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// Private key (PEM) of the certificate.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
     /// Local users (uid) who may connect; repeatable. Default: whoever can
     /// open the socket (see --socket-mode).
     #[arg(long = "allow-uid", value_name = "UID")]
@@ -106,6 +112,10 @@ impl AdmissionArgs {
             handshake_timeout: Duration::from_secs(self.handshake_timeout.max(1)),
             tcp_key,
             tcp_trusted_network: self.tcp_trusted_network,
+            tls: match (&self.tls_cert, &self.tls_key) {
+                (Some(c), Some(k)) => Some(pvgpu_backend::tls::server_config(c, k)?),
+                _ => None,
+            },
             allow_uids: (!self.allow_uids.is_empty()).then(|| self.allow_uids.clone()),
             socket_mode: self.socket_mode,
             end_grace: Duration::from_secs(self.end_grace),
@@ -267,6 +277,9 @@ enum Cmd {
         /// vgpu device of the guest (xen).
         #[arg(long)]
         devid: Option<u32>,
+        /// The TCP peer of a relayed TLS session.
+        #[arg(long)]
+        peer: Option<String>,
         /// Where to report how the session ended (a pipe from the backend).
         #[arg(long)]
         report_fd: Option<i32>,
@@ -283,9 +296,10 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    if let Some(Cmd::Worker { conn, session, domid, devid, report_fd, exec, sandbox }) = &cli.command {
+    if let Some(Cmd::Worker { conn, session, domid, devid, peer, report_fd, exec, sandbox }) = &cli.command {
         let xen = domid.zip(*devid);
-        worker_process::run_worker(conn, xen, *session, *report_fd, &exec.executor(), &exec.session(), &sandbox.confinement())?;
+        let w = worker_process::WorkerSession { conn, xen, id: *session, peer: peer.as_deref(), report_fd: *report_fd };
+        worker_process::run_worker(&w, &exec.executor(), &exec.session(), &sandbox.confinement())?;
         return Ok(());
     }
     if cli.listen.is_empty() {

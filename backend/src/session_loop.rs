@@ -22,6 +22,16 @@ pub enum Accepted {
     Unix(UnixStream),
     /// TCP transport.
     Tcp(TcpStream),
+    /// TCP on a TLS listener, before its handshake.
+    Tls(TcpStream),
+    /// A TLS connection the supervisor relays, after its handshake and key
+    /// check: the worker's end of the relay, and who the peer is.
+    Relayed {
+        /// The worker's end.
+        sock: UnixStream,
+        /// The TCP peer (`tcp:ADDRESS`).
+        peer: String,
+    },
     /// A Xen guest's vgpu device whose frontend is `Initialised`.
     Xen {
         /// Guest domain.
@@ -40,16 +50,18 @@ impl Accepted {
                 Ok(c) => format!("uid:{}", c.uid()),
                 Err(_) => "local".into(),
             },
-            Accepted::Tcp(s) => s.peer_addr().map_or("tcp".into(), |a| format!("tcp:{}", a.ip())),
+            Accepted::Tcp(s) | Accepted::Tls(s) => s.peer_addr().map_or("tcp".into(), |a| format!("tcp:{}", a.ip())),
+            Accepted::Relayed { peer, .. } => peer.clone(),
             Accepted::Xen { domid, .. } => format!("xen:{domid}"),
         })
     }
 
-    /// The transport's name (`local`, `tcp`, `xen`).
+    /// The transport's name (`local`, `tcp`, `tls`, `xen`).
     pub fn kind(&self) -> &'static str {
         match self {
             Accepted::Unix(_) => "local",
             Accepted::Tcp(_) => "tcp",
+            Accepted::Tls(_) | Accepted::Relayed { .. } => "tls",
             Accepted::Xen { .. } => "xen",
         }
     }
@@ -87,6 +99,11 @@ pub fn open_connection(acc: Accepted, cfg: &SessionConfig, id: u64) -> Result<Op
             Ok(c) => Box::new(c),
             Err(e) => return Err(Ended::Broken(format!("socket setup failed: {}", Chain(&e)))),
         },
+        Accepted::Relayed { sock, .. } => match TcpConn::relayed(sock, cfg.tcp_idle_timeout) {
+            Ok(c) => Box::new(c),
+            Err(e) => return Err(Ended::Broken(format!("socket setup failed: {}", Chain(&e)))),
+        },
+        Accepted::Tls(_) => return Err(Ended::Broken("a TLS connection reached a session before its handshake".into())),
         Accepted::Xen { domid, devid } => match crate::xen::open_session(domid, devid, cfg) {
             Ok((c, hold)) => {
                 xen_hold = Some(hold);

@@ -214,6 +214,11 @@ impl Spawner for ProcessSpawner {
         let fd: Option<OwnedFd> = match acc {
             Accepted::Unix(s) => Some(s.into()),
             Accepted::Tcp(s) => Some(s.into()),
+            Accepted::Relayed { sock, peer } => {
+                cmd.arg("--peer").arg(peer);
+                Some(sock.into())
+            }
+            Accepted::Tls(_) => return Err(io::Error::other("a TLS connection must be admitted (relayed) first")),
             Accepted::Xen { domid, devid } => {
                 cmd.arg("--domid").arg(domid.to_string()).arg("--devid").arg(devid.to_string());
                 None

@@ -49,6 +49,9 @@ pub enum BackendError {
         "Refusing to serve TCP without a key: pass --tcp-key FILE (clients set PVGPU_TCP_KEY to a copy), or --tcp-trusted-network if every host that can reach the port is trusted"
     )]
     TcpWithoutKey,
+    /// A TLS listener without a certificate.
+    #[error("--listen tls: needs --tls-cert FILE and --tls-key FILE")]
+    TlsWithoutCert,
     /// XenStore is not reachable.
     #[error("Cannot serve Xen guests (run the backend in the domain that owns the GPU, with xenstored running)")]
     Xen(#[from] pvgpu_xen::XenError),
@@ -88,7 +91,7 @@ pub struct Backend {
 
 enum Listener {
     Unix(UnixListener),
-    Tcp(TcpListener),
+    Tcp { l: TcpListener, tls: bool },
     Xen(pvgpu_xen::XenStore),
 }
 
@@ -109,15 +112,19 @@ fn bind(l: &Listen, adm: &AdmissionConfig) -> Result<(Listener, Option<SocketAdd
             ul.set_nonblocking(true).map_err(err)?;
             Ok((Listener::Unix(ul), None))
         }
-        Listen::Tcp(a) => {
+        Listen::Tcp(a) | Listen::Tls(a) => {
+            let tls = matches!(l, Listen::Tls(_));
             if adm.tcp_key.is_none() && !adm.tcp_trusted_network {
                 return Err(BackendError::TcpWithoutKey);
+            }
+            if tls && adm.tls.is_none() {
+                return Err(BackendError::TlsWithoutCert);
             }
             let err = |source| BackendError::Listen { what: a.clone(), source };
             let tl = TcpListener::bind(a).map_err(err)?;
             tl.set_nonblocking(true).map_err(err)?;
             let addr = tl.local_addr().map_err(err)?;
-            Ok((Listener::Tcp(tl), Some(addr)))
+            Ok((Listener::Tcp { l: tl, tls }, Some(addr)))
         }
         Listen::Xen => Ok((Listener::Xen(pvgpu_xen::XenStore::open()?), None)),
     }
@@ -239,7 +246,7 @@ fn accept_loop(listener: Listener, sh: &Arc<Shared>) {
     while !sh.stop.load(Ordering::SeqCst) {
         let ready = match &listener {
             Listener::Unix(l) => wait_readable(l.as_fd(), 100),
-            Listener::Tcp(l) => wait_readable(l.as_fd(), 100),
+            Listener::Tcp { l, .. } => wait_readable(l.as_fd(), 100),
             Listener::Xen(_) => return,
         };
         sh.spawner.tend();
@@ -248,7 +255,7 @@ fn accept_loop(listener: Listener, sh: &Arc<Shared>) {
         }
         let acc = match &listener {
             Listener::Unix(l) => l.accept().map(|(s, _)| Accepted::Unix(s)),
-            Listener::Tcp(l) => l.accept().map(|(s, _)| Accepted::Tcp(s)),
+            Listener::Tcp { l, tls } => l.accept().map(|(s, _)| if *tls { Accepted::Tls(s) } else { Accepted::Tcp(s) }),
             Listener::Xen(_) => return,
         };
         let acc = match acc {
@@ -264,8 +271,8 @@ fn accept_loop(listener: Listener, sh: &Arc<Shared>) {
         };
         let sock_blocking = match &acc {
             Accepted::Unix(s) => s.set_nonblocking(false),
-            Accepted::Tcp(s) => s.set_nonblocking(false),
-            Accepted::Xen { .. } => Ok(()),
+            Accepted::Tcp(s) | Accepted::Tls(s) => s.set_nonblocking(false),
+            Accepted::Relayed { .. } | Accepted::Xen { .. } => Ok(()),
         };
         if sock_blocking.is_err() {
             continue;
@@ -282,24 +289,28 @@ fn accept_loop(listener: Listener, sh: &Arc<Shared>) {
             }
         };
         let sh2 = sh.clone();
-        let r = std::thread::Builder::new().name("pvgpu-admit".into()).spawn(move || {
-            admit(acc, &sh2);
-            drop(pending);
-        });
+        let r = std::thread::Builder::new().name("pvgpu-admit".into()).spawn(move || admit(acc, pending, &sh2));
         if let Err(e) = r {
             tracing::error!(error = %e, "cannot start an admission thread");
         }
     }
 }
 
-/// One connection's opening, then its session.
-fn admit(acc: Accepted, sh: &Shared) {
+/// One connection's opening (holding its `pending` slot), then its
+/// session; for TLS, this thread then relays the session's traffic.
+fn admit(acc: Accepted, pending: admission::Slot, sh: &Shared) {
     let (peer, kind) = (acc.owner().0, acc.kind());
-    match admission::open(acc, &sh.admission, &sh.pools.sessions, sh.session.max_data_area) {
-        Ok((acc, slot)) => {
+    let admitted = admission::open(acc, &sh.admission, &sh.pools.sessions, sh.session.max_data_area);
+    drop(pending);
+    match admitted {
+        Ok(admission::Admitted { acc, slot, relay }) => {
             let id = sh.stats.next_id();
             if let Err(e) = sh.spawner.spawn(Start { acc, id, slot, on_end: None }, sh.stop.clone()) {
                 tracing::error!(session = id, error = %e, "cannot start a session");
+                return;
+            }
+            if let Some((tls, local)) = relay {
+                crate::tls::relay(tls, local);
             }
         }
         Err(why) => admission::log_refusal(&peer, kind, &why),

@@ -44,20 +44,28 @@ pub fn probe(cfg: &ExecutorConfig) -> Result<(), WorkerError> {
     Ok(())
 }
 
-/// Serves one session: a connection handed over on fd 3 (`local`, `tcp`),
-/// or guest `xen`'s vgpu device. The connection is set up before the
-/// executor starts, so a peer that cannot open one never costs a GPU
+/// The session a worker serves, as the supervisor names it.
+#[derive(Debug, Clone)]
+pub struct WorkerSession<'a> {
+    /// `local`, `tcp`, `tls` (a connection on fd 3) or `xen`.
+    pub conn: &'a str,
+    /// Guest domain and vgpu device (`xen`).
+    pub xen: Option<(u16, u32)>,
+    /// Session number.
+    pub id: u64,
+    /// The TCP peer of a relayed TLS session.
+    pub peer: Option<&'a str>,
+    /// Where to report how the session ended.
+    pub report_fd: Option<i32>,
+}
+
+/// Serves one session: a connection handed over on fd 3 (`local`, `tcp`,
+/// `tls`), or guest `xen`'s vgpu device. The connection is set up before
+/// the executor starts, so a peer that cannot open one never costs a GPU
 /// context. How the session ended goes to `report_fd`, for the supervisor
 /// to log.
-pub fn run_worker(
-    conn: &str,
-    xen: Option<(u16, u32)>,
-    session: u64,
-    report_fd: Option<i32>,
-    exec: &ExecutorConfig,
-    cfg: &SessionConfig,
-    confinement: &Confinement,
-) -> Result<(), WorkerError> {
+pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionConfig, confinement: &Confinement) -> Result<(), WorkerError> {
+    let WorkerSession { conn, xen, id: session, peer, report_fd } = *w;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(WorkerError::Signals)?;
@@ -68,12 +76,16 @@ pub fn run_worker(
     let report = report_fd.map(|fd| std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }));
     let acc = match (conn, xen) {
         ("xen", Some((domid, devid))) => Accepted::Xen { domid, devid },
-        ("local" | "tcp", None) => {
+        ("local" | "tcp" | "tls", None) => {
             // SAFETY: the backend placed this session's socket on WORKER_FD
             // before exec (spawn::ProcessSpawner) and nothing else in this
             // process owns it.
             let fd = unsafe { OwnedFd::from_raw_fd(WORKER_FD) };
-            if conn == "local" { Accepted::Unix(fd.into()) } else { Accepted::Tcp(fd.into()) }
+            match conn {
+                "local" => Accepted::Unix(fd.into()),
+                "tcp" => Accepted::Tcp(fd.into()),
+                _ => Accepted::Relayed { sock: fd.into(), peer: peer.unwrap_or("tcp").to_string() },
+            }
         }
         (other, _) => return Err(WorkerError::Conn(other.to_string())),
     };

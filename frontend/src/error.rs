@@ -29,6 +29,12 @@ pub enum TransportError {
         #[source]
         source: std::io::Error,
     },
+    /// TLS could not be set up (its settings, or the handshake).
+    #[error("TLS: {why} (PVGPU_TLS_CA names the certificate the backend's --tls-cert is, or is signed by)")]
+    Tls {
+        /// What went wrong.
+        why: String,
+    },
     /// The TCP opening (key check) failed.
     #[error("Cannot open a session with the pvgpu backend at {addr}")]
     Auth {

@@ -44,6 +44,9 @@ pub struct Options {
     pub sync_calls: bool,
     /// File holding the key a TCP backend checks (`PVGPU_TCP_KEY`).
     pub tcp_key: Option<PathBuf>,
+    /// PEM file of the certificate (or its authority) a `tls:` backend
+    /// must present (`PVGPU_TLS_CA`).
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -57,6 +60,7 @@ impl Default for Options {
             timeout: None,
             sync_calls: false,
             tcp_key: None,
+            tls_ca: None,
         }
     }
 }
@@ -68,7 +72,7 @@ fn env_u64(name: &str) -> Option<u64> {
 impl Options {
     /// Defaults, overridden by `PVGPU_DATA_AREA_MB`, `PVGPU_PINNED_MB`,
     /// `PVGPU_XEN_DATA_AREA_KB`, `PVGPU_XEN_PINNED_KB`, `PVGPU_SPIN_US`,
-    /// `PVGPU_TIMEOUT_MS`, `PVGPU_SYNC` and `PVGPU_TCP_KEY`.
+    /// `PVGPU_TIMEOUT_MS`, `PVGPU_SYNC`, `PVGPU_TCP_KEY` and `PVGPU_TLS_CA`.
     pub fn from_env() -> Self {
         let mut o = Options::default();
         if let Some(mb) = env_u64("PVGPU_DATA_AREA_MB") {
@@ -91,6 +95,7 @@ impl Options {
         }
         o.sync_calls = std::env::var("PVGPU_SYNC").is_ok_and(|v| v == "1");
         o.tcp_key = std::env::var_os("PVGPU_TCP_KEY").filter(|v| !v.is_empty()).map(PathBuf::from);
+        o.tls_ca = std::env::var_os("PVGPU_TLS_CA").filter(|v| !v.is_empty()).map(PathBuf::from);
         o
     }
 }

@@ -45,6 +45,8 @@ const WELCOME_MAGIC: u64 = u64::from_le_bytes(*b"PVGPULW1");
 /// Version of the local handshake (3: doorbells on the socket).
 pub const LOCAL_VERSION: u32 = 3;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most descriptors one message can carry (Linux's `SCM_MAX_FD`).
+const SCM_MAX_FD: usize = 253;
 
 /// Frontend to backend, with one fd: the region's memfd.
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
@@ -425,7 +427,11 @@ fn answer(sock: &UnixStream, status: u32, max_data: u64) -> Result<(), LocalErro
 pub fn server_handshake(sock: UnixStream, max_data: u64, same_address: bool) -> Result<ServerSide, LocalError> {
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(ios("socket timeout"))?;
     let mut hb = [0u8; core::mem::size_of::<LocalHello>()];
-    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    // Room for every descriptor one message can carry (SCM_MAX_FD), so the
+    // kernel never truncates them: nix reports a truncated message as an
+    // error without handing over the descriptors already installed, which
+    // would leak them.
+    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; SCM_MAX_FD]);
     let (n, fds) = {
         let mut iov = [IoSliceMut::new(&mut hb)];
         let msg =
@@ -487,7 +493,7 @@ pub fn server_handshake(sock: UnixStream, max_data: u64, same_address: bool) -> 
 /// pipe; this never waits for one.
 pub fn refuse(sock: &UnixStream, reason: Refusal, max_data: u64) {
     let mut hb = [0u8; core::mem::size_of::<LocalHello>()];
-    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 4]);
+    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; SCM_MAX_FD]);
     let mut iov = [IoSliceMut::new(&mut hb)];
     if let Ok(msg) = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT) {
         for c in msg.cmsgs().into_iter().flatten() {
@@ -629,5 +635,21 @@ mod tests {
         // The frontend still wakes, and the flood is drained a bounded
         // amount per wake-up.
         assert_eq!(c.notifier.wait(Some(Duration::from_secs(1))).unwrap(), Wake::Notified);
+    }
+
+    /// A hello with more descriptors than the handshake takes is refused,
+    /// and every descriptor it carried is closed (fuzzing found them left
+    /// open when they did not fit the receive buffer).
+    #[test]
+    fn surplus_fds_are_closed() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let copies: Vec<OwnedFd> = (0..5).map(|_| r.try_clone().unwrap()).collect();
+        let raw: Vec<_> = copies.iter().map(|f| f.as_raw_fd()).collect();
+        send_hello(&a, &raw);
+        drop((r, copies));
+        assert!(server_handshake(b, 1 << 20, false).is_err());
+        // Every read end is closed now, ours and the backend's copies.
+        assert_eq!(nix::unistd::write(&w, b"x"), Err(nix::Error::EPIPE));
     }
 }

@@ -44,6 +44,8 @@ pub enum Transport {
     Local,
     /// TCP on loopback.
     Tcp,
+    /// TCP inside TLS on loopback (the supervisor relays it).
+    Tls,
     /// Grant-table ring between a Xen guest and its backend domain (the
     /// backend runs elsewhere: see [`Harness::external`]).
     Xen,
@@ -136,9 +138,34 @@ pub struct Harness {
     pub socket: PathBuf,
     /// TCP address.
     pub tcp: String,
+    /// TLS address (a second TCP listener, with a certificate).
+    pub tls: String,
     /// The key file TCP clients prove they hold (`PVGPU_TCP_KEY`).
     pub tcp_key: PathBuf,
+    /// The certificate authority TLS clients trust (`PVGPU_TLS_CA`).
+    pub tls_ca: PathBuf,
     _dir: TempDir,
+}
+
+/// PEM files of a TLS set-up made for the tests in `dir`: an authority
+/// (`ca.pem`), and a certificate it signed for `localhost` and 127.0.0.1
+/// (`cert.pem`) with its key (`key.pem`). Returns the three paths.
+pub fn write_tls_files(dir: &std::path::Path) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().expect("key generation");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("CA certificate");
+    let key = KeyPair::generate().expect("key generation");
+    let cert = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .expect("certificate parameters")
+        .signed_by(&key, &ca, &ca_key)
+        .expect("certificate");
+    let paths = (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&paths.0, ca.pem()).expect("writing ca.pem");
+    std::fs::write(&paths.1, cert.pem()).expect("writing cert.pem");
+    std::fs::write(&paths.2, key.serialize_pem()).expect("writing key.pem");
+    paths
 }
 
 /// Writes a fresh random key file (mode 0600) at `path`.
@@ -222,7 +249,9 @@ impl Harness {
             exec: ExecKind::from_env(),
             socket: dir.0.join("none"),
             tcp: String::new(),
+            tls: String::new(),
             tcp_key,
+            tls_ca: dir.0.join("none"),
             _dir: dir,
         }
     }
@@ -234,13 +263,16 @@ impl Harness {
         let socket = dir.0.join("pvgpu.sock");
         let tcp_key = dir.0.join("tcp.key");
         write_key_file(&tcp_key);
+        let (tls_ca, tls_cert, tls_key) = write_tls_files(&dir.0);
         let use_process = opts.process || process_isolation();
         if use_process {
             let bin = backend_bin();
             let port = free_tcp_port();
             let tcp = format!("127.0.0.1:{port}");
+            let tls = format!("127.0.0.1:{}", free_tcp_port());
             let mut cmd = Command::new(bin);
             cmd.arg("--listen").arg(format!("local:{}", socket.display())).arg("--listen").arg(format!("tcp:{tcp}"));
+            cmd.arg("--listen").arg(format!("tls:{tls}")).arg("--tls-cert").arg(&tls_cert).arg("--tls-key").arg(&tls_key);
             cmd.arg("--executor").arg(if exec == ExecKind::Cuda { "cuda" } else { "host" }).arg("--spin-us").arg("20");
             if std::env::var_os("RUST_LOG").is_none() {
                 cmd.env("RUST_LOG", "warn");
@@ -255,7 +287,7 @@ impl Harness {
                 cmd.arg(limit).arg("256");
             }
             let (child, keeper) = spawn_kept(cmd);
-            let h = Harness { running: Running::Process { child, _keeper: keeper }, exec, socket, tcp, tcp_key, _dir: dir };
+            let h = Harness { running: Running::Process { child, _keeper: keeper }, exec, socket, tcp, tls, tcp_key, tls_ca, _dir: dir };
             h.wait_ready();
             h
         } else {
@@ -270,12 +302,24 @@ impl Harness {
                 max_per_peer: 256,
                 max_pending_per_peer: 64,
                 tcp_key: Some(TcpKey::from_file(&tcp_key).expect("cannot read the key file")),
+                tls: Some(pvgpu_backend::tls::server_config(&tls_cert, &tls_key).expect("cannot load the TLS files")),
                 ..AdmissionConfig::default()
             };
-            let cfg = Config { listen: vec![Listen::Local(socket.clone()), Listen::Tcp("127.0.0.1:0".into())], session, admission };
+            let listen = vec![Listen::Local(socket.clone()), Listen::Tcp("127.0.0.1:0".into()), Listen::Tls("127.0.0.1:0".into())];
+            let cfg = Config { listen, session, admission };
             let backend = Backend::start_threads(host.clone(), cfg).expect("cannot start the embedded backend");
             let tcp = backend.tcp_addrs()[0].to_string();
-            Harness { running: Running::Embedded { backend: Some(backend), exec: host }, exec, socket, tcp, tcp_key, _dir: dir }
+            let tls = backend.tcp_addrs()[1].to_string();
+            Harness {
+                running: Running::Embedded { backend: Some(backend), exec: host },
+                exec,
+                socket,
+                tcp,
+                tls,
+                tcp_key,
+                tls_ca,
+                _dir: dir,
+            }
         }
     }
 
@@ -300,13 +344,14 @@ impl Harness {
         match t {
             Transport::Local => BackendAddr::Local(self.socket.clone()),
             Transport::Tcp => BackendAddr::Tcp(self.tcp.clone()),
+            Transport::Tls => BackendAddr::Tls(self.tls.clone()),
             Transport::Xen => BackendAddr::Xen(None),
         }
     }
 
     /// The suite's client options with this backend's TCP key.
     pub fn options(&self) -> Options {
-        Options { tcp_key: Some(self.tcp_key.clone()), ..test_options() }
+        Options { tcp_key: Some(self.tcp_key.clone()), tls_ca: Some(self.tls_ca.clone()), ..test_options() }
     }
 
     /// A new client (session) over `t`.

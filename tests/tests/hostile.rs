@@ -5,7 +5,7 @@
 
 use pvgpu_frontend::error::Chain;
 use pvgpu_frontend::{BackendAddr, Client, Options};
-use pvgpu_tests::{TempDir, backend_bin, child_pids, eventually, write_key_file};
+use pvgpu_tests::{TempDir, backend_bin, child_pids, eventually, write_key_file, write_tls_files};
 use std::io::Write;
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
@@ -19,7 +19,9 @@ struct Backend {
     dir: TempDir,
     sock: PathBuf,
     tcp: String,
+    tls: String,
     key: PathBuf,
+    ca: PathBuf,
 }
 
 impl Backend {
@@ -30,6 +32,8 @@ impl Backend {
         write_key_file(&key);
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let tcp = format!("127.0.0.1:{port}");
+        let tls = format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+        let (ca, cert, tls_key) = write_tls_files(&dir.0);
         let child = Command::new(backend_bin())
             .args(["--executor", "host", "--host-mem", "1G", "--image-cache", "off", "--listen"])
             .arg(format!("local:{}", sock.display()))
@@ -37,12 +41,18 @@ impl Backend {
             .arg(format!("tcp:{tcp}"))
             .arg("--tcp-key")
             .arg(&key)
+            .arg("--listen")
+            .arg(format!("tls:{tls}"))
+            .arg("--tls-cert")
+            .arg(&cert)
+            .arg("--tls-key")
+            .arg(&tls_key)
             .args(extra)
             .env("RUST_LOG", std::env::var("PVGPU_HOSTILE_LOG").unwrap_or_else(|_| "error".into()))
             .stderr(if std::env::var_os("PVGPU_HOSTILE_LOG").is_some() { Stdio::inherit() } else { Stdio::null() })
             .spawn()
             .unwrap();
-        let b = Backend { child, dir, sock, tcp, key };
+        let b = Backend { child, dir, sock, tcp, tls, key, ca };
         assert!(
             eventually(Duration::from_secs(20), || b.sock.exists() && TcpStream::connect(&b.tcp).is_ok()),
             "the backend did not start listening"
@@ -285,4 +295,26 @@ fn context_flags_are_filtered() {
         Ok(_) => panic!("the device-wide L2 set-aside was accepted"),
         Err(e) => assert_eq!(e.status(), CuResult::NOT_SUPPORTED),
     }
+}
+
+/// TLS: the backend's certificate must be signed by the authority the
+/// client names; the key check still applies inside; a plain TCP client on
+/// the TLS port gets an error, not a hang.
+#[test]
+fn tls_checks_the_certificate_and_the_key() {
+    let b = Backend::start(&[]);
+    let tls = |ca: &PathBuf, key: Option<PathBuf>| {
+        Client::connect(&BackendAddr::Tls(b.tls.clone()), &Options { tls_ca: Some(ca.clone()), tcp_key: key, ..b.opts() })
+    };
+    works(&tls(&b.ca, Some(b.key.clone())).unwrap());
+    let other = b.dir.0.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let (wrong_ca, _, _) = write_tls_files(&other);
+    let e = err_text(tls(&wrong_ca, Some(b.key.clone())));
+    assert!(e.contains("TLS"), "{e}");
+    let e = err_text(tls(&b.ca, None));
+    assert!(e.contains("requires a key"), "{e}");
+    let e = err_text(Client::connect(&BackendAddr::Tcp(b.tls.clone()), &b.opts()));
+    assert!(e.contains("opening"), "{e}");
+    assert!(eventually(Duration::from_secs(10), || b.workers().len() <= 1));
 }

@@ -1,39 +1,89 @@
-//! The TCP transport: framed messages, bulk data inline.
+//! The TCP transport, plain (`tcp:`) or inside TLS (`tls:`): framed
+//! messages, bulk data inline, after the opening in which both sides prove
+//! they hold the TCP key ([`pvgpu_ring::tcp_auth`]).
 
 use super::{Staged, Transport};
 use crate::error::{ProtocolError, TransportError};
 use pvgpu_ring::frame::{FrameError, read_frame, write_frame};
 use pvgpu_ring::proto::{DataRef, Header};
 use pvgpu_ring::tcp_auth::{self, TcpKey};
-use std::io;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-/// Longest the opening (key check) may take.
+/// Longest the opening (TLS handshake, key check) may take.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the transport reads and writes: the socket, or TLS over it.
+trait Stream: Read + Write + Send {}
+impl<T: Read + Write + Send> Stream for T {}
 
 /// A TCP connection to a backend.
 pub struct TcpTransport {
-    sock: TcpStream,
+    sock: Box<dyn Stream>,
+    kind: &'static str,
+}
+
+/// TLS settings of a `tls:` connection.
+pub struct TlsClient {
+    config: Arc<rustls::ClientConfig>,
+}
+
+impl TlsClient {
+    /// Trusts the certificates in PEM file `ca` (the backend's own, or the
+    /// authority that signed it), and no other.
+    pub fn from_ca_file(ca: &Path) -> Result<TlsClient, TransportError> {
+        let bad = |why: String| TransportError::Tls { why: format!("{}: {why}", ca.display()) };
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(ca).map_err(|e| bad(e.to_string()))? {
+            roots.add(cert.map_err(|e| bad(e.to_string()))?).map_err(|e| bad(e.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(bad("no certificate in the file".into()));
+        }
+        let config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+        Ok(TlsClient { config: Arc::new(config) })
+    }
 }
 
 impl TcpTransport {
     /// Connects to `addr` (`host:port`) and opens a session, proving that
     /// we hold the key in file `key` when given (the backend's `--tcp-key`).
-    /// `timeout` bounds each wait for a reply.
-    pub fn connect(addr: &str, key: Option<&Path>, timeout: Option<Duration>) -> Result<Self, TransportError> {
-        let name = || format!("tcp:{addr}");
+    /// With `tls`, the connection is TLS and the backend's certificate must
+    /// name the host of `addr`. `timeout` bounds each wait for a reply.
+    pub fn connect(addr: &str, tls: Option<&TlsClient>, key: Option<&Path>, timeout: Option<Duration>) -> Result<Self, TransportError> {
+        let kind = if tls.is_some() { "tls" } else { "tcp" };
+        let name = || format!("{kind}:{addr}");
         let auth = |source| TransportError::Auth { addr: name(), source };
         let key = key.map(TcpKey::from_file).transpose().map_err(auth)?;
-        let mut sock = TcpStream::connect(addr).map_err(|source| TransportError::Connect { addr: name(), source })?;
+        let sock = TcpStream::connect(addr).map_err(|source| TransportError::Connect { addr: name(), source })?;
         sock.set_nodelay(true)?;
         sock.set_read_timeout(Some(OPEN_TIMEOUT))?;
         sock.set_write_timeout(Some(OPEN_TIMEOUT))?;
-        tcp_auth::client_open(&mut sock, key.as_ref()).map_err(auth)?;
-        sock.set_write_timeout(None)?;
-        sock.set_read_timeout(timeout)?;
-        Ok(TcpTransport { sock })
+        let raw = sock.try_clone()?;
+        let mut stream: Box<dyn Stream> = match tls {
+            None => Box::new(sock),
+            Some(t) => {
+                let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
+                let server = ServerName::try_from(host.to_string())
+                    .map_err(|_| TransportError::Tls { why: format!("'{host}' is not a host name or address") })?;
+                let conn =
+                    rustls::ClientConnection::new(t.config.clone(), server).map_err(|e| TransportError::Tls { why: e.to_string() })?;
+                let mut s = rustls::StreamOwned::new(conn, sock);
+                while s.conn.is_handshaking() {
+                    s.conn.complete_io(&mut s.sock).map_err(|e| TransportError::Tls { why: format!("handshake with {}: {e}", name()) })?;
+                }
+                Box::new(s)
+            }
+        };
+        tcp_auth::client_open(&mut stream, key.as_ref()).map_err(auth)?;
+        raw.set_write_timeout(None)?;
+        raw.set_read_timeout(timeout)?;
+        Ok(TcpTransport { sock: stream, kind })
     }
 }
 
@@ -49,7 +99,7 @@ fn gone(e: io::Error) -> TransportError {
 
 impl Transport for TcpTransport {
     fn send(&mut self, h: &Header, parts: &[&[u8]]) -> Result<(), TransportError> {
-        write_frame(&mut self.sock, h, parts).map_err(gone)
+        write_frame(&mut self.sock, h, parts).and_then(|()| self.sock.flush()).map_err(gone)
     }
 
     fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Header, TransportError> {
@@ -88,6 +138,6 @@ impl Transport for TcpTransport {
     fn discard(&mut self, _s: &Staged) {}
 
     fn kind(&self) -> &'static str {
-        "tcp"
+        self.kind
     }
 }

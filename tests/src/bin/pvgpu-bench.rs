@@ -363,6 +363,7 @@ fn main() -> Result<()> {
             let name = match &addr {
                 BackendAddr::Local(_) => "local",
                 BackendAddr::Tcp(_) => "tcp",
+                BackendAddr::Tls(_) => "tls",
                 BackendAddr::Xen(_) => "xen",
             };
             targets.push((name.into(), addr));

@@ -11,6 +11,7 @@ pub(crate) fn hello_and_devices(t: Transport) {
         match t {
             Transport::Local => "local",
             Transport::Tcp => "tcp",
+            Transport::Tls => "tls",
             Transport::Xen => "xen",
         }
     );

@@ -85,6 +85,10 @@ macro_rules! over_every_transport {
             $( #[test] fn $any() { super::$any(pvgpu_tests::Transport::Tcp) } )*
             $( #[test] fn $own() { super::$own(pvgpu_tests::Transport::Tcp) } )*
         }
+        #[cfg(not(feature = "xen"))]
+        mod tls {
+            $( #[test] fn $any() { super::$any(pvgpu_tests::Transport::Tls) } )*
+        }
         #[cfg(feature = "xen")]
         mod xen {
             $( #[test] fn $any() { super::$any(pvgpu_tests::Transport::Xen) } )*

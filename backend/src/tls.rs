@@ -1,0 +1,122 @@
+//! TLS for TCP listeners on networks that are not trusted (`--listen
+//! tls:HOST:PORT`, `--tls-cert`, `--tls-key`).
+//!
+//! The supervisor runs the TLS handshake and the key check, then relays
+//! plaintext between the TLS connection and a socket pair whose other end
+//! the session's worker serves. The worker never holds TLS state or the
+//! certificate's private key, and no worker starts before the peer has
+//! authenticated. The cost is the relay: each message crosses one more
+//! socket and one more thread (measured in `docs/operations.md`).
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ServerConfig, ServerConnection, StreamOwned};
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Why the TLS settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A PEM file cannot be read or holds nothing usable.
+    #[error("TLS {what} file {path}: {why}")]
+    File {
+        /// Certificate or key.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// rustls refused the certificate and key.
+    #[error("TLS certificate and key do not make a server configuration")]
+    Config(#[from] rustls::Error),
+}
+
+/// The server side of TLS: the certificate chain in PEM file `cert` and its
+/// private key in PEM file `key`.
+pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
+    let file = |what, path: &Path, why: String| TlsError::File { what, path: path.to_path_buf(), why };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| file("certificate", cert, e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| file("certificate", cert, e.to_string()))?;
+    if chain.is_empty() {
+        return Err(file("certificate", cert, "no certificate in it".into()));
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| file("key", key, e.to_string()))?;
+    Ok(Arc::new(ServerConfig::builder().with_no_client_auth().with_single_cert(chain, key)?))
+}
+
+/// A TLS connection after its handshake.
+pub type TlsStream = StreamOwned<ServerConnection, TcpStream>;
+
+/// Runs the server side of the handshake on `sock` (its timeouts bound it).
+pub fn accept(config: &Arc<ServerConfig>, sock: TcpStream) -> io::Result<TlsStream> {
+    let conn = ServerConnection::new(config.clone()).map_err(io::Error::other)?;
+    let mut s = StreamOwned::new(conn, sock);
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock)?;
+    }
+    Ok(s)
+}
+
+/// Relays plaintext between `tls` and `local` until either side closes
+/// (or fails); then closes both, so the other side sees it.
+pub fn relay(mut tls: TlsStream, mut local: UnixStream) {
+    if let Err(e) = relay_inner(&mut tls, &mut local) {
+        tracing::debug!(error = %e, "TLS relay ended");
+    }
+    tls.conn.send_close_notify();
+    let _ = tls.conn.complete_io(&mut tls.sock);
+    let _ = tls.sock.shutdown(std::net::Shutdown::Both);
+    let _ = local.shutdown(std::net::Shutdown::Both);
+}
+
+fn relay_inner(tls: &mut TlsStream, local: &mut UnixStream) -> io::Result<()> {
+    tls.sock.set_read_timeout(None)?;
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        while tls.conn.wants_write() {
+            tls.conn.write_tls(&mut tls.sock)?;
+        }
+        let mut fds = [
+            libc::pollfd { fd: tls.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: local.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds; one second at most, so that an error
+        // on either side is noticed even without traffic.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if fds[0].revents != 0 {
+            if tls.conn.read_tls(&mut tls.sock)? == 0 {
+                return Ok(());
+            }
+            tls.conn.process_new_packets().map_err(io::Error::other)?;
+            loop {
+                match tls.conn.reader().read(&mut buf) {
+                    Ok(0) => return Ok(()),
+                    Ok(n) => local.write_all(&buf[..n])?,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if fds[1].revents != 0 {
+            let n = local.read(&mut buf)?;
+            if n == 0 {
+                return Ok(());
+            }
+            tls.conn.writer().write_all(&buf[..n])?;
+        }
+    }
+}
