@@ -280,6 +280,9 @@ enum Cmd {
         /// The TCP peer of a relayed TLS session.
         #[arg(long)]
         peer: Option<String>,
+        /// The ring a Xen guest published (read by the backend).
+        #[arg(long)]
+        xen_ring: Option<String>,
         /// Where to report how the session ended (a pipe from the backend).
         #[arg(long)]
         report_fd: Option<i32>,
@@ -296,9 +299,16 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    if let Some(Cmd::Worker { conn, session, domid, devid, peer, report_fd, exec, sandbox }) = &cli.command {
+    if let Some(Cmd::Worker { conn, session, domid, devid, peer, xen_ring, report_fd, exec, sandbox }) = &cli.command {
         let xen = domid.zip(*devid);
-        let w = worker_process::WorkerSession { conn, xen, id: *session, peer: peer.as_deref(), report_fd: *report_fd };
+        let w = worker_process::WorkerSession {
+            conn,
+            xen,
+            xen_ring: xen_ring.as_deref(),
+            id: *session,
+            peer: peer.as_deref(),
+            report_fd: *report_fd,
+        };
         worker_process::run_worker(&w, &exec.executor(), &exec.session(), &sandbox.confinement())?;
         return Ok(());
     }

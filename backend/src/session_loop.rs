@@ -38,6 +38,8 @@ pub enum Accepted {
         domid: u16,
         /// Device id.
         devid: u32,
+        /// The ring it published, as the supervisor read it.
+        ring: crate::xen::XenRing,
     },
 }
 
@@ -104,7 +106,7 @@ pub fn open_connection(acc: Accepted, cfg: &SessionConfig, id: u64) -> Result<Op
             Err(e) => return Err(Ended::Broken(format!("socket setup failed: {}", Chain(&e)))),
         },
         Accepted::Tls(_) => return Err(Ended::Broken("a TLS connection reached a session before its handshake".into())),
-        Accepted::Xen { domid, devid } => match crate::xen::open_session(domid, devid, cfg) {
+        Accepted::Xen { domid, devid, ring } => match crate::xen::open_session(domid, &ring, cfg) {
             Ok((c, hold)) => {
                 xen_hold = Some(hold);
                 Box::new(c.with_idle_timeout(cfg.idle_timeout))

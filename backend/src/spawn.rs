@@ -13,7 +13,7 @@
 use crate::admission::Slot;
 use crate::config::{SessionConfig, WorkerCommand};
 use crate::exec::Executor;
-use crate::session_loop::{Accepted, Ended, log_end, run_connection};
+use crate::session_loop::{Accepted, Ended, log_end, open_connection, serve_opened};
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 pub const WORKER_FD: i32 = 3;
 /// File descriptor a worker reports how its session ended on.
 pub const REPORT_FD: i32 = 4;
+/// The line a worker reports once its connection is set up.
+pub const REPORT_READY: &str = "ready";
 
 /// Runs when a session has ended (its thread returned or its worker exited).
 pub type OnEnd = Box<dyn FnOnce() + Send>;
@@ -39,6 +41,9 @@ pub struct Start {
     pub id: u64,
     /// Its slot, held until it has ended.
     pub slot: Slot,
+    /// What to do once its connection is set up (a Xen device is then
+    /// marked `Connected`).
+    pub on_ready: Option<OnEnd>,
     /// What to do once it has ended.
     pub on_end: Option<OnEnd>,
 }
@@ -78,14 +83,22 @@ impl<E: Executor> ThreadSpawner<E> {
 impl<E: Executor> Spawner for ThreadSpawner<E> {
     fn spawn(&self, s: Start, stop: Arc<AtomicBool>) -> io::Result<()> {
         let (exec, cfg) = (self.exec.clone(), self.cfg.clone());
-        let Start { acc, id, slot, on_end } = s;
+        let Start { acc, id, slot, on_ready, on_end } = s;
         // The session's own flag: set by `end`, and by `shutdown` for all.
         let mine = Arc::new(AtomicBool::new(stop.load(Ordering::SeqCst)));
         self.stops.lock().unwrap_or_else(|p| p.into_inner()).insert(id, mine.clone());
         let stops = self.stops.clone();
         let h = std::thread::Builder::new().name(format!("pvgpu-session-{id}")).spawn(move || {
             let t = Instant::now();
-            let ended = run_connection(exec, acc, &cfg, id, &mine);
+            let ended = match open_connection(acc, &cfg, id) {
+                Ok(opened) => {
+                    if let Some(f) = on_ready {
+                        f();
+                    }
+                    serve_opened(exec, opened, &cfg, id, &mine)
+                }
+                Err(ended) => ended,
+            };
             stops.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             log_end(id, &ended, t.elapsed().as_secs_f64());
             drop(slot);
@@ -138,8 +151,12 @@ struct Worker {
     on_end: Option<OnEnd>,
     /// The session's socket (a duplicate), watched for the peer leaving.
     peer: Option<OwnedFd>,
-    /// Read end of the worker's report of how its session ended.
+    /// Read end of the worker's reports: `ready` once its connection is
+    /// set up, then how its session ended.
     report: Option<File>,
+    /// What the worker reported so far.
+    reported: String,
+    on_ready: Option<OnEnd>,
     /// When the peer was found gone (or the session was asked to end).
     ending_since: Option<Instant>,
     killed: bool,
@@ -188,11 +205,22 @@ impl ProcessSpawner {
         ProcessSpawner { cmd, grace, workers: Mutex::new(Vec::new()), forker: Mutex::new(forker()) }
     }
 
-    fn finish(w: &mut Worker, status: std::process::ExitStatus) {
-        let mut report = String::new();
-        if let Some(r) = &mut w.report {
-            let _ = r.take(1024).read_to_string(&mut report);
+    /// Reads what the worker reported since the last call (without
+    /// blocking: the pipe is non-blocking), at most 4 KiB in all.
+    fn read_report(w: &mut Worker) {
+        let Some(r) = &mut w.report else { return };
+        let mut buf = [0u8; 512];
+        while w.reported.len() < 4096 {
+            match r.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => w.reported.push_str(&String::from_utf8_lossy(&buf[..n])),
+            }
         }
+    }
+
+    fn finish(w: &mut Worker, status: std::process::ExitStatus) {
+        Self::read_report(w);
+        let report = w.reported.lines().rfind(|l| *l != REPORT_READY).unwrap_or("").to_string();
         let ended = if w.killed {
             Ended::Killed(format!("still running {} s after its peer left", w.ending_since.map_or(0, |t| t.elapsed().as_secs())))
         } else if report.trim().is_empty() {
@@ -207,7 +235,7 @@ impl ProcessSpawner {
 impl Spawner for ProcessSpawner {
     fn spawn(&self, s: Start, _stop: Arc<AtomicBool>) -> io::Result<()> {
         use std::os::unix::process::CommandExt;
-        let Start { acc, id, slot, on_end } = s;
+        let Start { acc, id, slot, on_ready, on_end } = s;
         let kind = acc.kind();
         let mut cmd = Command::new(&self.cmd.exe);
         cmd.arg("worker").arg("--conn").arg(kind).arg("--session").arg(id.to_string()).args(&self.cmd.args);
@@ -219,8 +247,8 @@ impl Spawner for ProcessSpawner {
                 Some(sock.into())
             }
             Accepted::Tls(_) => return Err(io::Error::other("a TLS connection must be admitted (relayed) first")),
-            Accepted::Xen { domid, devid } => {
-                cmd.arg("--domid").arg(domid.to_string()).arg("--devid").arg(devid.to_string());
+            Accepted::Xen { domid, devid, ring } => {
+                cmd.arg("--domid").arg(domid.to_string()).arg("--devid").arg(devid.to_string()).arg("--xen-ring").arg(ring.to_arg());
                 None
             }
         };
@@ -273,6 +301,8 @@ impl Spawner for ProcessSpawner {
             on_end,
             peer,
             report: Some(report),
+            reported: String::new(),
+            on_ready,
             ending_since: None,
             killed: false,
             started: Instant::now(),
@@ -286,6 +316,7 @@ impl Spawner for ProcessSpawner {
 
     fn tend(&self) {
         let mut ended = Vec::new();
+        let mut ready = Vec::new();
         let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         workers.retain_mut(|w| match w.child.try_wait() {
             Ok(Some(status)) => {
@@ -294,6 +325,12 @@ impl Spawner for ProcessSpawner {
                 false
             }
             _ => {
+                if w.on_ready.is_some() {
+                    Self::read_report(w);
+                    if w.reported.lines().any(|l| l == REPORT_READY) {
+                        ready.extend(w.on_ready.take());
+                    }
+                }
                 if w.ending_since.is_none() && w.peer.as_ref().is_some_and(hung_up) {
                     tracing::debug!(session = w.id, "peer left; the worker has the grace period to exit");
                     w.ending_since = Some(Instant::now());
@@ -306,6 +343,9 @@ impl Spawner for ProcessSpawner {
             }
         });
         drop(workers);
+        for f in ready {
+            f();
+        }
         // Slots were given back as the workers dropped; now the rest.
         for f in ended {
             f();

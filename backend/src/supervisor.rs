@@ -305,7 +305,7 @@ fn admit(acc: Accepted, pending: admission::Slot, sh: &Shared) {
     match admitted {
         Ok(admission::Admitted { acc, slot, relay }) => {
             let id = sh.stats.next_id();
-            if let Err(e) = sh.spawner.spawn(Start { acc, id, slot, on_end: None }, sh.stop.clone()) {
+            if let Err(e) = sh.spawner.spawn(Start { acc, id, slot, on_ready: None, on_end: None }, sh.stop.clone()) {
                 tracing::error!(session = id, error = %e, "cannot start a session");
                 return;
             }
@@ -347,8 +347,19 @@ fn xen_loop(mut xs: pvgpu_xen::XenStore, sh: &Shared) {
         for id in crate::xen::departed(&mut xs, &active) {
             sh.spawner.end(id);
         }
-        let mut start = |domid: u16, devid: u32| -> Option<u64> {
-            let acc = Accepted::Xen { domid, devid };
+        let mut start = |xs: &mut pvgpu_xen::XenStore, domid: u16, devid: u32| -> Option<u64> {
+            // The supervisor reads what the guest published; its worker
+            // reads no XenStore.
+            let ring = match crate::xen::XenRing::read(xs, domid, devid, &sh.session) {
+                Ok(r) => r,
+                Err(e) => {
+                    if log_limit::peer_triggered() {
+                        tracing::warn!(domid, devid, error = %pvgpu_ring::report::Chain(&e), "refusing a Xen frontend's ring");
+                    }
+                    return None;
+                }
+            };
+            let acc = Accepted::Xen { domid, devid, ring };
             let peer = acc.owner().0;
             let slot = match sh.pools.sessions.acquire("xen", &peer) {
                 Ok(s) => s,
@@ -365,7 +376,8 @@ fn xen_loop(mut xs: pvgpu_xen::XenStore, sh: &Shared) {
                 crate::xen::close_device(domid, devid);
                 set.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
             });
-            match sh.spawner.spawn(Start { acc, id, slot, on_end: Some(on_end) }, sh.stop.clone()) {
+            let on_ready: OnEnd = Box::new(move || crate::xen::connect_device(domid, devid));
+            match sh.spawner.spawn(Start { acc, id, slot, on_ready: Some(on_ready), on_end: Some(on_end) }, sh.stop.clone()) {
                 Ok(()) => Some(id),
                 Err(e) => {
                     tracing::error!(session = id, error = %e, "cannot start a session");

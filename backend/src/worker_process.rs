@@ -51,6 +51,8 @@ pub struct WorkerSession<'a> {
     pub conn: &'a str,
     /// Guest domain and vgpu device (`xen`).
     pub xen: Option<(u16, u32)>,
+    /// The ring the guest published (`xen`), as the supervisor read it.
+    pub xen_ring: Option<&'a str>,
     /// Session number.
     pub id: u64,
     /// The TCP peer of a relayed TLS session.
@@ -65,7 +67,7 @@ pub struct WorkerSession<'a> {
 /// context. How the session ended goes to `report_fd`, for the supervisor
 /// to log.
 pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionConfig, confinement: &Confinement) -> Result<(), WorkerError> {
-    let WorkerSession { conn, xen, id: session, peer, report_fd } = *w;
+    let WorkerSession { conn, xen, xen_ring, id: session, peer, report_fd } = *w;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(WorkerError::Signals)?;
@@ -73,9 +75,13 @@ pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionCon
     // SAFETY: the supervisor placed the write end of this session's report
     // pipe on `report_fd` before exec (spawn::ProcessSpawner), and nothing
     // else in this process owns it.
-    let report = report_fd.map(|fd| std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }));
+    let mut report = report_fd.map(|fd| std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }));
     let acc = match (conn, xen) {
-        ("xen", Some((domid, devid))) => Accepted::Xen { domid, devid },
+        ("xen", Some((domid, devid))) => {
+            let ring =
+                xen_ring.and_then(crate::xen::XenRing::from_arg).ok_or_else(|| WorkerError::Conn("xen without --xen-ring".into()))?;
+            Accepted::Xen { domid, devid, ring }
+        }
         ("local" | "tcp" | "tls", None) => {
             // SAFETY: the backend placed this session's socket on WORKER_FD
             // before exec (spawn::ProcessSpawner) and nothing else in this
@@ -97,26 +103,33 @@ pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionCon
     let cfg = &cfg;
     let ended = match open_connection(acc, cfg, session) {
         Err(ended) => ended,
-        Ok(opened) => match exec.kind {
-            ExecutorKind::Cuda => {
-                // What kernels print reaches this process's standard
-                // output; send it to the program instead (this process
-                // serves one session).
-                if let Err(e) = crate::exec::cuda::output::capture() {
-                    tracing::warn!(error = %pvgpu_ring::report::Chain(&e), "kernel output stays in the backend's log");
+        Ok(opened) => {
+            // The supervisor marks a Xen device `Connected` on this.
+            if let Some(f) = &mut report {
+                let _ = writeln!(f, "{}", crate::spawn::REPORT_READY);
+            }
+            match exec.kind {
+                ExecutorKind::Cuda => {
+                    // What kernels print reaches this process's standard
+                    // output; send it to the program instead (this process
+                    // serves one session).
+                    if let Err(e) = crate::exec::cuda::output::capture() {
+                        tracing::warn!(error = %pvgpu_ring::report::Chain(&e), "kernel output stays in the backend's log");
+                    }
+                    let e = Arc::new(CudaExecutor::new()?);
+                    // Confined once the GPU is open and the connection mapped
+                    // (Xen: the grants and the event channel), before the
+                    // first request.
+                    confine(confinement).map_err(WorkerError::Sandbox)?;
+                    serve_opened(e, opened, cfg, session, &stop)
                 }
-                let e = Arc::new(CudaExecutor::new()?);
-                // Confined once the GPU is open and the connection mapped
-                // (Xen: XenStore and the grants), before the first request.
-                confine(confinement).map_err(WorkerError::Sandbox)?;
-                serve_opened(e, opened, cfg, session, &stop)
+                ExecutorKind::Host => {
+                    let e = Arc::new(HostExecutor::new(exec.host_mem));
+                    confine(confinement).map_err(WorkerError::Sandbox)?;
+                    serve_opened(e, opened, cfg, session, &stop)
+                }
             }
-            ExecutorKind::Host => {
-                let e = Arc::new(HostExecutor::new(exec.host_mem));
-                confine(confinement).map_err(WorkerError::Sandbox)?;
-                serve_opened(e, opened, cfg, session, &stop)
-            }
-        },
+        }
     };
     report_end(report, &ended);
     Ok(())

@@ -79,61 +79,108 @@ fn bad(what: impl Into<String>) -> XenSessionError {
     XenSessionError::BadFrontend(what.into())
 }
 
-/// Maps the ring of guest `domid`'s device `devid` and returns the session's
-/// connection and its hold on the device. The XenStore connection this
-/// opens is closed before it returns.
-pub fn open_session(domid: u16, devid: u32, cfg: &SessionConfig) -> Result<(RingConn, XenSession), XenSessionError> {
-    let mut xs = XenStore::open()?;
-    let me = xs.domid()?;
-    let be_dir = vgpu::backend_dir(me, domid, devid);
-    let fe_dir = vgpu::frontend_dir(domid, devid);
-    // On failure the supervisor closes the device when the session ends.
-    open_inner(&mut xs, domid, &be_dir, &fe_dir, cfg)
+/// What a frontend published of its ring, read and checked by the
+/// supervisor and handed to the session's worker (which reads no
+/// XenStore).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XenRing {
+    /// Channel and data-area sizes.
+    pub geometry: Geometry,
+    /// Grant references of the directory pages.
+    pub dir_refs: Vec<u32>,
+    /// The frontend's event-channel port.
+    pub port: u32,
 }
 
-fn open_inner(
-    xs: &mut XenStore,
-    domid: u16,
-    be_dir: &str,
-    fe_dir: &str,
-    cfg: &SessionConfig,
-) -> Result<(RingConn, XenSession), XenSessionError> {
-    // Copy every value out of XenStore and check it before using it.
-    let g = Geometry {
-        req_size: read_num(xs, fe_dir, fe::REQ_SIZE)?,
-        rsp_size: read_num(xs, fe_dir, fe::RSP_SIZE)?,
-        data_size: read_num(xs, fe_dir, fe::DATA_SIZE)?,
-    };
-    g.validate(cfg.max_data_area).map_err(|e| bad(Chain(&e).to_string()))?;
-    if g.req_size > MAX_CHANNEL || g.rsp_size > MAX_CHANNEL {
-        return Err(bad("channel larger than advertised"));
-    }
-    let pages: usize = read_num(xs, fe_dir, fe::PAGE_COUNT)?;
-    if pages != g.pages() {
-        return Err(bad(format!("{pages} pages for a geometry of {}", g.pages())));
-    }
-    let dir_count: usize = read_num(xs, fe_dir, fe::DIR_REF_COUNT)?;
-    if dir_count != pages.div_ceil(vgpu::REFS_PER_DIR_PAGE) {
-        return Err(bad("wrong number of directory pages"));
-    }
-    let mut dir_refs = Vec::with_capacity(dir_count);
-    for i in 0..dir_count {
-        dir_refs.push(read_num::<u32>(xs, fe_dir, &format!("{}{i}", fe::DIR_REF))?);
-    }
-    let port: u32 = read_num(xs, fe_dir, fe::EVENT_CHANNEL)?;
-    let protocol = xs.read_string(&vgpu::key(fe_dir, fe::PROTOCOL))?;
-    if protocol.trim() != "1" {
-        return Err(bad(format!("protocol {protocol}")));
+impl XenRing {
+    /// Reads guest `domid`'s device `devid`, copying every value out of
+    /// XenStore and checking it before anything uses it.
+    pub fn read(xs: &mut XenStore, domid: u16, devid: u32, cfg: &SessionConfig) -> Result<XenRing, XenSessionError> {
+        let fe_dir = vgpu::frontend_dir(domid, devid);
+        let fe_dir = fe_dir.as_str();
+        let g = Geometry {
+            req_size: read_num(xs, fe_dir, fe::REQ_SIZE)?,
+            rsp_size: read_num(xs, fe_dir, fe::RSP_SIZE)?,
+            data_size: read_num(xs, fe_dir, fe::DATA_SIZE)?,
+        };
+        // Everything that sizes what follows is checked first: the guest
+        // chooses these numbers, and the supervisor reads on its behalf.
+        g.validate(cfg.max_data_area).map_err(|e| bad(Chain(&e).to_string()))?;
+        if g.req_size > MAX_CHANNEL || g.rsp_size > MAX_CHANNEL {
+            return Err(bad("channel larger than advertised"));
+        }
+        let pages: usize = read_num(xs, fe_dir, fe::PAGE_COUNT)?;
+        if pages != g.pages() {
+            return Err(bad(format!("{pages} pages for a geometry of {}", g.pages())));
+        }
+        let dir_count: usize = read_num(xs, fe_dir, fe::DIR_REF_COUNT)?;
+        if dir_count != pages.div_ceil(vgpu::REFS_PER_DIR_PAGE) {
+            return Err(bad("wrong number of directory pages"));
+        }
+        let mut dir_refs = Vec::with_capacity(dir_count);
+        for i in 0..dir_count {
+            dir_refs.push(read_num::<u32>(xs, fe_dir, &format!("{}{i}", fe::DIR_REF))?);
+        }
+        let port: u32 = read_num(xs, fe_dir, fe::EVENT_CHANNEL)?;
+        let protocol = xs.read_string(&vgpu::key(fe_dir, fe::PROTOCOL))?;
+        if protocol.trim() != "1" {
+            return Err(bad(format!("protocol {protocol}")));
+        }
+        let ring = XenRing { geometry: g, dir_refs, port };
+        ring.check(cfg)?;
+        Ok(ring)
     }
 
+    /// Checks the ring against the backend's limits (again in the worker:
+    /// it trusts no argument).
+    pub fn check(&self, cfg: &SessionConfig) -> Result<(), XenSessionError> {
+        let g = &self.geometry;
+        g.validate(cfg.max_data_area).map_err(|e| bad(Chain(&e).to_string()))?;
+        if g.req_size > MAX_CHANNEL || g.rsp_size > MAX_CHANNEL {
+            return Err(bad("channel larger than advertised"));
+        }
+        if self.dir_refs.len() != g.pages().div_ceil(vgpu::REFS_PER_DIR_PAGE) {
+            return Err(bad("wrong number of directory pages"));
+        }
+        Ok(())
+    }
+
+    /// The ring as a worker's argument: `req,rsp,data,port,ref,ref...`.
+    pub fn to_arg(&self) -> String {
+        let g = &self.geometry;
+        let mut parts = vec![g.req_size.to_string(), g.rsp_size.to_string(), g.data_size.to_string(), self.port.to_string()];
+        parts.extend(self.dir_refs.iter().map(u32::to_string));
+        parts.join(",")
+    }
+
+    /// Parses [`XenRing::to_arg`].
+    pub fn from_arg(s: &str) -> Option<XenRing> {
+        let mut it = s.split(',');
+        let mut next = || it.next()?.parse::<u64>().ok();
+        let (req, rsp, data, port) = (next()?, next()?, next()?, next()?);
+        let geometry = Geometry { req_size: u32::try_from(req).ok()?, rsp_size: u32::try_from(rsp).ok()?, data_size: data };
+        let port = u32::try_from(port).ok()?;
+        let dir_refs = s.split(',').skip(4).map(|r| r.parse::<u32>().ok()).collect::<Option<Vec<_>>>()?;
+        Some(XenRing { geometry, dir_refs, port })
+    }
+}
+
+/// Maps the ring of guest `domid`'s device (as the supervisor read it from
+/// XenStore) and returns the session's connection and its hold on the
+/// device. It touches no XenStore: the supervisor moves the device to
+/// `Connected` once the worker says it is ready.
+pub fn open_session(domid: u16, ring: &XenRing, cfg: &SessionConfig) -> Result<(RingConn, XenSession), XenSessionError> {
+    ring.check(cfg)?;
+    let g = &ring.geometry;
+    let pages = g.pages();
     let gntdev = GntDev::open()?;
-    let dir = gntdev.map(domid, &dir_refs, false)?;
+    let dir = gntdev.map(domid, &ring.dir_refs, false)?;
     let mut raw = vec![0u8; pages * 4];
     dir.read(0, &mut raw)?;
     let refs: Vec<u32> = raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     let map = gntdev.map(domid, &refs, true)?;
 
-    let notifier = EvtchnNotifier::connect(domid, port)?;
+    let notifier = EvtchnNotifier::connect(domid, ring.port)?;
     map.set_unmap_notify(BACKEND_ALIVE as u64, Some(notifier.port()), true)?;
     let region: SharedRegion = map.into_region()?;
     region.write_byte(BACKEND_ALIVE, 1).map_err(|e| bad(Chain(&e).to_string()))?;
@@ -143,10 +190,22 @@ fn open_inner(
     // session).
     let probe = region.clone();
     let notifier = notifier.with_liveness(Arc::new(move || probe.read_byte(FRONTEND_ALIVE).is_ok_and(|b| b == 1)));
-    let conn = RingConn::new(region, &g, Box::new(notifier), cfg.spin).map_err(|e| bad(Chain(&e).to_string()))?;
-    write_state(xs, be_dir, XenbusState::Connected)?;
-    tracing::info!(domid, device = %be_dir, pages, "Xen frontend connected");
+    let conn = RingConn::new(region, g, Box::new(notifier), cfg.spin).map_err(|e| bad(Chain(&e).to_string()))?;
+    tracing::info!(domid, pages, "Xen frontend's ring mapped");
     Ok((conn, XenSession { _dir: dir }))
+}
+
+/// Moves guest `domid`'s device `devid` to `Connected`: its session's
+/// worker has mapped the ring and set its alive byte.
+pub fn connect_device(domid: u16, devid: u32) {
+    let r = XenStore::open().and_then(|mut xs| {
+        let me = xs.domid()?;
+        write_state(&mut xs, &vgpu::backend_dir(me, domid, devid), XenbusState::Connected)
+    });
+    match r {
+        Ok(()) => tracing::info!(domid, devid, "Xen frontend connected"),
+        Err(e) => tracing::debug!(domid, devid, error = %e, "could not mark the device connected (domain gone?)"),
+    }
 }
 
 /// Advertises the backend's limits on a device and moves it to `InitWait`.
@@ -212,7 +271,7 @@ pub fn scan(
     cfg: &SessionConfig,
     executor: &str,
     active: &Active,
-    start: &mut dyn FnMut(u16, u32) -> Option<u64>,
+    start: &mut dyn FnMut(&mut XenStore, u16, u32) -> Option<u64>,
     skipped: &mut dyn FnMut(&str, XenError),
 ) -> Result<(), XenError> {
     let me = xs.domid()?;
@@ -269,7 +328,7 @@ fn scan_device(
     cfg: &SessionConfig,
     executor: &str,
     active: &Active,
-    start: &mut dyn FnMut(u16, u32) -> Option<u64>,
+    start: &mut dyn FnMut(&mut XenStore, u16, u32) -> Option<u64>,
     be_dir: &str,
     domid: u16,
     devid: u32,
@@ -311,7 +370,7 @@ fn scan_device(
             // Marked before the session starts: it may end (and unmark)
             // before `start` returns.
             active.lock().unwrap_or_else(|p| p.into_inner()).insert((domid, devid), 0);
-            match start(domid, devid) {
+            match start(xs, domid, devid) {
                 Some(id) => {
                     if let Some(v) = active.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&(domid, devid)) {
                         *v = id;
@@ -351,11 +410,11 @@ mod tests {
         xs.write(&vgpu::key(&vgpu::frontend_dir(1, 0), fe::STATE), b"not a state").unwrap();
         let active: Active = Default::default();
         let mut skipped = Vec::new();
-        scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _| None, &mut |d, _| skipped.push(d.to_string())).unwrap();
+        scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _, _| None, &mut |d, _| skipped.push(d.to_string())).unwrap();
         assert_eq!(read_state(&mut xs, &vgpu::backend_dir(me, 2, 0)).unwrap(), XenbusState::InitWait);
         assert_eq!(skipped, [vgpu::backend_dir(me, 1, 0)]);
         // The garbled device was reset, so the next pass advertises it.
-        scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _| None, &mut |d, _| skipped.push(d.to_string())).unwrap();
+        scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _, _| None, &mut |d, _| skipped.push(d.to_string())).unwrap();
         assert_eq!(read_state(&mut xs, &vgpu::backend_dir(me, 1, 0)).unwrap(), XenbusState::InitWait);
         assert_eq!(skipped.len(), 1);
     }
@@ -374,7 +433,7 @@ mod tests {
         xs.rm(&vgpu::key(&vgpu::backend_dir(me, 1, 0), be::FRONTEND)).unwrap();
         let active: Active = Default::default();
         let mut n = 0;
-        scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _| None, &mut |_, _| n += 1).unwrap();
+        scan(&mut xs, &SessionConfig::default(), "host", &active, &mut |_, _, _| None, &mut |_, _| n += 1).unwrap();
         assert_eq!(n, 1);
         assert_eq!(read_state(&mut xs, &vgpu::backend_dir(me, 2, 0)).unwrap(), XenbusState::InitWait);
     }
@@ -399,5 +458,41 @@ mod tests {
         let mut gone = departed(&mut xs, &active);
         gone.sort();
         assert_eq!(gone, [11, 12]);
+    }
+
+    /// The supervisor reads a frontend's ring and checks it before the
+    /// worker sees it; the worker's argument round-trips.
+    #[test]
+    fn the_ring_is_read_checked_and_handed_over() {
+        let store = SharedFake::new(Fake::default());
+        let mut xs = store.connect();
+        let me = xs.domid().unwrap();
+        xs.write("/local/domain/1/name", b"guest").unwrap();
+        vgpu::create_device(&mut xs, me, 1, 0).unwrap();
+        let fe_dir = vgpu::frontend_dir(1, 0);
+        let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 1 << 20 };
+        for (k, v) in [
+            (fe::REQ_SIZE, "4096".to_string()),
+            (fe::RSP_SIZE, "4096".into()),
+            (fe::DATA_SIZE, (1u32 << 20).to_string()),
+            (fe::PAGE_COUNT, g.pages().to_string()),
+            (fe::DIR_REF_COUNT, "1".into()),
+            ("dir-ref-0", "77".into()),
+            (fe::EVENT_CHANNEL, "9".into()),
+            (fe::PROTOCOL, "1".into()),
+        ] {
+            xs.write(&vgpu::key(&fe_dir, k), v.as_bytes()).unwrap();
+        }
+        let cfg = SessionConfig::default();
+        let ring = XenRing::read(&mut xs, 1, 0, &cfg).unwrap();
+        assert_eq!(ring, XenRing { geometry: g, dir_refs: vec![77], port: 9 });
+        assert_eq!(XenRing::from_arg(&ring.to_arg()), Some(ring));
+        // A guest that claims a billion directory pages is refused before
+        // the supervisor reads one.
+        xs.write(&vgpu::key(&fe_dir, fe::DIR_REF_COUNT), b"1000000000").unwrap();
+        assert!(XenRing::read(&mut xs, 1, 0, &cfg).is_err());
+        xs.write(&vgpu::key(&fe_dir, fe::DIR_REF_COUNT), b"1").unwrap();
+        xs.write(&vgpu::key(&fe_dir, fe::DATA_SIZE), b"99999999999").unwrap();
+        assert!(XenRing::read(&mut xs, 1, 0, &cfg).is_err());
     }
 }
