@@ -61,6 +61,13 @@ struct AdmissionArgs {
     /// Most sessions of one peer: a local user, a TCP client address, a guest.
     #[arg(long, default_value = "16")]
     max_sessions_per_peer: usize,
+    /// Most connections still opening (no worker yet), in all.
+    #[arg(long, default_value = "128")]
+    max_pending: usize,
+    /// Most connections still opening from one peer; a burst beyond it
+    /// (many processes of one user starting at once) is refused.
+    #[arg(long, default_value = "32")]
+    max_pending_per_peer: usize,
     /// Seconds a new connection has to open (send its hello, pass the key
     /// check) before it is dropped.
     #[arg(long, value_name = "SECS", default_value = "5")]
@@ -109,6 +116,8 @@ impl AdmissionArgs {
             max_tcp: self.max_tcp_sessions,
             max_xen: self.max_xen_sessions,
             max_per_peer: self.max_sessions_per_peer,
+            max_pending: self.max_pending,
+            max_pending_per_peer: self.max_pending_per_peer,
             handshake_timeout: Duration::from_secs(self.handshake_timeout.max(1)),
             tcp_key,
             tcp_trusted_network: self.tcp_trusted_network,
@@ -119,7 +128,6 @@ impl AdmissionArgs {
             allow_uids: (!self.allow_uids.is_empty()).then(|| self.allow_uids.clone()),
             socket_mode: self.socket_mode,
             end_grace: Duration::from_secs(self.end_grace),
-            ..AdmissionConfig::default()
         })
     }
 }

@@ -283,7 +283,9 @@ impl Harness {
             cmd.arg("--image-cache").arg(dir.0.join("images"));
             cmd.arg("--tcp-key").arg(&tcp_key);
             // Every test of the suite is the same local user and TCP peer.
-            for limit in ["--max-sessions", "--max-local-sessions", "--max-tcp-sessions", "--max-sessions-per-peer"] {
+            for limit in
+                ["--max-sessions", "--max-local-sessions", "--max-tcp-sessions", "--max-sessions-per-peer", "--max-pending-per-peer"]
+            {
                 cmd.arg(limit).arg("256");
             }
             let (child, keeper) = spawn_kept(cmd);
