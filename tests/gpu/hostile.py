@@ -1,5 +1,6 @@
-"""What a hostile guest tried on the H100 (issue: quotas that hold, context
-flags, sessions that cannot be ended), natively or through pvgpu.
+"""What a hostile guest may try on a GPU (take more memory than its quota
+through limits, module globals and extra contexts; context flags that reach
+outside its session; a kernel that never ends), natively or through pvgpu.
 
   python3 hostile.py quota CUBIN      # stack limit, a module with a huge
                                       # global, extra contexts, core dumps
