@@ -16,9 +16,7 @@ use pvgpu_ring::local::{self, Refusal};
 use pvgpu_ring::tcp_auth::{self, AuthError, Status};
 use std::collections::HashMap;
 use std::io::Write;
-use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// The transports, as slots count them.
 const TRANSPORTS: [&str; 3] = ["local", "tcp", "xen"];
@@ -198,7 +196,7 @@ pub fn open(acc: Accepted, cfg: &AdmissionConfig, sessions: &Arc<Slots>, max_dat
                     return Err(Refused::User(uid));
                 }
             }
-            if !readable(s.as_fd(), cfg.handshake_timeout) {
+            if !crate::conn::readable(&s, cfg.handshake_timeout).unwrap_or(false) {
                 return Err(Refused::Silent);
             }
             match sessions.acquire(kind, &peer) {
@@ -250,12 +248,6 @@ pub fn open(acc: Accepted, cfg: &AdmissionConfig, sessions: &Arc<Slots>, max_dat
         }
         Accepted::Relayed { .. } => Err(Refused::NoTls),
     }
-}
-
-fn readable(fd: std::os::fd::BorrowedFd<'_>, timeout: Duration) -> bool {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
-    matches!(poll(&mut fds, PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX)), Ok(n) if n > 0)
 }
 
 /// Logs a refusal, within the backend's limit for peer-triggered lines.

@@ -258,7 +258,9 @@ impl TcpConn {
     }
 }
 
-fn readable(sock: &impl AsFd, timeout: Duration) -> io::Result<bool> {
+/// Waits up to `timeout` for `sock` to have something to read (an
+/// interrupted wait reads as "not yet").
+pub(crate) fn readable(sock: &impl AsFd, timeout: Duration) -> io::Result<bool> {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
     match poll(&mut fds, PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX)) {

@@ -128,14 +128,6 @@ pub fn serve_opened<E: Executor>(exec: Arc<E>, opened: Opened, cfg: &SessionConf
     ended
 }
 
-/// Serves one accepted connection with `exec` until the session ends.
-pub fn run_connection<E: Executor>(exec: Arc<E>, acc: Accepted, cfg: &SessionConfig, id: u64, stop: &AtomicBool) -> Ended {
-    match open_connection(acc, cfg, id) {
-        Ok(opened) => serve_opened(exec, opened, cfg, id, stop),
-        Err(ended) => ended,
-    }
-}
-
 /// Logs how a session ended; a peer that broke the protocol is reported
 /// within the backend's limit for peer-triggered lines.
 pub fn log_end(id: u64, ended: &Ended, secs: f64) {

@@ -12,6 +12,7 @@
 
 use crate::admission::{self, Pools, Slots};
 use crate::config::{AdmissionConfig, Config, Listen, SessionConfig, WorkerCommand};
+use crate::conn::readable;
 use crate::exec::Executor;
 use crate::log_limit;
 use crate::session_loop::Accepted;
@@ -19,7 +20,6 @@ use crate::spawn::{OnEnd, ProcessSpawner, Spawner, Start, ThreadSpawner};
 use pvgpu_ring::local::{self, Refusal};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -128,12 +128,6 @@ fn bind(l: &Listen, adm: &AdmissionConfig) -> Result<(Listener, Option<SocketAdd
         }
         Listen::Xen => Ok((Listener::Xen(pvgpu_xen::XenStore::open()?), None)),
     }
-}
-
-fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, ms: u16) -> bool {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
-    matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
 }
 
 /// What every listener thread shares.
@@ -245,8 +239,8 @@ impl Drop for Backend {
 fn accept_loop(listener: Listener, sh: &Arc<Shared>) {
     while !sh.stop.load(Ordering::SeqCst) {
         let ready = match &listener {
-            Listener::Unix(l) => wait_readable(l.as_fd(), 100),
-            Listener::Tcp { l, .. } => wait_readable(l.as_fd(), 100),
+            Listener::Unix(l) => readable(l, Duration::from_millis(100)).unwrap_or(false),
+            Listener::Tcp { l, .. } => readable(l, Duration::from_millis(100)).unwrap_or(false),
             Listener::Xen(_) => return,
         };
         sh.spawner.tend();

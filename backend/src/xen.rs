@@ -105,18 +105,13 @@ impl XenRing {
         };
         // Everything that sizes what follows is checked first: the guest
         // chooses these numbers, and the supervisor reads on its behalf.
-        g.validate(cfg.max_data_area).map_err(|e| bad(Chain(&e).to_string()))?;
-        if g.req_size > MAX_CHANNEL || g.rsp_size > MAX_CHANNEL {
-            return Err(bad("channel larger than advertised"));
-        }
+        check_geometry(&g, cfg)?;
         let pages: usize = read_num(xs, fe_dir, fe::PAGE_COUNT)?;
         if pages != g.pages() {
             return Err(bad(format!("{pages} pages for a geometry of {}", g.pages())));
         }
         let dir_count: usize = read_num(xs, fe_dir, fe::DIR_REF_COUNT)?;
-        if dir_count != pages.div_ceil(vgpu::REFS_PER_DIR_PAGE) {
-            return Err(bad("wrong number of directory pages"));
-        }
+        check_dir_pages(&g, dir_count)?;
         let mut dir_refs = Vec::with_capacity(dir_count);
         for i in 0..dir_count {
             dir_refs.push(read_num::<u32>(xs, fe_dir, &format!("{}{i}", fe::DIR_REF))?);
@@ -126,23 +121,14 @@ impl XenRing {
         if protocol.trim() != "1" {
             return Err(bad(format!("protocol {protocol}")));
         }
-        let ring = XenRing { geometry: g, dir_refs, port };
-        ring.check(cfg)?;
-        Ok(ring)
+        Ok(XenRing { geometry: g, dir_refs, port })
     }
 
     /// Checks the ring against the backend's limits (again in the worker:
     /// it trusts no argument).
     pub fn check(&self, cfg: &SessionConfig) -> Result<(), XenSessionError> {
-        let g = &self.geometry;
-        g.validate(cfg.max_data_area).map_err(|e| bad(Chain(&e).to_string()))?;
-        if g.req_size > MAX_CHANNEL || g.rsp_size > MAX_CHANNEL {
-            return Err(bad("channel larger than advertised"));
-        }
-        if self.dir_refs.len() != g.pages().div_ceil(vgpu::REFS_PER_DIR_PAGE) {
-            return Err(bad("wrong number of directory pages"));
-        }
-        Ok(())
+        check_geometry(&self.geometry, cfg)?;
+        check_dir_pages(&self.geometry, self.dir_refs.len())
     }
 
     /// The ring as a worker's argument: `req,rsp,data,port,ref,ref...`.
@@ -163,6 +149,21 @@ impl XenRing {
         let dir_refs = s.split(',').skip(4).map(|r| r.parse::<u32>().ok()).collect::<Option<Vec<_>>>()?;
         Some(XenRing { geometry, dir_refs, port })
     }
+}
+
+fn check_geometry(g: &Geometry, cfg: &SessionConfig) -> Result<(), XenSessionError> {
+    g.validate(cfg.max_data_area).map_err(|e| bad(Chain(&e).to_string()))?;
+    if g.req_size > MAX_CHANNEL || g.rsp_size > MAX_CHANNEL {
+        return Err(bad("channel larger than advertised"));
+    }
+    Ok(())
+}
+
+fn check_dir_pages(g: &Geometry, dir_pages: usize) -> Result<(), XenSessionError> {
+    if dir_pages != g.pages().div_ceil(vgpu::REFS_PER_DIR_PAGE) {
+        return Err(bad("wrong number of directory pages"));
+    }
+    Ok(())
 }
 
 /// Maps the ring of guest `domid`'s device (as the supervisor read it from
@@ -396,17 +397,24 @@ mod tests {
     use super::*;
     use pvgpu_xen::xenstore::fake::{Fake, SharedFake};
 
+    /// A fake store with guests `domids`, each with vgpu device 0 created;
+    /// a client of it; the backend's domain.
+    fn guests(domids: &[u16]) -> (SharedFake, XenStore, u16) {
+        let store = SharedFake::new(Fake::default());
+        let mut xs = store.connect();
+        let me = xs.domid().unwrap();
+        for &domid in domids {
+            xs.write(&format!("/local/domain/{domid}/name"), b"guest").unwrap();
+            vgpu::create_device(&mut xs, me, domid, 0).unwrap();
+        }
+        (store, xs, me)
+    }
+
     /// Guest 1 writes garbage into its device's state; guest 2's device
     /// must still be advertised, and guest 1's put back to a clean state.
     #[test]
     fn one_guests_garbage_skips_only_its_device() {
-        let store = SharedFake::new(Fake::default());
-        let mut xs = store.connect();
-        let me = xs.domid().unwrap();
-        for domid in [1, 2] {
-            xs.write(&format!("/local/domain/{domid}/name"), b"guest").unwrap();
-            vgpu::create_device(&mut xs, me, domid, 0).unwrap();
-        }
+        let (_store, mut xs, me) = guests(&[1, 2]);
         xs.write(&vgpu::key(&vgpu::frontend_dir(1, 0), fe::STATE), b"not a state").unwrap();
         let active: Active = Default::default();
         let mut skipped = Vec::new();
@@ -423,13 +431,7 @@ mod tests {
     /// that points elsewhere) is skipped, not fatal.
     #[test]
     fn unreadable_device_does_not_stop_the_scan() {
-        let store = SharedFake::new(Fake::default());
-        let mut xs = store.connect();
-        let me = xs.domid().unwrap();
-        for domid in [1, 2] {
-            xs.write(&format!("/local/domain/{domid}/name"), b"guest").unwrap();
-            vgpu::create_device(&mut xs, me, domid, 0).unwrap();
-        }
+        let (_store, mut xs, me) = guests(&[1, 2]);
         xs.rm(&vgpu::key(&vgpu::backend_dir(me, 1, 0), be::FRONTEND)).unwrap();
         let active: Active = Default::default();
         let mut n = 0;
@@ -442,12 +444,8 @@ mod tests {
     /// device, and only those.
     #[test]
     fn departed_finds_sessions_whose_guest_left() {
-        let store = SharedFake::new(Fake::default());
-        let mut xs = store.connect();
-        let me = xs.domid().unwrap();
+        let (_store, mut xs, _) = guests(&[1, 2, 4]);
         for domid in [1, 2, 4] {
-            xs.write(&format!("/local/domain/{domid}/name"), b"guest").unwrap();
-            vgpu::create_device(&mut xs, me, domid, 0).unwrap();
             write_state(&mut xs, &vgpu::frontend_dir(domid, 0), XenbusState::Connected).unwrap();
         }
         let active: Active = Default::default();
@@ -464,11 +462,7 @@ mod tests {
     /// worker sees it; the worker's argument round-trips.
     #[test]
     fn the_ring_is_read_checked_and_handed_over() {
-        let store = SharedFake::new(Fake::default());
-        let mut xs = store.connect();
-        let me = xs.domid().unwrap();
-        xs.write("/local/domain/1/name", b"guest").unwrap();
-        vgpu::create_device(&mut xs, me, 1, 0).unwrap();
+        let (_store, mut xs, _) = guests(&[1]);
         let fe_dir = vgpu::frontend_dir(1, 0);
         let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 1 << 20 };
         for (k, v) in [
