@@ -89,6 +89,9 @@ pub struct SessionConfig {
     pub tcp_idle_timeout: Option<Duration>,
     /// A local or Xen session that sends nothing for this long is ended.
     pub idle_timeout: Option<Duration>,
+    /// CPUs a session's serving thread runs on (`None`: wherever the
+    /// scheduler puts it).
+    pub cpus: Option<Vec<usize>>,
 }
 
 impl Default for SessionConfig {
@@ -102,6 +105,7 @@ impl Default for SessionConfig {
             image_cache_max: 4 << 30,
             tcp_idle_timeout: Some(Duration::from_secs(3600)),
             idle_timeout: None,
+            cpus: None,
         }
     }
 }

@@ -4,6 +4,7 @@
 //! transport, TCP and Xen, runs one session per frontend, and executes its
 //! CUDA driver-API commands.
 //!
+//! - [`affinity`]: CPU lists and pinning session threads to them;
 //! - [`config`]: what an operator sets (listeners, isolation, executor,
 //!   session limits);
 //! - [`supervisor`]: the listeners, one session per connection, clean
@@ -32,6 +33,7 @@
 //! else.
 
 pub mod admission;
+pub mod affinity;
 pub mod config;
 pub mod conn;
 pub mod exec;

@@ -204,6 +204,14 @@ struct ExecArgs {
     /// (0: never).
     #[arg(long, value_name = "SECS", default_value = "0")]
     idle_timeout: u64,
+    /// CPUs the sessions' serving threads run on, e.g. `2-7` (the cores
+    /// nearest the GPU, away from the programs' own). Default: anywhere.
+    #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
+    session_cpus: Option<Vec<usize>>,
+}
+
+fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
+    pvgpu_backend::affinity::parse_cpu_list(s).map_err(|e| e.to_string())
 }
 
 fn secs(n: u64) -> Option<Duration> {
@@ -221,6 +229,7 @@ impl ExecArgs {
             image_cache_max: self.image_cache_max,
             tcp_idle_timeout: secs(self.tcp_idle_timeout),
             idle_timeout: secs(self.idle_timeout),
+            cpus: self.session_cpus.clone(),
         }
     }
 
@@ -264,6 +273,10 @@ impl ExecArgs {
         a.push(self.tcp_idle_timeout.to_string());
         a.push("--idle-timeout".into());
         a.push(self.idle_timeout.to_string());
+        if let Some(cpus) = &self.session_cpus {
+            a.push("--session-cpus".into());
+            a.push(cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","));
+        }
         a
     }
 }

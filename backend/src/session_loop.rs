@@ -121,6 +121,11 @@ pub fn open_connection(acc: Accepted, cfg: &SessionConfig, id: u64) -> Result<Op
 pub fn serve_opened<E: Executor>(exec: Arc<E>, opened: Opened, cfg: &SessionConfig, id: u64, stop: &AtomicBool) -> Ended {
     let Opened { mut conn, xen_hold, owner, kind } = opened;
     tracing::info!(session = id, transport = kind, executor = exec.kind(), "session started");
+    if let Some(cpus) = &cfg.cpus {
+        if let Err(e) = crate::affinity::pin_current_thread(cpus) {
+            tracing::warn!(session = id, ?cpus, error = %e, "cannot pin the session to its CPUs; it runs unpinned");
+        }
+    }
     let ended = serve(exec, &mut *conn, id, owner, cfg, stop);
     // The ring and its mappings go first, then the device's XenStore side.
     drop(conn);

@@ -53,6 +53,9 @@ impl Client {
     pub fn over(t: Box<dyn Transport>, opts: &Options) -> Result<Client> {
         let transport = t.kind();
         let mut conn = Conn::new(t);
+        if opts.stats {
+            conn.stats = Some(Box::default());
+        }
         let hello = Hello { min_version: PROTOCOL_VERSION.into(), max_version: PROTOCOL_VERSION.into(), reserved: 0.into() };
         let rep = conn.call(&hello)?;
         let info = BackendInfo {
@@ -86,6 +89,12 @@ impl Client {
             return self.call(req);
         }
         self.conn().send(req, 0).map(drop)
+    }
+
+    /// What the session sent so far, command by command; `None` unless
+    /// [`Options::stats`] was set.
+    pub fn call_stats(&self) -> Option<crate::CallStats> {
+        self.conn().stats.as_deref().cloned()
     }
 
     /// Round trip that does nothing (latency measurement).

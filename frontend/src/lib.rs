@@ -41,6 +41,7 @@ mod memory;
 mod options;
 mod output;
 mod rpc;
+mod stats;
 pub mod transport;
 mod vmm;
 
@@ -51,6 +52,7 @@ pub use handles::*;
 pub use options::{BackendAddr, DEFAULT_SOCKET, Options, backend_from_env};
 pub use output::set_output_handler;
 pub use pvgpu_ring::{CuError, CuResult};
+pub use stats::{CallCount, CallStats};
 pub use vmm::{Access, PhysMem};
 
 use zerocopy::{Immutable, IntoBytes};

@@ -42,6 +42,9 @@ pub struct Options {
     pub timeout: Option<Duration>,
     /// Make every call wait for its reply (debugging).
     pub sync_calls: bool,
+    /// Count what the session sends, command by command
+    /// ([`crate::Client::call_stats`]; `PVGPU_STATS=1`).
+    pub stats: bool,
     /// File holding the key a TCP backend checks (`PVGPU_TCP_KEY`).
     pub tcp_key: Option<PathBuf>,
     /// PEM file of the certificate (or its authority) a `tls:` backend
@@ -59,6 +62,7 @@ impl Default for Options {
             spin: Duration::from_micros(100),
             timeout: None,
             sync_calls: false,
+            stats: false,
             tcp_key: None,
             tls_ca: None,
         }
@@ -72,7 +76,7 @@ fn env_u64(name: &str) -> Option<u64> {
 impl Options {
     /// Defaults, overridden by `PVGPU_DATA_AREA_MB`, `PVGPU_PINNED_MB`,
     /// `PVGPU_XEN_DATA_AREA_KB`, `PVGPU_XEN_PINNED_KB`, `PVGPU_SPIN_US`,
-    /// `PVGPU_TIMEOUT_MS`, `PVGPU_SYNC`, `PVGPU_TCP_KEY` and `PVGPU_TLS_CA`.
+    /// `PVGPU_TIMEOUT_MS`, `PVGPU_SYNC`, `PVGPU_STATS`, `PVGPU_TCP_KEY` and `PVGPU_TLS_CA`.
     pub fn from_env() -> Self {
         let mut o = Options::default();
         if let Some(mb) = env_u64("PVGPU_DATA_AREA_MB") {
@@ -94,6 +98,7 @@ impl Options {
             o.timeout = Some(Duration::from_millis(ms));
         }
         o.sync_calls = std::env::var("PVGPU_SYNC").is_ok_and(|v| v == "1");
+        o.stats = std::env::var("PVGPU_STATS").is_ok_and(|v| v == "1");
         o.tcp_key = std::env::var_os("PVGPU_TCP_KEY").filter(|v| !v.is_empty()).map(PathBuf::from);
         o.tls_ca = std::env::var_os("PVGPU_TLS_CA").filter(|v| !v.is_empty()).map(PathBuf::from);
         o

@@ -2,6 +2,7 @@
 //! reply to its request, and typed calls from the protocol's command table.
 
 use crate::error::{Error, ProtocolError, Result, TransportError};
+use crate::stats::CallStats;
 use crate::transport::Transport;
 use pvgpu_ring::CuResult;
 use pvgpu_ring::proto::{Command, FLAG_REPLY, Header, Opcode, Reply};
@@ -14,11 +15,13 @@ pub(crate) struct Conn {
     dead: bool,
     /// Payload of the last reply.
     pub(crate) buf: Vec<u8>,
+    /// Counts by command, when asked for ([`crate::Options::stats`]).
+    pub(crate) stats: Option<Box<CallStats>>,
 }
 
 impl Conn {
     pub(crate) fn new(t: Box<dyn Transport>) -> Self {
-        Conn { t, next_id: 0, dead: false, buf: Vec::new() }
+        Conn { t, next_id: 0, dead: false, buf: Vec::new(), stats: None }
     }
 
     /// Marks the connection broken and returns the error.
@@ -43,6 +46,9 @@ impl Conn {
         let len = parts.iter().map(|p| p.len()).sum();
         let mut h = Header::request(Opcode::Nop, self.next_id, flags, len);
         h.opcode = opcode.into();
+        if let Some(s) = &mut self.stats {
+            s.sent(opcode, flags & pvgpu_ring::proto::FLAG_REPLY != 0);
+        }
         match self.t.send(&h, parts) {
             Ok(()) => Ok(self.next_id),
             Err(e) => self.fail(e),
@@ -69,6 +75,9 @@ impl Conn {
                 Err(e) => return self.fail(e),
             }
         };
+        if let Some(s) = &mut self.stats {
+            s.replied(opcode);
+        }
         if h.request_id.get() != id || h.opcode.get() != opcode {
             let e = ProtocolError::Mismatch { got: h.request_id.get(), got_op: h.opcode.get(), want: id, want_op: opcode };
             return self.fail(TransportError::Protocol(e));

@@ -50,7 +50,14 @@ pub fn connect() -> Result<&'static Client, CuError> {
     match Client::from_env() {
         Ok(c) => {
             tracing::info!(info = ?c.info(), "libcuda: connected to the pvgpu backend");
-            Ok(CLIENT.get_or_init(|| c))
+            let counting = c.call_stats().is_some();
+            let c = CLIENT.get_or_init(|| c);
+            if counting {
+                // SAFETY: registers a plain `extern "C"` function with no
+                // arguments, which only reads the client's counters.
+                unsafe { libc::atexit(print_stats) };
+            }
+            Ok(c)
         }
         Err(e) => {
             tracing::error!(error = %pvgpu_frontend::error::Chain(&e), "libcuda: cannot reach the pvgpu backend (PVGPU_BACKEND)");
@@ -60,6 +67,16 @@ pub fn connect() -> Result<&'static Client, CuError> {
             })
         }
     }
+}
+
+/// Prints what the session sent, command by command, at exit
+/// (`PVGPU_STATS=1`).
+extern "C" fn print_stats() {
+    let _ = catch_unwind(|| {
+        if let Some(s) = CLIENT.get().and_then(Client::call_stats) {
+            eprint!("{}", s.table());
+        }
+    });
 }
 
 unsafe extern "C" {

@@ -1,0 +1,345 @@
+//! `pvgpu-bench`: measures pvgpu against the CUDA driver called directly.
+//!
+//! Starts an embedded backend (GPU if one is present, else the host test
+//! double) with a local shared-memory and a TCP listener, or measures a
+//! running backend (`--connect`). For each transport (`native`, `local`,
+//! `tcp`) it measures the null-call round trip, the cost of an asynchronous
+//! launch, copy bandwidth from 4 KiB to 256 MiB from pageable and from
+//! page-locked memory, and the MatSum and Jacobi workloads, several times
+//! over, interleaving the transports; where PyTorch and a GPU are present,
+//! a training step natively and through the drop-in library. Beside them:
+//! a cache-line and a raw TCP ping-pong between the same CPUs, what an
+//! idle session costs, and the local ring with both sides on one CPU.
+//! Prints medians with their spread, each transport's ratio to native (or
+//! to `local` when there is no GPU) and the verdict on each target;
+//! `--json` prints the samples, `--plot` draws them.
+
+mod pinning;
+mod plot;
+mod reference;
+mod report;
+mod torch;
+mod workloads;
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, ValueEnum};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use pinning::Pins;
+use pvgpu_backend::config::AdmissionConfig;
+use pvgpu_backend::exec::cuda::CudaExecutor;
+use pvgpu_backend::exec::host::HostExecutor;
+use pvgpu_backend::{Backend, Config, Listen, SessionConfig};
+use pvgpu_frontend::{BackendAddr, Client, Options};
+use pvgpu_ring::tcp_auth::TcpKey;
+use pvgpu_tests::native::NativeGpu;
+use pvgpu_tests::{Gpu, TempDir, jacobi_cpu, jacobi_init};
+use report::{REFERENCE, Recorder, Results, Sample};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use workloads::{Plan, Target, latency_histogram, measure};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ExecChoice {
+    /// The GPU if libcuda and a device are present, else the host double.
+    Auto,
+    /// The GPU.
+    Cuda,
+    /// The host test double.
+    Host,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Which {
+    /// The driver called directly (GPU only).
+    Native,
+    /// Local shared-memory ring.
+    Local,
+    /// TCP on loopback.
+    Tcp,
+}
+
+#[derive(Parser, Debug)]
+#[command(name = "pvgpu-bench", version, about = "Measures pvgpu transports against native CUDA")]
+struct Args {
+    /// Executor of the embedded backend.
+    #[arg(long, value_enum, default_value = "auto")]
+    executor: ExecChoice,
+    /// Transports to measure (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["native", "local", "tcp"])]
+    transport: Vec<Which>,
+    /// Fewer iterations, smaller sizes, one run (a minute or less).
+    #[arg(long)]
+    quick: bool,
+    /// Runs of the whole set, transports interleaved (default 3; 1 with
+    /// --quick). The table shows medians and their spread.
+    #[arg(long)]
+    repeat: Option<usize>,
+    /// CPUs of the program's thread and the session's: `CLIENT,BACKEND`
+    /// (`3,3` puts both on one), or `off`. Default: two cores of one
+    /// package.
+    #[arg(long, value_name = "CLIENT,BACKEND|off")]
+    cpus: Option<String>,
+    /// Draw latency histograms and copy bandwidth against size into an SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Skip the PyTorch training steps.
+    #[arg(long)]
+    no_torch: bool,
+    /// Timed runs of each PyTorch training loop (after a warm-up).
+    #[arg(long, default_value = "5")]
+    torch_runs: usize,
+    /// Steps of each PyTorch training run.
+    #[arg(long, default_value = "100")]
+    torch_steps: usize,
+    /// The drop-in library PyTorch loads as libcuda.so.1 (default:
+    /// libpvgpu_cuda.so beside this program).
+    #[arg(long, value_name = "PATH")]
+    dropin: Option<PathBuf>,
+    /// Print the samples and verdicts as JSON on stdout (the tables go to
+    /// stderr).
+    #[arg(long)]
+    json: bool,
+    /// Measure a running backend (local:PATH, tcp:HOST:PORT or xen) instead
+    /// of an embedded one. Repeatable.
+    #[arg(long = "connect", value_name = "ADDR")]
+    connect: Vec<String>,
+}
+
+/// The embedded backend with its listeners, pinned to the session CPU.
+fn start_backend(gpu: bool, listen: Vec<Listen>, cpus: Option<Vec<usize>>, key_file: &Path) -> Result<Backend> {
+    let session = SessionConfig { cpus, ..SessionConfig::default() };
+    let admission = AdmissionConfig { tcp_key: Some(TcpKey::from_file(key_file)?), ..AdmissionConfig::default() };
+    let cfg = Config { listen, session, admission };
+    Ok(if gpu {
+        Backend::start_threads(Arc::new(CudaExecutor::new()?), cfg)?
+    } else {
+        Backend::start_threads(Arc::new(HostExecutor::new(16 << 30)), cfg)?
+    })
+}
+
+/// A transport's end, connected once and measured in every run.
+struct Remote {
+    name: String,
+    addr: BackendAddr,
+    client: Client,
+}
+
+/// Null-call and launch round trips of the local ring with the program and
+/// its session on one CPU: what spinning would cost a guest without a CPU
+/// to spare.
+fn shared_cpu(dir: &Path, gpu: bool, cpu: usize, key_file: &Path, opts: &Options, run: usize, iters: u32) -> Result<Vec<Sample>> {
+    let sock = dir.join("one-cpu.sock");
+    let _b = start_backend(gpu, vec![Listen::Local(sock.clone())], Some(vec![cpu]), key_file)?;
+    let client = Client::connect(&BackendAddr::Local(sock), opts)?;
+    let g = Gpu::new(&client)?;
+    let exec = client.info().executor.clone();
+    let mut rec = Recorder { samples: Vec::new(), transport: "local-1cpu", executor: &exec, run };
+    let mut h = latency_histogram()?;
+    for i in 0..iters + iters / 10 {
+        let s = Instant::now();
+        g.null_call()?;
+        if i >= iters / 10 {
+            h.saturating_record(s.elapsed().as_nanos() as u64);
+        }
+    }
+    rec.add("null_rtt_p50_us", h.value_at_quantile(0.5) as f64 / 1e3, "us");
+    rec.add("null_rtt_p99_us", h.value_at_quantile(0.99) as f64 / 1e3, "us");
+    let null = g.func("pvgpu_null")?;
+    let n = iters / 4;
+    let s = Instant::now();
+    for _ in 0..n {
+        pvgpu_tests::Device::launch(&g, &null, [1, 1, 1], [1, 1, 1], &[])?;
+        pvgpu_tests::Device::sync(&g)?;
+    }
+    rec.add("launch_sync_us", s.elapsed().as_secs_f64() * 1e6 / n as f64, "us");
+    Ok(rec.samples)
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let runs = args.repeat.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
+    let all_cpus = pvgpu_backend::affinity::allowed_cpus();
+    let pins = pinning::choose(args.cpus.as_deref())?;
+    if let Some(p) = pins {
+        pvgpu_backend::affinity::pin_current_thread(&[p.client]).with_context(|| format!("pinning to CPU {}", p.client))?;
+    }
+    let native = match args.executor {
+        ExecChoice::Host => None,
+        _ => NativeGpu::open().context("the CUDA driver is present but failed to start")?,
+    };
+    if args.executor == ExecChoice::Cuda && native.is_none() {
+        bail!("--executor cuda: no CUDA driver or device found");
+    }
+    let gpu = native.is_some();
+    let executor = if gpu { "cuda" } else { "host" };
+    let plan = Plan::new(args.quick, gpu);
+    let date = std::process::Command::new("date").arg("+%F").output().ok().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+
+    // The backend: embedded, unless --connect names one.
+    let dir = TempDir::new("bench");
+    let sock = dir.0.join("bench.sock");
+    let key_file = dir.0.join("tcp.key");
+    pvgpu_tests::write_key_file(&key_file);
+    let mut opts = Options::from_env();
+    let mut addrs: Vec<(String, BackendAddr)> = Vec::new();
+    let embedded = args.connect.is_empty();
+    let _backend: Option<Backend> = if embedded {
+        opts.tcp_key = Some(key_file.clone());
+        let listen = vec![Listen::Local(sock.clone()), Listen::Tcp("127.0.0.1:0".into())];
+        let b = start_backend(gpu, listen, pins.map(|p| vec![p.backend]), &key_file)?;
+        if args.transport.contains(&Which::Local) {
+            addrs.push(("local".into(), BackendAddr::Local(sock.clone())));
+        }
+        if args.transport.contains(&Which::Tcp) {
+            addrs.push(("tcp".into(), BackendAddr::Tcp(b.tcp_addrs()[0].to_string())));
+        }
+        Some(b)
+    } else {
+        for a in &args.connect {
+            let addr: BackendAddr = a.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+            let name = match &addr {
+                BackendAddr::Local(_) => "local",
+                BackendAddr::Tcp(_) => "tcp",
+                BackendAddr::Tls(_) => "tls",
+                BackendAddr::Xen(_) => "xen",
+            };
+            addrs.push((name.into(), addr));
+        }
+        None
+    };
+    let with_native = gpu && args.transport.contains(&Which::Native);
+    let mut remotes = Vec::new();
+    for (name, addr) in addrs {
+        let client = Client::connect(&addr, &opts).with_context(|| format!("connecting to {addr}"))?;
+        remotes.push(Remote { name, addr, client });
+    }
+    let gpus = remotes.iter().map(|r| Gpu::new(&r.client)).collect::<pvgpu_frontend::Result<Vec<_>>>()?;
+
+    let n_targets = remotes.len() as u64 + with_native as u64;
+    let pb = ProgressBar::new(plan.steps() * n_targets * runs as u64 + 1);
+    pb.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    pb.set_message("CPU reference of Jacobi");
+    let jacobi_ref = jacobi_cpu(&jacobi_init(plan.jacobi.0), plan.jacobi.0, plan.jacobi.1);
+    pb.inc(1);
+
+    let mut samples = Vec::new();
+    let mut rtt: Vec<(String, Histogram<u64>)> = Vec::new();
+    let mut hist = |name: &str| -> Result<usize> {
+        if let Some(i) = rtt.iter().position(|(n, _)| n == name) {
+            return Ok(i);
+        }
+        rtt.push((name.to_string(), latency_histogram()?));
+        Ok(rtt.len() - 1)
+    };
+    let native_idx = if with_native { Some(hist("native")?) } else { None };
+    let idx: Vec<usize> = remotes.iter().map(|r| hist(&r.name)).collect::<Result<_>>()?;
+    for run in 0..runs {
+        if let (Some(n), Some(i)) = (&native, native_idx) {
+            n.make_current()?;
+            let mut rec = Recorder { samples: Vec::new(), transport: "native", executor, run };
+            measure(n, &plan, &mut rec, &pb, &jacobi_ref, &mut rtt[i].1)?;
+            samples.extend(rec.samples);
+        }
+        for ((r, g), &i) in remotes.iter().zip(&gpus).zip(&idx) {
+            let exec_name = r.client.info().executor.clone();
+            let mut rec = Recorder { samples: Vec::new(), transport: &r.name, executor: &exec_name, run };
+            measure(g, &plan, &mut rec, &pb, &jacobi_ref, &mut rtt[i].1)
+                .with_context(|| format!("measuring {} ({})", r.name, r.addr))?;
+            samples.extend(rec.samples);
+        }
+        pb.set_message("references");
+        let mut rec = Recorder { samples: Vec::new(), transport: REFERENCE, executor, run };
+        let peer = pins.map(|p| p.backend);
+        let h = reference::cacheline_ping_pong(peer, plan.rtt_iters as u64 * 4)?;
+        rec.add("cacheline_rtt_p50_us", h.value_at_quantile(0.5) as f64 / 1e3, "us");
+        let h = reference::tcp_ping_pong(peer, pvgpu_ring::proto::HEADER_LEN, plan.rtt_iters)?;
+        rec.add("tcp_raw_rtt_p50_us", h.value_at_quantile(0.5) as f64 / 1e3, "us");
+        rec.add("tcp_raw_rtt_p99_us", h.value_at_quantile(0.99) as f64 / 1e3, "us");
+        samples.extend(rec.samples);
+        if let (Some(p), true) = (pins, embedded) {
+            pb.set_message("local ring, both sides on one CPU");
+            samples.extend(shared_cpu(&dir.0, gpu, p.client, &key_file, &opts, run, plan.rtt_iters / 4)?);
+        }
+    }
+    if embedded && !remotes.is_empty() {
+        pb.set_message("an idle session's CPU");
+        let mut rec = Recorder { samples: Vec::new(), transport: REFERENCE, executor, run: 0 };
+        rec.add("idle_cpu_percent", reference::idle_cpu_percent(Duration::from_secs(1)), "%");
+        samples.extend(rec.samples);
+    }
+    pb.finish_and_clear();
+
+    if gpu && embedded && !args.no_torch {
+        let cpus: Vec<usize> = all_cpus.iter().copied().filter(|&c| pins.is_none_or(|p: Pins| p.backend != c)).collect();
+        match torch::Torch::find(args.dropin.as_deref(), cpus) {
+            Ok(t) => {
+                let mut targets: Vec<(&str, Option<(String, &Path)>)> = vec![("native", None)];
+                for r in &remotes {
+                    targets.push((&r.name, Some((r.addr.to_string(), key_file.as_path()))));
+                }
+                for (name, backend) in targets {
+                    eprintln!("PyTorch training steps: {name}");
+                    match t.run(backend.as_ref().map(|(a, k)| (a.as_str(), *k)), args.torch_runs, args.torch_steps) {
+                        Ok((mlp, tr)) => {
+                            for (run, (m, x)) in mlp.iter().zip(&tr).enumerate() {
+                                let mut rec = Recorder { samples: Vec::new(), transport: name, executor, run };
+                                rec.add("torch_mlp_step_ms", *m, "ms");
+                                rec.add("torch_transformer_step_ms", *x, "ms");
+                                samples.extend(rec.samples);
+                            }
+                        }
+                        Err(e) => eprintln!("PyTorch over {name} failed: {e:#}"),
+                    }
+                }
+            }
+            Err(why) => eprintln!("PyTorch training steps skipped: {why}"),
+        }
+    }
+
+    let device_name = native.as_ref().map_or_else(|| "host test double".to_string(), |n| n.name.clone());
+    let results = Results { samples: &samples };
+    let baseline = if samples.iter().any(|s| s.transport == "native") {
+        "native".to_string()
+    } else {
+        remotes.first().map_or("local".into(), |r| r.name.clone())
+    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let cpus = match pins {
+        Some(p) => format!("program on CPU {}, sessions on CPU {}", p.client, p.backend),
+        None => "unpinned".into(),
+    };
+    let mut header = format!(
+        "pvgpu-bench {}: executor {executor} ({device_name}), {} mode, {runs} run(s), {}, host {}, {cpus}",
+        env!("CARGO_PKG_VERSION"),
+        if args.quick { "quick" } else { "full" },
+        date.clone().unwrap_or_default(),
+        host.trim()
+    );
+    if !gpu {
+        header += "\nno GPU here: the backend ran the host executor (a test double), so only the ratios between transports mean anything";
+    }
+    header += &format!("\nMatSum {} floats; Jacobi {}x{}, {} sweeps", plan.matsum_n, plan.jacobi.0, plan.jacobi.0, plan.jacobi.1);
+    results.print(&baseline, &header);
+    let verdicts = if gpu { results.targets(&plan.sizes) } else { Vec::new() };
+    report::print_targets(&verdicts);
+    if let Some(path) = &args.plot {
+        let title = format!("pvgpu-bench, {device_name}, {}", date.unwrap_or_default());
+        plot::draw(path, &title, &rtt, &results, &plan.sizes).with_context(|| format!("drawing {}", path.display()))?;
+        eprintln!("\nplot: {}", path.display());
+    }
+    if args.json {
+        let out = serde_json::json!({ "header": header, "cpus": cpus, "samples": samples, "targets": verdicts });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    // Let sessions say goodbye before the embedded backend stops.
+    drop(gpus);
+    drop(remotes);
+    std::thread::sleep(Duration::from_millis(10));
+    Ok(())
+}

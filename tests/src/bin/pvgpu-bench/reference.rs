@@ -1,0 +1,122 @@
+//! What the transports are held against besides native CUDA: two threads
+//! handing a cache line back and forth (the floor of any shared-memory
+//! round trip between those CPUs), a raw TCP ping-pong of the same message
+//! sizes over loopback (the floor of the TCP transport), and what an idle
+//! process costs.
+
+use crate::workloads::latency_histogram;
+use anyhow::{Context as _, Result};
+use hdrhistogram::Histogram;
+use pvgpu_backend::affinity::pin_current_thread;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+fn pin(cpu: Option<usize>) {
+    if let Some(c) = cpu {
+        let _ = pin_current_thread(&[c]);
+    }
+}
+
+/// Round trips of a cache line between this thread and one on `peer_cpu`,
+/// timed in batches of 64 (per round trip, nanoseconds).
+pub fn cacheline_ping_pong(peer_cpu: Option<usize>, iters: u64) -> Result<Histogram<u64>> {
+    const BATCH: u64 = 64;
+    let line = Arc::new(AtomicU64::new(0));
+    let peer = {
+        let line = line.clone();
+        std::thread::spawn(move || {
+            pin(peer_cpu);
+            let mut want = 1;
+            while want < 2 * iters {
+                // Pairs with the Release store below (and the main thread's).
+                while line.load(Ordering::Acquire) != want {
+                    std::hint::spin_loop();
+                }
+                line.store(want + 1, Ordering::Release);
+                want += 2;
+            }
+        })
+    };
+    let mut h = latency_histogram()?;
+    let mut v = 0;
+    for _ in 0..iters / BATCH {
+        let s = Instant::now();
+        for _ in 0..BATCH {
+            line.store(v + 1, Ordering::Release);
+            while line.load(Ordering::Acquire) != v + 2 {
+                std::hint::spin_loop();
+            }
+            v += 2;
+        }
+        h.saturating_record(s.elapsed().as_nanos() as u64 / BATCH);
+    }
+    // Let the peer finish its count.
+    while v < 2 * iters {
+        line.store(v + 1, Ordering::Release);
+        while line.load(Ordering::Acquire) != v + 2 {
+            std::hint::spin_loop();
+        }
+        v += 2;
+    }
+    peer.join().map_err(|_| anyhow::anyhow!("cache-line peer panicked"))?;
+    Ok(h)
+}
+
+/// Round trips of `len`-byte messages over loopback TCP to an echo thread
+/// on `peer_cpu` that blocks in `read` (Nagle off on both ends), in
+/// nanoseconds.
+pub fn tcp_ping_pong(peer_cpu: Option<usize>, len: usize, iters: u32) -> Result<Histogram<u64>> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("raw TCP listener")?;
+    let addr = listener.local_addr()?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        pin(peer_cpu);
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        let mut buf = vec![0u8; len];
+        loop {
+            if s.read_exact(&mut buf).is_err() {
+                return Ok(());
+            }
+            s.write_all(&buf)?;
+        }
+    });
+    let mut s = TcpStream::connect(addr).context("raw TCP connect")?;
+    s.set_nodelay(true)?;
+    let mut buf = vec![0u8; len];
+    for _ in 0..iters / 10 {
+        s.write_all(&buf)?;
+        s.read_exact(&mut buf)?;
+    }
+    let mut h = latency_histogram()?;
+    for _ in 0..iters {
+        let t = Instant::now();
+        s.write_all(&buf)?;
+        s.read_exact(&mut buf)?;
+        h.saturating_record(t.elapsed().as_nanos() as u64);
+    }
+    drop(s);
+    echo.join().map_err(|_| anyhow::anyhow!("echo thread panicked"))?.context("echo thread")?;
+    Ok(h)
+}
+
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// CPU this process uses over `wall` while it does nothing itself, as a
+/// percentage of one CPU.
+pub fn idle_cpu_percent(wall: Duration) -> f64 {
+    // Past every spin window first.
+    std::thread::sleep(Duration::from_millis(50));
+    let (c0, t0) = (cpu_time(), Instant::now());
+    std::thread::sleep(wall);
+    (cpu_time() - c0).as_secs_f64() / t0.elapsed().as_secs_f64() * 100.0
+}
