@@ -75,6 +75,8 @@ pub struct RingConn {
     area: DataArea,
     notifier: Box<dyn Notifier>,
     spin: Duration,
+    /// See [`pvgpu_ring::notify::yield_after`].
+    yield_after: Duration,
     idle: IdleWakes,
     idle_timeout: Option<Duration>,
     _region: SharedRegion,
@@ -124,6 +126,7 @@ impl RingConn {
             area: ep.data,
             notifier,
             spin,
+            yield_after: pvgpu_ring::notify::yield_after(spin),
             idle: IdleWakes::new(),
             idle_timeout: None,
             _region: region,
@@ -158,6 +161,7 @@ impl Conn for RingConn {
         let (req, notifier, idle) = (&mut self.req, &*self.notifier, &mut self.idle);
         let mut woke = false;
         let mut waiter = Waiter::new(notifier, self.spin);
+        waiter.yield_after = self.yield_after;
         waiter.deadline = self.idle_timeout.map(|t| Instant::now() + t);
         waiter.wait_until(|step| -> Result<Option<()>, ConnError> {
             match step {
@@ -195,22 +199,24 @@ impl Conn for RingConn {
         let (rsp, notifier) = (&mut self.rsp, &*self.notifier);
         let notify = match rsp.try_send(&parts)? {
             Sent::Yes { notify } => notify,
-            Sent::Full => Waiter::new(notifier, self.spin).wait_until(|step| -> Result<Option<bool>, ConnError> {
-                match step {
-                    Step::Check => Ok(match rsp.try_send(&parts)? {
-                        Sent::Yes { notify } => Some(notify),
-                        Sent::Full => None,
-                    }),
-                    Step::Arm => {
-                        rsp.prepare_wait_for_space()?;
-                        Ok(None)
+            Sent::Full => Waiter { yield_after: self.yield_after, ..Waiter::new(notifier, self.spin) }.wait_until(
+                |step| -> Result<Option<bool>, ConnError> {
+                    match step {
+                        Step::Check => Ok(match rsp.try_send(&parts)? {
+                            Sent::Yes { notify } => Some(notify),
+                            Sent::Full => None,
+                        }),
+                        Step::Arm => {
+                            rsp.prepare_wait_for_space()?;
+                            Ok(None)
+                        }
+                        Step::Tick => {
+                            check_stop(stop)?;
+                            Ok(None)
+                        }
                     }
-                    Step::Tick => {
-                        check_stop(stop)?;
-                        Ok(None)
-                    }
-                }
-            })?,
+                },
+            )?,
         };
         if notify {
             self.notifier.notify()?;

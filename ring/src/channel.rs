@@ -142,6 +142,10 @@ fn read_wrapped<M: ChannelMemory>(m: &M, pos: u32, mut dst: &mut [u8]) {
 pub struct Producer<M: ChannelMemory> {
     mem: M,
     prod: u32,
+    /// The consumer's position when last read. Space up to it is known
+    /// free, so a send reads `cons` (a cache line the consumer writes on
+    /// every record) only when that space runs short.
+    cons_seen: u32,
     max_record: u32,
     broken: Option<ChannelError>,
 }
@@ -166,7 +170,7 @@ impl<M: ChannelMemory> Producer<M> {
         assert!(cap.is_power_of_two() && cap >= 64, "channel capacity must be a power of two >= 64");
         let max_record = max_record.min(cap - RECORD_HEADER);
         let prod = mem.prod().load(Ordering::Relaxed);
-        Producer { mem, prod, max_record, broken: None }
+        Producer { mem, prod, cons_seen: prod, max_record, broken: None }
     }
 
     /// Largest record payload accepted.
@@ -194,6 +198,7 @@ impl<M: ChannelMemory> Producer<M> {
             self.broken = Some(e);
             return Err(e);
         }
+        self.cons_seen = cons;
         Ok(cons)
     }
 
@@ -210,7 +215,11 @@ impl<M: ChannelMemory> Producer<M> {
             return Err(ChannelError::TooLarge { len, max: self.max_record });
         }
         let size = record_size(len as u32);
-        if self.free()? < size {
+        if let Some(e) = self.broken {
+            return Err(e);
+        }
+        // Known free space first; the consumer's index only when short.
+        if self.mem.capacity() - self.prod.wrapping_sub(self.cons_seen) < size && self.free()? < size {
             return Ok(Sent::Full);
         }
         let old = self.prod;

@@ -6,8 +6,9 @@
 //!               0x000  magic "PVGPURG1" (u64), layout version (u32)
 //!               0x010  req_size (u32), rsp_size (u32), data_size (u64)
 //!               0x020  frontend alive (u8), backend alive (u8)
-//!               0x040  request channel indices  (producer line, consumer line)
-//!               0x0c0  response channel indices (producer line, consumer line)
+//!               0x100  request channel indices  (4 cache lines: prod, cons,
+//!                      prod_event, cons_event)
+//!               0x200  response channel indices (the same)
 //! 4096          request channel buffer  (req_size bytes, power of two)
 //! +req_size     response channel buffer (rsp_size bytes, power of two)
 //! page-aligned  data area (data_size bytes, multiple of 4 KiB)
@@ -26,9 +27,9 @@ pub const CTRL_LEN: usize = 4096;
 /// Magic at offset 0.
 pub const LAYOUT_MAGIC: u64 = u64::from_le_bytes(*b"PVGPURG1");
 /// Layout version at offset 8.
-pub const LAYOUT_VERSION: u64 = 1;
-const REQ_IDX: usize = 0x40;
-const RSP_IDX: usize = 0xc0;
+pub const LAYOUT_VERSION: u64 = 2;
+const REQ_IDX: usize = 0x100;
+const RSP_IDX: usize = 0x200;
 /// Control-page byte the frontend keeps at 1 while it lives. On Xen the
 /// guest kernel clears it when the frontend's grants go away (gntalloc's
 /// unmap notification), so the backend sees a dead frontend.

@@ -8,7 +8,10 @@
 //! [`Waiter::wait_until`] spins on a condition for a short while (the peer
 //! usually answers within microseconds), then arms the peer's notification
 //! (an event index), re-checks so that a wake-up racing with the arming is
-//! not lost, and only then blocks.
+//! not lost, and only then blocks. On a thread that has one CPU to itself
+//! ([`yield_after`]), the spin yields the CPU on every turn instead: the
+//! peer, or another thread of the program, may need that CPU to make the
+//! progress the spin waits for.
 
 use std::time::{Duration, Instant};
 
@@ -66,12 +69,34 @@ pub enum Step {
     Tick,
 }
 
+/// How long a thread may spin before it starts yielding its CPU on every
+/// turn of the spin: the whole spin where the thread may run on more than
+/// one CPU; [`SPIN_ALONE`] where it has a single one (a guest with one
+/// vCPU, an MPI rank bound to one core, a program and its session pinned
+/// to one core), where a long spin would only hold back whoever must run
+/// for the wait to end (the session itself, or the program's other
+/// threads). Asks the kernel (CPU affinity and cgroup quota), so callers
+/// ask once per connection.
+pub fn yield_after(spin: Duration) -> Duration {
+    match std::thread::available_parallelism() {
+        Ok(n) if n.get() > 1 => spin,
+        _ => spin.min(SPIN_ALONE),
+    }
+}
+
+/// Pure spin of a thread with one CPU: long enough for a peer on another
+/// CPU to answer a call that does nothing, short against a time slice.
+pub const SPIN_ALONE: Duration = Duration::from_micros(2);
+
 /// Spin-then-block waiting.
 pub struct Waiter<'a> {
     /// Our doorbell.
     pub notifier: &'a dyn Notifier,
     /// How long to spin before arming and blocking.
     pub spin: Duration,
+    /// From this point of the spin on, yield the CPU on every turn
+    /// ([`yield_after`]); at or past `spin`, never.
+    pub yield_after: Duration,
     /// Give up at this instant.
     pub deadline: Option<Instant>,
     /// Longest single block, so callers can notice outside events (a
@@ -82,7 +107,7 @@ pub struct Waiter<'a> {
 impl<'a> Waiter<'a> {
     /// A waiter with no deadline.
     pub fn new(notifier: &'a dyn Notifier, spin: Duration) -> Self {
-        Waiter { notifier, spin, deadline: None, slice: Duration::from_millis(200) }
+        Waiter { notifier, spin, yield_after: spin, deadline: None, slice: Duration::from_millis(200) }
     }
 
     /// Waits until `step(Step::Check)` yields a value. After spinning for
@@ -92,15 +117,24 @@ impl<'a> Waiter<'a> {
     pub fn wait_until<T, E>(&self, mut step: impl FnMut(Step) -> Result<Option<T>, E>) -> Result<T, WaitError<E>> {
         let start = Instant::now();
         let mut spins = 0u32;
+        let mut yielding = self.yield_after.is_zero();
         loop {
             if let Some(v) = step(Step::Check).map_err(WaitError::Check)? {
                 return Ok(v);
             }
             spins = spins.wrapping_add(1);
-            if spins % 64 == 0 && start.elapsed() >= self.spin {
-                break;
+            if yielding || spins % 64 == 0 {
+                let spent = start.elapsed();
+                if spent >= self.spin {
+                    break;
+                }
+                yielding = spent >= self.yield_after;
             }
-            std::hint::spin_loop();
+            if yielding {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
         loop {
             if let Some(v) = step(Step::Arm).map_err(WaitError::Check)? {

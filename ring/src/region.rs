@@ -134,9 +134,12 @@ impl SharedRegion {
         self.map.as_ptr()
     }
 
-    /// The channel whose four indices sit at `idx_offset` (128 bytes: the
-    /// producer's cache line, then the consumer's) and whose buffer of `cap`
-    /// bytes starts at `buf_offset`.
+    /// The channel whose four indices sit at `idx_offset`, each on a cache
+    /// line of its own (256 bytes: `prod`, `cons`, `prod_event`,
+    /// `cons_event`), and whose buffer of `cap` bytes starts at
+    /// `buf_offset`. Apart, an index one side writes on every record never
+    /// shares a line with one the other side reads on every record, so a
+    /// round trip moves only the lines it must.
     pub fn channel(&self, idx_offset: usize, buf_offset: usize, cap: u32) -> Result<RegionChannel, RegionError> {
         if idx_offset % 64 != 0 {
             return Err(RegionError::Misaligned(idx_offset));
@@ -144,24 +147,15 @@ impl SharedRegion {
         if buf_offset % 8 != 0 {
             return Err(RegionError::Misaligned(buf_offset));
         }
-        check(idx_offset as u64, 128, self.len())?;
+        check(idx_offset as u64, CHANNEL_INDICES as u64, self.len())?;
         check(buf_offset as u64, cap as u64, self.len())?;
-        Ok(RegionChannel { region: self.clone(), idx: idx_offset, buf: buf_offset, cap })
+        Ok(RegionChannel { base: self.as_ptr(), region: self.clone(), idx: idx_offset, buf: buf_offset, cap })
     }
 
     /// The data area of `len` bytes at `offset`.
     pub fn area(&self, offset: usize, len: usize) -> Result<DataArea, RegionError> {
         check(offset as u64, len as u64, self.len())?;
         Ok(DataArea { region: self.clone(), offset, len })
-    }
-
-    fn atomic_at(&self, offset: usize) -> &AtomicU32 {
-        debug_assert!(offset % 4 == 0 && offset + 4 <= self.len());
-        // SAFETY: offset is 4-aligned and in bounds (checked when the
-        // channel was made); the mapping outlives `self`; the memory is only
-        // ever accessed atomically at this offset by both sides, and
-        // AtomicU32 has the layout of u32.
-        unsafe { &*(self.map.as_ptr().add(offset) as *const AtomicU32) }
     }
 
     /// Writes a little-endian u64 at `offset` (control-page fields written
@@ -199,26 +193,56 @@ impl SharedRegion {
     }
 }
 
+/// Bytes of a channel's indices in the control page: four cache lines.
+pub const CHANNEL_INDICES: usize = 256;
+
 /// A channel's indices and buffer inside a [`SharedRegion`].
 pub struct RegionChannel {
+    /// The region's base address, kept so that an index costs no call
+    /// through the mapping (fixed while `region` lives).
+    base: *mut u8,
     region: SharedRegion,
     idx: usize,
     buf: usize,
     cap: u32,
 }
 
+// SAFETY: `base` points into the mapping `region` keeps alive; the memory
+// is reached only through atomics and bounds-checked raw copies, from any
+// thread alike.
+unsafe impl Send for RegionChannel {}
+// SAFETY: as above.
+unsafe impl Sync for RegionChannel {}
+
+impl RegionChannel {
+    #[inline]
+    fn index(&self, line: usize) -> &AtomicU32 {
+        let offset = self.idx + line * 64;
+        debug_assert!(offset + 4 <= self.region.len());
+        // SAFETY: `idx` is 64-aligned and the four lines lie in the region
+        // (checked when the channel was made); the mapping outlives `self`;
+        // both sides only ever access these bytes atomically, and AtomicU32
+        // has the layout of u32.
+        unsafe { &*(self.base.add(offset) as *const AtomicU32) }
+    }
+}
+
 impl ChannelMemory for RegionChannel {
+    #[inline]
     fn prod(&self) -> &AtomicU32 {
-        self.region.atomic_at(self.idx)
+        self.index(0)
     }
-    fn cons_event(&self) -> &AtomicU32 {
-        self.region.atomic_at(self.idx + 4)
-    }
+    #[inline]
     fn cons(&self) -> &AtomicU32 {
-        self.region.atomic_at(self.idx + 64)
+        self.index(1)
     }
+    #[inline]
     fn prod_event(&self) -> &AtomicU32 {
-        self.region.atomic_at(self.idx + 68)
+        self.index(2)
+    }
+    #[inline]
+    fn cons_event(&self) -> &AtomicU32 {
+        self.index(3)
     }
     fn capacity(&self) -> u32 {
         self.cap
@@ -227,13 +251,13 @@ impl ChannelMemory for RegionChannel {
         debug_assert!(pos as usize + src.len() <= self.cap as usize);
         // SAFETY: the caller keeps pos + len within the buffer, which lies in
         // the region (checked when the channel was made).
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.region.as_ptr().add(self.buf + pos as usize), src.len()) }
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(self.buf + pos as usize), src.len()) }
     }
     unsafe fn read(&self, pos: u32, dst: &mut [u8]) {
         debug_assert!(pos as usize + dst.len() <= self.cap as usize);
         // SAFETY: as for write; a racing peer only makes the copy garbage,
         // which the caller validates.
-        unsafe { std::ptr::copy_nonoverlapping(self.region.as_ptr().add(self.buf + pos as usize), dst.as_mut_ptr(), dst.len()) }
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(self.buf + pos as usize), dst.as_mut_ptr(), dst.len()) }
     }
 }
 

@@ -39,7 +39,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-const IDX_SLOTS: [usize; 8] = [0x40, 0x44, 0x80, 0x84, 0xc0, 0xc4, 0x100, 0x104];
+const IDX_SLOTS: [usize; 8] = [0x100, 0x140, 0x180, 0x1c0, 0x200, 0x240, 0x280, 0x2c0];
 
 fn geometry() -> Geometry {
     Geometry { req_size: 4096, rsp_size: 4096, data_size: 4096 }

@@ -175,12 +175,22 @@ pub struct RingTransport {
     heap: Heap,
     notifier: Box<dyn Notifier>,
     spin: Duration,
+    /// See [`pvgpu_ring::notify::yield_after`].
+    yield_after: Duration,
     timeout: Option<Duration>,
     kind: &'static str,
     _region: SharedRegion,
     /// Whatever must live as long as the connection (Xen: the device claim
     /// and the reference directory); dropped last.
     keepalive: Vec<Box<dyn Send>>,
+}
+
+/// A waiter on `notifier` with the connection's spin and timeout.
+fn waiter(notifier: &dyn Notifier, spin: Duration, yield_after: Duration, timeout: Option<Duration>) -> Waiter<'_> {
+    let mut w = Waiter::new(notifier, spin);
+    w.yield_after = yield_after;
+    w.deadline = timeout.map(|t| Instant::now() + t);
+    w
 }
 
 fn wait_err(e: WaitError<TransportError>) -> TransportError {
@@ -216,6 +226,7 @@ impl RingTransport {
             heap: Heap::new(cap, total - cap),
             notifier,
             spin,
+            yield_after: pvgpu_ring::notify::yield_after(spin),
             timeout,
             kind,
             _region: region,
@@ -240,55 +251,62 @@ impl RingTransport {
             return Ok(at);
         }
         let (req, staging, notifier) = (&mut self.req, &mut self.staging, &*self.notifier);
-        let mut w = Waiter::new(notifier, self.spin);
-        w.deadline = self.timeout.map(|t| Instant::now() + t);
-        w.wait_until(|step| -> Result<Option<u64>, TransportError> {
-            match step {
-                Step::Check | Step::Tick => {
-                    let cons = req.consumed()?;
-                    staging.reclaim(cons);
-                    if let Some(at) = staging.alloc(len, held) {
-                        return Ok(Some(at));
+        waiter(notifier, self.spin, self.yield_after, self.timeout)
+            .wait_until(|step| -> Result<Option<u64>, TransportError> {
+                match step {
+                    Step::Check | Step::Tick => {
+                        let cons = req.consumed()?;
+                        staging.reclaim(cons);
+                        if let Some(at) = staging.alloc(len, held) {
+                            return Ok(Some(at));
+                        }
+                        if staging.front_held() {
+                            return Err(StagingError::Exhausted.into());
+                        }
+                        Ok(None)
                     }
-                    if staging.front_held() {
-                        return Err(StagingError::Exhausted.into());
+                    Step::Arm => {
+                        req.prepare_wait_for_space()?;
+                        Ok(None)
                     }
-                    Ok(None)
                 }
-                Step::Arm => {
-                    req.prepare_wait_for_space()?;
-                    Ok(None)
-                }
-            }
-        })
-        .map_err(wait_err)
+            })
+            .map_err(wait_err)
     }
 }
 
 impl Transport for RingTransport {
     fn send(&mut self, h: &Header, parts: &[&[u8]]) -> Result<(), TransportError> {
-        let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
-        all.push(h.as_bytes());
-        all.extend_from_slice(parts);
-        let notify = match self.req.try_send(&all)? {
+        // The header and the parts, without an allocation for the common
+        // case of at most three parts.
+        let mut small: [&[u8]; 4] = [&[]; 4];
+        let big: Vec<&[u8]>;
+        let all: &[&[u8]] = if parts.len() < small.len() {
+            small[0] = h.as_bytes();
+            small[1..=parts.len()].copy_from_slice(parts);
+            &small[..=parts.len()]
+        } else {
+            big = std::iter::once(h.as_bytes()).chain(parts.iter().copied()).collect();
+            &big
+        };
+        let notify = match self.req.try_send(all)? {
             Sent::Yes { notify } => notify,
             Sent::Full => {
                 let (req, notifier) = (&mut self.req, &*self.notifier);
-                let mut w = Waiter::new(notifier, self.spin);
-                w.deadline = self.timeout.map(|t| Instant::now() + t);
-                w.wait_until(|step| -> Result<Option<bool>, TransportError> {
-                    match step {
-                        Step::Check | Step::Tick => Ok(match req.try_send(&all)? {
-                            Sent::Yes { notify } => Some(notify),
-                            Sent::Full => None,
-                        }),
-                        Step::Arm => {
-                            req.prepare_wait_for_space()?;
-                            Ok(None)
+                waiter(notifier, self.spin, self.yield_after, self.timeout)
+                    .wait_until(|step| -> Result<Option<bool>, TransportError> {
+                        match step {
+                            Step::Check | Step::Tick => Ok(match req.try_send(all)? {
+                                Sent::Yes { notify } => Some(notify),
+                                Sent::Full => None,
+                            }),
+                            Step::Arm => {
+                                req.prepare_wait_for_space()?;
+                                Ok(None)
+                            }
                         }
-                    }
-                })
-                .map_err(wait_err)?
+                    })
+                    .map_err(wait_err)?
             }
         };
         self.staging.assign(self.req.position());
@@ -301,18 +319,17 @@ impl Transport for RingTransport {
     fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Header, TransportError> {
         if !self.rsp.try_recv(buf)? {
             let (rsp, notifier) = (&mut self.rsp, &*self.notifier);
-            let mut w = Waiter::new(notifier, self.spin);
-            w.deadline = self.timeout.map(|t| Instant::now() + t);
-            w.wait_until(|step| -> Result<Option<()>, TransportError> {
-                match step {
-                    Step::Check | Step::Tick => Ok(rsp.try_recv(buf)?.then_some(())),
-                    Step::Arm => {
-                        rsp.prepare_wait()?;
-                        Ok(None)
+            waiter(notifier, self.spin, self.yield_after, self.timeout)
+                .wait_until(|step| -> Result<Option<()>, TransportError> {
+                    match step {
+                        Step::Check | Step::Tick => Ok(rsp.try_recv(buf)?.then_some(())),
+                        Step::Arm => {
+                            rsp.prepare_wait()?;
+                            Ok(None)
+                        }
                     }
-                }
-            })
-            .map_err(wait_err)?;
+                })
+                .map_err(wait_err)?;
         }
         if self.rsp.release() {
             self.notifier.notify().map_err(|e| wait_err(WaitError::Notify(e)))?;

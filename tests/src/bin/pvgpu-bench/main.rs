@@ -249,8 +249,7 @@ fn main() -> Result<()> {
         for ((r, g), &i) in remotes.iter().zip(&gpus).zip(&idx) {
             let exec_name = r.client.info().executor.clone();
             let mut rec = Recorder { samples: Vec::new(), transport: &r.name, executor: &exec_name, run };
-            measure(g, &plan, &mut rec, &pb, &jacobi_ref, &mut rtt[i].1)
-                .with_context(|| format!("measuring {} ({})", r.name, r.addr))?;
+            measure(g, &plan, &mut rec, &pb, &jacobi_ref, &mut rtt[i].1).with_context(|| format!("measuring {} ({})", r.name, r.addr))?;
             samples.extend(rec.samples);
         }
         pb.set_message("references");

@@ -8,7 +8,8 @@ use hdrhistogram::Histogram;
 use plotters::prelude::*;
 use std::path::Path;
 
-const COLORS: [RGBColor; 5] = [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(44, 160, 44), RGBColor(148, 103, 189), RGBColor(255, 127, 14)];
+const COLORS: [RGBColor; 5] =
+    [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(44, 160, 44), RGBColor(148, 103, 189), RGBColor(255, 127, 14)];
 
 fn color(i: usize) -> RGBColor {
     COLORS[i % COLORS.len()]
@@ -56,9 +57,10 @@ fn latency(area: &Area<'_>, rtt: &[(String, Histogram<u64>)]) -> PlotResult {
     chart.configure_mesh().x_desc("microseconds (log scale)").y_desc("% of calls").draw()?;
     for (i, (name, pts)) in series.into_iter().enumerate() {
         let c = color(i);
-        chart.draw_series(LineSeries::new(pts, c.stroke_width(2)))?.label(name.as_str()).legend(move |(x, y)| {
-            PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
-        });
+        chart
+            .draw_series(LineSeries::new(pts, c.stroke_width(2)))?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
     chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
     Ok(())
@@ -71,10 +73,8 @@ fn bandwidth(area: &Area<'_>, caption: &str, dir: &str, transports: &[&str], r: 
     for (i, t) in transports.iter().enumerate() {
         for pinned in [false, true] {
             let prefix = if pinned { "pinned_" } else { "" };
-            let pts: Vec<(f64, f64)> = sizes
-                .iter()
-                .filter_map(|&s| r.get(t, &format!("{prefix}{dir}_gbps_{s}")).map(|m| (s as f64 / 1024.0, m.median)))
-                .collect();
+            let pts: Vec<(f64, f64)> =
+                sizes.iter().filter_map(|&s| r.get(t, &format!("{prefix}{dir}_gbps_{s}")).map(|m| (s as f64 / 1024.0, m.median))).collect();
             if pts.is_empty() {
                 continue;
             }

@@ -73,8 +73,7 @@ fn format_value(v: f64) -> String {
 
 impl Results<'_> {
     pub fn get(&self, transport: &str, metric: &str) -> Option<Summary> {
-        let mut v: Vec<f64> =
-            self.samples.iter().filter(|s| s.transport == transport && s.metric == metric).map(|s| s.value).collect();
+        let mut v: Vec<f64> = self.samples.iter().filter(|s| s.transport == transport && s.metric == metric).map(|s| s.value).collect();
         if v.is_empty() {
             return None;
         }
@@ -109,7 +108,9 @@ impl Results<'_> {
     pub fn print(&self, baseline: &str, header: &str) {
         let (transports, metrics) = self.ordered(|t| t != REFERENCE);
         eprintln!("\n{header}");
-        eprintln!("medians over the runs, ± half their range; ratios are slowdowns against {baseline} (1.00x = as fast; higher = slower)\n");
+        eprintln!(
+            "medians over the runs, ± half their range; ratios are slowdowns against {baseline} (1.00x = as fast; higher = slower)\n"
+        );
         let mut line = format!("{:<30}", "metric");
         for t in &transports {
             line += &format!("{:>16}", t);

@@ -81,7 +81,8 @@ impl Torch {
                 Ok(())
             })
         };
-        let mut child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().context("starting python3")?;
+        let mut child =
+            cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().context("starting python3")?;
         let deadline = std::time::Instant::now() + Duration::from_secs(600);
         let status = loop {
             if let Some(s) = child.try_wait()? {
