@@ -32,6 +32,7 @@
 //! matches replies to requests, [`Options`] and the backend address, and
 //! the [`transport`]s (local ring, Xen ring, TCP).
 
+mod bulk;
 mod client;
 mod copy;
 pub mod error;

@@ -343,7 +343,9 @@ impl Transport for RingTransport {
     }
 
     fn max_chunk(&self) -> usize {
-        ((self.staging.cap / 4) as usize).clamp(4096, 16 << 20)
+        // Small enough that copying one chunk into the area overlaps the
+        // DMA of the one before it.
+        ((self.staging.cap / 4) as usize).clamp(4096, 4 << 20)
     }
 
     fn pipeline_depth(&self) -> usize {
@@ -355,7 +357,11 @@ impl Transport for RingTransport {
             return Ok(Staged { dref: DataRef::area(0, 0), inline: false });
         }
         let at = self.place(data.len(), false)?;
-        self.area.write(at, data)?;
+        let p = self.area.ptr(at, data.len() as u64)?;
+        // SAFETY: `p` is `data.len()` bytes of the data area (bounds-checked
+        // by `ptr`), placed for this request alone; `data` is a live slice
+        // of the program's memory, which is not in the area.
+        unsafe { crate::bulk::copy(p, data.as_ptr(), data.len()) };
         Ok(Staged { dref: DataRef::area(at, data.len()), inline: false })
     }
 
@@ -370,7 +376,11 @@ impl Transport for RingTransport {
     fn fetch(&mut self, s: &Staged, _reply_tail: &[u8], dst: &mut [u8]) -> Result<(), TransportError> {
         let at = s.dref.offset.get();
         if !dst.is_empty() {
-            self.area.read(at, dst)?;
+            let p = self.area.ptr(at, dst.len() as u64)?;
+            // SAFETY: `p` is `dst.len()` bytes of the data area (bounds-
+            // checked), which the backend finished writing before it
+            // replied; `dst` is the program's memory, exclusively borrowed.
+            unsafe { crate::bulk::copy(dst.as_mut_ptr(), p, dst.len()) };
             self.staging.unhold(at);
         }
         Ok(())
