@@ -207,11 +207,15 @@ struct ExecArgs {
     /// CPUs the sessions' serving threads run on, e.g. `2-7` (the cores
     /// nearest the GPU, away from the programs' own). Default: anywhere.
     #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
-    session_cpus: Option<Vec<usize>>,
+    session_cpus: Option<CpuList>,
 }
 
-fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
-    pvgpu_backend::affinity::parse_cpu_list(s).map_err(|e| e.to_string())
+/// A parsed `--session-cpus` list.
+#[derive(Debug, Clone)]
+struct CpuList(Vec<usize>);
+
+fn parse_cpus(s: &str) -> Result<CpuList, String> {
+    pvgpu_backend::affinity::parse_cpu_list(s).map(CpuList).map_err(|e| e.to_string())
 }
 
 fn secs(n: u64) -> Option<Duration> {
@@ -229,7 +233,7 @@ impl ExecArgs {
             image_cache_max: self.image_cache_max,
             tcp_idle_timeout: secs(self.tcp_idle_timeout),
             idle_timeout: secs(self.idle_timeout),
-            cpus: self.session_cpus.clone(),
+            cpus: self.session_cpus.as_ref().map(|c| c.0.clone()),
         }
     }
 
@@ -275,7 +279,7 @@ impl ExecArgs {
         a.push(self.idle_timeout.to_string());
         if let Some(cpus) = &self.session_cpus {
             a.push("--session-cpus".into());
-            a.push(cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","));
+            a.push(cpus.0.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","));
         }
         a
     }

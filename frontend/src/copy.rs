@@ -41,8 +41,18 @@ impl Client {
         let wait = !is_async || self.sync_calls;
         let mut c = self.conn();
         if let Some(data) = c.t.pinned(src, len) {
-            let head = HtoDHead { dst: dst.into(), stream: stream.0.into(), flags: flags(is_async, true).into(), reserved: 0.into(), data };
-            return send_copy(&mut c, &MemcpyHtoD { head, data: &[] }, wait);
+            // One request per piece a data reference may name; only the
+            // last waits.
+            return for_pieces(data, |piece, off, last| {
+                let head = HtoDHead {
+                    dst: (dst + off).into(),
+                    stream: stream.0.into(),
+                    flags: flags(is_async, true).into(),
+                    reserved: 0.into(),
+                    data: piece,
+                };
+                send_copy(&mut c, &MemcpyHtoD { head, data: &[] }, wait && last)
+            });
         }
         // SAFETY: the caller guarantees `src` is readable for `len` bytes.
         let src = unsafe { std::slice::from_raw_parts(src, len) };
@@ -102,9 +112,17 @@ impl Client {
         }
         let mut c = self.conn();
         if let Some(data) = c.t.pinned(dst, len) {
-            let req =
-                MemcpyDtoH { src: src.into(), stream: stream.0.into(), flags: flags(is_async, true).into(), reserved: 0.into(), data };
-            return send_copy(&mut c, &req, !is_async || self.sync_calls);
+            let wait = !is_async || self.sync_calls;
+            return for_pieces(data, |piece, off, last| {
+                let req = MemcpyDtoH {
+                    src: (src + off).into(),
+                    stream: stream.0.into(),
+                    flags: flags(is_async, true).into(),
+                    reserved: 0.into(),
+                    data: piece,
+                };
+                send_copy(&mut c, &req, wait && last)
+            });
         }
         // SAFETY: the caller guarantees `dst` is writable for `len` bytes,
         // and nothing else touches it during this synchronous copy.
@@ -321,6 +339,26 @@ unsafe fn dtoh_2d(c: &mut Conn, dst: (*mut u8, usize), src: (u64, u64), w: usize
 }
 
 /// Sends one copy request, waiting for its reply or not.
+/// Calls `f` for each piece of at most [`PIECE`] bytes of `data` (a range
+/// of the data area), with its offset into the range and whether it is the
+/// last; stops at the first error.
+fn for_pieces(data: DataRef, mut f: impl FnMut(DataRef, u64, bool) -> Result<()>) -> Result<()> {
+    let (start, len) = (data.offset.get(), data.len.get());
+    let mut off = 0;
+    loop {
+        let n = PIECE.min(len - off);
+        f(DataRef::area(start + off, n as usize), off, off + n == len)?;
+        off += n;
+        if off == len {
+            return Ok(());
+        }
+    }
+}
+
+/// Most bytes one copy request names in the data area (the protocol's
+/// limit on a data reference).
+const PIECE: u64 = 64 << 20;
+
 fn send_copy<'a, C: pvgpu_ring::proto::Command<'a>>(c: &mut Conn, req: &C, wait: bool) -> Result<()> {
     if wait { c.call_raw(req) } else { c.send(req, 0).map(drop) }
 }
