@@ -239,8 +239,11 @@ pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, owner: Own
         };
         if h.wants_reply() {
             // What kernels printed goes first, as it appears before the
-            // synchronising call returns on a GPU.
-            session.take_output(&mut printed);
+            // synchronising call returns on a GPU. Calls that cannot make
+            // the driver print skip the look (a flush and a system call).
+            if crate::session::may_print(h.opcode.get()) {
+                session.take_output(&mut printed);
+            }
             if !printed.is_empty() {
                 let r = conn.send(&Header::output(printed.len()), &printed, stop);
                 printed.clear();

@@ -20,6 +20,8 @@ pub struct Client {
     conn: Mutex<Conn>,
     info: BackendInfo,
     devices: Mutex<HashMap<i32, Arc<DeviceProps>>>,
+    /// Answers that hold until the session changes them.
+    pub(crate) memo: Mutex<crate::memo::Memo>,
     pub(crate) sync_calls: bool,
 }
 
@@ -65,12 +67,22 @@ impl Client {
             transport,
         };
         tracing::debug!(?info, "connected to pvgpu backend");
-        Ok(Client { conn: Mutex::new(conn), info, devices: Mutex::new(HashMap::new()), sync_calls: opts.sync_calls })
+        Ok(Client {
+            conn: Mutex::new(conn),
+            info,
+            devices: Mutex::new(HashMap::new()),
+            memo: Mutex::default(),
+            sync_calls: opts.sync_calls,
+        })
     }
 
     /// What the backend said about itself.
     pub fn info(&self) -> &BackendInfo {
         &self.info
+    }
+
+    pub(crate) fn memo(&self) -> MutexGuard<'_, crate::memo::Memo> {
+        self.memo.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn conn(&self) -> MutexGuard<'_, Conn> {
@@ -119,7 +131,12 @@ impl Client {
 
     /// `cuDeviceGet`.
     pub fn device_get(&self, ordinal: i32) -> Result<i32> {
-        Ok(self.call(&DeviceGet { device: ordinal.into() })?.value.get())
+        if let Some(d) = self.memo().device(ordinal) {
+            return Ok(d);
+        }
+        let d = self.call(&DeviceGet { device: ordinal.into() })?.value.get();
+        self.memo().set_device(ordinal, d);
+        Ok(d)
     }
 
     /// Name, UUID, memory and attributes of a device (one round trip, then
@@ -183,6 +200,9 @@ impl Client {
 
     /// `cuDevicePrimaryCtxRelease`.
     pub fn primary_ctx_release(&self, dev: i32) -> Result<()> {
+        // The context may go with its last reference; its id cannot be
+        // told from here, so every kept limit goes.
+        self.memo().forget_all_limits();
         self.call(&PrimaryCtxRelease { device: dev.into() })
     }
 
@@ -193,6 +213,7 @@ impl Client {
 
     /// `cuCtxDestroy`.
     pub fn ctx_destroy(&self, ctx: Context) -> Result<()> {
+        self.memo().forget_limits(ctx.0);
         self.call(&CtxDestroy { ctx: ctx.0.into() })
     }
 
@@ -208,11 +229,17 @@ impl Client {
 
     /// `cuCtxGetLimit`.
     pub fn ctx_get_limit(&self, ctx: Context, limit: u32) -> Result<u64> {
-        Ok(self.call(&CtxLimit { ctx: ctx.0.into(), limit: limit.into(), set: 0.into(), value: 0.into() })?.value.get())
+        if let Some(v) = self.memo().limit(ctx.0, limit) {
+            return Ok(v);
+        }
+        let v = self.call(&CtxLimit { ctx: ctx.0.into(), limit: limit.into(), set: 0.into(), value: 0.into() })?.value.get();
+        self.memo().set_limit(ctx.0, limit, v);
+        Ok(v)
     }
 
     /// `cuCtxSetLimit`.
     pub fn ctx_set_limit(&self, ctx: Context, limit: u32, value: u64) -> Result<()> {
+        self.memo().forget_limits(ctx.0);
         self.call(&CtxLimit { ctx: ctx.0.into(), limit: limit.into(), set: 1.into(), value: value.into() }).map(drop)
     }
 

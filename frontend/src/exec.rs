@@ -67,11 +67,22 @@ impl Client {
 
     /// `cuFuncGetAttribute`.
     pub fn func_get_attribute(&self, f: &Function, attr: i32) -> Result<i32> {
-        Ok(self.call(&FuncGetAttribute { function: f.id.into(), attr: attr.into(), reserved: 0.into() })?.value.get())
+        if let Some(v) = self.memo().func_attr(f.id, attr) {
+            return Ok(v);
+        }
+        let v = self.call(&FuncGetAttribute { function: f.id.into(), attr: attr.into(), reserved: 0.into() })?.value.get();
+        self.memo().set_func_attr(f.id, attr, v);
+        Ok(v)
     }
 
     /// `cuFuncSetAttribute`.
     pub fn func_set_attribute(&self, f: &Function, attr: i32, value: i32) -> Result<()> {
+        // Setting what it already is changes nothing (frameworks set the
+        // dynamic shared memory size before every launch of some kernels).
+        if self.memo().func_attr(f.id, attr) == Some(value) {
+            return Ok(());
+        }
+        self.memo().forget_func(f.id);
         self.call(&FuncSetAttribute { function: f.id.into(), attr: attr.into(), value: value.into() })
     }
 
@@ -93,6 +104,10 @@ impl Client {
     }
 
     fn occupancy(&self, f: &Function, kind: u32, block_size: i32, limit: i32, dyn_smem: u64, flags: u32) -> Result<(i64, i64)> {
+        let key = (f.id, kind, block_size, limit, dyn_smem, flags);
+        if let Some(v) = self.memo().occupancy(&key) {
+            return Ok(v);
+        }
         let rep = self.call(&Occupancy {
             function: f.id.into(),
             kind: kind.into(),
@@ -101,7 +116,9 @@ impl Client {
             limit: limit.into(),
             dyn_smem: dyn_smem.into(),
         })?;
-        Ok((rep.a.get(), rep.b.get()))
+        let v = (rep.a.get(), rep.b.get());
+        self.memo().set_occupancy(key, v);
+        Ok(v)
     }
 
     /// `cuLaunchKernel` with one byte slice per parameter (the values the

@@ -38,6 +38,7 @@ mod copy;
 pub mod error;
 mod exec;
 mod handles;
+mod memo;
 mod memory;
 mod options;
 mod output;

@@ -108,7 +108,7 @@ class Tiny(torch.nn.Module):
 
 toks = torch.randint(0, 1000, (32, 16, 33), generator=g).to(d)
 run("transformer", "transformer bf16 loss", lambda: train("transformer", Tiny, lambda i: (toks[i % 32, :, :32], toks[i % 32, :, 1:].flatten()), args.steps, True))
-print("timings:", {k: round(v, 3) for k, v in timings.items()}, flush=True)
+print("timings:", {k: [round(x, 3) for x in v] if isinstance(v, list) else round(v, 3) for k, v in timings.items()}, flush=True)
 if args.json:
     with open(args.json, "w") as f:
         json.dump(timings, f)

@@ -157,6 +157,21 @@ fn shared_cpu(dir: &Path, gpu: bool, cpu: usize, key_file: &Path, opts: &Options
     Ok(rec.samples)
 }
 
+/// `0-3,8` from a list of CPUs.
+fn cpu_list(cpus: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i { format!("{}-{}", cpus[i], cpus[j]) } else { cpus[i].to_string() });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
@@ -166,9 +181,18 @@ fn main() -> Result<()> {
     let runs = args.repeat.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
     let all_cpus = pvgpu_backend::affinity::allowed_cpus();
     let pins = pinning::choose(args.cpus.as_deref())?;
-    if let Some(p) = pins {
-        pvgpu_backend::affinity::pin_current_thread(&[p.client]).with_context(|| format!("pinning to CPU {}", p.client))?;
-    }
+    // The program runs on every CPU but the sessions' (its copies use a few
+    // threads), unless --cpus named one; the references, and the run with
+    // both sides on one CPU, pin it to its own.
+    let client_cpus: Vec<usize> = match (pins, &args.cpus) {
+        (Some(p), None) => all_cpus.iter().copied().filter(|&c| c != p.backend).collect(),
+        (Some(p), Some(_)) => vec![p.client],
+        (None, _) => all_cpus.clone(),
+    };
+    let pin = |cpus: &[usize]| -> Result<()> {
+        pvgpu_backend::affinity::pin_current_thread(cpus).with_context(|| format!("pinning to CPUs {cpus:?}"))
+    };
+    pin(&client_cpus)?;
     let native = match args.executor {
         ExecChoice::Host => None,
         _ => NativeGpu::open().context("the CUDA driver is present but failed to start")?,
@@ -253,6 +277,9 @@ fn main() -> Result<()> {
             samples.extend(rec.samples);
         }
         pb.set_message("references");
+        if let Some(p) = pins {
+            pin(&[p.client])?;
+        }
         let mut rec = Recorder { samples: Vec::new(), transport: REFERENCE, executor, run };
         let peer = pins.map(|p| p.backend);
         let h = reference::cacheline_ping_pong(peer, plan.rtt_iters as u64 * 4)?;
@@ -265,6 +292,7 @@ fn main() -> Result<()> {
             pb.set_message("local ring, both sides on one CPU");
             samples.extend(shared_cpu(&dir.0, gpu, p.client, &key_file, &opts, run, plan.rtt_iters / 4)?);
         }
+        pin(&client_cpus)?;
     }
     if embedded && !remotes.is_empty() {
         pb.set_message("an idle session's CPU");
@@ -310,7 +338,7 @@ fn main() -> Result<()> {
     };
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let cpus = match pins {
-        Some(p) => format!("program on CPU {}, sessions on CPU {}", p.client, p.backend),
+        Some(p) => format!("sessions on CPU {}, program on CPUs {} (references on CPU {})", p.backend, cpu_list(&client_cpus), p.client),
         None => "unpinned".into(),
     };
     let mut header = format!(
