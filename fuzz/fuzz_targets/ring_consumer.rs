@@ -37,11 +37,11 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 use zerocopy::IntoBytes;
 
-/// Index slots of the control page: request channel (prod, cons_event,
-/// cons, prod_event), then the response channel's.
-const IDX_SLOTS: [u64; 8] = [0x40, 0x44, 0x80, 0x84, 0xc0, 0xc4, 0x100, 0x104];
-const REQ_CONS: u64 = 0x80;
-const RSP_CONS: u64 = 0x100;
+/// Index slots of the control page, a cache line each: request channel
+/// (prod, cons, prod_event, cons_event), then the response channel's.
+const IDX_SLOTS: [u64; 8] = [0x100, 0x140, 0x180, 0x1c0, 0x200, 0x240, 0x280, 0x2c0];
+const REQ_CONS: u64 = 0x140;
+const RSP_CONS: u64 = 0x240;
 
 /// A doorbell that never blocks: a wait "times out" at once, so the
 /// backend's wait loop gives up at its first tick (the stop flag is set).

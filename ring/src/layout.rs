@@ -159,6 +159,11 @@ fn carve(region: &SharedRegion, g: &Geometry) -> Result<Endpoints, LayoutError> 
 /// returns its parts.
 pub fn init_region(region: &SharedRegion, g: &Geometry) -> Result<Endpoints, LayoutError> {
     let ep = carve(region, g)?;
+    // The channel buffers start zeroed (a zero header word is an empty
+    // slot, see [`crate::channel`]), whatever memory the region was made
+    // from. The frontend calls this before its first request.
+    region.zero(g.req_offset(), g.req_size as usize)?;
+    region.zero(g.rsp_offset(), g.rsp_size as usize)?;
     region.write_u64(0, LAYOUT_MAGIC)?;
     region.write_u64(8, LAYOUT_VERSION)?;
     region.write_u64(16, (g.req_size as u64) | ((g.rsp_size as u64) << 32))?;

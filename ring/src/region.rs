@@ -7,7 +7,7 @@
 //! region's length, which is fixed when the region is mapped.
 
 use crate::channel::ChannelMemory;
-use crate::sync::AtomicU32;
+use crate::sync::{AtomicU32, AtomicU64};
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -167,6 +167,14 @@ impl SharedRegion {
         Ok(())
     }
 
+    /// Zeroes `len` bytes at `offset` (memory the peer does not use yet).
+    pub fn zero(&self, offset: usize, len: usize) -> Result<(), RegionError> {
+        let o = check(offset as u64, len as u64, self.len())?;
+        // SAFETY: in bounds; plain bytes.
+        unsafe { std::ptr::write_bytes(self.map.as_ptr().add(o), 0, len) };
+        Ok(())
+    }
+
     /// Reads the byte at `offset` (a liveness flag the peer's kernel may
     /// clear at any time).
     pub fn read_byte(&self, offset: usize) -> Result<u8, RegionError> {
@@ -243,6 +251,17 @@ impl ChannelMemory for RegionChannel {
     #[inline]
     fn cons_event(&self) -> &AtomicU32 {
         self.index(3)
+    }
+    #[inline]
+    fn header(&self, pos: u32) -> &AtomicU64 {
+        debug_assert!(pos % 8 == 0 && pos + 8 <= self.cap);
+        let pos = (pos & !7).min(self.cap - 8) as usize;
+        // SAFETY: `buf` is 8-aligned and `pos + 8 <= cap` (a multiple of 8,
+        // clamped just above), so the word lies in the buffer, which lies
+        // in the region (checked when the channel was made); both sides
+        // access a record's header word only atomically, and AtomicU64 has
+        // the layout of u64.
+        unsafe { &*(self.base.add(self.buf + pos) as *const AtomicU64) }
     }
     fn capacity(&self) -> u32 {
         self.cap

@@ -2,6 +2,6 @@
 //! index protocol can be model-checked.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, Ordering, fence};
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU32, Ordering, fence};
+pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
