@@ -1,51 +1,77 @@
 //! Copies of bulk data between the program's memory and the shared data
 //! area. One core copies about 10 GB/s, less than the DMA engine moves out
-//! of page-locked memory, so large copies are split across a few threads
-//! of a pool of their own (at most four, and none where the program has a
-//! single CPU). The pool's threads sleep when there is nothing to copy.
+//! of page-locked memory, so large copies are shared with a few threads of
+//! a pool of their own (at most three helpers, none where the program has
+//! a single CPU).
+//!
+//! The copy is cut into pieces that the calling thread and the helpers
+//! claim one at a time. The calling thread starts at once and never waits
+//! for a helper to wake up: a helper that wakes late finds the pieces
+//! gone and does nothing, so a copy is never slower than the calling
+//! thread alone. The pool's threads sleep when there is nothing to copy.
 
 use rayon::ThreadPool;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
-/// Copies at least this long are split.
+/// Copies at least this long are shared.
 const PARALLEL_MIN: usize = 512 << 10;
-/// Smallest share of one thread.
-const PART_MIN: usize = 256 << 10;
-/// Most threads a copy is split across.
-const MAX_THREADS: usize = 4;
+/// What one thread claims at a time.
+const PIECE: usize = 64 << 10;
+/// Most helper threads.
+const MAX_HELPERS: usize = 3;
 
 static POOL: OnceLock<Option<ThreadPool>> = OnceLock::new();
 
 fn pool() -> Option<&'static ThreadPool> {
     POOL.get_or_init(|| {
-        let n = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS);
-        if n < 2 {
+        let helpers = std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1).min(MAX_HELPERS);
+        if helpers == 0 {
             return None;
         }
-        rayon::ThreadPoolBuilder::new().num_threads(n).thread_name(|i| format!("pvgpu-copy-{i}")).build().ok()
+        rayon::ThreadPoolBuilder::new().num_threads(helpers).thread_name(|i| format!("pvgpu-copy-{i}")).build().ok()
     })
     .as_ref()
 }
 
-/// A pointer handed to the pool's threads.
-#[derive(Clone, Copy)]
-struct Ptr(*mut u8);
+/// One shared copy: its ranges, the next piece to claim and the bytes
+/// copied so far.
+struct Job {
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    next: AtomicUsize,
+    done: AtomicUsize,
+}
 
-// SAFETY: each thread gets a disjoint range of memory the caller of
-// `copy` vouches for, and `copy` returns only once every thread is done.
-unsafe impl Send for Ptr {}
-// SAFETY: as above; the pointer itself is only read.
-unsafe impl Sync for Ptr {}
+// SAFETY: the pointers are only dereferenced for a claimed piece, and a
+// piece can be claimed only while `copy` (whose caller vouches for the
+// ranges) has not returned: it returns once every claimed piece is done.
+unsafe impl Send for Job {}
+// SAFETY: as above; the counters are atomics.
+unsafe impl Sync for Job {}
 
-impl Ptr {
-    fn at(self, off: usize) -> *mut u8 {
-        // SAFETY: callers stay within the range `copy` was given.
-        unsafe { self.0.add(off) }
+impl Job {
+    /// Claims and copies pieces until none is left.
+    fn work(&self) {
+        loop {
+            let at = self.next.fetch_add(PIECE, Ordering::Relaxed);
+            if at >= self.len {
+                return;
+            }
+            let n = PIECE.min(self.len - at);
+            // SAFETY: [at, at + n) lies within both ranges and is claimed
+            // by this thread alone; `copy` has not returned (see above).
+            unsafe { std::ptr::copy_nonoverlapping(self.src.add(at), self.dst.add(at), n) };
+            // SYNC POINT: pairs with the Acquire load in `copy`: the bytes
+            // of this piece are written before it counts as done.
+            self.done.fetch_add(n, Ordering::Release);
+        }
     }
 }
 
-/// Copies `len` bytes from `src` to `dst`, across several threads when it
-/// is long.
+/// Copies `len` bytes from `src` to `dst`, shared with the pool's helpers
+/// when it is long.
 ///
 /// # Safety
 /// `src` must be readable and `dst` writable for `len` bytes, the ranges
@@ -57,22 +83,22 @@ pub(crate) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
         unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
         return;
     };
-    let threads = pool.current_num_threads().min(len / PART_MIN).max(1);
-    // Whole cache lines per thread, so no two threads write one line.
-    let per = len.div_ceil(threads).next_multiple_of(64);
-    let (d, s) = (Ptr(dst), Ptr(src.cast_mut()));
-    pool.scope(|scope| {
-        let mut off = 0;
-        while off < len {
-            let n = per.min(len - off);
-            scope.spawn(move |_| {
-                // SAFETY: [off, off + n) lies within both ranges the caller
-                // vouched for, and no other thread copies it.
-                unsafe { std::ptr::copy_nonoverlapping(s.at(off), d.at(off), n) }
-            });
-            off += n;
+    let job = Arc::new(Job { dst, src, len, next: AtomicUsize::new(0), done: AtomicUsize::new(0) });
+    for _ in 0..pool.current_num_threads().min(len / PIECE - 1) {
+        let job = job.clone();
+        pool.spawn(move || job.work());
+    }
+    job.work();
+    // Only pieces a helper claimed and is still copying are left.
+    let mut spins = 0u32;
+    while job.done.load(Ordering::Acquire) < len {
+        spins += 1;
+        if spins % 64 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
         }
-    });
+    }
 }
 
 #[cfg(test)]
@@ -81,13 +107,34 @@ mod tests {
 
     #[test]
     fn long_and_short_copies_are_exact() {
-        for len in [0, 1, 4095, PARALLEL_MIN - 1, PARALLEL_MIN, 3 * PART_MIN + 17, 8 << 20] {
+        for len in [0, 1, 4095, PARALLEL_MIN - 1, PARALLEL_MIN, 3 * PIECE + 17, 8 << 20] {
             let src: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
             let mut dst = vec![0u8; len + 64];
             // SAFETY: both buffers hold at least `len` bytes and are distinct.
             unsafe { copy(dst.as_mut_ptr().add(32), src.as_ptr(), len) };
             assert_eq!(&dst[32..32 + len], &src[..], "len {len}");
             assert!(dst[..32].iter().chain(&dst[32 + len..]).all(|&b| b == 0), "wrote outside the range, len {len}");
+        }
+    }
+
+    #[test]
+    fn many_copies_in_a_row_from_several_threads() {
+        let handles: Vec<_> = (0..3)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for round in 0..50usize {
+                        let len = PARALLEL_MIN + round * 4099 + t;
+                        let src: Vec<u8> = (0..len).map(|i| (i + round + t) as u8).collect();
+                        let mut dst = vec![0u8; len];
+                        // SAFETY: both buffers hold `len` bytes and are distinct.
+                        unsafe { copy(dst.as_mut_ptr(), src.as_ptr(), len) };
+                        assert_eq!(dst, src);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
         }
     }
 }

@@ -79,11 +79,19 @@ impl Client {
     pub fn func_set_attribute(&self, f: &Function, attr: i32, value: i32) -> Result<()> {
         // Setting what it already is changes nothing (frameworks set the
         // dynamic shared memory size before every launch of some kernels).
-        if self.memo().func_attr(f.id, attr) == Some(value) {
+        if self.memo().func_attr_is(f.id, attr, value) {
             return Ok(());
         }
-        self.memo().forget_func(f.id);
-        self.call(&FuncSetAttribute { function: f.id.into(), attr: attr.into(), value: value.into() })
+        match self.call(&FuncSetAttribute { function: f.id.into(), attr: attr.into(), value: value.into() }) {
+            Ok(()) => {
+                self.memo().func_was_set(f.id, attr, value);
+                Ok(())
+            }
+            Err(e) => {
+                self.memo().forget_func(f.id);
+                Err(e)
+            }
+        }
     }
 
     /// `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`.

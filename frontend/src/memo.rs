@@ -23,6 +23,8 @@ pub(crate) type OccupancyKey = (u64, u32, i32, i32, u64, u32);
 #[derive(Debug, Default)]
 pub(crate) struct Memo {
     func_attrs: HashMap<(u64, i32), i32>,
+    /// What the session last set each function attribute to.
+    func_set: HashMap<(u64, i32), i32>,
     occupancy: HashMap<OccupancyKey, (i64, i64)>,
     limits: HashMap<(u64, u32), u64>,
     devices: HashMap<i32, i32>,
@@ -37,9 +39,24 @@ impl Memo {
         self.func_attrs.insert((f, attr), v);
     }
 
-    /// The session set an attribute of `f`: what it changes is asked again.
+    /// Whether setting `attr` of `f` to `v` would change nothing: it is
+    /// known to hold that value already.
+    pub(crate) fn func_attr_is(&self, f: u64, attr: i32, v: i32) -> bool {
+        self.func_set.get(&(f, attr)).or_else(|| self.func_attrs.get(&(f, attr))) == Some(&v)
+    }
+
+    /// The session set an attribute of `f` to `v`: what it may change
+    /// (every attribute read back, every occupancy figure) is asked again.
+    pub(crate) fn func_was_set(&mut self, f: u64, attr: i32, v: i32) {
+        self.func_attrs.retain(|k, _| k.0 != f);
+        self.occupancy.retain(|k, _| k.0 != f);
+        self.func_set.insert((f, attr), v);
+    }
+
+    /// A set failed: what the attribute holds is no longer known.
     pub(crate) fn forget_func(&mut self, f: u64) {
         self.func_attrs.retain(|k, _| k.0 != f);
+        self.func_set.retain(|k, _| k.0 != f);
         self.occupancy.retain(|k, _| k.0 != f);
     }
 
@@ -90,10 +107,15 @@ mod tests {
         m.set_func_attr(1, 8, 48 << 10);
         m.set_func_attr(2, 8, 0);
         m.set_occupancy((1, 0, 256, 0, 0, 0), (4, 0));
-        m.forget_func(1);
+        assert!(m.func_attr_is(1, 8, 48 << 10));
+        m.func_was_set(1, 9, 50);
         assert_eq!(m.func_attr(1, 8), None);
         assert_eq!(m.occupancy(&(1, 0, 256, 0, 0, 0)), None);
         assert_eq!(m.func_attr(2, 8), Some(0));
+        assert!(m.func_attr_is(1, 9, 50), "setting it again to 50 changes nothing");
+        assert!(!m.func_attr_is(1, 9, 51));
+        m.forget_func(1);
+        assert!(!m.func_attr_is(1, 9, 50));
     }
 
     #[test]
