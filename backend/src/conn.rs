@@ -65,6 +65,9 @@ pub trait Conn {
     fn send(&mut self, h: &Header, payload: &[u8], stop: &AtomicBool) -> Result<(), ConnError>;
     /// The data area, for transports that have one.
     fn area(&self) -> Option<&DataArea>;
+    /// The serving thread was moved to other CPUs: how it waits may change
+    /// ([`pvgpu_ring::notify::yield_after`]).
+    fn cpus_changed(&mut self) {}
 }
 
 /// A connection over a shared region: request and response channels, data
@@ -226,6 +229,10 @@ impl Conn for RingConn {
 
     fn area(&self) -> Option<&DataArea> {
         Some(&self.area)
+    }
+
+    fn cpus_changed(&mut self) {
+        self.yield_after = pvgpu_ring::notify::yield_after(self.spin);
     }
 }
 

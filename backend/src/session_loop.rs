@@ -122,8 +122,9 @@ pub fn serve_opened<E: Executor>(exec: Arc<E>, opened: Opened, cfg: &SessionConf
     let Opened { mut conn, xen_hold, owner, kind } = opened;
     tracing::info!(session = id, transport = kind, executor = exec.kind(), "session started");
     if let Some(cpus) = &cfg.cpus {
-        if let Err(e) = crate::affinity::pin_current_thread(cpus) {
-            tracing::warn!(session = id, ?cpus, error = %e, "cannot pin the session to its CPUs; it runs unpinned");
+        match crate::affinity::pin_current_thread(cpus) {
+            Ok(()) => conn.cpus_changed(),
+            Err(e) => tracing::warn!(session = id, ?cpus, error = %e, "cannot pin the session to its CPUs; it runs unpinned"),
         }
     }
     let ended = serve(exec, &mut *conn, id, owner, cfg, stop);
