@@ -137,7 +137,7 @@ struct FnEntry<F> {
     ctx: u64,
     module: u64,
     func: F,
-    layout: Vec<Param>,
+    layout: std::sync::Arc<[Param]>,
     param_bytes: usize,
 }
 

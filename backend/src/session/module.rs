@@ -91,7 +91,7 @@ pub(super) fn function<E: Executor>(s: &mut Session<E>, r: proto::ModuleGetFunct
     if param_bytes > proto::MAX_PARAM_BYTES {
         return Err(CuError::NOT_SUPPORTED);
     }
-    let fid = s.functions.insert(FnEntry { ctx, module, func, layout: layout.clone(), param_bytes })?;
+    let fid = s.functions.insert(FnEntry { ctx, module, func, layout: layout.clone().into(), param_bytes })?;
     s.function_ids.insert((module, name.to_string()), fid);
     Ok(function_rep(fid, &layout, param_bytes))
 }

@@ -185,17 +185,25 @@ impl ExecContext for CudaContext {
         attrs: &[LaunchAttr],
         stream: Option<CudaStream>,
     ) -> CuRes<()> {
-        let mut args: Vec<*mut c_void> = Vec::with_capacity(layout.len());
-        for p in layout {
+        // Most kernels take few parameters: no allocation for those.
+        let mut small = [ptr::null_mut::<c_void>(); 16];
+        let mut big: Vec<*mut c_void> = Vec::new();
+        let args: &mut [*mut c_void] = if layout.len() <= small.len() {
+            &mut small[..layout.len()]
+        } else {
+            big.resize(layout.len(), ptr::null_mut());
+            &mut big
+        };
+        for (slot, p) in args.iter_mut().zip(layout) {
             let end = p.offset as usize + p.size as usize;
             if end > params.len() {
                 return Err(CuError::INVALID_VALUE);
             }
             // SAFETY: offset is within `params` (checked just above).
-            args.push(unsafe { params.as_ptr().add(p.offset as usize) } as *mut c_void);
+            *slot = unsafe { params.as_ptr().add(p.offset as usize) } as *mut c_void;
         }
         if !attrs.is_empty() {
-            return self.launch_with(f, d, &mut args, attrs, stream);
+            return self.launch_with(f, d, args, attrs, stream);
         }
         // SAFETY: one pointer per kernel parameter, each to at least `size`
         // bytes of `params`, which outlives the call; the driver copies the
