@@ -78,6 +78,28 @@ fn c_program_over_tcp() {
     run(Command::new(c_program()).arg(ptx()), shared(), Transport::Tcp);
 }
 
+/// `PVGPU_STATS=1`: at exit the library prints what the program's session
+/// sent, command by command; the program's own output is unchanged.
+#[test]
+fn call_statistics_at_exit() {
+    let h = shared();
+    let out = Command::new(c_program())
+        .arg(ptx())
+        .env("LD_LIBRARY_PATH", shim_dir())
+        .env("PVGPU_BACKEND", h.addr(Transport::Local).to_string())
+        .env("PVGPU_STATS", "1")
+        .env_remove("PVGPU_LOG")
+        .output()
+        .expect("cannot start the program");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.contains("PASS"), "{stdout}\n{stderr}");
+    assert!(stderr.contains("calls waited for a reply"), "no statistics:\n{stderr}");
+    let launches = stderr.lines().find(|l| l.starts_with("LaunchKernel")).unwrap_or_else(|| panic!("no launches counted:\n{stderr}"));
+    let posted: u64 = launches.split_whitespace().nth(2).and_then(|v| v.parse().ok()).unwrap_or(0);
+    assert!(posted > 0, "launches are posted, not waited for: {launches}");
+    assert!(!stdout.contains("calls waited"), "the table goes to stderr");
+}
+
 #[test]
 fn cudarc_program_over_local() {
     run(&mut Command::new(env!("CARGO_BIN_EXE_shim-cudarc")), shared(), Transport::Local);

@@ -424,3 +424,20 @@ impl<E: Executor> Drop for Session<E> {
         self.ctxs.drain_where(|_| true);
     }
 }
+
+#[cfg(test)]
+mod output_tests {
+    use super::may_print;
+    use pvgpu_ring::proto::Opcode;
+
+    #[test]
+    fn only_calls_that_may_synchronise_look_for_output() {
+        for op in [Opcode::Nop, Opcode::FuncGetAttribute, Opcode::Occupancy, Opcode::CtxLimit, Opcode::DeviceGet] {
+            assert!(!may_print(op as u16), "{op:?}");
+        }
+        for op in [Opcode::CtxSynchronize, Opcode::StreamSynchronize, Opcode::MemcpyDtoH, Opcode::ModuleUnload, Opcode::Goodbye] {
+            assert!(may_print(op as u16), "{op:?}");
+        }
+        assert!(may_print(0xfffe), "an unknown opcode looks");
+    }
+}

@@ -198,3 +198,53 @@ pub(crate) fn tensor_maps(t: Transport) {
     assert_eq!(code(c.tensor_map_encode(&map(d, 65))), CuResult::INVALID_VALUE, "one row past the allocation");
     assert_eq!(code(c.tensor_map_encode(&map(0x1000, 64))), CuResult::INVALID_VALUE, "memory of nobody's");
 }
+
+/// What a client keeps (function attributes, occupancy, limits, device
+/// handles) is asked once, asked again after the session changes it, and
+/// never kept where the driver may change it by itself (the stack size).
+/// Counted with the client's own call statistics.
+pub(crate) fn kept_answers_follow_what_the_session_sets(t: Transport) {
+    let h = shared();
+    let mut opts = h.options();
+    opts.stats = true;
+    let c = Client::connect(&h.addr(t), &opts).unwrap();
+    let g = Gpu::new(&c).unwrap();
+    let waited =
+        |op: pvgpu_ring::proto::Opcode| c.call_stats().unwrap().by_opcode().find(|(o, _)| *o == op as u16).map_or(0, |(_, n)| n.waited);
+    use pvgpu_ring::proto::Opcode::*;
+    let f = g.func("mat_sum").unwrap();
+
+    let regs = c.func_get_attribute(&f, 4).unwrap();
+    assert_eq!(c.func_get_attribute(&f, 4).unwrap(), regs);
+    assert_eq!(waited(FuncGetAttribute), 1, "asked once");
+    let blocks = c.occupancy_max_active_blocks(&f, 256, 0, 0).unwrap();
+    assert_eq!(c.occupancy_max_active_blocks(&f, 256, 0, 0).unwrap(), blocks);
+    assert_eq!(waited(Occupancy), 1);
+
+    c.func_set_attribute(&f, 8, 2048).unwrap();
+    c.func_set_attribute(&f, 8, 2048).unwrap();
+    assert_eq!(waited(FuncSetAttribute), 1, "setting the same value again changes nothing");
+    assert_eq!(c.func_get_attribute(&f, 8).unwrap(), 2048);
+    assert_eq!(c.func_get_attribute(&f, 4).unwrap(), regs);
+    assert_eq!(waited(FuncGetAttribute), 3, "a set makes the function's attributes asked again");
+    c.occupancy_max_active_blocks(&f, 256, 0, 0).unwrap();
+    assert_eq!(waited(Occupancy), 2, "and its occupancy");
+    assert_eq!(code(c.func_set_attribute(&f, 8, -1)), CuResult::INVALID_VALUE);
+    c.func_set_attribute(&f, 8, 2048).unwrap();
+    assert_eq!(waited(FuncSetAttribute), 3, "after a failed set, nothing is assumed");
+
+    let fifo = c.ctx_get_limit(g.ctx, 1).unwrap();
+    assert_eq!(c.ctx_get_limit(g.ctx, 1).unwrap(), fifo);
+    assert_eq!(waited(CtxLimit), 1);
+    c.ctx_set_limit(g.ctx, 1, fifo * 2).unwrap();
+    assert_eq!(c.ctx_get_limit(g.ctx, 1).unwrap(), fifo * 2, "CU_LIMIT_PRINTF_FIFO_SIZE after a set");
+    assert_eq!(waited(CtxLimit), 3);
+    c.ctx_get_limit(g.ctx, 0).unwrap();
+    c.ctx_get_limit(g.ctx, 0).unwrap();
+    assert_eq!(waited(CtxLimit), 5, "the stack size is asked every time");
+
+    let dev = c.device_get(0).unwrap();
+    let before = waited(DeviceGet);
+    assert_eq!(c.device_get(0).unwrap(), dev);
+    assert_eq!(waited(DeviceGet), before, "a device handle is kept");
+}

@@ -112,6 +112,7 @@ over_every_transport!(
         events,
         kernel_params_of_mixed_sizes,
         stream_waits_and_function_attributes,
+        kept_answers_follow_what_the_session_sets,
         pinned_host_memory,
         kernel_fault_is_sticky_and_contained,
         matsum_matches_cpu,
