@@ -259,7 +259,9 @@ impl<M: ChannelMemory> Producer<M> {
         // visible before the header that publishes them.
         self.mem.header(old & mask).store(header_word(len as u32), Ordering::Release);
         self.prod = old.wrapping_add(size);
-        self.mem.prod().store(self.prod, Ordering::Release);
+        // No reader acquires `prod` (records are published by their header
+        // word); it is ordered for the wake-up rule by the fence below.
+        self.mem.prod().store(self.prod, Ordering::Relaxed);
         // SYNC POINT: pairs with the SeqCst fence in Consumer::prepare_wait,
         // between its store of `prod_event` and its re-read of the header
         // word: either we see its new event here, or it sees our header.
