@@ -338,7 +338,6 @@ unsafe fn dtoh_2d(c: &mut Conn, dst: (*mut u8, usize), src: (u64, u64), w: usize
     Ok(())
 }
 
-/// Sends one copy request, waiting for its reply or not.
 /// Calls `f` for each piece of at most [`PIECE`] bytes of `data` (a range
 /// of the data area), with its offset into the range and whether it is the
 /// last; stops at the first error.
@@ -359,6 +358,7 @@ fn for_pieces(data: DataRef, mut f: impl FnMut(DataRef, u64, bool) -> Result<()>
 /// limit on a data reference).
 const PIECE: u64 = 64 << 20;
 
+/// Sends one copy request, waiting for its reply or not.
 fn send_copy<'a, C: pvgpu_ring::proto::Command<'a>>(c: &mut Conn, req: &C, wait: bool) -> Result<()> {
     if wait { c.call_raw(req) } else { c.send(req, 0).map(drop) }
 }

@@ -281,16 +281,7 @@ fn main() -> Result<()> {
             pin(&[p.client])?;
         }
         let mut rec = Recorder { samples: Vec::new(), transport: REFERENCE, executor, run };
-        let peer = pins.map(|p| p.backend);
-        // Two spinning threads need two CPUs (unpinned on one, each hand-off
-        // would wait for a time slice).
-        if pins.is_some_and(|p| p.client != p.backend) {
-            let h = reference::cacheline_ping_pong(peer, plan.rtt_iters as u64 * 4)?;
-            rec.add("cacheline_rtt_p50_us", h.value_at_quantile(0.5) as f64 / 1e3, "us");
-        }
-        let h = reference::tcp_ping_pong(peer, pvgpu_ring::proto::HEADER_LEN, plan.rtt_iters)?;
-        rec.add("tcp_raw_rtt_p50_us", h.value_at_quantile(0.5) as f64 / 1e3, "us");
-        rec.add("tcp_raw_rtt_p99_us", h.value_at_quantile(0.99) as f64 / 1e3, "us");
+        reference::measure(&mut rec, pins.map(|p| (p.client, p.backend)), plan.rtt_iters)?;
         samples.extend(rec.samples);
         if let (Some(p), true) = (pins, embedded) {
             pb.set_message("local ring, both sides on one CPU");
@@ -308,29 +299,8 @@ fn main() -> Result<()> {
 
     if gpu && embedded && !args.no_torch {
         let cpus: Vec<usize> = all_cpus.iter().copied().filter(|&c| pins.is_none_or(|p: Pins| p.backend != c)).collect();
-        match torch::Torch::find(args.dropin.as_deref(), cpus) {
-            Ok(t) => {
-                let mut targets: Vec<(&str, Option<(String, &Path)>)> = vec![("native", None)];
-                for r in &remotes {
-                    targets.push((&r.name, Some((r.addr.to_string(), key_file.as_path()))));
-                }
-                for (name, backend) in targets {
-                    eprintln!("PyTorch training steps: {name}");
-                    match t.run(backend.as_ref().map(|(a, k)| (a.as_str(), *k)), args.torch_runs, args.torch_steps) {
-                        Ok((mlp, tr)) => {
-                            for (run, (m, x)) in mlp.iter().zip(&tr).enumerate() {
-                                let mut rec = Recorder { samples: Vec::new(), transport: name, executor, run };
-                                rec.add("torch_mlp_step_ms", *m, "ms");
-                                rec.add("torch_transformer_step_ms", *x, "ms");
-                                samples.extend(rec.samples);
-                            }
-                        }
-                        Err(e) => eprintln!("PyTorch over {name} failed: {e:#}"),
-                    }
-                }
-            }
-            Err(why) => eprintln!("PyTorch training steps skipped: {why}"),
-        }
+        let targets: Vec<(&str, String)> = remotes.iter().map(|r| (r.name.as_str(), r.addr.to_string())).collect();
+        samples.extend(torch::steps(args.dropin.as_deref(), cpus, &targets, &key_file, executor, args.torch_runs, args.torch_steps));
     }
 
     let device_name = native.as_ref().map_or_else(|| "host test double".to_string(), |n| n.name.clone());

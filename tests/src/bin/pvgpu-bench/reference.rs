@@ -4,6 +4,7 @@
 //! sizes over loopback (the floor of the TCP transport), and what an idle
 //! process costs.
 
+use crate::report::Recorder;
 use crate::workloads::latency_histogram;
 use anyhow::{Context as _, Result};
 use hdrhistogram::Histogram;
@@ -13,6 +14,23 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// The cache-line and raw TCP references between the calling thread and
+/// the session's CPU (`pins`: program's, session's), `iters` round trips
+/// of TCP and four times as many of the cache line.
+pub fn measure(rec: &mut Recorder<'_>, pins: Option<(usize, usize)>, iters: u32) -> Result<()> {
+    let peer = pins.map(|p| p.1);
+    // Two spinning threads need two CPUs (on one, each hand-off would wait
+    // for a time slice).
+    if pins.is_some_and(|(client, backend)| client != backend) {
+        let h = cacheline_ping_pong(peer, iters as u64 * 4)?;
+        rec.add("cacheline_rtt_p50_us", h.value_at_quantile(0.5) as f64 / 1e3, "us");
+    }
+    let h = tcp_ping_pong(peer, pvgpu_ring::proto::HEADER_LEN, iters)?;
+    rec.add("tcp_raw_rtt_p50_us", h.value_at_quantile(0.5) as f64 / 1e3, "us");
+    rec.add("tcp_raw_rtt_p99_us", h.value_at_quantile(0.99) as f64 / 1e3, "us");
+    Ok(())
+}
 
 fn pin(cpu: Option<usize>) {
     if let Some(c) = cpu {

@@ -2,6 +2,7 @@
 //! natively and through the drop-in `libcuda.so.1`, where a Python with
 //! PyTorch and a GPU is present.
 
+use crate::report::{Recorder, Sample};
 use anyhow::{Context as _, Result, bail};
 use pvgpu_tests::TempDir;
 use std::os::unix::process::CommandExt as _;
@@ -104,4 +105,41 @@ impl Torch {
         let list = |k: &str| -> Vec<f64> { v[k].as_array().map(|a| a.iter().filter_map(|x| x.as_f64()).collect()).unwrap_or_default() };
         Ok((list("mlp_step_ms_runs"), list("transformer_step_ms_runs")))
     }
+}
+
+/// The training steps natively and over each of `targets` (name, backend
+/// address), as samples; what cannot run is said on stderr and skipped.
+pub fn steps(
+    dropin: Option<&Path>,
+    cpus: Vec<usize>,
+    targets: &[(&str, String)],
+    key: &Path,
+    executor: &str,
+    runs: usize,
+    steps: usize,
+) -> Vec<Sample> {
+    let t = match Torch::find(dropin, cpus) {
+        Ok(t) => t,
+        Err(why) => {
+            eprintln!("PyTorch training steps skipped: {why}");
+            return Vec::new();
+        }
+    };
+    let mut samples = Vec::new();
+    let all = std::iter::once(("native", None)).chain(targets.iter().map(|(n, a)| (*n, Some((a.as_str(), key)))));
+    for (name, backend) in all {
+        eprintln!("PyTorch training steps: {name}");
+        match t.run(backend, runs, steps) {
+            Ok((mlp, tr)) => {
+                for (run, (m, x)) in mlp.iter().zip(&tr).enumerate() {
+                    let mut rec = Recorder { samples: Vec::new(), transport: name, executor, run };
+                    rec.add("torch_mlp_step_ms", *m, "ms");
+                    rec.add("torch_transformer_step_ms", *x, "ms");
+                    samples.extend(rec.samples);
+                }
+            }
+            Err(e) => eprintln!("PyTorch over {name} failed: {e:#}"),
+        }
+    }
+    samples
 }
