@@ -15,7 +15,7 @@ use crate::session_loop::Accepted;
 use pvgpu_ring::local::{self, Refusal};
 use pvgpu_ring::tcp_auth::{self, AuthError, Status};
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 
 /// The transports, as slots count them.
@@ -210,16 +210,7 @@ pub fn open(acc: Accepted, cfg: &AdmissionConfig, sessions: &Arc<Slots>, max_dat
         Accepted::Tcp(mut s) => {
             s.set_read_timeout(Some(cfg.handshake_timeout))?;
             s.set_write_timeout(Some(cfg.handshake_timeout))?;
-            let key = cfg.tcp_key.as_ref();
-            let opened = tcp_auth::server_open(&mut s, key)?;
-            let slot = match sessions.acquire(kind, &peer) {
-                Ok(slot) => slot,
-                Err(full) => {
-                    let _ = tcp_auth::refuse(&mut s, Status::Busy);
-                    return Err(full.into());
-                }
-            };
-            tcp_auth::accept(&mut s, &opened, key)?;
+            let slot = key_check(&mut s, cfg, sessions, kind, &peer)?;
             Ok(Admitted { acc: Accepted::Tcp(s), slot, relay: None })
         }
         Accepted::Tls(s) => {
@@ -227,18 +218,7 @@ pub fn open(acc: Accepted, cfg: &AdmissionConfig, sessions: &Arc<Slots>, max_dat
             s.set_write_timeout(Some(cfg.handshake_timeout))?;
             let tls = cfg.tls.as_ref().ok_or(Refused::NoTls)?;
             let mut s = crate::tls::accept(tls, s)?;
-            let key = cfg.tcp_key.as_ref();
-            let opened = tcp_auth::server_open(&mut s, key)?;
-            let slot = match sessions.acquire(kind, &peer) {
-                Ok(slot) => slot,
-                Err(full) => {
-                    let _ = tcp_auth::refuse(&mut s, Status::Busy);
-                    let _ = s.flush();
-                    return Err(full.into());
-                }
-            };
-            tcp_auth::accept(&mut s, &opened, key)?;
-            s.flush()?;
+            let slot = key_check(&mut s, cfg, sessions, kind, &peer)?;
             let (worker_end, relay_end) = std::os::unix::net::UnixStream::pair()?;
             Ok(Admitted { acc: Accepted::Relayed { sock: worker_end, peer }, slot, relay: Some((s, relay_end)) })
         }
@@ -248,6 +228,31 @@ pub fn open(acc: Accepted, cfg: &AdmissionConfig, sessions: &Arc<Slots>, max_dat
         }
         Accepted::Relayed { .. } => Err(Refused::NoTls),
     }
+}
+
+/// The key check of a TCP or TLS connection, with a session slot taken
+/// between the peer's proof and the backend's answer, so that a peer told
+/// "busy" has proved its key and one told "welcome" has its slot.
+fn key_check<S: Read + Write>(
+    s: &mut S,
+    cfg: &AdmissionConfig,
+    sessions: &Arc<Slots>,
+    kind: &'static str,
+    peer: &str,
+) -> Result<Slot, Refused> {
+    let key = cfg.tcp_key.as_ref();
+    let opened = tcp_auth::server_open(s, key)?;
+    let slot = match sessions.acquire(kind, peer) {
+        Ok(slot) => slot,
+        Err(full) => {
+            let _ = tcp_auth::refuse(s, Status::Busy);
+            let _ = s.flush();
+            return Err(full.into());
+        }
+    };
+    tcp_auth::accept(s, &opened, key)?;
+    s.flush()?;
+    Ok(slot)
 }
 
 /// Logs a refusal, within the backend's limit for peer-triggered lines.
