@@ -72,9 +72,9 @@ pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionCon
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(WorkerError::Signals)?;
     }
-    // SAFETY: the supervisor placed the write end of this session's report
-    // pipe on `report_fd` before exec (spawn::ProcessSpawner), and nothing
-    // else in this process owns it.
+    // The supervisor placed the write end of this session's report pipe on
+    // `report_fd` before exec (spawn::ProcessSpawner).
+    // SAFETY: that descriptor is open, and nothing else in this process owns it.
     let mut report = report_fd.map(|fd| std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }));
     let acc = match (conn, xen) {
         ("xen", Some((domid, devid))) => {

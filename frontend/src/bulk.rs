@@ -44,9 +44,9 @@ struct Job {
     done: AtomicUsize,
 }
 
-// SAFETY: the pointers are only dereferenced for a claimed piece, and a
-// piece can be claimed only while `copy` (whose caller vouches for the
+// A piece can be claimed only while `copy` (whose caller vouches for the
 // ranges) has not returned: it returns once every claimed piece is done.
+// SAFETY: the pointers are only dereferenced for a claimed piece (above).
 unsafe impl Send for Job {}
 // SAFETY: as above; the counters are atomics.
 unsafe impl Sync for Job {}

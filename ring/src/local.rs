@@ -165,7 +165,6 @@ pub fn create_region(g: &Geometry) -> Result<(SharedRegion, OwnedFd), LocalError
     fcntl(&file, FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL))
         .map_err(os("sealing the shared memory"))?;
     let map = memmap2::MmapOptions::new().len(g.total_len()).map_raw(&file).map_err(ios("mapping the shared memory"))?;
-    prefer_huge_pages(&map);
     let dup = file.try_clone().map_err(ios("duplicating the memfd"))?;
     Ok((SharedRegion::new(MemfdMapping { map, _file: file }), OwnedFd::from(dup)))
 }
@@ -246,16 +245,7 @@ pub fn map_region(fd: OwnedFd, g: &Geometry, at: Option<usize>) -> Result<Shared
         return Ok(SharedRegion::new(FixedMapping { ptr, len: g.total_len(), _file: file }));
     }
     let map = memmap2::MmapOptions::new().len(g.total_len()).map_raw(&file).map_err(ios("mapping the shared memory"))?;
-    prefer_huge_pages(&map);
     Ok(SharedRegion::new(MemfdMapping { map, _file: file }))
-}
-
-/// Asks for the region in huge pages where the kernel gives shared memory
-/// transparent huge pages on request (`shmem_enabled` of `advise`): the
-/// GPU then reaches the page-locked data area through far fewer page
-/// table entries. Elsewhere this changes nothing.
-fn prefer_huge_pages(map: &memmap2::MmapRaw) {
-    let _ = map.advise(memmap2::Advice::HugePage);
 }
 
 /// A doorbell made of a connected Unix socket: a ring is one byte, the

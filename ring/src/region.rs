@@ -215,9 +215,9 @@ pub struct RegionChannel {
     cap: u32,
 }
 
-// SAFETY: `base` points into the mapping `region` keeps alive; the memory
-// is reached only through atomics and bounds-checked raw copies, from any
-// thread alike.
+// `base` points into the mapping `region` keeps alive.
+// SAFETY: that memory is reached only through atomics and bounds-checked
+// raw copies, from any thread alike.
 unsafe impl Send for RegionChannel {}
 // SAFETY: as above.
 unsafe impl Sync for RegionChannel {}
@@ -227,10 +227,10 @@ impl RegionChannel {
     fn index(&self, line: usize) -> &AtomicU32 {
         let offset = self.idx + line * 64;
         debug_assert!(offset + 4 <= self.region.len());
-        // SAFETY: `idx` is 64-aligned and the four lines lie in the region
-        // (checked when the channel was made); the mapping outlives `self`;
-        // both sides only ever access these bytes atomically, and AtomicU32
-        // has the layout of u32.
+        // `idx` is 64-aligned and the four lines lie in the region (checked
+        // when the channel was made); the mapping outlives `self`.
+        // SAFETY: in bounds and aligned (above); both sides access these
+        // bytes only atomically, and AtomicU32 has the layout of u32.
         unsafe { &*(self.base.add(offset) as *const AtomicU32) }
     }
 }
@@ -256,11 +256,10 @@ impl ChannelMemory for RegionChannel {
     fn header(&self, pos: u32) -> &AtomicU64 {
         debug_assert!(pos % 8 == 0 && pos + 8 <= self.cap);
         let pos = (pos & !7).min(self.cap - 8) as usize;
-        // SAFETY: `buf` is 8-aligned and `pos + 8 <= cap` (a multiple of 8,
-        // clamped just above), so the word lies in the buffer, which lies
-        // in the region (checked when the channel was made); both sides
-        // access a record's header word only atomically, and AtomicU64 has
-        // the layout of u64.
+        // `buf` is 8-aligned and `pos + 8 <= cap` (clamped just above), so
+        // the word lies in the buffer, which lies in the region.
+        // SAFETY: in bounds and aligned (above); both sides access a header
+        // word only atomically, and AtomicU64 has the layout of u64.
         unsafe { &*(self.base.add(self.buf + pos) as *const AtomicU64) }
     }
     fn capacity(&self) -> u32 {

@@ -358,9 +358,9 @@ impl Transport for RingTransport {
         }
         let at = self.place(data.len(), false)?;
         let p = self.area.ptr(at, data.len() as u64)?;
-        // SAFETY: `p` is `data.len()` bytes of the data area (bounds-checked
-        // by `ptr`), placed for this request alone; `data` is a live slice
-        // of the program's memory, which is not in the area.
+        // `p` is `data.len()` bytes of the data area (bounds-checked by `ptr`).
+        // SAFETY: placed for this request alone; `data` is a live slice of
+        // the program's memory, which is not in the area.
         unsafe { crate::bulk::copy(p, data.as_ptr(), data.len()) };
         Ok(Staged { dref: DataRef::area(at, data.len()), inline: false })
     }
@@ -377,9 +377,9 @@ impl Transport for RingTransport {
         let at = s.dref.offset.get();
         if !dst.is_empty() {
             let p = self.area.ptr(at, dst.len() as u64)?;
-            // SAFETY: `p` is `dst.len()` bytes of the data area (bounds-
-            // checked), which the backend finished writing before it
-            // replied; `dst` is the program's memory, exclusively borrowed.
+            // `p` is `dst.len()` bytes of the data area (bounds-checked).
+            // SAFETY: the backend finished writing it before it replied;
+            // `dst` is the program's memory, exclusively borrowed.
             unsafe { crate::bulk::copy(dst.as_mut_ptr(), p, dst.len()) };
             self.staging.unhold(at);
         }
