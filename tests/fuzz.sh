@@ -25,13 +25,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${PVGPU_FUZZ_SECONDS:-30}
-targets=(${PVGPU_FUZZ_TARGETS:-request_decoder ring_consumer module_image local_handshake xenstore_reply})
+targets=(${PVGPU_FUZZ_TARGETS:-request_decoder ring_consumer module_image local_handshake xenstore_reply tcp_opening tcp_stream})
 cargo_fuzz=0.13.2
 
 # Longest input per target: a request with a modest tail; a program of ring
 # operations; the committed test kernels (a 20 KiB cubin and fatbin) with
 # room to grow; a hello and its fd choices; a XenStore session's replies.
-declare -A max_len=([request_decoder]=8192 [ring_consumer]=4096 [module_image]=65536 [local_handshake]=512 [xenstore_reply]=8192)
+declare -A max_len=([request_decoder]=8192 [ring_consumer]=4096 [module_image]=65536 [local_handshake]=512 [xenstore_reply]=8192 [tcp_opening]=512 [tcp_stream]=16384)
 
 if ! cargo fuzz --version 2>/dev/null | grep -q " $cargo_fuzz\$"; then
   cargo install cargo-fuzz --locked --version "$cargo_fuzz"

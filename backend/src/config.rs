@@ -59,11 +59,20 @@ pub struct SessionLimits {
     /// the session counts itself. Only a process that serves one session
     /// (a worker) sets it.
     pub footprint: bool,
+    /// The session's seat in its peer's memory ledger: what all sessions of
+    /// the peer hold together stays within `--peer-mem-quota`.
+    pub peer_ledger: Option<crate::ledger::LedgerView>,
 }
 
 impl Default for SessionLimits {
     fn default() -> Self {
-        SessionLimits { mem_quota: None, max_objects: 65536, max_image: pvgpu_ring::proto::MAX_PAYLOAD, footprint: false }
+        SessionLimits {
+            mem_quota: None,
+            max_objects: 65536,
+            max_image: pvgpu_ring::proto::MAX_PAYLOAD,
+            footprint: false,
+            peer_ledger: None,
+        }
     }
 }
 
@@ -133,14 +142,21 @@ pub struct AdmissionConfig {
     pub max_tcp: usize,
     /// See [`AdmissionConfig::max_local`].
     pub max_xen: usize,
-    /// Most sessions of one peer: a local user, a TCP address, a guest.
-    pub max_per_peer: usize,
-    /// Most connections still in their opening (no worker yet), and of
-    /// one peer among them.
+    /// Most sessions of one peer over each transport: a local user, a TCP
+    /// address (an IPv6 /64), a guest. `None`: a quarter of each
+    /// transport's limit.
+    pub max_per_peer: Option<usize>,
+    /// Device memory all sessions of one peer may hold together.
+    pub peer_mem_quota: Option<u64>,
+    /// Most connections still in their opening (no worker yet), per
+    /// transport (local, TCP, TLS); when full, the oldest is cut to make
+    /// room.
     pub max_pending: usize,
-    /// See [`AdmissionConfig::max_pending`].
-    pub max_pending_per_peer: usize,
-    /// How long a connection may take to open (hello, key check).
+    /// Most of those from one peer. `None`: an eighth of
+    /// [`AdmissionConfig::max_pending`].
+    pub max_pending_per_peer: Option<usize>,
+    /// How long a connection may take to open in all (hello, TLS
+    /// handshake, key check), however much it sends meanwhile.
     pub handshake_timeout: Duration,
     /// The key TCP clients must prove they hold.
     pub tcp_key: Option<pvgpu_ring::tcp_auth::TcpKey>,
@@ -165,9 +181,10 @@ impl Default for AdmissionConfig {
             max_local: 64,
             max_tcp: 16,
             max_xen: 64,
-            max_per_peer: 16,
+            max_per_peer: None,
+            peer_mem_quota: None,
             max_pending: 128,
-            max_pending_per_peer: 32,
+            max_pending_per_peer: None,
             handshake_timeout: Duration::from_secs(5),
             tcp_key: None,
             tcp_trusted_network: false,

@@ -2,9 +2,10 @@
 //! shared memory or read off the socket), mark it done, send a reply.
 
 use pvgpu_ring::channel::{ChannelError, Consumer, Producer, Sent};
+use pvgpu_ring::frame::FrameError;
 use pvgpu_ring::layout::{Geometry, LayoutError, MAX_RING_RECORD, attach_region};
 use pvgpu_ring::notify::{Notifier, NotifyError, Step, WaitError, Waiter};
-use pvgpu_ring::proto::{DecodeError, HEADER_LEN, Header};
+use pvgpu_ring::proto::{DecodeError, Header};
 use pvgpu_ring::region::{DataArea, RegionChannel, SharedRegion};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -248,10 +249,6 @@ pub struct TcpConn {
     idle_timeout: Option<Duration>,
 }
 
-/// Payload bytes read per step: a frame's buffer grows with what arrives,
-/// never to what a header merely claims.
-const READ_STEP: usize = 1 << 20;
-
 impl TcpConn {
     /// Wraps a stream that passed its opening. A frontend that sends
     /// nothing for `idle_timeout` loses its session.
@@ -283,34 +280,6 @@ pub(crate) fn readable(sock: &impl AsFd, timeout: Duration) -> io::Result<bool> 
     }
 }
 
-/// Reads one frame from `sock` into `buf`: the header, then the payload in
-/// steps of [`READ_STEP`] as it arrives.
-fn read_frame_into(sock: &mut impl Read, buf: &mut Vec<u8>) -> Result<(), ConnError> {
-    buf.clear();
-    buf.resize(HEADER_LEN, 0);
-    let mut got = 0;
-    while got < HEADER_LEN {
-        match sock.read(&mut buf[got..]) {
-            Ok(0) if got == 0 => return Err(ConnError::PeerGone),
-            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Err(ConnError::PeerGone),
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let h = Header::parse(buf)?;
-    let mut left = h.payload_len.get() as usize;
-    while left > 0 {
-        let step = left.min(READ_STEP);
-        let at = buf.len();
-        buf.resize(at + step, 0);
-        sock.read_exact(&mut buf[at..])?;
-        left -= step;
-    }
-    Ok(())
-}
-
 impl Conn for TcpConn {
     fn recv(&mut self, buf: &mut Vec<u8>, stop: &AtomicBool) -> Result<(), ConnError> {
         let since = Instant::now();
@@ -320,7 +289,12 @@ impl Conn for TcpConn {
                 return Err(ConnError::Idle);
             }
         }
-        read_frame_into(&mut self.sock, buf)
+        match pvgpu_ring::frame::read_frame_into(&mut self.sock, buf) {
+            Ok(_) => Ok(()),
+            Err(FrameError::Closed) => Err(ConnError::PeerGone),
+            Err(FrameError::Io(e)) => Err(e.into()),
+            Err(FrameError::Header(e)) => Err(e.into()),
+        }
     }
 
     fn release(&mut self) -> Result<(), ConnError> {
@@ -345,19 +319,6 @@ impl Conn for TcpConn {
 mod tests {
     use super::*;
 
-    /// A header that claims a large payload makes the buffer grow only
-    /// with the bytes that actually arrive.
-    #[test]
-    fn payload_is_read_before_it_is_allocated() {
-        use zerocopy::IntoBytes;
-        let h = Header::request(pvgpu_ring::proto::Opcode::Nop, 1, 0, pvgpu_ring::proto::MAX_PAYLOAD);
-        let mut wire = h.as_bytes().to_vec();
-        wire.extend_from_slice(&[0u8; 100]);
-        let mut buf = Vec::new();
-        assert!(read_frame_into(&mut &wire[..], &mut buf).is_err());
-        assert!(buf.capacity() <= HEADER_LEN + 2 * READ_STEP, "{} bytes allocated for 100 received", buf.capacity());
-        const { assert!(pvgpu_ring::proto::MAX_PAYLOAD > 4 * READ_STEP) };
-    }
     use pvgpu_ring::local::{client_handshake, server_handshake};
     use std::os::unix::net::UnixStream;
     use std::sync::Arc;

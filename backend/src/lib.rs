@@ -9,8 +9,13 @@
 //!   session limits);
 //! - [`supervisor`]: the listeners, one session per connection, clean
 //!   shutdown;
+//! - [`listener`]: the bound listeners and the connections they accept;
 //! - [`admission`]: what a peer must do before it gets a worker (hello,
-//!   key check) and how many sessions it may hold;
+//!   key check, under a total deadline in a bounded pool) and how many
+//!   sessions it may hold;
+//! - [`handover`]: the admitted connection a session is handed;
+//! - [`ledger`]: what one peer's sessions hold together (shared by its
+//!   worker processes);
 //! - [`spawn`]: sessions in worker processes (default) or threads, and the
 //!   supervisor's hold on their lifetime;
 //! - [`session_loop`]: one session's serving loop over its connection;
@@ -38,7 +43,10 @@ pub mod config;
 pub mod conn;
 pub mod exec;
 mod handles;
+pub mod handover;
 pub mod image_cache;
+pub mod ledger;
+pub mod listener;
 pub mod log_limit;
 pub mod sandbox;
 pub mod session;

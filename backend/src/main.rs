@@ -58,18 +58,26 @@ struct AdmissionArgs {
     /// Most sessions of Xen guests.
     #[arg(long, default_value = "64")]
     max_xen_sessions: usize,
-    /// Most sessions of one peer: a local user, a TCP client address, a guest.
-    #[arg(long, default_value = "16")]
-    max_sessions_per_peer: usize,
-    /// Most connections still opening (no worker yet), in all.
+    /// Most sessions of one peer over each transport: a local user, a TCP
+    /// client address (an IPv6 /64), a guest. Default: a quarter of the
+    /// transport's limit.
+    #[arg(long)]
+    max_sessions_per_peer: Option<usize>,
+    /// Device memory all sessions of one peer may hold together (e.g. 32G).
+    /// Unlimited if unset (each session still has --mem-quota).
+    #[arg(long, value_parser = parse_bytes)]
+    peer_mem_quota: Option<u64>,
+    /// Most connections still opening (no worker yet) per transport (local,
+    /// TCP, TLS); when full, the one opening longest is dropped for a new one.
     #[arg(long, default_value = "128")]
     max_pending: usize,
     /// Most connections still opening from one peer; a burst beyond it
-    /// (many processes of one user starting at once) is refused.
-    #[arg(long, default_value = "32")]
-    max_pending_per_peer: usize,
-    /// Seconds a new connection has to open (send its hello, pass the key
-    /// check) before it is dropped.
+    /// (many processes of one user starting at once) is refused. Default:
+    /// an eighth of --max-pending.
+    #[arg(long)]
+    max_pending_per_peer: Option<usize>,
+    /// Seconds a new connection has in all to open (send its hello, finish
+    /// TLS, pass the key check) before it is dropped, however much it sends.
     #[arg(long, value_name = "SECS", default_value = "5")]
     handshake_timeout: u64,
     /// File holding the key TCP clients must prove they hold (their
@@ -116,6 +124,7 @@ impl AdmissionArgs {
             max_tcp: self.max_tcp_sessions,
             max_xen: self.max_xen_sessions,
             max_per_peer: self.max_sessions_per_peer,
+            peer_mem_quota: self.peer_mem_quota,
             max_pending: self.max_pending,
             max_pending_per_peer: self.max_pending_per_peer,
             handshake_timeout: Duration::from_secs(self.handshake_timeout.max(1)),
@@ -311,6 +320,12 @@ enum Cmd {
         /// Where to report how the session ended (a pipe from the backend).
         #[arg(long)]
         report_fd: Option<i32>,
+        /// A local frontend's hello, read by the backend (its memfd on fd 5).
+        #[arg(long)]
+        local_hello: Option<String>,
+        /// The session's seat in its peer's memory ledger (on fd 6).
+        #[arg(long)]
+        ledger_seat: Option<usize>,
         #[command(flatten)]
         exec: ExecArgs,
         #[command(flatten)]
@@ -324,7 +339,9 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    if let Some(Cmd::Worker { conn, session, domid, devid, peer, xen_ring, report_fd, exec, sandbox }) = &cli.command {
+    if let Some(Cmd::Worker { conn, session, domid, devid, peer, xen_ring, report_fd, local_hello, ledger_seat, exec, sandbox }) =
+        &cli.command
+    {
         let xen = domid.zip(*devid);
         let w = worker_process::WorkerSession {
             conn,
@@ -333,10 +350,14 @@ fn main() -> Result<()> {
             id: *session,
             peer: peer.as_deref(),
             report_fd: *report_fd,
+            local_hello: local_hello.as_deref(),
+            ledger_seat: *ledger_seat,
         };
         worker_process::run_worker(&w, &exec.executor(), &exec.session(), &sandbox.confinement())?;
         return Ok(());
     }
+    // Before any key is read.
+    pvgpu_backend::sandbox::protect_secrets().context("cannot protect the backend's keys")?;
     if cli.listen.is_empty() {
         bail!(
             "nothing to listen on: pass --listen local:/run/pvgpu/pvgpu.sock, --listen tcp:HOST:7300 (with --tcp-key FILE) and/or --listen xen"

@@ -84,6 +84,9 @@ pub enum SandboxError {
     /// A `prctl` failed.
     #[error("prctl({0}) failed")]
     Prctl(&'static str, #[source] nix::Error),
+    /// The core size limit could not be set.
+    #[error("setrlimit(RLIMIT_CORE) failed")]
+    CoreLimit(#[source] nix::Error),
     /// The seccomp filter could not be built.
     #[error("Cannot build the seccomp filter")]
     Filter(#[source] seccompiler::BackendError),
@@ -145,6 +148,17 @@ impl Default for Confinement {
     fn default() -> Self {
         Confinement { user: None, seccomp: true }
     }
+}
+
+/// Keeps what the supervisor holds (the TCP key, the TLS key, relayed TLS
+/// plaintext) out of reach of other processes of its user and out of core
+/// files: not dumpable (no core dump; no `ptrace` or `/proc/<pid>/mem`
+/// for processes of the same user without `CAP_SYS_PTRACE`) and a core size
+/// limit of 0, hard and soft, which its children inherit.
+pub fn protect_secrets() -> Result<(), SandboxError> {
+    use nix::sys::resource::{Resource, setrlimit};
+    setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(SandboxError::CoreLimit)?;
+    prctl::set_dumpable(false).map_err(|e| SandboxError::Prctl("PR_SET_DUMPABLE", e))
 }
 
 /// Confines the calling process for the rest of its life: see the module

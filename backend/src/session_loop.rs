@@ -6,68 +6,14 @@
 use crate::config::SessionConfig;
 use crate::conn::{Conn, ConnError, RingConn, TcpConn};
 use crate::exec::Executor;
+use crate::handover::Handover;
 use crate::image_cache::{ImageCache, Owner};
 use crate::session::{Outcome, Session};
 use pvgpu_ring::local;
 use pvgpu_ring::proto::{HEADER_LEN, Header};
 use pvgpu_ring::report::Chain;
-use std::net::TcpStream;
-use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// A connection accepted by a listener.
-pub enum Accepted {
-    /// Local transport (handshake not yet done).
-    Unix(UnixStream),
-    /// TCP transport.
-    Tcp(TcpStream),
-    /// TCP on a TLS listener, before its handshake.
-    Tls(TcpStream),
-    /// A TLS connection the supervisor relays, after its handshake and key
-    /// check: the worker's end of the relay, and who the peer is.
-    Relayed {
-        /// The worker's end.
-        sock: UnixStream,
-        /// The TCP peer (`tcp:ADDRESS`).
-        peer: String,
-    },
-    /// A Xen guest's vgpu device whose frontend is `Initialised`.
-    Xen {
-        /// Guest domain.
-        domid: u16,
-        /// Device id.
-        devid: u32,
-        /// The ring it published, as the supervisor read it.
-        ring: crate::xen::XenRing,
-    },
-}
-
-impl Accepted {
-    /// Who is at the other end, as far as the transport says: the guest
-    /// domain, the local user, or the TCP peer's address.
-    pub fn owner(&self) -> Owner {
-        Owner(match self {
-            Accepted::Unix(s) => match nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerCredentials) {
-                Ok(c) => format!("uid:{}", c.uid()),
-                Err(_) => "local".into(),
-            },
-            Accepted::Tcp(s) | Accepted::Tls(s) => s.peer_addr().map_or("tcp".into(), |a| format!("tcp:{}", a.ip())),
-            Accepted::Relayed { peer, .. } => peer.clone(),
-            Accepted::Xen { domid, .. } => format!("xen:{domid}"),
-        })
-    }
-
-    /// The transport's name (`local`, `tcp`, `tls`, `xen`).
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Accepted::Unix(_) => "local",
-            Accepted::Tcp(_) => "tcp",
-            Accepted::Tls(_) | Accepted::Relayed { .. } => "tls",
-            Accepted::Xen { .. } => "xen",
-        }
-    }
-}
 
 /// A connection set up and ready to serve.
 pub struct Opened {
@@ -81,13 +27,13 @@ pub struct Opened {
 /// (the frontend's memory mapped), the TCP socket, or the Xen grants. Runs
 /// before the executor starts, so a peer that cannot open a connection
 /// never costs a GPU context.
-pub fn open_connection(acc: Accepted, cfg: &SessionConfig, id: u64) -> Result<Opened, Ended> {
-    let kind = acc.kind();
-    let owner = acc.owner();
+pub fn open_connection(handover: Handover, cfg: &SessionConfig, id: u64) -> Result<Opened, Ended> {
+    let kind = handover.transport().name();
+    let owner = handover.owner();
     let mut xen_hold = None;
-    let conn: Box<dyn Conn> = match acc {
-        Accepted::Unix(s) => {
-            let side = match local::server_handshake(s, cfg.max_data_area, cfg.same_address) {
+    let conn: Box<dyn Conn> = match handover {
+        Handover::Local { sock, hello, .. } => {
+            let side = match local::finish_handshake(sock, hello, cfg.max_data_area, cfg.same_address) {
                 Ok(side) => side,
                 Err(e) => return Err(Ended::Broken(format!("handshake failed: {}", Chain(&e)))),
             };
@@ -97,16 +43,15 @@ pub fn open_connection(acc: Accepted, cfg: &SessionConfig, id: u64) -> Result<Op
                 Err(e) => return Err(Ended::Broken(format!("ring setup failed: {}", Chain(&e)))),
             }
         }
-        Accepted::Tcp(s) => match TcpConn::new(s, cfg.tcp_idle_timeout) {
+        Handover::Tcp(s) => match TcpConn::new(s, cfg.tcp_idle_timeout) {
             Ok(c) => Box::new(c),
             Err(e) => return Err(Ended::Broken(format!("socket setup failed: {}", Chain(&e)))),
         },
-        Accepted::Relayed { sock, .. } => match TcpConn::relayed(sock, cfg.tcp_idle_timeout) {
+        Handover::Relayed { sock, .. } => match TcpConn::relayed(sock, cfg.tcp_idle_timeout) {
             Ok(c) => Box::new(c),
             Err(e) => return Err(Ended::Broken(format!("socket setup failed: {}", Chain(&e)))),
         },
-        Accepted::Tls(_) => return Err(Ended::Broken("a TLS connection reached a session before its handshake".into())),
-        Accepted::Xen { domid, devid, ring } => match crate::xen::open_session(domid, &ring, cfg) {
+        Handover::Xen { domid, devid, ring } => match crate::xen::open_session(domid, &ring, cfg) {
             Ok((c, hold)) => {
                 xen_hold = Some(hold);
                 Box::new(c.with_idle_timeout(cfg.idle_timeout))

@@ -13,7 +13,9 @@
 use crate::admission::Slot;
 use crate::config::{SessionConfig, WorkerCommand};
 use crate::exec::Executor;
-use crate::session_loop::{Accepted, Ended, log_end, open_connection, serve_opened};
+use crate::handover::Handover;
+use crate::ledger::Seat;
+use crate::session_loop::{Ended, log_end, open_connection, serve_opened};
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -27,6 +29,10 @@ use std::time::{Duration, Instant};
 pub const WORKER_FD: i32 = 3;
 /// File descriptor a worker reports how its session ended on.
 pub const REPORT_FD: i32 = 4;
+/// File descriptor a local session's worker finds the frontend's memfd on.
+pub const MEMFD_FD: i32 = 5;
+/// File descriptor a worker finds its peer's memory ledger on.
+pub const LEDGER_FD: i32 = 6;
 /// The line a worker reports once its connection is set up.
 pub const REPORT_READY: &str = "ready";
 
@@ -36,11 +42,13 @@ pub type OnEnd = Box<dyn FnOnce() + Send>;
 /// An admitted session, ready to run.
 pub struct Start {
     /// Its connection.
-    pub acc: Accepted,
+    pub handover: Handover,
     /// Its number.
     pub id: u64,
     /// Its slot, held until it has ended.
     pub slot: Slot,
+    /// Its seat in its peer's memory ledger, held until it has ended.
+    pub seat: Option<Seat>,
     /// What to do once its connection is set up (a Xen device is then
     /// marked `Connected`).
     pub on_ready: Option<OnEnd>,
@@ -82,15 +90,16 @@ impl<E: Executor> ThreadSpawner<E> {
 
 impl<E: Executor> Spawner for ThreadSpawner<E> {
     fn spawn(&self, s: Start, stop: Arc<AtomicBool>) -> io::Result<()> {
-        let (exec, cfg) = (self.exec.clone(), self.cfg.clone());
-        let Start { acc, id, slot, on_ready, on_end } = s;
+        let (exec, mut cfg) = (self.exec.clone(), self.cfg.clone());
+        let Start { handover, id, slot, seat, on_ready, on_end } = s;
+        cfg.limits.peer_ledger = seat.as_ref().map(Seat::view);
         // The session's own flag: set by `end`, and by `shutdown` for all.
         let mine = Arc::new(AtomicBool::new(stop.load(Ordering::SeqCst)));
         self.stops.lock().unwrap_or_else(|p| p.into_inner()).insert(id, mine.clone());
         let stops = self.stops.clone();
         let h = std::thread::Builder::new().name(format!("pvgpu-session-{id}")).spawn(move || {
             let t = Instant::now();
-            let ended = match open_connection(acc, &cfg, id) {
+            let ended = match open_connection(handover, &cfg, id) {
                 Ok(opened) => {
                     if let Some(f) = on_ready {
                         f();
@@ -101,7 +110,7 @@ impl<E: Executor> Spawner for ThreadSpawner<E> {
             };
             stops.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             log_end(id, &ended, t.elapsed().as_secs_f64());
-            drop(slot);
+            drop((slot, seat));
             if let Some(f) = on_end {
                 f();
             }
@@ -148,6 +157,9 @@ struct Worker {
     id: u64,
     child: Child,
     _slot: Slot,
+    /// Dropped once the worker has exited: what it held leaves its peer's
+    /// total then, however it ended.
+    _seat: Option<Seat>,
     on_end: Option<OnEnd>,
     /// The session's socket (a duplicate), watched for the peer leaving.
     peer: Option<OwnedFd>,
@@ -188,6 +200,38 @@ fn forker() -> std::sync::mpsc::Sender<Fork> {
         tracing::error!(error = %e, "cannot start the thread that starts workers");
     }
     tx
+}
+
+/// Makes the child find each `(fd, number)` of `fds` at `number`, and
+/// sets it to end when the backend dies.
+fn place_fds(cmd: &mut Command, fds: Vec<(std::os::fd::RawFd, i32)>) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and
+    // calls only async-signal-safe functions (fcntl, dup2, close, prctl);
+    // it allocates nothing (the list was made before the fork).
+    unsafe {
+        cmd.pre_exec(move || {
+            // Move every one out of the way first: any may sit on another's
+            // target number.
+            let mut moved = [0i32; 8];
+            for (i, (fd, _)) in fds.iter().enumerate().take(moved.len()) {
+                moved[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 10);
+                if moved[i] < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            for (i, (_, target)) in fds.iter().enumerate().take(moved.len()) {
+                // dup2 clears close-on-exec on the copy.
+                if libc::dup2(moved[i], *target) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                libc::close(moved[i]);
+            }
+            // The worker ends if the backend dies.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
 }
 
 /// Whether a socket's peer has hung up, without reading from it.
@@ -234,61 +278,41 @@ impl ProcessSpawner {
 
 impl Spawner for ProcessSpawner {
     fn spawn(&self, s: Start, _stop: Arc<AtomicBool>) -> io::Result<()> {
-        use std::os::unix::process::CommandExt;
-        let Start { acc, id, slot, on_ready, on_end } = s;
-        let kind = acc.kind();
+        let Start { handover, id, slot, seat, on_ready, on_end } = s;
         let mut cmd = Command::new(&self.cmd.exe);
-        cmd.arg("worker").arg("--conn").arg(kind).arg("--session").arg(id.to_string()).args(&self.cmd.args);
-        let fd: Option<OwnedFd> = match acc {
-            Accepted::Unix(s) => Some(s.into()),
-            Accepted::Tcp(s) => Some(s.into()),
-            Accepted::Relayed { sock, peer } => {
+        cmd.arg("worker").arg("--conn").arg(handover.transport().name()).arg("--session").arg(id.to_string()).args(&self.cmd.args);
+        // Descriptors the worker finds at fixed numbers.
+        let mut fds: Vec<(OwnedFd, i32)> = Vec::new();
+        match handover {
+            Handover::Local { sock, hello, .. } => {
+                let g = hello.geometry;
+                cmd.arg("--local-hello").arg(format!("{},{},{},{}", g.req_size, g.rsp_size, g.data_size, hello.region_addr));
+                fds.push((sock.into(), WORKER_FD));
+                fds.push((hello.memfd, MEMFD_FD));
+            }
+            Handover::Tcp(s) => fds.push((s.into(), WORKER_FD)),
+            Handover::Relayed { sock, peer } => {
                 cmd.arg("--peer").arg(peer);
-                Some(sock.into())
+                fds.push((sock.into(), WORKER_FD));
             }
-            Accepted::Tls(_) => return Err(io::Error::other("a TLS connection must be admitted (relayed) first")),
-            Accepted::Xen { domid, devid, ring } => {
+            Handover::Xen { domid, devid, ring } => {
                 cmd.arg("--domid").arg(domid.to_string()).arg("--devid").arg(devid.to_string()).arg("--xen-ring").arg(ring.to_arg());
-                None
             }
-        };
-        let peer = fd.as_ref().map(|f| f.try_clone()).transpose()?;
+        }
+        let peer = fds.iter().find(|(_, n)| *n == WORKER_FD).map(|(f, _)| f.try_clone()).transpose()?;
+        if let Some(seat) = &seat {
+            cmd.arg("--ledger-seat").arg(seat.index().to_string());
+            fds.push((seat.fd().try_clone_to_owned()?, LEDGER_FD));
+        }
         let (report_rd, report_wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
         cmd.arg("--report-fd").arg(REPORT_FD.to_string());
-        let conn_raw = fd.as_ref().map(|f| f.as_raw_fd());
-        let report_raw = report_wr.as_raw_fd();
-        // SAFETY: the closure runs in the child between fork and exec and
-        // calls only async-signal-safe functions (fcntl, dup2, close, prctl).
-        unsafe {
-            cmd.pre_exec(move || {
-                // Move both out of the way first: either may sit on the
-                // other's target number.
-                let report = libc::fcntl(report_raw, libc::F_DUPFD_CLOEXEC, 10);
-                if report < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                if let Some(raw) = conn_raw {
-                    let conn = libc::fcntl(raw, libc::F_DUPFD_CLOEXEC, 10);
-                    if conn < 0 || libc::dup2(conn, WORKER_FD) < 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    libc::close(conn);
-                }
-                if libc::dup2(report, REPORT_FD) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                libc::close(report);
-                // The worker ends if the backend dies.
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                Ok(())
-            });
-        }
+        fds.push((report_wr, REPORT_FD));
+        place_fds(&mut cmd, fds.iter().map(|(f, n)| (f.as_raw_fd(), *n)).collect());
         let (tx, rx) = std::sync::mpsc::channel();
         let gone = || io::Error::other("the thread that starts workers is gone");
         self.forker.lock().unwrap_or_else(|p| p.into_inner()).send((cmd, tx)).map_err(|_| gone())?;
         let child = rx.recv().map_err(|_| gone())??;
-        drop(fd);
-        drop(report_wr);
+        drop(fds);
         let report = File::from(report_rd);
         // Read without blocking when the worker is reaped (it has exited,
         // so what it wrote is all there is).
@@ -298,6 +322,7 @@ impl Spawner for ProcessSpawner {
             id,
             child,
             _slot: slot,
+            _seat: seat,
             on_end,
             peer,
             report: Some(report),

@@ -12,15 +12,14 @@
 
 use crate::admission::{self, Pools, Slots};
 use crate::config::{AdmissionConfig, Config, Listen, SessionConfig, WorkerCommand};
-use crate::conn::readable;
 use crate::exec::Executor;
+use crate::handover::{Handover, Transport};
+use crate::listener::{Accepted, ListenError, Listener, bind};
 use crate::log_limit;
-use crate::session_loop::Accepted;
 use crate::spawn::{OnEnd, ProcessSpawner, Spawner, Start, ThreadSpawner};
 use pvgpu_ring::local::{self, Refusal};
 use std::io;
-use std::net::{SocketAddr, TcpListener};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,28 +32,11 @@ pub use crate::spawn::WORKER_FD;
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     /// A listener could not be opened.
-    #[error("Cannot listen on {what}")]
-    Listen {
-        /// The address.
-        what: String,
-        /// The error.
-        #[source]
-        source: io::Error,
-    },
-    /// A Unix socket path is already served by a running backend.
-    #[error("{0} is in use by a running backend; stop it or choose another path")]
-    InUse(PathBuf),
-    /// TCP without a key, and the network not declared trusted.
-    #[error(
-        "Refusing to serve TCP without a key: pass --tcp-key FILE (clients set PVGPU_TCP_KEY to a copy), or --tcp-trusted-network if every host that can reach the port is trusted"
-    )]
-    TcpWithoutKey,
-    /// A TLS listener without a certificate.
-    #[error("--listen tls: needs --tls-cert FILE and --tls-key FILE")]
-    TlsWithoutCert,
-    /// XenStore is not reachable.
-    #[error("Cannot serve Xen guests (run the backend in the domain that owns the GPU, with xenstored running)")]
-    Xen(#[from] pvgpu_xen::XenError),
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    /// A thread of the supervisor could not be started.
+    #[error("Cannot start the {0} thread")]
+    Thread(&'static str, #[source] io::Error),
 }
 
 /// Counters for operators and tests.
@@ -87,47 +69,6 @@ pub struct Backend {
     spawner: Arc<dyn Spawner>,
     tcp_addrs: Vec<SocketAddr>,
     local_paths: Vec<PathBuf>,
-}
-
-enum Listener {
-    Unix(UnixListener),
-    Tcp { l: TcpListener, tls: bool },
-    Xen(pvgpu_xen::XenStore),
-}
-
-fn bind(l: &Listen, adm: &AdmissionConfig) -> Result<(Listener, Option<SocketAddr>), BackendError> {
-    match l {
-        Listen::Local(path) => {
-            let err = |source| BackendError::Listen { what: path.display().to_string(), source };
-            if path.exists() {
-                if UnixStream::connect(path).is_ok() {
-                    return Err(BackendError::InUse(path.clone()));
-                }
-                let _ = std::fs::remove_file(path);
-            }
-            let ul = UnixListener::bind(path).map_err(err)?;
-            // The mode decides who may connect, whatever the umask.
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(adm.socket_mode)).map_err(err)?;
-            ul.set_nonblocking(true).map_err(err)?;
-            Ok((Listener::Unix(ul), None))
-        }
-        Listen::Tcp(a) | Listen::Tls(a) => {
-            let tls = matches!(l, Listen::Tls(_));
-            if adm.tcp_key.is_none() && !adm.tcp_trusted_network {
-                return Err(BackendError::TcpWithoutKey);
-            }
-            if tls && adm.tls.is_none() {
-                return Err(BackendError::TlsWithoutCert);
-            }
-            let err = |source| BackendError::Listen { what: a.clone(), source };
-            let tl = TcpListener::bind(a).map_err(err)?;
-            tl.set_nonblocking(true).map_err(err)?;
-            let addr = tl.local_addr().map_err(err)?;
-            Ok((Listener::Tcp { l: tl, tls }, Some(addr)))
-        }
-        Listen::Xen => Ok((Listener::Xen(pvgpu_xen::XenStore::open()?), None)),
-    }
 }
 
 /// What every listener thread shares.
@@ -189,7 +130,7 @@ impl Backend {
                     Listener::Xen(xs) => xen_loop(xs, &shared),
                     other => accept_loop(other, &shared),
                 })
-                .map_err(|source| BackendError::Listen { what: "listener thread".into(), source })?;
+                .map_err(|e| BackendError::Thread("listener", e))?;
             listeners.push(h);
         }
         Ok(Backend { stop: shared.stop.clone(), stats, listeners, spawner, tcp_addrs, local_paths })
@@ -233,73 +174,65 @@ impl Drop for Backend {
     }
 }
 
-/// Accepts connections and hands each to an admission thread: it has the
-/// handshake timeout to open (hello, key check) while holding a pending
-/// slot, and gets a worker only once it has, and a session slot is free.
+/// How often a listener looks at its pool's deadlines and its workers.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Accepts connections and hands each to an admission thread, which holds
+/// a place in the transport's pool of openings while it opens (hello, TLS
+/// handshake, key check), and gets a worker only once it has and a session
+/// slot is free.
 fn accept_loop(listener: Listener, sh: &Arc<Shared>) {
+    let transport = listener.transport();
+    let Some(pool) = sh.pools.pending(transport) else { return };
     while !sh.stop.load(Ordering::SeqCst) {
-        let ready = match &listener {
-            Listener::Unix(l) => readable(l, Duration::from_millis(100)).unwrap_or(false),
-            Listener::Tcp { l, .. } => readable(l, Duration::from_millis(100)).unwrap_or(false),
-            Listener::Xen(_) => return,
-        };
+        let accepted = listener.accept(TICK);
+        pool.expire();
         sh.spawner.tend();
-        if !ready {
-            continue;
-        }
-        let acc = match &listener {
-            Listener::Unix(l) => l.accept().map(|(s, _)| Accepted::Unix(s)),
-            Listener::Tcp { l, tls } => l.accept().map(|(s, _)| if *tls { Accepted::Tls(s) } else { Accepted::Tcp(s) }),
-            Listener::Xen(_) => return,
-        };
-        let acc = match acc {
-            Ok(a) => a,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+        match accepted {
+            Ok(Some(acc)) => enter(acc, sh),
+            Ok(None) => {}
             Err(e) => {
                 if log_limit::peer_triggered() {
-                    tracing::warn!(error = %e, "accept failed");
+                    tracing::warn!(transport = transport.name(), error = %e, "accept failed");
                 }
                 std::thread::sleep(Duration::from_millis(50));
-                continue;
             }
-        };
-        let sock_blocking = match &acc {
-            Accepted::Unix(s) => s.set_nonblocking(false),
-            Accepted::Tcp(s) | Accepted::Tls(s) => s.set_nonblocking(false),
-            Accepted::Relayed { .. } | Accepted::Xen { .. } => Ok(()),
-        };
-        if sock_blocking.is_err() {
-            continue;
-        }
-        let (peer, kind) = (acc.owner().0, acc.kind());
-        let pending = match sh.pools.pending.acquire(kind, &peer) {
-            Ok(p) => p,
-            Err(full) => {
-                if let Accepted::Unix(s) = &acc {
-                    local::refuse(s, Refusal::Busy, sh.session.max_data_area);
-                }
-                admission::log_refusal(&peer, kind, &admission::Refused::Full(full));
-                continue;
-            }
-        };
-        let sh2 = sh.clone();
-        let r = std::thread::Builder::new().name("pvgpu-admit".into()).spawn(move || admit(acc, pending, &sh2));
-        if let Err(e) = r {
-            tracing::error!(error = %e, "cannot start an admission thread");
         }
     }
 }
 
-/// One connection's opening (holding its `pending` slot), then its
-/// session; for TLS, this thread then relays the session's traffic.
-fn admit(acc: Accepted, pending: admission::Slot, sh: &Shared) {
-    let (peer, kind) = (acc.owner().0, acc.kind());
-    let admitted = admission::open(acc, &sh.admission, &sh.pools.sessions, sh.session.max_data_area);
-    drop(pending);
-    match admitted {
-        Ok(admission::Admitted { acc, slot, relay }) => {
+/// Puts a new connection in its transport's pool of openings and starts
+/// its admission thread; a peer at its most is refused at once.
+fn enter(acc: Accepted, sh: &Arc<Shared>) {
+    let (peer, transport) = (acc.peer(), acc.transport());
+    let Some(pool) = sh.pools.pending(transport) else { return };
+    let Ok(dup) = acc.dup() else { return };
+    let pending = match pool.enter(&peer, dup) {
+        Ok(p) => p,
+        Err(full) => {
+            if let Accepted::Unix { sock, .. } = &acc {
+                local::refuse(sock, Refusal::Busy, sh.session.max_data_area);
+            }
+            admission::log_refusal(&peer, transport, &admission::Refused::Full(full));
+            return;
+        }
+    };
+    let sh2 = sh.clone();
+    let r = std::thread::Builder::new().name("pvgpu-admit".into()).spawn(move || admit(acc, pending, &sh2));
+    if let Err(e) = r {
+        tracing::error!(error = %e, "cannot start an admission thread");
+    }
+}
+
+/// One connection's opening, then its session; for TLS, this thread then
+/// relays the session's traffic.
+fn admit(acc: Accepted, pending: admission::pending::Pending, sh: &Shared) {
+    let (peer, transport) = (acc.peer(), acc.transport());
+    match admission::open(acc, pending, &sh.admission, &sh.pools, sh.session.max_data_area) {
+        Ok(admission::Admitted { handover, slot, seat, relay }) => {
             let id = sh.stats.next_id();
-            if let Err(e) = sh.spawner.spawn(Start { acc, id, slot, on_ready: None, on_end: None }, sh.stop.clone()) {
+            let start = Start { handover, id, slot, seat, on_ready: None, on_end: None };
+            if let Err(e) = sh.spawner.spawn(start, sh.stop.clone()) {
                 tracing::error!(session = id, error = %e, "cannot start a session");
                 return;
             }
@@ -307,7 +240,7 @@ fn admit(acc: Accepted, pending: admission::Slot, sh: &Shared) {
                 crate::tls::relay(tls, local);
             }
         }
-        Err(why) => admission::log_refusal(&peer, kind, &why),
+        Err(why) => admission::log_refusal(&peer, transport, &why),
     }
 }
 
@@ -316,24 +249,15 @@ fn admit(acc: Accepted, pending: admission::Slot, sh: &Shared) {
 /// ended), starts a session for each frontend that is ready, and ends the
 /// sessions of guests that went away or closed their device.
 fn xen_loop(mut xs: pvgpu_xen::XenStore, sh: &Shared) {
-    let me = match xs.domid() {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot read this domain's id; not serving Xen guests");
-            return;
-        }
-    };
-    let root = pvgpu_xen::vgpu::backend_root(me);
-    if let Err(e) = xs.watch(&root, "pvgpu-backend") {
-        tracing::error!(error = %e, path = %root, "cannot watch XenStore; not serving Xen guests");
+    if let Err(why) = watch_devices(&mut xs) {
+        tracing::error!(error = %why, "not serving Xen guests");
         return;
     }
-    tracing::info!(path = %root, "serving Xen guests' vgpu devices");
     let active: crate::xen::Active = Default::default();
     let mut last_scan = Instant::now() - Duration::from_secs(10);
     while !sh.stop.load(Ordering::SeqCst) {
         sh.spawner.tend();
-        let event = matches!(xs.read_watch(Some(Duration::from_millis(200))), Ok(Some(_)));
+        let event = matches!(xs.read_watch(Some(2 * TICK)), Ok(Some(_)));
         if !event && last_scan.elapsed() < Duration::from_secs(1) {
             continue;
         }
@@ -341,53 +265,73 @@ fn xen_loop(mut xs: pvgpu_xen::XenStore, sh: &Shared) {
         for id in crate::xen::departed(&mut xs, &active) {
             sh.spawner.end(id);
         }
-        let mut start = |xs: &mut pvgpu_xen::XenStore, domid: u16, devid: u32| -> Option<u64> {
-            // The supervisor reads what the guest published; its worker
-            // reads no XenStore.
-            let ring = match crate::xen::XenRing::read(xs, domid, devid, &sh.session) {
-                Ok(r) => r,
-                Err(e) => {
-                    if log_limit::peer_triggered() {
-                        tracing::warn!(domid, devid, error = %pvgpu_ring::report::Chain(&e), "refusing a Xen frontend's ring");
-                    }
-                    return None;
-                }
-            };
-            let acc = Accepted::Xen { domid, devid, ring };
-            let peer = acc.owner().0;
-            let slot = match sh.pools.sessions.acquire("xen", &peer) {
-                Ok(s) => s,
-                Err(full) => {
-                    admission::log_refusal(&peer, "xen", &admission::Refused::Full(full));
-                    return None;
-                }
-            };
-            let id = sh.stats.next_id();
-            let set = active.clone();
-            let on_end: OnEnd = Box::new(move || {
-                // The device's XenStore side is the supervisor's: the
-                // worker holds none once it serves.
-                crate::xen::close_device(domid, devid);
-                set.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
-            });
-            let on_ready: OnEnd = Box::new(move || crate::xen::connect_device(domid, devid));
-            match sh.spawner.spawn(Start { acc, id, slot, on_ready: Some(on_ready), on_end: Some(on_end) }, sh.stop.clone()) {
-                Ok(()) => Some(id),
-                Err(e) => {
-                    tracing::error!(session = id, error = %e, "cannot start a session");
-                    None
-                }
-            }
-        };
-        let mut skipped = |device: &str, e: pvgpu_xen::XenError| {
+        scan_devices(&mut xs, sh, &active);
+    }
+}
+
+/// Watches the backend's vgpu directory.
+fn watch_devices(xs: &mut pvgpu_xen::XenStore) -> Result<(), String> {
+    let me = xs.domid().map_err(|e| format!("cannot read this domain's id: {e}"))?;
+    let root = pvgpu_xen::vgpu::backend_root(me);
+    xs.watch(&root, "pvgpu-backend").map_err(|e| format!("cannot watch {root}: {e}"))?;
+    tracing::info!(path = %root, "serving Xen guests' vgpu devices");
+    Ok(())
+}
+
+/// One pass over the vgpu devices: a session for each frontend that is
+/// ready.
+fn scan_devices(xs: &mut pvgpu_xen::XenStore, sh: &Shared, active: &crate::xen::Active) {
+    let mut start = |xs: &mut pvgpu_xen::XenStore, domid: u16, devid: u32| start_xen_session(xs, sh, active, domid, devid);
+    let mut skipped = |device: &str, e: pvgpu_xen::XenError| {
+        if log_limit::peer_triggered() {
+            tracing::warn!(device, error = %e, "skipping a vgpu device this pass");
+        }
+    };
+    if let Err(e) = crate::xen::scan(xs, &sh.session, sh.spawner.executor(), active, &mut start, &mut skipped) {
+        if log_limit::peer_triggered() {
+            tracing::warn!(error = %e, "scanning vgpu devices failed");
+        }
+    }
+}
+
+/// Starts the session of guest `domid`'s device `devid`, whose frontend
+/// published its ring; returns its number.
+fn start_xen_session(xs: &mut pvgpu_xen::XenStore, sh: &Shared, active: &crate::xen::Active, domid: u16, devid: u32) -> Option<u64> {
+    // The supervisor reads what the guest published; its worker reads no
+    // XenStore.
+    let ring = match crate::xen::XenRing::read(xs, domid, devid, &sh.session) {
+        Ok(r) => r,
+        Err(e) => {
             if log_limit::peer_triggered() {
-                tracing::warn!(device, error = %e, "skipping a vgpu device this pass");
+                tracing::warn!(domid, devid, error = %pvgpu_ring::report::Chain(&e), "refusing a Xen frontend's ring");
             }
-        };
-        if let Err(e) = crate::xen::scan(&mut xs, &sh.session, sh.spawner.executor(), &active, &mut start, &mut skipped) {
-            if log_limit::peer_triggered() {
-                tracing::warn!(error = %e, "scanning vgpu devices failed");
-            }
+            return None;
+        }
+    };
+    let handover = Handover::Xen { domid, devid, ring };
+    let peer = handover.owner().0;
+    let (slot, seat) = match sh.pools.session(Transport::Xen, &peer) {
+        Ok(held) => held,
+        Err(why) => {
+            admission::log_refusal(&peer, Transport::Xen, &why);
+            return None;
+        }
+    };
+    let id = sh.stats.next_id();
+    let set = active.clone();
+    let on_end: OnEnd = Box::new(move || {
+        // The device's XenStore side is the supervisor's: the worker holds
+        // none once it serves.
+        crate::xen::close_device(domid, devid);
+        set.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
+    });
+    let on_ready: OnEnd = Box::new(move || crate::xen::connect_device(domid, devid));
+    let start = Start { handover, id, slot, seat, on_ready: Some(on_ready), on_end: Some(on_end) };
+    match sh.spawner.spawn(start, sh.stop.clone()) {
+        Ok(()) => Some(id),
+        Err(e) => {
+            tracing::error!(session = id, error = %e, "cannot start a session");
+            None
         }
     }
 }

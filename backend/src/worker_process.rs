@@ -6,9 +6,10 @@
 use crate::config::{ExecutorConfig, ExecutorKind, SessionConfig};
 use crate::exec::cuda::{CudaExecutor, CudaInitError};
 use crate::exec::host::HostExecutor;
+use crate::handover::Handover;
 use crate::sandbox::{Confinement, SandboxError, confine};
-use crate::session_loop::{Accepted, Ended, open_connection, serve_opened};
-use crate::spawn::WORKER_FD;
+use crate::session_loop::{Ended, open_connection, serve_opened};
+use crate::spawn::{LEDGER_FD, MEMFD_FD, WORKER_FD};
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
@@ -20,9 +21,13 @@ pub enum WorkerError {
     /// The GPU executor did not start.
     #[error(transparent)]
     Cuda(#[from] CudaInitError),
-    /// The `--conn` value is unknown, or `xen` lacks its device.
-    #[error("Bad connection '{0}' (expected local or tcp, or xen with --domid and --devid)")]
+    /// The `--conn` value is unknown, `xen` lacks its device, or `local`
+    /// its hello.
+    #[error("Bad connection '{0}' (expected local with --local-hello, tcp, tls, or xen with --domid, --devid and --xen-ring)")]
     Conn(String),
+    /// The peer's memory ledger cannot be mapped.
+    #[error("Cannot map the peer's memory ledger")]
+    Ledger(#[source] std::io::Error),
     /// Signal handlers could not be installed.
     #[error("Cannot install signal handlers")]
     Signals(#[source] std::io::Error),
@@ -59,6 +64,19 @@ pub struct WorkerSession<'a> {
     pub peer: Option<&'a str>,
     /// Where to report how the session ended.
     pub report_fd: Option<i32>,
+    /// A local frontend's hello, as the supervisor read it:
+    /// `REQ,RSP,DATA,ADDRESS` (its memfd is on [`MEMFD_FD`]).
+    pub local_hello: Option<&'a str>,
+    /// The session's seat in its peer's memory ledger (on [`LEDGER_FD`]).
+    pub ledger_seat: Option<usize>,
+}
+
+/// Parses `--local-hello`.
+fn parse_hello(arg: &str, memfd: OwnedFd) -> Option<pvgpu_ring::local::Hello> {
+    let mut it = arg.split(',').map(str::parse::<u64>);
+    let (req, rsp, data, addr) = (it.next()?.ok()?, it.next()?.ok()?, it.next()?.ok()?, it.next()?.ok()?);
+    let geometry = pvgpu_ring::layout::Geometry { req_size: req.try_into().ok()?, rsp_size: rsp.try_into().ok()?, data_size: data };
+    Some(pvgpu_ring::local::Hello { geometry, region_addr: addr, memfd })
 }
 
 /// Serves one session: a connection handed over on fd 3 (`local`, `tcp`,
@@ -67,7 +85,7 @@ pub struct WorkerSession<'a> {
 /// context. How the session ended goes to `report_fd`, for the supervisor
 /// to log.
 pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionConfig, confinement: &Confinement) -> Result<(), WorkerError> {
-    let WorkerSession { conn, xen, xen_ring, id: session, peer, report_fd } = *w;
+    let WorkerSession { conn, xen, xen_ring, id: session, peer, report_fd, local_hello, ledger_seat } = *w;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(WorkerError::Signals)?;
@@ -76,32 +94,21 @@ pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionCon
     // `report_fd` before exec (spawn::ProcessSpawner).
     // SAFETY: that descriptor is open, and nothing else in this process owns it.
     let mut report = report_fd.map(|fd| std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }));
-    let acc = match (conn, xen) {
-        ("xen", Some((domid, devid))) => {
-            let ring =
-                xen_ring.and_then(crate::xen::XenRing::from_arg).ok_or_else(|| WorkerError::Conn("xen without --xen-ring".into()))?;
-            Accepted::Xen { domid, devid, ring }
-        }
-        ("local" | "tcp" | "tls", None) => {
-            // SAFETY: the backend placed this session's socket on WORKER_FD
-            // before exec (spawn::ProcessSpawner) and nothing else in this
-            // process owns it.
-            let fd = unsafe { OwnedFd::from_raw_fd(WORKER_FD) };
-            match conn {
-                "local" => Accepted::Unix(fd.into()),
-                "tcp" => Accepted::Tcp(fd.into()),
-                _ => Accepted::Relayed { sock: fd.into(), peer: peer.unwrap_or("tcp").to_string() },
-            }
-        }
-        (other, _) => return Err(WorkerError::Conn(other.to_string())),
-    };
+    let handover = handover(conn, xen, xen_ring, peer, local_hello)?;
+    let mut cfg = cfg.clone();
+    if let Some(seat) = ledger_seat {
+        // SAFETY: the supervisor placed its ledger's memfd on LEDGER_FD
+        // before exec, and nothing else in this process owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(LEDGER_FD) };
+        cfg.limits.peer_ledger = Some(crate::ledger::LedgerView::map(fd, seat).map_err(WorkerError::Ledger)?);
+    }
     // This process serves one session: its frontend may know where its
     // shared memory lies here.
-    let mut cfg = SessionConfig { same_address: true, ..cfg.clone() };
+    cfg.same_address = true;
     // Everything this process holds on the device is the session's.
     cfg.limits.footprint = true;
     let cfg = &cfg;
-    let ended = match open_connection(acc, cfg, session) {
+    let ended = match open_connection(handover, cfg, session) {
         Err(ended) => ended,
         Ok(opened) => {
             // The supervisor marks a Xen device `Connected` on this.
@@ -133,6 +140,43 @@ pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionCon
     };
     report_end(report, &ended);
     Ok(())
+}
+
+/// The connection the supervisor handed over: on fd 3 (`local`, with its
+/// hello and memfd; `tcp`; `tls`), or guest `xen`'s device.
+fn handover(
+    conn: &str,
+    xen: Option<(u16, u32)>,
+    xen_ring: Option<&str>,
+    peer: Option<&str>,
+    local_hello: Option<&str>,
+) -> Result<Handover, WorkerError> {
+    let bad = || WorkerError::Conn(conn.to_string());
+    match (conn, xen) {
+        ("xen", Some((domid, devid))) => {
+            let ring = xen_ring.and_then(crate::xen::XenRing::from_arg).ok_or_else(bad)?;
+            Ok(Handover::Xen { domid, devid, ring })
+        }
+        ("local" | "tcp" | "tls", None) => {
+            // SAFETY: the backend placed this session's socket on WORKER_FD
+            // before exec (spawn::ProcessSpawner) and nothing else in this
+            // process owns it.
+            let fd = unsafe { OwnedFd::from_raw_fd(WORKER_FD) };
+            Ok(match conn {
+                "local" => {
+                    // SAFETY: as above, the frontend's memfd on MEMFD_FD.
+                    let memfd = unsafe { OwnedFd::from_raw_fd(MEMFD_FD) };
+                    let hello = local_hello.and_then(|h| parse_hello(h, memfd)).ok_or_else(bad)?;
+                    let sock = std::os::unix::net::UnixStream::from(fd);
+                    let uid = nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::PeerCredentials).map_or(u32::MAX, |c| c.uid());
+                    Handover::Local { sock, hello, uid }
+                }
+                "tcp" => Handover::Tcp(fd.into()),
+                _ => Handover::Relayed { sock: fd.into(), peer: peer.unwrap_or("tcp").to_string() },
+            })
+        }
+        _ => Err(bad()),
+    }
 }
 
 fn report_end(report: Option<std::fs::File>, ended: &Ended) {

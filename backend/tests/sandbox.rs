@@ -305,6 +305,22 @@ fn full_confinement_as_a_worker_gets_it() {
     }
 }
 
+/// The supervisor holds the TCP and TLS keys and relays TLS plaintext:
+/// it makes itself not dumpable, with no core files, for itself and the
+/// workers it starts.
+#[test]
+fn the_supervisor_keeps_its_secrets_out_of_dumps() {
+    if !in_child() {
+        run_child("the_supervisor_keeps_its_secrets_out_of_dumps", &[]);
+        return;
+    }
+    pvgpu_backend::sandbox::protect_secrets().unwrap();
+    assert!(!prctl::get_dumpable().unwrap(), "dumpable");
+    let (soft, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_CORE).unwrap();
+    assert_eq!((soft, hard), (0, 0), "core size limit");
+    println!("{DONE}");
+}
+
 #[test]
 fn refuses_another_user_when_not_root() {
     if is_root() {
@@ -376,6 +392,12 @@ fn worker_status(extra: &[&str]) -> (String, String, String) {
     assert_eq!(workers.len(), 1, "one worker for one session: {workers:?}");
     let w = workers[0].to_string();
     let got = (status_field(&w, "Seccomp:"), status_field(&w, "NoNewPrivs:"), status_field(&w, "Uid:"));
+    // The supervisor, and the worker it started, write no core files.
+    for pid in [backend.0.id().to_string(), w] {
+        let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+        let core = limits.lines().find(|l| l.starts_with("Max core file size")).unwrap_or_default().to_string();
+        assert_eq!(core.split_whitespace().skip(4).take(2).collect::<Vec<_>>(), ["0", "0"], "{pid}: {core}");
+    }
     client.mem_free(d).unwrap();
     drop(client);
 

@@ -311,7 +311,60 @@ fn module_image() {
     write("module_image", "small.ptx", small);
 }
 
+/// The client's answer in the TCP opening: magic, version, flags (bit 0:
+/// a proof follows), nonce, proof.
+fn client_hello(flags: u32) -> Vec<u8> {
+    let mut m = b"PVGPUTC1".to_vec();
+    m.extend_from_slice(&1u32.to_le_bytes());
+    m.extend_from_slice(&flags.to_le_bytes());
+    m.extend_from_slice(&[7; 32]);
+    m.extend_from_slice(&[9; 32]);
+    m
+}
+
+/// A backend's challenge and verdict (status, proof).
+fn server_side(key: bool, status: u32) -> Vec<u8> {
+    let mut m = b"PVGPUTS1".to_vec();
+    m.extend_from_slice(&1u32.to_le_bytes());
+    m.extend_from_slice(&u32::from(key).to_le_bytes());
+    m.extend_from_slice(&[3; 32]);
+    m.extend_from_slice(b"PVGPUTV1");
+    m.extend_from_slice(&status.to_le_bytes());
+    m.extend_from_slice(&0u32.to_le_bytes());
+    m.extend_from_slice(&[5; 32]);
+    m
+}
+
+fn tcp_opening() {
+    for (choice, name) in [(0u8, "open"), (1, "keyed"), (0b10100, "open-pieces")] {
+        let mut m = vec![choice];
+        m.extend(client_hello(u32::from(choice & 1)));
+        write("tcp_opening", &format!("server-{name}"), &m);
+    }
+    for (choice, status) in [(2u8, 0u32), (3, 0), (3, 3), (2, 4)] {
+        let mut m = vec![choice];
+        m.extend(server_side(choice & 1 != 0, status));
+        write("tcp_opening", &format!("client-{choice}-{status}"), &m);
+    }
+}
+
+fn tcp_stream() {
+    let mut stream = vec![0u8];
+    for (op, payload) in [(Opcode::Nop, &[][..]), (Opcode::Nop, &[1, 2, 3][..])] {
+        stream.extend(message(op, payload));
+    }
+    write("tcp_stream", "frames", &stream);
+    stream[0] = 3;
+    write("tcp_stream", "frames-in-pieces", &stream);
+    let mut claim = vec![0u8];
+    claim.extend_from_slice(Header::request(Opcode::Nop, 1, FLAG_REPLY, MAX_PAYLOAD).as_bytes());
+    claim.extend_from_slice(&[0; 64]);
+    write("tcp_stream", "large-claim", &claim);
+}
+
 fn main() {
+    tcp_opening();
+    tcp_stream();
     request_decoder();
     ring_consumer();
     local_handshake();

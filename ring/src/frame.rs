@@ -38,10 +38,35 @@ pub fn write_frame(w: &mut impl Write, header: &Header, parts: &[&[u8]]) -> io::
     Ok(())
 }
 
-/// Reads one frame: returns its header and leaves the payload in `payload`.
-/// A clean end of stream before the first byte is [`FrameError::Closed`].
+/// Payload bytes read per step: a frame's buffer grows with what arrives,
+/// never to what a header merely claims.
+pub const READ_STEP: usize = 1 << 20;
+
+/// Reads one frame into `buf`: header, then payload, read in steps of
+/// [`READ_STEP`] as it arrives, so that a peer that claims a large payload
+/// and stalls costs what it sent. Returns the header. A clean end of
+/// stream before the first byte is [`FrameError::Closed`]; a reset
+/// connection is [`FrameError::Closed`] too.
+pub fn read_frame_into(r: &mut impl Read, buf: &mut Vec<u8>) -> Result<Header, FrameError> {
+    let mut hb = [0u8; HEADER_LEN];
+    let h = read_header(r, &mut hb)?;
+    buf.clear();
+    buf.extend_from_slice(&hb);
+    append_payload(r, buf, h.payload_len.get() as usize)?;
+    Ok(h)
+}
+
+/// Reads one frame: returns its header and leaves the payload in `payload`
+/// (read as [`read_frame_into`] reads it).
 pub fn read_frame(r: &mut impl Read, payload: &mut Vec<u8>) -> Result<Header, FrameError> {
     let mut hb = [0u8; HEADER_LEN];
+    let h = read_header(r, &mut hb)?;
+    payload.clear();
+    append_payload(r, payload, h.payload_len.get() as usize)?;
+    Ok(h)
+}
+
+fn read_header(r: &mut impl Read, hb: &mut [u8; HEADER_LEN]) -> Result<Header, FrameError> {
     let mut got = 0;
     while got < HEADER_LEN {
         match r.read(&mut hb[got..]) {
@@ -49,14 +74,23 @@ pub fn read_frame(r: &mut impl Read, payload: &mut Vec<u8>) -> Result<Header, Fr
             Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset && got == 0 => return Err(FrameError::Closed),
             Err(e) => return Err(e.into()),
         }
     }
-    let h = Header::parse(&hb)?;
-    payload.clear();
-    payload.resize(h.payload_len.get() as usize, 0);
-    r.read_exact(payload)?;
-    Ok(h)
+    Ok(Header::parse(hb)?)
+}
+
+/// Appends `len` bytes read from `r` to `buf`, [`READ_STEP`] at a time.
+fn append_payload(r: &mut impl Read, buf: &mut Vec<u8>, mut len: usize) -> io::Result<()> {
+    while len > 0 {
+        let step = len.min(READ_STEP);
+        let at = buf.len();
+        buf.resize(at + step, 0);
+        r.read_exact(&mut buf[at..])?;
+        len -= step;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -87,5 +121,18 @@ mod tests {
         b.extend_from_slice(&[0; 4]);
         assert!(matches!(read_frame(&mut &b[..], &mut Vec::new()), Err(FrameError::Io(_))));
         assert!(matches!(read_frame(&mut &b[..10], &mut Vec::new()), Err(FrameError::Io(_))));
+    }
+
+    /// A header that claims a large payload makes the buffer grow only
+    /// with the bytes that actually arrive.
+    #[test]
+    fn payload_is_read_before_it_is_allocated() {
+        let h = Header::request(Opcode::Nop, 1, 0, MAX_PAYLOAD);
+        let mut wire = h.as_bytes().to_vec();
+        wire.extend_from_slice(&[0u8; 100]);
+        let mut buf = Vec::new();
+        assert!(read_frame_into(&mut &wire[..], &mut buf).is_err());
+        assert!(buf.capacity() <= HEADER_LEN + 2 * READ_STEP, "{} bytes allocated for 100 received", buf.capacity());
+        const { assert!(MAX_PAYLOAD > 4 * READ_STEP) };
     }
 }

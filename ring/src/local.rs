@@ -418,14 +418,28 @@ fn answer(sock: &UnixStream, status: u32, max_data: u64) -> Result<(), LocalErro
     (&*sock).write_all(w.as_bytes()).map_err(ios("answering the handshake"))
 }
 
-/// Backend side of the handshake on an accepted socket. `max_data` is the
-/// largest data area accepted. With `same_address`, the region is mapped
-/// at the frontend's address when that is free (only for a process that
-/// serves this one session: the frontend then knows where its memory lies
-/// in the process, which must hold nothing of anyone else's). On failure
-/// the frontend has been told why (when the socket still works).
-pub fn server_handshake(sock: UnixStream, max_data: u64, same_address: bool) -> Result<ServerSide, LocalError> {
-    sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(ios("socket timeout"))?;
+/// A frontend's complete, checked hello: what the backend needs to map
+/// its region. Read by whoever admits the connection
+/// ([`read_hello`]); the session that serves it finishes the handshake
+/// ([`finish_handshake`]), possibly in another process.
+#[derive(Debug)]
+pub struct Hello {
+    /// The geometry proposed, already validated against the backend's
+    /// data-area limit.
+    pub geometry: Geometry,
+    /// Where the frontend mapped the region.
+    pub region_addr: u64,
+    /// The region's memfd (not yet checked: [`finish_handshake`] does).
+    pub memfd: OwnedFd,
+}
+
+/// Backend side, first half: reads the frontend's hello and its memfd from
+/// an accepted socket and checks magic, version, descriptor count and
+/// geometry (against `max_data`, the largest data area accepted). Blocks
+/// until the whole hello has arrived or the socket fails; the caller bounds
+/// the time (it shuts the socket down at its deadline). On failure the
+/// frontend has been told why (when the socket still works).
+pub fn read_hello(sock: &UnixStream, max_data: u64) -> Result<Hello, LocalError> {
     let mut hb = [0u8; core::mem::size_of::<LocalHello>()];
     // Room for every descriptor one message can carry (SCM_MAX_FD), so the
     // kernel never truncates them: nix reports a truncated message as an
@@ -444,31 +458,45 @@ pub fn server_handshake(sock: UnixStream, max_data: u64, same_address: bool) -> 
                 fds.extend(raw.into_iter().map(|r| unsafe { OwnedFd::from_raw_fd(r) }));
             }
         }
-        let truncated = msg.flags.contains(MsgFlags::MSG_CTRUNC);
-        if truncated {
-            let _ = answer(&sock, Refusal::Malformed as u32, max_data);
+        if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+            let _ = answer(sock, Refusal::Malformed as u32, max_data);
             return Err(LocalError::Malformed("too many fds"));
         }
         (msg.bytes, fds)
     };
+    if n == 0 {
+        return Err(LocalError::Malformed("closed before its hello"));
+    }
     if n < hb.len() {
-        (&sock).read_exact(&mut hb[n..]).map_err(ios("reading the handshake"))?;
+        (&*sock).read_exact(&mut hb[n..]).map_err(ios("reading the handshake"))?;
     }
     let hello = LocalHello::read_from_bytes(&hb).map_err(|_| LocalError::Malformed("short hello"))?;
     if hello.magic.get() != HELLO_MAGIC || hello.version.get() != LOCAL_VERSION || fds.len() != 1 {
-        let _ = answer(&sock, Refusal::Malformed as u32, max_data);
+        let _ = answer(sock, Refusal::Malformed as u32, max_data);
         return Err(LocalError::Malformed("bad magic, version or fd count"));
     }
     let g = Geometry { req_size: hello.req_size.get(), rsp_size: hello.rsp_size.get(), data_size: hello.data_size.get() };
     if let Err(e) = g.validate(max_data) {
-        let _ = answer(&sock, Refusal::Geometry as u32, max_data);
+        let _ = answer(sock, Refusal::Geometry as u32, max_data);
         return Err(e.into());
     }
     let Some(memfd) = fds.into_iter().next() else {
-        let _ = answer(&sock, Refusal::Malformed as u32, max_data);
+        let _ = answer(sock, Refusal::Malformed as u32, max_data);
         return Err(LocalError::Malformed("no memfd"));
     };
-    let at = usize::try_from(hello.region_addr.get()).ok().filter(|_| same_address);
+    Ok(Hello { geometry: g, region_addr: hello.region_addr.get(), memfd })
+}
+
+/// Backend side, second half: checks and maps the hello's memfd and
+/// welcomes the frontend. `max_data` is the largest data area accepted
+/// (told to a refused frontend). With `same_address`, the region is
+/// mapped at the frontend's address when that is free (only for a process
+/// that serves this one session: the frontend then knows where its memory
+/// lies in the process, which must hold nothing of anyone else's). On
+/// failure the frontend has been told why (when the socket still works).
+pub fn finish_handshake(sock: UnixStream, hello: Hello, max_data: u64, same_address: bool) -> Result<ServerSide, LocalError> {
+    let Hello { geometry: g, region_addr, memfd } = hello;
+    let at = usize::try_from(region_addr).ok().filter(|_| same_address);
     let region = match map_region(memfd, &g, at) {
         Ok(r) => r,
         Err(e) => {
@@ -485,6 +513,15 @@ pub fn server_handshake(sock: UnixStream, max_data: u64, same_address: bool) -> 
     let notifier = SocketNotifier::new(OwnedFd::from(sock));
     let same_address = at == Some(region.as_ptr() as usize);
     Ok(ServerSide { region, same_address, geometry: g, notifier })
+}
+
+/// Backend side of the whole handshake on an accepted socket, in one call
+/// ([`read_hello`], then [`finish_handshake`]), bounded by a 10 s timeout
+/// per read.
+pub fn server_handshake(sock: UnixStream, max_data: u64, same_address: bool) -> Result<ServerSide, LocalError> {
+    sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(ios("socket timeout"))?;
+    let hello = read_hello(&sock, max_data)?;
+    finish_handshake(sock, hello, max_data, same_address)
 }
 
 /// Refuses a connection during the handshake (for example when the backend

@@ -144,9 +144,32 @@ pub enum AuthError {
     Io(#[from] io::Error),
 }
 
-/// A key shared by a backend and its TCP clients.
+/// A key shared by a backend and its TCP clients. Its bytes are locked
+/// in memory where the platform allows (kept out of swap) and zeroed when
+/// the last copy is dropped.
 #[derive(Clone)]
-pub struct TcpKey(Vec<u8>);
+pub struct TcpKey(std::sync::Arc<Secret>);
+
+/// Bytes of a key, in an allocation of their own.
+struct Secret(Box<[u8]>);
+
+impl Secret {
+    fn new(bytes: &[u8]) -> Secret {
+        let s = Secret(bytes.into());
+        // SAFETY: locks the pages of our own live allocation; failure (a
+        // low RLIMIT_MEMLOCK) only leaves them swappable.
+        let _ = unsafe { libc::mlock(s.0.as_ptr().cast(), s.0.len()) };
+        s
+    }
+}
+
+impl Drop for Secret {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut *self.0);
+        // SAFETY: unlocks the range locked in `new` (harmless if it was not).
+        let _ = unsafe { libc::munlock(self.0.as_ptr().cast(), self.0.len()) };
+    }
+}
 
 impl std::fmt::Debug for TcpKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -157,7 +180,7 @@ impl std::fmt::Debug for TcpKey {
 impl TcpKey {
     /// A key from bytes (at least [`MIN_KEY_LEN`]).
     pub fn new(bytes: &[u8]) -> Option<TcpKey> {
-        (bytes.len() >= MIN_KEY_LEN).then(|| TcpKey(bytes.to_vec()))
+        (bytes.len() >= MIN_KEY_LEN).then(|| TcpKey(std::sync::Arc::new(Secret::new(bytes))))
     }
 
     /// Reads a key file: its contents, less trailing white space, are the
@@ -173,7 +196,7 @@ impl TcpKey {
         if meta.len() > MAX_KEY_LEN as u64 {
             return Err(bad("larger than 4 KiB; a key is a short random string"));
         }
-        let mut raw = std::fs::read(path).map_err(err)?;
+        let mut raw = zeroize::Zeroizing::new(std::fs::read(path).map_err(err)?);
         while raw.last().is_some_and(u8::is_ascii_whitespace) {
             raw.pop();
         }
@@ -181,7 +204,7 @@ impl TcpKey {
     }
 
     fn mac(&self, label: &[u8], server: &[u8; 32], client: &[u8; 32]) -> Hmac<Sha256> {
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0.0).expect("HMAC takes keys of any length");
         m.update(label);
         m.update(server);
         m.update(client);
@@ -398,7 +421,7 @@ mod tests {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert!(matches!(TcpKey::from_file(&p), Err(AuthError::BadKeyFile { .. })));
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert_eq!(TcpKey::from_file(&p).unwrap().0, b"0123456789abcdef0123");
+        assert_eq!(&*TcpKey::from_file(&p).unwrap().0.0, b"0123456789abcdef0123");
         std::fs::write(&p, b"short\n").unwrap();
         assert!(matches!(TcpKey::from_file(&p), Err(AuthError::BadKeyFile { .. })));
         std::fs::remove_dir_all(&dir).unwrap();

@@ -301,8 +301,8 @@ impl Harness {
                 max_sessions: 256,
                 max_local: 256,
                 max_tcp: 256,
-                max_per_peer: 256,
-                max_pending_per_peer: 64,
+                max_per_peer: Some(256),
+                max_pending_per_peer: Some(64),
                 tcp_key: Some(TcpKey::from_file(&tcp_key).expect("cannot read the key file")),
                 tls: Some(pvgpu_backend::tls::server_config(&tls_cert, &tls_key).expect("cannot load the TLS files")),
                 ..AdmissionConfig::default()

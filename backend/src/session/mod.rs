@@ -264,9 +264,22 @@ impl<E: Executor> Session<E> {
         self.mem_used.saturating_add(self.overhead)
     }
 
-    /// Whether `more` bytes of allocations would pass the quota.
+    /// Whether `more` bytes of allocations would pass the session's quota
+    /// or its peer's. Within them, the peer's ledger holds the amount for
+    /// this session until the request ends ([`Session::settle`]), so
+    /// sessions of one peer allocating at once cannot pass its quota
+    /// together.
     fn over_quota(&self, more: u64) -> bool {
-        self.limits.mem_quota.is_some_and(|q| self.charged().saturating_add(more) > q)
+        let want = self.charged().saturating_add(more);
+        self.limits.mem_quota.is_some_and(|q| want > q) || self.limits.peer_ledger.as_ref().is_some_and(|l| !l.reserve(want))
+    }
+
+    /// Tells the peer's ledger what the session holds now that a request
+    /// is done (what was reserved for an allocation that failed goes back).
+    fn settle(&self) {
+        if let Some(l) = &self.limits.peer_ledger {
+            l.settle(self.charged());
+        }
     }
 
     /// Measures what the session holds on the device besides its
@@ -328,6 +341,7 @@ impl<E: Executor> Session<E> {
         // What a failed request asked, for `RUST_LOG=pvgpu_backend::session=trace`.
         let asked = tracing::enabled!(tracing::Level::TRACE).then(|| format!("{req:?}"));
         let r = req.dispatch(self, &mut Io { area, out });
+        self.settle();
         if let Err(e) = r {
             if let Some(asked) = asked {
                 tracing::trace!(session = self.id, request = %asked, status = ?e, "request failed");

@@ -3,6 +3,8 @@
 //! way a peer used to deny service to others, or keep the GPU, and that it
 //! no longer can.
 
+mod openings;
+
 use pvgpu_frontend::error::Chain;
 use pvgpu_frontend::{BackendAddr, Client, Options};
 use pvgpu_tests::{TempDir, backend_bin, child_pids, eventually, write_key_file, write_tls_files};

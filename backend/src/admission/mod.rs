@@ -1,0 +1,208 @@
+//! Admission: what a peer must do, and how much it may hold, before the
+//! backend starts a worker for it.
+//!
+//! A connection first takes a place in its transport's pool of openings
+//! ([`pending`]: bounded per peer, each opening under a total deadline,
+//! the oldest cut when the pool is full), then must open: a local peer
+//! must be an allowed user and send its complete hello, a TCP peer must
+//! pass the key check ([`pvgpu_ring::tcp_auth`]), a TLS peer its TLS
+//! handshake and then the key check. Only then does it take a *session*
+//! slot ([`slots`]: bounded in all, per transport and per peer) and a seat
+//! in its peer's memory ledger ([`crate::ledger`]), and get a worker.
+//! Nothing of the GPU is touched before that.
+
+pub mod peer;
+pub mod pending;
+pub mod slots;
+
+use crate::config::AdmissionConfig;
+use crate::handover::{Handover, Transport};
+use crate::ledger::{Ledgers, Seat};
+use crate::listener::Accepted;
+use crate::log_limit;
+use pending::{Cut, Pending, PendingLimits, PendingPool};
+use pvgpu_ring::local::{self, LocalError, Refusal};
+use pvgpu_ring::tcp_auth::{self, AuthError, Status};
+pub use slots::{Full, Slot, SlotLimits, Slots, TransportLimit};
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+/// The pools an admission draws from.
+pub struct Pools {
+    /// Connections opening, per transport (local, TCP, TLS); Xen guests
+    /// publish their whole ring before the backend reads it, so a Xen
+    /// opening is read in one step and waits in no pool.
+    pub pending: [Arc<PendingPool>; 3],
+    /// Sessions being served.
+    pub sessions: Arc<Slots>,
+    /// What each peer holds across its sessions (`--peer-mem-quota`).
+    pub ledgers: Option<Ledgers>,
+}
+
+impl Pools {
+    /// The pools `cfg` describes.
+    pub fn new(cfg: &AdmissionConfig) -> Pools {
+        let pending = |t: Transport| {
+            let per_peer = cfg.max_pending_per_peer.unwrap_or((cfg.max_pending / 8).max(1));
+            PendingPool::new(t.name(), PendingLimits { capacity: cfg.max_pending, per_peer, deadline: cfg.handshake_timeout })
+        };
+        let per_transport = [cfg.max_local, cfg.max_tcp, cfg.max_xen].map(|n| TransportLimit::new(n, cfg.max_per_peer));
+        let seats = per_transport.iter().map(|l| l.per_peer).max().unwrap_or(1);
+        Pools {
+            pending: [pending(Transport::Local), pending(Transport::Tcp), pending(Transport::Tls)],
+            sessions: Slots::new(SlotLimits { total: cfg.max_sessions, per_transport }),
+            ledgers: cfg.peer_mem_quota.map(|cap| Ledgers::new(cap, seats)),
+        }
+    }
+
+    /// The pool of openings of `t` (none for Xen).
+    pub fn pending(&self, t: Transport) -> Option<&Arc<PendingPool>> {
+        match t {
+            Transport::Local => Some(&self.pending[0]),
+            Transport::Tcp => Some(&self.pending[1]),
+            Transport::Tls => Some(&self.pending[2]),
+            Transport::Xen => None,
+        }
+    }
+
+    /// A session slot and ledger seat for `peer`.
+    pub fn session(&self, t: Transport, peer: &str) -> Result<(Slot, Option<Seat>), Refused> {
+        let slot = self.sessions.acquire(t, peer)?;
+        let seat = self.ledgers.as_ref().map(|l| l.seat(peer)).transpose().map_err(Refused::Ledger)?;
+        Ok((slot, seat))
+    }
+}
+
+/// Why a connection was not admitted (logged, rate-limited).
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// The local user is not allowed.
+    #[error("local user {0} is not allowed (--allow-uid)")]
+    User(u32),
+    /// The local hello was malformed, or never came whole.
+    #[error("local handshake failed")]
+    Local(#[from] LocalError),
+    /// The TCP key check failed.
+    #[error("TCP opening failed")]
+    Auth(#[from] AuthError),
+    /// The opening's pool cut it.
+    #[error("opening cut")]
+    Cut(#[from] Cut),
+    /// A session limit.
+    #[error("session limit: {0}")]
+    Full(#[from] Full),
+    /// The socket failed.
+    #[error("socket error")]
+    Io(#[from] std::io::Error),
+    /// The peer's memory ledger could not be made or has no seat left.
+    #[error("no seat in the peer's memory ledger")]
+    Ledger(#[source] std::io::Error),
+    /// A TLS connection without TLS settings (cannot happen: the listener
+    /// needs them).
+    #[error("no TLS settings")]
+    NoTls,
+}
+
+/// An admitted connection: what its session serves, its slot and ledger
+/// seat, and, for TLS, the relay the supervisor runs between the peer and
+/// the session.
+pub struct Admitted {
+    /// The connection the session serves.
+    pub handover: Handover,
+    /// Its session slot.
+    pub slot: Slot,
+    /// Its seat in its peer's memory ledger.
+    pub seat: Option<Seat>,
+    /// TLS: the peer's side of the relay, and the session's other end.
+    pub relay: Option<(crate::tls::TlsStream, std::os::unix::net::UnixStream)>,
+}
+
+/// Runs a connection's opening while it holds its place in the pool
+/// (`pending`). Returns the connection, its slot and its seat when it may
+/// have a worker; otherwise the peer has been told why (where the
+/// transport can say) and the connection is dropped.
+pub fn open(acc: Accepted, pending: Pending, cfg: &AdmissionConfig, pools: &Pools, max_data: u64) -> Result<Admitted, Refused> {
+    let peer = acc.peer();
+    let transport = acc.transport();
+    // Also bounded by the pool's deadline, which cuts the socket.
+    let give_up = |e: Refused| match pending.cut() {
+        Some(why) => Refused::Cut(why),
+        None => e,
+    };
+    match acc {
+        Accepted::Unix { sock, uid } => {
+            if cfg.allow_uids.as_ref().is_some_and(|allowed| !allowed.contains(&uid)) {
+                local::refuse(&sock, Refusal::Denied, max_data);
+                return Err(Refused::User(uid));
+            }
+            sock.set_read_timeout(Some(cfg.handshake_timeout))?;
+            let hello = local::read_hello(&sock, max_data).map_err(|e| give_up(e.into()))?;
+            pending.finish()?;
+            match pools.session(transport, &peer) {
+                Ok((slot, seat)) => Ok(Admitted { handover: Handover::Local { sock, hello, uid }, slot, seat, relay: None }),
+                Err(why) => {
+                    local::refuse(&sock, Refusal::Busy, max_data);
+                    Err(why)
+                }
+            }
+        }
+        Accepted::Tcp(mut s) => {
+            s.set_read_timeout(Some(cfg.handshake_timeout))?;
+            s.set_write_timeout(Some(cfg.handshake_timeout))?;
+            let (slot, seat) = key_check(&mut s, pending, cfg, pools, transport, &peer)?;
+            Ok(Admitted { handover: Handover::Tcp(s), slot, seat, relay: None })
+        }
+        Accepted::Tls(s) => {
+            s.set_read_timeout(Some(cfg.handshake_timeout))?;
+            s.set_write_timeout(Some(cfg.handshake_timeout))?;
+            let tls = cfg.tls.as_ref().ok_or(Refused::NoTls)?;
+            let mut s = crate::tls::accept(tls, s).map_err(|e| give_up(e.into()))?;
+            let (slot, seat) = key_check(&mut s, pending, cfg, pools, transport, &peer)?;
+            let (worker_end, relay_end) = std::os::unix::net::UnixStream::pair()?;
+            Ok(Admitted { handover: Handover::Relayed { sock: worker_end, peer }, slot, seat, relay: Some((s, relay_end)) })
+        }
+    }
+}
+
+/// The key check of a TCP or TLS connection, with a session slot taken
+/// between the peer's proof and the backend's answer, so that a peer told
+/// "busy" has proved its key and one told "welcome" has its slot.
+fn key_check<S: Read + Write>(
+    s: &mut S,
+    pending: Pending,
+    cfg: &AdmissionConfig,
+    pools: &Pools,
+    transport: Transport,
+    peer: &str,
+) -> Result<(Slot, Option<Seat>), Refused> {
+    let key = cfg.tcp_key.as_ref();
+    let opened = match tcp_auth::server_open(s, key) {
+        Ok(o) => o,
+        Err(e) => return Err(pending.cut().map_or(Refused::Auth(e), Refused::Cut)),
+    };
+    pending.finish()?;
+    let (slot, seat) = match pools.session(transport, peer) {
+        Ok(held) => held,
+        Err(why) => {
+            let _ = tcp_auth::refuse(s, Status::Busy);
+            let _ = s.flush();
+            return Err(why);
+        }
+    };
+    tcp_auth::accept(s, &opened, key)?;
+    s.flush()?;
+    Ok((slot, seat))
+}
+
+/// Logs a refusal, within the backend's limit for peer-triggered lines.
+pub fn log_refusal(peer: &str, transport: Transport, why: &Refused) {
+    if log_limit::peer_triggered() {
+        let transport = transport.name();
+        match why {
+            Refused::Cut(_) | Refused::Io(_) | Refused::Auth(AuthError::Io(_)) | Refused::Local(LocalError::Os { .. }) => {
+                tracing::info!(peer, transport, reason = %pvgpu_ring::report::Chain(why), "connection dropped")
+            }
+            _ => tracing::warn!(peer, transport, reason = %pvgpu_ring::report::Chain(why), "connection refused"),
+        }
+    }
+}

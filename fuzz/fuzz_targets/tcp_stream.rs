@@ -1,0 +1,48 @@
+//! The backend's reading of a TCP session's byte stream, after the
+//! opening: frames (`pvgpu_ring::frame::read_frame_into`), each decoded as
+//! the session would (`Request::decode`), until the stream ends or breaks.
+//!
+//! Input: one byte saying how many bytes each read returns at most (less
+//! one; 0: all), then the stream.
+//!
+//! Checked: no panic; a frame's buffer never grows past what arrived by
+//! more than one read step, whatever its header claims; every frame read
+//! whole is the bytes that arrived for it.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use pvgpu_ring::frame::{READ_STEP, read_frame_into};
+use pvgpu_ring::proto::{HEADER_LEN, Request};
+use std::io::Read;
+
+struct Pieces<'a> {
+    input: &'a [u8],
+    piece: usize,
+}
+
+impl Read for Pieces<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(self.input.len()).min(self.piece);
+        buf[..n].copy_from_slice(&self.input[..n]);
+        self.input = &self.input[n..];
+        Ok(n)
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&choice, stream)) = data.split_first() else { return };
+    let piece = if choice == 0 { usize::MAX } else { choice as usize };
+    let mut r = Pieces { input: stream, piece };
+    let mut buf = Vec::new();
+    loop {
+        let before = r.input.len();
+        let res = read_frame_into(&mut r, &mut buf);
+        let arrived = before - r.input.len();
+        assert!(buf.len() <= arrived.max(HEADER_LEN) + READ_STEP, "{} bytes buffered for {arrived} received", buf.len());
+        let Ok(h) = res else { break };
+        assert_eq!(buf.len(), arrived, "a frame is what arrived for it");
+        assert_eq!(buf.len(), HEADER_LEN + h.payload_len.get() as usize);
+        let _ = Request::decode(&h, &buf[HEADER_LEN..]);
+    }
+});
