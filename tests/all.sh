@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
 step "NVIDIA's cuda.h for the C program the drop-in libcuda is tested with"
-if [ ! -f target/cuda-include/cuda.h ]; then
+if [ ! -f target/cuda-include/cudaProfilerTypedefs.h ]; then
   tmp=$(mktemp -d)
   python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
     nvidia-cuda-runtime==13.0.96 -d "$tmp"
@@ -14,7 +14,7 @@ import glob, os, sys, zipfile
 whl = glob.glob(os.path.join(sys.argv[1], "nvidia_cuda_runtime-*.whl"))[0]
 os.makedirs("target/cuda-include", exist_ok=True)
 with zipfile.ZipFile(whl) as z:
-    for name in ("cuda.h", "cudaTypedefs.h"):
+    for name in ("cuda.h", "cudaTypedefs.h", "cudaProfilerTypedefs.h"):
         with open(os.path.join("target/cuda-include", name), "wb") as f:
             f.write(z.read("nvidia/cu13/include/" + name))
 PY
@@ -30,6 +30,15 @@ if [ ! -d "target/pynvml/nvidia_ml_py-$pynvml.dist-info" ]; then
   rm -rf target/pynvml
   python3 -m pip install --quiet --disable-pip-version-check --no-deps --target target/pynvml "nvidia-ml-py==$pynvml"
 fi
+
+step "the driver API's declaration list (cuda-decl/cuda.decl) is what NVIDIA's headers say"
+pycparser=3.12
+if [ ! -d "target/pycparser/pycparser-$pycparser.dist-info" ]; then
+  rm -rf target/pycparser
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps --target target/pycparser "pycparser==$pycparser"
+fi
+PYTHONPATH=target/pycparser python3 cuda-decl/gen/gen_decl.py target/cuda-include > target/cuda.decl
+diff -u cuda-decl/cuda.decl target/cuda.decl || { echo "cuda-decl/cuda.decl differs from what gen_decl.py makes of the headers" >&2; exit 1; }
 
 step "format and lints"
 cargo fmt --all --check

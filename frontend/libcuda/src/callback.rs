@@ -21,7 +21,7 @@ use std::time::Duration;
 /// `CUhostFn`.
 pub type HostFn = unsafe extern "C" fn(*mut c_void);
 /// `CUstreamCallback`: (stream, status, user data).
-pub type StreamCallback = unsafe extern "C" fn(*mut c_void, u32, *mut c_void);
+pub type StreamCallback = unsafe extern "C" fn(*mut c_void, pvgpu_ring::CuResult, *mut c_void);
 
 /// What to call.
 #[derive(Clone, Copy)]
@@ -115,7 +115,7 @@ fn worker() {
         unsafe {
             match call {
                 Call::Host(f, data) => f(data as *mut c_void),
-                Call::Stream(f, stream, data) => f(stream as *mut c_void, status, data as *mut c_void),
+                Call::Stream(f, stream, data) => f(stream as *mut c_void, pvgpu_ring::CuResult(status), data as *mut c_void),
             }
         }
         if let Ok(c) = state::client() {

@@ -5,11 +5,15 @@
 //! cuda-python, numba), run against a pvgpu backend when this library is
 //! found first on the library path and `PVGPU_BACKEND` names the backend.
 //!
-//! - Every symbol of the CUDA 13 driver API exists: `symbols.txt`, generated
-//!   from NVIDIA's headers, is the one declaration list; `build.rs` turns the
-//!   symbols not implemented in [`api`] into stubs that return
-//!   `CUDA_ERROR_NOT_SUPPORTED` and log their name once when `PVGPU_LOG` is
-//!   set, and builds the `cuGetProcAddress` version table.
+//! - Every entry point of the CUDA 13 driver API exists, with its real C
+//!   parameters: `pvgpu-cuda-decl` (generated from NVIDIA's headers) is the
+//!   one declaration list, and `implemented.txt` the checked list of those
+//!   written by hand in [`api`]. `build.rs` checks at compile time that each
+//!   hand-written export has the type cuda.h gives it, generates the
+//!   per-thread-default-stream forms of hand-written functions, turns every
+//!   other entry point into a stub that returns `CUDA_ERROR_NOT_SUPPORTED`
+//!   and logs its name once when `PVGPU_LOG` is set, and builds the
+//!   `cuGetProcAddress` version table.
 //! - What the frontend knows is answered here: each thread's context stack,
 //!   device attributes and names (cached at the first query), error strings,
 //!   function parameter layouts, and which pointers are device memory.
@@ -52,14 +56,10 @@ pub enum Variant {
     PerThread,
 }
 
-#[allow(non_snake_case, missing_docs, clippy::missing_safety_doc, clippy::too_many_arguments)]
+#[allow(non_snake_case, missing_docs, clippy::too_many_arguments)]
 mod generated {
     use super::*;
-    // Types that hand-written signatures use, for the generated forwarders.
-    #[allow(unused_imports)]
-    use crate::callback::{HostFn, StreamCallback};
-    #[allow(unused_imports)]
-    use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
+    use pvgpu_ring::cuda::api::*;
     include!(concat!(env!("OUT_DIR"), "/exports.rs"));
 }
 
@@ -89,24 +89,26 @@ mod tests {
         // No per-thread form: the legacy one serves both modes.
         assert_eq!(f("cuMemAlloc", 13000, 2), Ok(cuMemAlloc_v2 as *const std::ffi::c_void));
         assert_eq!(f("cuGetProcAddress", 13000, 0), Ok(cuGetProcAddress_v2 as *const std::ffi::c_void));
-        assert_eq!(f("cuNoSuchFunction", 13000, 0), Err(1));
-        assert_eq!(f("cuLaunchKernelEx", 11000, 0), Err(2), "introduced in 11.6");
+        use pvgpu_ring::cuda::api::{CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT};
+        assert_eq!(f("cuNoSuchFunction", 13000, 0), Err(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
+        assert_eq!(f("cuLaunchKernelEx", 11000, 0), Err(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT), "introduced in 11.6");
     }
 
     #[test]
     fn stubs_and_errors_need_no_backend() {
-        assert_eq!(cuArrayCreate_v2(), CuResult::NOT_SUPPORTED);
+        assert_eq!(cuArrayCreate_v2(std::ptr::null_mut(), std::ptr::null()), CuResult::NOT_SUPPORTED);
         assert_eq!(cuCtxSynchronize(), CuResult::NOT_INITIALIZED);
         // Per-thread forms are generated from the hand-written functions, not stubs.
-        assert_eq!(cuStreamSynchronize_ptsz(std::ptr::null_mut()), CuResult::NOT_INITIALIZED);
+        // SAFETY: the default stream; no pointer is read.
+        assert_eq!(unsafe { cuStreamSynchronize_ptsz(std::ptr::null_mut()) }, CuResult::NOT_INITIALIZED);
         assert_eq!(cuStreamGetCtx_ptsz as *const std::ffi::c_void, lookup("cuStreamGetCtx_ptsz").unwrap());
         let mut p = std::ptr::null();
         // SAFETY: valid out-pointer.
-        assert_eq!(unsafe { cuGetErrorName(700, &mut p) }, CuResult::SUCCESS);
+        assert_eq!(unsafe { cuGetErrorName(CuResult(700), &mut p) }, CuResult::SUCCESS);
         // SAFETY: the library returned a NUL-terminated static string.
         assert_eq!(unsafe { std::ffi::CStr::from_ptr(p) }.to_str().unwrap(), "CUDA_ERROR_ILLEGAL_ADDRESS");
         // SAFETY: valid out-pointer.
-        assert_eq!(unsafe { cuGetErrorString(123_456, &mut p) }, CuResult::INVALID_VALUE);
+        assert_eq!(unsafe { cuGetErrorString(CuResult(123_456), &mut p) }, CuResult::INVALID_VALUE);
         let mut v = 0;
         // SAFETY: valid out-pointer.
         assert_eq!(unsafe { cuDriverGetVersion(&mut v) }, CuResult::SUCCESS);

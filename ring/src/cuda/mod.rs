@@ -3,6 +3,8 @@
 //! `cuda.h`. The wire carries these numbers unchanged, so a status the
 //! backend's driver returns reaches the guest program as the same `CUresult`.
 
+pub mod api;
+
 use core::fmt;
 use core::num::NonZeroU32;
 

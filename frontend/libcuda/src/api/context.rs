@@ -3,6 +3,7 @@
 
 use crate::state::ctx;
 use crate::state::{self, Res, handle, id, put, run};
+use pvgpu_ring::cuda::api::{CU_FUNC_CACHE_PREFER_EQUAL, CU_FUNC_CACHE_PREFER_NONE, CUctxCreateParams, CUexecAffinityParam, CUfunc_cache, CUlimit};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -14,14 +15,6 @@ fn create(pctx: *mut *mut c_void, flags: c_uint, dev: c_int) -> Res {
     let h = ctx::create(dev, flags)?;
     // SAFETY: non-null and writable per the API.
     unsafe { put(pctx, handle(h)) }
-}
-
-/// `CUctxCreateParams`: execution-affinity and CIG parameters.
-#[repr(C)]
-pub struct CtxCreateParams {
-    exec_affinity_params: *mut c_void,
-    num_exec_affinity_params: c_int,
-    cig_params: *mut c_void,
 }
 
 /// `cuCtxCreate_v2`: the new context becomes current.
@@ -49,7 +42,7 @@ pub unsafe extern "C" fn cuCtxCreate(pctx: *mut *mut c_void, flags: c_uint, dev:
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxCreate_v3(
     pctx: *mut *mut c_void,
-    params: *mut c_void,
+    params: *mut CUexecAffinityParam,
     num_params: c_int,
     flags: c_uint,
     dev: c_int,
@@ -69,12 +62,12 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
 /// # Safety
 /// `pctx` must be writable; `params` null or a `CUctxCreateParams`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut *mut c_void, params: *const CtxCreateParams, flags: c_uint, dev: c_int) -> CuResult {
+pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut *mut c_void, params: *mut CUctxCreateParams, flags: c_uint, dev: c_int) -> CuResult {
     run("cuCtxCreate_v4", || {
         if !params.is_null() {
             // SAFETY: a readable CUctxCreateParams, per the API.
             let p = unsafe { params.read_unaligned() };
-            if (!p.exec_affinity_params.is_null() && p.num_exec_affinity_params > 0) || !p.cig_params.is_null() {
+            if (!p.execAffinityParams.is_null() && p.numExecAffinityParams > 0) || !p.cigParams.is_null() {
                 return Err(CuError::NOT_SUPPORTED);
             }
         }
@@ -289,9 +282,9 @@ pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest
 /// # Safety
 /// `value` must be writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: c_uint) -> CuResult {
+pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: CUlimit) -> CuResult {
     run("cuCtxGetLimit", || {
-        let v = state::client()?.ctx_get_limit(state::current()?, limit).map_err(state::cu)?;
+        let v = state::client()?.ctx_get_limit(state::current()?, limit.0).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(value, v as usize) }
     })
@@ -299,8 +292,8 @@ pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: c_uint) -> CuRe
 
 /// `cuCtxSetLimit`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuCtxSetLimit(limit: c_uint, value: usize) -> CuResult {
-    run("cuCtxSetLimit", || state::client()?.ctx_set_limit(state::current()?, limit, value as u64).map_err(state::cu))
+pub extern "C" fn cuCtxSetLimit(limit: CUlimit, value: usize) -> CuResult {
+    run("cuCtxSetLimit", || state::client()?.ctx_set_limit(state::current()?, limit.0, value as u64).map_err(state::cu))
 }
 
 /// `cuCtxGetCacheConfig`: the default preference (none).
@@ -308,21 +301,21 @@ pub extern "C" fn cuCtxSetLimit(limit: c_uint, value: usize) -> CuResult {
 /// # Safety
 /// `config` must be writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetCacheConfig(config: *mut c_int) -> CuResult {
+pub unsafe extern "C" fn cuCtxGetCacheConfig(config: *mut CUfunc_cache) -> CuResult {
     run("cuCtxGetCacheConfig", || {
         state::current()?;
         // SAFETY: writable per the API.
-        unsafe { put(config, 0) }
+        unsafe { put(config, CU_FUNC_CACHE_PREFER_NONE) }
     })
 }
 
 /// `cuCtxSetCacheConfig`: a preference the driver may ignore; accepted and
 /// not forwarded.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuCtxSetCacheConfig(config: c_int) -> CuResult {
+pub extern "C" fn cuCtxSetCacheConfig(config: CUfunc_cache) -> CuResult {
     run("cuCtxSetCacheConfig", || {
         state::current()?;
-        if !(0..=3).contains(&config) {
+        if config > CU_FUNC_CACHE_PREFER_EQUAL {
             return Err(CuError::INVALID_VALUE);
         }
         Ok(())

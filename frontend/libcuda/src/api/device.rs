@@ -2,9 +2,10 @@
 
 use crate::state::{self, Res, put, run};
 use pvgpu_ring::cuda::attr;
+use pvgpu_ring::cuda::api::{CUdevice_attribute, CUdevprop, CUexecAffinityType, CUuuid};
 use pvgpu_ring::device_status::PvgpuDeviceStatus;
 use pvgpu_ring::{CuError, CuResult};
-use std::ffi::{c_char, c_int, c_uint};
+use std::ffi::{c_char, c_int};
 
 fn props(dev: c_int) -> Result<std::sync::Arc<pvgpu_frontend::DeviceProps>, CuError> {
     state::client()?.device_props(dev).map_err(state::cu)
@@ -58,10 +59,10 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_i
     })
 }
 
-fn uuid(out: *mut [u8; 16], dev: c_int) -> Res {
+fn uuid(out: *mut CUuuid, dev: c_int) -> Res {
     let u = props(dev)?.uuid;
-    // SAFETY: writable per the API (CUuuid is 16 bytes).
-    unsafe { put(out, u) }
+    // SAFETY: writable per the API.
+    unsafe { put(out, CUuuid { bytes: u.map(|b| b as c_char) }) }
 }
 
 /// `cuDeviceGetUuid`.
@@ -69,7 +70,7 @@ fn uuid(out: *mut [u8; 16], dev: c_int) -> Res {
 /// # Safety
 /// `out` must be writable for 16 bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetUuid(out: *mut [u8; 16], dev: c_int) -> CuResult {
+pub unsafe extern "C" fn cuDeviceGetUuid(out: *mut CUuuid, dev: c_int) -> CuResult {
     run("cuDeviceGetUuid", || uuid(out, dev))
 }
 
@@ -78,7 +79,7 @@ pub unsafe extern "C" fn cuDeviceGetUuid(out: *mut [u8; 16], dev: c_int) -> CuRe
 /// # Safety
 /// `out` must be writable for 16 bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetUuid_v2(out: *mut [u8; 16], dev: c_int) -> CuResult {
+pub unsafe extern "C" fn cuDeviceGetUuid_v2(out: *mut CUuuid, dev: c_int) -> CuResult {
     run("cuDeviceGetUuid_v2", || uuid(out, dev))
 }
 
@@ -100,9 +101,9 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> C
 /// # Safety
 /// `pi` must be writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: c_int) -> CuResult {
+pub unsafe extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: CUdevice_attribute, dev: c_int) -> CuResult {
     run("cuDeviceGetAttribute", || {
-        let v = state::client()?.device_attribute(dev, attrib).map_err(state::cu)?;
+        let v = state::client()?.device_attribute(dev, attrib.0 as i32).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(pi, v) }
     })
@@ -126,41 +127,26 @@ pub unsafe extern "C" fn cuDeviceComputeCapability(major: *mut c_int, minor: *mu
     })
 }
 
-/// `CUdevprop`.
-#[repr(C)]
-pub struct CuDevProp {
-    max_threads_per_block: c_int,
-    max_threads_dim: [c_int; 3],
-    max_grid_size: [c_int; 3],
-    shared_mem_per_block: c_int,
-    total_constant_memory: c_int,
-    simd_width: c_int,
-    mem_pitch: c_int,
-    regs_per_block: c_int,
-    clock_rate: c_int,
-    texture_align: c_int,
-}
-
 /// `cuDeviceGetProperties` (deprecated, still used).
 ///
 /// # Safety
 /// `prop` must be writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetProperties(prop: *mut CuDevProp, dev: c_int) -> CuResult {
+pub unsafe extern "C" fn cuDeviceGetProperties(prop: *mut CUdevprop, dev: c_int) -> CuResult {
     run("cuDeviceGetProperties", || {
         let c = state::client()?;
         let a = |k: i32| c.device_attribute(dev, k).map_err(state::cu);
-        let p = CuDevProp {
-            max_threads_per_block: a(attr::MAX_THREADS_PER_BLOCK)?,
-            max_threads_dim: [a(attr::MAX_BLOCK_DIM_X)?, a(attr::MAX_BLOCK_DIM_Y)?, a(attr::MAX_BLOCK_DIM_Z)?],
-            max_grid_size: [a(attr::MAX_GRID_DIM_X)?, a(attr::MAX_GRID_DIM_Y)?, a(attr::MAX_GRID_DIM_Z)?],
-            shared_mem_per_block: a(attr::MAX_SHARED_MEMORY_PER_BLOCK)?,
-            total_constant_memory: a(attr::TOTAL_CONSTANT_MEMORY)?,
-            simd_width: a(attr::WARP_SIZE)?,
-            mem_pitch: a(attr::MAX_PITCH)?,
-            regs_per_block: a(attr::MAX_REGISTERS_PER_BLOCK)?,
-            clock_rate: a(attr::CLOCK_RATE)?,
-            texture_align: a(attr::TEXTURE_ALIGNMENT)?,
+        let p = CUdevprop {
+            maxThreadsPerBlock: a(attr::MAX_THREADS_PER_BLOCK)?,
+            maxThreadsDim: [a(attr::MAX_BLOCK_DIM_X)?, a(attr::MAX_BLOCK_DIM_Y)?, a(attr::MAX_BLOCK_DIM_Z)?],
+            maxGridSize: [a(attr::MAX_GRID_DIM_X)?, a(attr::MAX_GRID_DIM_Y)?, a(attr::MAX_GRID_DIM_Z)?],
+            sharedMemPerBlock: a(attr::MAX_SHARED_MEMORY_PER_BLOCK)?,
+            totalConstantMemory: a(attr::TOTAL_CONSTANT_MEMORY)?,
+            SIMDWidth: a(attr::WARP_SIZE)?,
+            memPitch: a(attr::MAX_PITCH)?,
+            regsPerBlock: a(attr::MAX_REGISTERS_PER_BLOCK)?,
+            clockRate: a(attr::CLOCK_RATE)?,
+            textureAlign: a(attr::TEXTURE_ALIGNMENT)?,
         };
         // SAFETY: writable per the API.
         unsafe { put(prop, p) }
@@ -237,7 +223,7 @@ pub unsafe extern "C" fn cuDeviceCanAccessPeer(can_access: *mut c_int, dev: c_in
 /// # Safety
 /// `pi` must be writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetExecAffinitySupport(pi: *mut c_int, _kind: c_uint, dev: c_int) -> CuResult {
+pub unsafe extern "C" fn cuDeviceGetExecAffinitySupport(pi: *mut c_int, _kind: CUexecAffinityType, dev: c_int) -> CuResult {
     run("cuDeviceGetExecAffinitySupport", || {
         props(dev)?;
         // SAFETY: writable per the API.

@@ -4,6 +4,7 @@
 
 use crate::state::{self, Res, StreamInfo, handle, id, objects, put, run, stream};
 use pvgpu_frontend::{Event, Stream};
+use pvgpu_ring::cuda::api::{CU_STREAM_CAPTURE_STATUS_NONE, CUgraph, CUgraphEdgeData, CUgraphNode, CUstreamCaptureStatus};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_float, c_int, c_uint, c_void};
 use std::ptr;
@@ -186,11 +187,11 @@ pub unsafe extern "C" fn cuStreamGetId(s: *mut c_void, stream_id: *mut u64) -> C
 /// # Safety
 /// `status` must be writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamIsCapturing(s: *mut c_void, status: *mut c_int) -> CuResult {
+pub unsafe extern "C" fn cuStreamIsCapturing(s: *mut c_void, status: *mut CUstreamCaptureStatus) -> CuResult {
     run("cuStreamIsCapturing", || {
         stream_info(s)?;
-        // SAFETY: writable per the API (CU_STREAM_CAPTURE_STATUS_NONE).
-        unsafe { put(status, 0) }
+        // SAFETY: writable per the API.
+        unsafe { put(status, CU_STREAM_CAPTURE_STATUS_NONE) }
     })
 }
 
@@ -201,17 +202,17 @@ pub unsafe extern "C" fn cuStreamIsCapturing(s: *mut c_void, status: *mut c_int)
 /// # Safety
 /// Each pointer must be null or writable.
 unsafe fn not_capturing(
-    status: *mut c_int,
+    status: *mut CUstreamCaptureStatus,
     id: *mut u64,
-    graph: *mut *mut c_void,
-    deps: *mut *const c_void,
-    edges: *mut *const c_void,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    edges: *mut *const CUgraphEdgeData,
     n: *mut usize,
 ) {
     // SAFETY: null or writable, per the caller.
     unsafe {
         if !status.is_null() {
-            status.write_unaligned(0);
+            status.write_unaligned(CU_STREAM_CAPTURE_STATUS_NONE);
         }
         if !id.is_null() {
             id.write_unaligned(0);
@@ -236,7 +237,7 @@ unsafe fn not_capturing(
 /// # Safety
 /// Each pointer must be null or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo(s: *mut c_void, status: *mut c_int, id: *mut u64) -> CuResult {
+pub unsafe extern "C" fn cuStreamGetCaptureInfo(s: *mut c_void, status: *mut CUstreamCaptureStatus, id: *mut u64) -> CuResult {
     run("cuStreamGetCaptureInfo", || {
         stream_info(s)?;
         // SAFETY: per the caller.
@@ -252,10 +253,10 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo(s: *mut c_void, status: *mut c_i
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
     s: *mut c_void,
-    status: *mut c_int,
+    status: *mut CUstreamCaptureStatus,
     id: *mut u64,
-    graph: *mut *mut c_void,
-    deps: *mut *const c_void,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
     n: *mut usize,
 ) -> CuResult {
     run("cuStreamGetCaptureInfo_v2", || {
@@ -273,11 +274,11 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
     s: *mut c_void,
-    status: *mut c_int,
+    status: *mut CUstreamCaptureStatus,
     id: *mut u64,
-    graph: *mut *mut c_void,
-    deps: *mut *const c_void,
-    edges: *mut *const c_void,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    edges: *mut *const CUgraphEdgeData,
     n: *mut usize,
 ) -> CuResult {
     run("cuStreamGetCaptureInfo_v3", || {

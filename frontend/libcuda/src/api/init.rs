@@ -2,6 +2,10 @@
 
 use crate::state::{self, Res, put, run};
 use crate::{PROC_TABLE, Variant, lookup};
+use pvgpu_ring::cuda::api::{
+    CU_GET_PROC_ADDRESS_SUCCESS, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
+    CUdriverProcAddressQueryResult, CUuuid,
+};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{CString, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
@@ -79,8 +83,8 @@ fn error_text(error: u32, desc: bool, out: *mut *const c_char) -> Res {
 /// # Safety
 /// `p_str` must be writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetErrorName(error: c_uint, p_str: *mut *const c_char) -> CuResult {
-    run("cuGetErrorName", || error_text(error, false, p_str))
+pub unsafe extern "C" fn cuGetErrorName(error: CuResult, p_str: *mut *const c_char) -> CuResult {
+    run("cuGetErrorName", || error_text(error.0, false, p_str))
 }
 
 /// `cuGetErrorString`.
@@ -88,17 +92,17 @@ pub unsafe extern "C" fn cuGetErrorName(error: c_uint, p_str: *mut *const c_char
 /// # Safety
 /// `p_str` must be writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetErrorString(error: c_uint, p_str: *mut *const c_char) -> CuResult {
-    run("cuGetErrorString", || error_text(error, true, p_str))
+pub unsafe extern "C" fn cuGetErrorString(error: CuResult, p_str: *mut *const c_char) -> CuResult {
+    run("cuGetErrorString", || error_text(error.0, true, p_str))
 }
 
 const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 2;
-const SUCCESS: c_int = 0;
-const SYMBOL_NOT_FOUND: c_int = 1;
-const VERSION_NOT_SUFFICIENT: c_int = 2;
+const SUCCESS: CUdriverProcAddressQueryResult = CU_GET_PROC_ADDRESS_SUCCESS;
+const SYMBOL_NOT_FOUND: CUdriverProcAddressQueryResult = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+const VERSION_NOT_SUFFICIENT: CUdriverProcAddressQueryResult = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
 
 /// Resolves `symbol` for CUDA version `version` (see [`PROC_TABLE`]).
-pub fn resolve(symbol: &str, version: c_int, flags: u64) -> Result<*const c_void, c_int> {
+pub fn resolve(symbol: &str, version: c_int, flags: u64) -> Result<*const c_void, CUdriverProcAddressQueryResult> {
     let want = if flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0 { Variant::PerThread } else { Variant::Legacy };
     let entries: Vec<&(&str, u32, Variant, &str)> = PROC_TABLE.iter().filter(|e| e.0 == symbol).collect();
     if entries.is_empty() {
@@ -115,7 +119,14 @@ pub fn resolve(symbol: &str, version: c_int, flags: u64) -> Result<*const c_void
 /// `CUDA_SUCCESS`, a null `*pfn` and the reason in `*status` for the `_v2`
 /// form; the CUDA 11 form, which has no status, answers
 /// `CUDA_ERROR_NOT_FOUND`.
-fn get_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int, with_status: bool) -> Res {
+fn get_proc(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut CUdriverProcAddressQueryResult,
+    with_status: bool,
+) -> Res {
     // SAFETY: the caller passes a NUL-terminated name.
     let name = unsafe { state::name(symbol) }?;
     if pfn.is_null() {
@@ -135,7 +146,7 @@ fn get_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags:
         tracing::trace!(symbol = name, version, "cuGetProcAddress");
         Ok(())
     } else {
-        tracing::debug!(symbol = name, version, status = st, "cuGetProcAddress: not found");
+        tracing::debug!(symbol = name, version, status = ?st, "cuGetProcAddress: not found");
         if with_status { Ok(()) } else { Err(CuError::NOT_FOUND) }
     }
 }
@@ -152,7 +163,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     pfn: *mut *mut c_void,
     cuda_version: c_int,
     flags: u64,
-    symbol_status: *mut c_int,
+    symbol_status: *mut CUdriverProcAddressQueryResult,
 ) -> CuResult {
     run("cuGetProcAddress_v2", || get_proc(symbol, pfn, cuda_version, flags, symbol_status, true))
 }
@@ -172,7 +183,7 @@ pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut 
 /// `pp_export_table` must be null or writable; `table_id` null or 16
 /// readable bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetExportTable(pp_export_table: *mut *const c_void, table_id: *const c_void) -> CuResult {
+pub unsafe extern "C" fn cuGetExportTable(pp_export_table: *mut *const c_void, table_id: *const CUuuid) -> CuResult {
     state::init_log();
     // SAFETY: the caller's pointers, as documented.
     state::quiet(|| unsafe { crate::export::get(pp_export_table, table_id.cast()) })

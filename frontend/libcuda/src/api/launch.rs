@@ -7,6 +7,10 @@
 
 use crate::state::{self, Res, id, put, run};
 use pvgpu_ring::cuda::attr;
+use pvgpu_ring::cuda::api::{
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE, CUlaunchAttribute, CUlaunchConfig, CUstream, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
+    CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
+};
 use pvgpu_ring::proto::{LaunchAttr, TensorMapEncode};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_int, c_uint, c_void};
@@ -153,41 +157,47 @@ pub unsafe extern "C" fn cuLaunchKernel(
     run("cuLaunchKernel", || launch(f, [gx, gy, gz], [bx, by, bz], shared, s, params, extra))
 }
 
-/// `CUlaunchConfig`.
-#[repr(C)]
-pub struct LaunchConfig {
+/// What a launch configuration says besides its attributes.
+struct Shape {
     grid: [c_uint; 3],
     block: [c_uint; 3],
     shared_mem: c_uint,
-    stream: *mut c_void,
-    attrs: *const [u8; 72],
-    num_attrs: c_uint,
+    stream: CUstream,
 }
 
-/// `CU_LAUNCH_ATTRIBUTE_COOPERATIVE`.
-const ATTR_COOPERATIVE: u32 = 2;
+impl Shape {
+    fn of(c: &CUlaunchConfig) -> Shape {
+        Shape {
+            grid: [c.gridDimX, c.gridDimY, c.gridDimZ],
+            block: [c.blockDimX, c.blockDimY, c.blockDimZ],
+            shared_mem: c.sharedMemBytes,
+            stream: c.hStream,
+        }
+    }
+}
 
 /// The attributes of a launch configuration, as the wire carries them.
 ///
 /// # Safety
 /// `cfg.attrs` holds `cfg.num_attrs` attributes, per the driver API.
-unsafe fn attributes(cfg: &LaunchConfig) -> Result<Vec<LaunchAttr>, CuError> {
-    if cfg.num_attrs as usize > pvgpu_ring::proto::MAX_LAUNCH_ATTRS {
+unsafe fn attributes(cfg: &CUlaunchConfig) -> Result<Vec<LaunchAttr>, CuError> {
+    const { assert!(std::mem::size_of::<CUlaunchAttribute>() == 72) };
+    if cfg.numAttrs as usize > pvgpu_ring::proto::MAX_LAUNCH_ATTRS {
         return Err(CuError::INVALID_VALUE);
     }
-    if cfg.num_attrs > 0 && cfg.attrs.is_null() {
+    if cfg.numAttrs > 0 && cfg.attrs.is_null() {
         return Err(CuError::INVALID_VALUE);
     }
-    let mut out = Vec::with_capacity(cfg.num_attrs as usize);
-    for i in 0..cfg.num_attrs as usize {
-        // SAFETY: `num_attrs` readable attributes of 72 bytes each.
-        let raw = unsafe { cfg.attrs.add(i).read_unaligned() };
+    let mut out = Vec::with_capacity(cfg.numAttrs as usize);
+    for i in 0..cfg.numAttrs as usize {
+        // SAFETY: `numAttrs` readable attributes of 72 bytes each.
+        let raw = unsafe { cfg.attrs.add(i).cast::<[u8; 72]>().read_unaligned() };
         out.push(<LaunchAttr as zerocopy::FromBytes>::read_from_bytes(&raw).map_err(|_| CuError::INVALID_VALUE)?);
     }
     Ok(out)
 }
 
-fn launch_ex(cfg: &LaunchConfig, hfunc: *mut c_void, attrs: &[LaunchAttr], params: *mut *mut c_void, extra: *mut *mut c_void) -> Res {
+fn launch_ex(cfg: &Shape, hfunc: *mut c_void, attrs: &[LaunchAttr], params: *mut *mut c_void, extra: *mut *mut c_void) -> Res {
     let (fid, f) = crate::library::function(id(hfunc))?;
     check_launch(fid, cfg.grid, cfg.block, cfg.stream)?;
     // SAFETY: the driver API's contract for kernelParams and extra.
@@ -206,7 +216,7 @@ fn launch_ex(cfg: &LaunchConfig, hfunc: *mut c_void, attrs: &[LaunchAttr], param
 /// `cuLaunchKernel`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchKernelEx(
-    config: *const LaunchConfig,
+    config: *const CUlaunchConfig,
     f: *mut c_void,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
@@ -219,7 +229,7 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
         let cfg = unsafe { &*config };
         // SAFETY: the configuration's attribute array, per the API.
         let attrs = unsafe { attributes(cfg) }?;
-        launch_ex(cfg, f, &attrs, params, extra)
+        launch_ex(&Shape::of(cfg), f, &attrs, params, extra)
     })
 }
 
@@ -241,16 +251,15 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel(
     params: *mut *mut c_void,
 ) -> CuResult {
     run("cuLaunchCooperativeKernel", || {
-        let cfg =
-            LaunchConfig { grid: [gx, gy, gz], block: [bx, by, bz], shared_mem: shared, stream: s, attrs: std::ptr::null(), num_attrs: 0 };
+        let cfg = Shape { grid: [gx, gy, gz], block: [bx, by, bz], shared_mem: shared, stream: s };
         let mut value = [0u8; 64];
         value[..4].copy_from_slice(&1i32.to_le_bytes());
-        let attr = LaunchAttr { id: ATTR_COOPERATIVE.into(), reserved: 0.into(), value };
+        let attr = LaunchAttr { id: CU_LAUNCH_ATTRIBUTE_COOPERATIVE.0.into(), reserved: 0.into(), value };
         launch_ex(&cfg, f, &[attr], params, std::ptr::null_mut())
     })
 }
 
-fn clusters(out: *mut c_int, hfunc: *mut c_void, config: *const LaunchConfig, kind: u32) -> Res {
+fn clusters(out: *mut c_int, hfunc: *mut c_void, config: *const CUlaunchConfig, kind: u32) -> Res {
     if config.is_null() {
         return Err(CuError::INVALID_VALUE);
     }
@@ -259,7 +268,8 @@ fn clusters(out: *mut c_int, hfunc: *mut c_void, config: *const LaunchConfig, ki
     // SAFETY: the configuration's attribute array, per the API.
     let attrs = unsafe { attributes(cfg) }?;
     let (_, f) = crate::library::function(id(hfunc))?;
-    let n = state::client()?.occupancy_clusters(&f, cfg.grid, cfg.block, cfg.shared_mem, &attrs, kind).map_err(state::cu)?;
+    let shape = Shape::of(cfg);
+    let n = state::client()?.occupancy_clusters(&f, shape.grid, shape.block, shape.shared_mem, &attrs, kind).map_err(state::cu)?;
     // SAFETY: writable per the API.
     unsafe { put(out, n) }
 }
@@ -269,7 +279,7 @@ fn clusters(out: *mut c_int, hfunc: *mut c_void, config: *const LaunchConfig, ki
 /// # Safety
 /// `num_clusters` must be writable and `config` a `CUlaunchConfig`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(num_clusters: *mut c_int, f: *mut c_void, config: *const LaunchConfig) -> CuResult {
+pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(num_clusters: *mut c_int, f: *mut c_void, config: *const CUlaunchConfig) -> CuResult {
     run("cuOccupancyMaxActiveClusters", || clusters(num_clusters, f, config, 0))
 }
 
@@ -278,7 +288,7 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(num_clusters: *mut c_int, 
 /// # Safety
 /// `size` must be writable and `config` a `CUlaunchConfig`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(size: *mut c_int, f: *mut c_void, config: *const LaunchConfig) -> CuResult {
+pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(size: *mut c_int, f: *mut c_void, config: *const CUlaunchConfig) -> CuResult {
     run("cuOccupancyMaxPotentialClusterSize", || clusters(size, f, config, 1))
 }
 
@@ -300,13 +310,13 @@ unsafe fn array5<T: Copy + Default>(p: *const T, n: usize) -> Result<[T; 5], CuE
 
 /// Sends a tensor-map request and writes the descriptor the backend's
 /// driver built.
-fn encode(map: *mut [u8; 128], r: TensorMapEncode) -> Res {
+fn encode(map: *mut CUtensorMap, r: TensorMapEncode) -> Res {
     if map.is_null() {
         return Err(CuError::INVALID_VALUE);
     }
     let bytes = state::client()?.tensor_map_encode(&r).map_err(state::cu)?;
     // SAFETY: a writable CUtensorMap (128 bytes), per the API.
-    unsafe { map.write_unaligned(bytes) };
+    unsafe { map.cast::<[u8; 128]>().write_unaligned(bytes) };
     Ok(())
 }
 
@@ -318,18 +328,18 @@ fn encode(map: *mut [u8; 128], r: TensorMapEncode) -> Res {
 /// As the driver API requires of each array (rank entries; strides rank-1).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTensorMapEncodeTiled(
-    map: *mut [u8; 128],
-    data_type: c_uint,
+    map: *mut CUtensorMap,
+    data_type: CUtensorMapDataType,
     rank: c_uint,
     global_address: *mut c_void,
     global_dim: *const u64,
     global_strides: *const u64,
     box_dim: *const u32,
     element_strides: *const u32,
-    interleave: c_uint,
-    swizzle: c_uint,
-    l2_promotion: c_uint,
-    oob_fill: c_uint,
+    interleave: CUtensorMapInterleave,
+    swizzle: CUtensorMapSwizzle,
+    l2_promotion: CUtensorMapL2promotion,
+    oob_fill: CUtensorMapFloatOOBfill,
 ) -> CuResult {
     run("cuTensorMapEncodeTiled", || {
         let n = rank as usize;
@@ -341,12 +351,12 @@ pub unsafe extern "C" fn cuTensorMapEncodeTiled(
         let (dims, strides, boxes, elems) = arrays;
         let r = TensorMapEncode {
             kind: 0.into(),
-            data_type: data_type.into(),
+            data_type: data_type.0.into(),
             rank: rank.into(),
-            interleave: interleave.into(),
-            swizzle: swizzle.into(),
-            l2_promotion: l2_promotion.into(),
-            oob_fill: oob_fill.into(),
+            interleave: interleave.0.into(),
+            swizzle: swizzle.0.into(),
+            l2_promotion: l2_promotion.0.into(),
+            oob_fill: oob_fill.0.into(),
             global_address: (global_address as u64).into(),
             global_dim: dims.map(Into::into),
             global_strides: [strides[0], strides[1], strides[2], strides[3]].map(Into::into),
@@ -364,8 +374,8 @@ pub unsafe extern "C" fn cuTensorMapEncodeTiled(
 /// As the driver API requires of each array.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTensorMapEncodeIm2col(
-    map: *mut [u8; 128],
-    data_type: c_uint,
+    map: *mut CUtensorMap,
+    data_type: CUtensorMapDataType,
     rank: c_uint,
     global_address: *mut c_void,
     global_dim: *const u64,
@@ -375,10 +385,10 @@ pub unsafe extern "C" fn cuTensorMapEncodeIm2col(
     channels_per_pixel: c_uint,
     pixels_per_column: c_uint,
     element_strides: *const u32,
-    interleave: c_uint,
-    swizzle: c_uint,
-    l2_promotion: c_uint,
-    oob_fill: c_uint,
+    interleave: CUtensorMapInterleave,
+    swizzle: CUtensorMapSwizzle,
+    l2_promotion: CUtensorMapL2promotion,
+    oob_fill: CUtensorMapFloatOOBfill,
 ) -> CuResult {
     run("cuTensorMapEncodeIm2col", || {
         let n = rank as usize;
@@ -398,12 +408,12 @@ pub unsafe extern "C" fn cuTensorMapEncodeIm2col(
         };
         let r = TensorMapEncode {
             kind: 1.into(),
-            data_type: data_type.into(),
+            data_type: data_type.0.into(),
             rank: rank.into(),
-            interleave: interleave.into(),
-            swizzle: swizzle.into(),
-            l2_promotion: l2_promotion.into(),
-            oob_fill: oob_fill.into(),
+            interleave: interleave.0.into(),
+            swizzle: swizzle.0.into(),
+            l2_promotion: l2_promotion.0.into(),
+            oob_fill: oob_fill.0.into(),
             channels_per_pixel: channels_per_pixel.into(),
             global_address: (global_address as u64).into(),
             global_dim: dims.map(Into::into),

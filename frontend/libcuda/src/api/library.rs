@@ -7,13 +7,13 @@ use crate::library;
 use crate::state::objects::{DevAlloc, DevKind};
 use crate::state::{self, Res, handle, id, objects, put, run};
 use pvgpu_frontend::{Function, Module};
+use pvgpu_ring::cuda::api::{
+    CU_FUNC_CACHE_PREFER_EQUAL, CU_MODULE_EAGER_LOADING, CU_MODULE_LAZY_LOADING, CUfunc_cache, CUfunction_attribute, CUjit_option,
+    CUlibraryOption, CUmoduleLoadingMode,
+};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-/// `CU_MODULE_LAZY_LOADING`.
-const LAZY_LOADING: c_int = 2;
-/// `CU_MODULE_EAGER_LOADING`.
-const EAGER_LOADING: c_int = 1;
 
 /// `cuModuleGetLoadingMode`: lazy (libraries are loaded into a context at
 /// the first use of one of their kernels), unless `CUDA_MODULE_LOADING=EAGER`
@@ -22,11 +22,11 @@ const EAGER_LOADING: c_int = 1;
 /// # Safety
 /// `mode` must be writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleGetLoadingMode(mode: *mut c_int) -> CuResult {
+pub unsafe extern "C" fn cuModuleGetLoadingMode(mode: *mut CUmoduleLoadingMode) -> CuResult {
     run("cuModuleGetLoadingMode", || {
         let eager = std::env::var("CUDA_MODULE_LOADING").is_ok_and(|v| v.eq_ignore_ascii_case("EAGER"));
         // SAFETY: writable per the API.
-        unsafe { put(mode, if eager { EAGER_LOADING } else { LAZY_LOADING }) }
+        unsafe { put(mode, if eager { CU_MODULE_EAGER_LOADING } else { CU_MODULE_LAZY_LOADING }) }
     })
 }
 
@@ -49,10 +49,10 @@ fn load(lib: *mut *mut c_void, image: &[u8]) -> Res {
 pub unsafe extern "C" fn cuLibraryLoadData(
     lib: *mut *mut c_void,
     code: *const c_void,
-    _jit_options: *mut c_int,
+    _jit_options: *mut CUjit_option,
     _jit_values: *mut *mut c_void,
     _num_jit: c_uint,
-    _lib_options: *mut c_int,
+    _lib_options: *mut CUlibraryOption,
     _lib_values: *mut *mut c_void,
     _num_lib: c_uint,
 ) -> CuResult {
@@ -68,10 +68,10 @@ pub unsafe extern "C" fn cuLibraryLoadData(
 pub unsafe extern "C" fn cuLibraryLoadFromFile(
     lib: *mut *mut c_void,
     file: *const c_char,
-    _jit_options: *mut c_int,
+    _jit_options: *mut CUjit_option,
     _jit_values: *mut *mut c_void,
     _num_jit: c_uint,
-    _lib_options: *mut c_int,
+    _lib_options: *mut CUlibraryOption,
     _lib_values: *mut *mut c_void,
     _num_lib: c_uint,
 ) -> CuResult {
@@ -269,9 +269,9 @@ fn kernel_function(kernel: *mut c_void) -> Result<Function, CuError> {
 /// # Safety
 /// `pi` must be writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuKernelGetAttribute(pi: *mut c_int, attrib: c_int, kernel: *mut c_void, _dev: c_int) -> CuResult {
+pub unsafe extern "C" fn cuKernelGetAttribute(pi: *mut c_int, attrib: CUfunction_attribute, kernel: *mut c_void, _dev: c_int) -> CuResult {
     run("cuKernelGetAttribute", || {
-        let v = state::client()?.func_get_attribute(&kernel_function(kernel)?, attrib).map_err(state::cu)?;
+        let v = state::client()?.func_get_attribute(&kernel_function(kernel)?, attrib.0 as i32).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(pi, v) }
     })
@@ -280,8 +280,9 @@ pub unsafe extern "C" fn cuKernelGetAttribute(pi: *mut c_int, attrib: c_int, ker
 /// `cuKernelSetAttribute`: set on the kernel's functions in every context
 /// it was used in, and on those it is resolved in later.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuKernelSetAttribute(attrib: c_int, value: c_int, kernel: *mut c_void, _dev: c_int) -> CuResult {
+pub extern "C" fn cuKernelSetAttribute(attrib: CUfunction_attribute, value: c_int, kernel: *mut c_void, _dev: c_int) -> CuResult {
     run("cuKernelSetAttribute", || {
+        let attrib = attrib.0 as i32;
         let k = id(kernel);
         let fids: Vec<u64> = {
             let mut o = objects();
@@ -303,10 +304,10 @@ pub extern "C" fn cuKernelSetAttribute(attrib: c_int, value: c_int, kernel: *mut
 
 /// `cuKernelSetCacheConfig`: a preference the driver may ignore; accepted.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuKernelSetCacheConfig(kernel: *mut c_void, config: c_int, _dev: c_int) -> CuResult {
+pub extern "C" fn cuKernelSetCacheConfig(kernel: *mut c_void, config: CUfunc_cache, _dev: c_int) -> CuResult {
     run("cuKernelSetCacheConfig", || {
         objects().kernels.get(&id(kernel)).ok_or(CuError::INVALID_HANDLE)?;
-        if !(0..=3).contains(&config) {
+        if config > CU_FUNC_CACHE_PREFER_EQUAL {
             return Err(CuError::INVALID_VALUE);
         }
         Ok(())

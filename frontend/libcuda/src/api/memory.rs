@@ -12,6 +12,11 @@
 use crate::state::objects::{DevAlloc, DevKind};
 use crate::state::{self, HostInfo, Res, ctx, handle, objects, put, run, stream};
 use pvgpu_frontend::Stream;
+use pvgpu_ring::cuda::api::{
+    CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+    CU_POINTER_ATTRIBUTE_HOST_POINTER, CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_MAPPED, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+    CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CUmemorytype, CUpointer_attribute,
+};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_uint, c_void};
 
@@ -454,20 +459,9 @@ pub extern "C" fn cuMemsetD32Async(dptr: u64, v: u32, n: usize, s: *mut c_void) 
     run("cuMemsetD32Async", || memset(dptr, v, 4, n, stream(s)))
 }
 
-const CU_POINTER_ATTRIBUTE_CONTEXT: i32 = 1;
-const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: i32 = 2;
-const CU_POINTER_ATTRIBUTE_DEVICE_POINTER: i32 = 3;
-const CU_POINTER_ATTRIBUTE_HOST_POINTER: i32 = 4;
-const CU_POINTER_ATTRIBUTE_IS_MANAGED: i32 = 8;
-const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: i32 = 9;
-const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: i32 = 11;
-const CU_POINTER_ATTRIBUTE_RANGE_SIZE: i32 = 12;
-const CU_POINTER_ATTRIBUTE_MAPPED: i32 = 13;
-const CU_MEMORYTYPE_HOST: u32 = 1;
-const CU_MEMORYTYPE_DEVICE: u32 = 2;
 
 /// Writes one pointer attribute of `ptr` to `data`.
-fn pointer_attribute(data: *mut c_void, attribute: i32, ptr: u64) -> Res {
+fn pointer_attribute(data: *mut c_void, attribute: CUpointer_attribute, ptr: u64) -> Res {
     if data.is_null() {
         return Err(CuError::INVALID_VALUE);
     }
@@ -479,8 +473,8 @@ fn pointer_attribute(data: *mut c_void, attribute: i32, ptr: u64) -> Res {
     // API; every write below is of that type.
     unsafe {
         match (attribute, dev, host) {
-            (CU_POINTER_ATTRIBUTE_MEMORY_TYPE, Some(_), _) => put(data.cast::<u32>(), CU_MEMORYTYPE_DEVICE),
-            (CU_POINTER_ATTRIBUTE_MEMORY_TYPE, None, Some(_)) => put(data.cast::<u32>(), CU_MEMORYTYPE_HOST),
+            (CU_POINTER_ATTRIBUTE_MEMORY_TYPE, Some(_), _) => put(data.cast::<CUmemorytype>(), CU_MEMORYTYPE_DEVICE),
+            (CU_POINTER_ATTRIBUTE_MEMORY_TYPE, None, Some(_)) => put(data.cast::<CUmemorytype>(), CU_MEMORYTYPE_HOST),
             (CU_POINTER_ATTRIBUTE_CONTEXT, Some((_, a)), _) => put(data.cast::<*mut c_void>(), handle(a.ctx)),
             (CU_POINTER_ATTRIBUTE_CONTEXT, None, Some(_)) => put(data.cast::<*mut c_void>(), handle(host_ctx)),
             (CU_POINTER_ATTRIBUTE_DEVICE_POINTER, Some(_), _) => put(data.cast::<u64>(), ptr),
@@ -507,7 +501,7 @@ fn pointer_attribute(data: *mut c_void, attribute: i32, ptr: u64) -> Res {
 /// # Safety
 /// `data` must point to storage of the attribute's type.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: i32, ptr: u64) -> CuResult {
+pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: CUpointer_attribute, ptr: u64) -> CuResult {
     run("cuPointerGetAttribute", || {
         state::client()?;
         pointer_attribute(data, attribute, ptr)
@@ -521,7 +515,7 @@ pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: i32
 /// `attributes` and `data` hold `n` entries; each `data[i]` points to
 /// storage of attribute `i`'s type.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttributes(n: c_uint, attributes: *const i32, data: *mut *mut c_void, ptr: u64) -> CuResult {
+pub unsafe extern "C" fn cuPointerGetAttributes(n: c_uint, attributes: *mut CUpointer_attribute, data: *mut *mut c_void, ptr: u64) -> CuResult {
     run("cuPointerGetAttributes", || {
         state::client()?;
         if attributes.is_null() || data.is_null() {

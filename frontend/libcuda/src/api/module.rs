@@ -5,6 +5,10 @@
 use crate::state::objects::{DevAlloc, DevKind};
 use crate::state::{self, Res, handle, id, objects, put, run};
 use pvgpu_frontend::Module;
+use pvgpu_ring::cuda::api::{
+    CU_FUNC_CACHE_PREFER_EQUAL, CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
+    CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CUfunc_cache, CUfunction_attribute, CUjit_option,
+};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -115,10 +119,6 @@ pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *cons
     run("cuModuleLoadData", || load(module, unsafe { image_bytes(image) }?))
 }
 
-const CU_JIT_INFO_LOG_BUFFER: c_int = 3;
-const CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES: c_int = 4;
-const CU_JIT_ERROR_LOG_BUFFER: c_int = 5;
-const CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: c_int = 6;
 
 /// `cuModuleLoadDataEx`: JIT options are left to the backend's driver; log
 /// buffers come back empty.
@@ -131,7 +131,7 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
     module: *mut *mut c_void,
     image: *const c_void,
     num_options: c_uint,
-    options: *const c_int,
+    options: *mut CUjit_option,
     values: *mut *mut c_void,
 ) -> CuResult {
     run("cuModuleLoadDataEx", || {
@@ -251,10 +251,10 @@ fn function(f: *mut c_void) -> Result<pvgpu_frontend::Function, CuError> {
 /// # Safety
 /// `pi` must be writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, hfunc: *mut c_void) -> CuResult {
+pub unsafe extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: CUfunction_attribute, hfunc: *mut c_void) -> CuResult {
     run("cuFuncGetAttribute", || {
         let f = function(hfunc)?;
-        let v = state::client()?.func_get_attribute(&f, attrib).map_err(state::cu)?;
+        let v = state::client()?.func_get_attribute(&f, attrib.0 as i32).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(pi, v) }
     })
@@ -262,20 +262,20 @@ pub unsafe extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, hfunc
 
 /// `cuFuncSetAttribute`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuFuncSetAttribute(hfunc: *mut c_void, attrib: c_int, value: c_int) -> CuResult {
+pub extern "C" fn cuFuncSetAttribute(hfunc: *mut c_void, attrib: CUfunction_attribute, value: c_int) -> CuResult {
     run("cuFuncSetAttribute", || {
         let f = function(hfunc)?;
-        state::client()?.func_set_attribute(&f, attrib, value).map_err(state::cu)
+        state::client()?.func_set_attribute(&f, attrib.0 as i32, value).map_err(state::cu)
     })
 }
 
 /// `cuFuncSetCacheConfig`: a preference the driver may ignore; accepted and
 /// not forwarded.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuFuncSetCacheConfig(hfunc: *mut c_void, config: c_int) -> CuResult {
+pub extern "C" fn cuFuncSetCacheConfig(hfunc: *mut c_void, config: CUfunc_cache) -> CuResult {
     run("cuFuncSetCacheConfig", || {
         function(hfunc)?;
-        if !(0..=3).contains(&config) {
+        if config > CU_FUNC_CACHE_PREFER_EQUAL {
             return Err(CuError::INVALID_VALUE);
         }
         Ok(())

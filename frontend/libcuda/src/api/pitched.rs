@@ -6,91 +6,39 @@
 use crate::state::{self, Res, objects, run};
 use pvgpu_frontend::{Pitched, Stream};
 use pvgpu_ring::{CuError, CuResult};
-use std::ffi::{c_uint, c_void};
-
-const MEMORYTYPE_HOST: c_uint = 1;
-const MEMORYTYPE_DEVICE: c_uint = 2;
-const MEMORYTYPE_UNIFIED: c_uint = 4;
-
-/// `CUDA_MEMCPY2D`.
-#[repr(C)]
-pub struct Memcpy2D {
-    src_x: usize,
-    src_y: usize,
-    src_type: c_uint,
-    src_host: *const c_void,
-    src_device: u64,
-    src_array: *mut c_void,
-    src_pitch: usize,
-    dst_x: usize,
-    dst_y: usize,
-    dst_type: c_uint,
-    dst_host: *mut c_void,
-    dst_device: u64,
-    dst_array: *mut c_void,
-    dst_pitch: usize,
-    width: usize,
-    height: usize,
-}
-
-/// `CUDA_MEMCPY3D`.
-#[repr(C)]
-pub struct Memcpy3D {
-    src_x: usize,
-    src_y: usize,
-    src_z: usize,
-    src_lod: usize,
-    src_type: c_uint,
-    src_host: *const c_void,
-    src_device: u64,
-    src_array: *mut c_void,
-    reserved0: *mut c_void,
-    src_pitch: usize,
-    src_height: usize,
-    dst_x: usize,
-    dst_y: usize,
-    dst_z: usize,
-    dst_lod: usize,
-    dst_type: c_uint,
-    dst_host: *mut c_void,
-    dst_device: u64,
-    dst_array: *mut c_void,
-    reserved1: *mut c_void,
-    dst_pitch: usize,
-    dst_height: usize,
-    width: usize,
-    height: usize,
-    depth: usize,
-}
+use pvgpu_ring::cuda::api::{
+    CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED, CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUmemorytype, CUstream,
+};
+use std::ffi::c_void;
 
 /// One side of a copy: its memory type, host and device pointers, and the
 /// byte offset of its first byte from them.
-fn side(kind: c_uint, host: *const c_void, device: u64, offset: usize, pitch: usize) -> Result<Pitched, CuError> {
+fn side(kind: CUmemorytype, host: *const c_void, device: u64, offset: usize, pitch: usize) -> Result<Pitched, CuError> {
     let unified_is_device = |p: u64| objects().device_range(p, 1).is_some();
     match kind {
-        MEMORYTYPE_DEVICE => Ok(Pitched::Device { ptr: device + offset as u64, pitch: pitch as u64 }),
-        MEMORYTYPE_HOST => Ok(Pitched::Host { ptr: (host as usize + offset) as *const u8, pitch }),
-        MEMORYTYPE_UNIFIED if unified_is_device(device) => Ok(Pitched::Device { ptr: device + offset as u64, pitch: pitch as u64 }),
-        MEMORYTYPE_UNIFIED => Ok(Pitched::Host { ptr: (device as usize + offset) as *const u8, pitch }),
+        CU_MEMORYTYPE_DEVICE => Ok(Pitched::Device { ptr: device + offset as u64, pitch: pitch as u64 }),
+        CU_MEMORYTYPE_HOST => Ok(Pitched::Host { ptr: (host as usize + offset) as *const u8, pitch }),
+        CU_MEMORYTYPE_UNIFIED if unified_is_device(device) => Ok(Pitched::Device { ptr: device + offset as u64, pitch: pitch as u64 }),
+        CU_MEMORYTYPE_UNIFIED => Ok(Pitched::Host { ptr: (device as usize + offset) as *const u8, pitch }),
         // CUDA arrays.
         _ => Err(CuError::NOT_SUPPORTED),
     }
 }
 
-fn copy_2d(p: *const Memcpy2D, s: Option<*mut c_void>) -> Res {
+fn copy_2d(p: *const CUDA_MEMCPY2D, s: Option<CUstream>) -> Res {
     if p.is_null() {
         return Err(CuError::INVALID_VALUE);
     }
     // SAFETY: a readable CUDA_MEMCPY2D, per the API.
     let c = unsafe { &*p };
-    let src = side(c.src_type, c.src_host, c.src_device, c.src_y * c.src_pitch + c.src_x, c.src_pitch)?;
-    let dst = side(c.dst_type, c.dst_host, c.dst_device, c.dst_y * c.dst_pitch + c.dst_x, c.dst_pitch)?;
+    let src = side(c.srcMemoryType, c.srcHost, c.srcDevice, c.srcY * c.srcPitch + c.srcXInBytes, c.srcPitch)?;
+    let dst = side(c.dstMemoryType, c.dstHost, c.dstDevice, c.dstY * c.dstPitch + c.dstXInBytes, c.dstPitch)?;
     let stream = s.map_or(Stream::DEFAULT, state::ordered);
     if s.is_none() {
         crate::callback::gate(Stream::DEFAULT);
     }
     // SAFETY: host sides hold the rows the descriptor names, per the API.
-    unsafe { state::client()?.memcpy_2d(dst, src, c.width, c.height, stream, s.is_some()) }.map_err(state::cu)
+    unsafe { state::client()?.memcpy_2d(dst, src, c.WidthInBytes, c.Height, stream, s.is_some()) }.map_err(state::cu)
 }
 
 /// `cuMemcpy2D_v2`.
@@ -98,7 +46,7 @@ fn copy_2d(p: *const Memcpy2D, s: Option<*mut c_void>) -> Res {
 /// # Safety
 /// `p` must point to a `CUDA_MEMCPY2D` whose host sides are valid.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy2D_v2(p: *const Memcpy2D) -> CuResult {
+pub unsafe extern "C" fn cuMemcpy2D_v2(p: *const CUDA_MEMCPY2D) -> CuResult {
     run("cuMemcpy2D_v2", || copy_2d(p, None))
 }
 
@@ -107,7 +55,7 @@ pub unsafe extern "C" fn cuMemcpy2D_v2(p: *const Memcpy2D) -> CuResult {
 /// # Safety
 /// As `cuMemcpy2D_v2`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(p: *const Memcpy2D) -> CuResult {
+pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(p: *const CUDA_MEMCPY2D) -> CuResult {
     run("cuMemcpy2DUnaligned_v2", || copy_2d(p, None))
 }
 
@@ -117,28 +65,28 @@ pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(p: *const Memcpy2D) -> CuResult 
 /// As `cuMemcpy2D_v2`; page-locked host sides stay valid until the stream
 /// is synchronised.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy2DAsync_v2(p: *const Memcpy2D, s: *mut c_void) -> CuResult {
+pub unsafe extern "C" fn cuMemcpy2DAsync_v2(p: *const CUDA_MEMCPY2D, s: CUstream) -> CuResult {
     run("cuMemcpy2DAsync_v2", || copy_2d(p, Some(s)))
 }
 
-fn copy_3d(p: *const Memcpy3D, s: Option<*mut c_void>) -> Res {
+fn copy_3d(p: *const CUDA_MEMCPY3D, s: Option<CUstream>) -> Res {
     if p.is_null() {
         return Err(CuError::INVALID_VALUE);
     }
     // SAFETY: a readable CUDA_MEMCPY3D, per the API.
     let c = unsafe { &*p };
-    if c.src_lod != 0 || c.dst_lod != 0 {
+    if c.srcLOD != 0 || c.dstLOD != 0 {
         return Err(CuError::INVALID_VALUE);
     }
     let stream = s.map_or(Stream::DEFAULT, state::ordered);
     let client = state::client()?;
-    for z in 0..c.depth {
-        let src_off = (c.src_z + z) * c.src_pitch * c.src_height + c.src_y * c.src_pitch + c.src_x;
-        let dst_off = (c.dst_z + z) * c.dst_pitch * c.dst_height + c.dst_y * c.dst_pitch + c.dst_x;
-        let src = side(c.src_type, c.src_host, c.src_device, src_off, c.src_pitch)?;
-        let dst = side(c.dst_type, c.dst_host, c.dst_device, dst_off, c.dst_pitch)?;
+    for z in 0..c.Depth {
+        let src_off = (c.srcZ + z) * c.srcPitch * c.srcHeight + c.srcY * c.srcPitch + c.srcXInBytes;
+        let dst_off = (c.dstZ + z) * c.dstPitch * c.dstHeight + c.dstY * c.dstPitch + c.dstXInBytes;
+        let src = side(c.srcMemoryType, c.srcHost, c.srcDevice, src_off, c.srcPitch)?;
+        let dst = side(c.dstMemoryType, c.dstHost, c.dstDevice, dst_off, c.dstPitch)?;
         // SAFETY: host sides hold the slices the descriptor names.
-        unsafe { client.memcpy_2d(dst, src, c.width, c.height, stream, s.is_some()) }.map_err(state::cu)?;
+        unsafe { client.memcpy_2d(dst, src, c.WidthInBytes, c.Height, stream, s.is_some()) }.map_err(state::cu)?;
     }
     Ok(())
 }
@@ -148,7 +96,7 @@ fn copy_3d(p: *const Memcpy3D, s: Option<*mut c_void>) -> Res {
 /// # Safety
 /// `p` must point to a `CUDA_MEMCPY3D` whose host sides are valid.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy3D_v2(p: *const Memcpy3D) -> CuResult {
+pub unsafe extern "C" fn cuMemcpy3D_v2(p: *const CUDA_MEMCPY3D) -> CuResult {
     run("cuMemcpy3D_v2", || copy_3d(p, None))
 }
 
@@ -157,7 +105,7 @@ pub unsafe extern "C" fn cuMemcpy3D_v2(p: *const Memcpy3D) -> CuResult {
 /// # Safety
 /// As `cuMemcpy3D_v2`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy3DAsync_v2(p: *const Memcpy3D, s: *mut c_void) -> CuResult {
+pub unsafe extern "C" fn cuMemcpy3DAsync_v2(p: *const CUDA_MEMCPY3D, s: CUstream) -> CuResult {
     run("cuMemcpy3DAsync_v2", || copy_3d(p, Some(s)))
 }
 

@@ -10,6 +10,7 @@
 use crate::state::objects::{DevAlloc, DevKind};
 use crate::state::{self, Res, ctx, handle, id, objects, put, run};
 use pvgpu_frontend::Stream;
+use pvgpu_ring::cuda::api::{CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUmemPool_attribute};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_int, c_void};
 
@@ -111,8 +112,8 @@ pub extern "C" fn cuDeviceSetMemPool(dev: c_int, pool: *mut c_void) -> CuResult 
 }
 
 /// Attributes 1 to 3 are ints, the others 64-bit values.
-fn is_wide(attr: c_int) -> bool {
-    attr >= 4
+fn is_wide(attr: CUmemPool_attribute) -> bool {
+    attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
 }
 
 /// A context on the pool's device: the current one.
@@ -130,9 +131,9 @@ fn pool_ctx(pool: *mut c_void) -> Result<pvgpu_frontend::Context, CuError> {
 /// # Safety
 /// `value` must point to storage of the attribute's type.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolGetAttribute(pool: *mut c_void, attr: c_int, value: *mut c_void) -> CuResult {
+pub unsafe extern "C" fn cuMemPoolGetAttribute(pool: *mut c_void, attr: CUmemPool_attribute, value: *mut c_void) -> CuResult {
     run("cuMemPoolGetAttribute", || {
-        let v = state::client()?.mem_pool_attribute(pool_ctx(pool)?, attr as u32, None).map_err(state::cu)?;
+        let v = state::client()?.mem_pool_attribute(pool_ctx(pool)?, attr.0, None).map_err(state::cu)?;
         // SAFETY: storage of the attribute's type, per the API.
         unsafe { if is_wide(attr) { put(value.cast::<u64>(), v) } else { put(value.cast::<c_int>(), v as c_int) } }
     })
@@ -143,14 +144,14 @@ pub unsafe extern "C" fn cuMemPoolGetAttribute(pool: *mut c_void, attr: c_int, v
 /// # Safety
 /// `value` must point to a value of the attribute's type.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolSetAttribute(pool: *mut c_void, attr: c_int, value: *mut c_void) -> CuResult {
+pub unsafe extern "C" fn cuMemPoolSetAttribute(pool: *mut c_void, attr: CUmemPool_attribute, value: *mut c_void) -> CuResult {
     run("cuMemPoolSetAttribute", || {
         if value.is_null() {
             return Err(CuError::INVALID_VALUE);
         }
         // SAFETY: a value of the attribute's type, per the API.
         let v = unsafe { if is_wide(attr) { value.cast::<u64>().read_unaligned() } else { value.cast::<c_int>().read_unaligned() as u64 } };
-        state::client()?.mem_pool_attribute(pool_ctx(pool)?, attr as u32, Some(v)).map_err(state::cu)?;
+        state::client()?.mem_pool_attribute(pool_ctx(pool)?, attr.0, Some(v)).map_err(state::cu)?;
         Ok(())
     })
 }

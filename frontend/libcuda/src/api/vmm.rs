@@ -12,50 +12,22 @@ use crate::state::objects::Objects;
 use crate::state::objects::{DevAlloc, DevKind};
 use crate::state::{self, ctx, objects, put, run};
 use pvgpu_frontend::{Access, PhysMem};
+use pvgpu_ring::cuda::api::{
+    CU_MEM_ACCESS_FLAGS_PROT_NONE, CU_MEM_ACCESS_FLAGS_PROT_READ, CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUmemAccessDesc, CUmemAllocationGranularity_flags, CUmemAllocationProp,
+    CUmemLocation,
+};
 use pvgpu_ring::{CuError, CuResult};
-use std::ffi::{c_int, c_void};
-
-/// `CU_MEM_ALLOCATION_TYPE_PINNED`.
-const TYPE_PINNED: u32 = 1;
-/// `CU_MEM_LOCATION_TYPE_DEVICE`.
-const LOCATION_DEVICE: u32 = 1;
-
-/// `CUmemLocation`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct Location {
-    kind: u32,
-    id: c_int,
-}
-
-/// `CUmemAllocationProp`.
-#[repr(C)]
-pub struct AllocationProp {
-    kind: u32,
-    requested_handle_types: u32,
-    location: Location,
-    win32_handle_meta_data: *mut c_void,
-    compression_type: u8,
-    gpu_direct_rdma_capable: u8,
-    usage: u16,
-    reserved: [u8; 4],
-}
-
-/// `CUmemAccessDesc`.
-#[repr(C)]
-pub struct AccessDesc {
-    location: Location,
-    flags: u32,
-}
+use std::ffi::c_int;
 
 /// The device `prop` names (device memory of one device is all there is).
 ///
 /// # Safety
 /// `prop` must be null or readable.
-unsafe fn device_of(prop: *const AllocationProp) -> Result<c_int, CuError> {
+unsafe fn device_of(prop: *const CUmemAllocationProp) -> Result<c_int, CuError> {
     // SAFETY: null or readable, per the caller.
     let p = unsafe { prop.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
-    if p.kind != TYPE_PINNED || p.location.kind != LOCATION_DEVICE {
+    if p.type_ != CU_MEM_ALLOCATION_TYPE_PINNED || p.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
         return Err(CuError::INVALID_VALUE);
     }
     Ok(p.location.id)
@@ -85,14 +57,18 @@ fn any_context() -> Result<u64, CuError> {
 /// # Safety
 /// `granularity` writable, `prop` readable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const AllocationProp, option: u32) -> CuResult {
+pub unsafe extern "C" fn cuMemGetAllocationGranularity(
+    granularity: *mut usize,
+    prop: *const CUmemAllocationProp,
+    option: CUmemAllocationGranularity_flags,
+) -> CuResult {
     run("cuMemGetAllocationGranularity", || {
         // SAFETY: per the caller.
         let dev = unsafe { device_of(prop) }?;
-        if option > 1 {
+        if option > CU_MEM_ALLOC_GRANULARITY_RECOMMENDED {
             return Err(CuError::INVALID_VALUE);
         }
-        let g = state::client()?.mem_granularity(dev, option == 1).map_err(state::cu)?;
+        let g = state::client()?.mem_granularity(dev, option == CU_MEM_ALLOC_GRANULARITY_RECOMMENDED).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(granularity, g as usize) }
     })
@@ -127,7 +103,7 @@ pub extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> CuResult {
 /// # Safety
 /// `handle` writable, `prop` readable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const AllocationProp, flags: u64) -> CuResult {
+pub unsafe extern "C" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const CUmemAllocationProp, flags: u64) -> CuResult {
     run("cuMemCreate", || {
         // SAFETY: per the caller.
         let h = context_on(unsafe { device_of(prop) }?)?;
@@ -188,7 +164,7 @@ pub extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> CuResult {
 /// # Safety
 /// `desc` must hold `count` readable descriptors.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemSetAccess(ptr: u64, size: usize, desc: *const AccessDesc, count: usize) -> CuResult {
+pub unsafe extern "C" fn cuMemSetAccess(ptr: u64, size: usize, desc: *const CUmemAccessDesc, count: usize) -> CuResult {
     run("cuMemSetAccess", || {
         if desc.is_null() || count == 0 {
             return Err(CuError::INVALID_VALUE);
@@ -199,15 +175,15 @@ pub unsafe extern "C" fn cuMemSetAccess(ptr: u64, size: usize, desc: *const Acce
         let dev = ctx::device_of(owner.ok_or(CuError::INVALID_VALUE)?)?;
         let mut flags = None;
         for d in descs {
-            if d.location.kind != LOCATION_DEVICE || d.location.id != dev {
+            if d.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE || d.location.id != dev {
                 return Err(CuError::INVALID_DEVICE);
             }
             flags = Some(d.flags);
         }
         let access = match flags {
-            Some(0) => Access::None,
-            Some(1) => Access::Read,
-            Some(3) => Access::ReadWrite,
+            Some(CU_MEM_ACCESS_FLAGS_PROT_NONE) => Access::None,
+            Some(CU_MEM_ACCESS_FLAGS_PROT_READ) => Access::Read,
+            Some(CU_MEM_ACCESS_FLAGS_PROT_READWRITE) => Access::ReadWrite,
             _ => return Err(CuError::INVALID_VALUE),
         };
         tracing::debug!(ptr, size, ?access, "cuMemSetAccess");
@@ -227,20 +203,15 @@ pub unsafe extern "C" fn cuMemSetAccess(ptr: u64, size: usize, desc: *const Acce
 /// # Safety
 /// `flags` writable, `location` readable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetAccess(flags: *mut u64, location: *const Location, ptr: u64) -> CuResult {
+pub unsafe extern "C" fn cuMemGetAccess(flags: *mut u64, location: *const CUmemLocation, ptr: u64) -> CuResult {
     run("cuMemGetAccess", || {
         // SAFETY: null or readable per the API.
         let loc = unsafe { location.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
         let (_, a) = objects().device_range(ptr, 1).ok_or(CuError::INVALID_VALUE)?;
         let DevKind::Mapped(access) = a.kind else { return Err(CuError::INVALID_VALUE) };
-        let mine = loc.kind == LOCATION_DEVICE && ctx::device_of(a.ctx).is_ok_and(|d| d == loc.id);
+        let mine = loc.type_ == CU_MEM_LOCATION_TYPE_DEVICE && ctx::device_of(a.ctx).is_ok_and(|d| d == loc.id);
         // SAFETY: writable per the API.
         unsafe { put(flags, if mine { access as u64 } else { 0 }) }
     })
 }
 
-/// Checks the layouts against NVIDIA's headers.
-const _: () = {
-    assert!(size_of::<AllocationProp>() == 32);
-    assert!(size_of::<AccessDesc>() == 12);
-};

@@ -1,0 +1,8 @@
+//! Writes the CUDA driver API's types (`pvgpu_ring::cuda::api`) from the
+//! one declaration list, `pvgpu-cuda-decl`.
+
+fn main() {
+    let decls = pvgpu_cuda_decl::Decls::cuda();
+    let out = std::path::Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("cuda_api.rs");
+    std::fs::write(out, pvgpu_cuda_decl::rust_types(&decls)).expect("writing cuda_api.rs");
+}
