@@ -4,5 +4,7 @@
 fn main() {
     let decls = pvgpu_cuda_decl::Decls::cuda();
     let out = std::path::Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("cuda_api.rs");
-    std::fs::write(out, pvgpu_cuda_decl::rust_types(&decls)).expect("writing cuda_api.rs");
+    let mut text = pvgpu_cuda_decl::rust_types(&decls);
+    text.push_str(&pvgpu_cuda_decl::rust_driver(&decls));
+    std::fs::write(out, text).expect("writing cuda_api.rs");
 }

@@ -187,7 +187,7 @@ pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, owner: Own
             // What kernels printed goes first, as it appears before the
             // synchronising call returns on a GPU. Calls that cannot make
             // the driver print skip the look (a flush and a system call).
-            if crate::session::may_print(h.opcode.get()) {
+            if pvgpu_ring::proto::Opcode::try_from(h.opcode.get()).map_or(true, |op| op.may_print()) {
                 session.take_output(&mut printed);
             }
             if !printed.is_empty() {

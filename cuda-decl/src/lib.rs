@@ -212,14 +212,52 @@ pub fn rust_types(d: &Decls) -> String {
             );
         }
     }
+    // A typedef of an enum is a `use`, so that its name constructs values
+    // as the enum's does (`CUlimit(4)`), which a type alias cannot.
+    let enum_like: std::collections::BTreeSet<&str> = d
+        .types
+        .iter()
+        .fold(d.enums.keys().map(String::as_str).collect(), |mut set, (n, t)| {
+            if set.contains(t.as_str()) {
+                set.insert(n.as_str());
+            }
+            set
+        });
     for (n, t) in &d.types {
-        if n != "CUresult" {
+        if n == "CUresult" {
+            continue;
+        }
+        if enum_like.contains(t.as_str()) {
+            let _ = writeln!(out, "/// `{n}`.\npub use {t} as {n};");
+        } else {
             let _ = writeln!(out, "/// `{n}`.\npub type {n} = {t};");
         }
     }
     for f in d.functions.values() {
         let _ = writeln!(out, "/// The type of `{}`.\npub type PFN_{} = unsafe extern \"C\" fn({}) -> {};", f.name, f.name, f.type_list(), f.ret);
     }
+    out
+}
+
+/// Rust for `Driver`: every entry point of the list as an optional
+/// function pointer of its `PFN_` type, and `Driver::load`, which looks
+/// each up by name (a symbol the loaded driver lacks is `None`).
+pub fn rust_driver(d: &Decls) -> String {
+    let mut out = String::from(
+        "/// Every entry point of the driver API, typed as cuda.h declares it;\n/// `None` where the loaded driver lacks it.\n#[derive(Clone, Copy)]\npub struct Driver {\n",
+    );
+    for f in d.functions.values() {
+        let _ = writeln!(out, "    /// `{0}`.\n    pub {0}: Option<PFN_{0}>,", f.name);
+    }
+    out.push_str("}\n\nimpl Driver {\n    /// Looks every entry point up with `lookup` (a symbol's address, or\n    /// null).\n    ///\n    /// # Safety\n    /// `lookup` must return the address of the symbol of that name in a\n    /// CUDA driver (whose entry points have cuda.h's types), or null.\n    pub unsafe fn load(mut lookup: impl FnMut(&std::ffi::CStr) -> *const c_void) -> Driver {\n        Driver {\n");
+    for f in d.functions.values() {
+        let _ = writeln!(
+            out,
+            "            // SAFETY: a null or the driver's `{0}`, whose type is `PFN_{0}` (the caller's contract); Option<fn> has a pointer's layout, null being None.\n            {0}: unsafe {{ std::mem::transmute::<*const c_void, Option<PFN_{0}>>(lookup(c\"{0}\")) }},",
+            f.name
+        );
+    }
+    out.push_str("        }\n    }\n}\n");
     out
 }
 

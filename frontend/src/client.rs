@@ -3,6 +3,7 @@
 //! either waits for the typed reply ([`Client::call`]) or posts it
 //! ([`Client::post`]); copies are in [`crate::copy`].
 
+use pvgpu_ring::cuda::api::CUdevice_attribute;
 use crate::error::{ProtocolError, Result, TransportError};
 use crate::handles::*;
 use crate::options::{BackendAddr, Options, backend_from_env};
@@ -95,8 +96,10 @@ impl Client {
     }
 
     /// Sends a command without waiting (or waits, with `PVGPU_SYNC=1`); an
-    /// error it causes comes back at the next call that waits.
+    /// error it causes comes back at the next call that waits. Only a
+    /// command the table marks `posted` compiles here.
     pub fn post<'a, C: Command<'a, Reply = ()>>(&self, req: &C) -> Result<()> {
+        const { assert!(C::POSTED, "the command table does not let this command be posted") };
         if self.sync_calls {
             return self.call(req);
         }
@@ -146,7 +149,7 @@ impl Client {
             return Ok(p.clone());
         }
         let rep = self.call(&DeviceGetProperties { device: dev.into() })?;
-        let masked = |a: &AttrPair| if MASKED_ATTRS.contains(&a.attr.get()) { 0 } else { a.value.get() };
+        let masked = |a: &AttrPair| if MASKED_ATTRS.contains(&CUdevice_attribute(a.attr.get() as u32)) { 0 } else { a.value.get() };
         let props = Arc::new(DeviceProps {
             name: proto::str_from_fixed(&rep.head.name),
             uuid: rep.head.uuid,
@@ -174,9 +177,9 @@ impl Client {
 
     /// `cuDeviceGetAttribute`, answered from the cache ([`MASKED_ATTRS`]
     /// read 0).
-    pub fn device_attribute(&self, dev: i32, attr: i32) -> Result<i32> {
+    pub fn device_attribute(&self, dev: i32, attr: CUdevice_attribute) -> Result<i32> {
         let props = self.device_props(dev)?;
-        match props.attrs.get(&attr) {
+        match props.attrs.get(&(attr.0 as i32)) {
             Some(v) => Ok(*v),
             None if MASKED_ATTRS.contains(&attr) => Ok(0),
             None => Err(CuError::INVALID_VALUE.into()),
@@ -189,8 +192,8 @@ impl Client {
     }
 
     /// `cuDeviceGetAttribute`, asked of the backend (unmasked).
-    pub fn device_attribute_uncached(&self, dev: i32, attr: i32) -> Result<i32> {
-        Ok(self.call(&DeviceGetAttribute { device: dev.into(), attr: attr.into() })?.value.get())
+    pub fn device_attribute_uncached(&self, dev: i32, attr: CUdevice_attribute) -> Result<i32> {
+        Ok(self.call(&DeviceGetAttribute { device: dev.into(), attr: (attr.0 as i32).into() })?.value.get())
     }
 
     /// `cuDevicePrimaryCtxRetain`.

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 /// `CU_LIMIT_STACK_SIZE`: grown by the driver at launch, so never kept.
-const LIMIT_STACK_SIZE: u32 = 0;
+const LIMIT_STACK_SIZE: u32 = pvgpu_ring::cuda::api::CU_LIMIT_STACK_SIZE.0;
 
 /// An occupancy question: function, kind, block size, limit, dynamic
 /// shared memory, flags.

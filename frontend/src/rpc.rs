@@ -57,6 +57,7 @@ impl Conn {
 
     /// Sends a command; with `FLAG_REPLY` in `flags` the backend answers it.
     pub(crate) fn send<'a, C: Command<'a>>(&mut self, req: &C, flags: u32) -> Result<u64> {
+        debug_assert!(C::POSTED || flags & pvgpu_ring::proto::FLAG_REPLY != 0, "{:?} is waited for, by the command table", C::OP);
         self.send_raw(C::OP as u16, flags, &[req.head(), req.tail()])
     }
 

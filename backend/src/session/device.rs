@@ -9,7 +9,17 @@ use pvgpu_ring::proto::{self, AttrPair, DevicePropsHead, DevicePropsRep, HandleR
 /// Most contexts one session may hold at once.
 const MAX_CONTEXTS: usize = 64;
 
-pub(super) fn hello<E: Executor>(s: &mut Session<E>, r: proto::Hello) -> CuRes<HelloRep> {
+/// `Goodbye`: the serving loop ends the session after the reply.
+pub(super) fn goodbye<E: Executor>(_: &mut Session<E>, _: proto::Goodbye, _: &mut Io<'_>) -> CuRes<()> {
+    Ok(())
+}
+
+/// `Nop`: the round trip is the work.
+pub(super) fn nop<E: Executor>(_: &mut Session<E>, _: proto::Nop, _: &mut Io<'_>) -> CuRes<()> {
+    Ok(())
+}
+
+pub(super) fn hello<E: Executor>(s: &mut Session<E>, r: proto::Hello, _: &mut Io<'_>) -> CuRes<HelloRep> {
     if r.min_version.get() > PROTOCOL_VERSION || r.max_version.get() < PROTOCOL_VERSION {
         return Err(CuError::NOT_SUPPORTED);
     }
@@ -23,26 +33,26 @@ pub(super) fn hello<E: Executor>(s: &mut Session<E>, r: proto::Hello) -> CuRes<H
     })
 }
 
-pub(super) fn init<E: Executor>(s: &mut Session<E>) -> CuRes<()> {
+pub(super) fn init<E: Executor>(s: &mut Session<E>, _: proto::Init, _: &mut Io<'_>) -> CuRes<()> {
     s.initialized = true;
     Ok(())
 }
 
-pub(super) fn driver_version<E: Executor>(s: &Session<E>) -> CuRes<I32Rep> {
+pub(super) fn driver_get_version<E: Executor>(s: &mut Session<E>, _: proto::DriverGetVersion, _: &mut Io<'_>) -> CuRes<I32Rep> {
     Ok(I32Rep { value: s.exec.driver_version().into() })
 }
 
-pub(super) fn count<E: Executor>(s: &Session<E>) -> CuRes<I32Rep> {
+pub(super) fn device_get_count<E: Executor>(s: &mut Session<E>, _: proto::DeviceGetCount, _: &mut Io<'_>) -> CuRes<I32Rep> {
     s.need_init()?;
     Ok(I32Rep { value: (s.exec.devices().len() as i32).into() })
 }
 
-pub(super) fn get<E: Executor>(s: &Session<E>, r: proto::DeviceGet) -> CuRes<I32Rep> {
+pub(super) fn device_get<E: Executor>(s: &mut Session<E>, r: proto::DeviceGet, _: &mut Io<'_>) -> CuRes<I32Rep> {
     let d = s.device(r.device.get())?;
     Ok(I32Rep { value: (d as i32).into() })
 }
 
-pub(super) fn properties<E: Executor>(s: &Session<E>, r: proto::DeviceGetProperties) -> CuRes<DevicePropsRep> {
+pub(super) fn device_get_properties<E: Executor>(s: &mut Session<E>, r: proto::DeviceGetProperties, _: &mut Io<'_>) -> CuRes<DevicePropsRep> {
     let info = &s.exec.devices()[s.device(r.device.get())?];
     Ok(DevicePropsRep {
         head: DevicePropsHead {
@@ -56,13 +66,13 @@ pub(super) fn properties<E: Executor>(s: &Session<E>, r: proto::DeviceGetPropert
     })
 }
 
-pub(super) fn attribute<E: Executor>(s: &Session<E>, r: proto::DeviceGetAttribute) -> CuRes<I32Rep> {
+pub(super) fn device_get_attribute<E: Executor>(s: &mut Session<E>, r: proto::DeviceGetAttribute, _: &mut Io<'_>) -> CuRes<I32Rep> {
     let d = s.device(r.device.get())?;
     let v = s.exec.devices()[d].attr(r.attr.get()).ok_or(CuError::INVALID_VALUE)?;
     Ok(I32Rep { value: v.into() })
 }
 
-pub(super) fn primary_retain<E: Executor>(s: &mut Session<E>, r: proto::PrimaryCtxRetain, io: &Io<'_>) -> CuRes<HandleRep> {
+pub(super) fn primary_ctx_retain<E: Executor>(s: &mut Session<E>, r: proto::PrimaryCtxRetain, io: &mut Io<'_>) -> CuRes<HandleRep> {
     let d = s.device(r.device.get())?;
     let id = match s.primary.get_mut(&d) {
         Some((id, refs)) => {
@@ -78,7 +88,7 @@ pub(super) fn primary_retain<E: Executor>(s: &mut Session<E>, r: proto::PrimaryC
     Ok(HandleRep { handle: id.into() })
 }
 
-pub(super) fn primary_release<E: Executor>(s: &mut Session<E>, r: proto::PrimaryCtxRelease) -> CuRes<()> {
+pub(super) fn primary_ctx_release<E: Executor>(s: &mut Session<E>, r: proto::PrimaryCtxRelease, _: &mut Io<'_>) -> CuRes<()> {
     let d = s.device(r.device.get())?;
     let (id, refs) = s.primary.get_mut(&d).ok_or(CuError::INVALID_CONTEXT)?;
     *refs -= 1;
@@ -90,14 +100,14 @@ pub(super) fn primary_release<E: Executor>(s: &mut Session<E>, r: proto::Primary
     Ok(())
 }
 
-pub(super) fn create<E: Executor>(s: &mut Session<E>, r: proto::CtxCreate, io: &Io<'_>) -> CuRes<HandleRep> {
+pub(super) fn ctx_create<E: Executor>(s: &mut Session<E>, r: proto::CtxCreate, io: &mut Io<'_>) -> CuRes<HandleRep> {
     let d = s.device(r.device.get())?;
     let flags = policy::ctx_flags(r.flags.get())?;
     let id = new_context(s, d, flags, false, io)?;
     Ok(HandleRep { handle: id.into() })
 }
 
-pub(super) fn destroy<E: Executor>(s: &mut Session<E>, r: proto::CtxDestroy) -> CuRes<()> {
+pub(super) fn ctx_destroy<E: Executor>(s: &mut Session<E>, r: proto::CtxDestroy, _: &mut Io<'_>) -> CuRes<()> {
     let id = r.ctx.get();
     match s.ctxs.get(id) {
         Some(c) if !c.primary => destroy_context(s, id),
@@ -106,15 +116,15 @@ pub(super) fn destroy<E: Executor>(s: &mut Session<E>, r: proto::CtxDestroy) -> 
     }
 }
 
-pub(super) fn synchronize<E: Executor>(s: &mut Session<E>, r: proto::CtxSynchronize) -> CuRes<()> {
+pub(super) fn ctx_synchronize<E: Executor>(s: &mut Session<E>, r: proto::CtxSynchronize, _: &mut Io<'_>) -> CuRes<()> {
     s.enter(r.ctx.get())?.synchronize()
 }
 
-pub(super) fn info<E: Executor>(s: &mut Session<E>, r: proto::CtxGetInfo) -> CuRes<proto::CtxInfoRep> {
+pub(super) fn ctx_get_info<E: Executor>(s: &mut Session<E>, r: proto::CtxGetInfo, _: &mut Io<'_>) -> CuRes<proto::CtxInfoRep> {
     Ok(s.enter(r.ctx.get())?.info()?.into())
 }
 
-pub(super) fn limit<E: Executor>(s: &mut Session<E>, r: proto::CtxLimit) -> CuRes<proto::U64Rep> {
+pub(super) fn ctx_limit<E: Executor>(s: &mut Session<E>, r: proto::CtxLimit, _: &mut Io<'_>) -> CuRes<proto::U64Rep> {
     let set = r.set.get() != 0;
     if set {
         policy::ctx_limit(r.limit.get())?;
@@ -204,13 +214,13 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
 }
 
 /// The data area's device address (0: the device cannot reach it).
-pub(super) fn area_device<E: Executor>(s: &Session<E>) -> CuRes<proto::U64Rep> {
+pub(super) fn data_area_device<E: Executor>(s: &mut Session<E>, _: proto::DataAreaDevice, _: &mut Io<'_>) -> CuRes<proto::U64Rep> {
     Ok(proto::U64Rep { value: s.area_device.unwrap_or(0).into() })
 }
 
 /// Memory as the session sees it (its quota, its allocations) and the
 /// device's gauges, for NVML in the guest.
-pub(super) fn status<E: Executor>(s: &Session<E>, r: proto::DeviceStatus) -> CuRes<proto::DeviceStatusRep> {
+pub(super) fn device_status<E: Executor>(s: &mut Session<E>, r: proto::DeviceStatus, _: &mut Io<'_>) -> CuRes<proto::DeviceStatusRep> {
     let d = s.device(r.device.get())?;
     let g = s.exec.gauges(d)?;
     let total = s.exec.devices()[d].total_mem;

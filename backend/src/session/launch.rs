@@ -1,9 +1,16 @@
 //! Kernels: launches (parameters checked against the layout the function
 //! reply described), function attributes and the occupancy calculator.
 
+use super::Io;
 use super::Session;
 use crate::exec::{CuRes, ExecContext, Executor, LaunchAttr, LaunchDims};
 use pvgpu_ring::CuError;
+use pvgpu_ring::cuda::api::{
+    CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE, CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN, CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP,
+    CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, CU_LAUNCH_ATTRIBUTE_PRIORITY, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+    CUlaunchAttributeID,
+};
 use pvgpu_ring::proto::{self, I32Rep, OccupancyRep, TensorMapRep};
 use zerocopy::IntoBytes;
 use zerocopy::little_endian::U32;
@@ -13,16 +20,22 @@ fn function<E: Executor>(s: &Session<E>, id: u64) -> CuRes<(u64, <super::Ctx<E> 
     s.functions.get(id).map(|f| (f.ctx, f.func)).ok_or(CuError::INVALID_HANDLE)
 }
 
-/// Launch attributes a guest may set: access policy window (1),
-/// cooperative (2), cluster dimension (4), cluster scheduling policy (5),
-/// programmatic stream serialisation (6), priority (8), memory
-/// synchronisation domain map and domain (9, 10), preferred shared memory
-/// carveout (14). The others name events or graph nodes of the driver, or
-/// belong to streams.
-const ALLOWED_ATTRS: &[u32] = &[1, 2, 4, 5, 6, 8, 9, 10, 14];
+/// Launch attributes a guest may set. The others name events or graph
+/// nodes of the driver, or belong to streams.
+const ALLOWED_ATTRS: &[CUlaunchAttributeID] = &[
+    CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+    CU_LAUNCH_ATTRIBUTE_PRIORITY,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
+    CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+];
 
 fn check_attrs(attrs: &[LaunchAttr]) -> CuRes<()> {
-    if attrs.iter().all(|a| ALLOWED_ATTRS.contains(&a.id.get())) { Ok(()) } else { Err(CuError::NOT_SUPPORTED) }
+    if attrs.iter().all(|a| ALLOWED_ATTRS.contains(&CUlaunchAttributeID(a.id.get()))) { Ok(()) } else { Err(CuError::NOT_SUPPORTED) }
 }
 
 fn dims(grid: [U32; 3], block: [U32; 3], shared_mem: u32) -> CuRes<LaunchDims> {
@@ -33,13 +46,13 @@ fn dims(grid: [U32; 3], block: [U32; 3], shared_mem: u32) -> CuRes<LaunchDims> {
     Ok(d)
 }
 
-pub(super) fn launch<E: Executor>(s: &mut Session<E>, r: proto::LaunchKernel<'_>) -> CuRes<()> {
+pub(super) fn launch_kernel<E: Executor>(s: &mut Session<E>, r: proto::LaunchKernel<'_>, _: &mut Io<'_>) -> CuRes<()> {
     let h = &r.head;
     let d = dims(h.grid, h.block, h.shared_mem.get())?;
     launch_with(s, h.function.get(), d, r.params, &[], h.stream.get())
 }
 
-pub(super) fn launch_ex<E: Executor>(s: &mut Session<E>, r: proto::LaunchKernelEx<'_>) -> CuRes<()> {
+pub(super) fn launch_kernel_ex<E: Executor>(s: &mut Session<E>, r: proto::LaunchKernelEx<'_>, _: &mut Io<'_>) -> CuRes<()> {
     let h = &r.head;
     let d = dims(h.grid, h.block, h.shared_mem.get())?;
     let attrs = r.attrs();
@@ -71,25 +84,25 @@ fn launch_with<E: Executor>(
     r
 }
 
-pub(super) fn get_attribute<E: Executor>(s: &mut Session<E>, r: proto::FuncGetAttribute) -> CuRes<I32Rep> {
+pub(super) fn func_get_attribute<E: Executor>(s: &mut Session<E>, r: proto::FuncGetAttribute, _: &mut Io<'_>) -> CuRes<I32Rep> {
     let (ctx, func) = function(s, r.function.get())?;
     let v = s.enter(ctx)?.func_get_attribute(func, r.attr.get())?;
     Ok(I32Rep { value: v.into() })
 }
 
-pub(super) fn set_attribute<E: Executor>(s: &mut Session<E>, r: proto::FuncSetAttribute) -> CuRes<()> {
+pub(super) fn func_set_attribute<E: Executor>(s: &mut Session<E>, r: proto::FuncSetAttribute, _: &mut Io<'_>) -> CuRes<()> {
     super::policy::func_attribute(r.attr.get())?;
     let (ctx, func) = function(s, r.function.get())?;
     s.enter(ctx)?.func_set_attribute(func, r.attr.get(), r.value.get())
 }
 
-pub(super) fn occupancy<E: Executor>(s: &mut Session<E>, r: proto::Occupancy) -> CuRes<OccupancyRep> {
+pub(super) fn occupancy<E: Executor>(s: &mut Session<E>, r: proto::Occupancy, _: &mut Io<'_>) -> CuRes<OccupancyRep> {
     let (ctx, func) = function(s, r.function.get())?;
     let (a, b) = s.enter(ctx)?.occupancy(func, r.kind.get(), r.block_size.get(), r.limit.get(), r.dyn_smem.get(), r.flags.get())?;
     Ok(OccupancyRep { a: a.into(), b: b.into() })
 }
 
-pub(super) fn occupancy_clusters<E: Executor>(s: &mut Session<E>, r: proto::OccupancyClusters<'_>) -> CuRes<I32Rep> {
+pub(super) fn occupancy_clusters<E: Executor>(s: &mut Session<E>, r: proto::OccupancyClusters<'_>, _: &mut Io<'_>) -> CuRes<I32Rep> {
     let h = &r.head;
     check_attrs(r.attrs)?;
     let d = dims(h.grid, h.block, h.shared_mem.get())?;
@@ -101,7 +114,7 @@ pub(super) fn occupancy_clusters<E: Executor>(s: &mut Session<E>, r: proto::Occu
 /// A tensor map may only describe memory of the session: its base address
 /// and everything its dimensions and strides reach must lie in one
 /// allocation.
-pub(super) fn tensor_map<E: Executor>(s: &mut Session<E>, r: proto::TensorMapEncode) -> CuRes<TensorMapRep> {
+pub(super) fn tensor_map_encode<E: Executor>(s: &mut Session<E>, r: proto::TensorMapEncode, _: &mut Io<'_>) -> CuRes<TensorMapRep> {
     let extent = tensor_extent(&r).ok_or(CuError::INVALID_VALUE)?;
     let ctx = s.range(r.global_address.get(), extent)?;
     Ok(TensorMapRep { bytes: s.enter(ctx)?.tensor_map_encode(&r)? })
@@ -109,13 +122,19 @@ pub(super) fn tensor_map<E: Executor>(s: &mut Session<E>, r: proto::TensorMapEnc
 
 /// Element sizes of `CUtensorMapDataType`, in bits.
 fn element_bits(data_type: u32) -> Option<u64> {
-    Some(match data_type {
-        0 => 8,
-        1 | 6 | 9 => 16,
-        2 | 3 | 7 | 10..=12 => 32,
-        4 | 5 | 8 => 64,
-        13 | 14 => 4,
-        15 => 6,
+    use pvgpu_ring::cuda::api::*;
+    Some(match CUtensorMapDataType(data_type) {
+        CU_TENSOR_MAP_DATA_TYPE_UINT8 => 8,
+        CU_TENSOR_MAP_DATA_TYPE_UINT16 | CU_TENSOR_MAP_DATA_TYPE_FLOAT16 | CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 => 16,
+        CU_TENSOR_MAP_DATA_TYPE_UINT32
+        | CU_TENSOR_MAP_DATA_TYPE_INT32
+        | CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+        | CU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ
+        | CU_TENSOR_MAP_DATA_TYPE_TFLOAT32
+        | CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ => 32,
+        CU_TENSOR_MAP_DATA_TYPE_UINT64 | CU_TENSOR_MAP_DATA_TYPE_INT64 | CU_TENSOR_MAP_DATA_TYPE_FLOAT64 => 64,
+        CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B | CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B => 4,
+        CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B => 6,
         _ => return None,
     })
 }

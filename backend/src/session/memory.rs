@@ -42,19 +42,19 @@ fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> C
     Ok(())
 }
 
-pub(super) fn alloc<E: Executor>(s: &mut Session<E>, r: proto::MemAlloc) -> CuRes<DptrRep> {
+pub(super) fn mem_alloc<E: Executor>(s: &mut Session<E>, r: proto::MemAlloc, _: &mut Io<'_>) -> CuRes<DptrRep> {
     allocate(s, r.ctx.get(), r.size.get(), None)
 }
 
-pub(super) fn alloc_async<E: Executor>(s: &mut Session<E>, r: proto::MemAllocAsync) -> CuRes<DptrRep> {
+pub(super) fn mem_alloc_async<E: Executor>(s: &mut Session<E>, r: proto::MemAllocAsync, _: &mut Io<'_>) -> CuRes<DptrRep> {
     allocate(s, r.ctx.get(), r.size.get(), Some(r.stream.get()))
 }
 
-pub(super) fn free<E: Executor>(s: &mut Session<E>, r: proto::MemFree) -> CuRes<()> {
+pub(super) fn mem_free<E: Executor>(s: &mut Session<E>, r: proto::MemFree, _: &mut Io<'_>) -> CuRes<()> {
     release(s, r.dptr.get(), None)
 }
 
-pub(super) fn free_async<E: Executor>(s: &mut Session<E>, r: proto::MemFreeAsync) -> CuRes<()> {
+pub(super) fn mem_free_async<E: Executor>(s: &mut Session<E>, r: proto::MemFreeAsync, _: &mut Io<'_>) -> CuRes<()> {
     release(s, r.dptr.get(), Some(r.stream.get()))
 }
 
@@ -62,7 +62,7 @@ pub(super) fn free_async<E: Executor>(s: &mut Session<E>, r: proto::MemFreeAsync
 /// (1-3), the release threshold (4), and the reserved and used amounts and
 /// their high-water marks (5-8). It may set the reuse policies and the
 /// release threshold, and reset the high-water marks to 0.
-pub(super) fn pool_attribute<E: Executor>(s: &mut Session<E>, r: proto::MemPoolAttribute) -> CuRes<U64Rep> {
+pub(super) fn mem_pool_attribute<E: Executor>(s: &mut Session<E>, r: proto::MemPoolAttribute, _: &mut Io<'_>) -> CuRes<U64Rep> {
     let (attr, value) = (r.attr.get(), r.value.get());
     let set = (r.set.get() != 0).then_some(value);
     let allowed = match set {
@@ -76,7 +76,7 @@ pub(super) fn pool_attribute<E: Executor>(s: &mut Session<E>, r: proto::MemPoolA
     Ok(U64Rep { value: v.into() })
 }
 
-pub(super) fn info<E: Executor>(s: &mut Session<E>, r: proto::MemGetInfo) -> CuRes<MemInfoRep> {
+pub(super) fn mem_get_info<E: Executor>(s: &mut Session<E>, r: proto::MemGetInfo, _: &mut Io<'_>) -> CuRes<MemInfoRep> {
     let (mut free, mut total) = s.enter(r.ctx.get())?.mem_get_info()?;
     if let Some(q) = s.limits.mem_quota {
         total = total.min(q);
@@ -85,7 +85,7 @@ pub(super) fn info<E: Executor>(s: &mut Session<E>, r: proto::MemGetInfo) -> CuR
     Ok(MemInfoRep { free: free.into(), total: total.into() })
 }
 
-pub(super) fn memset<E: Executor>(s: &mut Session<E>, r: proto::Memset) -> CuRes<()> {
+pub(super) fn memset<E: Executor>(s: &mut Session<E>, r: proto::Memset, _: &mut Io<'_>) -> CuRes<()> {
     let (dptr, count, elem) = (r.dptr.get(), r.count.get(), r.elem_size.get());
     let len = count.checked_mul(elem as u64).ok_or(CuError::INVALID_VALUE)?;
     if len == 0 {
@@ -99,7 +99,7 @@ pub(super) fn memset<E: Executor>(s: &mut Session<E>, r: proto::Memset) -> CuRes
     s.enter(ctx)?.memset(dptr, r.value.get(), elem, count, st)
 }
 
-pub(super) fn htod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyHtoD<'_>, io: &Io<'_>) -> CuRes<()> {
+pub(super) fn memcpy_htod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyHtoD<'_>, io: &mut Io<'_>) -> CuRes<()> {
     let (p, len) = Session::<E>::source(&r.head.data, r.data, io.area)?;
     if len == 0 {
         return Ok(());
@@ -115,7 +115,7 @@ pub(super) fn htod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyHtoD<'_>, io
     unsafe { c.htod(dst, p, len, st, wait) }
 }
 
-pub(super) fn dtoh<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoH, io: &mut Io<'_>) -> CuRes<proto::Bulk> {
+pub(super) fn memcpy_dtoh<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoH, io: &mut Io<'_>) -> CuRes<proto::Bulk> {
     let len = usize::try_from(r.data.len.get()).map_err(|_| CuError::INVALID_VALUE)?;
     if len == 0 {
         return Ok(proto::Bulk);
@@ -143,7 +143,7 @@ pub(super) fn dtoh<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoH, io: &m
     Ok(proto::Bulk)
 }
 
-pub(super) fn dtod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoD) -> CuRes<()> {
+pub(super) fn memcpy_dtod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoD, _: &mut Io<'_>) -> CuRes<()> {
     let (dst, src, len) = (r.dst.get(), r.src.get(), r.len.get());
     if len == 0 {
         return Ok(());

@@ -46,48 +46,6 @@ use pvgpu_ring::{CuError, CuResult};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-/// Whether the reply to a request of `opcode` may have kernel output to
-/// send before it. The driver writes what kernels print when the program
-/// synchronises with them (a synchronize, a blocking copy, a free, an
-/// unload, a query, a context's end); queries of devices, functions,
-/// limits and occupancy and the creation of objects never synchronise, and
-/// are answered without looking. Output a call of the second kind did
-/// cause is not lost: it goes before the reply of the next call of the
-/// first.
-pub fn may_print(opcode: u16) -> bool {
-    use pvgpu_ring::proto::Opcode::*;
-    let Ok(op) = pvgpu_ring::proto::Opcode::try_from(opcode) else { return true };
-    !matches!(
-        op,
-        Hello
-            | Nop
-            | Init
-            | DriverGetVersion
-            | DeviceGetCount
-            | DeviceGet
-            | DeviceGetProperties
-            | DeviceGetAttribute
-            | DeviceStatus
-            | ModuleGetFunction
-            | ModuleGetGlobal
-            | ModuleFunctionNames
-            | FuncGetAttribute
-            | FuncSetAttribute
-            | CtxGetInfo
-            | CtxLimit
-            | Occupancy
-            | OccupancyClusters
-            | MemGetInfo
-            | MemAlloc
-            | MemPoolAttribute
-            | MemGranularity
-            | TensorMapEncode
-            | StreamCreate
-            | EventCreate
-            | DataAreaDevice
-    )
-}
-
 /// What the caller should do after a request.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -439,19 +397,3 @@ impl<E: Executor> Drop for Session<E> {
     }
 }
 
-#[cfg(test)]
-mod output_tests {
-    use super::may_print;
-    use pvgpu_ring::proto::Opcode;
-
-    #[test]
-    fn only_calls_that_may_synchronise_look_for_output() {
-        for op in [Opcode::Nop, Opcode::FuncGetAttribute, Opcode::Occupancy, Opcode::CtxLimit, Opcode::DeviceGet] {
-            assert!(!may_print(op as u16), "{op:?}");
-        }
-        for op in [Opcode::CtxSynchronize, Opcode::StreamSynchronize, Opcode::MemcpyDtoH, Opcode::ModuleUnload, Opcode::Goodbye] {
-            assert!(may_print(op as u16), "{op:?}");
-        }
-        assert!(may_print(0xfffe), "an unknown opcode looks");
-    }
-}

@@ -7,7 +7,7 @@ use crate::exec::{CuRes, ExecContext, Executor, Param};
 use pvgpu_ring::CuError;
 use pvgpu_ring::proto::{self, FunctionHead, FunctionRep, GlobalRep, HandleRep, NamesRep, ParamInfo};
 
-pub(super) fn load<E: Executor>(s: &mut Session<E>, r: proto::ModuleLoad<'_>, io: &Io<'_>) -> CuRes<HandleRep> {
+pub(super) fn module_load<E: Executor>(s: &mut Session<E>, r: proto::ModuleLoad<'_>, io: &mut Io<'_>) -> CuRes<HandleRep> {
     let ctx = r.head.ctx.get();
     s.enter(ctx)?;
     let (p, len) = Session::<E>::source(&r.head.image, r.image, io.area)?;
@@ -46,7 +46,7 @@ fn load_image<E: Executor>(s: &mut Session<E>, ctx: u64, image: &[u8]) -> CuRes<
 /// checked against its hash as it is read back. An image is cached only
 /// after it passed `check_bounds` and loaded, so the same bytes are not
 /// checked again.
-pub(super) fn load_cached<E: Executor>(s: &mut Session<E>, r: proto::ModuleLoadCached) -> CuRes<HandleRep> {
+pub(super) fn module_load_cached<E: Executor>(s: &mut Session<E>, r: proto::ModuleLoadCached, _: &mut Io<'_>) -> CuRes<HandleRep> {
     let (ctx, len) = (r.ctx.get(), r.len.get());
     s.enter(ctx)?;
     if len == 0 || len > s.limits.max_image as u64 {
@@ -59,7 +59,7 @@ pub(super) fn load_cached<E: Executor>(s: &mut Session<E>, r: proto::ModuleLoadC
     Ok(HandleRep { handle: id.into() })
 }
 
-pub(super) fn unload<E: Executor>(s: &mut Session<E>, r: proto::ModuleUnload) -> CuRes<()> {
+pub(super) fn module_unload<E: Executor>(s: &mut Session<E>, r: proto::ModuleUnload, _: &mut Io<'_>) -> CuRes<()> {
     let id = r.module.get();
     let mut m = s.modules.remove(id).ok_or(CuError::INVALID_HANDLE)?;
     s.functions.drain_where(|f| f.module == id);
@@ -73,7 +73,7 @@ pub(super) fn unload<E: Executor>(s: &mut Session<E>, r: proto::ModuleUnload) ->
     r
 }
 
-pub(super) fn function<E: Executor>(s: &mut Session<E>, r: proto::ModuleGetFunction<'_>) -> CuRes<FunctionRep> {
+pub(super) fn module_get_function<E: Executor>(s: &mut Session<E>, r: proto::ModuleGetFunction<'_>, _: &mut Io<'_>) -> CuRes<FunctionRep> {
     let (module, name) = (r.module(), r.name);
     if let Some(&fid) = s.function_ids.get(&(module, name.to_string())) {
         let f = s.functions.get(fid).ok_or(CuError::INVALID_HANDLE)?;
@@ -96,7 +96,7 @@ pub(super) fn function<E: Executor>(s: &mut Session<E>, r: proto::ModuleGetFunct
     Ok(function_rep(fid, &layout, param_bytes))
 }
 
-pub(super) fn function_names<E: Executor>(s: &mut Session<E>, r: proto::ModuleFunctionNames) -> CuRes<NamesRep> {
+pub(super) fn module_function_names<E: Executor>(s: &mut Session<E>, r: proto::ModuleFunctionNames, _: &mut Io<'_>) -> CuRes<NamesRep> {
     let module = r.module.get();
     let ctx = s.modules.get(module).ok_or(CuError::INVALID_HANDLE)?.ctx;
     s.enter(ctx)?;
@@ -110,7 +110,7 @@ pub(super) fn function_names<E: Executor>(s: &mut Session<E>, r: proto::ModuleFu
     Ok(NamesRep { names })
 }
 
-pub(super) fn global<E: Executor>(s: &mut Session<E>, r: proto::ModuleGetGlobal<'_>) -> CuRes<GlobalRep> {
+pub(super) fn module_get_global<E: Executor>(s: &mut Session<E>, r: proto::ModuleGetGlobal<'_>, _: &mut Io<'_>) -> CuRes<GlobalRep> {
     let module = r.module();
     let ctx = s.modules.get(module).ok_or(CuError::INVALID_HANDLE)?.ctx;
     s.enter(ctx)?;

@@ -16,7 +16,7 @@ fn span(pitch: u64, width: u64, height: u64) -> CuRes<u64> {
     pitch.checked_mul(height - 1).and_then(|v| v.checked_add(width)).ok_or(CuError::INVALID_VALUE)
 }
 
-pub(super) fn copy<E: Executor>(s: &mut Session<E>, r: proto::Memcpy2D<'_>, io: &mut Io<'_>) -> CuRes<proto::Bulk> {
+pub(super) fn memcpy_2d<E: Executor>(s: &mut Session<E>, r: proto::Memcpy2D<'_>, io: &mut Io<'_>) -> CuRes<proto::Bulk> {
     let h = &r.head;
     let (w, ht) = (h.width.get(), h.height.get());
     if w == 0 || ht == 0 {
@@ -68,7 +68,7 @@ pub(super) fn copy<E: Executor>(s: &mut Session<E>, r: proto::Memcpy2D<'_>, io: 
     Ok(proto::Bulk)
 }
 
-pub(super) fn memset<E: Executor>(s: &mut Session<E>, r: proto::Memset2D) -> CuRes<()> {
+pub(super) fn memset_2d<E: Executor>(s: &mut Session<E>, r: proto::Memset2D, _: &mut Io<'_>) -> CuRes<()> {
     let (dptr, pitch, elem) = (r.dptr.get(), r.pitch.get(), r.elem_size.get());
     let (w, h) = (r.width.get(), r.height.get());
     if w == 0 || h == 0 {

@@ -7,17 +7,14 @@
 //! device.
 
 use pvgpu_ring::CuError;
+use pvgpu_ring::cuda::api::*;
 
 /// `CU_CTX_SCHED_*` (spin, yield, blocking sync).
-const SCHED_MASK: u32 = 0x07;
-/// `CU_CTX_MAP_HOST`.
-const MAP_HOST: u32 = 0x08;
-/// `CU_CTX_LMEM_RESIZE_TO_MAX`.
-const LMEM_RESIZE_TO_MAX: u32 = 0x10;
-/// `CU_CTX_COREDUMP_ENABLE`, `CU_CTX_USER_COREDUMP_ENABLE`.
-const COREDUMP: u32 = 0x20 | 0x40;
-/// `CU_CTX_SYNC_MEMOPS`.
-const SYNC_MEMOPS: u32 = 0x80;
+const SCHED_MASK: u32 = CU_CTX_SCHED_MASK.0;
+/// Context flags that act on the session alone.
+const SESSION_FLAGS: u32 = SCHED_MASK | CU_CTX_MAP_HOST.0 | CU_CTX_LMEM_RESIZE_TO_MAX.0 | CU_CTX_SYNC_MEMOPS.0;
+/// Core dumps: the driver ends the worker, or leaves a FIFO per session.
+const COREDUMP: u32 = CU_CTX_COREDUMP_ENABLE.0 | CU_CTX_USER_COREDUMP_ENABLE.0;
 
 /// Checks the flags of a new context: scheduling, mapped host memory,
 /// local-memory sizing and synchronous memory operations pass; core dumps
@@ -27,22 +24,26 @@ pub(super) fn ctx_flags(flags: u32) -> Result<u32, CuError> {
     if flags & COREDUMP != 0 {
         return Err(CuError::NOT_SUPPORTED);
     }
-    if flags & !(SCHED_MASK | MAP_HOST | LMEM_RESIZE_TO_MAX | SYNC_MEMOPS) != 0 || flags & SCHED_MASK == 3 || flags & SCHED_MASK > 4 {
+    let sched = flags & SCHED_MASK;
+    let known_sched = [CU_CTX_SCHED_AUTO, CU_CTX_SCHED_SPIN, CU_CTX_SCHED_YIELD, CU_CTX_SCHED_BLOCKING_SYNC].iter().any(|s| s.0 == sched);
+    if flags & !SESSION_FLAGS != 0 || !known_sched {
         return Err(CuError::INVALID_VALUE);
     }
     Ok(flags)
 }
 
-/// `CU_LIMIT_PERSISTING_L2_CACHE_SIZE`: device-wide.
-const LIMIT_PERSISTING_L2: u32 = 6;
-
 /// Checks a limit a guest sets: the stack, printf buffer, device heap,
 /// device-runtime depths and L2 fetch granularity act on its own context;
 /// the persisting L2 set-aside acts on the device (`NOT_SUPPORTED`).
 pub(super) fn ctx_limit(limit: u32) -> Result<(), CuError> {
-    match limit {
-        0..=5 => Ok(()),
-        LIMIT_PERSISTING_L2 => Err(CuError::NOT_SUPPORTED),
+    match CUlimit(limit) {
+        CU_LIMIT_STACK_SIZE
+        | CU_LIMIT_PRINTF_FIFO_SIZE
+        | CU_LIMIT_MALLOC_HEAP_SIZE
+        | CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH
+        | CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT
+        | CU_LIMIT_MAX_L2_FETCH_GRANULARITY => Ok(()),
+        CU_LIMIT_PERSISTING_L2_CACHE_SIZE => Err(CuError::NOT_SUPPORTED),
         _ => Err(CuError::INVALID_VALUE),
     }
 }
@@ -51,12 +52,14 @@ pub(super) fn ctx_limit(limit: u32) -> Result<(), CuError> {
 /// shared-memory carve-out and the cluster attributes; the rest are
 /// read-only.
 pub(super) fn func_attribute(attr: i32) -> Result<(), CuError> {
-    match attr {
-        // MAX_DYNAMIC_SHARED_SIZE_BYTES, PREFERRED_SHARED_MEMORY_CARVEOUT.
-        8 | 9 => Ok(()),
-        // REQUIRED_CLUSTER_WIDTH/HEIGHT/DEPTH, NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
-        // CLUSTER_SCHEDULING_POLICY_PREFERENCE.
-        11..=15 => Ok(()),
+    match CUfunction_attribute(attr as u32) {
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        | CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+        | CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH
+        | CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT
+        | CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH
+        | CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+        | CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE => Ok(()),
         _ => Err(CuError::INVALID_VALUE),
     }
 }

@@ -1,12 +1,13 @@
 //! Streams and events: each belongs to one context, and a stream may only
 //! be used with objects of its own context.
 
+use super::Io;
 use super::{Owned, Session};
 use crate::exec::{CuRes, ExecContext, Executor};
 use pvgpu_ring::CuError;
 use pvgpu_ring::proto::{self, ElapsedRep, HandleRep};
 
-pub(super) fn create<E: Executor>(s: &mut Session<E>, r: proto::StreamCreate) -> CuRes<HandleRep> {
+pub(super) fn stream_create<E: Executor>(s: &mut Session<E>, r: proto::StreamCreate, _: &mut Io<'_>) -> CuRes<HandleRep> {
     let ctx = r.ctx.get();
     let st = s.enter(ctx)?.stream_create(r.flags.get(), r.priority.get())?;
     match s.streams.insert(Owned { ctx, value: st }) {
@@ -18,7 +19,7 @@ pub(super) fn create<E: Executor>(s: &mut Session<E>, r: proto::StreamCreate) ->
     }
 }
 
-pub(super) fn destroy<E: Executor>(s: &mut Session<E>, r: proto::StreamDestroy) -> CuRes<()> {
+pub(super) fn stream_destroy<E: Executor>(s: &mut Session<E>, r: proto::StreamDestroy, _: &mut Io<'_>) -> CuRes<()> {
     let st = s.streams.remove(r.stream.get()).ok_or(CuError::INVALID_HANDLE)?;
     s.enter(st.ctx)?.stream_destroy(st.value)
 }
@@ -28,17 +29,17 @@ fn owned<E: Executor>(s: &Session<E>, id: u64) -> CuRes<(u64, super::Stream<E>)>
     s.streams.get(id).map(|st| (st.ctx, st.value)).ok_or(CuError::INVALID_HANDLE)
 }
 
-pub(super) fn synchronize<E: Executor>(s: &mut Session<E>, r: proto::StreamSynchronize) -> CuRes<()> {
+pub(super) fn stream_synchronize<E: Executor>(s: &mut Session<E>, r: proto::StreamSynchronize, _: &mut Io<'_>) -> CuRes<()> {
     let (ctx, st) = owned(s, r.stream.get())?;
     s.enter(ctx)?.stream_synchronize(st)
 }
 
-pub(super) fn query<E: Executor>(s: &mut Session<E>, r: proto::StreamQuery) -> CuRes<()> {
+pub(super) fn stream_query<E: Executor>(s: &mut Session<E>, r: proto::StreamQuery, _: &mut Io<'_>) -> CuRes<()> {
     let (ctx, st) = owned(s, r.stream.get())?;
     if s.enter(ctx)?.stream_query(st)? { Ok(()) } else { Err(CuError::NOT_READY) }
 }
 
-pub(super) fn wait_event<E: Executor>(s: &mut Session<E>, r: proto::StreamWaitEvent) -> CuRes<()> {
+pub(super) fn stream_wait_event<E: Executor>(s: &mut Session<E>, r: proto::StreamWaitEvent, _: &mut Io<'_>) -> CuRes<()> {
     let (ctx, ev) = event(s, r.event.get())?;
     let st = s.stream(r.stream.get(), ctx)?;
     s.enter(ctx)?.stream_wait_event(st, ev)
@@ -49,7 +50,7 @@ fn event<E: Executor>(s: &Session<E>, id: u64) -> CuRes<(u64, <super::Ctx<E> as 
     s.events.get(id).map(|e| (e.ctx, e.value)).ok_or(CuError::INVALID_HANDLE)
 }
 
-pub(super) fn event_create<E: Executor>(s: &mut Session<E>, r: proto::EventCreate) -> CuRes<HandleRep> {
+pub(super) fn event_create<E: Executor>(s: &mut Session<E>, r: proto::EventCreate, _: &mut Io<'_>) -> CuRes<HandleRep> {
     let ctx = r.ctx.get();
     let ev = s.enter(ctx)?.event_create(r.flags.get())?;
     match s.events.insert(Owned { ctx, value: ev }) {
@@ -61,23 +62,23 @@ pub(super) fn event_create<E: Executor>(s: &mut Session<E>, r: proto::EventCreat
     }
 }
 
-pub(super) fn event_record<E: Executor>(s: &mut Session<E>, r: proto::EventRecord) -> CuRes<()> {
+pub(super) fn event_record<E: Executor>(s: &mut Session<E>, r: proto::EventRecord, _: &mut Io<'_>) -> CuRes<()> {
     let (ctx, ev) = event(s, r.event.get())?;
     let st = s.stream(r.stream.get(), ctx)?;
     s.enter(ctx)?.event_record(ev, st)
 }
 
-pub(super) fn event_query<E: Executor>(s: &mut Session<E>, r: proto::EventQuery) -> CuRes<()> {
+pub(super) fn event_query<E: Executor>(s: &mut Session<E>, r: proto::EventQuery, _: &mut Io<'_>) -> CuRes<()> {
     let (ctx, ev) = event(s, r.event.get())?;
     if s.enter(ctx)?.event_query(ev)? { Ok(()) } else { Err(CuError::NOT_READY) }
 }
 
-pub(super) fn event_synchronize<E: Executor>(s: &mut Session<E>, r: proto::EventSynchronize) -> CuRes<()> {
+pub(super) fn event_synchronize<E: Executor>(s: &mut Session<E>, r: proto::EventSynchronize, _: &mut Io<'_>) -> CuRes<()> {
     let (ctx, ev) = event(s, r.event.get())?;
     s.enter(ctx)?.event_synchronize(ev)
 }
 
-pub(super) fn event_elapsed<E: Executor>(s: &mut Session<E>, r: proto::EventElapsedTime) -> CuRes<ElapsedRep> {
+pub(super) fn event_elapsed_time<E: Executor>(s: &mut Session<E>, r: proto::EventElapsedTime, _: &mut Io<'_>) -> CuRes<ElapsedRep> {
     let (ctx, a) = event(s, r.start.get())?;
     let (ctx_b, b) = event(s, r.end.get())?;
     if ctx != ctx_b {
@@ -87,7 +88,7 @@ pub(super) fn event_elapsed<E: Executor>(s: &mut Session<E>, r: proto::EventElap
     Ok(ElapsedRep { ms: ms.into() })
 }
 
-pub(super) fn event_destroy<E: Executor>(s: &mut Session<E>, r: proto::EventDestroy) -> CuRes<()> {
+pub(super) fn event_destroy<E: Executor>(s: &mut Session<E>, r: proto::EventDestroy, _: &mut Io<'_>) -> CuRes<()> {
     let ev = s.events.remove(r.event.get()).ok_or(CuError::INVALID_HANDLE)?;
     s.enter(ev.ctx)?.event_destroy(ev.value)
 }

@@ -18,6 +18,7 @@
 //! belongs to the context it was made in and goes with it (and with the
 //! session), so nothing outlives its owner.
 
+use super::Io;
 use super::{Alloc, AllocKind, Session, end_of};
 use crate::exec::{CuRes, ExecContext, Executor};
 use crate::handles::HandleTable;
@@ -86,13 +87,13 @@ impl Vmm {
     }
 }
 
-pub(super) fn granularity<E: Executor>(s: &Session<E>, r: proto::MemGranularity) -> CuRes<U64Rep> {
+pub(super) fn mem_granularity<E: Executor>(s: &mut Session<E>, r: proto::MemGranularity, _: &mut Io<'_>) -> CuRes<U64Rep> {
     let d = s.device(r.device.get())?;
     let g = s.exec.vmm_granularity(d, r.option.get())?;
     Ok(U64Rep { value: g.into() })
 }
 
-pub(super) fn reserve<E: Executor>(s: &mut Session<E>, r: proto::MemAddressReserve) -> CuRes<DptrRep> {
+pub(super) fn mem_address_reserve<E: Executor>(s: &mut Session<E>, r: proto::MemAddressReserve, _: &mut Io<'_>) -> CuRes<DptrRep> {
     let (ctx, size) = (r.ctx.get(), r.size.get());
     if size == 0 {
         return Err(CuError::INVALID_VALUE);
@@ -106,7 +107,7 @@ pub(super) fn reserve<E: Executor>(s: &mut Session<E>, r: proto::MemAddressReser
     Ok(DptrRep { dptr: ptr.into() })
 }
 
-pub(super) fn address_free<E: Executor>(s: &mut Session<E>, r: proto::MemAddressFree) -> CuRes<()> {
+pub(super) fn mem_address_free<E: Executor>(s: &mut Session<E>, r: proto::MemAddressFree, _: &mut Io<'_>) -> CuRes<()> {
     let (ptr, size) = (r.ptr.get(), r.size.get());
     let res = s.vmm.reservations.get(&ptr).filter(|v| v.size == size).ok_or(CuError::INVALID_VALUE)?;
     if s.vmm.overlaps(ptr, ptr + size) {
@@ -119,7 +120,7 @@ pub(super) fn address_free<E: Executor>(s: &mut Session<E>, r: proto::MemAddress
     Ok(())
 }
 
-pub(super) fn create<E: Executor>(s: &mut Session<E>, r: proto::MemCreate) -> CuRes<HandleRep> {
+pub(super) fn mem_create<E: Executor>(s: &mut Session<E>, r: proto::MemCreate, _: &mut Io<'_>) -> CuRes<HandleRep> {
     let (ctx, size) = (r.ctx.get(), r.size.get());
     if size == 0 {
         return Err(CuError::INVALID_VALUE);
@@ -149,7 +150,7 @@ fn settle<E: Executor>(s: &mut Session<E>, id: u64) {
     }
 }
 
-pub(super) fn release<E: Executor>(s: &mut Session<E>, r: proto::MemRelease) -> CuRes<()> {
+pub(super) fn mem_release<E: Executor>(s: &mut Session<E>, r: proto::MemRelease, _: &mut Io<'_>) -> CuRes<()> {
     let id = r.handle.get();
     let p = s.vmm.phys.get(id).filter(|p| !p.released).ok_or(CuError::INVALID_VALUE)?;
     let (ctx, raw) = (p.ctx, p.raw);
@@ -161,7 +162,7 @@ pub(super) fn release<E: Executor>(s: &mut Session<E>, r: proto::MemRelease) -> 
     Ok(())
 }
 
-pub(super) fn map<E: Executor>(s: &mut Session<E>, r: proto::MemMap) -> CuRes<()> {
+pub(super) fn mem_map<E: Executor>(s: &mut Session<E>, r: proto::MemMap, _: &mut Io<'_>) -> CuRes<()> {
     let (ptr, size, offset, id) = (r.ptr.get(), r.size.get(), r.offset.get(), r.handle.get());
     let end = end_of(ptr, size)?;
     let (&start, res) = s.vmm.reservations.range(..=ptr).next_back().ok_or(CuError::INVALID_VALUE)?;
@@ -200,14 +201,14 @@ fn unmap_one<E: Executor>(s: &mut Session<E>, ptr: u64) -> CuRes<()> {
     Ok(())
 }
 
-pub(super) fn unmap<E: Executor>(s: &mut Session<E>, r: proto::MemUnmap) -> CuRes<()> {
+pub(super) fn mem_unmap<E: Executor>(s: &mut Session<E>, r: proto::MemUnmap, _: &mut Io<'_>) -> CuRes<()> {
     for ptr in s.vmm.whole_mappings(r.ptr.get(), r.size.get())? {
         unmap_one(s, ptr)?;
     }
     Ok(())
 }
 
-pub(super) fn set_access<E: Executor>(s: &mut Session<E>, r: proto::MemSetAccess) -> CuRes<()> {
+pub(super) fn mem_set_access<E: Executor>(s: &mut Session<E>, r: proto::MemSetAccess, _: &mut Io<'_>) -> CuRes<()> {
     let flags = r.flags.get();
     for ptr in s.vmm.whole_mappings(r.ptr.get(), r.size.get())? {
         let m = &s.vmm.mappings[&ptr];

@@ -52,7 +52,7 @@ fn queue() -> MutexGuard<'static, Queue> {
 }
 
 /// `CU_EVENT_DISABLE_TIMING`.
-const DISABLE_TIMING: u32 = 2;
+const DISABLE_TIMING: u32 = pvgpu_ring::cuda::api::CU_EVENT_DISABLE_TIMING.0;
 
 /// Enqueues `call` on `stream` of context `ctx`.
 pub fn enqueue(ctx: Context, stream: Stream, call: Call) -> Res {

@@ -6,7 +6,7 @@
 
 use crate::state::{self, ctx};
 use pvgpu_ring::CuError;
-use pvgpu_ring::cuda::attr;
+use pvgpu_ring::cuda::api::*;
 use std::borrow::Cow;
 
 /// `image` as it should be loaded in context handle `h`.
@@ -16,8 +16,8 @@ pub fn for_context(image: &[u8], h: u64) -> Result<Cow<'_, [u8]>, CuError> {
     }
     let dev = ctx::device_of(h)?;
     let c = state::client()?;
-    let major = c.device_attribute(dev, attr::COMPUTE_CAPABILITY_MAJOR).map_err(state::cu)?;
-    let minor = c.device_attribute(dev, attr::COMPUTE_CAPABILITY_MINOR).map_err(state::cu)?;
+    let major = c.device_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(state::cu)?;
+    let minor = c.device_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(state::cu)?;
     let cc = (major * 10 + minor) as u32;
     Ok(match pvgpu_fatbin::select(image, cc) {
         Some(chosen) => {

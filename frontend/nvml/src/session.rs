@@ -111,7 +111,7 @@ impl Session {
 
     /// An attribute of device `index`, 0 when the backend's driver does not
     /// report it (libcuda answers `CUDA_ERROR_INVALID_VALUE`).
-    pub fn attr(&self, index: u32, attr: i32) -> Res<i32> {
+    pub fn attr(&self, index: u32, attr: pvgpu_ring::cuda::api::CUdevice_attribute) -> Res<i32> {
         match self.cuda.attribute(self.dev(index)?, attr) {
             Err(CuError::INVALID_VALUE) => Ok(0),
             r => Ok(r?),

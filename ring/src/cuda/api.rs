@@ -3,8 +3,10 @@
 //! values (so a number a peer sends is always a valid value, and code reads
 //! by name: `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`, not `8`),
 //! every typedef, every struct and union (their size and alignment checked
-//! against what gcc gives them), and `PFN_name`, the type of each entry
-//! point. Names are cuda.h's.
+//! against what gcc gives them), `PFN_name`, the type of each entry
+//! point, and [`Driver`], every entry point as a typed function pointer
+//! looked up in a loaded driver (the backend's one way to call what
+//! takes enums or structs). Names are cuda.h's.
 
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, missing_docs)]
 #![allow(clippy::all)]

@@ -241,50 +241,6 @@ impl fmt::Display for CuError {
 
 impl std::error::Error for CuError {}
 
-/// Device attribute numbers (`CUdevice_attribute`) that pvgpu itself uses.
-/// Every attribute number below [`attr::MAX`] is forwarded unchanged.
-#[allow(missing_docs)]
-pub mod attr {
-    pub const MAX_THREADS_PER_BLOCK: i32 = 1;
-    pub const MAX_BLOCK_DIM_X: i32 = 2;
-    pub const MAX_BLOCK_DIM_Y: i32 = 3;
-    pub const MAX_BLOCK_DIM_Z: i32 = 4;
-    pub const MAX_GRID_DIM_X: i32 = 5;
-    pub const MAX_GRID_DIM_Y: i32 = 6;
-    pub const MAX_GRID_DIM_Z: i32 = 7;
-    pub const MAX_SHARED_MEMORY_PER_BLOCK: i32 = 8;
-    pub const TOTAL_CONSTANT_MEMORY: i32 = 9;
-    pub const WARP_SIZE: i32 = 10;
-    pub const MAX_PITCH: i32 = 11;
-    pub const MAX_REGISTERS_PER_BLOCK: i32 = 12;
-    pub const CLOCK_RATE: i32 = 13;
-    pub const TEXTURE_ALIGNMENT: i32 = 14;
-    pub const MULTIPROCESSOR_COUNT: i32 = 16;
-    pub const INTEGRATED: i32 = 18;
-    pub const CAN_MAP_HOST_MEMORY: i32 = 19;
-    pub const COMPUTE_MODE: i32 = 20;
-    pub const CONCURRENT_KERNELS: i32 = 31;
-    pub const PCI_BUS_ID: i32 = 33;
-    pub const PCI_DEVICE_ID: i32 = 34;
-    pub const MEMORY_CLOCK_RATE: i32 = 36;
-    pub const GLOBAL_MEMORY_BUS_WIDTH: i32 = 37;
-    pub const L2_CACHE_SIZE: i32 = 38;
-    pub const MAX_THREADS_PER_MULTIPROCESSOR: i32 = 39;
-    pub const ASYNC_ENGINE_COUNT: i32 = 40;
-    pub const UNIFIED_ADDRESSING: i32 = 41;
-    pub const PCI_DOMAIN_ID: i32 = 50;
-    pub const COMPUTE_CAPABILITY_MAJOR: i32 = 75;
-    pub const COMPUTE_CAPABILITY_MINOR: i32 = 76;
-    pub const MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: i32 = 81;
-    pub const MAX_REGISTERS_PER_MULTIPROCESSOR: i32 = 82;
-    pub const MANAGED_MEMORY: i32 = 83;
-    pub const MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: i32 = 97;
-    pub const VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: i32 = 102;
-    pub const MAX_BLOCKS_PER_MULTIPROCESSOR: i32 = 106;
-    /// One past the largest attribute number CUDA 13.0 defines.
-    pub const MAX: i32 = 148;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,27 +1,81 @@
-//! The command table: every opcode with its request type, its reply type and
-//! the [`Handler`] method that serves it. Adding a command is one line here
-//! (plus its wire struct in [`super::wire`] and, if it has a tail, its
-//! [`Body`] in [`super::body`]); the compiler then asks for the backend's
-//! handler, and the client's [`Command`] call is typed by the same line.
+//! The command table: every opcode with its handler in the backend
+//! (`family::handler`), what the client does with it, its request type and
+//! its reply type. One line says all there is to know of a command:
+//!
+//! ```text
+//! 19 MemAlloc(memory::mem_alloc) [quiet]: MemAlloc => DptrRep;
+//! ```
+//!
+//! - `posted`: the client may send it without waiting for its reply (its
+//!   reply is empty; an error it causes is reported at the next waited
+//!   call, as CUDA reports it); every other command is waited for
+//!   ([`Command::POSTED`], checked by the client's `post` at compile time);
+//! - `quiet`: it cannot make the driver print kernel output (it never
+//!   synchronises), so the backend does not look for any before its reply
+//!   ([`Opcode::may_print`]);
+//! - `local`: session housekeeping, not a CUDA call, so a waited one does
+//!   not first report an error a posted call left pending
+//!   ([`Opcode::reports_pending`]).
+//!
+//! [`command_table!`](crate::command_table) hands the table to a macro:
+//! this module builds [`Opcode`], [`Request`], [`Handler`] and the
+//! [`Command`] impls from it, and the backend its handler glue. Adding a
+//! command is its line here, its wire struct in [`super::wire`] (and, with
+//! a tail, its [`Body`] in [`super::body`]), its handler in the backend's
+//! family module, its client call, and a test.
 
 use super::body::*;
 use super::wire::*;
 use super::{DecodeError, Header, PROTOCOL_VERSION};
 use crate::cuda::CuError;
 
-/// A request type: its opcode and what the backend answers.
+/// A request type: its opcode, what the backend answers, and whether the
+/// client may send it without waiting.
 pub trait Command<'a>: Body<'a> {
     /// The opcode.
     const OP: Opcode;
+    /// Whether the client may post it (see the module docs).
+    const POSTED: bool;
     /// The reply's payload.
     type Reply: Reply;
 }
 
-macro_rules! commands {
+/// Whether a flag list has `posted`.
+macro_rules! posted {
+    () => { false };
+    (posted $($rest:ident)*) => { true };
+    ($other:ident $($rest:ident)*) => { posted!($($rest)*) };
+}
+
+/// Whether a flag list has `quiet`.
+macro_rules! quiet {
+    () => { false };
+    (quiet $($rest:ident)*) => { true };
+    ($other:ident $($rest:ident)*) => { quiet!($($rest)*) };
+}
+
+/// Whether a flag list has `local`.
+macro_rules! local {
+    () => { false };
+    (local $($rest:ident)*) => { true };
+    ($other:ident $($rest:ident)*) => { local!($($rest)*) };
+}
+
+/// A flag list holds only known flags (anything else does not compile).
+macro_rules! known_flags {
+    () => {};
+    (posted $($rest:ident)*) => { known_flags!($($rest)*); };
+    (quiet $($rest:ident)*) => { known_flags!($($rest)*); };
+    (local $($rest:ident)*) => { known_flags!($($rest)*); };
+}
+
+macro_rules! define_commands {
     ($(
         $(#[$m:meta])*
-        $val:literal $name:ident($method:ident): $req:ty => $rep:ty;
+        $val:literal $name:ident($family:ident::$method:ident) [$($flag:ident),*]: $req:ty => $rep:ty;
     )*) => {
+        $( known_flags!($($flag)*); )*
+
         /// Operation codes of protocol version 1.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[repr(u16)]
@@ -30,6 +84,32 @@ macro_rules! commands {
         impl Opcode {
             /// Every opcode, in numeric order.
             pub const ALL: &'static [Opcode] = &[ $( Opcode::$name ),* ];
+
+            /// Whether the client may send it without waiting (`posted`).
+            pub fn posted(self) -> bool {
+                match self { $( Opcode::$name => posted!($($flag)*), )* }
+            }
+
+            /// Whether the reply to it may have kernel output to send
+            /// before it (it is not `quiet`). The driver writes what
+            /// kernels print when the program synchronises with them; a
+            /// quiet command never does. Output a quiet command caused is
+            /// not lost: it goes before the reply of the next command that
+            /// may print.
+            pub fn may_print(self) -> bool {
+                match self { $( Opcode::$name => !quiet!($($flag)*), )* }
+            }
+
+            /// Whether a request waiting for its reply first reports the
+            /// error a posted call left pending (it is not `local`).
+            pub fn reports_pending(self) -> bool {
+                match self { $( Opcode::$name => !local!($($flag)*), )* }
+            }
+
+            /// The backend's handler: `family::handler`.
+            pub fn handler(self) -> &'static str {
+                match self { $( Opcode::$name => concat!(stringify!($family), "::", stringify!($method)), )* }
+            }
         }
 
         impl TryFrom<u16> for Opcode {
@@ -45,6 +125,7 @@ macro_rules! commands {
         $(
             impl<'a> Command<'a> for $req {
                 const OP: Opcode = Opcode::$name;
+                const POSTED: bool = posted!($($flag)*);
                 type Reply = $rep;
             }
         )*
@@ -54,9 +135,10 @@ macro_rules! commands {
         #[derive(Debug, Clone, PartialEq)]
         pub enum Request<'a> { $( $(#[$m])* $name($req) ),* }
 
-        /// What serves each request: one method per command, returning the
-        /// command's typed reply or the `CUresult` of its failure.
-        /// [`Request::dispatch`] calls the method and encodes the reply.
+        /// What serves each request: one method per command, named as the
+        /// table names its handler, returning the command's typed reply or
+        /// the `CUresult` of its failure. [`Request::dispatch`] calls the
+        /// method and encodes the reply.
         // Every method takes `'a`, the lifetime of requests with a tail.
         #[allow(clippy::extra_unused_lifetimes)]
         pub trait Handler {
@@ -106,143 +188,146 @@ macro_rules! commands {
     };
 }
 
-commands! {
-    /// First message on every connection: version negotiation.
-    1 Hello(hello): Hello => HelloRep;
-    /// Orderly end of the session.
-    2 Goodbye(goodbye): Goodbye => ();
-    /// Does nothing; measures the round trip.
-    3 Nop(nop): Nop => ();
-    /// `cuInit`.
-    4 Init(init): Init => ();
-    /// `cuDriverGetVersion`.
-    5 DriverGetVersion(driver_get_version): DriverGetVersion => I32Rep;
-    /// `cuDeviceGetCount`.
-    6 DeviceGetCount(device_get_count): DeviceGetCount => I32Rep;
-    /// `cuDeviceGet`.
-    7 DeviceGet(device_get): DeviceGet => I32Rep;
-    /// Name, UUID, total memory and every attribute of a device, cached by
-    /// the frontend (`cuDeviceGetName`, `cuDeviceGetUuid`,
-    /// `cuDeviceTotalMem`, `cuDeviceGetAttribute`).
-    8 DeviceGetProperties(device_get_properties): DeviceGetProperties => DevicePropsRep;
-    /// `cuDeviceGetAttribute` of one attribute.
-    9 DeviceGetAttribute(device_get_attribute): DeviceGetAttribute => I32Rep;
-    /// `cuDevicePrimaryCtxRetain`.
-    10 PrimaryCtxRetain(primary_ctx_retain): PrimaryCtxRetain => HandleRep;
-    /// `cuDevicePrimaryCtxRelease`.
-    11 PrimaryCtxRelease(primary_ctx_release): PrimaryCtxRelease => ();
-    /// `cuCtxCreate`.
-    12 CtxCreate(ctx_create): CtxCreate => HandleRep;
-    /// `cuCtxDestroy`.
-    13 CtxDestroy(ctx_destroy): CtxDestroy => ();
-    /// `cuCtxSynchronize`.
-    14 CtxSynchronize(ctx_synchronize): CtxSynchronize => ();
-    /// `cuModuleLoadData` / `cuModuleLoadFatBinary`.
-    15 ModuleLoad(module_load): ModuleLoad<'a> => HandleRep;
-    /// `cuModuleUnload`.
-    16 ModuleUnload(module_unload): ModuleUnload => ();
-    /// `cuModuleGetFunction`, with the parameter layout (`cuFuncGetParamInfo`).
-    17 ModuleGetFunction(module_get_function): ModuleGetFunction<'a> => FunctionRep;
-    /// `cuModuleGetGlobal`.
-    18 ModuleGetGlobal(module_get_global): ModuleGetGlobal<'a> => GlobalRep;
-    /// `cuMemAlloc`.
-    19 MemAlloc(mem_alloc): MemAlloc => DptrRep;
-    /// `cuMemFree`.
-    20 MemFree(mem_free): MemFree => ();
-    /// `cuMemGetInfo`.
-    21 MemGetInfo(mem_get_info): MemGetInfo => MemInfoRep;
-    /// `cuMemsetD8/D16/D32` and their `Async` forms.
-    22 Memset(memset): Memset => ();
-    /// `cuMemcpyHtoD` / `cuMemcpyHtoDAsync`.
-    23 MemcpyHtoD(memcpy_htod): MemcpyHtoD<'a> => ();
-    /// `cuMemcpyDtoH` / `cuMemcpyDtoHAsync`.
-    24 MemcpyDtoH(memcpy_dtoh): MemcpyDtoH => Bulk;
-    /// `cuMemcpyDtoD` / `cuMemcpyDtoDAsync`.
-    25 MemcpyDtoD(memcpy_dtod): MemcpyDtoD => ();
-    /// `cuStreamCreate` / `cuStreamCreateWithPriority`.
-    26 StreamCreate(stream_create): StreamCreate => HandleRep;
-    /// `cuStreamDestroy`.
-    27 StreamDestroy(stream_destroy): StreamDestroy => ();
-    /// `cuStreamSynchronize`.
-    28 StreamSynchronize(stream_synchronize): StreamSynchronize => ();
-    /// `cuStreamQuery`.
-    29 StreamQuery(stream_query): StreamQuery => ();
-    /// `cuEventCreate`.
-    30 EventCreate(event_create): EventCreate => HandleRep;
-    /// `cuEventRecord`.
-    31 EventRecord(event_record): EventRecord => ();
-    /// `cuEventQuery`.
-    32 EventQuery(event_query): EventQuery => ();
-    /// `cuEventSynchronize`.
-    33 EventSynchronize(event_synchronize): EventSynchronize => ();
-    /// `cuEventElapsedTime`.
-    34 EventElapsedTime(event_elapsed_time): EventElapsedTime => ElapsedRep;
-    /// `cuEventDestroy`.
-    35 EventDestroy(event_destroy): EventDestroy => ();
-    /// `cuLaunchKernel`.
-    36 LaunchKernel(launch_kernel): LaunchKernel<'a> => ();
-    /// `cuStreamWaitEvent`.
-    37 StreamWaitEvent(stream_wait_event): StreamWaitEvent => ();
-    /// `cuFuncGetAttribute`.
-    38 FuncGetAttribute(func_get_attribute): FuncGetAttribute => I32Rep;
-    /// `cuFuncSetAttribute`.
-    39 FuncSetAttribute(func_set_attribute): FuncSetAttribute => ();
-    /// Facts about a context: API version, flags, stream priority range
-    /// (`cuCtxGetApiVersion`, `cuCtxGetFlags`, `cuCtxGetStreamPriorityRange`).
-    40 CtxGetInfo(ctx_get_info): CtxGetInfo => CtxInfoRep;
-    /// `cuCtxGetLimit` / `cuCtxSetLimit`.
-    41 CtxLimit(ctx_limit): CtxLimit => U64Rep;
-    /// The occupancy calculator (`cuOccupancy*`).
-    42 Occupancy(occupancy): Occupancy => OccupancyRep;
-    /// The names of a module's kernels (`cuModuleEnumerateFunctions`).
-    43 ModuleFunctionNames(module_function_names): ModuleFunctionNames => NamesRep;
-    /// `cuLaunchKernelEx`.
-    44 LaunchKernelEx(launch_kernel_ex): LaunchKernelEx<'a> => ();
-    /// `cuOccupancyMaxActiveClusters`, `cuOccupancyMaxPotentialClusterSize`.
-    45 OccupancyClusters(occupancy_clusters): OccupancyClusters<'a> => I32Rep;
-    /// `cuMemAllocAsync`.
-    46 MemAllocAsync(mem_alloc_async): MemAllocAsync => DptrRep;
-    /// `cuMemFreeAsync`.
-    47 MemFreeAsync(mem_free_async): MemFreeAsync => ();
-    /// `cuMemPoolGetAttribute` / `cuMemPoolSetAttribute` of the default pool.
-    48 MemPoolAttribute(mem_pool_attribute): MemPoolAttribute => U64Rep;
-    /// `cuMemcpy2D` and its `Async` form (host, device, pitched).
-    49 Memcpy2D(memcpy_2d): Memcpy2D<'a> => Bulk;
-    /// `cuMemsetD2D8/16/32` and their `Async` forms.
-    50 Memset2D(memset_2d): Memset2D => ();
-    /// `cuTensorMapEncodeTiled` / `cuTensorMapEncodeIm2col`.
-    51 TensorMapEncode(tensor_map_encode): TensorMapEncode => TensorMapRep;
-    /// `cuMemGetAllocationGranularity`.
-    52 MemGranularity(mem_granularity): MemGranularity => U64Rep;
-    /// `cuMemAddressReserve`.
-    53 MemAddressReserve(mem_address_reserve): MemAddressReserve => DptrRep;
-    /// `cuMemAddressFree`.
-    54 MemAddressFree(mem_address_free): MemAddressFree => ();
-    /// `cuMemCreate`.
-    55 MemCreate(mem_create): MemCreate => HandleRep;
-    /// `cuMemRelease`.
-    56 MemRelease(mem_release): MemRelease => ();
-    /// `cuMemMap`.
-    57 MemMap(mem_map): MemMap => ();
-    /// `cuMemUnmap`.
-    58 MemUnmap(mem_unmap): MemUnmap => ();
-    /// `cuMemSetAccess`.
-    59 MemSetAccess(mem_set_access): MemSetAccess => ();
-    /// The device address of the data area, 0 when the GPU cannot reach
-    /// it (`cuMemHostGetDevicePointer`).
-    60 DataAreaDevice(data_area_device): DataAreaDevice => U64Rep;
-    /// Memory and gauges of a device, for NVML in the guest.
-    61 DeviceStatus(device_status): DeviceStatus => DeviceStatusRep;
-    /// A module from the backend's image cache; `CUDA_ERROR_NOT_FOUND`
-    /// when it does not hold the image for this guest (send it then).
-    62 ModuleLoadCached(module_load_cached): ModuleLoadCached => HandleRep;
+/// The command table (see the module docs), handed to macro `$cb`: each
+/// line is `OPCODE Name(family::handler) [flags]: Request => Reply;` with
+/// its doc comment.
+#[macro_export]
+macro_rules! command_table {
+    ($cb:ident) => {
+        $cb! {
+            /// First message on every connection: version negotiation.
+            1 Hello(device::hello) [quiet, local]: Hello => HelloRep;
+            /// Orderly end of the session.
+            2 Goodbye(device::goodbye) [posted, local]: Goodbye => ();
+            /// Does nothing; measures the round trip.
+            3 Nop(device::nop) [quiet, local]: Nop => ();
+            /// `cuInit`.
+            4 Init(device::init) [quiet]: Init => ();
+            /// `cuDriverGetVersion`.
+            5 DriverGetVersion(device::driver_get_version) [quiet, local]: DriverGetVersion => I32Rep;
+            /// `cuDeviceGetCount`.
+            6 DeviceGetCount(device::device_get_count) [quiet]: DeviceGetCount => I32Rep;
+            /// `cuDeviceGet`.
+            7 DeviceGet(device::device_get) [quiet]: DeviceGet => I32Rep;
+            /// Name, UUID, total memory and every attribute of a device, cached by
+            /// the frontend (`cuDeviceGetName`, `cuDeviceGetUuid`,
+            /// `cuDeviceTotalMem`, `cuDeviceGetAttribute`).
+            8 DeviceGetProperties(device::device_get_properties) [quiet]: DeviceGetProperties => DevicePropsRep;
+            /// `cuDeviceGetAttribute` of one attribute.
+            9 DeviceGetAttribute(device::device_get_attribute) [quiet]: DeviceGetAttribute => I32Rep;
+            /// `cuDevicePrimaryCtxRetain`.
+            10 PrimaryCtxRetain(device::primary_ctx_retain) []: PrimaryCtxRetain => HandleRep;
+            /// `cuDevicePrimaryCtxRelease`.
+            11 PrimaryCtxRelease(device::primary_ctx_release) []: PrimaryCtxRelease => ();
+            /// `cuCtxCreate`.
+            12 CtxCreate(device::ctx_create) []: CtxCreate => HandleRep;
+            /// `cuCtxDestroy`.
+            13 CtxDestroy(device::ctx_destroy) []: CtxDestroy => ();
+            /// `cuCtxSynchronize`.
+            14 CtxSynchronize(device::ctx_synchronize) []: CtxSynchronize => ();
+            /// `cuModuleLoadData` / `cuModuleLoadFatBinary`.
+            15 ModuleLoad(module::module_load) []: ModuleLoad<'a> => HandleRep;
+            /// `cuModuleUnload`.
+            16 ModuleUnload(module::module_unload) [posted]: ModuleUnload => ();
+            /// `cuModuleGetFunction`, with the parameter layout (`cuFuncGetParamInfo`).
+            17 ModuleGetFunction(module::module_get_function) [quiet]: ModuleGetFunction<'a> => FunctionRep;
+            /// `cuModuleGetGlobal`.
+            18 ModuleGetGlobal(module::module_get_global) [quiet]: ModuleGetGlobal<'a> => GlobalRep;
+            /// `cuMemAlloc`.
+            19 MemAlloc(memory::mem_alloc) [quiet]: MemAlloc => DptrRep;
+            /// `cuMemFree`.
+            20 MemFree(memory::mem_free) [posted]: MemFree => ();
+            /// `cuMemGetInfo`.
+            21 MemGetInfo(memory::mem_get_info) [quiet]: MemGetInfo => MemInfoRep;
+            /// `cuMemsetD8/D16/D32` and their `Async` forms.
+            22 Memset(memory::memset) [posted]: Memset => ();
+            /// `cuMemcpyHtoD` / `cuMemcpyHtoDAsync`.
+            23 MemcpyHtoD(memory::memcpy_htod) [posted]: MemcpyHtoD<'a> => ();
+            /// `cuMemcpyDtoH` / `cuMemcpyDtoHAsync`.
+            24 MemcpyDtoH(memory::memcpy_dtoh) []: MemcpyDtoH => Bulk;
+            /// `cuMemcpyDtoD` / `cuMemcpyDtoDAsync`.
+            25 MemcpyDtoD(memory::memcpy_dtod) [posted]: MemcpyDtoD => ();
+            /// `cuStreamCreate` / `cuStreamCreateWithPriority`.
+            26 StreamCreate(stream::stream_create) [quiet]: StreamCreate => HandleRep;
+            /// `cuStreamDestroy`.
+            27 StreamDestroy(stream::stream_destroy) [posted]: StreamDestroy => ();
+            /// `cuStreamSynchronize`.
+            28 StreamSynchronize(stream::stream_synchronize) []: StreamSynchronize => ();
+            /// `cuStreamQuery`.
+            29 StreamQuery(stream::stream_query) []: StreamQuery => ();
+            /// `cuEventCreate`.
+            30 EventCreate(stream::event_create) [quiet]: EventCreate => HandleRep;
+            /// `cuEventRecord`.
+            31 EventRecord(stream::event_record) [posted]: EventRecord => ();
+            /// `cuEventQuery`.
+            32 EventQuery(stream::event_query) []: EventQuery => ();
+            /// `cuEventSynchronize`.
+            33 EventSynchronize(stream::event_synchronize) []: EventSynchronize => ();
+            /// `cuEventElapsedTime`.
+            34 EventElapsedTime(stream::event_elapsed_time) []: EventElapsedTime => ElapsedRep;
+            /// `cuEventDestroy`.
+            35 EventDestroy(stream::event_destroy) [posted]: EventDestroy => ();
+            /// `cuLaunchKernel`.
+            36 LaunchKernel(launch::launch_kernel) [posted]: LaunchKernel<'a> => ();
+            /// `cuStreamWaitEvent`.
+            37 StreamWaitEvent(stream::stream_wait_event) [posted]: StreamWaitEvent => ();
+            /// `cuFuncGetAttribute`.
+            38 FuncGetAttribute(launch::func_get_attribute) [quiet]: FuncGetAttribute => I32Rep;
+            /// `cuFuncSetAttribute`.
+            39 FuncSetAttribute(launch::func_set_attribute) [quiet]: FuncSetAttribute => ();
+            /// Facts about a context: API version, flags, stream priority range
+            /// (`cuCtxGetApiVersion`, `cuCtxGetFlags`, `cuCtxGetStreamPriorityRange`).
+            40 CtxGetInfo(device::ctx_get_info) [quiet]: CtxGetInfo => CtxInfoRep;
+            /// `cuCtxGetLimit` / `cuCtxSetLimit`.
+            41 CtxLimit(device::ctx_limit) [quiet]: CtxLimit => U64Rep;
+            /// The occupancy calculator (`cuOccupancy*`).
+            42 Occupancy(launch::occupancy) [quiet]: Occupancy => OccupancyRep;
+            /// The names of a module's kernels (`cuModuleEnumerateFunctions`).
+            43 ModuleFunctionNames(module::module_function_names) [quiet]: ModuleFunctionNames => NamesRep;
+            /// `cuLaunchKernelEx`.
+            44 LaunchKernelEx(launch::launch_kernel_ex) [posted]: LaunchKernelEx<'a> => ();
+            /// `cuOccupancyMaxActiveClusters`, `cuOccupancyMaxPotentialClusterSize`.
+            45 OccupancyClusters(launch::occupancy_clusters) [quiet]: OccupancyClusters<'a> => I32Rep;
+            /// `cuMemAllocAsync`.
+            46 MemAllocAsync(memory::mem_alloc_async) []: MemAllocAsync => DptrRep;
+            /// `cuMemFreeAsync`.
+            47 MemFreeAsync(memory::mem_free_async) [posted]: MemFreeAsync => ();
+            /// `cuMemPoolGetAttribute` / `cuMemPoolSetAttribute` of the default pool.
+            48 MemPoolAttribute(memory::mem_pool_attribute) [quiet]: MemPoolAttribute => U64Rep;
+            /// `cuMemcpy2D` and its `Async` form (host, device, pitched).
+            49 Memcpy2D(pitched::memcpy_2d) []: Memcpy2D<'a> => Bulk;
+            /// `cuMemsetD2D8/16/32` and their `Async` forms.
+            50 Memset2D(pitched::memset_2d) [posted]: Memset2D => ();
+            /// `cuTensorMapEncodeTiled` / `cuTensorMapEncodeIm2col`.
+            51 TensorMapEncode(launch::tensor_map_encode) [quiet]: TensorMapEncode => TensorMapRep;
+            /// `cuMemGetAllocationGranularity`.
+            52 MemGranularity(vmm::mem_granularity) [quiet]: MemGranularity => U64Rep;
+            /// `cuMemAddressReserve`.
+            53 MemAddressReserve(vmm::mem_address_reserve) []: MemAddressReserve => DptrRep;
+            /// `cuMemAddressFree`.
+            54 MemAddressFree(vmm::mem_address_free) []: MemAddressFree => ();
+            /// `cuMemCreate`.
+            55 MemCreate(vmm::mem_create) []: MemCreate => HandleRep;
+            /// `cuMemRelease`.
+            56 MemRelease(vmm::mem_release) []: MemRelease => ();
+            /// `cuMemMap`.
+            57 MemMap(vmm::mem_map) []: MemMap => ();
+            /// `cuMemUnmap`.
+            58 MemUnmap(vmm::mem_unmap) []: MemUnmap => ();
+            /// `cuMemSetAccess`.
+            59 MemSetAccess(vmm::mem_set_access) []: MemSetAccess => ();
+            /// The device address of the data area, 0 when the GPU cannot reach
+            /// it (`cuMemHostGetDevicePointer`).
+            60 DataAreaDevice(device::data_area_device) [quiet]: DataAreaDevice => U64Rep;
+            /// Memory and gauges of a device, for NVML in the guest.
+            61 DeviceStatus(device::device_status) [quiet]: DeviceStatus => DeviceStatusRep;
+            /// A module from the backend's image cache; `CUDA_ERROR_NOT_FOUND`
+            /// when it does not hold the image for this guest (send it then).
+            62 ModuleLoadCached(module::module_load_cached) []: ModuleLoadCached => HandleRep;
+        }
+    };
 }
 
-impl Opcode {
-    /// Whether a request waiting for its reply first reports the error a
-    /// posted call left pending. Only the session's own housekeeping does
-    /// not (it is no CUDA call that could report it).
-    pub fn reports_pending(self) -> bool {
-        !matches!(self, Opcode::Hello | Opcode::Goodbye | Opcode::Nop | Opcode::DriverGetVersion)
-    }
-}
+crate::command_table!(define_commands);
+
+

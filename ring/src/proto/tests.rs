@@ -460,3 +460,24 @@ proptest! {
         check!(ModuleFunctionNames, NamesRep::default());
     }
 }
+
+/// What the table says of each command.
+#[test]
+fn the_table_says_who_waits_prints_and_reports() {
+    for op in [Opcode::Nop, Opcode::FuncGetAttribute, Opcode::Occupancy, Opcode::CtxLimit, Opcode::DeviceGet] {
+        assert!(!op.may_print(), "{op:?}");
+    }
+    for op in [Opcode::CtxSynchronize, Opcode::StreamSynchronize, Opcode::MemcpyDtoH, Opcode::ModuleUnload, Opcode::Goodbye] {
+        assert!(op.may_print(), "{op:?}");
+    }
+    for op in [Opcode::LaunchKernel, Opcode::MemFree, Opcode::EventRecord, Opcode::MemcpyHtoD] {
+        assert!(op.posted(), "{op:?}");
+    }
+    for op in [Opcode::MemAlloc, Opcode::MemcpyDtoH, Opcode::CtxSynchronize] {
+        assert!(!op.posted(), "{op:?}");
+    }
+    let local: Vec<Opcode> = Opcode::ALL.iter().copied().filter(|o| !o.reports_pending()).collect();
+    assert_eq!(local, [Opcode::Hello, Opcode::Goodbye, Opcode::Nop, Opcode::DriverGetVersion]);
+    assert_eq!(Opcode::TensorMapEncode.handler(), "launch::tensor_map_encode");
+    const { assert!(<LaunchKernel<'_> as Command<'_>>::POSTED) };
+}

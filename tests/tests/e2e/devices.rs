@@ -28,14 +28,14 @@ pub(crate) fn hello_and_devices(t: Transport) {
     assert!(!name.is_empty());
     assert!(c.device_total_mem(0).unwrap() > 0);
     assert_ne!(c.device_uuid(0).unwrap(), [0u8; 16]);
-    assert_eq!(c.device_attribute(0, attr::WARP_SIZE).unwrap(), 32);
-    assert!(c.device_attribute(0, attr::COMPUTE_CAPABILITY_MAJOR).unwrap() >= 7);
+    assert_eq!(c.device_attribute(0, CU_DEVICE_ATTRIBUTE_WARP_SIZE).unwrap(), 32);
+    assert!(c.device_attribute(0, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).unwrap() >= 7);
     assert_eq!(
-        c.device_attribute_uncached(0, attr::MAX_THREADS_PER_BLOCK).unwrap(),
-        c.device_attribute(0, attr::MAX_THREADS_PER_BLOCK).unwrap()
+        c.device_attribute_uncached(0, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK).unwrap(),
+        c.device_attribute(0, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK).unwrap()
     );
-    assert_eq!(code(c.device_attribute(0, 100_000)), CuResult::INVALID_VALUE);
-    assert_eq!(code(c.device_attribute_uncached(0, 100_000)), CuResult::INVALID_VALUE);
+    assert_eq!(code(c.device_attribute(0, CUdevice_attribute(100_000))), CuResult::INVALID_VALUE);
+    assert_eq!(code(c.device_attribute_uncached(0, CUdevice_attribute(100_000))), CuResult::INVALID_VALUE);
 }
 
 pub(crate) fn contexts(t: Transport) {

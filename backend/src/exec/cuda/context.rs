@@ -3,7 +3,9 @@
 //! session.
 
 use super::*;
+use super::driver::{entry, ok};
 use crate::exec::ExecContext;
+use pvgpu_ring::cuda::api::{CUfunction_attribute, CUlimit};
 
 impl ExecContext for CudaContext {
     type Module = CudaModule;
@@ -296,15 +298,17 @@ impl ExecContext for CudaContext {
 
     fn func_get_attribute(&mut self, f: CudaFunction, attr: i32) -> CuRes<i32> {
         let mut v = 0;
-        // SAFETY: valid out-pointer, live function; the attribute number is
-        // passed as a plain int (an unknown one is an error status).
-        ck_raw(unsafe { (self.attr_fns.get)(&mut v, attr, f.0) })?;
+        let get = entry(self.drv.cuFuncGetAttribute)?;
+        // SAFETY: valid out-pointer, live function; the attribute is passed
+        // as the guest sent it (an unknown one is an error status).
+        ok(unsafe { get(&mut v, CUfunction_attribute(attr as u32), f.0.cast()) })?;
         Ok(v)
     }
 
     fn func_set_attribute(&mut self, f: CudaFunction, attr: i32, value: i32) -> CuRes<()> {
-        // SAFETY: live function; plain-int attribute as above.
-        ck_raw(unsafe { (self.attr_fns.set)(f.0, attr, value) })
+        let set = entry(self.drv.cuFuncSetAttribute)?;
+        // SAFETY: live function; the attribute as above.
+        ok(unsafe { set(f.0.cast(), CUfunction_attribute(attr as u32), value) })
     }
 
     fn info(&mut self) -> CuRes<CtxInfo> {
@@ -320,8 +324,9 @@ impl ExecContext for CudaContext {
 
     fn get_limit(&mut self, limit: u32) -> CuRes<u64> {
         let mut v = 0usize;
-        // SAFETY: valid out-pointer; a plain-int limit number.
-        ck_raw(unsafe { (self.attr_fns.get_limit)(&mut v, limit as c_int) })?;
+        let get = entry(self.drv.cuCtxGetLimit)?;
+        // SAFETY: valid out-pointer; the limit as the guest sent it.
+        ok(unsafe { get(&mut v, CUlimit(limit)) })?;
         Ok(v as u64)
     }
 
@@ -353,8 +358,9 @@ impl ExecContext for CudaContext {
     }
 
     fn set_limit(&mut self, limit: u32, value: u64) -> CuRes<()> {
-        // SAFETY: plain-int limit number; acts on the current context.
-        ck_raw(unsafe { (self.attr_fns.set_limit)(limit as c_int, value as usize) })
+        let set = entry(self.drv.cuCtxSetLimit)?;
+        // SAFETY: the limit as the guest sent it; acts on the current context.
+        ok(unsafe { set(CUlimit(limit), value as usize) })
     }
 
     fn occupancy_clusters(&mut self, f: CudaFunction, dims: LaunchDims, attrs: &[LaunchAttr], kind: u32) -> CuRes<i32> {

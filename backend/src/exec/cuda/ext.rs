@@ -1,138 +1,54 @@
 //! Driver calls whose arguments are structures or enums: launches with
 //! attributes, cluster occupancy, the default memory pool, 2D copies and
-//! memsets, tensor maps, virtual memory management (in `vmm`). Each goes through a function pointer typed with
-//! plain integers, because cudarc's bindings take Rust enums, which cannot
-//! hold numbers from a guest without undefined behaviour; the session has
-//! already checked every value that names memory, and the driver checks
-//! the rest.
+//! memsets, tensor maps, virtual memory management (in `vmm`). Those that
+//! take CUDA enums go through [`super::driver`], typed as cuda.h declares
+//! them with enums as transparent newtypes (cudarc's bindings take Rust
+//! enums, which cannot hold numbers from a guest without undefined
+//! behaviour); the session has already checked every value that names
+//! memory, and the driver checks the rest.
 
-use super::{CudaContext, CudaFunction, CudaStream, ck, ck_raw, raw_stream};
+use super::driver::{entry, ok};
+use super::{CudaContext, CudaFunction, CudaStream, ck, raw_stream};
 use crate::exec::{CuRes, LaunchDims, Rect};
 use cudarc::driver::sys;
+use pvgpu_ring::cuda::api::{
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUlaunchAttribute, CUlaunchConfig, CUmemPool_attribute, CUtensorMap,
+    CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
+};
 use pvgpu_ring::proto::{LaunchAttr, TensorMapEncode};
 use std::ffi::{c_int, c_void};
 use std::ptr;
 
-/// `CUlaunchAttribute`, with its id as a plain integer.
-#[repr(C, align(8))]
-#[derive(Clone, Copy)]
-pub(super) struct RawAttr {
-    id: u32,
-    pad: [u8; 4],
-    value: [u8; 64],
-}
-
-/// `CUlaunchConfig`, with attributes as [`RawAttr`].
-#[repr(C)]
-pub(super) struct RawConfig {
-    grid: [u32; 3],
-    block: [u32; 3],
-    shared_mem: u32,
-    stream: sys::CUstream,
-    attrs: *mut RawAttr,
-    num_attrs: u32,
-}
-
-/// `CUtensorMap`.
-#[repr(C, align(128))]
-pub(super) struct RawTensorMap([u8; 128]);
-
-/// The driver entry points this file calls, resolved at start-up.
-#[derive(Clone, Copy)]
-pub(super) struct ExtFns {
-    pub launch_ex: unsafe extern "C" fn(*const RawConfig, sys::CUfunction, *mut *mut c_void, *mut *mut c_void) -> u32,
-    pub max_active_clusters: unsafe extern "C" fn(*mut c_int, sys::CUfunction, *const RawConfig) -> u32,
-    pub max_cluster_size: unsafe extern "C" fn(*mut c_int, sys::CUfunction, *const RawConfig) -> u32,
-    pub pool_get: unsafe extern "C" fn(sys::CUmemoryPool, c_int, *mut c_void) -> u32,
-    pub pool_set: unsafe extern "C" fn(sys::CUmemoryPool, c_int, *mut c_void) -> u32,
-    pub granularity: unsafe extern "C" fn(*mut usize, *const super::vmm::RawProp, u32) -> u32,
-    pub address_reserve: unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> u32,
-    pub address_free: unsafe extern "C" fn(u64, usize) -> u32,
-    pub create: unsafe extern "C" fn(*mut u64, usize, *const super::vmm::RawProp, u64) -> u32,
-    pub release: unsafe extern "C" fn(u64) -> u32,
-    pub map: unsafe extern "C" fn(u64, usize, usize, u64, u64) -> u32,
-    pub unmap: unsafe extern "C" fn(u64, usize) -> u32,
-    pub set_access: unsafe extern "C" fn(u64, usize, *const super::vmm::RawAccess, usize) -> u32,
-    #[allow(clippy::type_complexity)]
-    pub tiled: unsafe extern "C" fn(
-        *mut RawTensorMap,
-        u32,
-        u32,
-        *mut c_void,
-        *const u64,
-        *const u64,
-        *const u32,
-        *const u32,
-        u32,
-        u32,
-        u32,
-        u32,
-    ) -> u32,
-    #[allow(clippy::type_complexity)]
-    pub im2col: unsafe extern "C" fn(
-        *mut RawTensorMap,
-        u32,
-        u32,
-        *mut c_void,
-        *const u64,
-        *const u64,
-        *const c_int,
-        *const c_int,
-        u32,
-        u32,
-        *const u32,
-        u32,
-        u32,
-        u32,
-        u32,
-    ) -> u32,
-}
-
-impl ExtFns {
-    /// Resolves every entry point.
-    ///
-    /// # Safety
-    /// The driver library must be loaded.
-    pub(super) unsafe fn resolve() -> Result<Self, super::CudaInitError> {
-        // SAFETY: each type is the symbol's C signature with enums as u32
-        // and structures as layout-identical ones; the caller loaded the
-        // library.
-        unsafe {
-            Ok(ExtFns {
-                launch_ex: super::symbol("cuLaunchKernelEx")?,
-                max_active_clusters: super::symbol("cuOccupancyMaxActiveClusters")?,
-                max_cluster_size: super::symbol("cuOccupancyMaxPotentialClusterSize")?,
-                pool_get: super::symbol("cuMemPoolGetAttribute")?,
-                pool_set: super::symbol("cuMemPoolSetAttribute")?,
-                granularity: super::symbol("cuMemGetAllocationGranularity")?,
-                address_reserve: super::symbol("cuMemAddressReserve")?,
-                address_free: super::symbol("cuMemAddressFree")?,
-                create: super::symbol("cuMemCreate")?,
-                release: super::symbol("cuMemRelease")?,
-                map: super::symbol("cuMemMap")?,
-                unmap: super::symbol("cuMemUnmap")?,
-                set_access: super::symbol("cuMemSetAccess")?,
-                tiled: super::symbol("cuTensorMapEncodeTiled")?,
-                im2col: super::symbol("cuTensorMapEncodeIm2col")?,
-            })
-        }
-    }
-}
-
 /// A launch configuration the driver reads; `attrs` must outlive its use.
-fn config(d: &LaunchDims, stream: Option<CudaStream>, attrs: &mut [RawAttr]) -> RawConfig {
-    RawConfig {
-        grid: d.grid,
-        block: d.block,
-        shared_mem: d.shared_mem,
-        stream: raw_stream(stream),
+fn config(d: &LaunchDims, stream: Option<CudaStream>, attrs: &mut [CUlaunchAttribute]) -> CUlaunchConfig {
+    CUlaunchConfig {
+        gridDimX: d.grid[0],
+        gridDimY: d.grid[1],
+        gridDimZ: d.grid[2],
+        blockDimX: d.block[0],
+        blockDimY: d.block[1],
+        blockDimZ: d.block[2],
+        sharedMemBytes: d.shared_mem,
+        hStream: raw_stream(stream).cast(),
         attrs: if attrs.is_empty() { ptr::null_mut() } else { attrs.as_mut_ptr() },
-        num_attrs: attrs.len() as u32,
+        numAttrs: attrs.len() as u32,
     }
 }
 
-fn raw_attrs(attrs: &[LaunchAttr]) -> Vec<RawAttr> {
-    attrs.iter().map(|a| RawAttr { id: a.id.get(), pad: [0; 4], value: a.value }).collect()
+/// The attributes as the driver lays them out: the id, then the value's
+/// 64 bytes as the guest sent them (the session allowed the id).
+fn raw_attrs(attrs: &[LaunchAttr]) -> Vec<CUlaunchAttribute> {
+    attrs
+        .iter()
+        .map(|a| {
+            let mut raw = [0u8; 72];
+            raw[..4].copy_from_slice(&a.id.get().to_le_bytes());
+            raw[8..].copy_from_slice(&a.value);
+            // SAFETY: CUlaunchAttribute is 72 plain bytes (an id, padding
+            // and a union of plain values), any of which is valid.
+            unsafe { std::mem::transmute::<[u8; 72], CUlaunchAttribute>(raw) }
+        })
+        .collect()
 }
 
 impl CudaContext {
@@ -146,18 +62,19 @@ impl CudaContext {
     ) -> CuRes<()> {
         let mut raw = raw_attrs(attrs);
         let cfg = config(&d, stream, &mut raw);
+        let launch = entry(self.drv.cuLaunchKernelEx)?;
         // SAFETY: one pointer per kernel parameter (the caller's contract),
         // a configuration whose attributes live until the call returns.
-        ck_raw(unsafe { (self.ext.launch_ex)(&cfg, f.0, args.as_mut_ptr(), ptr::null_mut()) })
+        ok(unsafe { launch(&cfg, f.0.cast(), args.as_mut_ptr(), ptr::null_mut()) })
     }
 
     pub(super) fn clusters(&mut self, f: CudaFunction, d: LaunchDims, attrs: &[LaunchAttr], kind: u32) -> CuRes<i32> {
         let mut raw = raw_attrs(attrs);
         let cfg = config(&d, None, &mut raw);
         let mut n = 0;
-        let call = if kind == 0 { self.ext.max_active_clusters } else { self.ext.max_cluster_size };
+        let call = entry(if kind == 0 { self.drv.cuOccupancyMaxActiveClusters } else { self.drv.cuOccupancyMaxPotentialClusterSize })?;
         // SAFETY: valid out-pointer, live function, configuration as above.
-        ck_raw(unsafe { call(&mut n, f.0, &cfg) })?;
+        ok(unsafe { call(&mut n, f.0.cast(), &cfg) })?;
         Ok(n)
     }
 
@@ -177,15 +94,16 @@ impl CudaContext {
         let mut pool = ptr::null_mut();
         // SAFETY: valid out-pointer; the context's device.
         ck(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, self.dev) })?;
-        // Attributes 1 to 3 are ints, the others 64-bit values.
-        let wide = attr >= 4;
+        // The reuse policies are ints, the rest 64-bit values.
+        let attr = CUmemPool_attribute(attr);
+        let wide = attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
         let mut v = set.unwrap_or(0);
         let mut narrow = v as c_int;
         let p: *mut c_void = if wide { (&mut v as *mut u64).cast() } else { (&mut narrow as *mut c_int).cast() };
-        let call = if set.is_some() { self.ext.pool_set } else { self.ext.pool_get };
-        // SAFETY: the pool of this context's device, an attribute number
-        // the session allowed, storage of the attribute's width.
-        ck_raw(unsafe { call(pool, attr as c_int, p) })?;
+        let call = entry(if set.is_some() { self.drv.cuMemPoolSetAttribute } else { self.drv.cuMemPoolGetAttribute })?;
+        // SAFETY: the pool of this context's device, an attribute the
+        // session allowed, storage of the attribute's width.
+        ok(unsafe { call(pool.cast(), attr, p) })?;
         Ok(if wide { v } else { narrow as u32 as u64 })
     }
 
@@ -252,55 +170,53 @@ impl CudaContext {
     }
 
     pub(super) fn tensor_map(&mut self, r: &TensorMapEncode) -> CuRes<[u8; 128]> {
-        let mut out = RawTensorMap([0; 128]);
+        // SAFETY: CUtensorMap is 128 opaque bytes; zero is a valid value.
+        let mut out: CUtensorMap = unsafe { std::mem::zeroed() };
         let dims: Vec<u64> = r.global_dim.iter().map(|v| v.get()).collect();
         let strides: Vec<u64> = r.global_strides.iter().map(|v| v.get()).collect();
         let boxes: Vec<u32> = r.box_dim.iter().map(|v| v.get()).collect();
         let elem: Vec<u32> = r.element_strides.iter().map(|v| v.get()).collect();
         let addr = r.global_address.get() as usize as *mut c_void;
-        let e = |v: zerocopy::little_endian::U32| v.get();
-        // SAFETY: arrays of the rank's length (at most 5, checked at
-        // decode) and an output aligned as CUtensorMap; enum values are
-        // plain integers the driver validates; the address was checked to
-        // lie, with the whole tensor, in this session's memory.
-        ck_raw(unsafe {
-            if r.kind.get() == 0 {
-                (self.ext.tiled)(
+        let (dtype, rank) = (CUtensorMapDataType(r.data_type.get()), r.rank.get());
+        let (interleave, swizzle) = (CUtensorMapInterleave(r.interleave.get()), CUtensorMapSwizzle(r.swizzle.get()));
+        let (l2, oob) = (CUtensorMapL2promotion(r.l2_promotion.get()), CUtensorMapFloatOOBfill(r.oob_fill.get()));
+        if r.kind.get() == 0 {
+            let tiled = entry(self.drv.cuTensorMapEncodeTiled)?;
+            // SAFETY: arrays of the rank's length (at most 5, checked at
+            // decode) and an output aligned as CUtensorMap; enum values are
+            // passed as the guest sent them and the driver validates them;
+            // the address was checked to lie, with the whole tensor, in
+            // this session's memory.
+            ok(unsafe {
+                tiled(&mut out, dtype, rank, addr, dims.as_ptr(), strides.as_ptr(), boxes.as_ptr(), elem.as_ptr(), interleave, swizzle, l2, oob)
+            })?;
+        } else {
+            let lower: Vec<c_int> = r.pixel_box_lower.iter().map(|v| v.get()).collect();
+            let upper: Vec<c_int> = r.pixel_box_upper.iter().map(|v| v.get()).collect();
+            let (channels, pixels) = (r.channels_per_pixel.get(), r.pixels_per_column.get());
+            let im2col = entry(self.drv.cuTensorMapEncodeIm2col)?;
+            // SAFETY: as above, with corner arrays of rank - 2 entries.
+            ok(unsafe {
+                im2col(
                     &mut out,
-                    e(r.data_type),
-                    e(r.rank),
-                    addr,
-                    dims.as_ptr(),
-                    strides.as_ptr(),
-                    boxes.as_ptr(),
-                    elem.as_ptr(),
-                    e(r.interleave),
-                    e(r.swizzle),
-                    e(r.l2_promotion),
-                    e(r.oob_fill),
-                )
-            } else {
-                let lower: Vec<c_int> = r.pixel_box_lower.iter().map(|v| v.get()).collect();
-                let upper: Vec<c_int> = r.pixel_box_upper.iter().map(|v| v.get()).collect();
-                (self.ext.im2col)(
-                    &mut out,
-                    e(r.data_type),
-                    e(r.rank),
+                    dtype,
+                    rank,
                     addr,
                     dims.as_ptr(),
                     strides.as_ptr(),
                     lower.as_ptr(),
                     upper.as_ptr(),
-                    e(r.channels_per_pixel),
-                    e(r.pixels_per_column),
+                    channels,
+                    pixels,
                     elem.as_ptr(),
-                    e(r.interleave),
-                    e(r.swizzle),
-                    e(r.l2_promotion),
-                    e(r.oob_fill),
+                    interleave,
+                    swizzle,
+                    l2,
+                    oob,
                 )
-            }
-        })?;
-        Ok(out.0)
+            })?;
+        }
+        // SAFETY: CUtensorMap is 128 plain bytes.
+        Ok(unsafe { std::mem::transmute::<CUtensorMap, [u8; 128]>(out) })
     }
 }

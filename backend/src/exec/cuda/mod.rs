@@ -10,6 +10,7 @@
 //! each session of this executor in its own worker process by default.
 
 mod context;
+mod driver;
 mod ext;
 mod nvml;
 pub mod output;
@@ -17,8 +18,8 @@ mod vmm;
 
 use super::{Copy2D, CtxInfo, CuRes, DeviceInfo, Executor, LaunchAttr, LaunchDims, Param, Rect, TensorMapEncode};
 use cudarc::driver::sys;
-use ext::ExtFns;
-use pvgpu_ring::cuda::attr;
+use pvgpu_ring::cuda::api::{CUdevice_attribute, Driver};
+use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_int, c_void};
 use std::ptr;
@@ -50,10 +51,6 @@ pub enum CudaInitError {
 fn init_ck(call: &'static str, r: sys::CUresult) -> Result<(), CudaInitError> {
     ck(r).map_err(|status| CudaInitError::Driver { call, status })
 }
-
-/// `cuDeviceGetAttribute` with the attribute as a plain integer: cudarc's
-/// binding takes a Rust enum, which cannot hold arbitrary numbers.
-type GetAttrFn = unsafe extern "C" fn(*mut c_int, c_int, sys::CUdevice) -> u32;
 
 /// Driver entry points the executor calls (CUDA 12.8 or newer has them all).
 const REQUIRED_SYMBOLS: &[&str] = &[
@@ -109,8 +106,7 @@ pub struct CudaExecutor {
     devices: Vec<DeviceInfo>,
     raw: Vec<sys::CUdevice>,
     driver_version: i32,
-    int_fns: IntFns,
-    ext_fns: ExtFns,
+    drv: &'static Driver,
     nvml: Option<nvml::Nvml>,
 }
 
@@ -149,9 +145,10 @@ impl CudaExecutor {
         let mut count = 0;
         // SAFETY: valid out-pointer.
         init_ck("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut count) })?;
-        // SAFETY: the library is loaded (checked above); the symbol has this
-        // C signature in every CUDA version.
-        let get_attr: GetAttrFn = unsafe { symbol("cuDeviceGetAttribute")? };
+        // SAFETY: the library is loaded (checked above).
+        let drv = unsafe { driver::load() };
+        driver::check(drv)?;
+        let get_attr = driver::entry(drv.cuDeviceGetAttribute).map_err(|status| CudaInitError::Driver { call: "cuDeviceGetAttribute", status })?;
         let mut devices = Vec::new();
         let mut raw = Vec::new();
         for i in 0..count {
@@ -170,11 +167,11 @@ impl CudaExecutor {
             // SAFETY: valid out-pointer.
             init_ck("cuDeviceTotalMem", unsafe { sys::cuDeviceTotalMem_v2(&mut total, dev) })?;
             let mut attrs = Vec::new();
-            for a in 1..attr::MAX {
+            for a in 1..CU_DEVICE_ATTRIBUTE_MAX.0 as i32 {
                 let mut v = 0;
                 // SAFETY: valid out-pointer; an unknown attribute number is
                 // answered with an error status.
-                if unsafe { get_attr(&mut v, a, dev) } == 0 {
+                if unsafe { get_attr(&mut v, CUdevice_attribute(a as u32), dev) } == CuResult::SUCCESS {
                     attrs.push((a, v));
                 }
             }
@@ -186,21 +183,10 @@ impl CudaExecutor {
             });
             raw.push(dev);
         }
-        // SAFETY: these are the C signatures of the four symbols.
-        let int_fns = unsafe {
-            IntFns {
-                get: symbol("cuFuncGetAttribute")?,
-                set: symbol("cuFuncSetAttribute")?,
-                get_limit: symbol("cuCtxGetLimit")?,
-                set_limit: symbol("cuCtxSetLimit")?,
-            }
-        };
-        // SAFETY: the library is loaded.
-        let ext_fns = unsafe { ExtFns::resolve()? };
         let bus_ids: Vec<String> = raw.iter().map(|&d| bus_id(d)).collect();
         let nvml = nvml::Nvml::load(&bus_ids);
         tracing::info!(driver_version, devices = devices.len(), nvml = nvml.is_some(), "CUDA executor ready");
-        Ok(CudaExecutor { devices, raw, driver_version, int_fns, ext_fns, nvml })
+        Ok(CudaExecutor { devices, raw, driver_version, drv, nvml })
     }
 }
 
@@ -226,7 +212,7 @@ impl Executor for CudaExecutor {
 
     fn vmm_granularity(&self, device: usize, option: u32) -> CuRes<u64> {
         let dev = *self.raw.get(device).ok_or(CuError::INVALID_DEVICE)?;
-        vmm::granularity(&self.ext_fns, dev, option)
+        vmm::granularity(self.drv, dev, option)
     }
 
     fn process_footprint(&self) -> Option<u64> {
@@ -238,7 +224,7 @@ impl Executor for CudaExecutor {
         let mut raw = ptr::null_mut();
         // SAFETY: valid out-pointer; null create-params asks for defaults.
         ck(unsafe { sys::cuCtxCreate_v4(&mut raw, ptr::null_mut(), flags, dev) })?;
-        Ok(CudaContext { raw, dev, attr_fns: self.int_fns, ext: self.ext_fns })
+        Ok(CudaContext { raw, dev, drv: self.drv })
     }
 }
 
@@ -246,31 +232,7 @@ impl Executor for CudaExecutor {
 pub struct CudaContext {
     raw: sys::CUcontext,
     dev: sys::CUdevice,
-    attr_fns: IntFns,
-    ext: ExtFns,
-}
-
-/// Driver entry points whose enum arguments we pass as plain integers
-/// (cudarc's bindings take Rust enums, which cannot hold numbers from a
-/// guest without undefined behaviour).
-#[derive(Clone, Copy)]
-struct IntFns {
-    get: unsafe extern "C" fn(*mut c_int, c_int, sys::CUfunction) -> u32,
-    set: unsafe extern "C" fn(sys::CUfunction, c_int, c_int) -> u32,
-    get_limit: unsafe extern "C" fn(*mut usize, c_int) -> u32,
-    set_limit: unsafe extern "C" fn(c_int, usize) -> u32,
-}
-
-/// Looks up a driver symbol by name.
-///
-/// # Safety
-/// `F` must be the symbol's true C signature.
-unsafe fn symbol<F: Copy>(name: &'static str) -> Result<F, CudaInitError> {
-    // SAFETY: the library is loaded (checked before any call); the caller
-    // promises F matches the symbol.
-    unsafe { sys::culib().get::<F>(name.as_bytes()) }
-        .map(|s| *s)
-        .map_err(|_| CudaInitError::Driver { call: name, status: CuError::NOT_FOUND })
+    drv: &'static Driver,
 }
 
 // SAFETY: a CUDA context may be used from any thread once made current

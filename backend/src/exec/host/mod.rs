@@ -24,7 +24,7 @@ pub use kernels::{Args, Call, Fault, HostKernel, KERNELS, Mem};
 use super::image::{self, ImageInfo};
 use super::{Copy2D, CtxInfo, CuRes, DeviceInfo, Executor, LaunchAttr, LaunchDims, Param, Rect, TensorMapEncode};
 use pvgpu_ring::CuError;
-use pvgpu_ring::cuda::attr;
+use pvgpu_ring::cuda::api::*;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,47 +58,47 @@ impl HostExecutor {
         tracing::warn!(
             "host executor selected: a test double with device memory in host RAM and kernels from a Rust registry; it is not a GPU"
         );
-        let a = |k: i32, v: i32| (k, v);
+        let a = |k: CUdevice_attribute, v: i32| (k.0 as i32, v);
         let attrs = vec![
-            a(attr::MAX_THREADS_PER_BLOCK, 1024),
-            a(attr::MAX_BLOCK_DIM_X, 1024),
-            a(attr::MAX_BLOCK_DIM_Y, 1024),
-            a(attr::MAX_BLOCK_DIM_Z, 64),
-            a(attr::MAX_GRID_DIM_X, i32::MAX),
-            a(attr::MAX_GRID_DIM_Y, 65535),
-            a(attr::MAX_GRID_DIM_Z, 65535),
-            a(attr::MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024),
-            a(attr::TOTAL_CONSTANT_MEMORY, 64 * 1024),
-            a(attr::WARP_SIZE, 32),
-            a(attr::MAX_PITCH, i32::MAX),
-            a(attr::MAX_REGISTERS_PER_BLOCK, 65536),
-            a(attr::CLOCK_RATE, 1_000_000),
-            a(attr::TEXTURE_ALIGNMENT, 512),
-            a(attr::MULTIPROCESSOR_COUNT, 1),
-            a(attr::INTEGRATED, 0),
-            a(attr::CAN_MAP_HOST_MEMORY, 0),
-            a(attr::COMPUTE_MODE, 0),
-            a(attr::CONCURRENT_KERNELS, 0),
-            a(attr::PCI_BUS_ID, 0),
-            a(attr::PCI_DEVICE_ID, 0),
-            a(attr::MEMORY_CLOCK_RATE, 1_000_000),
-            a(attr::GLOBAL_MEMORY_BUS_WIDTH, 64),
-            a(attr::L2_CACHE_SIZE, 0),
-            a(attr::MAX_THREADS_PER_MULTIPROCESSOR, 2048),
-            a(attr::ASYNC_ENGINE_COUNT, 0),
-            a(attr::UNIFIED_ADDRESSING, 1),
-            a(attr::PCI_DOMAIN_ID, 0),
-            a(attr::COMPUTE_CAPABILITY_MAJOR, 7),
-            a(attr::COMPUTE_CAPABILITY_MINOR, 5),
-            a(attr::MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 64 * 1024),
-            a(attr::MAX_REGISTERS_PER_MULTIPROCESSOR, 65536),
-            a(attr::MANAGED_MEMORY, 0),
-            a(attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 64 * 1024),
-            a(attr::MAX_BLOCKS_PER_MULTIPROCESSOR, 16),
-            a(attr::VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1),
+            a(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024),
+            a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, 1024),
+            a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, 1024),
+            a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, 64),
+            a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, i32::MAX),
+            a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, 65535),
+            a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, 65535),
+            a(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024),
+            a(CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY, 64 * 1024),
+            a(CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32),
+            a(CU_DEVICE_ATTRIBUTE_MAX_PITCH, i32::MAX),
+            a(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, 65536),
+            a(CU_DEVICE_ATTRIBUTE_CLOCK_RATE, 1_000_000),
+            a(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, 512),
+            a(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 1),
+            a(CU_DEVICE_ATTRIBUTE_INTEGRATED, 0),
+            a(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 0),
+            a(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, 0),
+            a(CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, 0),
+            a(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 0),
+            a(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, 0),
+            a(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, 1_000_000),
+            a(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, 64),
+            a(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, 0),
+            a(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 2048),
+            a(CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, 0),
+            a(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1),
+            a(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, 0),
+            a(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 7),
+            a(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 5),
+            a(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 64 * 1024),
+            a(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, 65536),
+            a(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 0),
+            a(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 64 * 1024),
+            a(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 16),
+            a(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1),
         ];
         // Like a driver, answer every attribute; those not listed are 0.
-        let attrs = (1..attr::MAX).map(|k| attrs.iter().find(|(a, _)| *a == k).copied().unwrap_or((k, 0))).collect();
+        let attrs = (1..CU_DEVICE_ATTRIBUTE_MAX.0 as i32).map(|k| attrs.iter().find(|(a, _)| *a == k).copied().unwrap_or((k, 0))).collect();
         let mut uuid = *b"pvgpu-host-dbl\0\0";
         uuid[15] = 1;
         HostExecutor {

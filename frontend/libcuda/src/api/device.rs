@@ -1,7 +1,7 @@
 //! Devices: answered from the properties cached at the first query.
 
 use crate::state::{self, Res, put, run};
-use pvgpu_ring::cuda::attr;
+use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::cuda::api::{CUdevice_attribute, CUdevprop, CUexecAffinityType, CUuuid};
 use pvgpu_ring::device_status::PvgpuDeviceStatus;
 use pvgpu_ring::{CuError, CuResult};
@@ -103,7 +103,7 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> C
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: CUdevice_attribute, dev: c_int) -> CuResult {
     run("cuDeviceGetAttribute", || {
-        let v = state::client()?.device_attribute(dev, attrib.0 as i32).map_err(state::cu)?;
+        let v = state::client()?.device_attribute(dev, attrib).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(pi, v) }
     })
@@ -117,8 +117,8 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: CUdevice_a
 pub unsafe extern "C" fn cuDeviceComputeCapability(major: *mut c_int, minor: *mut c_int, dev: c_int) -> CuResult {
     run("cuDeviceComputeCapability", || {
         let c = state::client()?;
-        let ma = c.device_attribute(dev, attr::COMPUTE_CAPABILITY_MAJOR).map_err(state::cu)?;
-        let mi = c.device_attribute(dev, attr::COMPUTE_CAPABILITY_MINOR).map_err(state::cu)?;
+        let ma = c.device_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(state::cu)?;
+        let mi = c.device_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe {
             put(major, ma)?;
@@ -135,18 +135,18 @@ pub unsafe extern "C" fn cuDeviceComputeCapability(major: *mut c_int, minor: *mu
 pub unsafe extern "C" fn cuDeviceGetProperties(prop: *mut CUdevprop, dev: c_int) -> CuResult {
     run("cuDeviceGetProperties", || {
         let c = state::client()?;
-        let a = |k: i32| c.device_attribute(dev, k).map_err(state::cu);
+        let a = |k: CUdevice_attribute| c.device_attribute(dev, k).map_err(state::cu);
         let p = CUdevprop {
-            maxThreadsPerBlock: a(attr::MAX_THREADS_PER_BLOCK)?,
-            maxThreadsDim: [a(attr::MAX_BLOCK_DIM_X)?, a(attr::MAX_BLOCK_DIM_Y)?, a(attr::MAX_BLOCK_DIM_Z)?],
-            maxGridSize: [a(attr::MAX_GRID_DIM_X)?, a(attr::MAX_GRID_DIM_Y)?, a(attr::MAX_GRID_DIM_Z)?],
-            sharedMemPerBlock: a(attr::MAX_SHARED_MEMORY_PER_BLOCK)?,
-            totalConstantMemory: a(attr::TOTAL_CONSTANT_MEMORY)?,
-            SIMDWidth: a(attr::WARP_SIZE)?,
-            memPitch: a(attr::MAX_PITCH)?,
-            regsPerBlock: a(attr::MAX_REGISTERS_PER_BLOCK)?,
-            clockRate: a(attr::CLOCK_RATE)?,
-            textureAlign: a(attr::TEXTURE_ALIGNMENT)?,
+            maxThreadsPerBlock: a(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            maxThreadsDim: [a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?, a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?, a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?],
+            maxGridSize: [a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?, a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?, a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?],
+            sharedMemPerBlock: a(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
+            totalConstantMemory: a(CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY)?,
+            SIMDWidth: a(CU_DEVICE_ATTRIBUTE_WARP_SIZE)?,
+            memPitch: a(CU_DEVICE_ATTRIBUTE_MAX_PITCH)?,
+            regsPerBlock: a(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK)?,
+            clockRate: a(CU_DEVICE_ATTRIBUTE_CLOCK_RATE)?,
+            textureAlign: a(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT)?,
         };
         // SAFETY: writable per the API.
         unsafe { put(prop, p) }
@@ -155,8 +155,8 @@ pub unsafe extern "C" fn cuDeviceGetProperties(prop: *mut CUdevprop, dev: c_int)
 
 fn bus_id(dev: c_int) -> Result<String, CuError> {
     let c = state::client()?;
-    let a = |k: i32| c.device_attribute(dev, k).map_err(state::cu);
-    Ok(format!("{:08X}:{:02X}:{:02X}.0", a(attr::PCI_DOMAIN_ID)?, a(attr::PCI_BUS_ID)?, a(attr::PCI_DEVICE_ID)?))
+    let a = |k: CUdevice_attribute| c.device_attribute(dev, k).map_err(state::cu);
+    Ok(format!("{:08X}:{:02X}:{:02X}.0", a(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?, a(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?, a(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?))
 }
 
 /// `cuDeviceGetPCIBusId`: the backend GPU's bus id.

@@ -96,7 +96,7 @@ pub unsafe extern "C" fn cuGetErrorString(error: CuResult, p_str: *mut *const c_
     run("cuGetErrorString", || error_text(error.0, true, p_str))
 }
 
-const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 2;
+const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = pvgpu_ring::cuda::api::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM.0 as u64;
 const SUCCESS: CUdriverProcAddressQueryResult = CU_GET_PROC_ADDRESS_SUCCESS;
 const SYMBOL_NOT_FOUND: CUdriverProcAddressQueryResult = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
 const VERSION_NOT_SUFFICIENT: CUdriverProcAddressQueryResult = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;

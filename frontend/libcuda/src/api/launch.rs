@@ -6,7 +6,7 @@
 //! `CUkernel`.
 
 use crate::state::{self, Res, id, put, run};
-use pvgpu_ring::cuda::attr;
+use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::cuda::api::{
     CU_LAUNCH_ATTRIBUTE_COOPERATIVE, CUlaunchAttribute, CUlaunchConfig, CUstream, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
     CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
@@ -106,13 +106,13 @@ fn check_launch(fid: u64, grid: [c_uint; 3], block: [c_uint; 3], s: *mut c_void)
     let dev = state::ctx::device_of(ctx)?;
     let a = |k| c.device_attribute(dev, k).map_err(state::cu);
     let threads = block.iter().map(|&b| b as u64).product::<u64>();
-    if threads > a(attr::MAX_THREADS_PER_BLOCK)? as u64
-        || block[0] > a(attr::MAX_BLOCK_DIM_X)? as u32
-        || block[1] > a(attr::MAX_BLOCK_DIM_Y)? as u32
-        || block[2] > a(attr::MAX_BLOCK_DIM_Z)? as u32
-        || grid[0] > a(attr::MAX_GRID_DIM_X)? as u32
-        || grid[1] > a(attr::MAX_GRID_DIM_Y)? as u32
-        || grid[2] > a(attr::MAX_GRID_DIM_Z)? as u32
+    if threads > a(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)? as u64
+        || block[0] > a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)? as u32
+        || block[1] > a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)? as u32
+        || block[2] > a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)? as u32
+        || grid[0] > a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)? as u32
+        || grid[1] > a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)? as u32
+        || grid[2] > a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)? as u32
     {
         return Err(CuError::INVALID_VALUE);
     }

@@ -3,6 +3,7 @@
 //! is kept here to pack `cuLaunchKernel` arguments.
 
 use crate::state::objects::{DevAlloc, DevKind};
+use pvgpu_ring::cuda::api::*;
 use crate::state::{self, Res, handle, id, objects, put, run};
 use pvgpu_frontend::Module;
 use pvgpu_ring::cuda::api::{
@@ -401,8 +402,8 @@ fn potential_block_size(
                 o.modules.get(&m).copied()
             };
             let ctx = ctx.map_or(Ok(0), crate::state::ctx::device_of)?;
-            let sms = c.device_attribute(ctx, pvgpu_ring::cuda::attr::MULTIPROCESSOR_COUNT).map_err(state::cu)?;
-            let warp = c.device_attribute(ctx, pvgpu_ring::cuda::attr::WARP_SIZE).map_err(state::cu)?.max(1);
+            let sms = c.device_attribute(ctx, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(state::cu)?;
+            let warp = c.device_attribute(ctx, CU_DEVICE_ATTRIBUTE_WARP_SIZE).map_err(state::cu)?.max(1);
             let mut max = c.func_get_attribute(&f, 0).map_err(state::cu)?;
             if limit > 0 {
                 max = max.min(limit);

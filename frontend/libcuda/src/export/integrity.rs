@@ -22,7 +22,7 @@
 use super::{Table, size_slot, traced, unknown_slot};
 use crate::state;
 use hmac::{Hmac, Mac};
-use pvgpu_ring::cuda::attr;
+use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::c_void;
 
@@ -89,7 +89,7 @@ fn record(version: u32, unix_seconds: u64) -> Result<Record, CuError> {
     let mut devices = Vec::new();
     for d in 0..n {
         let a = |k| c.device_attribute(d, k).map_err(state::cu);
-        devices.push((c.device_uuid(d).map_err(state::cu)?, a(attr::PCI_DOMAIN_ID)?, a(attr::PCI_BUS_ID)?, a(attr::PCI_DEVICE_ID)?));
+        devices.push((c.device_uuid(d).map_err(state::cu)?, a(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?, a(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?, a(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?));
     }
     Ok(Record {
         driver_version: crate::api::init::reported_driver_version() as u32,

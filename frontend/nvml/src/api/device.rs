@@ -10,13 +10,9 @@ use crate::ids::{PciAddr, fixed, uuid_string};
 use crate::session::{self, Session};
 use crate::status::{NvmlError, NvmlReturn, Res};
 use crate::types::PciInfo;
-use pvgpu_ring::cuda::attr;
+use pvgpu_ring::cuda::api::*;
 use std::ffi::{c_char, c_int, c_uint};
 
-/// `CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID`: PCI device id and vendor id.
-const GPU_PCI_DEVICE_ID: i32 = 139;
-/// `CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID`.
-const GPU_PCI_SUBSYSTEM_ID: i32 = 140;
 
 /// Writes the device count.
 ///
@@ -117,7 +113,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: 
 /// The PCI address of device `index`, from the CUDA attributes.
 fn pci_addr(s: &Session, index: u32) -> Res<PciAddr> {
     let a = |n| s.attr(index, n).map(|v| v as u32);
-    Ok(PciAddr { domain: a(attr::PCI_DOMAIN_ID)?, bus: a(attr::PCI_BUS_ID)?, device: a(attr::PCI_DEVICE_ID)? })
+    Ok(PciAddr { domain: a(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?, bus: a(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?, device: a(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)? })
 }
 
 /// Writes the handle of the device at PCI bus id `bus_id`.
@@ -211,8 +207,8 @@ unsafe fn pci_info(device: NvmlDevice, pci: *mut PciInfo) -> Res {
         domain: addr.domain,
         bus: addr.bus,
         device: addr.device,
-        pci_device_id: s.attr(i, GPU_PCI_DEVICE_ID)? as u32,
-        pci_sub_system_id: s.attr(i, GPU_PCI_SUBSYSTEM_ID)? as u32,
+        pci_device_id: s.attr(i, CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID)? as u32,
+        pci_sub_system_id: s.attr(i, CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID)? as u32,
         bus_id: fixed(&addr.bus_id()),
     };
     // SAFETY: null or writable (this function's contract).
@@ -256,8 +252,8 @@ pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(device: NvmlDevice, 
         }
         // SAFETY: both non-null and writable (the caller's contract).
         unsafe {
-            put(major, s.attr(i, attr::COMPUTE_CAPABILITY_MAJOR)?)?;
-            put(minor, s.attr(i, attr::COMPUTE_CAPABILITY_MINOR)?)
+            put(major, s.attr(i, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?)?;
+            put(minor, s.attr(i, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?)
         }
     })
 }

@@ -14,8 +14,12 @@ pub use abi::DeviceStatus;
 
 use abi::{DeviceStatusFn, PvgpuDeviceStatus};
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
-use pvgpu_ring::{CuError, CuResult};
-use std::ffi::{CStr, c_char, c_int, c_uint};
+use pvgpu_ring::CuError;
+use pvgpu_ring::cuda::api::{
+    CUdevice_attribute, CUuuid, PFN_cuDeviceGet, PFN_cuDeviceGetAttribute, PFN_cuDeviceGetCount, PFN_cuDeviceGetName,
+    PFN_cuDeviceGetUuid_v2, PFN_cuDeviceTotalMem_v2, PFN_cuDriverGetVersion, PFN_cuInit,
+};
+use std::ffi::{CStr, c_char, c_int};
 use std::sync::OnceLock;
 
 /// The name the program's CUDA library answers to.
@@ -24,16 +28,16 @@ pub const SONAME: &str = "libcuda.so.1";
 /// `CUdevice`.
 pub type CuDevice = c_int;
 
-/// The entry points this library calls, as their C signatures.
+/// The entry points this library calls, typed as cuda.h declares them.
 struct Fns {
-    init: unsafe extern "C" fn(c_uint) -> CuResult,
-    driver_get_version: unsafe extern "C" fn(*mut c_int) -> CuResult,
-    device_get_count: unsafe extern "C" fn(*mut c_int) -> CuResult,
-    device_get: unsafe extern "C" fn(*mut CuDevice, c_int) -> CuResult,
-    device_get_name: unsafe extern "C" fn(*mut c_char, c_int, CuDevice) -> CuResult,
-    device_get_uuid: unsafe extern "C" fn(*mut [u8; 16], CuDevice) -> CuResult,
-    device_total_mem: unsafe extern "C" fn(*mut usize, CuDevice) -> CuResult,
-    device_get_attribute: unsafe extern "C" fn(*mut c_int, c_int, CuDevice) -> CuResult,
+    init: PFN_cuInit,
+    driver_get_version: PFN_cuDriverGetVersion,
+    device_get_count: PFN_cuDeviceGetCount,
+    device_get: PFN_cuDeviceGet,
+    device_get_name: PFN_cuDeviceGetName,
+    device_get_uuid: PFN_cuDeviceGetUuid_v2,
+    device_total_mem: PFN_cuDeviceTotalMem_v2,
+    device_get_attribute: PFN_cuDeviceGetAttribute,
     device_status: DeviceStatusFn,
 }
 
@@ -152,10 +156,10 @@ impl Libcuda {
 
     /// `cuDeviceGetUuid_v2`.
     pub fn uuid(&self, dev: CuDevice) -> Result<[u8; 16], CuError> {
-        let mut u = [0; 16];
-        // SAFETY: a valid out-pointer to 16 bytes (`CUuuid`).
+        let mut u = CUuuid { bytes: [0; 16] };
+        // SAFETY: a valid out-pointer.
         unsafe { (self.fns.device_get_uuid)(&mut u, dev) }.result()?;
-        Ok(u)
+        Ok(u.bytes.map(|b| b as u8))
     }
 
     /// `cuDeviceTotalMem_v2`: the device's memory.
@@ -167,7 +171,7 @@ impl Libcuda {
     }
 
     /// `cuDeviceGetAttribute`.
-    pub fn attribute(&self, dev: CuDevice, attr: i32) -> Result<i32, CuError> {
+    pub fn attribute(&self, dev: CuDevice, attr: CUdevice_attribute) -> Result<i32, CuError> {
         let mut v = 0;
         // SAFETY: a valid out-pointer.
         unsafe { (self.fns.device_get_attribute)(&mut v, attr, dev) }.result()?;
