@@ -339,25 +339,45 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    if let Some(Cmd::Worker { conn, session, domid, devid, peer, xen_ring, report_fd, local_hello, ledger_seat, exec, sandbox }) =
-        &cli.command
-    {
-        let xen = domid.zip(*devid);
-        let w = worker_process::WorkerSession {
-            conn,
-            xen,
-            xen_ring: xen_ring.as_deref(),
-            id: *session,
-            peer: peer.as_deref(),
-            report_fd: *report_fd,
-            local_hello: local_hello.as_deref(),
-            ledger_seat: *ledger_seat,
-        };
-        worker_process::run_worker(&w, &exec.executor(), &exec.session(), &sandbox.confinement())?;
-        return Ok(());
+    if let Some(cmd @ Cmd::Worker { .. }) = &cli.command {
+        return worker(cmd);
     }
     // Before any key is read.
     pvgpu_backend::sandbox::protect_secrets().context("cannot protect the backend's keys")?;
+    let backend = start(&cli)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone()).context("cannot install signal handlers")?;
+    }
+    tracing::info!(isolation = ?cli.isolation, executor = ?cli.exec.executor, "pvgpu-backend running; SIGINT or SIGTERM stops it");
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tracing::info!(live_sessions = backend.stats().live(), "stopping: ending sessions");
+    backend.shutdown();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Serves the one session a worker process was started for.
+fn worker(cmd: &Cmd) -> Result<()> {
+    let Cmd::Worker { conn, session, domid, devid, peer, xen_ring, report_fd, local_hello, ledger_seat, exec, sandbox } = cmd;
+    let w = worker_process::WorkerSession {
+        conn,
+        xen: domid.zip(*devid),
+        xen_ring: xen_ring.as_deref(),
+        id: *session,
+        peer: peer.as_deref(),
+        report_fd: *report_fd,
+        local_hello: local_hello.as_deref(),
+        ledger_seat: *ledger_seat,
+    };
+    worker_process::run_worker(&w, &exec.executor(), &exec.session(), &sandbox.confinement())?;
+    Ok(())
+}
+
+/// Starts the backend the command line describes.
+fn start(cli: &Cli) -> Result<Backend> {
     if cli.listen.is_empty() {
         bail!(
             "nothing to listen on: pass --listen local:/run/pvgpu/pvgpu.sock, --listen tcp:HOST:7300 (with --tcp-key FILE) and/or --listen xen"
@@ -378,7 +398,7 @@ fn main() -> Result<()> {
         ),
         _ => {}
     }
-    let backend = match (cli.isolation, cli.exec.executor) {
+    Ok(match (cli.isolation, cli.exec.executor) {
         (Isolation::Process, _) => {
             worker_process::probe(&cli.exec.executor())?;
             let exe = std::env::current_exe().context("cannot find the pvgpu-backend binary to start workers")?;
@@ -388,17 +408,5 @@ fn main() -> Result<()> {
         }
         (Isolation::Thread, ExecutorKind::Cuda) => Backend::start_threads(Arc::new(CudaExecutor::new()?), cfg)?,
         (Isolation::Thread, ExecutorKind::Host) => Backend::start_threads(Arc::new(HostExecutor::new(cli.exec.host_mem)), cfg)?,
-    };
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, stop.clone()).context("cannot install signal handlers")?;
-    }
-    tracing::info!(isolation = ?cli.isolation, executor = ?cli.exec.executor, "pvgpu-backend running; SIGINT or SIGTERM stops it");
-    while !stop.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    tracing::info!(live_sessions = backend.stats().live(), "stopping: ending sessions");
-    backend.shutdown();
-    tracing::info!("stopped");
-    Ok(())
+    })
 }

@@ -15,7 +15,7 @@ use crate::config::{SessionConfig, WorkerCommand};
 use crate::exec::Executor;
 use crate::handover::Handover;
 use crate::ledger::Seat;
-use crate::session_loop::{Ended, log_end, open_connection, serve_opened};
+use crate::session_loop::{Report, open_connection, serve_opened};
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -109,7 +109,7 @@ impl<E: Executor> Spawner for ThreadSpawner<E> {
                 Err(ended) => ended,
             };
             stops.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
-            log_end(id, &ended, t.elapsed().as_secs_f64());
+            ended.log(id, t.elapsed().as_secs_f64());
             drop((slot, seat));
             if let Some(f) = on_end {
                 f();
@@ -265,14 +265,14 @@ impl ProcessSpawner {
     fn finish(w: &mut Worker, status: std::process::ExitStatus) {
         Self::read_report(w);
         let report = w.reported.lines().rfind(|l| *l != REPORT_READY).unwrap_or("").to_string();
-        let ended = if w.killed {
-            Ended::Killed(format!("still running {} s after its peer left", w.ending_since.map_or(0, |t| t.elapsed().as_secs())))
+        let report = if w.killed {
+            Report::Killed(format!("still running {} s after its peer left", w.ending_since.map_or(0, |t| t.elapsed().as_secs())))
         } else if report.trim().is_empty() {
-            Ended::Broken(format!("worker exited ({status}) without a report"))
+            Report::Broken(format!("worker exited ({status}) without a report"))
         } else {
-            Ended::parse(report.trim())
+            Report::parse(report.trim())
         };
-        log_end(w.id, &ended, w.started.elapsed().as_secs_f64());
+        report.log(w.id, w.started.elapsed().as_secs_f64());
     }
 }
 

@@ -182,8 +182,8 @@ fn handover(
 fn report_end(report: Option<std::fs::File>, ended: &Ended) {
     match report {
         Some(mut f) => {
-            let _ = write!(f, "{ended}");
+            let _ = write!(f, "{}", ended.report().replace('\n', " "));
         }
-        None => crate::session_loop::log_end(0, ended, 0.0),
+        None => ended.log(0, 0.0),
     }
 }

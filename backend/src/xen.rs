@@ -346,16 +346,7 @@ fn scan_device(
         }
         return Ok(());
     }
-    // A state the guest garbled is read as the guest being gone: the device
-    // goes back to a clean `Closed` and is advertised again.
-    let fstate = match read_state(xs, &fe_dir) {
-        Ok(s) => s,
-        Err(e @ XenError::BadValue { .. }) => {
-            reset(xs, be_dir, &fe_dir)?;
-            return Err(e);
-        }
-        Err(e) => return Err(e),
-    };
+    let fstate = frontend_state(xs, be_dir, &fe_dir)?;
     let claimed = xs.try_read(&vgpu::key(&fe_dir, fe::CLAIM))?.is_some();
     match bstate {
         XenbusState::Unknown | XenbusState::Initialising | XenbusState::Closed => {
@@ -367,27 +358,53 @@ fn scan_device(
                 tracing::debug!(device = %be_dir, "advertised");
             }
         }
-        XenbusState::InitWait if fstate == XenbusState::Initialised => {
-            // Marked before the session starts: it may end (and unmark)
-            // before `start` returns.
-            active.lock().unwrap_or_else(|p| p.into_inner()).insert((domid, devid), 0);
-            match start(xs, domid, devid) {
-                Some(id) => {
-                    if let Some(v) = active.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&(domid, devid)) {
-                        *v = id;
-                    }
-                }
-                None => {
-                    active.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
-                    reset(xs, be_dir, &fe_dir)?;
-                }
-            }
-        }
+        XenbusState::InitWait if fstate == XenbusState::Initialised => begin(xs, active, start, be_dir, &fe_dir, domid, devid)?,
         XenbusState::Connected | XenbusState::Closing => {
             // No session here: a previous backend's, or one that died.
             reset(xs, be_dir, &fe_dir)?;
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// The frontend's state. A state the guest garbled is read as the guest
+/// being gone: the device goes back to a clean `Closed` (and is advertised
+/// again next pass), and the error is reported.
+fn frontend_state(xs: &mut XenStore, be_dir: &str, fe_dir: &str) -> Result<XenbusState, XenError> {
+    match read_state(xs, fe_dir) {
+        Err(e @ XenError::BadValue { .. }) => {
+            reset(xs, be_dir, fe_dir)?;
+            Err(e)
+        }
+        r => r,
+    }
+}
+
+/// Starts the session of a device whose frontend is `Initialised`, marked
+/// active before it starts (it may end, and unmark itself, before `start`
+/// returns); a device whose session cannot start is reset.
+#[allow(clippy::too_many_arguments)]
+fn begin(
+    xs: &mut XenStore,
+    active: &Active,
+    start: &mut dyn FnMut(&mut XenStore, u16, u32) -> Option<u64>,
+    be_dir: &str,
+    fe_dir: &str,
+    domid: u16,
+    devid: u32,
+) -> Result<(), XenError> {
+    active.lock().unwrap_or_else(|p| p.into_inner()).insert((domid, devid), 0);
+    match start(xs, domid, devid) {
+        Some(id) => {
+            if let Some(v) = active.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&(domid, devid)) {
+                *v = id;
+            }
+        }
+        None => {
+            active.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
+            reset(xs, be_dir, fe_dir)?;
+        }
     }
     Ok(())
 }

@@ -78,12 +78,18 @@ fn stub(f: &Function) -> String {
 
 /// The name-to-function table, `cuGetProcAddress`'s table and the counts.
 fn tables(out: &mut String, decls: &Decls, implemented: usize) {
-    let _ = writeln!(out, "/// The exported function named `name`.\npub fn lookup(name: &str) -> Option<*const std::ffi::c_void> {{\n    Some(match name {{");
+    let _ = writeln!(
+        out,
+        "/// The exported function named `name`.\npub fn lookup(name: &str) -> Option<*const std::ffi::c_void> {{\n    Some(match name {{"
+    );
     for name in decls.functions.keys() {
         let _ = writeln!(out, "        \"{name}\" => {name} as *const std::ffi::c_void,");
     }
     let _ = writeln!(out, "        _ => return None,\n    }})\n}}");
-    let _ = writeln!(out, "/// `cuGetProcAddress` table: (base name, CUDA version, variant, symbol).\npub static PROC_TABLE: &[(&str, u32, Variant, &str)] = &[");
+    let _ = writeln!(
+        out,
+        "/// `cuGetProcAddress` table: (base name, CUDA version, variant, symbol).\npub static PROC_TABLE: &[(&str, u32, Variant, &str)] = &["
+    );
     for p in &decls.procs {
         let v = if p.variant == "-" { "Variant::Legacy" } else { "Variant::PerThread" };
         let _ = writeln!(out, "    (\"{}\", {}, {v}, \"{}\"),", p.base, p.version, p.symbol);

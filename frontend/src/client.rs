@@ -3,12 +3,12 @@
 //! either waits for the typed reply ([`Client::call`]) or posts it
 //! ([`Client::post`]); copies are in [`crate::copy`].
 
-use pvgpu_ring::cuda::api::CUdevice_attribute;
 use crate::error::{ProtocolError, Result, TransportError};
 use crate::handles::*;
 use crate::options::{BackendAddr, Options, backend_from_env};
 use crate::rpc::Conn;
 use crate::transport::{self, Transport};
+use pvgpu_ring::cuda::api::CUdevice_attribute;
 use pvgpu_ring::proto::{self, *};
 use pvgpu_ring::{CuError, CuResult};
 use std::collections::HashMap;

@@ -109,8 +109,8 @@ pub const MASKED_ATTRS: &[CUdevice_attribute] = &[
     CU_DEVICE_ATTRIBUTE_HOST_ALLOC_DMA_BUF_SUPPORTED,
 ];
 
-pub use pvgpu_ring::device_status::DeviceStatus;
 use pvgpu_ring::cuda::api::*;
+pub use pvgpu_ring::device_status::DeviceStatus;
 
 /// Properties of a device, fetched once and cached.
 #[derive(Debug, Clone)]

@@ -52,7 +52,11 @@ pub(super) fn device_get<E: Executor>(s: &mut Session<E>, r: proto::DeviceGet, _
     Ok(I32Rep { value: (d as i32).into() })
 }
 
-pub(super) fn device_get_properties<E: Executor>(s: &mut Session<E>, r: proto::DeviceGetProperties, _: &mut Io<'_>) -> CuRes<DevicePropsRep> {
+pub(super) fn device_get_properties<E: Executor>(
+    s: &mut Session<E>,
+    r: proto::DeviceGetProperties,
+    _: &mut Io<'_>,
+) -> CuRes<DevicePropsRep> {
     let info = &s.exec.devices()[s.device(r.device.get())?];
     Ok(DevicePropsRep {
         head: DevicePropsHead {

@@ -396,4 +396,3 @@ impl<E: Executor> Drop for Session<E> {
         self.ctxs.drain_where(|_| true);
     }
 }
-

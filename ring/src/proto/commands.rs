@@ -6,10 +6,12 @@
 //! 19 MemAlloc(memory::mem_alloc) [quiet]: MemAlloc => DptrRep;
 //! ```
 //!
-//! - `posted`: the client may send it without waiting for its reply (its
-//!   reply is empty; an error it causes is reported at the next waited
-//!   call, as CUDA reports it); every other command is waited for
-//!   ([`Command::POSTED`], checked by the client's `post` at compile time);
+//! - `posted`: the client may send it without waiting for its reply (then
+//!   the reply carries nothing the client needs: a copy to page-locked
+//!   memory leaves its bytes there; an error it causes is reported at the
+//!   next waited call, as CUDA reports it); every other command is waited
+//!   for ([`Command::POSTED`], checked by the client's `post` at compile
+//!   time and its sends in debug builds);
 //! - `quiet`: it cannot make the driver print kernel output (it never
 //!   synchronises), so the backend does not look for any before its reply
 //!   ([`Opcode::may_print`]);
@@ -244,7 +246,7 @@ macro_rules! command_table {
             /// `cuMemcpyHtoD` / `cuMemcpyHtoDAsync`.
             23 MemcpyHtoD(memory::memcpy_htod) [posted]: MemcpyHtoD<'a> => ();
             /// `cuMemcpyDtoH` / `cuMemcpyDtoHAsync`.
-            24 MemcpyDtoH(memory::memcpy_dtoh) []: MemcpyDtoH => Bulk;
+            24 MemcpyDtoH(memory::memcpy_dtoh) [posted]: MemcpyDtoH => Bulk;
             /// `cuMemcpyDtoD` / `cuMemcpyDtoDAsync`.
             25 MemcpyDtoD(memory::memcpy_dtod) [posted]: MemcpyDtoD => ();
             /// `cuStreamCreate` / `cuStreamCreateWithPriority`.
@@ -329,5 +331,3 @@ macro_rules! command_table {
 }
 
 crate::command_table!(define_commands);
-
-

@@ -4,7 +4,10 @@
 //! (host test double by default; `PVGPU_TEST_EXECUTOR=cuda` for the GPU).
 
 use pvgpu_frontend::{Client, CuResult, Error, Stream, arg};
-use pvgpu_ring::cuda::api::{CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_DEVICE_ATTRIBUTE_WARP_SIZE, CUdevice_attribute};
+use pvgpu_ring::cuda::api::{
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_DEVICE_ATTRIBUTE_WARP_SIZE,
+    CUdevice_attribute,
+};
 use pvgpu_tests::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -91,73 +91,83 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let mut xs = XenStore::open().context("cannot reach XenStore (run pvgpu-xl in Dom0, with xenstored running)")?;
     match cli.cmd {
-        Cmd::Attach { domain, count, devid, backend_domid } => {
-            let domid = resolve(&mut xs, &domain)?;
-            let existing = devices(&mut xs, backend_domid, domid)?;
-            let mut next = devid.unwrap_or(0);
-            for _ in 0..count {
-                while devid.is_none() && existing.contains(&next) {
-                    next += 1;
-                }
-                vgpu::create_device(&mut xs, backend_domid, domid, next)
-                    .with_context(|| format!("creating vgpu device {next} of domain {domid}"))?;
-                println!("attached vgpu {next} to domain {domid} ({})", vgpu::frontend_dir(domid, next));
-                next += 1;
+        Cmd::Attach { domain, count, devid, backend_domid } => attach(&mut xs, &domain, count, devid, backend_domid),
+        Cmd::Detach { domain, devid, backend_domid } => detach(&mut xs, &domain, devid, backend_domid),
+        Cmd::List { domain, backend_domid } => list(&mut xs, domain.as_deref(), backend_domid),
+    }
+}
+
+/// `attach`: `count` new devices, numbered from `devid` or the first free.
+fn attach(xs: &mut XenStore, domain: &str, count: u32, devid: Option<u32>, backend_domid: u16) -> Result<()> {
+    let domid = resolve(xs, domain)?;
+    let existing = devices(xs, backend_domid, domid)?;
+    let mut next = devid.unwrap_or(0);
+    for _ in 0..count {
+        while devid.is_none() && existing.contains(&next) {
+            next += 1;
+        }
+        vgpu::create_device(xs, backend_domid, domid, next).with_context(|| format!("creating vgpu device {next} of domain {domid}"))?;
+        println!("attached vgpu {next} to domain {domid} ({})", vgpu::frontend_dir(domid, next));
+        next += 1;
+    }
+    Ok(())
+}
+
+/// `detach`: each device taken offline, its session ended (waited for up to
+/// 10 s), and removed.
+fn detach(xs: &mut XenStore, domain: &str, devid: Option<u32>, backend_domid: u16) -> Result<()> {
+    let domid = resolve(xs, domain)?;
+    let ids = match devid {
+        Some(d) => vec![d],
+        None => devices(xs, backend_domid, domid)?,
+    };
+    for id in ids {
+        let be_dir = vgpu::backend_dir(backend_domid, domid, id);
+        let fe_dir = vgpu::frontend_dir(domid, id);
+        // Take the device offline and end its session, as xl does.
+        let _ = xs.transaction(|tx| {
+            tx.write(&vgpu::key(&be_dir, be::ONLINE), b"0")?;
+            if tx.try_read(&vgpu::key(&fe_dir, fe::STATE))?.is_some() {
+                write_state(tx, &fe_dir, XenbusState::Closing)?;
+            }
+            Ok(())
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            match read_state(xs, &be_dir) {
+                Ok(XenbusState::Closed | XenbusState::Unknown | XenbusState::Initialising | XenbusState::InitWait) | Err(_) => break,
+                _ => std::thread::sleep(Duration::from_millis(100)),
             }
         }
-        Cmd::Detach { domain, devid, backend_domid } => {
-            let domid = resolve(&mut xs, &domain)?;
-            let ids = match devid {
-                Some(d) => vec![d],
-                None => devices(&mut xs, backend_domid, domid)?,
-            };
-            for id in ids {
-                let be_dir = vgpu::backend_dir(backend_domid, domid, id);
-                let fe_dir = vgpu::frontend_dir(domid, id);
-                // Take the device offline and end its session, as xl does.
-                let _ = xs.transaction(|tx| {
-                    tx.write(&vgpu::key(&be_dir, be::ONLINE), b"0")?;
-                    if tx.try_read(&vgpu::key(&fe_dir, fe::STATE))?.is_some() {
-                        write_state(tx, &fe_dir, XenbusState::Closing)?;
-                    }
-                    Ok(())
-                });
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while Instant::now() < deadline {
-                    match read_state(&mut xs, &be_dir) {
-                        Ok(XenbusState::Closed | XenbusState::Unknown | XenbusState::Initialising | XenbusState::InitWait) | Err(_) => {
-                            break;
-                        }
-                        _ => std::thread::sleep(Duration::from_millis(100)),
-                    }
-                }
-                vgpu::remove_device(&mut xs, backend_domid, domid, id).with_context(|| format!("removing vgpu device {id}"))?;
-                println!("detached vgpu {id} from domain {domid}");
-            }
-        }
-        Cmd::List { domain, backend_domid } => {
-            let domains: Vec<u16> = match domain {
-                Some(d) => vec![resolve(&mut xs, &d)?],
-                None => match xs.directory(&vgpu::backend_root(backend_domid)) {
-                    Ok(d) => d.iter().filter_map(|s| s.parse().ok()).collect(),
-                    Err(e) if e.is_not_found() => Vec::new(),
-                    Err(e) => return Err(e.into()),
-                },
-            };
-            println!("{:>6} {:>5}  {:<14} {:<14} {:<8} claimed by", "domain", "devid", "frontend", "backend", "executor");
-            for domid in domains {
-                for id in devices(&mut xs, backend_domid, domid)? {
-                    let (f, b) = vgpu::states(&mut xs, backend_domid, domid, id)?;
-                    let be_dir = vgpu::backend_dir(backend_domid, domid, id);
-                    let exec = xs.read_string(&vgpu::key(&be_dir, be::EXECUTOR)).unwrap_or_else(|_| "-".into());
-                    let claim = xs
-                        .read_string(&vgpu::key(&vgpu::frontend_dir(domid, id), fe::CLAIM))
-                        // PID.N.NANOS: the claiming process and its connection.
-                        .map(|p| format!("pid {}", p.split('.').next().unwrap_or_default()))
-                        .unwrap_or_default();
-                    println!("{domid:>6} {id:>5}  {:<14} {:<14} {exec:<8} {claim}", f.name(), b.name());
-                }
-            }
+        vgpu::remove_device(xs, backend_domid, domid, id).with_context(|| format!("removing vgpu device {id}"))?;
+        println!("detached vgpu {id} from domain {domid}");
+    }
+    Ok(())
+}
+
+/// `list`: every device of `domain` (or of every guest), with its states,
+/// executor and claiming process.
+fn list(xs: &mut XenStore, domain: Option<&str>, backend_domid: u16) -> Result<()> {
+    let domains: Vec<u16> = match domain {
+        Some(d) => vec![resolve(xs, d)?],
+        None => match xs.directory(&vgpu::backend_root(backend_domid)) {
+            Ok(d) => d.iter().filter_map(|s| s.parse().ok()).collect(),
+            Err(e) if e.is_not_found() => Vec::new(),
+            Err(e) => return Err(e.into()),
+        },
+    };
+    println!("{:>6} {:>5}  {:<14} {:<14} {:<8} claimed by", "domain", "devid", "frontend", "backend", "executor");
+    for domid in domains {
+        for id in devices(xs, backend_domid, domid)? {
+            let (f, b) = vgpu::states(xs, backend_domid, domid, id)?;
+            let be_dir = vgpu::backend_dir(backend_domid, domid, id);
+            let exec = xs.read_string(&vgpu::key(&be_dir, be::EXECUTOR)).unwrap_or_else(|_| "-".into());
+            let claim = xs
+                .read_string(&vgpu::key(&vgpu::frontend_dir(domid, id), fe::CLAIM))
+                // PID.N.NANOS: the claiming process and its connection.
+                .map(|p| format!("pid {}", p.split('.').next().unwrap_or_default()))
+                .unwrap_or_default();
+            println!("{domid:>6} {id:>5}  {:<14} {:<14} {exec:<8} {claim}", f.name(), b.name());
         }
     }
     Ok(())

@@ -81,59 +81,19 @@ impl Conn {
         let reply: Result<Vec<u8>, &str> = match ty {
             XsType::Read if path.starts_with("/denied") => Err("EACCES"),
             XsType::Read => f.nodes.get(&path).map(|n| n.0.clone()).ok_or("ENOENT"),
-            XsType::Write | XsType::Mkdir => {
-                let value = if ty == XsType::Write { m.payload[args[0].len() + 1..].to_vec() } else { Vec::new() };
-                let mut p = path.clone();
-                while let Some(i) = p.rfind('/').filter(|i| *i > 0) {
-                    p.truncate(i);
-                    f.nodes.entry(p.clone()).or_insert((Vec::new(), vec!["n0".into()]));
-                }
-                if ty == XsType::Write || !f.nodes.contains_key(&path) {
-                    f.nodes.insert(path.clone(), (value, vec!["n0".into()]));
-                }
-                Ok(b"OK\0".to_vec())
-            }
-            XsType::Rm => {
-                let before = f.nodes.len();
-                f.nodes.retain(|k, _| !(k == &path || k.starts_with(&format!("{path}/"))));
-                if f.nodes.len() == before { Err("ENOENT") } else { Ok(b"OK\0".to_vec()) }
-            }
-            XsType::Directory => {
-                let prefix = format!("{path}/");
-                let mut out = Vec::new();
-                for k in f.nodes.keys().filter(|k| k.starts_with(&prefix) && !k[prefix.len()..].contains('/')) {
-                    out.extend_from_slice(&k.as_bytes()[prefix.len()..]);
-                    out.push(0);
-                }
-                if f.nodes.contains_key(&path) { Ok(out) } else { Err("ENOENT") }
-            }
+            XsType::Write => f.write(&path, Some(m.payload[args[0].len() + 1..].to_vec())),
+            XsType::Mkdir => f.write(&path, None),
+            XsType::Rm => f.rm(&path),
+            XsType::Directory => f.directory(&path),
             XsType::GetPerms => {
                 f.nodes.get(&path).map(|n| n.1.iter().flat_map(|p| format!("{p}\0").into_bytes()).collect()).ok_or("ENOENT")
             }
-            XsType::SetPerms => match f.nodes.get_mut(&path) {
-                Some(n) => {
-                    n.1 = args[1..].iter().filter(|a| !a.is_empty()).cloned().collect();
-                    Ok(b"OK\0".to_vec())
-                }
-                None => Err("ENOENT"),
-            },
+            XsType::SetPerms => f.set_perms(&path, &args[1..]),
             XsType::TransactionStart => {
                 f.next_tx += 1;
                 Ok(format!("{}\0", 40 + f.next_tx).into_bytes())
             }
-            XsType::TransactionEnd if args[0] == "T" => {
-                if f.eagain_commits > 0 {
-                    f.eagain_commits -= 1;
-                    Err("EAGAIN")
-                } else {
-                    f.commits += 1;
-                    Ok(b"OK\0".to_vec())
-                }
-            }
-            XsType::TransactionEnd => {
-                f.aborts += 1;
-                Ok(b"OK\0".to_vec())
-            }
+            XsType::TransactionEnd => f.end_transaction(args[0] == "T"),
             XsType::Watch => {
                 // The initial firing, sent *before* the reply to
                 // exercise interleaving.
@@ -156,6 +116,64 @@ impl Conn {
             self.fire(&path)?;
         }
         Ok(())
+    }
+}
+
+impl Fake {
+    /// Writes `value` at `path` (`None`: makes the node if missing), and
+    /// every parent.
+    fn write(&mut self, path: &str, value: Option<Vec<u8>>) -> Result<Vec<u8>, &'static str> {
+        let mut p = path.to_string();
+        while let Some(i) = p.rfind('/').filter(|i| *i > 0) {
+            p.truncate(i);
+            self.nodes.entry(p.clone()).or_insert((Vec::new(), vec!["n0".into()]));
+        }
+        match value {
+            Some(v) => {
+                self.nodes.insert(path.to_string(), (v, vec!["n0".into()]));
+            }
+            None => {
+                self.nodes.entry(path.to_string()).or_insert((Vec::new(), vec!["n0".into()]));
+            }
+        }
+        Ok(b"OK\0".to_vec())
+    }
+
+    /// Removes `path` and everything under it.
+    fn rm(&mut self, path: &str) -> Result<Vec<u8>, &'static str> {
+        let before = self.nodes.len();
+        self.nodes.retain(|k, _| !(k == path || k.starts_with(&format!("{path}/"))));
+        if self.nodes.len() == before { Err("ENOENT") } else { Ok(b"OK\0".to_vec()) }
+    }
+
+    /// The children of `path`, NUL-separated.
+    fn directory(&self, path: &str) -> Result<Vec<u8>, &'static str> {
+        let prefix = format!("{path}/");
+        let mut out = Vec::new();
+        for k in self.nodes.keys().filter(|k| k.starts_with(&prefix) && !k[prefix.len()..].contains('/')) {
+            out.extend_from_slice(&k.as_bytes()[prefix.len()..]);
+            out.push(0);
+        }
+        if self.nodes.contains_key(path) { Ok(out) } else { Err("ENOENT") }
+    }
+
+    fn set_perms(&mut self, path: &str, perms: &[String]) -> Result<Vec<u8>, &'static str> {
+        let n = self.nodes.get_mut(path).ok_or("ENOENT")?;
+        n.1 = perms.iter().filter(|a| !a.is_empty()).cloned().collect();
+        Ok(b"OK\0".to_vec())
+    }
+
+    /// Commits (`EAGAIN` while `eagain_commits` lasts) or aborts.
+    fn end_transaction(&mut self, commit: bool) -> Result<Vec<u8>, &'static str> {
+        if !commit {
+            self.aborts += 1;
+        } else if self.eagain_commits > 0 {
+            self.eagain_commits -= 1;
+            return Err("EAGAIN");
+        } else {
+            self.commits += 1;
+        }
+        Ok(b"OK\0".to_vec())
     }
 }
 

@@ -2,8 +2,8 @@
 //! driver call (or calls) that runs it, in the context made for the
 //! session.
 
-use super::*;
 use super::driver::{entry, ok};
+use super::*;
 use crate::exec::ExecContext;
 use pvgpu_ring::cuda::api::{CUfunction_attribute, CUlimit};
 

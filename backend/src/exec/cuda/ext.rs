@@ -12,8 +12,8 @@ use super::{CudaContext, CudaFunction, CudaStream, ck, raw_stream};
 use crate::exec::{CuRes, LaunchDims, Rect};
 use cudarc::driver::sys;
 use pvgpu_ring::cuda::api::{
-    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUlaunchAttribute, CUlaunchConfig, CUmemPool_attribute, CUtensorMap,
-    CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUlaunchAttribute, CUlaunchConfig, CUmemPool_attribute, CUtensorMap, CUtensorMapDataType,
+    CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
 };
 use pvgpu_ring::proto::{LaunchAttr, TensorMapEncode};
 use std::ffi::{c_int, c_void};
@@ -172,51 +172,97 @@ impl CudaContext {
     pub(super) fn tensor_map(&mut self, r: &TensorMapEncode) -> CuRes<[u8; 128]> {
         // SAFETY: CUtensorMap is 128 opaque bytes; zero is a valid value.
         let mut out: CUtensorMap = unsafe { std::mem::zeroed() };
-        let dims: Vec<u64> = r.global_dim.iter().map(|v| v.get()).collect();
-        let strides: Vec<u64> = r.global_strides.iter().map(|v| v.get()).collect();
-        let boxes: Vec<u32> = r.box_dim.iter().map(|v| v.get()).collect();
-        let elem: Vec<u32> = r.element_strides.iter().map(|v| v.get()).collect();
-        let addr = r.global_address.get() as usize as *mut c_void;
-        let (dtype, rank) = (CUtensorMapDataType(r.data_type.get()), r.rank.get());
-        let (interleave, swizzle) = (CUtensorMapInterleave(r.interleave.get()), CUtensorMapSwizzle(r.swizzle.get()));
-        let (l2, oob) = (CUtensorMapL2promotion(r.l2_promotion.get()), CUtensorMapFloatOOBfill(r.oob_fill.get()));
+        let t = Tensor::of(r);
         if r.kind.get() == 0 {
-            let tiled = entry(self.drv.cuTensorMapEncodeTiled)?;
-            // SAFETY: arrays of the rank's length (at most 5, checked at
-            // decode) and an output aligned as CUtensorMap; enum values are
-            // passed as the guest sent them and the driver validates them;
-            // the address was checked to lie, with the whole tensor, in
-            // this session's memory.
-            ok(unsafe {
-                tiled(&mut out, dtype, rank, addr, dims.as_ptr(), strides.as_ptr(), boxes.as_ptr(), elem.as_ptr(), interleave, swizzle, l2, oob)
-            })?;
+            self.tiled(&mut out, &t, r)?
         } else {
-            let lower: Vec<c_int> = r.pixel_box_lower.iter().map(|v| v.get()).collect();
-            let upper: Vec<c_int> = r.pixel_box_upper.iter().map(|v| v.get()).collect();
-            let (channels, pixels) = (r.channels_per_pixel.get(), r.pixels_per_column.get());
-            let im2col = entry(self.drv.cuTensorMapEncodeIm2col)?;
-            // SAFETY: as above, with corner arrays of rank - 2 entries.
-            ok(unsafe {
-                im2col(
-                    &mut out,
-                    dtype,
-                    rank,
-                    addr,
-                    dims.as_ptr(),
-                    strides.as_ptr(),
-                    lower.as_ptr(),
-                    upper.as_ptr(),
-                    channels,
-                    pixels,
-                    elem.as_ptr(),
-                    interleave,
-                    swizzle,
-                    l2,
-                    oob,
-                )
-            })?;
+            self.im2col(&mut out, &t, r)?
         }
         // SAFETY: CUtensorMap is 128 plain bytes.
         Ok(unsafe { std::mem::transmute::<CUtensorMap, [u8; 128]>(out) })
+    }
+
+    fn tiled(&mut self, out: &mut CUtensorMap, t: &Tensor, r: &TensorMapEncode) -> CuRes<()> {
+        let boxes: Vec<u32> = r.box_dim.iter().map(|v| v.get()).collect();
+        let tiled = entry(self.drv.cuTensorMapEncodeTiled)?;
+        // SAFETY: arrays of the rank's length (at most 5, checked at decode)
+        // and an output aligned as CUtensorMap; enum values are passed as
+        // the guest sent them and the driver validates them; the address
+        // was checked to lie, with the whole tensor, in this session's
+        // memory.
+        ok(unsafe {
+            tiled(
+                out,
+                t.dtype,
+                t.rank,
+                t.addr,
+                t.dims.as_ptr(),
+                t.strides.as_ptr(),
+                boxes.as_ptr(),
+                t.elem.as_ptr(),
+                t.interleave,
+                t.swizzle,
+                t.l2,
+                t.oob,
+            )
+        })
+    }
+
+    fn im2col(&mut self, out: &mut CUtensorMap, t: &Tensor, r: &TensorMapEncode) -> CuRes<()> {
+        let lower: Vec<c_int> = r.pixel_box_lower.iter().map(|v| v.get()).collect();
+        let upper: Vec<c_int> = r.pixel_box_upper.iter().map(|v| v.get()).collect();
+        let (channels, pixels) = (r.channels_per_pixel.get(), r.pixels_per_column.get());
+        let im2col = entry(self.drv.cuTensorMapEncodeIm2col)?;
+        // SAFETY: as for `tiled`, with corner arrays of rank - 2 entries.
+        ok(unsafe {
+            im2col(
+                out,
+                t.dtype,
+                t.rank,
+                t.addr,
+                t.dims.as_ptr(),
+                t.strides.as_ptr(),
+                lower.as_ptr(),
+                upper.as_ptr(),
+                channels,
+                pixels,
+                t.elem.as_ptr(),
+                t.interleave,
+                t.swizzle,
+                t.l2,
+                t.oob,
+            )
+        })
+    }
+}
+
+/// What both kinds of tensor map take.
+struct Tensor {
+    dims: Vec<u64>,
+    strides: Vec<u64>,
+    elem: Vec<u32>,
+    addr: *mut c_void,
+    dtype: CUtensorMapDataType,
+    rank: u32,
+    interleave: CUtensorMapInterleave,
+    swizzle: CUtensorMapSwizzle,
+    l2: CUtensorMapL2promotion,
+    oob: CUtensorMapFloatOOBfill,
+}
+
+impl Tensor {
+    fn of(r: &TensorMapEncode) -> Tensor {
+        Tensor {
+            dims: r.global_dim.iter().map(|v| v.get()).collect(),
+            strides: r.global_strides.iter().map(|v| v.get()).collect(),
+            elem: r.element_strides.iter().map(|v| v.get()).collect(),
+            addr: r.global_address.get() as usize as *mut c_void,
+            dtype: CUtensorMapDataType(r.data_type.get()),
+            rank: r.rank.get(),
+            interleave: CUtensorMapInterleave(r.interleave.get()),
+            swizzle: CUtensorMapSwizzle(r.swizzle.get()),
+            l2: CUtensorMapL2promotion(r.l2_promotion.get()),
+            oob: CUtensorMapFloatOOBfill(r.oob_fill.get()),
+        }
     }
 }

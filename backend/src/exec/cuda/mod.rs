@@ -18,8 +18,8 @@ mod vmm;
 
 use super::{Copy2D, CtxInfo, CuRes, DeviceInfo, Executor, LaunchAttr, LaunchDims, Param, Rect, TensorMapEncode};
 use cudarc::driver::sys;
-use pvgpu_ring::cuda::api::{CUdevice_attribute, Driver};
 use pvgpu_ring::cuda::api::*;
+use pvgpu_ring::cuda::api::{CUdevice_attribute, Driver};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_int, c_void};
 use std::ptr;
@@ -124,19 +124,7 @@ fn bus_id(dev: sys::CUdevice) -> String {
 impl CudaExecutor {
     /// Loads libcuda, initialises it and describes every device.
     pub fn new() -> Result<Self, CudaInitError> {
-        // SAFETY: only tries to dlopen the library.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(CudaInitError::NoDriver);
-        }
-        // cudarc resolves each symbol on first use and panics if it is
-        // missing: resolve them all now, so an old driver fails here with a
-        // clear error instead of in a session.
-        for name in REQUIRED_SYMBOLS {
-            // SAFETY: the library is loaded; we only look the symbol up.
-            if unsafe { sys::culib().get::<*const c_void>(name.as_bytes()) }.is_err() {
-                return Err(CudaInitError::Driver { call: name, status: CuError::NOT_FOUND });
-            }
-        }
+        let drv = load_driver()?;
         // SAFETY: cuInit has no preconditions.
         init_ck("cuInit", unsafe { sys::cuInit(0) })?;
         let mut driver_version = 0;
@@ -145,42 +133,13 @@ impl CudaExecutor {
         let mut count = 0;
         // SAFETY: valid out-pointer.
         init_ck("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut count) })?;
-        // SAFETY: the library is loaded (checked above).
-        let drv = unsafe { driver::load() };
-        driver::check(drv)?;
-        let get_attr = driver::entry(drv.cuDeviceGetAttribute).map_err(|status| CudaInitError::Driver { call: "cuDeviceGetAttribute", status })?;
         let mut devices = Vec::new();
         let mut raw = Vec::new();
         for i in 0..count {
             let mut dev = 0;
             // SAFETY: valid out-pointer; ordinal in range.
             init_ck("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut dev, i) })?;
-            let mut name = [0 as std::ffi::c_char; 256];
-            // SAFETY: buffer of the length passed.
-            init_ck("cuDeviceGetName", unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), 256, dev) })?;
-            let name: Vec<u8> = name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
-            // SAFETY: CUuuid is plain bytes; valid out-pointer.
-            let mut uuid: sys::CUuuid = unsafe { std::mem::zeroed() };
-            // SAFETY: valid out-pointer.
-            init_ck("cuDeviceGetUuid", unsafe { sys::cuDeviceGetUuid_v2(&mut uuid, dev) })?;
-            let mut total = 0usize;
-            // SAFETY: valid out-pointer.
-            init_ck("cuDeviceTotalMem", unsafe { sys::cuDeviceTotalMem_v2(&mut total, dev) })?;
-            let mut attrs = Vec::new();
-            for a in 1..CU_DEVICE_ATTRIBUTE_MAX.0 as i32 {
-                let mut v = 0;
-                // SAFETY: valid out-pointer; an unknown attribute number is
-                // answered with an error status.
-                if unsafe { get_attr(&mut v, CUdevice_attribute(a as u32), dev) } == CuResult::SUCCESS {
-                    attrs.push((a, v));
-                }
-            }
-            devices.push(DeviceInfo {
-                name: String::from_utf8_lossy(&name).into_owned(),
-                uuid: uuid.bytes.map(|b| b as u8),
-                total_mem: total as u64,
-                attrs,
-            });
+            devices.push(describe(drv, dev)?);
             raw.push(dev);
         }
         let bus_ids: Vec<String> = raw.iter().map(|&d| bus_id(d)).collect();
@@ -188,6 +147,53 @@ impl CudaExecutor {
         tracing::info!(driver_version, devices = devices.len(), nvml = nvml.is_some(), "CUDA executor ready");
         Ok(CudaExecutor { devices, raw, driver_version, drv, nvml })
     }
+}
+
+/// Loads libcuda and checks that every entry point the executor calls is
+/// there: cudarc resolves each on first use and panics if it is missing,
+/// so an old driver fails here with a clear error instead of in a session.
+fn load_driver() -> Result<&'static Driver, CudaInitError> {
+    // SAFETY: only tries to dlopen the library.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(CudaInitError::NoDriver);
+    }
+    for name in REQUIRED_SYMBOLS {
+        // SAFETY: the library is loaded; we only look the symbol up.
+        if unsafe { sys::culib().get::<*const c_void>(name.as_bytes()) }.is_err() {
+            return Err(CudaInitError::Driver { call: name, status: CuError::NOT_FOUND });
+        }
+    }
+    // SAFETY: the library is loaded (checked above).
+    let drv = unsafe { driver::load() };
+    driver::check(drv)?;
+    Ok(drv)
+}
+
+/// Name, UUID, memory and every attribute the driver answers of `dev`.
+fn describe(drv: &Driver, dev: sys::CUdevice) -> Result<DeviceInfo, CudaInitError> {
+    let mut name = [0 as std::ffi::c_char; 256];
+    // SAFETY: buffer of the length passed.
+    init_ck("cuDeviceGetName", unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), 256, dev) })?;
+    let name: Vec<u8> = name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    // SAFETY: CUuuid is plain bytes; valid out-pointer.
+    let mut uuid: sys::CUuuid = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    init_ck("cuDeviceGetUuid", unsafe { sys::cuDeviceGetUuid_v2(&mut uuid, dev) })?;
+    let mut total = 0usize;
+    // SAFETY: valid out-pointer.
+    init_ck("cuDeviceTotalMem", unsafe { sys::cuDeviceTotalMem_v2(&mut total, dev) })?;
+    let get_attr =
+        driver::entry(drv.cuDeviceGetAttribute).map_err(|status| CudaInitError::Driver { call: "cuDeviceGetAttribute", status })?;
+    let mut attrs = Vec::new();
+    for a in 1..CU_DEVICE_ATTRIBUTE_MAX.0 {
+        let mut v = 0;
+        // SAFETY: valid out-pointer; an unknown attribute number is answered
+        // with an error status.
+        if unsafe { get_attr(&mut v, CUdevice_attribute(a), dev) } == CuResult::SUCCESS {
+            attrs.push((a as i32, v));
+        }
+    }
+    Ok(DeviceInfo { name: String::from_utf8_lossy(&name).into_owned(), uuid: uuid.bytes.map(|b| b as u8), total_mem: total as u64, attrs })
 }
 
 impl Executor for CudaExecutor {

@@ -74,7 +74,10 @@ impl CudaContext {
     }
 
     pub(super) fn set_access(&mut self, ptr: u64, size: u64, flags: u32) -> CuRes<()> {
-        let desc = CUmemAccessDesc { location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: self.dev }, flags: CUmemAccess_flags(flags) };
+        let desc = CUmemAccessDesc {
+            location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: self.dev },
+            flags: CUmemAccess_flags(flags),
+        };
         // SAFETY: one whole mapping of this session; flags 0, 1 or 3
         // (decoded).
         ok(unsafe { entry(self.drv.cuMemSetAccess)?(ptr, size as usize, &desc, 1) })

@@ -62,72 +62,86 @@ pub(super) fn parse(text: &str) -> Result<ImageInfo, CuError> {
     let mut rest = clean.as_str();
     while let Some(at) = rest.find(".entry") {
         rest = &rest[at + ".entry".len()..];
-        let open = rest.find('(').ok_or(CuError::INVALID_PTX)?;
-        let name = rest[..open].trim().to_string();
-        let close = rest[open..].find(')').ok_or(CuError::INVALID_PTX)? + open;
-        let mut params = Vec::new();
-        let mut offset = 0u32;
-        for decl in rest[open + 1..close].split(',') {
-            let tokens: Vec<&str> = decl.split_whitespace().collect();
-            if tokens.is_empty() {
-                continue;
-            }
-            if tokens[0] != ".param" {
-                return Err(CuError::INVALID_PTX);
-            }
-            let (size, align, _, _) = parse_decl(&tokens[1..])?;
-            offset = offset.checked_next_multiple_of(align).ok_or(CuError::INVALID_PTX)?;
-            params.push(Param { offset, size });
-            offset = offset.checked_add(size).ok_or(CuError::INVALID_PTX)?;
-        }
-        if name.is_empty() {
-            return Err(CuError::INVALID_PTX);
-        }
-        info.entries.insert(name, Entry { params });
+        let (name, entry, close) = entry(rest)?;
+        info.entries.insert(name, entry);
         rest = &rest[close..];
     }
     for stmt in clean.split(';') {
-        // A declaration is the last line of its statement (the lines before
-        // it end without ';': directives, braces).
-        let s = stmt.trim().lines().last().unwrap_or("").trim();
-        let tokens: Vec<&str> = s.split_whitespace().collect();
-        let Some(g) = tokens.iter().position(|t| *t == ".global") else { continue };
-        if tokens[..g].iter().any(|t| *t != ".visible" && *t != ".extern" && *t != ".weak") {
-            continue;
+        if let Some((name, global)) = global(stmt)? {
+            info.globals.insert(name, global);
         }
-        let (decl, init) = match tokens.iter().position(|t| *t == "=") {
-            Some(eq) => (&tokens[g + 1..eq], Some(tokens[eq + 1..].join(" "))),
-            None => (&tokens[g + 1..], None),
-        };
-        let (size, _, name, elem) = parse_decl(decl)?;
-        // As for cubins: a global larger than this is not kept (its zeroed
-        // bytes would be allocated here, up to 4 GiB for a few bytes of
-        // text).
-        if u64::from(size) > MAX_GLOBAL {
-            continue;
-        }
-        let mut bytes = vec![0u8; size as usize];
-        match init {
-            // An array: `{a, b, c}`, each value `elem` bytes.
-            Some(list) if list.starts_with('{') => {
-                let values = list.trim_start_matches('{').trim_end_matches('}');
-                for (i, v) in values.split(',').filter(|v| !v.trim().is_empty()).enumerate() {
-                    let v = parse_ptx_scalar(v).ok_or(CuError::INVALID_PTX)?;
-                    let at = i * elem as usize;
-                    let dst = bytes.get_mut(at..at + elem as usize).ok_or(CuError::INVALID_PTX)?;
-                    dst.copy_from_slice(&v.to_le_bytes()[..elem as usize]);
-                }
-            }
-            Some(init) => {
-                let v = parse_ptx_scalar(&init).ok_or(CuError::INVALID_PTX)?;
-                let n = bytes.len().min(8);
-                bytes[..n].copy_from_slice(&v.to_le_bytes()[..n]);
-            }
-            None => {}
-        }
-        info.globals.insert(name, Global { size: size as u64, init: bytes });
     }
     Ok(info)
+}
+
+/// The kernel whose `.entry` directive `rest` follows: its name, its
+/// parameter layout, and where its parameter list closes in `rest`.
+fn entry(rest: &str) -> Result<(String, Entry, usize), CuError> {
+    let open = rest.find('(').ok_or(CuError::INVALID_PTX)?;
+    let name = rest[..open].trim().to_string();
+    let close = rest[open..].find(')').ok_or(CuError::INVALID_PTX)? + open;
+    let mut params = Vec::new();
+    let mut offset = 0u32;
+    for decl in rest[open + 1..close].split(',') {
+        let tokens: Vec<&str> = decl.split_whitespace().collect();
+        if tokens.is_empty() {
+            continue;
+        }
+        if tokens[0] != ".param" {
+            return Err(CuError::INVALID_PTX);
+        }
+        let (size, align, _, _) = parse_decl(&tokens[1..])?;
+        offset = offset.checked_next_multiple_of(align).ok_or(CuError::INVALID_PTX)?;
+        params.push(Param { offset, size });
+        offset = offset.checked_add(size).ok_or(CuError::INVALID_PTX)?;
+    }
+    if name.is_empty() {
+        return Err(CuError::INVALID_PTX);
+    }
+    Ok((name, Entry { params }, close))
+}
+
+/// The `.global` a statement declares, with its initial bytes; `None` for
+/// any other statement, and for globals over [`MAX_GLOBAL`] (as for
+/// cubins: their zeroed bytes would be allocated here, up to 4 GiB for a
+/// few bytes of text).
+fn global(stmt: &str) -> Result<Option<(String, Global)>, CuError> {
+    // A declaration is the last line of its statement (the lines before it
+    // end without ';': directives, braces).
+    let s = stmt.trim().lines().last().unwrap_or("").trim();
+    let tokens: Vec<&str> = s.split_whitespace().collect();
+    let Some(g) = tokens.iter().position(|t| *t == ".global") else { return Ok(None) };
+    if tokens[..g].iter().any(|t| *t != ".visible" && *t != ".extern" && *t != ".weak") {
+        return Ok(None);
+    }
+    let (decl, init) = match tokens.iter().position(|t| *t == "=") {
+        Some(eq) => (&tokens[g + 1..eq], Some(tokens[eq + 1..].join(" "))),
+        None => (&tokens[g + 1..], None),
+    };
+    let (size, _, name, elem) = parse_decl(decl)?;
+    if u64::from(size) > MAX_GLOBAL {
+        return Ok(None);
+    }
+    let mut bytes = vec![0u8; size as usize];
+    match init {
+        // An array: `{a, b, c}`, each value `elem` bytes.
+        Some(list) if list.starts_with('{') => {
+            let values = list.trim_start_matches('{').trim_end_matches('}');
+            for (i, v) in values.split(',').filter(|v| !v.trim().is_empty()).enumerate() {
+                let v = parse_ptx_scalar(v).ok_or(CuError::INVALID_PTX)?;
+                let at = i * elem as usize;
+                let dst = bytes.get_mut(at..at + elem as usize).ok_or(CuError::INVALID_PTX)?;
+                dst.copy_from_slice(&v.to_le_bytes()[..elem as usize]);
+            }
+        }
+        Some(init) => {
+            let v = parse_ptx_scalar(&init).ok_or(CuError::INVALID_PTX)?;
+            let n = bytes.len().min(8);
+            bytes[..n].copy_from_slice(&v.to_le_bytes()[..n]);
+        }
+        None => {}
+    }
+    Ok(Some((name, Global { size: size as u64, init: bytes })))
 }
 
 /// Parses a PTX scalar initialiser: `0fXXXXXXXX`, `0dXXXXXXXXXXXXXXXX`,

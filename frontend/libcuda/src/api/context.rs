@@ -3,7 +3,9 @@
 
 use crate::state::ctx;
 use crate::state::{self, Res, handle, id, put, run};
-use pvgpu_ring::cuda::api::{CU_FUNC_CACHE_PREFER_EQUAL, CU_FUNC_CACHE_PREFER_NONE, CUctxCreateParams, CUexecAffinityParam, CUfunc_cache, CUlimit};
+use pvgpu_ring::cuda::api::{
+    CU_FUNC_CACHE_PREFER_EQUAL, CU_FUNC_CACHE_PREFER_NONE, CUctxCreateParams, CUexecAffinityParam, CUfunc_cache, CUlimit,
+};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_int, c_uint, c_void};
 

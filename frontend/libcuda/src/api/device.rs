@@ -138,8 +138,16 @@ pub unsafe extern "C" fn cuDeviceGetProperties(prop: *mut CUdevprop, dev: c_int)
         let a = |k: CUdevice_attribute| c.device_attribute(dev, k).map_err(state::cu);
         let p = CUdevprop {
             maxThreadsPerBlock: a(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
-            maxThreadsDim: [a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?, a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?, a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?],
-            maxGridSize: [a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?, a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?, a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?],
+            maxThreadsDim: [
+                a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
+                a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
+                a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
+            ],
+            maxGridSize: [
+                a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+                a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+                a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+            ],
             sharedMemPerBlock: a(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
             totalConstantMemory: a(CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY)?,
             SIMDWidth: a(CU_DEVICE_ATTRIBUTE_WARP_SIZE)?,
@@ -156,7 +164,12 @@ pub unsafe extern "C" fn cuDeviceGetProperties(prop: *mut CUdevprop, dev: c_int)
 fn bus_id(dev: c_int) -> Result<String, CuError> {
     let c = state::client()?;
     let a = |k: CUdevice_attribute| c.device_attribute(dev, k).map_err(state::cu);
-    Ok(format!("{:08X}:{:02X}:{:02X}.0", a(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?, a(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?, a(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?))
+    Ok(format!(
+        "{:08X}:{:02X}:{:02X}.0",
+        a(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+        a(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+        a(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?
+    ))
 }
 
 /// `cuDeviceGetPCIBusId`: the backend GPU's bus id.

@@ -8,8 +8,8 @@
 use crate::state::{self, Res, id, put, run};
 use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::cuda::api::{
-    CU_LAUNCH_ATTRIBUTE_COOPERATIVE, CUlaunchAttribute, CUlaunchConfig, CUstream, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
-    CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE, CUlaunchAttribute, CUlaunchConfig, CUstream, CUtensorMap, CUtensorMapDataType,
+    CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
 };
 use pvgpu_ring::proto::{LaunchAttr, TensorMapEncode};
 use pvgpu_ring::{CuError, CuResult};

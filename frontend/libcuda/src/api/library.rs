@@ -14,7 +14,6 @@ use pvgpu_ring::cuda::api::{
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-
 /// `cuModuleGetLoadingMode`: lazy (libraries are loaded into a context at
 /// the first use of one of their kernels), unless `CUDA_MODULE_LOADING=EAGER`
 /// asks programs to load everything up front.

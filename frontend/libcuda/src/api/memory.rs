@@ -1,4 +1,5 @@
-//! Memory: device allocations, copies, memsets, host memory.
+//! Memory: device allocations, copies and memsets (page-locked host memory
+//! is in [`super::host`], pointer queries in [`super::pointer`]).
 //!
 //! Page-locked host memory (`cuMemAllocHost`, `cuMemHostAlloc`) comes from
 //! the shared data area when the transport has one, so copies from and to it
@@ -10,13 +11,8 @@
 //! (`cuMemHostGetDevicePointer` is not supported).
 
 use crate::state::objects::{DevAlloc, DevKind};
-use crate::state::{self, HostInfo, Res, ctx, handle, objects, put, run, stream};
+use crate::state::{self, Res, objects, put, run, stream};
 use pvgpu_frontend::Stream;
-use pvgpu_ring::cuda::api::{
-    CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
-    CU_POINTER_ATTRIBUTE_HOST_POINTER, CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_MAPPED, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-    CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CUmemorytype, CUpointer_attribute,
-};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_uint, c_void};
 
@@ -114,142 +110,6 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usiz
         }
         Ok(())
     })
-}
-
-fn host_alloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> Res {
-    if pp.is_null() || size == 0 {
-        return Err(CuError::INVALID_VALUE);
-    }
-    let c = state::client()?;
-    state::current()?;
-    let (p, in_area) = match c.host_alloc(size) {
-        Some(p) => (p as *mut c_void, true),
-        None => {
-            let mut p = std::ptr::null_mut();
-            // SAFETY: valid out-pointer; alignment is a power of two.
-            if unsafe { libc::posix_memalign(&mut p, 4096, size) } != 0 {
-                return Err(CuError::OUT_OF_MEMORY);
-            }
-            (p, false)
-        }
-    };
-    let ctx = state::current_handle().unwrap_or(0);
-    objects().host.insert(p as usize, HostInfo { len: size, flags, in_area, ctx });
-    // SAFETY: non-null and writable per the API.
-    unsafe { put(pp, p) }
-}
-
-/// `cuMemAllocHost_v2`: page-locked memory in the shared data area.
-///
-/// # Safety
-/// `pp` must be writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> CuResult {
-    run("cuMemAllocHost_v2", || host_alloc(pp, size, 0))
-}
-
-/// `cuMemHostAlloc`: as `cuMemAllocHost`; the flags are recorded.
-///
-/// # Safety
-/// `pp` must be writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> CuResult {
-    run("cuMemHostAlloc", || host_alloc(pp, size, flags))
-}
-
-/// `cuMemFreeHost`.
-///
-/// # Safety
-/// `p` must come from `cuMemAllocHost` or `cuMemHostAlloc` and not be used
-/// after this.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CuResult {
-    run("cuMemFreeHost", || {
-        let info = objects().host.remove(&(p as usize)).ok_or(CuError::INVALID_VALUE)?;
-        if info.in_area {
-            state::client()?.host_free(p as *mut u8);
-        } else {
-            // SAFETY: allocated with posix_memalign by host_alloc, freed once
-            // (just removed from the table).
-            unsafe { libc::free(p) };
-        }
-        Ok(())
-    })
-}
-
-/// `cuMemHostGetFlags`.
-///
-/// # Safety
-/// `flags` must be writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -> CuResult {
-    run("cuMemHostGetFlags", || {
-        let o = objects();
-        let (&start, info) = o.host.range(..=(p as usize)).next_back().ok_or(CuError::INVALID_VALUE)?;
-        if p as usize >= start + info.len {
-            return Err(CuError::INVALID_VALUE);
-        }
-        // SAFETY: writable per the API.
-        unsafe { put(flags, info.flags) }
-    })
-}
-
-/// The device address of page-locked memory at `p`: memory this library
-/// allocated in the data area, when the backend mapped the area for the
-/// device (on the local transport, at the program's own address). Other
-/// host memory cannot be reached by the device of another domain or host.
-fn host_device_pointer(p: *mut c_void) -> Result<u64, CuError> {
-    if objects().host_range(p as usize).is_none() {
-        return Err(CuError::INVALID_VALUE);
-    }
-    state::client()?.host_device_pointer(p.cast()).map_err(state::cu)?.ok_or(CuError::NOT_SUPPORTED)
-}
-
-/// `cuMemHostGetDevicePointer_v2`.
-///
-/// # Safety
-/// `pdptr` must be writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(pdptr: *mut u64, p: *mut c_void, flags: c_uint) -> CuResult {
-    run("cuMemHostGetDevicePointer_v2", || {
-        if flags != 0 || pdptr.is_null() {
-            return Err(CuError::INVALID_VALUE);
-        }
-        let d = host_device_pointer(p)?;
-        // SAFETY: non-null and writable per the API.
-        unsafe { put(pdptr, d) }
-    })
-}
-
-fn register(p: *mut c_void, size: usize) -> Res {
-    state::client()?;
-    if p.is_null() || size == 0 {
-        return Err(CuError::INVALID_VALUE);
-    }
-    let mut o = objects();
-    if o.registered.contains_key(&(p as usize)) {
-        return Err(CuError::HOST_MEMORY_ALREADY_REGISTERED);
-    }
-    o.registered.insert(p as usize, size);
-    Ok(())
-}
-
-/// `cuMemHostRegister_v2`: accepted; copies from the range are staged.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, size: usize, _flags: c_uint) -> CuResult {
-    run("cuMemHostRegister_v2", || register(p, size))
-}
-
-/// `cuMemHostRegister` (same signature as `_v2`).
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemHostRegister(p: *mut c_void, size: usize, _flags: c_uint) -> CuResult {
-    run("cuMemHostRegister", || register(p, size))
-}
-
-/// `cuMemHostUnregister`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CuResult {
-    run("cuMemHostUnregister", || objects().registered.remove(&(p as usize)).map(|_| ()).ok_or(CuError::HOST_MEMORY_NOT_REGISTERED))
 }
 
 /// Whether `[p, p+n)` lies in page-locked host memory this library handed
@@ -457,78 +317,4 @@ pub extern "C" fn cuMemsetD16Async(dptr: u64, v: u16, n: usize, s: *mut c_void) 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemsetD32Async(dptr: u64, v: u32, n: usize, s: *mut c_void) -> CuResult {
     run("cuMemsetD32Async", || memset(dptr, v, 4, n, stream(s)))
-}
-
-
-/// Writes one pointer attribute of `ptr` to `data`.
-fn pointer_attribute(data: *mut c_void, attribute: CUpointer_attribute, ptr: u64) -> Res {
-    if data.is_null() {
-        return Err(CuError::INVALID_VALUE);
-    }
-    let o = objects();
-    let dev = o.device_range(ptr, 1);
-    let host = o.host.range(..=(ptr as usize)).next_back().filter(|(s, i)| (ptr as usize) < **s + i.len).map(|(s, i)| (*s, i.len));
-    let host_ctx = o.host_range(ptr as usize).map_or(0, |(_, i)| i.ctx);
-    // SAFETY: `data` points to storage of the attribute's type, per the
-    // API; every write below is of that type.
-    unsafe {
-        match (attribute, dev, host) {
-            (CU_POINTER_ATTRIBUTE_MEMORY_TYPE, Some(_), _) => put(data.cast::<CUmemorytype>(), CU_MEMORYTYPE_DEVICE),
-            (CU_POINTER_ATTRIBUTE_MEMORY_TYPE, None, Some(_)) => put(data.cast::<CUmemorytype>(), CU_MEMORYTYPE_HOST),
-            (CU_POINTER_ATTRIBUTE_CONTEXT, Some((_, a)), _) => put(data.cast::<*mut c_void>(), handle(a.ctx)),
-            (CU_POINTER_ATTRIBUTE_CONTEXT, None, Some(_)) => put(data.cast::<*mut c_void>(), handle(host_ctx)),
-            (CU_POINTER_ATTRIBUTE_DEVICE_POINTER, Some(_), _) => put(data.cast::<u64>(), ptr),
-            (CU_POINTER_ATTRIBUTE_HOST_POINTER, None, Some(_)) => put(data.cast::<u64>(), ptr),
-            (CU_POINTER_ATTRIBUTE_DEVICE_POINTER, None, Some(_)) => {
-                drop(o);
-                put(data.cast::<u64>(), host_device_pointer(ptr as usize as *mut c_void)?)
-            }
-            (CU_POINTER_ATTRIBUTE_IS_MANAGED, Some(_), _) | (CU_POINTER_ATTRIBUTE_IS_MANAGED, None, Some(_)) => put(data.cast::<u32>(), 0),
-            (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, Some((_, a)), _) => put(data.cast::<i32>(), ctx::device_of(a.ctx).unwrap_or(0)),
-            (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, Some((start, _)), _) => put(data.cast::<u64>(), start),
-            (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, None, Some((start, _))) => put(data.cast::<u64>(), start as u64),
-            (CU_POINTER_ATTRIBUTE_RANGE_SIZE, Some((_, a)), _) => put(data.cast::<usize>(), a.size as usize),
-            (CU_POINTER_ATTRIBUTE_RANGE_SIZE, None, Some((_, len))) => put(data.cast::<usize>(), len),
-            (CU_POINTER_ATTRIBUTE_MAPPED, Some(_), _) => put(data.cast::<u32>(), 1),
-            (_, None, None) => Err(CuError::INVALID_VALUE),
-            _ => Err(CuError::NOT_SUPPORTED),
-        }
-    }
-}
-
-/// `cuPointerGetAttribute`, for memory this process allocated.
-///
-/// # Safety
-/// `data` must point to storage of the attribute's type.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: CUpointer_attribute, ptr: u64) -> CuResult {
-    run("cuPointerGetAttribute", || {
-        state::client()?;
-        pointer_attribute(data, attribute, ptr)
-    })
-}
-
-/// `cuPointerGetAttributes`: attributes that do not apply are zeroed, as the
-/// driver does.
-///
-/// # Safety
-/// `attributes` and `data` hold `n` entries; each `data[i]` points to
-/// storage of attribute `i`'s type.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttributes(n: c_uint, attributes: *mut CUpointer_attribute, data: *mut *mut c_void, ptr: u64) -> CuResult {
-    run("cuPointerGetAttributes", || {
-        state::client()?;
-        if attributes.is_null() || data.is_null() {
-            return Err(CuError::INVALID_VALUE);
-        }
-        for i in 0..n.min(64) as usize {
-            // SAFETY: `n` entries per the API.
-            let (a, d) = unsafe { (*attributes.add(i), *data.add(i)) };
-            if pointer_attribute(d, a, ptr).is_err() && !d.is_null() {
-                // SAFETY: every attribute's storage holds at least 4 bytes.
-                unsafe { d.cast::<u32>().write_unaligned(0) };
-            }
-        }
-        Ok(())
-    })
 }

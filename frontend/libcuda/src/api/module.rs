@@ -3,9 +3,9 @@
 //! is kept here to pack `cuLaunchKernel` arguments.
 
 use crate::state::objects::{DevAlloc, DevKind};
-use pvgpu_ring::cuda::api::*;
 use crate::state::{self, Res, handle, id, objects, put, run};
 use pvgpu_frontend::Module;
+use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::cuda::api::{
     CU_FUNC_CACHE_PREFER_EQUAL, CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
     CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CUfunc_cache, CUfunction_attribute, CUjit_option,
@@ -119,7 +119,6 @@ pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *cons
     // SAFETY: the caller passes a valid image.
     run("cuModuleLoadData", || load(module, unsafe { image_bytes(image) }?))
 }
-
 
 /// `cuModuleLoadDataEx`: JIT options are left to the backend's driver; log
 /// buffers come back empty.

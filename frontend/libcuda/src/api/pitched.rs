@@ -5,10 +5,10 @@
 
 use crate::state::{self, Res, objects, run};
 use pvgpu_frontend::{Pitched, Stream};
-use pvgpu_ring::{CuError, CuResult};
 use pvgpu_ring::cuda::api::{
     CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED, CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUmemorytype, CUstream,
 };
+use pvgpu_ring::{CuError, CuResult};
 use std::ffi::c_void;
 
 /// One side of a copy: its memory type, host and device pointers, and the

@@ -214,4 +214,3 @@ pub unsafe extern "C" fn cuMemGetAccess(flags: *mut u64, location: *const CUmemL
         unsafe { put(flags, if mine { access as u64 } else { 0 }) }
     })
 }
-

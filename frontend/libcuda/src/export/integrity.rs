@@ -89,7 +89,12 @@ fn record(version: u32, unix_seconds: u64) -> Result<Record, CuError> {
     let mut devices = Vec::new();
     for d in 0..n {
         let a = |k| c.device_attribute(d, k).map_err(state::cu);
-        devices.push((c.device_uuid(d).map_err(state::cu)?, a(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?, a(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?, a(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?));
+        devices.push((
+            c.device_uuid(d).map_err(state::cu)?,
+            a(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+            a(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+            a(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
+        ));
     }
     Ok(Record {
         driver_version: crate::api::init::reported_driver_version() as u32,

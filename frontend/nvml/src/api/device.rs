@@ -13,7 +13,6 @@ use crate::types::PciInfo;
 use pvgpu_ring::cuda::api::*;
 use std::ffi::{c_char, c_int, c_uint};
 
-
 /// Writes the device count.
 ///
 /// # Safety
@@ -113,7 +112,11 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: 
 /// The PCI address of device `index`, from the CUDA attributes.
 fn pci_addr(s: &Session, index: u32) -> Res<PciAddr> {
     let a = |n| s.attr(index, n).map(|v| v as u32);
-    Ok(PciAddr { domain: a(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?, bus: a(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?, device: a(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)? })
+    Ok(PciAddr {
+        domain: a(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+        bus: a(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+        device: a(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
+    })
 }
 
 /// Writes the handle of the device at PCI bus id `bus_id`.

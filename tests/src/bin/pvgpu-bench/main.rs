@@ -178,47 +178,119 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let runs = args.repeat.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
-    let all_cpus = pvgpu_backend::affinity::allowed_cpus();
-    let pins = pinning::choose(args.cpus.as_deref())?;
-    // The program runs on every CPU but the sessions' (its copies use a few
-    // threads), unless --cpus named one; the references, and the run with
-    // both sides on one CPU, pin it to its own.
-    let client_cpus: Vec<usize> = match (pins, &args.cpus) {
-        (Some(p), None) => all_cpus.iter().copied().filter(|&c| c != p.backend).collect(),
-        (Some(p), Some(_)) => vec![p.client],
-        (None, _) => all_cpus.clone(),
-    };
-    let pin = |cpus: &[usize]| -> Result<()> {
-        pvgpu_backend::affinity::pin_current_thread(cpus).with_context(|| format!("pinning to CPUs {cpus:?}"))
-    };
-    pin(&client_cpus)?;
-    let native = match args.executor {
-        ExecChoice::Host => None,
-        _ => NativeGpu::open().context("the CUDA driver is present but failed to start")?,
-    };
-    if args.executor == ExecChoice::Cuda && native.is_none() {
-        bail!("--executor cuda: no CUDA driver or device found");
+    let setup = Setup::new(&args)?;
+    let (targets, _backend) = connect(&args, &setup)?;
+    let gpus = targets.remotes.iter().map(|r| Gpu::new(&r.client)).collect::<pvgpu_frontend::Result<Vec<_>>>()?;
+    let (mut samples, rtt) = measure_all(&setup, &targets, &gpus)?;
+    if setup.gpu && targets.embedded && !args.no_torch {
+        let cpus: Vec<usize> = setup.all_cpus.iter().copied().filter(|&c| setup.pins.is_none_or(|p: Pins| p.backend != c)).collect();
+        let remotes: Vec<(&str, String)> = targets.remotes.iter().map(|r| (r.name.as_str(), r.addr.to_string())).collect();
+        samples.extend(torch::steps(
+            args.dropin.as_deref(),
+            cpus,
+            &remotes,
+            &setup.key_file,
+            setup.executor,
+            args.torch_runs,
+            args.torch_steps,
+        ));
     }
-    let gpu = native.is_some();
-    let executor = if gpu { "cuda" } else { "host" };
-    let plan = Plan::new(args.quick, gpu);
-    let date = std::process::Command::new("date").arg("+%F").output().ok().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    report_all(&args, &setup, &targets, &samples, &rtt)?;
+    // Let sessions say goodbye before the embedded backend stops.
+    drop(gpus);
+    drop(targets);
+    std::thread::sleep(Duration::from_millis(10));
+    Ok(())
+}
 
-    // The backend: embedded, unless --connect names one.
-    let dir = TempDir::new("bench");
-    let sock = dir.0.join("bench.sock");
-    let key_file = dir.0.join("tcp.key");
-    pvgpu_tests::write_key_file(&key_file);
+/// What every step of a run shares: the machine, its CPUs, the plan.
+struct Setup {
+    runs: usize,
+    quick: bool,
+    all_cpus: Vec<usize>,
+    pins: Option<Pins>,
+    /// Where the program runs (see [`Setup::new`]).
+    client_cpus: Vec<usize>,
+    native: Option<NativeGpu>,
+    gpu: bool,
+    executor: &'static str,
+    plan: Plan,
+    date: Option<String>,
+    dir: TempDir,
+    key_file: PathBuf,
+}
+
+impl Setup {
+    fn new(args: &Args) -> Result<Setup> {
+        let all_cpus = pvgpu_backend::affinity::allowed_cpus();
+        let pins = pinning::choose(args.cpus.as_deref())?;
+        // The program runs on every CPU but the sessions' (its copies use a
+        // few threads), unless --cpus named one; the references, and the
+        // run with both sides on one CPU, pin it to its own.
+        let client_cpus: Vec<usize> = match (pins, &args.cpus) {
+            (Some(p), None) => all_cpus.iter().copied().filter(|&c| c != p.backend).collect(),
+            (Some(p), Some(_)) => vec![p.client],
+            (None, _) => all_cpus.clone(),
+        };
+        pin(&client_cpus)?;
+        let native = match args.executor {
+            ExecChoice::Host => None,
+            _ => NativeGpu::open().context("the CUDA driver is present but failed to start")?,
+        };
+        if args.executor == ExecChoice::Cuda && native.is_none() {
+            bail!("--executor cuda: no CUDA driver or device found");
+        }
+        let gpu = native.is_some();
+        let dir = TempDir::new("bench");
+        let key_file = dir.0.join("tcp.key");
+        pvgpu_tests::write_key_file(&key_file);
+        Ok(Setup {
+            runs: args.repeat.unwrap_or(if args.quick { 1 } else { 3 }).max(1),
+            quick: args.quick,
+            all_cpus,
+            pins,
+            client_cpus,
+            native,
+            gpu,
+            executor: if gpu { "cuda" } else { "host" },
+            plan: Plan::new(args.quick, gpu),
+            date: std::process::Command::new("date")
+                .arg("+%F")
+                .output()
+                .ok()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()),
+            dir,
+            key_file,
+        })
+    }
+}
+
+/// Pins this thread to `cpus`.
+fn pin(cpus: &[usize]) -> Result<()> {
+    pvgpu_backend::affinity::pin_current_thread(cpus).with_context(|| format!("pinning to CPUs {cpus:?}"))
+}
+
+/// The transports measured, connected once.
+struct Targets {
+    remotes: Vec<Remote>,
+    with_native: bool,
+    embedded: bool,
+    opts: Options,
+}
+
+/// Connects to the embedded backend (started here) or to those `--connect`
+/// names.
+fn connect(args: &Args, setup: &Setup) -> Result<(Targets, Option<Backend>)> {
     let mut opts = Options::from_env();
     let mut addrs: Vec<(String, BackendAddr)> = Vec::new();
     let embedded = args.connect.is_empty();
-    let _backend: Option<Backend> = if embedded {
-        opts.tcp_key = Some(key_file.clone());
+    let backend = if embedded {
+        let sock = setup.dir.0.join("bench.sock");
+        opts.tcp_key = Some(setup.key_file.clone());
         let listen = vec![Listen::Local(sock.clone()), Listen::Tcp("127.0.0.1:0".into())];
-        let b = start_backend(gpu, listen, pins.map(|p| vec![p.backend]), &key_file)?;
+        let b = start_backend(setup.gpu, listen, setup.pins.map(|p| vec![p.backend]), &setup.key_file)?;
         if args.transport.contains(&Which::Local) {
-            addrs.push(("local".into(), BackendAddr::Local(sock.clone())));
+            addrs.push(("local".into(), BackendAddr::Local(sock)));
         }
         if args.transport.contains(&Which::Tcp) {
             addrs.push(("tcp".into(), BackendAddr::Tcp(b.tcp_addrs()[0].to_string())));
@@ -237,110 +309,123 @@ fn main() -> Result<()> {
         }
         None
     };
-    let with_native = gpu && args.transport.contains(&Which::Native);
     let mut remotes = Vec::new();
     for (name, addr) in addrs {
         let client = Client::connect(&addr, &opts).with_context(|| format!("connecting to {addr}"))?;
         remotes.push(Remote { name, addr, client });
     }
-    let gpus = remotes.iter().map(|r| Gpu::new(&r.client)).collect::<pvgpu_frontend::Result<Vec<_>>>()?;
+    let with_native = setup.gpu && args.transport.contains(&Which::Native);
+    Ok((Targets { remotes, with_native, embedded, opts }, backend))
+}
 
-    let n_targets = remotes.len() as u64 + with_native as u64;
+/// Each target's null-call round trips, by name.
+type Latencies = Vec<(String, Histogram<u64>)>;
+
+/// Every run: the workloads natively and over each transport, the
+/// references, and the local ring on one CPU; then an idle session's CPU.
+fn measure_all(setup: &Setup, t: &Targets, gpus: &[Gpu<'_>]) -> Result<(Vec<Sample>, Latencies)> {
+    let (plan, runs, executor) = (&setup.plan, setup.runs, setup.executor);
+    let n_targets = t.remotes.len() as u64 + t.with_native as u64;
     let pb = ProgressBar::new(plan.steps() * n_targets * runs as u64 + 1);
     pb.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]").unwrap_or_else(|_| ProgressStyle::default_bar()));
     pb.set_message("CPU reference of Jacobi");
     let jacobi_ref = jacobi_cpu(&jacobi_init(plan.jacobi.0), plan.jacobi.0, plan.jacobi.1);
     pb.inc(1);
-
     let mut samples = Vec::new();
-    let mut rtt: Vec<(String, Histogram<u64>)> = Vec::new();
-    let mut hist = |name: &str| -> Result<usize> {
-        if let Some(i) = rtt.iter().position(|(n, _)| n == name) {
-            return Ok(i);
-        }
-        rtt.push((name.to_string(), latency_histogram()?));
-        Ok(rtt.len() - 1)
-    };
-    let native_idx = if with_native { Some(hist("native")?) } else { None };
-    let idx: Vec<usize> = remotes.iter().map(|r| hist(&r.name)).collect::<Result<_>>()?;
+    let mut rtt: Latencies = Vec::new();
+    if t.with_native {
+        rtt.push(("native".into(), latency_histogram()?));
+    }
+    for r in &t.remotes {
+        rtt.push((r.name.clone(), latency_histogram()?));
+    }
+    let native_rows = t.with_native as usize;
     for run in 0..runs {
-        if let (Some(n), Some(i)) = (&native, native_idx) {
+        if let (Some(n), true) = (&setup.native, t.with_native) {
             n.make_current()?;
             let mut rec = Recorder { samples: Vec::new(), transport: "native", executor, run };
-            measure(n, &plan, &mut rec, &pb, &jacobi_ref, &mut rtt[i].1)?;
+            measure(n, plan, &mut rec, &pb, &jacobi_ref, &mut rtt[0].1)?;
             samples.extend(rec.samples);
         }
-        for ((r, g), &i) in remotes.iter().zip(&gpus).zip(&idx) {
+        for (i, (r, g)) in t.remotes.iter().zip(gpus).enumerate() {
             let exec_name = r.client.info().executor.clone();
             let mut rec = Recorder { samples: Vec::new(), transport: &r.name, executor: &exec_name, run };
-            measure(g, &plan, &mut rec, &pb, &jacobi_ref, &mut rtt[i].1).with_context(|| format!("measuring {} ({})", r.name, r.addr))?;
+            let h = &mut rtt[native_rows + i].1;
+            measure(g, plan, &mut rec, &pb, &jacobi_ref, h).with_context(|| format!("measuring {} ({})", r.name, r.addr))?;
             samples.extend(rec.samples);
         }
-        pb.set_message("references");
-        if let Some(p) = pins {
-            pin(&[p.client])?;
-        }
-        let mut rec = Recorder { samples: Vec::new(), transport: REFERENCE, executor, run };
-        reference::measure(&mut rec, pins.map(|p| (p.client, p.backend)), plan.rtt_iters)?;
-        samples.extend(rec.samples);
-        if let (Some(p), true) = (pins, embedded) {
-            pb.set_message("local ring, both sides on one CPU");
-            samples.extend(shared_cpu(&dir.0, gpu, p.client, &key_file, &opts, run, plan.rtt_iters / 4)?);
-        }
-        pin(&client_cpus)?;
+        samples.extend(references(setup, t, &pb, run)?);
     }
-    if embedded && !remotes.is_empty() {
+    if t.embedded && !t.remotes.is_empty() {
         pb.set_message("an idle session's CPU");
         let mut rec = Recorder { samples: Vec::new(), transport: REFERENCE, executor, run: 0 };
         rec.add("idle_cpu_percent", reference::idle_cpu_percent(Duration::from_secs(1)), "%");
         samples.extend(rec.samples);
     }
     pb.finish_and_clear();
+    Ok((samples, rtt))
+}
 
-    if gpu && embedded && !args.no_torch {
-        let cpus: Vec<usize> = all_cpus.iter().copied().filter(|&c| pins.is_none_or(|p: Pins| p.backend != c)).collect();
-        let targets: Vec<(&str, String)> = remotes.iter().map(|r| (r.name.as_str(), r.addr.to_string())).collect();
-        samples.extend(torch::steps(args.dropin.as_deref(), cpus, &targets, &key_file, executor, args.torch_runs, args.torch_steps));
+/// One run's references (cache line and raw TCP ping-pongs between the
+/// pinned CPUs) and the local ring with both sides on one CPU.
+fn references(setup: &Setup, t: &Targets, pb: &ProgressBar, run: usize) -> Result<Vec<Sample>> {
+    pb.set_message("references");
+    if let Some(p) = setup.pins {
+        pin(&[p.client])?;
     }
+    let mut rec = Recorder { samples: Vec::new(), transport: REFERENCE, executor: setup.executor, run };
+    reference::measure(&mut rec, setup.pins.map(|p| (p.client, p.backend)), setup.plan.rtt_iters)?;
+    let mut samples = rec.samples;
+    if let (Some(p), true) = (setup.pins, t.embedded) {
+        pb.set_message("local ring, both sides on one CPU");
+        samples.extend(shared_cpu(&setup.dir.0, setup.gpu, p.client, &setup.key_file, &t.opts, run, setup.plan.rtt_iters / 4)?);
+    }
+    pin(&setup.client_cpus)?;
+    Ok(samples)
+}
 
-    let device_name = native.as_ref().map_or_else(|| "host test double".to_string(), |n| n.name.clone());
-    let results = Results { samples: &samples };
+/// Prints the table and the verdicts; draws the plot and writes JSON when
+/// asked.
+fn report_all(args: &Args, setup: &Setup, t: &Targets, samples: &[Sample], rtt: &Latencies) -> Result<()> {
+    let device_name = setup.native.as_ref().map_or_else(|| "host test double".to_string(), |n| n.name.clone());
+    let results = Results { samples };
     let baseline = if samples.iter().any(|s| s.transport == "native") {
         "native".to_string()
     } else {
-        remotes.first().map_or("local".into(), |r| r.name.clone())
+        t.remotes.first().map_or("local".into(), |r| r.name.clone())
     };
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let cpus = match pins {
-        Some(p) => format!("sessions on CPU {}, program on CPUs {} (references on CPU {})", p.backend, cpu_list(&client_cpus), p.client),
+    let cpus = match setup.pins {
+        Some(p) => {
+            format!("sessions on CPU {}, program on CPUs {} (references on CPU {})", p.backend, cpu_list(&setup.client_cpus), p.client)
+        }
         None => "unpinned".into(),
     };
     let mut header = format!(
-        "pvgpu-bench {}: executor {executor} ({device_name}), {} mode, {runs} run(s), {}, host {}, {cpus}",
+        "pvgpu-bench {}: executor {} ({device_name}), {} mode, {} run(s), {}, host {}, {cpus}",
         env!("CARGO_PKG_VERSION"),
-        if args.quick { "quick" } else { "full" },
-        date.clone().unwrap_or_default(),
+        setup.executor,
+        if setup.quick { "quick" } else { "full" },
+        setup.runs,
+        setup.date.clone().unwrap_or_default(),
         host.trim()
     );
-    if !gpu {
+    if !setup.gpu {
         header += "\nno GPU here: the backend ran the host executor (a test double), so only the ratios between transports mean anything";
     }
+    let plan = &setup.plan;
     header += &format!("\nMatSum {} floats; Jacobi {}x{}, {} sweeps", plan.matsum_n, plan.jacobi.0, plan.jacobi.0, plan.jacobi.1);
     results.print(&baseline, &header);
-    let verdicts = if gpu { results.targets(&plan.sizes) } else { Vec::new() };
+    let verdicts = if setup.gpu { results.targets(&plan.sizes) } else { Vec::new() };
     report::print_targets(&verdicts);
     if let Some(path) = &args.plot {
-        let title = format!("pvgpu-bench, {device_name}, {}", date.unwrap_or_default());
-        plot::draw(path, &title, &rtt, &results, &plan.sizes).with_context(|| format!("drawing {}", path.display()))?;
+        let title = format!("pvgpu-bench, {device_name}, {}", setup.date.clone().unwrap_or_default());
+        plot::draw(path, &title, rtt, &results, &plan.sizes).with_context(|| format!("drawing {}", path.display()))?;
         eprintln!("\nplot: {}", path.display());
     }
     if args.json {
         let out = serde_json::json!({ "header": header, "cpus": cpus, "samples": samples, "targets": verdicts });
         println!("{}", serde_json::to_string_pretty(&out)?);
     }
-    // Let sessions say goodbye before the embedded backend stops.
-    drop(gpus);
-    drop(remotes);
-    std::thread::sleep(Duration::from_millis(10));
     Ok(())
 }

@@ -25,16 +25,17 @@
 //! holds; a full socket only means the peer has not read earlier rings,
 //! so it will wake anyway.
 
+mod doorbell;
+mod region;
+
+pub use doorbell::SocketNotifier;
+pub use region::{FixedMapping, MIN_SHARED_ADDRESS, MemfdMapping, create_region, map_region};
+
 use crate::layout::{Geometry, LayoutError};
-use crate::notify::{Notifier, NotifyError, Wake};
-use crate::region::{Mapping, SharedRegion};
-use nix::fcntl::{FcntlArg, SealFlag, fcntl};
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::memfd::{MFdFlags, memfd_create};
+use crate::region::SharedRegion;
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
-use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 use zerocopy::little_endian::{U32, U64};
@@ -137,200 +138,6 @@ fn os(what: &'static str) -> impl FnOnce(nix::Error) -> LocalError {
 
 fn ios(what: &'static str) -> impl FnOnce(io::Error) -> LocalError {
     move |source| LocalError::Os { what, source }
-}
-
-/// A shared mapping of a memfd.
-pub struct MemfdMapping {
-    map: memmap2::MmapRaw,
-    _file: File,
-}
-
-// SAFETY: the mapping stays at its address with its length until dropped
-// (MmapRaw unmaps on drop); the memfd is sealed against shrinking, so every
-// byte stays backed; the process reaches it only through raw pointers.
-unsafe impl Mapping for MemfdMapping {
-    fn as_ptr(&self) -> *mut u8 {
-        self.map.as_mut_ptr()
-    }
-    fn len(&self) -> usize {
-        self.map.len()
-    }
-}
-
-/// Frontend side: a sealed, zeroed memfd of the geometry's size, mapped.
-pub fn create_region(g: &Geometry) -> Result<(SharedRegion, OwnedFd), LocalError> {
-    let fd = memfd_create(c"pvgpu-ring", MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING).map_err(os("memfd_create"))?;
-    let file = File::from(fd);
-    file.set_len(g.total_len() as u64).map_err(ios("sizing the shared memory"))?;
-    fcntl(&file, FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL))
-        .map_err(os("sealing the shared memory"))?;
-    let map = memmap2::MmapOptions::new().len(g.total_len()).map_raw(&file).map_err(ios("mapping the shared memory"))?;
-    let dup = file.try_clone().map_err(ios("duplicating the memfd"))?;
-    Ok((SharedRegion::new(MemfdMapping { map, _file: file }), OwnedFd::from(dup)))
-}
-
-/// A shared mapping of a memfd at an address of the peer's choosing.
-pub struct FixedMapping {
-    ptr: std::ptr::NonNull<u8>,
-    len: usize,
-    _file: File,
-}
-
-// SAFETY: as for `MemfdMapping`: mapped at `ptr` with `len` bytes until
-// dropped (unmapped in `Drop`), backed by a memfd sealed against shrinking.
-unsafe impl Mapping for FixedMapping {
-    fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-    fn len(&self) -> usize {
-        self.len
-    }
-}
-
-// SAFETY: the mapping is reached only through raw pointers, from any
-// thread; nothing in it is tied to the thread that made it.
-unsafe impl Send for FixedMapping {}
-// SAFETY: as above.
-unsafe impl Sync for FixedMapping {}
-
-impl Drop for FixedMapping {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping of `len` bytes at `ptr`, unmapped once.
-        let _ = unsafe { nix::sys::mman::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
-/// Lowest address the backend maps a region at for the frontend: far
-/// above the page at 0 (a privileged backend could otherwise be made to
-/// map guest memory where a null pointer reads) and the program's image.
-pub const MIN_SHARED_ADDRESS: usize = 1 << 32;
-
-/// Maps `file` at exactly `addr`, if nothing is mapped there.
-fn map_at(file: &File, addr: usize, len: usize) -> Option<std::ptr::NonNull<u8>> {
-    use nix::sys::mman::{MapFlags, ProtFlags, mmap};
-    let want = std::num::NonZeroUsize::new(addr)?;
-    let len = std::num::NonZeroUsize::new(len)?;
-    if addr % 4096 != 0 || addr < MIN_SHARED_ADDRESS || addr.checked_add(len.get()).is_none() {
-        return None;
-    }
-    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping (the
-    // call fails instead), so no memory of this process changes meaning.
-    let p = unsafe {
-        mmap(Some(want), len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED | MapFlags::MAP_FIXED_NOREPLACE, file, 0)
-    }
-    .ok()?;
-    if p.as_ptr() as usize != addr {
-        // A kernel without MAP_FIXED_NOREPLACE took it as a hint.
-        // SAFETY: the mapping just made, unmapped once.
-        let _ = unsafe { nix::sys::mman::munmap(p, len.get()) };
-        return None;
-    }
-    Some(p.cast())
-}
-
-/// Backend side: checks that `fd` is a memfd sealed against shrinking and
-/// large enough for `g`, then maps it, at `at` if that address is free.
-pub fn map_region(fd: OwnedFd, g: &Geometry, at: Option<usize>) -> Result<SharedRegion, LocalError> {
-    let seals = fcntl(&fd, FcntlArg::F_GET_SEALS).map_err(|_| LocalError::Memory("not a sealable memfd"))?;
-    let seals = SealFlag::from_bits_truncate(seals);
-    if !seals.contains(SealFlag::F_SEAL_SHRINK) {
-        return Err(LocalError::Memory("memfd is not sealed against shrinking"));
-    }
-    let file = File::from(fd);
-    let meta = file.metadata().map_err(ios("fstat of the memfd"))?;
-    if !meta.is_file() || meta.len() < g.total_len() as u64 {
-        return Err(LocalError::Memory("memfd is smaller than the geometry"));
-    }
-    if let Some(ptr) = at.and_then(|a| map_at(&file, a, g.total_len())) {
-        return Ok(SharedRegion::new(FixedMapping { ptr, len: g.total_len(), _file: file }));
-    }
-    let map = memmap2::MmapOptions::new().len(g.total_len()).map_raw(&file).map_err(ios("mapping the shared memory"))?;
-    Ok(SharedRegion::new(MemfdMapping { map, _file: file }))
-}
-
-/// A doorbell made of a connected Unix socket: a ring is one byte, the
-/// peer's death is end of file.
-pub struct SocketNotifier {
-    sock: OwnedFd,
-}
-
-/// Bytes drained per wake-up; a peer ringing faster only makes us wake
-/// again, never read without bound.
-const DRAIN: usize = 256;
-
-impl SocketNotifier {
-    /// A doorbell on `sock`, a connected stream socket (the handshake's).
-    pub fn new(sock: OwnedFd) -> Self {
-        SocketNotifier { sock }
-    }
-
-    /// Whether the socket shows the peer gone, without blocking.
-    pub fn peer_gone(&self) -> bool {
-        let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::ZERO) {
-            Ok(0) => false,
-            Ok(_) => socket_closed(&self.sock),
-            Err(_) => true,
-        }
-    }
-}
-
-fn socket_closed(s: &OwnedFd) -> bool {
-    let mut b = [0u8; 1];
-    // SAFETY: recv into a valid 1-byte buffer on a socket we own.
-    let n = unsafe { libc::recv(s.as_raw_fd(), b.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
-    if n == 0 {
-        return true;
-    }
-    n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock
-}
-
-impl Notifier for SocketNotifier {
-    fn notify(&self) -> Result<(), NotifyError> {
-        // SAFETY: send from a valid 1-byte buffer on a socket we own.
-        let n = unsafe { libc::send(self.sock.as_raw_fd(), [1u8].as_ptr().cast(), 1, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
-        if n >= 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            // Full: the peer has rings it has not read, so it wakes anyway.
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(()),
-            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::NotConnected => Err(NotifyError::PeerGone),
-            _ => Err(NotifyError::Io(e)),
-        }
-    }
-
-    fn wait(&self, timeout: Option<Duration>) -> Result<Wake, NotifyError> {
-        let t = match timeout {
-            None => PollTimeout::NONE,
-            Some(d) => PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX),
-        };
-        let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, t) {
-            Ok(0) => return Ok(Wake::TimedOut),
-            Ok(_) => {}
-            Err(nix::Error::EINTR) => return Ok(Wake::Notified),
-            Err(e) => return Err(NotifyError::Io(e.into())),
-        }
-        // Clear the rings; one racing with this is not lost because the
-        // caller re-checks the ring after every wake-up.
-        let mut b = [0u8; DRAIN];
-        // SAFETY: recv into a valid buffer of DRAIN bytes on a socket we own.
-        let n = unsafe { libc::recv(self.sock.as_raw_fd(), b.as_mut_ptr().cast(), DRAIN, libc::MSG_DONTWAIT) };
-        if n == 0 {
-            return Err(NotifyError::PeerGone);
-        }
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(Wake::Notified),
-                io::ErrorKind::ConnectionReset | io::ErrorKind::NotConnected => Err(NotifyError::PeerGone),
-                _ => Err(NotifyError::Io(e)),
-            };
-        }
-        Ok(Wake::Notified)
-    }
 }
 
 /// What the frontend holds after a successful handshake.
@@ -548,6 +355,9 @@ pub fn refuse(sock: &UnixStream, reason: Refusal, max_data: u64) {
 mod tests {
     use super::*;
     use crate::layout::attach_region;
+    use crate::notify::{Notifier, NotifyError, Wake};
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    use std::fs::File;
 
     #[test]
     fn handshake_shares_region_and_doorbells() {

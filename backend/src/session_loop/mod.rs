@@ -1,0 +1,136 @@
+//! A session's serving loop: set up the connection an accepted peer
+//! brings (local handshake, TCP socket, Xen grants), then receive, process,
+//! release and reply until the session ends. Runs on a thread of the
+//! supervisor ([`crate::Isolation::Thread`]) or in a worker process.
+
+mod ended;
+
+pub use ended::{Broken, Ended, Report};
+
+use crate::config::SessionConfig;
+use crate::conn::{Conn, RingConn, TcpConn};
+use crate::exec::Executor;
+use crate::handover::Handover;
+use crate::image_cache::{ImageCache, Owner};
+use crate::session::{Outcome, Session};
+use pvgpu_ring::local;
+use pvgpu_ring::proto::{HEADER_LEN, Header};
+use pvgpu_ring::report::Chain;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A connection set up and ready to serve.
+pub struct Opened {
+    conn: Box<dyn Conn>,
+    xen_hold: Option<crate::xen::XenSession>,
+    owner: Owner,
+    kind: &'static str,
+}
+
+/// Sets up the connection an accepted peer brings: the local handshake
+/// (the frontend's memory mapped), the TCP socket, or the Xen grants. Runs
+/// before the executor starts, so a peer that cannot open a connection
+/// never costs a GPU context.
+pub fn open_connection(handover: Handover, cfg: &SessionConfig, id: u64) -> Result<Opened, Ended> {
+    let kind = handover.transport().name();
+    let owner = handover.owner();
+    let mut xen_hold = None;
+    let conn: Box<dyn Conn> = match handover {
+        Handover::Local { sock, hello, .. } => {
+            let side = local::finish_handshake(sock, hello, cfg.max_data_area, cfg.same_address).map_err(Broken::Handshake)?;
+            tracing::debug!(session = id, same_address = side.same_address, "shared memory mapped");
+            let c = RingConn::new(side.region, &side.geometry, Box::new(side.notifier), cfg.spin).map_err(Broken::Ring)?;
+            Box::new(c.with_idle_timeout(cfg.idle_timeout))
+        }
+        Handover::Tcp(s) => Box::new(TcpConn::new(s, cfg.tcp_idle_timeout).map_err(Broken::Socket)?),
+        Handover::Relayed { sock, .. } => Box::new(TcpConn::relayed(sock, cfg.tcp_idle_timeout).map_err(Broken::Socket)?),
+        Handover::Xen { domid, devid, ring } => {
+            let (c, hold) = crate::xen::open_session(domid, &ring, cfg).map_err(|source| Broken::Xen { domid, devid, source })?;
+            xen_hold = Some(hold);
+            Box::new(c.with_idle_timeout(cfg.idle_timeout))
+        }
+    };
+    Ok(Opened { conn, xen_hold, owner, kind })
+}
+
+/// Serves an opened connection with `exec` until the session ends.
+pub fn serve_opened<E: Executor>(exec: Arc<E>, opened: Opened, cfg: &SessionConfig, id: u64, stop: &AtomicBool) -> Ended {
+    let Opened { mut conn, xen_hold, owner, kind } = opened;
+    tracing::info!(session = id, transport = kind, executor = exec.kind(), "session started");
+    if let Some(cpus) = &cfg.cpus {
+        match crate::affinity::pin_current_thread(cpus) {
+            Ok(()) => conn.cpus_changed(),
+            Err(e) => tracing::warn!(session = id, ?cpus, error = %e, "cannot pin the session to its CPUs; it runs unpinned"),
+        }
+    }
+    let ended = serve(exec, &mut *conn, id, owner, cfg, stop);
+    // The ring and its mappings go first, then the device's XenStore side.
+    drop(conn);
+    drop(xen_hold);
+    ended
+}
+
+/// Serves one session until it ends. Everything the session made is freed
+/// before this returns.
+pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, owner: Owner, cfg: &SessionConfig, stop: &AtomicBool) -> Ended {
+    let mut session = Session::new(exec, id, cfg.limits.clone());
+    if let Some(dir) = &cfg.image_cache {
+        match ImageCache::open(dir, cfg.image_cache_max) {
+            Ok(cache) => session = session.with_image_cache(Arc::new(cache), owner),
+            Err(e) => tracing::warn!(session = id, error = %Chain(&e), "module images are not cached"),
+        }
+    }
+    let mut io = Buffers::default();
+    loop {
+        // A stopping backend ends the session at the next request boundary,
+        // even while the frontend keeps requests coming (the connection only
+        // looks at `stop` while it waits for one).
+        if stop.load(Ordering::Relaxed) {
+            return Ended::Shutdown;
+        }
+        if let Err(ended) = serve_one(&mut session, conn, &mut io, stop) {
+            return ended;
+        }
+    }
+}
+
+/// The buffers a session reuses from request to request.
+#[derive(Default)]
+struct Buffers {
+    /// The request, header and payload.
+    req: Vec<u8>,
+    /// The reply's payload.
+    out: Vec<u8>,
+    /// Kernel output to send before the reply.
+    printed: Vec<u8>,
+}
+
+/// Receives, processes, releases and answers one request; `Err` ends the
+/// session (a goodbye included).
+fn serve_one<E: Executor>(session: &mut Session<E>, conn: &mut dyn Conn, b: &mut Buffers, stop: &AtomicBool) -> Result<(), Ended> {
+    conn.recv(&mut b.req, stop)?;
+    let h = Header::parse(&b.req).map_err(Broken::Header)?;
+    let payload = &b.req[HEADER_LEN.min(b.req.len())..];
+    let outcome = session.process(&h, payload, conn.area(), &mut b.out);
+    conn.release()?;
+    let (status, last) = match outcome.map_err(Broken::Session)? {
+        Outcome::Quiet => return Ok(()),
+        Outcome::Reply(s) => (s, false),
+        Outcome::Goodbye(s) => (s, true),
+    };
+    if h.wants_reply() {
+        // What kernels printed goes first, as it appears before the
+        // synchronising call returns on a GPU. Calls that cannot make the
+        // driver print skip the look (a flush and a system call).
+        if pvgpu_ring::proto::Opcode::try_from(h.opcode.get()).map_or(true, |op| op.may_print()) {
+            session.take_output(&mut b.printed);
+        }
+        if !b.printed.is_empty() {
+            let r = conn.send(&Header::output(b.printed.len()), &b.printed, stop);
+            b.printed.clear();
+            r?;
+        }
+        conn.send(&h.reply(status, b.out.len()), &b.out, stop)?;
+    }
+    if last { Err(Ended::Goodbye) } else { Ok(()) }
+}
