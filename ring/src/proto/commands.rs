@@ -297,7 +297,7 @@ macro_rules! command_table {
             /// `cuMemPoolGetAttribute` / `cuMemPoolSetAttribute` of the default pool.
             48 MemPoolAttribute(memory::mem_pool_attribute) [quiet]: MemPoolAttribute => U64Rep;
             /// `cuMemcpy2D` and its `Async` form (host, device, pitched).
-            49 Memcpy2D(pitched::memcpy_2d) []: Memcpy2D<'a> => Bulk;
+            49 Memcpy2D(pitched::memcpy_2d) [posted]: Memcpy2D<'a> => Bulk;
             /// `cuMemsetD2D8/16/32` and their `Async` forms.
             50 Memset2D(pitched::memset_2d) [posted]: Memset2D => ();
             /// `cuTensorMapEncodeTiled` / `cuTensorMapEncodeIm2col`.

@@ -473,7 +473,7 @@ fn the_table_says_who_waits_prints_and_reports() {
     for op in [Opcode::LaunchKernel, Opcode::MemFree, Opcode::EventRecord, Opcode::MemcpyHtoD] {
         assert!(op.posted(), "{op:?}");
     }
-    for op in [Opcode::MemAlloc, Opcode::Memcpy2D, Opcode::CtxSynchronize] {
+    for op in [Opcode::MemAlloc, Opcode::StreamSynchronize, Opcode::CtxSynchronize] {
         assert!(!op.posted(), "{op:?}");
     }
     let local: Vec<Opcode> = Opcode::ALL.iter().copied().filter(|o| !o.reports_pending()).collect();
