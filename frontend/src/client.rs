@@ -12,6 +12,7 @@ use pvgpu_ring::cuda::api::CUdevice_attribute;
 use pvgpu_ring::proto::{self, *};
 use pvgpu_ring::{CuError, CuResult};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A connection to a pvgpu backend: one session, with its own contexts,
@@ -23,7 +24,11 @@ pub struct Client {
     devices: Mutex<HashMap<i32, Arc<DeviceProps>>>,
     /// Answers that hold until the session changes them.
     pub(crate) memo: Mutex<crate::memo::Memo>,
-    pub(crate) sync_calls: bool,
+    sync_calls: bool,
+    /// Captures begun and not yet ended: while any is under way, every
+    /// call waits, so that a call capture refuses fails itself (as the
+    /// driver's do) instead of a later one.
+    captures: AtomicU32,
 }
 
 /// Images at least this long are first named by their hash, in case the
@@ -74,6 +79,7 @@ impl Client {
             devices: Mutex::new(HashMap::new()),
             memo: Mutex::default(),
             sync_calls: opts.sync_calls,
+            captures: AtomicU32::new(0),
         })
     }
 
@@ -90,6 +96,31 @@ impl Client {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether commands that may be posted wait instead: with
+    /// `PVGPU_SYNC=1`, and while a stream capture is under way.
+    pub(crate) fn waits(&self) -> bool {
+        // Relaxed: a counter of this client's own calls, read and written
+        // under no other ordering than the calls' (the connection's lock).
+        self.sync_calls || self.captures.load(Ordering::Relaxed) > 0
+    }
+
+    /// Whether a stream capture this client began is under way (if not,
+    /// no stream is capturing, and capture queries need no round trip).
+    pub fn capturing(&self) -> bool {
+        // Relaxed, as in `waits`.
+        self.captures.load(Ordering::Relaxed) > 0
+    }
+
+    /// Counts a capture begun (`true`) or ended (`false`).
+    pub(crate) fn count_capture(&self, begun: bool) {
+        if begun {
+            self.captures.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // Relaxed, as in `waits`; never below zero.
+            let _ = self.captures.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+    }
+
     /// Sends a command and waits for its typed reply.
     pub fn call<'a, C: Command<'a>>(&self, req: &C) -> Result<C::Reply> {
         self.conn().call(req)
@@ -100,7 +131,7 @@ impl Client {
     /// command the table marks `posted` compiles here.
     pub fn post<'a, C: Command<'a, Reply = ()>>(&self, req: &C) -> Result<()> {
         const { assert!(C::POSTED, "the command table does not let this command be posted") };
-        if self.sync_calls {
+        if self.waits() {
             return self.call(req);
         }
         self.conn().send(req, 0).map(drop)

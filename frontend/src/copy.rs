@@ -38,7 +38,7 @@ impl Client {
         if len == 0 {
             return Ok(());
         }
-        let wait = !is_async || self.sync_calls;
+        let wait = !is_async || self.waits();
         let mut c = self.conn();
         if let Some(data) = c.t.pinned(src, len) {
             // One request per piece a data reference may name; only the
@@ -112,7 +112,7 @@ impl Client {
         }
         let mut c = self.conn();
         if let Some(data) = c.t.pinned(dst, len) {
-            let wait = !is_async || self.sync_calls;
+            let wait = !is_async || self.waits();
             return for_pieces(data, |piece, off, last| {
                 let req = MemcpyDtoH {
                     src: (src + off).into(),
@@ -212,7 +212,7 @@ impl Client {
         if width == 0 || height == 0 {
             return Ok(());
         }
-        let wait = !is_async || self.sync_calls;
+        let wait = !is_async || self.waits();
         let mut c = self.conn();
         match (dst, src) {
             (Pitched::Device { ptr: d, pitch: dp }, Pitched::Device { ptr: s, pitch: sp }) => {

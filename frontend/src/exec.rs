@@ -132,17 +132,7 @@ impl Client {
     /// `cuLaunchKernel` with one byte slice per parameter (the values the
     /// `kernelParams` pointers point to). Sizes must match the layout.
     pub fn launch(&self, f: &Function, grid: [u32; 3], block: [u32; 3], shared_mem: u32, stream: Stream, args: &[&[u8]]) -> Result<()> {
-        if args.len() != f.params.len() {
-            return Err(CuError::INVALID_VALUE.into());
-        }
-        let mut packed = vec![0u8; f.param_bytes];
-        for (a, p) in args.iter().zip(f.params.iter()) {
-            if a.len() != p.size as usize {
-                return Err(CuError::INVALID_VALUE.into());
-            }
-            packed[p.offset as usize..p.offset as usize + a.len()].copy_from_slice(a);
-        }
-        self.launch_packed(f, grid, block, shared_mem, stream, &packed)
+        self.launch_packed(f, grid, block, shared_mem, stream, &f.pack(args)?)
     }
 
     /// `cuLaunchKernel` with an already packed parameter buffer (the `extra`

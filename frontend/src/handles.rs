@@ -43,6 +43,24 @@ pub struct Function {
     pub param_bytes: usize,
 }
 
+impl Function {
+    /// Packs one byte slice per parameter (the values the `kernelParams`
+    /// pointers point to) into the function's layout. Sizes must match.
+    pub fn pack(&self, args: &[&[u8]]) -> crate::Result<Vec<u8>> {
+        let bad = || crate::Error::from(pvgpu_ring::CuError::INVALID_VALUE);
+        if args.len() != self.params.len() {
+            return Err(bad());
+        }
+        let mut packed = vec![0u8; self.param_bytes];
+        for (a, p) in args.iter().zip(self.params.iter()) {
+            let at = p.offset as usize;
+            let slot = packed.get_mut(at..at + a.len()).filter(|_| a.len() == p.size as usize).ok_or_else(bad)?;
+            slot.copy_from_slice(a);
+        }
+        Ok(packed)
+    }
+}
+
 /// Facts about a context.
 pub use pvgpu_ring::proto::CtxInfo;
 

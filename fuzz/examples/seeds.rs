@@ -97,6 +97,32 @@ fn request_decoder() {
     let mut m = Memset::new_zeroed();
     m.elem_size = 4.into();
     with("Memset-32", Request::Memset(m));
+    // Graphs: node ids after the heads, a kernel node's parameters.
+    let mut buf = Vec::new();
+    let mut k = GraphKernelHead::new_zeroed();
+    k.target = 1.into();
+    k.function = 2.into();
+    k.grid = [1.into(), 1.into(), 1.into()];
+    k.block = [32.into(), 1.into(), 1.into()];
+    k.dep_count = 2.into();
+    k.param_len = 8.into();
+    with("GraphAddKernelNode-deps", Request::GraphAddKernelNode(GraphAddKernelNode::new(k, &[3, 4], &[5u8; 8], &mut buf)));
+    let mut buf = Vec::new();
+    let mut e = GraphEdgesHead::new_zeroed();
+    e.graph = 1.into();
+    e.count = 2.into();
+    with("GraphEdgesChange-two", Request::GraphEdgesChange(GraphEdgesChange::new(e, &[2, 3], &[4, 5], &mut buf)));
+    let deps = [zerocopy::little_endian::U64::new(2), zerocopy::little_endian::U64::new(3)];
+    let mut n = GraphSimpleHead::new_zeroed();
+    n.graph = 1.into();
+    n.kind = 5.into();
+    n.dep_count = 2.into();
+    with("GraphAddNode-deps", Request::GraphAddNode(GraphAddNode { head: n, deps: &deps }));
+    let mut c = CaptureToGraphHead::new_zeroed();
+    c.stream = 1.into();
+    c.graph = 2.into();
+    c.dep_count = 2.into();
+    with("StreamBeginCaptureToGraph-deps", Request::StreamBeginCaptureToGraph(StreamBeginCaptureToGraph { head: c, deps: &deps }));
 }
 
 /// Bytes that `arbitrary::Unstructured` reads back as the values written.

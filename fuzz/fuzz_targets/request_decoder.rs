@@ -12,7 +12,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pvgpu_ring::proto::{DevicePropsRep, FunctionRep, HEADER_LEN, Header, NamesRep, Opcode, Reply, Request};
+use pvgpu_ring::proto::{BytesRep, CaptureInfoRep, DevicePropsRep, FunctionRep, HEADER_LEN, Header, IdsRep, NamesRep, Opcode, Reply, Request};
 use zerocopy::IntoBytes;
 
 /// Decodes `payload` under `h` and, if it decodes, checks it is canonical.
@@ -54,5 +54,8 @@ fuzz_target!(|data: &[u8]| {
         reply_round_trip::<DevicePropsRep>(Opcode::DeviceGetProperties, payload);
         reply_round_trip::<FunctionRep>(Opcode::ModuleGetFunction, payload);
         reply_round_trip::<NamesRep>(Opcode::ModuleFunctionNames, payload);
+        reply_round_trip::<CaptureInfoRep>(Opcode::StreamCaptureInfo, payload);
+        reply_round_trip::<IdsRep>(Opcode::GraphNodes, payload);
+        reply_round_trip::<BytesRep>(Opcode::GraphDot, payload);
     }
 });

@@ -35,6 +35,9 @@ for src in *.cu; do
 done
 build runtime_api-static -O2 $arch -o "$work/bin/runtime_api-static" "$root/tests/runtime/runtime_api.cu" &
 build runtime_api-shared -O2 $arch -cudart shared -o "$work/bin/runtime_api-shared" "$root/tests/runtime/runtime_api.cu" &
+build graphs-static -O2 $arch -o "$work/bin/graphs-static" "$root/tests/runtime/graphs.cu" &
+build graphs-shared -O2 $arch -cudart shared -o "$work/bin/graphs-shared" "$root/tests/runtime/graphs.cu" &
+build graphs_driver-driver -O2 -o "$work/bin/graphs_driver-driver" graphs_driver.cpp -lcuda &
 build nvrtc_saxpy-driver -O2 -o "$work/bin/nvrtc_saxpy-driver" nvrtc_saxpy.cpp -lnvrtc -lcuda &
 build driver_api_threads-driver -O2 -o "$work/bin/driver_api_threads-driver" driver_api_threads.cpp -lcuda -lpthread &
 build kernels-fatbin -fatbin -gencode arch=compute_90,code=sm_90 -gencode arch=compute_75,code=compute_75 \
@@ -87,6 +90,8 @@ for src in "$root"/tests/programs/*.cu; do
   for k in static shared; do [ -x "$work/bin/$p-$k" ] && row "$p-$k" "$p" "$k" "$work/bin/$p-$k"; done
 done
 for k in static shared; do [ -x "$work/bin/runtime_api-$k" ] && row "runtime_api-$k" runtime_api "$k" "$work/bin/runtime_api-$k"; done
+for k in static shared; do [ -x "$work/bin/graphs-$k" ] && row "graphs-$k" graphs "$k" "$work/bin/graphs-$k"; done
+[ -x "$work/bin/graphs_driver-driver" ] && row graphs_driver graphs_driver "driver API" "$work/bin/graphs_driver-driver" "$work/bin/kernels.fatbin"
 [ -x "$work/bin/nvrtc_saxpy-driver" ] && row nvrtc_saxpy nvrtc_saxpy "driver API" "$work/bin/nvrtc_saxpy-driver"
 [ -x "$work/bin/driver_api_threads-driver" ] && row driver_api_threads driver_api_threads "driver API" "$work/bin/driver_api_threads-driver" "$work/bin/kernels.fatbin"
 row cuda_core cuda_core_demo.py python python3 "$root/tests/programs/cuda_core_demo.py"

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# On a GPU machine: PyTorch, CuPy and JAX natively and through pvgpu's
+# On a GPU machine: PyTorch, CuPy and JAX (and their CUDA graph paths,
+# tests/frameworks/graphs.py) natively and through pvgpu's
 # drop-in libcuda, over the local transport with the backend's image cache
 # cold and then warm (a new backend on the same cache), and over TCP (warm).
 # Compares each run's check lines with the native run's and keeps the
 # timings torch_train.py measures.
 #
 #   tests/gpu/frameworks.sh BIN_DIR OUT_DIR
+#
+# PVGPU_WORKLOADS picks workloads (default: torch cupy jax graphs-torch
+# graphs-jax graphs-cupy).
 #
 # BIN_DIR holds release builds of pvgpu-backend, libpvgpu_cuda.so and
 # (optionally) libpvgpu_nvml.so.
@@ -45,9 +49,11 @@ run() { # label, mode (native|local|tcp), script args...
   echo "rc $?" >> "$log.txt"
 }
 
-for w in torch cupy jax; do
+workloads=${PVGPU_WORKLOADS:-torch cupy jax graphs-torch graphs-jax graphs-cupy}
+for w in $workloads; do
   case $w in
     torch) args=("$root/tests/frameworks/torch_train.py") ;;
+    graphs-*) args=("$root/tests/frameworks/graphs.py" "${w#graphs-}") ;;
     *) args=("$root/tests/frameworks/cupy_jax.py" "$w") ;;
   esac
   run "$w" native "${args[@]}"
@@ -60,7 +66,7 @@ checks() { sed 's/\x1b\[[0-9;]*m//g' "$1" | grep -E '^[A-Za-z0-9 ]+: ' | grep -v
 {
   echo "| workload | check | native | pvgpu local, cache cold | pvgpu local, cache warm | pvgpu tcp |"
   echo "|---|---|---|---|---|---|"
-  for w in torch cupy jax; do
+  for w in $workloads; do
     checks "$work/logs/$w.native.txt" | while IFS= read -r line; do
       name=${line%%: *}
       cells=("$(echo "${line#*: }" | cut -c1-70)")

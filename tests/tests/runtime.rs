@@ -3,7 +3,8 @@
 //! NVIDIA's runtime starts on pvgpu's private driver tables, loads its
 //! fatbins through the library API, launches with `<<<>>>`, and gets its
 //! streams, events, pinned memory, host callbacks, stream-ordered
-//! allocation, pitched copies, kernel printf and error paths served.
+//! allocation, pitched copies, kernel printf, CUDA graphs and error paths
+//! served.
 //!
 //! The program is built here with nvcc from NVIDIA's PyPI wheels
 //! (`tests/cuda-toolkit.sh`, run by `tests/all.sh`); its kernels are those
@@ -22,25 +23,45 @@ enum Cudart {
     Shared,
 }
 
+/// `tests/runtime/<name>.cu`, built with nvcc against one cudart.
+fn build(dir: &Path, name: &str, cudart: Cudart) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("runtime/{name}.cu"));
+    let out = dir.join(format!("{name}_{cudart:?}"));
+    let extra: &[&str] = match cudart {
+        Cudart::Static => &[],
+        Cudart::Shared => &["-cudart", "shared"],
+    };
+    let status = Command::new(cuda_home().join("bin/nvcc"))
+        .args(extra)
+        .args(["-gencode", "arch=compute_90,code=[sm_90,compute_90]", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("cannot run nvcc");
+    assert!(status.success(), "nvcc failed on {}", src.display());
+    out
+}
+
 /// `tests/runtime/runtime_api.cu`, built once per cudart.
 fn program(cudart: Cudart) -> PathBuf {
     static BUILT: OnceLock<(TempDir, PathBuf, PathBuf)> = OnceLock::new();
     let (_, s, d) = BUILT.get_or_init(|| {
         let dir = TempDir::new("runtime-api");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/runtime_api.cu");
-        let build = |out: &Path, extra: &[&str]| {
-            let status = Command::new(cuda_home().join("bin/nvcc"))
-                .args(extra)
-                .args(["-gencode", "arch=compute_90,code=[sm_90,compute_90]", "-o"])
-                .arg(out)
-                .arg(&src)
-                .status()
-                .expect("cannot run nvcc");
-            assert!(status.success(), "nvcc failed on {}", src.display());
-        };
-        let (s, d) = (dir.0.join("runtime_api_static"), dir.0.join("runtime_api_shared"));
-        build(&s, &[]);
-        build(&d, &["-cudart", "shared"]);
+        let (s, d) = (build(&dir.0, "runtime_api", Cudart::Static), build(&dir.0, "runtime_api", Cudart::Shared));
+        (dir, s, d)
+    });
+    match cudart {
+        Cudart::Static => s.clone(),
+        Cudart::Shared => d.clone(),
+    }
+}
+
+/// `tests/runtime/graphs.cu`, built once per cudart.
+fn graphs_program(cudart: Cudart) -> PathBuf {
+    static BUILT: OnceLock<(TempDir, PathBuf, PathBuf)> = OnceLock::new();
+    let (_, s, d) = BUILT.get_or_init(|| {
+        let dir = TempDir::new("runtime-graphs");
+        let (s, d) = (build(&dir.0, "graphs", Cudart::Static), build(&dir.0, "graphs", Cudart::Shared));
         (dir, s, d)
     });
     match cudart {
@@ -90,6 +111,35 @@ fn shared_cudart_over_local() {
 #[test]
 fn shared_cudart_over_tcp() {
     runs(Cudart::Shared, Transport::Tcp);
+}
+
+/// CUDA graphs through NVIDIA's runtime: capture forked and joined across
+/// streams, re-capture applied with `cudaGraphExecUpdate`, graphs built by
+/// hand, a capture invalidated; the program checks against the CPU.
+fn graphs_run(cudart: Cudart, t: Transport) {
+    let out = run_program(&mut Command::new(graphs_program(cudart)), shared(), t);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.lines().last() == Some("PASS"),
+        "{cudart:?} cudart over {t:?} ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn graphs_static_cudart_over_local() {
+    graphs_run(Cudart::Static, Transport::Local);
+}
+
+#[test]
+fn graphs_static_cudart_over_tcp() {
+    graphs_run(Cudart::Static, Transport::Tcp);
+}
+
+#[test]
+fn graphs_shared_cudart_over_local() {
+    graphs_run(Cudart::Shared, Transport::Local);
 }
 
 /// The tracing library in front of the drop-in library: the program still

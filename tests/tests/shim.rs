@@ -41,6 +41,36 @@ fn c_program() -> PathBuf {
     .clone()
 }
 
+/// `tests/programs/graphs_driver.cpp` (stream capture and graphs through
+/// the driver API), compiled once against cuda.h and the drop-in library.
+fn graphs_program() -> PathBuf {
+    static BIN: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = TempDir::new("shim-graphs");
+        let out = dir.0.join("graphs_driver");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/graphs_driver.cpp");
+        let status = Command::new("c++")
+            .args(["-O2", "-Wall", "-I"])
+            .arg(cuda_include())
+            .arg(&src)
+            .arg("-o")
+            .arg(&out)
+            .arg("-L")
+            .arg(shim_dir())
+            .arg("-lcuda")
+            .status()
+            .expect("cannot run c++");
+        assert!(status.success(), "compiling graphs_driver.cpp failed");
+        (dir, out)
+    })
+    .1
+    .clone()
+}
+
+fn fatbin() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/kernels.fatbin")
+}
+
 fn ptx() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/kernels.ptx")
 }
@@ -76,6 +106,20 @@ fn c_program_over_local() {
 #[test]
 fn c_program_over_tcp() {
     run(Command::new(c_program()).arg(ptx()), shared(), Transport::Tcp);
+}
+
+/// Capture across streams replayed, graphs built by hand and updated, and
+/// what capture refuses: the program checks its results against the CPU's
+/// and prints each refusal's status (the GPU machine compares those with
+/// the native run's, line by line).
+#[test]
+fn graphs_program_over_local() {
+    run(Command::new(graphs_program()).arg(fatbin()), shared(), Transport::Local);
+}
+
+#[test]
+fn graphs_program_over_tcp() {
+    run(Command::new(graphs_program()).arg(fatbin()), shared(), Transport::Tcp);
 }
 
 /// `PVGPU_STATS=1`: at exit the library prints what the program's session

@@ -14,6 +14,7 @@
 //! that extent, but still return errors rather than panic.
 
 pub mod cuda;
+pub mod graph;
 pub mod host;
 pub mod image;
 
@@ -132,7 +133,7 @@ pub use pvgpu_ring::proto::{LaunchAttr, TensorMapEncode};
 /// A set of devices and the means to make contexts on them.
 pub trait Executor: Send + Sync + 'static {
     /// Context type.
-    type Context: ExecContext;
+    type Context: graph::ExecGraph;
     /// Short name reported to clients (`cuda`, `host`).
     fn kind(&self) -> &'static str;
     /// `cuDriverGetVersion`.

@@ -193,6 +193,7 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
     if s.ctxs.get(id).is_none() {
         return Err(CuError::INVALID_CONTEXT);
     }
+    super::graph::forget(s, Some(id));
     super::vmm::forget(s, Some(id));
     let entry = s.ctxs.remove(id).ok_or(CuError::INVALID_CONTEXT)?;
     s.functions.drain_where(|f| f.ctx == id);

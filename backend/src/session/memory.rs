@@ -19,6 +19,9 @@ fn allocate<E: Executor>(s: &mut Session<E>, ctx: u64, size: u64, stream: Option
         None => s.enter(ctx)?.mem_alloc(size)?,
         Some(id) => {
             let st = s.stream(id, ctx)?;
+            // Graph memory nodes would hold memory outside the session's
+            // quota: not offered yet.
+            super::graph::refuse_during_capture(s, ctx, st, false)?;
             s.enter(ctx)?.mem_alloc_async(size, st)?
         }
     };
@@ -34,6 +37,7 @@ fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> C
         None => s.enter(a.ctx)?.mem_free(dptr)?,
         Some(id) => {
             let st = s.stream(id, a.ctx)?;
+            super::graph::refuse_during_capture(s, a.ctx, st, false)?;
             s.enter(a.ctx)?.mem_free_async(dptr, st)?
         }
     }
@@ -108,6 +112,7 @@ pub(super) fn memcpy_htod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyHtoD<
     let ctx = s.range(dst, len as u64)?;
     let st = s.stream(r.head.stream.get(), ctx)?;
     let wait = !pinned_async(r.head.flags.get(), &r.head.data);
+    super::graph::refuse_during_capture(s, ctx, st, !wait)?;
     let c = s.enter(ctx)?;
     // SAFETY: `source` checked [p, p+len) lies in the request or the data
     // area. Without `wait` it is page-locked memory the program owns in the
@@ -123,6 +128,7 @@ pub(super) fn memcpy_dtoh<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoH,
     let src = r.src.get();
     let ctx = s.range(src, len as u64)?;
     let st = s.stream(r.stream.get(), ctx)?;
+    super::graph::refuse_during_capture(s, ctx, st, pinned_async(r.flags.get(), &r.data))?;
     match r.data.location().map_err(|_| CuError::INVALID_VALUE)? {
         DataLoc::Inline => {
             io.out.resize(len, 0);

@@ -26,6 +26,7 @@
 //! protocol's table to one of them.
 
 mod device;
+mod graph;
 mod handler;
 mod launch;
 mod memory;
@@ -138,6 +139,8 @@ pub struct Session<E: Executor> {
     function_ids: HashMap<(u64, String), u64>,
     streams: HandleTable<Owned<Stream<E>>>,
     events: HandleTable<Owned<<Ctx<E> as ExecContext>::Event>>,
+    /// Graphs, their nodes and executable graphs.
+    graph: graph::Graphs<E>,
     allocs: BTreeMap<u64, Alloc>,
     vmm: vmm::Vmm,
     mem_used: u64,
@@ -185,6 +188,7 @@ impl<E: Executor> Session<E> {
             function_ids: HashMap::new(),
             streams: HandleTable::new(n),
             events: HandleTable::new(n),
+            graph: graph::Graphs::new(n),
             allocs: BTreeMap::new(),
             vmm: vmm::Vmm::new(n),
             mem_used: 0,
@@ -385,7 +389,8 @@ impl<E: Executor> Drop for Session<E> {
             tracing::info!(session = self.id, contexts = ctxs, bytes = self.mem_used, "freeing session resources");
         }
         // Virtual memory is the driver's past a context: give it back while
-        // the contexts exist.
+        // the contexts exist; graphs go first (they may hold memory).
+        graph::forget(self, None);
         vmm::forget(self, None);
         // Forget handles before their contexts go: dropping a context frees
         // everything made in it.

@@ -34,6 +34,9 @@ pub(super) fn memcpy_2d<E: Executor>(s: &mut Session<E>, r: proto::Memcpy2D<'_>,
     let st = s.stream(h.stream.get(), ctx)?;
     let len = usize::try_from(w * ht).map_err(|_| CuError::INVALID_VALUE)?;
     let wait = !pinned_async(h.flags.get(), &h.data);
+    if kind != COPY_2D_DTOD {
+        super::graph::refuse_during_capture(s, ctx, st, !wait)?;
+    }
     let c = match kind {
         COPY_2D_HTOD => {
             let (p, n) = Session::<E>::source(&h.data, r.data, io.area)?;

@@ -54,9 +54,16 @@ fn queue() -> MutexGuard<'static, Queue> {
 /// `CU_EVENT_DISABLE_TIMING`.
 const DISABLE_TIMING: u32 = pvgpu_ring::cuda::api::CU_EVENT_DISABLE_TIMING.0;
 
-/// Enqueues `call` on `stream` of context `ctx`.
+/// Enqueues `call` on `stream` of context `ctx`. A capturing stream is
+/// refused: a host function in a graph (a host node) would have to run in
+/// this process at every launch, which pvgpu does not do yet.
 pub fn enqueue(ctx: Context, stream: Stream, call: Call) -> Res {
     let c = state::client()?;
+    if crate::api::capture::is_capturing(stream)? {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| tracing::warn!("host functions in captured graphs are not supported by pvgpu yet"));
+        return Err(CuError::NOT_SUPPORTED);
+    }
     let event = c.event_create(ctx, DISABLE_TIMING).map_err(state::cu)?;
     c.event_record(event, stream).map_err(state::cu)?;
     let mut q = queue();

@@ -34,9 +34,15 @@ pub mod image;
 pub mod library;
 pub mod state;
 
+pub use api::capture::*;
 pub use api::context::*;
 pub use api::device::*;
 pub use api::exec::*;
+pub use api::graph::*;
+pub use api::graph_add::*;
+pub use api::graph_exec::*;
+pub use api::graph_kernel::*;
+pub use api::graph_node::*;
 pub use api::host::*;
 pub use api::init::*;
 pub use api::launch::*;

@@ -326,6 +326,64 @@ macro_rules! command_table {
             /// A module from the backend's image cache; `CUDA_ERROR_NOT_FOUND`
             /// when it does not hold the image for this guest (send it then).
             62 ModuleLoadCached(module::module_load_cached) []: ModuleLoadCached => HandleRep;
+            /// `cuStreamBeginCapture`.
+            63 StreamBeginCapture(graph::stream_begin_capture) [quiet]: StreamBeginCapture => ();
+            /// `cuStreamEndCapture`: the captured graph.
+            64 StreamEndCapture(graph::stream_end_capture) [quiet]: StreamEndCapture => HandleRep;
+            /// `cuStreamGetCaptureInfo`, `cuStreamIsCapturing`.
+            65 StreamCaptureInfo(graph::stream_capture_info) [quiet]: StreamCaptureInfo => CaptureInfoRep;
+            /// `cuThreadExchangeStreamCaptureMode`.
+            66 CaptureModeExchange(graph::capture_mode_exchange) [quiet]: CaptureModeExchange => I32Rep;
+            /// `cuGraphCreate`.
+            67 GraphCreate(graph::graph_create) [quiet]: GraphCreate => HandleRep;
+            /// `cuGraphDestroy`.
+            68 GraphDestroy(graph::graph_destroy) [posted]: GraphDestroy => ();
+            /// `cuGraphClone`.
+            69 GraphClone(graph::graph_clone) [quiet]: GraphClone => HandleRep;
+            /// `cuGraphGetNodes`, `cuGraphGetRootNodes`.
+            70 GraphNodes(graph::graph_nodes) [quiet]: GraphNodes => IdsRep;
+            /// `cuGraphGetEdges`: (from, to) pairs.
+            71 GraphEdges(graph::graph_edges) [quiet]: GraphEdges => IdsRep;
+            /// `cuGraphNodeGetType`, `cuGraphChildGraphNodeGetGraph`.
+            72 GraphNodeInfo(graph::graph_node_info) [quiet]: GraphNodeInfo => NodeInfoRep;
+            /// `cuGraphNodeGetDependencies`, `cuGraphNodeGetDependentNodes`.
+            73 GraphNodeEdges(graph::graph_node_edges) [quiet]: GraphNodeEdges => IdsRep;
+            /// `cuGraphAddDependencies`, `cuGraphRemoveDependencies`.
+            74 GraphEdgesChange(graph::graph_edges_change) [quiet]: GraphEdgesChange<'a> => ();
+            /// `cuGraphDestroyNode`.
+            75 GraphNodeDestroy(graph::graph_node_destroy) [quiet]: GraphNodeDestroy => ();
+            /// `cuGraphDebugDotPrint`: the DOT text.
+            76 GraphDot(graph::graph_dot) [quiet]: GraphDot => BytesRep;
+            /// `cuGraphAddKernelNode`.
+            77 GraphAddKernelNode(graph::graph_add_kernel_node) [quiet]: GraphAddKernelNode<'a> => HandleRep;
+            /// `cuGraphKernelNodeSetParams`.
+            78 GraphKernelNodeSet(graph::graph_kernel_node_set) [quiet]: GraphKernelNodeSet<'a> => ();
+            /// `cuGraphAddMemcpyNode` of device memory.
+            79 GraphAddMemcpyNode(graph::graph_add_memcpy_node) [quiet]: GraphAddMemcpyNode<'a> => HandleRep;
+            /// `cuGraphAddMemsetNode`.
+            80 GraphAddMemsetNode(graph::graph_add_memset_node) [quiet]: GraphAddMemsetNode<'a> => HandleRep;
+            /// Empty, child-graph, event-record and event-wait nodes.
+            81 GraphAddNode(graph::graph_add_node) [quiet]: GraphAddNode<'a> => HandleRep;
+            /// `cuGraphInstantiate`.
+            82 GraphInstantiate(graph::graph_instantiate) []: GraphInstantiate => HandleRep;
+            /// `cuGraphLaunch`, `cuGraphUpload`.
+            83 GraphLaunch(graph::graph_launch) [posted]: GraphLaunch => ();
+            /// `cuGraphExecDestroy`.
+            84 GraphExecDestroy(graph::graph_exec_destroy) [posted]: GraphExecDestroy => ();
+            /// `cuGraphExecKernelNodeSetParams`.
+            85 GraphExecKernelNodeSet(graph::graph_exec_kernel_node_set) [quiet]: GraphExecKernelNodeSet<'a> => ();
+            /// `cuGraphExecUpdate`.
+            86 GraphExecUpdate(graph::graph_exec_update) [quiet]: GraphExecUpdate => ExecUpdateRep;
+            /// `cuGraphExecMemsetNodeSetParams`.
+            87 GraphExecMemsetSet(graph::graph_exec_memset_set) [quiet]: GraphExecMemsetSet => ();
+            /// `cuGraphExecMemcpyNodeSetParams` of device memory.
+            88 GraphExecMemcpySet(graph::graph_exec_memcpy_set) [quiet]: GraphExecMemcpySet => ();
+            /// `cuGraphExecChildGraphNodeSetParams`.
+            89 GraphExecChildSet(graph::graph_exec_child_set) [quiet]: GraphExecChildSet => ();
+            /// `cuGraphNodeSetEnabled`.
+            90 GraphNodeEnable(graph::graph_node_enable) [quiet]: GraphNodeEnable => ();
+            /// `cuStreamBeginCaptureToGraph`.
+            91 StreamBeginCaptureToGraph(graph::stream_begin_capture_to_graph) [quiet]: StreamBeginCaptureToGraph<'a> => ();
         }
     };
 }

@@ -2,6 +2,8 @@ use super::*;
 use proptest::prelude::*;
 use zerocopy::IntoBytes;
 
+mod graph;
+
 fn msg(op: Opcode, fixed: &[u8], tail: &[u8]) -> (Header, Vec<u8>) {
     let mut p = fixed.to_vec();
     p.extend_from_slice(tail);
@@ -376,6 +378,7 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
                 .boxed(),
         );
     }
+    all.extend(graph::requests());
     assert_eq!(all.len(), Opcode::ALL.len(), "every opcode has a request strategy");
     prop::strategy::Union::new(all)
 }
@@ -407,7 +410,7 @@ proptest! {
     /// Whatever bytes arrive under whatever opcode, decoding either fails or
     /// yields a request that encodes back to exactly those bytes.
     #[test]
-    fn decoding_arbitrary_bytes_is_canonical(opcode in 0u16..64, payload in proptest::collection::vec(any::<u8>(), 0..400)) {
+    fn decoding_arbitrary_bytes_is_canonical(opcode in 0u16..128, payload in proptest::collection::vec(any::<u8>(), 0..400)) {
         let mut h = Header::request(Opcode::Nop, 1, FLAG_REPLY, payload.len());
         h.opcode = opcode.into();
         if let Ok(req) = Request::decode(&h, &payload) {

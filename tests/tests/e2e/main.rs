@@ -16,12 +16,14 @@ use std::time::{Duration, Instant};
 
 mod devices;
 mod execution;
+mod graphs;
 mod lifecycle;
 mod memory;
 mod modules;
 
 use devices::*;
 use execution::*;
+use graphs::*;
 use lifecycle::*;
 use memory::*;
 use modules::*;
@@ -118,6 +120,11 @@ over_every_transport!(
         kept_answers_follow_what_the_session_sets,
         pinned_host_memory,
         kernel_fault_is_sticky_and_contained,
+        captured_work_replays,
+        capture_refusals,
+        explicit_graphs,
+        graph_handles_are_checked,
+        executable_graph_setters,
         matsum_matches_cpu,
         jacobi_matches_cpu,
         many_concurrent_clients,

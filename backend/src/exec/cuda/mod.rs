@@ -12,6 +12,7 @@
 mod context;
 mod driver;
 mod ext;
+mod graph;
 mod nvml;
 pub mod output;
 mod vmm;

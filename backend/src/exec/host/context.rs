@@ -1,6 +1,7 @@
 //! The host test double's [`ExecContext`]: each command on host memory
 //! and the kernels of the Rust registry.
 
+use super::graph::Op;
 use super::*;
 use crate::exec::ExecContext;
 
@@ -15,29 +16,18 @@ impl ExecContext for HostContext {
     }
 
     fn synchronize(&mut self) -> CuRes<()> {
+        self.graphs.refuse_sync()?;
         self.ok()
     }
 
     fn mem_alloc(&mut self, size: u64) -> CuRes<u64> {
-        self.ok()?;
-        if size == 0 {
-            return Err(CuError::INVALID_VALUE);
-        }
-        if size > self.free_bytes() {
-            return Err(CuError::OUT_OF_MEMORY);
-        }
-        let addr = self.mem.alloc(size).ok_or(CuError::OUT_OF_MEMORY)?;
-        self.used.fetch_add(size, Ordering::Relaxed);
-        self.held += size;
-        Ok(addr)
+        self.graphs.refuse_unsafe()?;
+        self.alloc_unchecked(size)
     }
 
     fn mem_free(&mut self, dptr: u64) -> CuRes<()> {
-        self.ok()?;
-        let v = self.mem.allocs.remove(&dptr).ok_or(CuError::INVALID_VALUE)?;
-        self.used.fetch_sub(v.len() as u64, Ordering::Relaxed);
-        self.held -= v.len() as u64;
-        Ok(())
+        self.graphs.refuse_unsafe()?;
+        self.free_unchecked(dptr)
     }
 
     fn mem_get_info(&mut self) -> CuRes<(u64, u64)> {
@@ -45,8 +35,12 @@ impl ExecContext for HostContext {
         Ok((self.free_bytes(), self.total))
     }
 
-    fn memset(&mut self, dptr: u64, value: u32, elem_size: u32, count: u64, _s: Option<u64>) -> CuRes<()> {
+    fn memset(&mut self, dptr: u64, value: u32, elem_size: u32, count: u64, s: Option<u64>) -> CuRes<()> {
         self.ok()?;
+        let rect = Rect { ptr: dptr, pitch: count.saturating_mul(elem_size as u64), width: count, height: 1 };
+        if self.captured(s, || Op::Memset { rect, value, elem: elem_size })? {
+            return Ok(());
+        }
         let len = count.checked_mul(elem_size as u64).ok_or(CuError::INVALID_VALUE)?;
         let len = usize::try_from(len).map_err(|_| CuError::INVALID_VALUE)?;
         let b = self.mem.bytes_mut(dptr, len).map_err(|_| CuError::INVALID_VALUE)?;
@@ -57,8 +51,14 @@ impl ExecContext for HostContext {
         Ok(())
     }
 
-    unsafe fn htod(&mut self, dst: u64, src: *const u8, len: usize, _s: Option<u64>, _wait: bool) -> CuRes<()> {
+    unsafe fn htod(&mut self, dst: u64, src: *const u8, len: usize, s: Option<u64>, wait: bool) -> CuRes<()> {
         self.ok()?;
+        if self.captured(s, || Op::Htod { dst, src: src as usize, len })? {
+            return Ok(());
+        }
+        if s.is_none() && wait {
+            self.graphs.refuse_unsafe()?;
+        }
         let b = self.mem.bytes_mut(dst, len).map_err(|_| CuError::INVALID_VALUE)?;
         // SAFETY: the caller guarantees `src` is readable for `len` bytes;
         // `b` is our own private buffer of exactly `len` bytes.
@@ -66,8 +66,14 @@ impl ExecContext for HostContext {
         Ok(())
     }
 
-    unsafe fn dtoh(&mut self, dst: *mut u8, src: u64, len: usize, _s: Option<u64>, _wait: bool) -> CuRes<()> {
+    unsafe fn dtoh(&mut self, dst: *mut u8, src: u64, len: usize, s: Option<u64>, wait: bool) -> CuRes<()> {
         self.ok()?;
+        if self.captured(s, || Op::Dtoh { dst: dst as usize, src, len })? {
+            return Ok(());
+        }
+        if s.is_none() && wait {
+            self.graphs.refuse_unsafe()?;
+        }
         let b = self.mem.bytes(src, len).map_err(|_| CuError::INVALID_VALUE)?;
         // SAFETY: the caller guarantees `dst` is writable for `len` bytes;
         // `b` is our own buffer of exactly `len` bytes.
@@ -75,8 +81,11 @@ impl ExecContext for HostContext {
         Ok(())
     }
 
-    fn dtod(&mut self, dst: u64, src: u64, len: u64, _s: Option<u64>, _is_async: bool) -> CuRes<()> {
+    fn dtod(&mut self, dst: u64, src: u64, len: u64, s: Option<u64>, _is_async: bool) -> CuRes<()> {
         self.ok()?;
+        if self.captured(s, || Op::Memcpy { dst, src, len })? {
+            return Ok(());
+        }
         let len = usize::try_from(len).map_err(|_| CuError::INVALID_VALUE)?;
         let tmp = self.mem.bytes(src, len).map_err(|_| CuError::INVALID_VALUE)?.to_vec();
         self.mem.bytes_mut(dst, len).map_err(|_| CuError::INVALID_VALUE)?.copy_from_slice(&tmp);
@@ -143,11 +152,14 @@ impl ExecContext for HostContext {
         params: &[u8],
         layout: &[Param],
         _attrs: &[LaunchAttr],
-        _s: Option<u64>,
+        s: Option<u64>,
     ) -> CuRes<()> {
         self.ok()?;
         if dims.grid.contains(&0) || dims.block.contains(&0) || dims.block.iter().map(|&b| b as u64).product::<u64>() > 1024 {
             return Err(CuError::INVALID_VALUE);
+        }
+        if self.captured(s, || Op::Kernel { f, dims, params: params.to_vec(), layout: layout.to_vec() })? {
+            return Ok(());
         }
         let st = self.modules.get(&f.module).ok_or(CuError::INVALID_HANDLE)?;
         let globals = st.globals.clone();
@@ -169,11 +181,17 @@ impl ExecContext for HostContext {
         Ok(())
     }
 
-    fn stream_synchronize(&mut self, _s: u64) -> CuRes<()> {
+    fn stream_synchronize(&mut self, s: u64) -> CuRes<()> {
+        if self.graphs.capturing(Some(s)) {
+            return Err(self.graphs.invalidate(s));
+        }
         self.ok()
     }
 
-    fn stream_query(&mut self, _s: u64) -> CuRes<bool> {
+    fn stream_query(&mut self, s: u64) -> CuRes<bool> {
+        if self.graphs.capturing(Some(s)) {
+            return Err(self.graphs.invalidate(s));
+        }
         self.ok().map(|_| true)
     }
 
@@ -188,8 +206,14 @@ impl ExecContext for HostContext {
         self.events.remove(&e).map(|_| ()).ok_or(CuError::INVALID_HANDLE)
     }
 
-    fn event_record(&mut self, e: u64, _s: Option<u64>) -> CuRes<()> {
+    fn event_record(&mut self, e: u64, s: Option<u64>) -> CuRes<()> {
         self.ok()?;
+        self.events.get(&e).ok_or(CuError::INVALID_HANDLE)?;
+        if let Some(st) = s.filter(|&st| self.graphs.capturing(Some(st))) {
+            // Recorded into the capture: it marks the stream's place.
+            return self.graphs.mark(e, st);
+        }
+        self.graphs.unmark(e);
         let t = self.epoch.elapsed();
         *self.events.get_mut(&e).ok_or(CuError::INVALID_HANDLE)? = Some(t);
         Ok(())
@@ -197,6 +221,9 @@ impl ExecContext for HostContext {
 
     fn event_query(&mut self, e: u64) -> CuRes<bool> {
         self.ok()?;
+        if self.graphs.marked(e) {
+            return Err(CuError::CAPTURED_EVENT);
+        }
         self.events.get(&e).map(|_| true).ok_or(CuError::INVALID_HANDLE)
     }
 
@@ -211,9 +238,14 @@ impl ExecContext for HostContext {
         Ok((tb.as_secs_f64() - ta.as_secs_f64()) as f32 * 1000.0)
     }
 
-    fn stream_wait_event(&mut self, _s: Option<u64>, e: u64) -> CuRes<()> {
-        // Streams run in order and at once: the event is already complete.
+    fn stream_wait_event(&mut self, s: Option<u64>, e: u64) -> CuRes<()> {
+        // Streams run in order and at once: the event is already complete,
+        // unless it marks a place in a capture, which `s` then joins.
         self.ok()?;
+        self.events.get(&e).ok_or(CuError::INVALID_HANDLE)?;
+        if self.graphs.wait(s, e)? {
+            return Ok(());
+        }
         self.events.get(&e).map(|_| ()).ok_or(CuError::INVALID_HANDLE)
     }
 
@@ -279,24 +311,37 @@ impl ExecContext for HostContext {
         self.clusters(dims, kind)
     }
 
-    fn mem_alloc_async(&mut self, size: u64, _s: Option<u64>) -> CuRes<u64> {
-        self.mem_alloc(size)
+    fn mem_alloc_async(&mut self, size: u64, s: Option<u64>) -> CuRes<u64> {
+        // In a capture the memory is the graph's (allocated here at once).
+        let dptr = self.alloc_unchecked(size)?;
+        self.captured(s, || Op::MemAlloc { dptr })?;
+        Ok(dptr)
     }
 
-    fn mem_free_async(&mut self, dptr: u64, _s: Option<u64>) -> CuRes<()> {
-        self.mem_free(dptr)
+    fn mem_free_async(&mut self, dptr: u64, s: Option<u64>) -> CuRes<()> {
+        if self.captured(s, || Op::MemFree { dptr })? {
+            return Ok(());
+        }
+        self.free_unchecked(dptr)
     }
 
     fn mem_pool_attribute(&mut self, attr: u32, set: Option<u64>) -> CuRes<u64> {
         self.pool_attribute(attr, set)
     }
 
-    unsafe fn copy_2d(&mut self, c: Copy2D, width: u64, height: u64, _s: Option<u64>, _wait: bool) -> CuRes<()> {
+    unsafe fn copy_2d(&mut self, c: Copy2D, width: u64, height: u64, s: Option<u64>, _wait: bool) -> CuRes<()> {
+        if self.graphs.capturing(s) {
+            // Pitched copies are not captured by the double.
+            return Err(CuError::NOT_SUPPORTED);
+        }
         // SAFETY: the same contract.
         unsafe { self.copy2d(c, width, height) }
     }
 
-    fn memset_2d(&mut self, rect: Rect, value: u32, elem: u32, _s: Option<u64>) -> CuRes<()> {
+    fn memset_2d(&mut self, rect: Rect, value: u32, elem: u32, s: Option<u64>) -> CuRes<()> {
+        if self.captured(s, || Op::Memset { rect, value, elem })? {
+            return Ok(());
+        }
         self.memset2d(rect, value, elem)
     }
 

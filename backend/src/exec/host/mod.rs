@@ -16,7 +16,9 @@
 
 mod context;
 mod ext;
+mod graph;
 mod kernels;
+mod replay;
 mod vmm;
 
 pub use kernels::{Args, Call, Fault, HostKernel, KERNELS, Mem};
@@ -170,6 +172,8 @@ impl Executor for HostExecutor {
             output: Vec::new(),
             phys: HashMap::new(),
             mapped: HashMap::new(),
+            graphs: graph::Graphs::default(),
+            exec_nodes: HashMap::new(),
         };
         c.recount_reserved();
         Ok(c)
@@ -219,6 +223,11 @@ pub struct HostContext {
     phys: HashMap<u64, vmm::Phys>,
     /// Mappings: address to physical handle.
     mapped: HashMap<u64, u64>,
+    /// Graphs, executable graphs and captures.
+    graphs: graph::Graphs,
+    /// For each executable graph, its nodes by the nodes of the graphs it
+    /// was made or updated from.
+    exec_nodes: HashMap<u64, HashMap<u64, u64>>,
 }
 
 impl HostContext {
@@ -233,6 +242,30 @@ impl HostContext {
 
     fn free_bytes(&self) -> u64 {
         self.total.saturating_sub(self.used.load(Ordering::Relaxed))
+    }
+
+    /// Allocates device memory (whether a capture allows it or not).
+    fn alloc_unchecked(&mut self, size: u64) -> CuRes<u64> {
+        self.ok()?;
+        if size == 0 {
+            return Err(CuError::INVALID_VALUE);
+        }
+        if size > self.free_bytes() {
+            return Err(CuError::OUT_OF_MEMORY);
+        }
+        let addr = self.mem.alloc(size).ok_or(CuError::OUT_OF_MEMORY)?;
+        self.used.fetch_add(size, Ordering::Relaxed);
+        self.held += size;
+        Ok(addr)
+    }
+
+    /// Frees device memory (whether a capture allows it or not).
+    fn free_unchecked(&mut self, dptr: u64) -> CuRes<()> {
+        self.ok()?;
+        let v = self.mem.allocs.remove(&dptr).ok_or(CuError::INVALID_VALUE)?;
+        self.used.fetch_sub(v.len() as u64, Ordering::Relaxed);
+        self.held -= v.len() as u64;
+        Ok(())
     }
 }
 

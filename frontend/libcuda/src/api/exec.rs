@@ -4,10 +4,8 @@
 
 use crate::state::{self, Res, StreamInfo, handle, id, objects, put, run, stream};
 use pvgpu_frontend::{Event, Stream};
-use pvgpu_ring::cuda::api::{CU_STREAM_CAPTURE_STATUS_NONE, CUgraph, CUgraphEdgeData, CUgraphNode, CUstreamCaptureStatus};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_float, c_int, c_uint, c_void};
-use std::ptr;
 
 fn stream_create(ph: *mut *mut c_void, flags: c_uint, priority: c_int) -> Res {
     if ph.is_null() {
@@ -103,7 +101,7 @@ pub extern "C" fn cuStreamWaitEvent(s: *mut c_void, e: *mut c_void, _flags: c_ui
     run("cuStreamWaitEvent", || stream_wait(s, e))
 }
 
-fn stream_info(s: *mut c_void) -> Result<Option<StreamInfo>, CuError> {
+pub(crate) fn stream_info(s: *mut c_void) -> Result<Option<StreamInfo>, CuError> {
     match stream(s) {
         Stream::DEFAULT => Ok(None),
         st => objects().streams.get(&st.0).copied().map(Some).ok_or(CuError::INVALID_HANDLE),
@@ -178,114 +176,6 @@ pub unsafe extern "C" fn cuStreamGetId(s: *mut c_void, stream_id: *mut u64) -> C
         stream_info(s)?;
         // SAFETY: writable per the API.
         unsafe { put(stream_id, stream(s).0) }
-    })
-}
-
-/// `cuStreamIsCapturing`: graph capture is not supported, so no stream is
-/// ever capturing.
-///
-/// # Safety
-/// `status` must be writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamIsCapturing(s: *mut c_void, status: *mut CUstreamCaptureStatus) -> CuResult {
-    run("cuStreamIsCapturing", || {
-        stream_info(s)?;
-        // SAFETY: writable per the API.
-        unsafe { put(status, CU_STREAM_CAPTURE_STATUS_NONE) }
-    })
-}
-
-/// Writes "not capturing" to the outputs of `cuStreamGetCaptureInfo`:
-/// status `CU_STREAM_CAPTURE_STATUS_NONE`, id 0, no graph, no
-/// dependencies (each output may be null).
-///
-/// # Safety
-/// Each pointer must be null or writable.
-unsafe fn not_capturing(
-    status: *mut CUstreamCaptureStatus,
-    id: *mut u64,
-    graph: *mut CUgraph,
-    deps: *mut *const CUgraphNode,
-    edges: *mut *const CUgraphEdgeData,
-    n: *mut usize,
-) {
-    // SAFETY: null or writable, per the caller.
-    unsafe {
-        if !status.is_null() {
-            status.write_unaligned(CU_STREAM_CAPTURE_STATUS_NONE);
-        }
-        if !id.is_null() {
-            id.write_unaligned(0);
-        }
-        if !graph.is_null() {
-            graph.write_unaligned(std::ptr::null_mut());
-        }
-        if !deps.is_null() {
-            deps.write_unaligned(std::ptr::null());
-        }
-        if !edges.is_null() {
-            edges.write_unaligned(std::ptr::null());
-        }
-        if !n.is_null() {
-            n.write_unaligned(0);
-        }
-    }
-}
-
-/// `cuStreamGetCaptureInfo` (CUDA 10.1's form): never capturing.
-///
-/// # Safety
-/// Each pointer must be null or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo(s: *mut c_void, status: *mut CUstreamCaptureStatus, id: *mut u64) -> CuResult {
-    run("cuStreamGetCaptureInfo", || {
-        stream_info(s)?;
-        // SAFETY: per the caller.
-        unsafe { not_capturing(status, id, ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut()) };
-        Ok(())
-    })
-}
-
-/// `cuStreamGetCaptureInfo_v2`: never capturing.
-///
-/// # Safety
-/// Each pointer must be null or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
-    s: *mut c_void,
-    status: *mut CUstreamCaptureStatus,
-    id: *mut u64,
-    graph: *mut CUgraph,
-    deps: *mut *const CUgraphNode,
-    n: *mut usize,
-) -> CuResult {
-    run("cuStreamGetCaptureInfo_v2", || {
-        stream_info(s)?;
-        // SAFETY: per the caller.
-        unsafe { not_capturing(status, id, graph, deps, ptr::null_mut(), n) };
-        Ok(())
-    })
-}
-
-/// `cuStreamGetCaptureInfo_v3` (with edge data): never capturing.
-///
-/// # Safety
-/// Each pointer must be null or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
-    s: *mut c_void,
-    status: *mut CUstreamCaptureStatus,
-    id: *mut u64,
-    graph: *mut CUgraph,
-    deps: *mut *const CUgraphNode,
-    edges: *mut *const CUgraphEdgeData,
-    n: *mut usize,
-) -> CuResult {
-    run("cuStreamGetCaptureInfo_v3", || {
-        stream_info(s)?;
-        // SAFETY: per the caller.
-        unsafe { not_capturing(status, id, graph, deps, edges, n) };
-        Ok(())
     })
 }
 

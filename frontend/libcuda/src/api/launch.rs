@@ -25,7 +25,7 @@ const CU_LAUNCH_PARAM_BUFFER_SIZE: usize = 0x02;
 /// `params` is null or holds one pointer per kernel parameter, each to a
 /// value of that parameter's size; `extra` is null or a
 /// `CU_LAUNCH_PARAM_END`-terminated list as the driver API defines it.
-unsafe fn pack(f: &pvgpu_frontend::Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> Result<Vec<u8>, CuError> {
+pub(crate) unsafe fn pack(f: &pvgpu_frontend::Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> Result<Vec<u8>, CuError> {
     let mut packed = vec![0u8; f.param_bytes];
     if !params.is_null() {
         for (i, p) in f.params.iter().enumerate() {
@@ -89,7 +89,7 @@ unsafe fn pack(f: &pvgpu_frontend::Function, params: *mut *mut c_void, extra: *m
 /// that their errors come back at the call: no dimension is zero, the block
 /// fits the device's limits, the grid fits its limits, and a stream belongs
 /// to the function's context.
-fn check_launch(fid: u64, grid: [c_uint; 3], block: [c_uint; 3], s: *mut c_void) -> Res {
+pub(crate) fn check_launch(fid: u64, grid: [c_uint; 3], block: [c_uint; 3], s: *mut c_void) -> Res {
     if grid.contains(&0) || block.contains(&0) {
         return Err(CuError::INVALID_VALUE);
     }

@@ -1,9 +1,15 @@
 //! The driver API functions implemented by hand. Everything else is a
 //! generated stub (see `build.rs`).
 
+pub mod capture;
 pub mod context;
 pub mod device;
 pub mod exec;
+pub mod graph;
+pub mod graph_add;
+pub mod graph_exec;
+pub mod graph_kernel;
+pub mod graph_node;
 pub mod host;
 pub mod init;
 pub mod launch;

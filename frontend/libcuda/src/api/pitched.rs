@@ -13,7 +13,7 @@ use std::ffi::c_void;
 
 /// One side of a copy: its memory type, host and device pointers, and the
 /// byte offset of its first byte from them.
-fn side(kind: CUmemorytype, host: *const c_void, device: u64, offset: usize, pitch: usize) -> Result<Pitched, CuError> {
+pub(crate) fn side(kind: CUmemorytype, host: *const c_void, device: u64, offset: usize, pitch: usize) -> Result<Pitched, CuError> {
     let unified_is_device = |p: u64| objects().device_range(p, 1).is_some();
     match kind {
         CU_MEMORYTYPE_DEVICE => Ok(Pitched::Device { ptr: device + offset as u64, pitch: pitch as u64 }),

@@ -6,9 +6,11 @@
 //! it. Replies are [`Reply`]s: owned values the frontend decodes the same
 //! way.
 
+mod graph;
 mod replies;
 mod tails;
 
+pub use graph::*;
 pub use replies::{DevicePropsRep, FunctionRep, NamesRep};
 pub use tails::*;
 
@@ -176,7 +178,58 @@ fixed! { requests:
     EventCreate, EventRecord, EventQuery, EventSynchronize, EventElapsedTime, EventDestroy,
 }
 
-fixed! { checked requests: Memset, Occupancy, MemcpyDtoH, Memset2D, TensorMapEncode, MemGranularity, MemSetAccess }
+fixed! { checked requests:
+    Memset, Occupancy, MemcpyDtoH, Memset2D, TensorMapEncode, MemGranularity, MemSetAccess, StreamBeginCapture, CaptureModeExchange,
+    GraphNodes, GraphNodeEdges, GraphLaunch, GraphNodeEnable,
+}
+
+fixed! { requests:
+    StreamEndCapture, StreamCaptureInfo, GraphCreate, GraphDestroy, GraphClone, GraphEdges, GraphNodeInfo, GraphNodeDestroy, GraphDot,
+    GraphInstantiate, GraphExecDestroy, GraphExecUpdate, GraphExecMemsetSet, GraphExecMemcpySet, GraphExecChildSet,
+}
+
+/// A field that holds 0 or 1.
+fn flag(v: u32, name: &'static str) -> Result<(), DecodeError> {
+    if v <= 1 { Ok(()) } else { Err(DecodeError::BadField(name)) }
+}
+
+impl Validate for GraphNodes {
+    fn validate(&self) -> Result<(), DecodeError> {
+        flag(self.roots.get(), "roots")
+    }
+}
+
+impl Validate for GraphNodeEdges {
+    fn validate(&self) -> Result<(), DecodeError> {
+        flag(self.dependents.get(), "dependents")
+    }
+}
+
+impl Validate for GraphLaunch {
+    fn validate(&self) -> Result<(), DecodeError> {
+        flag(self.upload.get(), "upload")
+    }
+}
+
+impl Validate for GraphNodeEnable {
+    fn validate(&self) -> Result<(), DecodeError> {
+        flag(self.enabled.get(), "enabled")
+    }
+}
+
+fixed! { replies: NodeInfoRep, ExecUpdateRep }
+
+impl Validate for StreamBeginCapture {
+    fn validate(&self) -> Result<(), DecodeError> {
+        capture_mode(self.mode.get()).map(drop)
+    }
+}
+
+impl Validate for CaptureModeExchange {
+    fn validate(&self) -> Result<(), DecodeError> {
+        capture_mode(self.mode.get()).map(drop)
+    }
+}
 
 fixed! { replies:
     HelloRep, DeviceStatusRep, I32Rep, U64Rep, HandleRep, GlobalRep, DptrRep, MemInfoRep, ElapsedRep, CtxInfoRep, OccupancyRep, TensorMapRep,

@@ -125,10 +125,12 @@ macro_rules! wire_structs {
 }
 
 mod exec;
+mod graph;
 mod memory;
 mod replies;
 
 pub use exec::*;
+pub use graph::*;
 pub use memory::*;
 pub use replies::*;
 

@@ -1,0 +1,128 @@
+//! What an executor does for stream capture and graphs ([`ExecGraph`]):
+//! the CUDA executor forwards to the driver, which records work on a
+//! capturing stream and runs executable graphs; the host test double
+//! records and replays them itself.
+
+use super::{CuRes, ExecContext, LaunchDims, Param};
+
+/// A node to add to a graph, its handles already the executor's and its
+/// device ranges checked by the session.
+pub enum NodeSpec<'a, C: ExecGraph + ?Sized> {
+    /// A kernel: `params` packed as `layout` says.
+    Kernel {
+        /// The kernel.
+        f: C::Function,
+        /// Geometry.
+        dims: LaunchDims,
+        /// Packed parameters.
+        params: &'a [u8],
+        /// Where each parameter lies in them.
+        layout: &'a [Param],
+    },
+    /// A device-to-device copy.
+    Memcpy {
+        /// Destination.
+        dst: u64,
+        /// Source.
+        src: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// A memset of `height` rows of `width` elements, `pitch` bytes apart.
+    Memset {
+        /// Destination.
+        dst: u64,
+        /// Row pitch.
+        pitch: u64,
+        /// Elements per row.
+        width: u64,
+        /// Rows.
+        height: u64,
+        /// The value.
+        value: u32,
+        /// 1, 2 or 4.
+        elem_size: u32,
+    },
+    /// A node that does nothing.
+    Empty,
+    /// A graph run as one node (the node takes a copy of it).
+    Child(C::Graph),
+    /// Records an event.
+    EventRecord(C::Event),
+    /// Waits for an event.
+    EventWait(C::Event),
+}
+
+/// A stream's capture status.
+pub struct CaptureInfo<C: ExecGraph + ?Sized> {
+    /// `CUstreamCaptureStatus`.
+    pub status: u32,
+    /// The capture's id (0 when none).
+    pub id: u64,
+    /// The graph being captured.
+    pub graph: Option<C::Graph>,
+    /// The nodes new work would depend on.
+    pub deps: Vec<C::Node>,
+}
+
+/// Capture and graphs in one context.
+pub trait ExecGraph: ExecContext {
+    /// A graph.
+    type Graph: Send + Copy + Eq + std::hash::Hash + 'static;
+    /// A node of a graph.
+    type Node: Send + Copy + Eq + std::hash::Hash + 'static;
+    /// An executable graph.
+    type GraphExec: Send + Copy + 'static;
+
+    /// `cuStreamBeginCapture`.
+    fn begin_capture(&mut self, s: Self::Stream, mode: u32) -> CuRes<()>;
+    /// `cuStreamBeginCaptureToGraph`: capture into `g`, after `deps`.
+    fn begin_capture_to_graph(&mut self, s: Self::Stream, g: Self::Graph, deps: &[Self::Node], mode: u32) -> CuRes<()>;
+    /// `cuStreamEndCapture`.
+    fn end_capture(&mut self, s: Self::Stream) -> CuRes<Self::Graph>;
+    /// Invalidates the capture stream `s` takes part in: the session
+    /// refused a call on it, as the driver refuses (and invalidates on) an
+    /// illegal call during capture.
+    fn invalidate_capture(&mut self, s: Self::Stream);
+    /// `cuStreamGetCaptureInfo` of `s` (the default stream if `None`).
+    fn capture_info(&mut self, s: Option<Self::Stream>) -> CuRes<CaptureInfo<Self>>;
+    /// `cuThreadExchangeStreamCaptureMode`: returns the previous mode.
+    fn exchange_capture_mode(&mut self, mode: u32) -> CuRes<u32>;
+    /// `cuGraphCreate`.
+    fn graph_create(&mut self) -> CuRes<Self::Graph>;
+    /// `cuGraphDestroy`.
+    fn graph_destroy(&mut self, g: Self::Graph) -> CuRes<()>;
+    /// `cuGraphClone`.
+    fn graph_clone(&mut self, g: Self::Graph) -> CuRes<Self::Graph>;
+    /// Every node of `g`, or its roots.
+    fn graph_nodes(&mut self, g: Self::Graph, roots: bool) -> CuRes<Vec<Self::Node>>;
+    /// Every edge of `g`.
+    fn graph_edges(&mut self, g: Self::Graph) -> CuRes<Vec<(Self::Node, Self::Node)>>;
+    /// A node's `CUgraphNodeType` and, for a child-graph node, its graph.
+    fn node_info(&mut self, n: Self::Node) -> CuRes<(u32, Option<Self::Graph>)>;
+    /// What a node depends on, or what depends on it.
+    fn node_edges(&mut self, n: Self::Node, dependents: bool) -> CuRes<Vec<Self::Node>>;
+    /// Adds (or removes) the edges `from[i] -> to[i]` of `g`.
+    fn graph_edges_change(&mut self, g: Self::Graph, from: &[Self::Node], to: &[Self::Node], remove: bool) -> CuRes<()>;
+    /// `cuGraphDestroyNode`.
+    fn node_destroy(&mut self, n: Self::Node) -> CuRes<()>;
+    /// `cuGraphDebugDotPrint`, as text.
+    fn graph_dot(&mut self, g: Self::Graph, flags: u32) -> CuRes<Vec<u8>>;
+    /// Adds a node after `deps`.
+    fn graph_add_node(&mut self, g: Self::Graph, deps: &[Self::Node], spec: NodeSpec<'_, Self>) -> CuRes<Self::Node>;
+    /// `cuGraphKernelNodeSetParams` (`spec` is a kernel).
+    fn kernel_node_set(&mut self, n: Self::Node, spec: NodeSpec<'_, Self>) -> CuRes<()>;
+    /// `cuGraphInstantiate`.
+    fn graph_instantiate(&mut self, g: Self::Graph, flags: u64) -> CuRes<Self::GraphExec>;
+    /// `cuGraphLaunch` (or `cuGraphUpload`) on `s`.
+    fn graph_launch(&mut self, e: Self::GraphExec, s: Option<Self::Stream>, upload: bool) -> CuRes<()>;
+    /// `cuGraphExecDestroy`.
+    fn graph_exec_destroy(&mut self, e: Self::GraphExec) -> CuRes<()>;
+    /// `cuGraphExec{Kernel,Memset,Memcpy,ChildGraph}NodeSetParams` of node
+    /// `n` (of the graph `e` was made from; `spec` of the node's type).
+    fn exec_node_set(&mut self, e: Self::GraphExec, n: Self::Node, spec: NodeSpec<'_, Self>) -> CuRes<()>;
+    /// `cuGraphNodeSetEnabled` of node `n` in `e`.
+    fn node_enable(&mut self, e: Self::GraphExec, n: Self::Node, enabled: bool) -> CuRes<()>;
+    /// `cuGraphExecUpdate`: the result and the node that stopped it.
+    fn exec_update(&mut self, e: Self::GraphExec, g: Self::Graph) -> CuRes<(u32, Option<Self::Node>)>;
+}

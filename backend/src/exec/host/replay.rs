@@ -1,0 +1,256 @@
+//! [`ExecGraph`] of the host test double, on [`super::graph::Graphs`]:
+//! handles are numbers, and an executable graph is replayed node by node
+//! with the context's own operations.
+
+use super::HostContext;
+use super::graph::Op;
+use crate::exec::graph::{CaptureInfo, ExecGraph, NodeSpec};
+use crate::exec::{CuRes, ExecContext, Rect};
+use pvgpu_ring::CuError;
+use pvgpu_ring::cuda::api::*;
+
+impl HostContext {
+    /// If stream `s` is capturing, records `op` instead of running it
+    /// (`true`); a legacy-stream call that waits for the host during a
+    /// capture that forbids it fails.
+    pub(super) fn captured(&mut self, s: Option<u64>, op: impl FnOnce() -> Op) -> CuRes<bool> {
+        match s {
+            Some(s) if self.graphs.capturing(Some(s)) => {
+                self.graphs.record(s, op())?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Runs graph `g` once, in a topological order.
+    fn replay(&mut self, g: u64) -> CuRes<()> {
+        for n in self.graphs.topological(g)? {
+            if !self.graphs.enabled(n) {
+                continue;
+            }
+            let op = self.graphs.graph(g)?.ops[&n].clone();
+            self.run(op)?;
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, op: Op) -> CuRes<()> {
+        match op {
+            Op::Kernel { f, dims, params, layout } => self.launch(f, dims, &params, &layout, &[], None),
+            Op::Memcpy { dst, src, len } => self.dtod(dst, src, len, None, false),
+            Op::Memset { rect, value, elem } => self.memset2d(rect, value, elem),
+            // SAFETY: the session's data area, mapped for the session's
+            // life, which outlives its graphs.
+            Op::Htod { dst, src, len } => unsafe { self.htod(dst, src as *const u8, len, None, true) },
+            // SAFETY: as above.
+            Op::Dtoh { dst, src, len } => unsafe { self.dtoh(dst as *mut u8, src, len, None, true) },
+            Op::Child(c) => self.replay(c),
+            Op::EventRecord(e) => self.event_record(e, None),
+            Op::Empty | Op::EventWait(_) | Op::MemAlloc { .. } | Op::MemFree { .. } => Ok(()),
+        }
+    }
+
+    /// The op a node spec describes.
+    fn op(spec: NodeSpec<'_, Self>) -> Op {
+        match spec {
+            NodeSpec::Kernel { f, dims, params, layout } => Op::Kernel { f, dims, params: params.to_vec(), layout: layout.to_vec() },
+            NodeSpec::Memcpy { dst, src, len } => Op::Memcpy { dst, src, len },
+            NodeSpec::Memset { dst, pitch, width, height, value, elem_size } => {
+                Op::Memset { rect: Rect { ptr: dst, pitch, width, height }, value, elem: elem_size }
+            }
+            NodeSpec::Empty => Op::Empty,
+            NodeSpec::Child(c) => Op::Child(c),
+            NodeSpec::EventRecord(e) => Op::EventRecord(e),
+            NodeSpec::EventWait(e) => Op::EventWait(e),
+        }
+    }
+}
+
+impl ExecGraph for HostContext {
+    type Graph = u64;
+    type Node = u64;
+    type GraphExec = u64;
+
+    fn begin_capture(&mut self, s: u64, mode: u32) -> CuRes<()> {
+        self.ok()?;
+        self.graphs.begin(s, mode)
+    }
+
+    fn begin_capture_to_graph(&mut self, s: u64, g: u64, deps: &[u64], mode: u32) -> CuRes<()> {
+        self.ok()?;
+        self.graphs.begin_into(s, g, deps, mode)
+    }
+
+    fn end_capture(&mut self, s: u64) -> CuRes<u64> {
+        self.graphs.end(s)
+    }
+
+    fn invalidate_capture(&mut self, s: u64) {
+        self.graphs.invalidate(s);
+    }
+
+    fn capture_info(&mut self, s: Option<u64>) -> CuRes<CaptureInfo<Self>> {
+        let (status, id, graph, deps) = self.graphs.info_of(s);
+        Ok(CaptureInfo { status, id, graph, deps })
+    }
+
+    fn exchange_capture_mode(&mut self, mode: u32) -> CuRes<u32> {
+        Ok(std::mem::replace(&mut self.graphs.mode, mode))
+    }
+
+    fn graph_create(&mut self) -> CuRes<u64> {
+        Ok(self.graphs.create())
+    }
+
+    fn graph_destroy(&mut self, g: u64) -> CuRes<()> {
+        if self.graphs.graph(g)?.borrowed {
+            return Err(CuError::INVALID_VALUE);
+        }
+        self.graphs.destroy(g)
+    }
+
+    fn graph_clone(&mut self, g: u64) -> CuRes<u64> {
+        Ok(self.graphs.copy(g, false)?.0)
+    }
+
+    fn graph_nodes(&mut self, g: u64, roots: bool) -> CuRes<Vec<u64>> {
+        let graph = self.graphs.graph(g)?;
+        Ok(graph.order.iter().copied().filter(|n| !roots || !graph.edges.iter().any(|(_, b)| b == n)).collect())
+    }
+
+    fn graph_edges(&mut self, g: u64) -> CuRes<Vec<(u64, u64)>> {
+        Ok(self.graphs.graph(g)?.edges.clone())
+    }
+
+    fn node_info(&mut self, n: u64) -> CuRes<(u32, Option<u64>)> {
+        self.graphs.info(n)
+    }
+
+    fn node_edges(&mut self, n: u64, dependents: bool) -> CuRes<Vec<u64>> {
+        let g = self.graphs.owner(n)?;
+        let edges = &self.graphs.graph(g)?.edges;
+        Ok(edges.iter().filter_map(|&(a, b)| if dependents { (a == n).then_some(b) } else { (b == n).then_some(a) }).collect())
+    }
+
+    fn graph_edges_change(&mut self, g: u64, from: &[u64], to: &[u64], remove: bool) -> CuRes<()> {
+        self.graphs.edges_change(g, from, to, remove)
+    }
+
+    fn node_destroy(&mut self, n: u64) -> CuRes<()> {
+        self.graphs.remove_node(n)
+    }
+
+    fn graph_dot(&mut self, g: u64, _flags: u32) -> CuRes<Vec<u8>> {
+        self.graphs.dot(g)
+    }
+
+    fn graph_add_node(&mut self, g: u64, deps: &[u64], spec: NodeSpec<'_, Self>) -> CuRes<u64> {
+        self.ok()?;
+        self.graphs.add(g, deps, Self::op(spec))
+    }
+
+    fn kernel_node_set(&mut self, n: u64, spec: NodeSpec<'_, Self>) -> CuRes<()> {
+        let op = self.graphs.op_mut(n)?;
+        if !matches!(op, Op::Kernel { .. }) || !matches!(spec, NodeSpec::Kernel { .. }) {
+            return Err(CuError::INVALID_VALUE);
+        }
+        *op = Self::op(spec);
+        Ok(())
+    }
+
+    fn graph_instantiate(&mut self, g: u64, _flags: u64) -> CuRes<u64> {
+        self.ok()?;
+        self.graphs.topological(g)?;
+        let (copy, pairs) = self.graphs.copy(g, false)?;
+        let e = copy;
+        self.graphs.execs.insert(e, copy);
+        // The copy's nodes answer for the original's in updates.
+        self.exec_nodes.insert(e, pairs.into_iter().collect());
+        Ok(e)
+    }
+
+    fn graph_launch(&mut self, e: u64, s: Option<u64>, upload: bool) -> CuRes<()> {
+        self.ok()?;
+        let g = *self.graphs.execs.get(&e).ok_or(CuError::INVALID_VALUE)?;
+        if upload {
+            return Ok(());
+        }
+        // Launched into a capture: the graph becomes a child-graph node.
+        if self.captured(s, || Op::Empty)? {
+            return self.record_child(s, g);
+        }
+        self.replay(g)
+    }
+
+    fn graph_exec_destroy(&mut self, e: u64) -> CuRes<()> {
+        let g = self.graphs.execs.remove(&e).ok_or(CuError::INVALID_VALUE)?;
+        self.exec_nodes.remove(&e);
+        self.graphs.destroy(g)
+    }
+
+    fn exec_node_set(&mut self, e: u64, n: u64, spec: NodeSpec<'_, Self>) -> CuRes<()> {
+        let copy = self.exec_node(e, n)?;
+        let new = match spec {
+            // The executable graph runs its own copy of the child.
+            NodeSpec::Child(c) => Op::Child(self.graphs.copy(c, true)?.0),
+            other => Self::op(other),
+        };
+        let op = self.graphs.op_mut(copy)?;
+        if std::mem::discriminant(op) != std::mem::discriminant(&new) || matches!(new, Op::Empty | Op::EventRecord(_) | Op::EventWait(_)) {
+            if let Op::Child(c) = new {
+                let _ = self.graphs.destroy(c);
+            }
+            return Err(CuError::INVALID_VALUE);
+        }
+        if let Op::Child(old) = std::mem::replace(op, new) {
+            self.graphs.destroy(old)?;
+        }
+        Ok(())
+    }
+
+    fn node_enable(&mut self, e: u64, n: u64, enabled: bool) -> CuRes<()> {
+        let copy = self.exec_node(e, n)?;
+        self.graphs.set_enabled(copy, enabled);
+        Ok(())
+    }
+
+    fn exec_update(&mut self, e: u64, g: u64) -> CuRes<(u32, Option<u64>)> {
+        let copy = *self.graphs.execs.get(&e).ok_or(CuError::INVALID_VALUE)?;
+        let (old, new) = (self.graphs.topological(copy)?, self.graphs.topological(g)?);
+        if old.len() != new.len() {
+            return Ok((CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED.0, None));
+        }
+        // Same shape, node for node in order: take the new parameters.
+        let mut ops = Vec::new();
+        for (&o, &n) in old.iter().zip(&new) {
+            let (a, b) = (self.graphs.graph(copy)?.ops[&o].clone(), self.graphs.graph(g)?.ops[&n].clone());
+            if std::mem::discriminant(&a) != std::mem::discriminant(&b) {
+                return Ok((CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED.0, Some(n)));
+            }
+            ops.push((o, b));
+        }
+        for (o, op) in ops {
+            *self.graphs.op_mut(o)? = op;
+        }
+        self.exec_nodes.entry(e).or_default().extend(new.into_iter().zip(old));
+        Ok((CU_GRAPH_EXEC_UPDATE_SUCCESS.0, None))
+    }
+}
+
+impl HostContext {
+    /// The copy in executable graph `e` of node `n` of its graph.
+    fn exec_node(&self, e: u64, n: u64) -> CuRes<u64> {
+        self.exec_nodes.get(&e).and_then(|m| m.get(&n)).copied().ok_or(CuError::INVALID_VALUE)
+    }
+
+    /// Replaces the placeholder just recorded on capturing stream `s` with
+    /// a node running a copy of graph `g`.
+    fn record_child(&mut self, s: Option<u64>, g: u64) -> CuRes<()> {
+        let (_, _, _, deps) = self.graphs.info_of(s);
+        let Some(&placeholder) = deps.first() else { return Err(CuError::INVALID_VALUE) };
+        let (child, _) = self.graphs.copy(g, true)?;
+        *self.graphs.op_mut(placeholder)? = Op::Child(child);
+        Ok(())
+    }
+}

@@ -1,0 +1,137 @@
+//! Executable graphs: instantiation, launches and uploads on the session's
+//! streams, updates.
+
+use super::{ExecEntry, GraphExec, Node, Owner, handle, nodes};
+use crate::exec::graph::ExecGraph;
+use crate::exec::graph::NodeSpec;
+use crate::exec::{CuRes, Executor};
+use crate::session::{Io, Session};
+use pvgpu_ring::CuError;
+use pvgpu_ring::cuda::api::*;
+use pvgpu_ring::proto::{self, ExecUpdateRep, HandleRep};
+
+/// Instantiation flags a guest may pass (an upload at instantiation is a
+/// separate `GraphLaunch` with `upload`).
+const INSTANTIATE_FLAGS: u64 = (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH.0
+    | CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH.0
+    | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY.0) as u64;
+
+pub(in crate::session) fn graph_instantiate<E: Executor>(
+    s: &mut Session<E>,
+    r: proto::GraphInstantiate,
+    _: &mut Io<'_>,
+) -> CuRes<HandleRep> {
+    let id = r.graph.get();
+    if r.flags.get() & !INSTANTIATE_FLAGS != 0 {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let entry = s.graph.graphs.get(id).ok_or(CuError::INVALID_VALUE)?;
+    if entry.owner == Owner::Capture {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let (ctx, g) = (entry.ctx, entry.graph);
+    let e = s.enter(ctx)?.graph_instantiate(g, r.flags.get())?;
+    match s.graph.execs.insert(ExecEntry { ctx, exec: e }) {
+        Ok(x) => Ok(handle(x)),
+        Err(err) => {
+            let _ = s.enter(ctx)?.graph_exec_destroy(e);
+            Err(err)
+        }
+    }
+}
+
+pub(in crate::session) fn graph_launch<E: Executor>(s: &mut Session<E>, r: proto::GraphLaunch, _: &mut Io<'_>) -> CuRes<()> {
+    let x = s.graph.execs.get(r.exec.get()).ok_or(CuError::INVALID_VALUE)?;
+    let (ctx, e) = (x.ctx, x.exec);
+    let st = s.stream(r.stream.get(), ctx)?;
+    s.enter(ctx)?.graph_launch(e, st, r.upload.get() == 1)
+}
+
+pub(in crate::session) fn graph_exec_destroy<E: Executor>(s: &mut Session<E>, r: proto::GraphExecDestroy, _: &mut Io<'_>) -> CuRes<()> {
+    let x = s.graph.execs.remove(r.exec.get()).ok_or(CuError::INVALID_VALUE)?;
+    s.enter(x.ctx)?.graph_exec_destroy(x.exec)
+}
+
+/// The context, executable graph and node of (`exec`, `node`).
+fn exec_node<E: Executor>(s: &Session<E>, exec: u64, node: u64) -> CuRes<(u64, GraphExec<E>, Node<E>)> {
+    let x = s.graph.execs.get(exec).ok_or(CuError::INVALID_VALUE)?;
+    let n = s.graph.nodes.get(node).ok_or(CuError::INVALID_VALUE)?;
+    if n.ctx != x.ctx {
+        return Err(CuError::INVALID_VALUE);
+    }
+    Ok((x.ctx, x.exec, n.node))
+}
+
+pub(in crate::session) fn graph_exec_kernel_node_set<E: Executor>(
+    s: &mut Session<E>,
+    r: proto::GraphExecKernelNodeSet<'_>,
+    _: &mut Io<'_>,
+) -> CuRes<()> {
+    let (ctx, e, n) = exec_node(s, r.head.target.get(), r.head.node.get())?;
+    let mut layout = Vec::new();
+    let (fctx, spec) = nodes::kernel(s, &r.head, r.params, &mut layout)?;
+    if fctx != ctx {
+        return Err(CuError::INVALID_CONTEXT);
+    }
+    s.enter(ctx)?.exec_node_set(e, n, spec)
+}
+
+pub(in crate::session) fn graph_exec_memset_set<E: Executor>(
+    s: &mut Session<E>,
+    r: proto::GraphExecMemsetSet,
+    _: &mut Io<'_>,
+) -> CuRes<()> {
+    let (ctx, e, n) = exec_node(s, r.exec.get(), r.node.get())?;
+    if r.memset.ctx.get() != ctx {
+        return Err(CuError::INVALID_CONTEXT);
+    }
+    let spec = nodes::memset_spec(s, &r.memset)?;
+    s.enter(ctx)?.exec_node_set(e, n, spec)
+}
+
+pub(in crate::session) fn graph_exec_memcpy_set<E: Executor>(
+    s: &mut Session<E>,
+    r: proto::GraphExecMemcpySet,
+    _: &mut Io<'_>,
+) -> CuRes<()> {
+    let (ctx, e, n) = exec_node(s, r.exec.get(), r.node.get())?;
+    if r.memcpy.ctx.get() != ctx {
+        return Err(CuError::INVALID_CONTEXT);
+    }
+    let spec = nodes::memcpy_spec(s, &r.memcpy)?;
+    s.enter(ctx)?.exec_node_set(e, n, spec)
+}
+
+pub(in crate::session) fn graph_exec_child_set<E: Executor>(s: &mut Session<E>, r: proto::GraphExecChildSet, _: &mut Io<'_>) -> CuRes<()> {
+    let (ctx, e, n) = exec_node(s, r.exec.get(), r.node.get())?;
+    let (gctx, g) = s.graph.graph(r.graph.get())?;
+    if gctx != ctx {
+        return Err(CuError::INVALID_CONTEXT);
+    }
+    s.enter(ctx)?.exec_node_set(e, n, NodeSpec::Child(g))
+}
+
+pub(in crate::session) fn graph_node_enable<E: Executor>(s: &mut Session<E>, r: proto::GraphNodeEnable, _: &mut Io<'_>) -> CuRes<()> {
+    let (ctx, e, n) = exec_node(s, r.exec.get(), r.node.get())?;
+    s.enter(ctx)?.node_enable(e, n, r.enabled.get() == 1)
+}
+
+pub(in crate::session) fn graph_exec_update<E: Executor>(
+    s: &mut Session<E>,
+    r: proto::GraphExecUpdate,
+    _: &mut Io<'_>,
+) -> CuRes<ExecUpdateRep> {
+    let x = s.graph.execs.get(r.exec.get()).ok_or(CuError::INVALID_VALUE)?;
+    let (ctx, e) = (x.ctx, x.exec);
+    let gid = r.graph.get();
+    let (gctx, g) = s.graph.graph(gid)?;
+    if gctx != ctx {
+        return Err(CuError::INVALID_CONTEXT);
+    }
+    let (result, node) = s.enter(ctx)?.exec_update(e, g)?;
+    let error_node = match node {
+        Some(n) => s.graph.node_id(gid, n)?,
+        None => 0,
+    };
+    Ok(ExecUpdateRep { result: result.into(), reserved: 0.into(), error_node: error_node.into() })
+}

@@ -1,0 +1,182 @@
+//! Stream capture and graphs: graphs, their nodes and executable graphs
+//! are session handles, checked like every other, freed with the session
+//! (before its contexts). Capture itself is the executor's (the driver
+//! records work the session issues on a capturing stream); the session
+//! names what it hands back: the captured graph, and the nodes capture
+//! queries and graph queries return, registered the first time they are
+//! seen. A graph a child-graph node owns is *borrowed*: it may be read and
+//! added to, never destroyed on its own.
+
+mod capture;
+mod exec;
+mod nodes;
+
+pub(super) use capture::*;
+pub(super) use exec::*;
+pub(super) use nodes::*;
+
+use super::{Ctx, Session};
+use crate::exec::graph::ExecGraph;
+use crate::exec::{CuRes, Executor};
+use crate::handles::HandleTable;
+use pvgpu_ring::CuError;
+use pvgpu_ring::proto::{HandleRep, IdsRep};
+use std::collections::HashMap;
+
+type Graph<E> = <Ctx<E> as ExecGraph>::Graph;
+type Node<E> = <Ctx<E> as ExecGraph>::Node;
+type GraphExec<E> = <Ctx<E> as ExecGraph>::GraphExec;
+
+/// Who destroys a graph.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Owner {
+    /// The guest (`cuGraphDestroy`), or the session when it ends.
+    Guest,
+    /// A child-graph node (`graph`'s node `node`), with it.
+    Node {
+        /// The graph the node belongs to.
+        graph: u64,
+        /// The node.
+        node: u64,
+    },
+    /// A capture still under way: the driver, if it fails; the guest
+    /// once it ends.
+    Capture,
+}
+
+/// A graph of the session.
+pub(super) struct GraphEntry<G> {
+    /// The context its work runs in.
+    pub(super) ctx: u64,
+    pub(super) graph: G,
+    pub(super) owner: Owner,
+}
+
+/// A node of a graph of the session.
+pub(super) struct NodeEntry<N> {
+    pub(super) ctx: u64,
+    pub(super) graph: u64,
+    pub(super) node: N,
+}
+
+/// An executable graph.
+pub(super) struct ExecEntry<X> {
+    pub(super) ctx: u64,
+    pub(super) exec: X,
+}
+
+/// The session's graphs, nodes and executable graphs.
+pub(super) struct Graphs<E: Executor> {
+    pub(super) graphs: HandleTable<GraphEntry<Graph<E>>>,
+    /// Session ids by context and executor handle (the host double's
+    /// handles are numbers of one context).
+    graph_ids: HashMap<(u64, Graph<E>), u64>,
+    pub(super) nodes: HandleTable<NodeEntry<Node<E>>>,
+    node_ids: HashMap<(u64, Node<E>), u64>,
+    pub(super) execs: HandleTable<ExecEntry<GraphExec<E>>>,
+}
+
+impl<E: Executor> Graphs<E> {
+    pub(super) fn new(max: usize) -> Self {
+        Graphs {
+            graphs: HandleTable::new(max),
+            graph_ids: HashMap::new(),
+            nodes: HandleTable::new(max),
+            node_ids: HashMap::new(),
+            execs: HandleTable::new(max),
+        }
+    }
+
+    /// The id of executor graph `g` of context `ctx`, registered if new
+    /// with owner `owner`.
+    pub(super) fn graph_id(&mut self, ctx: u64, g: Graph<E>, owner: Owner) -> CuRes<u64> {
+        if let Some(&id) = self.graph_ids.get(&(ctx, g)) {
+            return Ok(id);
+        }
+        let id = self.graphs.insert(GraphEntry { ctx, graph: g, owner })?;
+        self.graph_ids.insert((ctx, g), id);
+        Ok(id)
+    }
+
+    /// The id of executor graph `g` of context `ctx`, if the session
+    /// knows it.
+    pub(super) fn graph_ids_get(&self, ctx: u64, g: Graph<E>) -> Option<u64> {
+        self.graph_ids.get(&(ctx, g)).copied()
+    }
+
+    /// The id of node `n` of session graph `graph`, registered if new.
+    pub(super) fn node_id(&mut self, graph: u64, n: Node<E>) -> CuRes<u64> {
+        let ctx = self.graphs.get(graph).ok_or(CuError::INVALID_VALUE)?.ctx;
+        if let Some(&id) = self.node_ids.get(&(ctx, n)) {
+            return Ok(id);
+        }
+        let id = self.nodes.insert(NodeEntry { ctx, graph, node: n })?;
+        self.node_ids.insert((ctx, n), id);
+        Ok(id)
+    }
+
+    /// The context and executor graph of graph `id`.
+    pub(super) fn graph(&self, id: u64) -> CuRes<(u64, Graph<E>)> {
+        self.graphs.get(id).map(|g| (g.ctx, g.graph)).ok_or(CuError::INVALID_VALUE)
+    }
+
+    /// The executor nodes of `ids`, each a node of graph `graph`.
+    pub(super) fn nodes_of(&self, graph: u64, ids: impl IntoIterator<Item = u64>) -> CuRes<Vec<Node<E>>> {
+        ids.into_iter()
+            .map(|id| match self.nodes.get(id) {
+                Some(n) if n.graph == graph => Ok(n.node),
+                _ => Err(CuError::INVALID_VALUE),
+            })
+            .collect()
+    }
+
+    /// Forgets node `id` (destroyed), and the graph it owns if any.
+    pub(super) fn forget_node(&mut self, id: u64) {
+        if let Some(n) = self.nodes.remove(id) {
+            self.node_ids.remove(&(n.ctx, n.node));
+        }
+        let owned: Vec<u64> =
+            self.graphs.iter().filter(|(_, g)| matches!(g.owner, Owner::Node { node, .. } if node == id)).map(|(g, _)| g).collect();
+        owned.into_iter().for_each(|g| self.forget_graph(g));
+    }
+
+    /// Forgets graph `id` (destroyed), its nodes and the graphs they own.
+    pub(super) fn forget_graph(&mut self, id: u64) {
+        let Some(g) = self.graphs.remove(id) else { return };
+        self.graph_ids.remove(&(g.ctx, g.graph));
+        for n in self.nodes.drain_where(|n| n.graph == id) {
+            self.node_ids.remove(&(n.ctx, n.node));
+        }
+        let children: Vec<u64> =
+            self.graphs.iter().filter(|(_, c)| matches!(c.owner, Owner::Node { graph, .. } if graph == id)).map(|(c, _)| c).collect();
+        for c in children {
+            self.forget_graph(c);
+        }
+    }
+
+    /// Replies with the ids of `nodes` of graph `graph`.
+    pub(super) fn ids_rep(&mut self, graph: u64, nodes: Vec<Node<E>>) -> CuRes<IdsRep> {
+        let ids = nodes.into_iter().map(|n| self.node_id(graph, n)).collect::<CuRes<Vec<u64>>>()?;
+        Ok(IdsRep { ids })
+    }
+}
+
+/// Frees every executable graph and graph of context `ctx` (all, with
+/// `None`), before the context goes.
+pub(super) fn forget<E: Executor>(s: &mut Session<E>, ctx: Option<u64>) {
+    let mine = |c: u64| ctx.is_none_or(|x| x == c);
+    for e in s.graph.execs.drain_where(|e| mine(e.ctx)) {
+        let _ = s.enter(e.ctx).and_then(|c| c.graph_exec_destroy(e.exec));
+    }
+    let owned: Vec<(u64, Owner)> = s.graph.graphs.iter().filter(|(_, g)| mine(g.ctx)).map(|(id, g)| (id, g.owner)).collect();
+    for (id, owner) in owned {
+        if let (Owner::Guest, Ok((c, g))) = (owner, s.graph.graph(id)) {
+            let _ = s.enter(c).and_then(|x| x.graph_destroy(g));
+        }
+        s.graph.forget_graph(id);
+    }
+}
+
+fn handle(id: u64) -> HandleRep {
+    HandleRep { handle: id.into() }
+}

@@ -1,0 +1,210 @@
+//! Nodes a program adds by hand, one function per type: empty, child
+//! graph, event record and wait, memset, device-to-device copy (kernel
+//! nodes are in [`super::graph_kernel`], the generic interface in
+//! [`super::graph_node`]).
+
+use super::capture::graph_id;
+use super::graph::{nodes_in, put_node};
+use crate::state::{self, Res, id, run};
+use pvgpu_frontend::{Event, GraphNode};
+use pvgpu_ring::cuda::api::*;
+use pvgpu_ring::proto::GraphMemsetHead;
+use pvgpu_ring::{CuError, CuResult};
+
+/// Adds a node of `kind` (`object`: the child graph or the event).
+///
+/// # Safety
+/// `deps` holds `n` nodes; `ph` is writable.
+pub(crate) unsafe fn add_simple(
+    ph: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    kind: CUgraphNodeType,
+    object: u64,
+) -> Res {
+    // SAFETY: per the caller.
+    let deps = unsafe { nodes_in(deps, n) }?;
+    if ph.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let node = state::client()?.graph_add_node(graph_id(g)?, &deps, kind.0, object).map_err(state::cu)?;
+    // SAFETY: per the caller.
+    unsafe { put_node(ph, node) }
+}
+
+/// `cuGraphAddEmptyNode`.
+///
+/// # Safety
+/// `deps` holds `n` nodes; `ph` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddEmptyNode(ph: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize) -> CuResult {
+    // SAFETY: per the caller.
+    run("cuGraphAddEmptyNode", || unsafe { add_simple(ph, g, deps, n, CU_GRAPH_NODE_TYPE_EMPTY, 0) })
+}
+
+/// `cuGraphAddChildGraphNode`: the node runs a copy of `child`.
+///
+/// # Safety
+/// `deps` holds `n` nodes; `ph` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddChildGraphNode(
+    ph: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    child: CUgraph,
+) -> CuResult {
+    run("cuGraphAddChildGraphNode", || {
+        let child = graph_id(child)?.0;
+        // SAFETY: per the caller.
+        unsafe { add_simple(ph, g, deps, n, CU_GRAPH_NODE_TYPE_GRAPH, child) }
+    })
+}
+
+/// `cuGraphAddEventRecordNode`.
+///
+/// # Safety
+/// `deps` holds `n` nodes; `ph` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddEventRecordNode(
+    ph: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    e: CUevent,
+) -> CuResult {
+    // SAFETY: per the caller.
+    run("cuGraphAddEventRecordNode", || unsafe { add_simple(ph, g, deps, n, CU_GRAPH_NODE_TYPE_EVENT_RECORD, Event(id(e)).0) })
+}
+
+/// `cuGraphAddEventWaitNode`.
+///
+/// # Safety
+/// `deps` holds `n` nodes; `ph` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddEventWaitNode(
+    ph: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    e: CUevent,
+) -> CuResult {
+    // SAFETY: per the caller.
+    run("cuGraphAddEventWaitNode", || unsafe { add_simple(ph, g, deps, n, CU_GRAPH_NODE_TYPE_WAIT_EVENT, Event(id(e)).0) })
+}
+
+/// `cuGraphAddMemsetNode`.
+///
+/// # Safety
+/// `deps` holds `n` nodes; `ph` is writable; `p` is readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddMemsetNode(
+    ph: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    p: *const CUDA_MEMSET_NODE_PARAMS,
+    ctx: CUcontext,
+) -> CuResult {
+    run("cuGraphAddMemsetNode", || {
+        // SAFETY: per the caller.
+        let deps = unsafe { nodes_in(deps, n) }?;
+        if p.is_null() || ph.is_null() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        // SAFETY: readable per the API.
+        let m = unsafe { p.read_unaligned() };
+        let head = memset_head(m.dst, m.pitch, m.value, m.elementSize, m.width, m.height, ctx)?;
+        let node = state::client()?.graph_add_memset_node(graph_id(g)?, &deps, head).map_err(state::cu)?;
+        // SAFETY: per the caller.
+        unsafe { put_node(ph, node) }
+    })
+}
+
+/// A memset node's parameters as the wire carries them, in context
+/// `ctx` (null: the current one).
+pub(crate) fn memset_head(
+    dst: u64,
+    pitch: usize,
+    value: u32,
+    elem: u32,
+    width: usize,
+    height: usize,
+    ctx: CUcontext,
+) -> Result<GraphMemsetHead, CuError> {
+    let ctx = state::ctx::backend(state::ctx::or_current(id(ctx))?)?;
+    Ok(GraphMemsetHead {
+        graph: 0.into(),
+        ctx: ctx.0.into(),
+        dst: dst.into(),
+        pitch: (pitch as u64).into(),
+        width: (width as u64).into(),
+        height: (height as u64).into(),
+        value: value.into(),
+        elem_size: elem.into(),
+        dep_count: 0.into(),
+        reserved: 0.into(),
+    })
+}
+
+/// The device bytes a memcpy node copies: `(dst, src, len)`. Device (or
+/// unified device) sides only, in one contiguous run.
+pub(crate) fn device_copy(c: &CUDA_MEMCPY3D) -> Result<(u64, u64, u64), CuError> {
+    use pvgpu_frontend::Pitched;
+    if c.srcLOD != 0 || c.dstLOD != 0 {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let (w, h, d) = (c.WidthInBytes, c.Height.max(1), c.Depth.max(1));
+    let contiguous = |pitch: usize, height: usize| (h == 1 && d == 1) || (pitch == w && (d == 1 || height == h));
+    if !contiguous(c.srcPitch, c.srcHeight) || !contiguous(c.dstPitch, c.dstHeight) {
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    let src_off = (c.srcZ * c.srcHeight + c.srcY) * c.srcPitch + c.srcXInBytes;
+    let dst_off = (c.dstZ * c.dstHeight + c.dstY) * c.dstPitch + c.dstXInBytes;
+    let side = |kind, host, dev, off, pitch| super::pitched::side(kind, host, dev, off, pitch);
+    match (
+        side(c.srcMemoryType, c.srcHost, c.srcDevice, src_off, c.srcPitch)?,
+        side(c.dstMemoryType, c.dstHost, c.dstDevice as _, dst_off, c.dstPitch)?,
+    ) {
+        (Pitched::Device { ptr: src, .. }, Pitched::Device { ptr: dst, .. }) => Ok((dst, src, (w * h * d) as u64)),
+        // Host memory in a graph is read or written at every launch: not
+        // yet supported by hand-built nodes (captured copies of page-locked
+        // memory are).
+        _ => Err(CuError::NOT_SUPPORTED),
+    }
+}
+
+/// `cuGraphAddMemcpyNode`: device-to-device copies.
+///
+/// # Safety
+/// `deps` holds `n` nodes; `ph` is writable; `p` is readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddMemcpyNode(
+    ph: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    p: *const CUDA_MEMCPY3D,
+    ctx: CUcontext,
+) -> CuResult {
+    run("cuGraphAddMemcpyNode", || {
+        // SAFETY: per the caller.
+        let deps = unsafe { nodes_in(deps, n) }?;
+        if p.is_null() || ph.is_null() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        // SAFETY: readable per the API.
+        let node = add_memcpy(g, &deps, unsafe { &*p }, ctx)?;
+        // SAFETY: per the caller.
+        unsafe { put_node(ph, node) }
+    })
+}
+
+/// Adds a device-to-device copy node after `deps`, in context `ctx`
+/// (null: the current one).
+pub(crate) fn add_memcpy(g: CUgraph, deps: &[GraphNode], c: &CUDA_MEMCPY3D, ctx: CUcontext) -> Result<GraphNode, CuError> {
+    let (dst, src, len) = device_copy(c)?;
+    let ctx = state::ctx::backend(state::ctx::or_current(id(ctx))?)?;
+    state::client()?.graph_add_memcpy_node(graph_id(g)?, deps, ctx, dst, src, len).map_err(state::cu)
+}

@@ -1,0 +1,210 @@
+//! Kernel nodes: added to a graph, their parameters set in the graph or in
+//! an executable graph. The arguments are packed here, as for a launch,
+//! from `kernelParams` or the `extra` buffer; the function may be a
+//! `CUfunction` or a `CUkernel`.
+
+use super::capture::{graph_id, node_id};
+use super::graph::{nodes_in, put_node};
+use super::launch::{check_launch, pack};
+use crate::state::{self, Res, id, run};
+use pvgpu_frontend::{GraphExec, KernelNode};
+use pvgpu_ring::cuda::api::*;
+use pvgpu_ring::{CuError, CuResult};
+use std::ffi::c_void;
+
+/// What both forms of `CUDA_KERNEL_NODE_PARAMS` say.
+pub(crate) struct Kernel {
+    func: CUfunction,
+    kern: CUkernel,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem: u32,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+}
+
+impl Kernel {
+    /// # Safety
+    /// A non-null `p` must be readable.
+    unsafe fn v1(p: *const CUDA_KERNEL_NODE_PARAMS_v1) -> Result<Kernel, CuError> {
+        if p.is_null() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        // SAFETY: readable per the caller.
+        let k = unsafe { &*p };
+        Ok(Kernel {
+            func: k.func,
+            kern: std::ptr::null_mut(),
+            grid: [k.gridDimX, k.gridDimY, k.gridDimZ],
+            block: [k.blockDimX, k.blockDimY, k.blockDimZ],
+            shared_mem: k.sharedMemBytes,
+            params: k.kernelParams,
+            extra: k.extra,
+        })
+    }
+
+    /// The kernel of a generic node's parameters.
+    pub(crate) fn v3(k: &CUDA_KERNEL_NODE_PARAMS_v3) -> Kernel {
+        Kernel {
+            func: k.func,
+            kern: k.kern,
+            grid: [k.gridDimX, k.gridDimY, k.gridDimZ],
+            block: [k.blockDimX, k.blockDimY, k.blockDimZ],
+            shared_mem: k.sharedMemBytes,
+            params: k.kernelParams,
+            extra: k.extra,
+        }
+    }
+
+    /// # Safety
+    /// A non-null `p` must be readable.
+    unsafe fn v2(p: *const CUDA_KERNEL_NODE_PARAMS) -> Result<Kernel, CuError> {
+        if p.is_null() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        // SAFETY: readable per the caller.
+        let k = unsafe { &*p };
+        Ok(Kernel {
+            func: k.func,
+            kern: k.kern,
+            grid: [k.gridDimX, k.gridDimY, k.gridDimZ],
+            block: [k.blockDimX, k.blockDimY, k.blockDimZ],
+            shared_mem: k.sharedMemBytes,
+            params: k.kernelParams,
+            extra: k.extra,
+        })
+    }
+
+    /// Calls `f` with the node's parameters, packed.
+    ///
+    /// # Safety
+    /// `params` and `extra` as the driver API requires of a launch.
+    unsafe fn with<T>(&self, f: impl FnOnce(&KernelNode<'_>) -> Result<T, CuError>) -> Result<T, CuError> {
+        let h = if self.func.is_null() { self.kern } else { self.func };
+        let (fid, func) = crate::library::function(id(h))?;
+        check_launch(fid, self.grid, self.block, std::ptr::null_mut())?;
+        // SAFETY: per the caller.
+        let packed = unsafe { pack(&func, self.params, self.extra) }?;
+        f(&KernelNode { f: &func, grid: self.grid, block: self.block, shared_mem: self.shared_mem, params: &packed })
+    }
+}
+
+/// Adds a kernel node.
+///
+/// # Safety
+/// `deps` holds `n` nodes; `ph` is writable; `k`'s arguments are readable.
+pub(crate) unsafe fn add(ph: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, k: Kernel) -> Res {
+    // SAFETY: per the caller.
+    let deps = unsafe { nodes_in(deps, n) }?;
+    if ph.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let g = graph_id(g)?;
+    // SAFETY: per the caller.
+    let node = unsafe { k.with(|node| state::client()?.graph_add_kernel_node(g, &deps, node).map_err(state::cu)) }?;
+    // SAFETY: per the caller.
+    unsafe { put_node(ph, node) }
+}
+
+/// `cuGraphAddKernelNode` (CUDA 10's parameter struct).
+///
+/// # Safety
+/// As the driver API requires of each argument.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddKernelNode(
+    ph: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    p: *const CUDA_KERNEL_NODE_PARAMS_v1,
+) -> CuResult {
+    // SAFETY: per the caller.
+    run("cuGraphAddKernelNode", || unsafe { add(ph, g, deps, n, Kernel::v1(p)?) })
+}
+
+/// `cuGraphAddKernelNode_v2`.
+///
+/// # Safety
+/// As the driver API requires of each argument.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
+    ph: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    p: *const CUDA_KERNEL_NODE_PARAMS,
+) -> CuResult {
+    // SAFETY: per the caller.
+    run("cuGraphAddKernelNode_v2", || unsafe { add(ph, g, deps, n, Kernel::v2(p)?) })
+}
+
+/// Sets a kernel node's parameters in its graph.
+///
+/// # Safety
+/// `k`'s arguments are readable.
+unsafe fn set(node: CUgraphNode, k: Kernel) -> Res {
+    let node = node_id(node)?;
+    // SAFETY: per the caller.
+    unsafe { k.with(|kn| state::client()?.graph_kernel_node_set(node, kn).map_err(state::cu)) }
+}
+
+/// `cuGraphKernelNodeSetParams` (CUDA 10's parameter struct).
+///
+/// # Safety
+/// As the driver API requires of `p`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphKernelNodeSetParams(node: CUgraphNode, p: *const CUDA_KERNEL_NODE_PARAMS_v1) -> CuResult {
+    // SAFETY: per the caller.
+    run("cuGraphKernelNodeSetParams", || unsafe { set(node, Kernel::v1(p)?) })
+}
+
+/// `cuGraphKernelNodeSetParams_v2`.
+///
+/// # Safety
+/// As the driver API requires of `p`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(node: CUgraphNode, p: *const CUDA_KERNEL_NODE_PARAMS) -> CuResult {
+    // SAFETY: per the caller.
+    run("cuGraphKernelNodeSetParams_v2", || unsafe { set(node, Kernel::v2(p)?) })
+}
+
+/// Sets a kernel node's parameters in an executable graph.
+///
+/// # Safety
+/// `k`'s arguments are readable.
+pub(crate) unsafe fn exec_set(e: CUgraphExec, node: CUgraphNode, k: Kernel) -> Res {
+    if e.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let node = node_id(node)?;
+    // SAFETY: per the caller.
+    unsafe { k.with(|kn| state::client()?.graph_exec_kernel_node_set(GraphExec(id(e)), node, kn).map_err(state::cu)) }
+}
+
+/// `cuGraphExecKernelNodeSetParams` (CUDA 10's parameter struct).
+///
+/// # Safety
+/// As the driver API requires of `p`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
+    e: CUgraphExec,
+    node: CUgraphNode,
+    p: *const CUDA_KERNEL_NODE_PARAMS_v1,
+) -> CuResult {
+    // SAFETY: per the caller.
+    run("cuGraphExecKernelNodeSetParams", || unsafe { exec_set(e, node, Kernel::v1(p)?) })
+}
+
+/// `cuGraphExecKernelNodeSetParams_v2`.
+///
+/// # Safety
+/// As the driver API requires of `p`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
+    e: CUgraphExec,
+    node: CUgraphNode,
+    p: *const CUDA_KERNEL_NODE_PARAMS,
+) -> CuResult {
+    // SAFETY: per the caller.
+    run("cuGraphExecKernelNodeSetParams_v2", || unsafe { exec_set(e, node, Kernel::v2(p)?) })
+}

@@ -1,0 +1,248 @@
+//! The generic node interface (`cuGraphAddNode`, `cuGraphExecNodeSetParams`,
+//! one parameter union for every node type), the per-type setters of
+//! executable graphs' nodes (memset, copy, child graph), enabling and
+//! disabling nodes, and capture into an existing graph. Kernel, memset,
+//! device-copy, empty, child-graph and event nodes are supported; host,
+//! memory, conditional, external-semaphore and batch-memop nodes are not
+//! (`CUDA_ERROR_NOT_SUPPORTED`).
+
+use super::capture::{graph_id, node_id};
+use super::graph::{edge_data, nodes_in, put_node};
+use super::graph_add::{add_memcpy, add_simple, device_copy, memset_head};
+use super::graph_kernel::{self, Kernel};
+use crate::state::{self, Res, id, run};
+use pvgpu_frontend::GraphExec;
+use pvgpu_ring::cuda::api::*;
+use pvgpu_ring::{CuError, CuResult};
+
+fn exec_id(e: CUgraphExec) -> Result<GraphExec, CuError> {
+    if e.is_null() { Err(CuError::INVALID_VALUE) } else { Ok(GraphExec(id(e))) }
+}
+
+/// Adds the node `p` describes.
+///
+/// # Safety
+/// `deps` holds `n` nodes; `ph` is writable; `p` is readable, with the
+/// pointers of its member readable as the driver API requires.
+unsafe fn add(ph: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, p: *const CUgraphNodeParams) -> Res {
+    if p.is_null() || ph.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    // SAFETY: readable per the caller.
+    let p = unsafe { &*p };
+    // SAFETY (each union read below): the member `type_` names.
+    match p.type_ {
+        // SAFETY: per the caller.
+        CU_GRAPH_NODE_TYPE_KERNEL => unsafe { graph_kernel::add(ph, g, deps, n, Kernel::v3(&p.anon2.kernel)) },
+        CU_GRAPH_NODE_TYPE_MEMSET => {
+            // SAFETY: the memset member.
+            let m = unsafe { p.anon2.memset };
+            let head = memset_head(m.dst, m.pitch, m.value, m.elementSize, m.width, m.height, m.ctx)?;
+            // SAFETY: per the caller.
+            let deps = unsafe { nodes_in(deps, n) }?;
+            let node = state::client()?.graph_add_memset_node(graph_id(g)?, &deps, head).map_err(state::cu)?;
+            // SAFETY: per the caller.
+            unsafe { put_node(ph, node) }
+        }
+        CU_GRAPH_NODE_TYPE_MEMCPY => {
+            // SAFETY: the memcpy member.
+            let c = unsafe { &p.anon2.memcpy };
+            // SAFETY: per the caller.
+            let deps = unsafe { nodes_in(deps, n) }?;
+            let node = add_memcpy(g, &deps, &c.copyParams, c.copyCtx)?;
+            // SAFETY: per the caller.
+            unsafe { put_node(ph, node) }
+        }
+        // SAFETY: per the caller.
+        CU_GRAPH_NODE_TYPE_EMPTY => unsafe { add_simple(ph, g, deps, n, CU_GRAPH_NODE_TYPE_EMPTY, 0) },
+        CU_GRAPH_NODE_TYPE_GRAPH => {
+            // SAFETY: the child-graph member.
+            let c = unsafe { p.anon2.graph };
+            if c.ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE {
+                return Err(CuError::NOT_SUPPORTED);
+            }
+            // SAFETY: per the caller.
+            unsafe { add_simple(ph, g, deps, n, CU_GRAPH_NODE_TYPE_GRAPH, graph_id(c.graph)?.0) }
+        }
+        CU_GRAPH_NODE_TYPE_EVENT_RECORD => {
+            // SAFETY: the event-record member.
+            let e = unsafe { p.anon2.eventRecord.event };
+            // SAFETY: per the caller.
+            unsafe { add_simple(ph, g, deps, n, CU_GRAPH_NODE_TYPE_EVENT_RECORD, id(e)) }
+        }
+        CU_GRAPH_NODE_TYPE_WAIT_EVENT => {
+            // SAFETY: the event-wait member.
+            let e = unsafe { p.anon2.eventWait.event };
+            // SAFETY: per the caller.
+            unsafe { add_simple(ph, g, deps, n, CU_GRAPH_NODE_TYPE_WAIT_EVENT, id(e)) }
+        }
+        other => {
+            tracing::debug!(kind = ?other, "graph node type not supported");
+            Err(CuError::NOT_SUPPORTED)
+        }
+    }
+}
+
+/// `cuGraphAddNode`.
+///
+/// # Safety
+/// As the driver API requires of each argument.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddNode(
+    ph: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    p: *mut CUgraphNodeParams,
+) -> CuResult {
+    // SAFETY: per the caller.
+    run("cuGraphAddNode", || unsafe { add(ph, g, deps, n, p) })
+}
+
+/// `cuGraphAddNode_v2` (default edges only).
+///
+/// # Safety
+/// As the driver API requires of each argument.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddNode_v2(
+    ph: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    data: *const CUgraphEdgeData,
+    n: usize,
+    p: *mut CUgraphNodeParams,
+) -> CuResult {
+    run("cuGraphAddNode_v2", || {
+        // SAFETY: `n` entries or null, per the caller.
+        unsafe { edge_data(data, n) }?;
+        // SAFETY: per the caller.
+        unsafe { add(ph, g, deps, n, p) }
+    })
+}
+
+/// Sets a memset node of an executable graph.
+fn exec_memset(e: CUgraphExec, node: CUgraphNode, head: pvgpu_ring::proto::GraphMemsetHead) -> Res {
+    state::client()?.graph_exec_memset_set(exec_id(e)?, node_id(node)?, head).map_err(state::cu)
+}
+
+/// Sets a copy node of an executable graph.
+fn exec_memcpy(e: CUgraphExec, node: CUgraphNode, c: &CUDA_MEMCPY3D, ctx: CUcontext) -> Res {
+    let (dst, src, len) = device_copy(c)?;
+    let ctx = state::ctx::backend(state::ctx::or_current(id(ctx))?)?;
+    state::client()?.graph_exec_memcpy_set(exec_id(e)?, node_id(node)?, ctx, dst, src, len).map_err(state::cu)
+}
+
+/// `cuGraphExecMemsetNodeSetParams`.
+///
+/// # Safety
+/// `p` must be readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
+    e: CUgraphExec,
+    node: CUgraphNode,
+    p: *const CUDA_MEMSET_NODE_PARAMS,
+    ctx: CUcontext,
+) -> CuResult {
+    run("cuGraphExecMemsetNodeSetParams", || {
+        if p.is_null() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        // SAFETY: readable per the API.
+        let m = unsafe { p.read_unaligned() };
+        exec_memset(e, node, memset_head(m.dst, m.pitch, m.value, m.elementSize, m.width, m.height, ctx)?)
+    })
+}
+
+/// `cuGraphExecMemcpyNodeSetParams`: device-to-device copies.
+///
+/// # Safety
+/// `p` must be readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
+    e: CUgraphExec,
+    node: CUgraphNode,
+    p: *const CUDA_MEMCPY3D,
+    ctx: CUcontext,
+) -> CuResult {
+    run("cuGraphExecMemcpyNodeSetParams", || {
+        if p.is_null() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        // SAFETY: readable per the API.
+        exec_memcpy(e, node, unsafe { &*p }, ctx)
+    })
+}
+
+/// `cuGraphExecChildGraphNodeSetParams`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphExecChildGraphNodeSetParams(e: CUgraphExec, node: CUgraphNode, child: CUgraph) -> CuResult {
+    run("cuGraphExecChildGraphNodeSetParams", || {
+        state::client()?.graph_exec_child_set(exec_id(e)?, node_id(node)?, graph_id(child)?).map_err(state::cu)
+    })
+}
+
+/// `cuGraphNodeSetEnabled`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphNodeSetEnabled(e: CUgraphExec, node: CUgraphNode, enabled: std::ffi::c_uint) -> CuResult {
+    run("cuGraphNodeSetEnabled", || state::client()?.graph_node_enable(exec_id(e)?, node_id(node)?, enabled != 0).map_err(state::cu))
+}
+
+/// `cuGraphExecNodeSetParams`: kernel, memset, copy and child-graph nodes.
+///
+/// # Safety
+/// `p` must be readable, with the pointers of its member readable as the
+/// driver API requires.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecNodeSetParams(e: CUgraphExec, node: CUgraphNode, p: *mut CUgraphNodeParams) -> CuResult {
+    run("cuGraphExecNodeSetParams", || {
+        if p.is_null() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        // SAFETY: readable per the API.
+        let p = unsafe { &*p };
+        // SAFETY (each union read below): the member `type_` names.
+        match p.type_ {
+            // SAFETY: per the caller.
+            CU_GRAPH_NODE_TYPE_KERNEL => unsafe { graph_kernel::exec_set(e, node, Kernel::v3(&p.anon2.kernel)) },
+            CU_GRAPH_NODE_TYPE_MEMSET => {
+                // SAFETY: the memset member.
+                let m = unsafe { p.anon2.memset };
+                exec_memset(e, node, memset_head(m.dst, m.pitch, m.value, m.elementSize, m.width, m.height, m.ctx)?)
+            }
+            CU_GRAPH_NODE_TYPE_MEMCPY => {
+                // SAFETY: the memcpy member.
+                let c = unsafe { &p.anon2.memcpy };
+                exec_memcpy(e, node, &c.copyParams, c.copyCtx)
+            }
+            CU_GRAPH_NODE_TYPE_GRAPH => {
+                // SAFETY: the child-graph member.
+                let child = unsafe { p.anon2.graph.graph };
+                state::client()?.graph_exec_child_set(exec_id(e)?, node_id(node)?, graph_id(child)?).map_err(state::cu)
+            }
+            _ => Err(CuError::NOT_SUPPORTED),
+        }
+    })
+}
+
+/// `cuStreamBeginCaptureToGraph`: capture into an existing graph, after
+/// `n` of its nodes (default edges only).
+///
+/// # Safety
+/// `deps` (and a non-null `data`) hold `n` entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
+    s: CUstream,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    data: *const CUgraphEdgeData,
+    n: usize,
+    mode: CUstreamCaptureMode,
+) -> CuResult {
+    run("cuStreamBeginCaptureToGraph", || {
+        // SAFETY: `n` entries or null, per the caller.
+        unsafe { edge_data(data, n) }?;
+        // SAFETY: per the caller.
+        let deps = unsafe { nodes_in(deps, n) }?;
+        state::client()?.stream_begin_capture_to_graph(state::ordered(s), graph_id(g)?, &deps, mode.0).map_err(state::cu)
+    })
+}

@@ -1,0 +1,170 @@
+//! Strategies for the requests of capture and graphs, and their replies'
+//! round trips.
+
+use super::arb;
+use crate::proto::*;
+use proptest::prelude::*;
+use zerocopy::IntoBytes;
+
+type Arb = BoxedStrategy<(Opcode, Vec<u8>)>;
+
+fn ids() -> impl Strategy<Value = Vec<u64>> {
+    proptest::collection::vec(any::<u64>(), 0..40)
+}
+
+/// A node-adding request of head `H`: `set` writes the dependency count.
+fn node_request<H, F>(op: Opcode, set: F) -> Arb
+where
+    H: zerocopy::FromBytes + zerocopy::KnownLayout + zerocopy::Immutable + IntoBytes + std::fmt::Debug + Clone + 'static,
+    F: Fn(&mut H, u32) + Clone + Send + Sync + 'static,
+{
+    (arb::<H>(), ids())
+        .prop_map(move |(mut h, deps)| {
+            set(&mut h, deps.len() as u32);
+            let mut p = h.as_bytes().to_vec();
+            deps.iter().for_each(|d| p.extend_from_slice(&d.to_le_bytes()));
+            (op, p)
+        })
+        .boxed()
+}
+
+/// Every request of the `graph` family.
+pub(super) fn requests() -> Vec<Arb> {
+    macro_rules! fixed {
+        ($($t:ident),*) => {
+            vec![$( arb::<$t>().prop_map(|r| (Opcode::$t, r.as_bytes().to_vec())).boxed() ),*]
+        };
+    }
+    let mut all = fixed!(
+        StreamEndCapture,
+        StreamCaptureInfo,
+        GraphCreate,
+        GraphDestroy,
+        GraphClone,
+        GraphEdges,
+        GraphNodeInfo,
+        GraphNodeDestroy,
+        GraphDot,
+        GraphInstantiate,
+        GraphExecDestroy,
+        GraphExecUpdate,
+        GraphExecMemsetSet,
+        GraphExecMemcpySet,
+        GraphExecChildSet
+    );
+    all.push(
+        (arb::<StreamBeginCapture>(), 0u32..=2)
+            .prop_map(|(mut r, m)| {
+                r.mode = m.into();
+                (Opcode::StreamBeginCapture, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
+    all.push(
+        (arb::<CaptureModeExchange>(), 0u32..=2)
+            .prop_map(|(mut r, m)| {
+                r.mode = m.into();
+                (Opcode::CaptureModeExchange, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
+    all.push(
+        (arb::<GraphNodes>(), 0u32..=1)
+            .prop_map(|(mut r, f)| {
+                r.roots = f.into();
+                (Opcode::GraphNodes, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
+    all.push(
+        (arb::<GraphNodeEdges>(), 0u32..=1)
+            .prop_map(|(mut r, f)| {
+                r.dependents = f.into();
+                (Opcode::GraphNodeEdges, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
+    all.push(
+        (arb::<GraphLaunch>(), 0u32..=1)
+            .prop_map(|(mut r, f)| {
+                r.upload = f.into();
+                (Opcode::GraphLaunch, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
+    all.push(
+        (arb::<GraphNodeEnable>(), 0u32..=1)
+            .prop_map(|(mut r, f)| {
+                r.enabled = f.into();
+                (Opcode::GraphNodeEnable, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
+    all.push(
+        (arb::<GraphEdgesHead>(), ids(), 0u32..=1)
+            .prop_map(|(mut h, v, remove)| {
+                let n = v.len() / 2;
+                h.count = (n as u32).into();
+                h.remove = remove.into();
+                let mut buf = vec![];
+                let mut p = vec![];
+                GraphEdgesChange::new(h, &v[..n], &v[n..2 * n], &mut buf).encode(&mut p);
+                (Opcode::GraphEdgesChange, p)
+            })
+            .boxed(),
+    );
+    for op in [Opcode::GraphAddKernelNode, Opcode::GraphKernelNodeSet, Opcode::GraphExecKernelNodeSet] {
+        all.push(
+            (arb::<GraphKernelHead>(), ids(), proptest::collection::vec(any::<u8>(), 0..=256))
+                .prop_map(move |(mut h, deps, params)| {
+                    h.dep_count = (deps.len() as u32).into();
+                    h.param_len = (params.len() as u32).into();
+                    let mut buf = vec![];
+                    let mut p = vec![];
+                    match op {
+                        Opcode::GraphAddKernelNode => GraphAddKernelNode::new(h, &deps, &params, &mut buf).encode(&mut p),
+                        Opcode::GraphKernelNodeSet => GraphKernelNodeSet::new(h, &deps, &params, &mut buf).encode(&mut p),
+                        _ => GraphExecKernelNodeSet::new(h, &deps, &params, &mut buf).encode(&mut p),
+                    }
+                    (op, p)
+                })
+                .boxed(),
+        );
+    }
+    all.push(node_request::<GraphMemcpyHead, _>(Opcode::GraphAddMemcpyNode, |h, n| h.dep_count = n.into()));
+    all.push(node_request::<GraphMemsetHead, _>(Opcode::GraphAddMemsetNode, |h, n| h.dep_count = n.into()));
+    all.push(node_request::<GraphSimpleHead, _>(Opcode::GraphAddNode, |h, n| h.dep_count = n.into()));
+    all.push(node_request::<CaptureToGraphHead, _>(Opcode::StreamBeginCaptureToGraph, |h, n| {
+        h.dep_count = n.into();
+        h.mode = (h.mode.get() % 3).into();
+    }));
+    all
+}
+
+proptest! {
+    /// The replies of capture and graphs decode from their own encoding
+    /// to values that encode the same way.
+    #[test]
+    fn graph_replies_round_trip(
+        info in (arb::<CaptureInfoHead>(), ids()),
+        list in ids(),
+        bytes in proptest::collection::vec(any::<u8>(), 0..300),
+        node in arb::<NodeInfoRep>(),
+        update in arb::<ExecUpdateRep>(),
+    ) {
+        let info = CaptureInfoRep { head: CaptureInfoHead { dep_count: (info.1.len() as u32).into(), ..info.0 }, deps: info.1 };
+        prop_assert_eq!(CaptureInfoRep::decode(Opcode::StreamCaptureInfo, &encoded(&info)), Ok(info));
+        let list = IdsRep { ids: list };
+        prop_assert_eq!(IdsRep::decode(Opcode::GraphNodes, &encoded(&list)), Ok(list));
+        let bytes = BytesRep { bytes };
+        prop_assert_eq!(BytesRep::decode(Opcode::GraphDot, &encoded(&bytes)), Ok(bytes));
+        prop_assert_eq!(NodeInfoRep::decode(Opcode::GraphNodeInfo, &encoded(&node)), Ok(node));
+        prop_assert_eq!(ExecUpdateRep::decode(Opcode::GraphExecUpdate, &encoded(&update)), Ok(update));
+    }
+}
+
+fn encoded<R: Reply>(r: &R) -> Vec<u8> {
+    let mut v = vec![];
+    r.encode(&mut v);
+    v
+}

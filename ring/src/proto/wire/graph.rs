@@ -1,0 +1,346 @@
+//! Requests of stream capture and graphs: capture begin, end and status,
+//! graphs and their nodes, executable graphs and their launches. Graphs,
+//! nodes and executable graphs are session handles like streams and events.
+//! A node-adding request is a head, then `dep_count` node ids it depends
+//! on, then (a kernel node) its packed parameters.
+
+use super::*;
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+// Requests: stream capture.
+wire_structs! {
+    /// `cuStreamBeginCapture`.
+    pub struct StreamBeginCapture {
+        /// Stream id (not the default stream).
+        pub stream: U64,
+        /// `CUstreamCaptureMode`.
+        pub mode: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// Head of `StreamBeginCaptureToGraph` (`cuStreamBeginCaptureToGraph`):
+    /// capture into an existing graph, after `dep_count` of its nodes,
+    /// whose ids follow.
+    pub struct CaptureToGraphHead {
+        /// Stream id (not the default stream).
+        pub stream: U64,
+        /// Graph id.
+        pub graph: U64,
+        /// `CUstreamCaptureMode`.
+        pub mode: U32,
+        /// Node ids that follow.
+        pub dep_count: U32,
+    }
+    /// `cuStreamEndCapture`: the captured graph's id comes back.
+    pub struct StreamEndCapture {
+        /// Stream id.
+        pub stream: U64,
+    }
+    /// `cuStreamGetCaptureInfo` and `cuStreamIsCapturing`.
+    pub struct StreamCaptureInfo {
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+    }
+    /// `cuThreadExchangeStreamCaptureMode`: the previous mode comes back.
+    pub struct CaptureModeExchange {
+        /// `CUstreamCaptureMode`.
+        pub mode: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+}
+
+// Requests: graphs.
+wire_structs! {
+    /// `cuGraphCreate`, in a context of the session (where its nodes'
+    /// work will run).
+    pub struct GraphCreate {
+        /// Context id.
+        pub ctx: U64,
+        /// Flags (zero).
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// `cuGraphDestroy`.
+    pub struct GraphDestroy {
+        /// Graph id.
+        pub graph: U64,
+    }
+    /// `cuGraphClone`.
+    pub struct GraphClone {
+        /// Graph id.
+        pub graph: U64,
+    }
+    /// The nodes of a graph (`cuGraphGetNodes`, `cuGraphGetRootNodes`).
+    pub struct GraphNodes {
+        /// Graph id.
+        pub graph: U64,
+        /// 0: every node; 1: the root nodes.
+        pub roots: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// The edges of a graph (`cuGraphGetEdges`): pairs (from, to).
+    pub struct GraphEdges {
+        /// Graph id.
+        pub graph: U64,
+    }
+    /// A node's type and, for a child-graph node, its graph
+    /// (`cuGraphNodeGetType`, `cuGraphChildGraphNodeGetGraph`).
+    pub struct GraphNodeInfo {
+        /// Node id.
+        pub node: U64,
+    }
+    /// The dependencies of a node, or its dependents
+    /// (`cuGraphNodeGetDependencies`, `cuGraphNodeGetDependentNodes`).
+    pub struct GraphNodeEdges {
+        /// Node id.
+        pub node: U64,
+        /// 0: the nodes it depends on; 1: the nodes that depend on it.
+        pub dependents: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// Head of `GraphEdgesChange`: `count` node ids it goes from, then
+    /// `count` it goes to, follow.
+    pub struct GraphEdgesHead {
+        /// Graph id.
+        pub graph: U64,
+        /// Number of edges.
+        pub count: U32,
+        /// 0: add (`cuGraphAddDependencies`); 1: remove
+        /// (`cuGraphRemoveDependencies`).
+        pub remove: U32,
+    }
+    /// `cuGraphDestroyNode`.
+    pub struct GraphNodeDestroy {
+        /// Node id.
+        pub node: U64,
+    }
+    /// `cuGraphDebugDotPrint`: the DOT text comes back.
+    pub struct GraphDot {
+        /// Graph id.
+        pub graph: U64,
+        /// `CUgraphDebugDot_flags`.
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+}
+
+// Requests: nodes. Each head is followed by `dep_count` node ids.
+wire_structs! {
+    /// Head of `GraphAddKernelNode` and of the kernel-parameter setters:
+    /// then the dependencies, then `param_len` bytes of packed
+    /// parameters.
+    pub struct GraphKernelHead {
+        /// Graph id (adding), node id (`GraphKernelNodeSet`), or
+        /// executable graph id (`GraphExecKernelNodeSet`).
+        pub target: U64,
+        /// Node id (`GraphExecKernelNodeSet`), else zero.
+        pub node: U64,
+        /// Function id.
+        pub function: U64,
+        /// Grid dimensions.
+        pub grid: [U32; 3],
+        /// Block dimensions.
+        pub block: [U32; 3],
+        /// Dynamic shared memory in bytes.
+        pub shared_mem: U32,
+        /// Bytes of packed parameters that follow the dependencies.
+        pub param_len: U32,
+        /// Node ids that follow.
+        pub dep_count: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// Head of `GraphAddMemcpyNode`: a device-to-device copy of `len`
+    /// bytes; then the dependencies.
+    pub struct GraphMemcpyHead {
+        /// Graph id.
+        pub graph: U64,
+        /// Context id the copy runs in.
+        pub ctx: U64,
+        /// Destination.
+        pub dst: U64,
+        /// Source.
+        pub src: U64,
+        /// Bytes.
+        pub len: U64,
+        /// Node ids that follow.
+        pub dep_count: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// Head of `GraphAddMemsetNode`: `height` rows of `width` elements
+    /// of `elem_size` bytes, `pitch` bytes apart; then the dependencies.
+    pub struct GraphMemsetHead {
+        /// Graph id.
+        pub graph: U64,
+        /// Context id the memset runs in.
+        pub ctx: U64,
+        /// Destination.
+        pub dst: U64,
+        /// Row pitch in bytes.
+        pub pitch: U64,
+        /// Elements per row.
+        pub width: U64,
+        /// Rows.
+        pub height: U64,
+        /// The value (its low `elem_size` bytes).
+        pub value: U32,
+        /// 1, 2 or 4.
+        pub elem_size: U32,
+        /// Node ids that follow.
+        pub dep_count: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// Head of `GraphAddNode` of the kinds without parameters of their
+    /// own beyond an object: empty, child graph, event record, event
+    /// wait; then the dependencies.
+    pub struct GraphSimpleHead {
+        /// Graph id.
+        pub graph: U64,
+        /// `CUgraphNodeType`: `EMPTY`, `GRAPH`, `EVENT_RECORD` or
+        /// `WAIT_EVENT`.
+        pub kind: U32,
+        /// Node ids that follow.
+        pub dep_count: U32,
+        /// The child graph id or event id (zero for an empty node).
+        pub object: U64,
+    }
+}
+
+// Requests: executable graphs.
+wire_structs! {
+    /// `cuGraphInstantiate`.
+    pub struct GraphInstantiate {
+        /// Graph id.
+        pub graph: U64,
+        /// `CUgraphInstantiate_flags`.
+        pub flags: U64,
+    }
+    /// `cuGraphLaunch` and `cuGraphUpload`.
+    pub struct GraphLaunch {
+        /// Executable graph id.
+        pub exec: U64,
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+        /// 0: launch; 1: upload.
+        pub upload: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// `cuGraphExecDestroy`.
+    pub struct GraphExecDestroy {
+        /// Executable graph id.
+        pub exec: U64,
+    }
+    /// `cuGraphExecUpdate`: the executable graph takes `graph`'s
+    /// parameters where their topologies match.
+    pub struct GraphExecUpdate {
+        /// Executable graph id.
+        pub exec: U64,
+        /// Graph id.
+        pub graph: U64,
+    }
+    /// `cuGraphExecMemsetNodeSetParams`: node `node` (of the graph the
+    /// executable graph was made from) sets `memset` instead (its `graph`
+    /// and `dep_count` are zero).
+    pub struct GraphExecMemsetSet {
+        /// Executable graph id.
+        pub exec: U64,
+        /// Node id.
+        pub node: U64,
+        /// The memset.
+        pub memset: GraphMemsetHead,
+    }
+    /// `cuGraphExecMemcpyNodeSetParams` of device memory (`memcpy`'s
+    /// `graph` and `dep_count` are zero).
+    pub struct GraphExecMemcpySet {
+        /// Executable graph id.
+        pub exec: U64,
+        /// Node id.
+        pub node: U64,
+        /// The copy.
+        pub memcpy: GraphMemcpyHead,
+    }
+    /// `cuGraphExecChildGraphNodeSetParams`: the child-graph node runs a
+    /// copy of `graph` (of the same shape) instead.
+    pub struct GraphExecChildSet {
+        /// Executable graph id.
+        pub exec: U64,
+        /// Node id.
+        pub node: U64,
+        /// Graph id.
+        pub graph: U64,
+    }
+    /// `cuGraphNodeSetEnabled`: whether the executable graph runs a node.
+    pub struct GraphNodeEnable {
+        /// Executable graph id.
+        pub exec: U64,
+        /// Node id.
+        pub node: U64,
+        /// 1: runs; 0: skipped.
+        pub enabled: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+}
+
+// Replies.
+wire_structs! {
+    /// Head of the reply to `StreamCaptureInfo`: `dep_count` node ids
+    /// follow.
+    pub struct CaptureInfoHead {
+        /// `CUstreamCaptureStatus`.
+        pub status: U32,
+        /// Node ids that follow: the capture's current dependencies.
+        pub dep_count: U32,
+        /// The capture's id (unique in the session), 0 when none.
+        pub id: U64,
+        /// The graph being captured, 0 when none.
+        pub graph: U64,
+    }
+    /// Head of a list of ids: `count` follow.
+    pub struct IdsHead {
+        /// Number of ids.
+        pub count: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// Reply to `GraphNodeInfo`.
+    pub struct NodeInfoRep {
+        /// `CUgraphNodeType`.
+        pub kind: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+        /// The graph a child-graph node runs (owned by the node), else 0.
+        pub child: U64,
+        /// The graph the node belongs to.
+        pub graph: U64,
+    }
+    /// Reply to `GraphExecUpdate`.
+    pub struct ExecUpdateRep {
+        /// `CUgraphExecUpdateResult`.
+        pub result: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+        /// The node of `graph` that prevented the update, else 0.
+        pub error_node: U64,
+    }
+    /// Head of a byte string (the DOT text of a graph): `len` bytes
+    /// follow.
+    pub struct BytesHead {
+        /// Bytes that follow.
+        pub len: U64,
+    }
+}
+
+/// The capture mode a request names, checked.
+pub fn capture_mode(v: u32) -> Result<u32, DecodeError> {
+    if v <= 2 { Ok(v) } else { Err(DecodeError::BadField("mode")) }
+}

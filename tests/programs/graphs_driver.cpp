@@ -1,0 +1,488 @@
+// Stream capture and graphs through the driver API, as programs and
+// frameworks use them: a capture forked and joined across two streams and
+// replayed, a graph built node by node and changed after instantiation
+// (kernel parameters, cuGraphExecUpdate), a child graph, the generic node
+// interface and the executable graph's node setters, capture into an
+// existing graph, and what capture refuses (each call's CUresult is printed, so a run through pvgpu is
+// compared with the native run call by call).
+//
+//   graphs_driver kernels.fatbin
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cuda.h>
+#include <vector>
+
+#define CU(x)                                                                  \
+    do {                                                                       \
+        CUresult r_ = (x);                                                     \
+        if (r_ != CUDA_SUCCESS) {                                              \
+            const char *s_;                                                    \
+            cuGetErrorName(r_, &s_);                                           \
+            printf("CUDA error %s at line %d\n", s_, __LINE__);                \
+            exit(1);                                                           \
+        }                                                                      \
+    } while (0)
+
+// Prints what a call answered (the refusals are part of the output).
+static void say(const char *what, CUresult r) {
+    const char *s;
+    if (cuGetErrorName(r, &s) != CUDA_SUCCESS) s = "?";
+    printf("%-44s %s\n", what, s);
+}
+
+static int status(CUstream s) {
+    CUstreamCaptureStatus st;
+    CUresult r = cuStreamIsCapturing(s, &st);
+    return r == CUDA_SUCCESS ? (int)st : -(int)r;
+}
+
+static const int N = 1 << 14;
+static bool all_ok = true;
+
+// Compares a device sum with the CPU's, prints both.
+static void check(const char *what, double got, double want) {
+    bool ok = got == want;
+    all_ok = all_ok && ok;
+    printf("%-44s %.0f%s\n", what, got, ok ? "" : " (MISMATCH)");
+    if (!ok) printf("  expected %.0f\n", want);
+}
+
+static double cpu_sum(const std::vector<float> &v) {
+    double s = 0;
+    for (float x : v) s += x;
+    return s;
+}
+
+static double sum_of(CUdeviceptr d) {
+    std::vector<float> h(N);
+    CU(cuMemcpyDtoH(h.data(), d, N * 4));
+    double s = 0;
+    for (float v : h) s += v;
+    return s;
+}
+
+static size_t count_nodes(CUgraph g) {
+    size_t n = 0;
+    CU(cuGraphGetNodes(g, nullptr, &n));
+    return n;
+}
+
+static size_t count_edges(CUgraph g) {
+    size_t n = 0;
+    CU(cuGraphGetEdges(g, nullptr, nullptr, nullptr, &n));
+    return n;
+}
+
+struct Kernels {
+    CUfunction saxpy, mat_sum;
+};
+
+static void saxpy_on(const Kernels &k, CUstream s, float a, CUdeviceptr x, CUdeviceptr y) {
+    int n = N;
+    void *args[] = {&a, &x, &y, &n};
+    CU(cuLaunchKernel(k.saxpy, N / 256, 1, 1, 256, 1, 1, 0, s, args, nullptr));
+}
+
+// y = 2x + y on s1; forked: z = x + y, w = z on s2; joined: y = z + y.
+static void captured_replay(const Kernels &k, CUdeviceptr x, CUdeviceptr y, CUdeviceptr z, CUdeviceptr w, const std::vector<float> &xs) {
+    CUstream s1, s2;
+    CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    CUevent fork, join;
+    CU(cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+    CU(cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+    CU(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    printf("capturing: s1 %d s2 %d\n", status(s1), status(s2));
+    saxpy_on(k, s1, 2.0f, x, y);
+    CU(cuEventRecord(fork, s1));
+    CU(cuStreamWaitEvent(s2, fork, 0));
+    CUstreamCaptureStatus st;
+    cuuint64_t id1, id2;
+    const CUgraphNode *deps;
+    size_t ndeps;
+    CU(cuStreamGetCaptureInfo(s1, &st, &id1, nullptr, nullptr, nullptr, nullptr));
+    CU(cuStreamGetCaptureInfo(s2, &st, &id2, nullptr, &deps, nullptr, &ndeps));
+    printf("s2 joined: status %d same id %d deps %zu\n", (int)st, id1 == id2, ndeps);
+    int n = N;
+    void *sum_args[] = {&x, &y, &z, &n};
+    CU(cuLaunchKernel(k.mat_sum, N / 256, 1, 1, 256, 1, 1, 0, s2, sum_args, nullptr));
+    CU(cuMemcpyDtoDAsync(w, z, N * 4, s2));
+    CU(cuEventRecord(join, s2));
+    CU(cuStreamWaitEvent(s1, join, 0));
+    saxpy_on(k, s1, 1.0f, z, y);
+    CUgraph g;
+    CU(cuStreamEndCapture(s1, &g));
+    printf("ended: s1 %d s2 %d nodes %zu edges %zu\n", status(s1), status(s2), count_nodes(g), count_edges(g));
+    std::vector<float> ys(N, 1.0f), zs(N);
+    check("before launch: y", sum_of(y), cpu_sum(ys));
+    CUgraphExec e;
+    CU(cuGraphInstantiate(&e, g, 0));
+    CU(cuGraphDestroy(g));
+    for (int round = 0; round < 3; round++) {
+        CUstream s = round == 1 ? nullptr : s1;
+        CU(cuGraphLaunch(e, s));
+        CU(cuStreamSynchronize(s));
+        for (int i = 0; i < N; i++) {
+            ys[i] = 2 * xs[i] + ys[i];
+            zs[i] = xs[i] + ys[i];
+            ys[i] = zs[i] + ys[i];
+        }
+        char what[64];
+        snprintf(what, sizeof what, "round %d: y", round);
+        check(what, sum_of(y), cpu_sum(ys));
+        snprintf(what, sizeof what, "round %d: w", round);
+        check(what, sum_of(w), cpu_sum(zs));
+    }
+    CU(cuGraphExecDestroy(e));
+    CU(cuStreamDestroy(s1));
+    CU(cuStreamDestroy(s2));
+    CU(cuEventDestroy(fork));
+    CU(cuEventDestroy(join));
+}
+
+static void refusals(CUdeviceptr d) {
+    CUstream s1, s2;
+    CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    CUevent e;
+    CU(cuEventCreate(&e, 0));
+    CUgraph g = nullptr;
+    const CUstreamCaptureMode global = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    say("begin capture of the legacy stream", cuStreamBeginCapture(nullptr, global));
+    say("begin capture", cuStreamBeginCapture(s1, global));
+    say("begin capture again", cuStreamBeginCapture(s1, global));
+    say("end capture", cuStreamEndCapture(s1, &g));
+    printf("graph %s\n", g ? "returned" : "null");
+    CU(cuGraphDestroy(g));
+
+    say("begin capture", cuStreamBeginCapture(s1, global));
+    say("query the capturing stream", cuStreamQuery(s1));
+    printf("status after it %d\n", status(s1));
+    say("end capture", cuStreamEndCapture(s1, &g));
+
+    say("begin capture", cuStreamBeginCapture(s1, global));
+    say("memset", cuMemsetD8Async(d, 1, 4096, s1));
+    say("synchronize the context", cuCtxSynchronize());
+    printf("status after it %d\n", status(s1));
+    say("end capture", cuStreamEndCapture(s1, &g));
+
+    say("begin capture", cuStreamBeginCapture(s1, global));
+    say("memset", cuMemsetD8Async(d, 2, 4096, s1));
+    say("record", cuEventRecord(e, s1));
+    say("wait", cuStreamWaitEvent(s2, e, 0));
+    say("memset on the forked stream", cuMemsetD8Async(d, 3, 4096, s2));
+    say("end capture on the forked stream", cuStreamEndCapture(s2, &g));
+    say("end capture unjoined", cuStreamEndCapture(s1, &g));
+    printf("status after it: s1 %d s2 %d\n", status(s1), status(s2));
+
+    // What a global capture refuses of calls on other streams and of
+    // memory management, and what a relaxed one lets through.
+    CUdeviceptr extra = 0;
+    unsigned char b[4096];
+    say("begin capture", cuStreamBeginCapture(s1, global));
+    say("memset", cuMemsetD8Async(d, 5, 4096, s1));
+    say("synchronize another stream", cuStreamSynchronize(s2));
+    say("synchronous copy to the device", cuMemcpyHtoD(d, b, 16));
+    say("allocate", cuMemAlloc(&extra, 4096));
+    printf("status after them %d\n", status(s1));
+    say("end capture", cuStreamEndCapture(s1, &g));
+    if (extra) CU(cuMemFree(extra));
+    extra = 0;
+
+    CU(cuMemsetD8(d, 9, 4096));
+    say("begin relaxed capture", cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_RELAXED));
+    say("memset", cuMemsetD8Async(d, 4, 4096, s1));
+    say("allocate", cuMemAlloc(&extra, 4096));
+    say("free", cuMemFree(extra));
+    say("end capture", cuStreamEndCapture(s1, &g));
+    CU(cuMemcpyDtoH(b, d, 4096));
+    printf("captured memset did not run: %d\n", b[0] == 9 && b[4095] == 9);
+    CU(cuGraphDestroy(g));
+
+    say("begin relaxed capture", cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_RELAXED));
+    say("synchronize the context", cuCtxSynchronize());
+    printf("status after it %d\n", status(s1));
+    say("end capture", cuStreamEndCapture(s1, &g));
+    CU(cuStreamDestroy(s1));
+    CU(cuStreamDestroy(s2));
+    CU(cuEventDestroy(e));
+}
+
+static CUDA_KERNEL_NODE_PARAMS saxpy_node(const Kernels &k, void **args) {
+    CUDA_KERNEL_NODE_PARAMS p = {};
+    p.func = k.saxpy;
+    p.gridDimX = N / 256;
+    p.gridDimY = p.gridDimZ = 1;
+    p.blockDimX = 256;
+    p.blockDimY = p.blockDimZ = 1;
+    p.kernelParams = args;
+    return p;
+}
+
+static void explicit_graph(const Kernels &k, CUcontext ctx, CUdeviceptr x, CUdeviceptr y, CUdeviceptr out, const std::vector<float> &xs) {
+    auto want = [&](float a) {
+        double s = 0;
+        for (float v : xs) s += a * v + 1.0f;
+        return s;
+    };
+    CUstream s;
+    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUgraph g;
+    CU(cuGraphCreate(&g, 0));
+    CUDA_MEMSET_NODE_PARAMS ms = {};
+    ms.dst = y;
+    ms.elementSize = 4;
+    ms.width = N;
+    ms.height = 1;
+    float one = 1.0f;
+    memcpy(&ms.value, &one, 4);
+    CUgraphNode set, kern, copy;
+    CU(cuGraphAddMemsetNode(&set, g, nullptr, 0, &ms, ctx));
+    float a = 3.0f;
+    int n = N;
+    void *args[] = {&a, &x, &y, &n};
+    CUDA_KERNEL_NODE_PARAMS kp = saxpy_node(k, args);
+    CU(cuGraphAddKernelNode(&kern, g, &set, 1, &kp));
+    CUDA_MEMCPY3D cp = {};
+    cp.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    cp.srcDevice = y;
+    cp.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    cp.dstDevice = out;
+    cp.WidthInBytes = N * 4;
+    cp.Height = 1;
+    cp.Depth = 1;
+    CU(cuGraphAddMemcpyNode(&copy, g, &kern, 1, &cp, ctx));
+    CUgraphNodeType t;
+    CU(cuGraphNodeGetType(kern, &t));
+    size_t nd = 0;
+    CU(cuGraphNodeGetDependencies(copy, nullptr, nullptr, &nd));
+    printf("explicit: nodes %zu edges %zu kernel type %d copy deps %zu\n", count_nodes(g), count_edges(g), (int)t, nd);
+    CUgraphExec e;
+    CU(cuGraphInstantiate(&e, g, 0));
+    CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    check("a=3", sum_of(out), want(3));
+    a = 5.0f;
+    CU(cuGraphExecKernelNodeSetParams(e, kern, &kp));
+    CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    check("a=5 in the executable graph", sum_of(out), want(5));
+    a = 7.0f;
+    CU(cuGraphKernelNodeSetParams(kern, &kp));
+    CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    check("a=7 in the graph only", sum_of(out), want(5));
+    CUgraphExecUpdateResultInfo info;
+    say("update from the graph", cuGraphExecUpdate(e, g, &info));
+    printf("update result %d\n", (int)info.result);
+    CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    check("a=7 after the update", sum_of(out), want(7));
+
+    CUgraph bigger;
+    CU(cuGraphClone(&bigger, g));
+    CUgraphNode empty;
+    CU(cuGraphAddEmptyNode(&empty, bigger, nullptr, 0));
+    say("update from a graph with a node more", cuGraphExecUpdate(e, bigger, &info));
+    printf("update result %d\n", (int)info.result);
+
+    CUgraph outer;
+    CU(cuGraphCreate(&outer, 0));
+    CUgraphNode child_node, twice;
+    CU(cuGraphAddChildGraphNode(&child_node, outer, nullptr, 0, g));
+    CUgraph child;
+    CU(cuGraphChildGraphNodeGetGraph(child_node, &child));
+    printf("child nodes %zu\n", count_nodes(child));
+    float a1 = 1.0f;
+    void *args2[] = {&a1, &x, &out, &n};
+    CUDA_KERNEL_NODE_PARAMS kp2 = saxpy_node(k, args2);
+    CU(cuGraphAddKernelNode(&twice, outer, &child_node, 1, &kp2));
+    CUgraphExec e2;
+    CU(cuGraphInstantiate(&e2, outer, 0));
+    CU(cuGraphLaunch(e2, s));
+    CU(cuStreamSynchronize(s));
+    double twice_want = 0;
+    for (float v : xs) twice_want += (7 * v + 1.0f) + v;
+    check("child then saxpy", sum_of(out), twice_want);
+    CU(cuGraphRemoveDependencies(outer, &child_node, &twice, nullptr, 1));
+    printf("edges after removal %zu\n", count_edges(outer));
+    CU(cuGraphDestroyNode(child_node));
+    printf("nodes after destroying the child %zu\n", count_nodes(outer));
+    CU(cuGraphExecDestroy(e));
+    CU(cuGraphExecDestroy(e2));
+    CU(cuGraphDestroy(g));
+    CU(cuGraphDestroy(bigger));
+    CU(cuGraphDestroy(outer));
+    CU(cuStreamDestroy(s));
+}
+
+
+static float bits_of(float v, unsigned *out) {
+    memcpy(out, &v, 4);
+    return v;
+}
+
+static double line_sum(const std::vector<float> &xs, float a, float b) {
+    double s = 0;
+    for (float v : xs) s += a * v + b;
+    return s;
+}
+
+// The generic node interface and the setters of executable graphs' nodes:
+// memset, kernel and copy nodes added with cuGraphAddNode, then changed in
+// the executable graph one by one (memset value, a node disabled, the
+// copy's destination, the kernel through cuGraphExecNodeSetParams), a
+// child graph swapped for a changed one, and capture into an existing
+// graph.
+static void generic_nodes(const Kernels &k, CUcontext ctx, CUdeviceptr x, CUdeviceptr y, CUdeviceptr out, CUdeviceptr z,
+                          const std::vector<float> &xs) {
+    CUstream s;
+    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUgraph g;
+    CU(cuGraphCreate(&g, 0));
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    p.memset.dst = y;
+    p.memset.elementSize = 4;
+    p.memset.width = N;
+    p.memset.height = 1;
+    bits_of(2.0f, &p.memset.value);
+    p.memset.ctx = ctx;
+    CUgraphNode set, kern, copy;
+    CU(cuGraphAddNode(&set, g, nullptr, nullptr, 0, &p));
+    float a = 2.0f;
+    int n = N;
+    void *args[] = {&a, &x, &y, &n};
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    p.kernel.func = k.saxpy;
+    p.kernel.gridDimX = N / 256;
+    p.kernel.gridDimY = p.kernel.gridDimZ = 1;
+    p.kernel.blockDimX = 256;
+    p.kernel.blockDimY = p.kernel.blockDimZ = 1;
+    p.kernel.kernelParams = args;
+    CUgraphNodeParams kp = p;
+    CU(cuGraphAddNode(&kern, g, &set, nullptr, 1, &p));
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+    p.memcpy.copyCtx = ctx;
+    CUDA_MEMCPY3D &c = p.memcpy.copyParams;
+    c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = y;
+    c.dstDevice = out;
+    c.WidthInBytes = N * 4;
+    c.Height = c.Depth = 1;
+    CUDA_MEMCPY3D to_z = c;
+    to_z.dstDevice = z;
+    CU(cuGraphAddNode(&copy, g, &kern, nullptr, 1, &p));
+    CUgraphExec e;
+    CU(cuGraphInstantiate(&e, g, 0));
+    CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    check("generic nodes: y = 2x + 2", sum_of(out), line_sum(xs, 2, 2));
+
+    CUDA_MEMSET_NODE_PARAMS ms = {};
+    ms.dst = y;
+    ms.elementSize = 4;
+    ms.width = N;
+    ms.height = 1;
+    bits_of(3.0f, &ms.value);
+    CU(cuGraphExecMemsetNodeSetParams(e, set, &ms, ctx));
+    CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    check("memset set in the executable graph", sum_of(out), line_sum(xs, 2, 3));
+
+    CU(cuGraphNodeSetEnabled(e, kern, 0));
+    CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    check("kernel node disabled", sum_of(out), line_sum(xs, 0, 3));
+    CU(cuGraphNodeSetEnabled(e, kern, 1));
+
+    CU(cuGraphExecMemcpyNodeSetParams(e, copy, &to_z, ctx));
+    a = 4.0f;
+    CU(cuGraphExecNodeSetParams(e, kern, &kp));
+    CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    check("copy moved, kernel set generically: z", sum_of(z), line_sum(xs, 4, 3));
+    check("and out unchanged", sum_of(out), line_sum(xs, 0, 3));
+
+    // A child graph swapped for the graph changed since.
+    CUgraph outer;
+    CU(cuGraphCreate(&outer, 0));
+    CUgraphNode child;
+    CU(cuGraphAddChildGraphNode(&child, outer, nullptr, 0, g));
+    CUgraphExec e2;
+    CU(cuGraphInstantiate(&e2, outer, 0));
+    a = 6.0f;
+    CUDA_KERNEL_NODE_PARAMS k6 = saxpy_node(k, args);
+    CU(cuGraphKernelNodeSetParams(kern, &k6));
+    CU(cuGraphLaunch(e2, s));
+    CU(cuStreamSynchronize(s));
+    check("child graph as instantiated", sum_of(out), line_sum(xs, 2, 2));
+    say("swap the child graph", cuGraphExecChildGraphNodeSetParams(e2, child, g));
+    CU(cuGraphLaunch(e2, s));
+    CU(cuStreamSynchronize(s));
+    check("child graph swapped", sum_of(out), line_sum(xs, 6, 2));
+
+    // Capture into an existing graph, after its memset.
+    CUgraph h;
+    CU(cuGraphCreate(&h, 0));
+    CUgraphNode first;
+    CU(cuGraphAddMemsetNode(&first, h, nullptr, 0, &ms, ctx));
+    CU(cuStreamBeginCaptureToGraph(s, h, &first, nullptr, 1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    saxpy_on(k, s, 1.0f, x, y);
+    CUgraph captured;
+    CU(cuStreamEndCapture(s, &captured));
+    printf("captured into the graph given: %d, nodes %zu\n", captured == h, count_nodes(h));
+    CUgraphExec e3;
+    CU(cuGraphInstantiate(&e3, h, 0));
+    CU(cuGraphLaunch(e3, s));
+    CU(cuStreamSynchronize(s));
+    check("captured after a node: y = x + 3", sum_of(y), line_sum(xs, 1, 3));
+    for (CUgraphExec x_ : {e, e2, e3}) CU(cuGraphExecDestroy(x_));
+    for (CUgraph g_ : {g, outer, h}) CU(cuGraphDestroy(g_));
+    CU(cuStreamDestroy(s));
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        printf("usage: %s kernels.fatbin\n", argv[0]);
+        return 2;
+    }
+    FILE *f = fopen(argv[1], "rb");
+    if (!f) return 2;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    std::vector<char> image(len);
+    if (fread(image.data(), 1, len, f) != (size_t)len) return 2;
+    fclose(f);
+    CU(cuInit(0));
+    CUdevice dev;
+    CU(cuDeviceGet(&dev, 0));
+    CUcontext ctx;
+    CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CU(cuCtxSetCurrent(ctx));
+    CUmodule mod;
+    CU(cuModuleLoadData(&mod, image.data()));
+    Kernels k;
+    CU(cuModuleGetFunction(&k.saxpy, mod, "saxpy"));
+    CU(cuModuleGetFunction(&k.mat_sum, mod, "mat_sum"));
+    CUdeviceptr x, y, z, w;
+    for (CUdeviceptr *p : {&x, &y, &z, &w}) CU(cuMemAlloc(p, N * 4));
+    std::vector<float> xs(N), ys(N, 1.0f);
+    for (int i = 0; i < N; i++) xs[i] = (float)(i % 97);
+    CU(cuMemcpyHtoD(x, xs.data(), N * 4));
+    CU(cuMemcpyHtoD(y, ys.data(), N * 4));
+    CU(cuMemsetD32(w, 0, N));
+    captured_replay(k, x, y, z, w, xs);
+    refusals(z);
+    explicit_graph(k, ctx, x, y, w, xs);
+    generic_nodes(k, ctx, x, y, w, z, xs);
+    for (CUdeviceptr p : {x, y, z, w}) CU(cuMemFree(p));
+    CU(cuDevicePrimaryCtxRelease(dev));
+    printf("%s\n", all_ok ? "PASS" : "FAIL");
+    return all_ok ? 0 : 1;
+}
