@@ -41,6 +41,7 @@ mod graph;
 mod handles;
 mod memo;
 mod memory;
+mod mirror;
 mod options;
 mod output;
 mod rpc;

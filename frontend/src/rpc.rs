@@ -2,10 +2,11 @@
 //! reply to its request, and typed calls from the protocol's command table.
 
 use crate::error::{Error, ProtocolError, Result, TransportError};
+use crate::mirror::Mirrors;
 use crate::stats::CallStats;
 use crate::transport::Transport;
 use pvgpu_ring::CuResult;
-use pvgpu_ring::proto::{Command, FLAG_REPLY, Header, Opcode, Reply};
+use pvgpu_ring::proto::{Command, FLAG_REPLY, Header, HostMirrorPull, MirrorPullRep, Opcode, Reply};
 
 /// The connection as the client uses it: one request at a time, matched to
 /// its reply by id. After a transport failure every call fails at once.
@@ -17,11 +18,29 @@ pub(crate) struct Conn {
     pub(crate) buf: Vec<u8>,
     /// Counts by command, when asked for ([`crate::Options::stats`]).
     pub(crate) stats: Option<Box<CallStats>>,
+    /// Mirrored host memory kept coherent around calls.
+    pub(crate) mirrors: Mirrors,
+    /// Requests sent with `FLAG_REPLY` whose reply has not been read.
+    awaiting: usize,
+}
+
+/// Whether `op` is one of the mirror commands (sent without pushing
+/// first).
+fn mirror_op(op: u16) -> bool {
+    [Opcode::HostMirrorMap, Opcode::HostMirrorUnmap, Opcode::HostMirrorWrite, Opcode::HostMirrorPull, Opcode::Goodbye]
+        .iter()
+        .any(|o| *o as u16 == op)
+}
+
+/// Whether device work may have finished when the reply to `op` came: a
+/// call that may synchronise, or a query that may find work done.
+fn settles(op: u16) -> bool {
+    Opcode::ALL.iter().find(|o| **o as u16 == op).is_some_and(|o| o.may_print() || matches!(o, Opcode::StreamQuery | Opcode::EventQuery))
 }
 
 impl Conn {
     pub(crate) fn new(t: Box<dyn Transport>) -> Self {
-        Conn { t, next_id: 0, dead: false, buf: Vec::new(), stats: None }
+        Conn { t, next_id: 0, dead: false, buf: Vec::new(), stats: None, mirrors: Mirrors::default(), awaiting: 0 }
     }
 
     /// Marks the connection broken and returns the error.
@@ -42,6 +61,9 @@ impl Conn {
     /// Sends a request made of `parts` under `opcode`; returns its id.
     pub(crate) fn send_raw(&mut self, opcode: u16, flags: u32, parts: &[&[u8]]) -> Result<u64> {
         self.check()?;
+        if !self.mirrors.is_empty() && !mirror_op(opcode) {
+            self.push_mirrors()?;
+        }
         self.next_id += 1;
         let len = parts.iter().map(|p| p.len()).sum();
         let mut h = Header::request(Opcode::Nop, self.next_id, flags, len);
@@ -50,9 +72,40 @@ impl Conn {
             s.sent(opcode, flags & pvgpu_ring::proto::FLAG_REPLY != 0);
         }
         match self.t.send(&h, parts) {
-            Ok(()) => Ok(self.next_id),
+            Ok(()) => {
+                if flags & FLAG_REPLY != 0 {
+                    self.awaiting += 1;
+                }
+                Ok(self.next_id)
+            }
             Err(e) => self.fail(e),
         }
+    }
+
+    /// Sends what the program changed in its mirrored memory.
+    fn push_mirrors(&mut self) -> Result<()> {
+        for (head, bytes) in self.mirrors.changes() {
+            use zerocopy::IntoBytes;
+            self.send_raw(Opcode::HostMirrorWrite as u16, 0, &[head.as_bytes(), &bytes])?;
+        }
+        Ok(())
+    }
+
+    /// Writes what the device changed in the mirrors into the program's
+    /// memory (the last reply's payload is kept).
+    fn pull_mirrors(&mut self) -> Result<()> {
+        let kept = std::mem::take(&mut self.buf);
+        let r = (|| loop {
+            let id = self.send(&HostMirrorPull {}, FLAG_REPLY)?;
+            self.reply(Opcode::HostMirrorPull as u16, id)?.result()?;
+            let rep = MirrorPullRep::decode(Opcode::HostMirrorPull, &self.buf).map_err(|e| Error::Transport(TransportError::Decode(e)))?;
+            self.mirrors.apply(&rep);
+            if !rep.more {
+                return Ok(());
+            }
+        })();
+        self.buf = kept;
+        r
     }
 
     /// Sends a command; with `FLAG_REPLY` in `flags` the backend answers it.
@@ -82,6 +135,10 @@ impl Conn {
         if h.request_id.get() != id || h.opcode.get() != opcode {
             let e = ProtocolError::Mismatch { got: h.request_id.get(), got_op: h.opcode.get(), want: id, want_op: opcode };
             return self.fail(TransportError::Protocol(e));
+        }
+        self.awaiting = self.awaiting.saturating_sub(1);
+        if self.awaiting == 0 && !self.mirrors.is_empty() && settles(opcode) {
+            self.pull_mirrors()?;
         }
         Ok(CuResult(h.status.get()))
     }

@@ -26,6 +26,15 @@ if sys.argv[1] == "cupy":
     check("reduction", lambda: float(cp.linalg.norm(cp.ones(10000, dtype=cp.float32))))
     check("matmul", lambda: float((cp.ones((256, 256), dtype=cp.float32) @ cp.ones((256, 256), dtype=cp.float32)).sum()))
     check("fft", lambda: round(float(cp.abs(cp.fft.fft(cp.ones(64))).sum()), 6))
+    check("sort", lambda: float(cp.sort(cp.arange(100000, 0, -1, dtype=cp.float32))[:5].sum()))
+
+    def sparse():
+        import cupyx.scipy.sparse as sp
+        m = sp.random(2000, 2000, density=0.01, format="csr", dtype=cp.float32, random_state=1)
+        return round(float((m @ cp.ones(2000, dtype=cp.float32)).sum()), 2)
+
+    check("sparse matvec", sparse)
+    check("batched matmul", lambda: float(cp.matmul(cp.ones((8, 64, 64), dtype=cp.float32), cp.ones((8, 64, 64), dtype=cp.float32)).sum()))
 else:
     import jax, jax.numpy as jnp
     jnp.ones(1).block_until_ready()
@@ -34,6 +43,8 @@ else:
     check("jit", lambda: float(jax.jit(lambda x: (x * 2).sum())(jnp.arange(1000.0))))
     check("matmul", lambda: float((jnp.ones((256, 256)) @ jnp.ones((256, 256))).sum()))
     check("grad", lambda: float(jax.grad(lambda w: ((w * 3.0) ** 2).sum())(jnp.ones(4))[0]))
+    check("sort", lambda: float(jnp.sort(jnp.arange(100000.0, 0.0, -1.0))[:5].sum()))
+    check("conv", lambda: float(jax.lax.conv(jnp.ones((1, 3, 32, 32)), jnp.ones((8, 3, 3, 3)), (1, 1), "SAME").sum()))
 if "--json" in sys.argv:
     with open(sys.argv[sys.argv.index("--json") + 1], "w") as f:
         json.dump({"import_to_first_op_s": first}, f)

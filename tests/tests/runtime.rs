@@ -11,7 +11,7 @@
 //! the host test double implements, so it runs without a GPU.
 
 use pvgpu_tests::dropin::{cuda_home, run_program, target_dir, trace_dir};
-use pvgpu_tests::{Harness, TempDir, Transport};
+use pvgpu_tests::{Harness, HarnessOptions, TempDir, Transport};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -111,6 +111,47 @@ fn shared_cudart_over_local() {
 #[test]
 fn shared_cudart_over_tcp() {
     runs(Cudart::Shared, Transport::Tcp);
+}
+
+/// `tests/runtime/mapped.cu`, built once (static cudart).
+fn mapped_program() -> PathBuf {
+    static BUILT: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
+    let (_, p) = BUILT.get_or_init(|| {
+        let dir = TempDir::new("runtime-mapped");
+        let p = build(&dir.0, "mapped", Cudart::Static);
+        (dir, p)
+    });
+    p.clone()
+}
+
+/// Page-locked memory the device reaches through a pointer: computes the
+/// same over every transport (over TCP the library mirrors it in the
+/// backend). Fails without mirrors: over TCP the kernels would be handed
+/// addresses the device cannot reach.
+fn mapped_run(t: Transport) {
+    // Worker processes, as deployed: each maps the program's data area at
+    // the program's own address, which an embedded backend (this test's
+    // process) cannot.
+    static H: OnceLock<Harness> = OnceLock::new();
+    let h = H.get_or_init(|| Harness::with(HarnessOptions { process: true, ..Default::default() }));
+    let out = run_program(&mut Command::new(mapped_program()), h, t);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.lines().last() == Some("PASS"),
+        "over {t:?} ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn mapped_memory_over_local() {
+    mapped_run(Transport::Local);
+}
+
+#[test]
+fn mapped_memory_over_tcp() {
+    mapped_run(Transport::Tcp);
 }
 
 /// CUDA graphs through NVIDIA's runtime: capture forked and joined across

@@ -180,6 +180,11 @@ pub trait ExecContext: Send + 'static {
     unsafe fn register_host(&mut self, _ptr: *mut u8, _len: usize) -> CuRes<Option<u64>> {
         Ok(None)
     }
+    /// Undoes [`ExecContext::register_host`] of `ptr` (nothing if it was
+    /// not registered).
+    fn unregister_host(&mut self, _ptr: *mut u8) -> CuRes<()> {
+        Ok(())
+    }
     /// `cuCtxSynchronize`.
     fn synchronize(&mut self) -> CuRes<()>;
     /// `cuMemAlloc`.

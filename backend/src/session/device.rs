@@ -184,6 +184,7 @@ fn new_context<E: Executor>(s: &mut Session<E>, device: usize, flags: u32, prima
             Err(e) => tracing::debug!(session = s.id, error = %e, "data area not page-locked; copies go through the driver's staging"),
         }
     }
+    super::mirror::register_all(s, id);
     Ok(id)
 }
 
@@ -195,6 +196,7 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
     }
     super::graph::forget(s, Some(id));
     super::vmm::forget(s, Some(id));
+    super::mirror::context_going(s, id);
     let entry = s.ctxs.remove(id).ok_or(CuError::INVALID_CONTEXT)?;
     s.functions.drain_where(|f| f.ctx == id);
     let functions = &s.functions;

@@ -98,7 +98,7 @@ pub(super) fn memset<E: Executor>(s: &mut Session<E>, r: proto::Memset, _: &mut 
     if dptr % elem as u64 != 0 {
         return Err(CuError::INVALID_VALUE);
     }
-    let ctx = s.range(dptr, len)?;
+    let ctx = s.device_ranges(&[(dptr, len)], r.stream.get())?;
     let st = s.stream(r.stream.get(), ctx)?;
     s.enter(ctx)?.memset(dptr, r.value.get(), elem, count, st)
 }
@@ -154,8 +154,7 @@ pub(super) fn memcpy_dtod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoD,
     if len == 0 {
         return Ok(());
     }
-    let ctx = s.range(dst, len)?;
-    s.range(src, len)?;
+    let ctx = s.device_ranges(&[(dst, len), (src, len)], r.stream.get())?;
     let st = s.stream(r.stream.get(), ctx)?;
     let is_async = r.flags.get() & proto::COPY_ASYNC != 0;
     s.enter(ctx)?.dtod(dst, src, len, st, is_async)

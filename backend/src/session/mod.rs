@@ -30,6 +30,7 @@ mod graph;
 mod handler;
 mod launch;
 mod memory;
+mod mirror;
 mod module;
 mod pitched;
 mod policy;
@@ -119,6 +120,8 @@ enum AllocKind {
     Mapped,
     /// The data area, shared with the program, as the device sees it.
     Area,
+    /// Mirrored host memory ([`mirror`]), counted in `mem_used`.
+    Mirror,
 }
 
 type Ctx<E> = <E as Executor>::Context;
@@ -141,6 +144,8 @@ pub struct Session<E: Executor> {
     events: HandleTable<Owned<<Ctx<E> as ExecContext>::Event>>,
     /// Graphs, their nodes and executable graphs.
     graph: graph::Graphs<E>,
+    /// Mirrored host memory.
+    mirrors: mirror::Mirrors,
     allocs: BTreeMap<u64, Alloc>,
     vmm: vmm::Vmm,
     mem_used: u64,
@@ -189,6 +194,7 @@ impl<E: Executor> Session<E> {
             streams: HandleTable::new(n),
             events: HandleTable::new(n),
             graph: graph::Graphs::new(n),
+            mirrors: mirror::Mirrors::default(),
             allocs: BTreeMap::new(),
             vmm: vmm::Vmm::new(n),
             mem_used: 0,
@@ -315,6 +321,9 @@ impl<E: Executor> Session<E> {
 
     fn finish(&mut self, h: &Header, r: CuRes<()>) -> Outcome {
         if h.wants_reply() {
+            if let Err(e) = r {
+                tracing::trace!(session = self.id, opcode = h.opcode.get(), status = ?e, "call failed");
+            }
             return Outcome::Reply(r.into());
         }
         if let Err(e) = r {
@@ -357,6 +366,28 @@ impl<E: Executor> Session<E> {
         Ok(Some(s.value))
     }
 
+    /// The context of device ranges an operation on stream `stream` names
+    /// (each `(ptr, len)`): each checked against the session's
+    /// allocations, except while that stream is capturing. The driver
+    /// records such an operation without looking at its addresses
+    /// (frameworks capture with placeholders and set the real ones in the
+    /// executable graph), and a graph runs in the session's own context,
+    /// where a bad address faults that context only, as any kernel's would.
+    fn device_ranges(&mut self, ranges: &[(u64, u64)], stream: u64) -> CuRes<u64> {
+        let checked = ranges.iter().map(|&(p, l)| self.range(p, l)).collect::<CuRes<Vec<u64>>>();
+        match checked {
+            Ok(ctxs) if ctxs.windows(2).all(|w| w[0] == w[1]) => ctxs.first().copied().ok_or(CuError::INVALID_VALUE),
+            Ok(_) => Err(CuError::INVALID_VALUE),
+            Err(e) => {
+                let Some(ctx) = self.streams.get(stream).filter(|_| stream != 0).map(|st| st.ctx) else { return Err(e) };
+                let st = self.stream(stream, ctx)?;
+                let capturing = crate::exec::graph::ExecGraph::capture_info(self.enter(ctx)?, st)?.status
+                    != pvgpu_ring::cuda::api::CU_STREAM_CAPTURE_STATUS_NONE.0;
+                if capturing { Ok(ctx) } else { Err(e) }
+            }
+        }
+    }
+
     /// Checks that `[ptr, ptr+len)` lies inside one allocation of this
     /// session; returns the owning context.
     fn range(&self, ptr: u64, len: u64) -> CuRes<u64> {
@@ -392,6 +423,7 @@ impl<E: Executor> Drop for Session<E> {
         // the contexts exist; graphs go first (they may hold memory).
         graph::forget(self, None);
         vmm::forget(self, None);
+        mirror::forget(self);
         // Forget handles before their contexts go: dropping a context frees
         // everything made in it.
         self.functions.drain_where(|_| true);

@@ -81,7 +81,7 @@ pub(super) fn memset_2d<E: Executor>(s: &mut Session<E>, r: proto::Memset2D, _: 
         return Err(CuError::INVALID_VALUE);
     }
     let row = w.checked_mul(elem as u64).ok_or(CuError::INVALID_VALUE)?;
-    let ctx = s.range(dptr, span(pitch, row, h)?)?;
+    let ctx = s.device_ranges(&[(dptr, span(pitch, row, h)?)], r.stream.get())?;
     let st = s.stream(r.stream.get(), ctx)?;
     s.enter(ctx)?.memset_2d(Rect { ptr: dptr, pitch, width: w, height: h }, r.value.get(), elem, st)
 }

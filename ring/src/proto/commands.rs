@@ -384,6 +384,17 @@ macro_rules! command_table {
             90 GraphNodeEnable(graph::graph_node_enable) [quiet]: GraphNodeEnable => ();
             /// `cuStreamBeginCaptureToGraph`.
             91 StreamBeginCaptureToGraph(graph::stream_begin_capture_to_graph) [quiet]: StreamBeginCaptureToGraph<'a> => ();
+            /// Maps a range of the program's page-locked memory in the
+            /// backend, for the device, at the same address (mirrored host
+            /// memory, for a transport that shares none).
+            92 HostMirrorMap(mirror::host_mirror_map) [quiet]: HostMirrorMap => U64Rep;
+            /// Unmaps a mirror.
+            93 HostMirrorUnmap(mirror::host_mirror_unmap) [quiet]: HostMirrorUnmap => ();
+            /// Bytes the program changed in a mirror.
+            94 HostMirrorWrite(mirror::host_mirror_write) [posted, quiet]: HostMirrorWrite<'a> => ();
+            /// What the device changed in the mirrors since the program last
+            /// saw them.
+            95 HostMirrorPull(mirror::host_mirror_pull) [quiet, local]: HostMirrorPull => MirrorPullRep;
         }
     };
 }

@@ -218,7 +218,20 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
         EventQuery,
         EventSynchronize,
         EventElapsedTime,
-        EventDestroy
+        EventDestroy,
+        HostMirrorMap,
+        HostMirrorUnmap,
+        HostMirrorPull
+    );
+    all.push(
+        (arb::<MirrorWriteHead>(), proptest::collection::vec(any::<u8>(), 0..300))
+            .prop_map(|(mut h, data)| {
+                h.len = (data.len() as u64).into();
+                let mut p = vec![];
+                HostMirrorWrite { head: h, data: &data }.encode(&mut p);
+                (Opcode::HostMirrorWrite, p)
+            })
+            .boxed(),
     );
     all.push(
         (arb::<Memset>(), prop::sample::select(vec![1u32, 2, 4]))
@@ -461,6 +474,9 @@ proptest! {
         let names = NamesRep { names: vec!["a".into(), "_Z3fooPf".into()] };
         check!(ModuleFunctionNames, names);
         check!(ModuleFunctionNames, NamesRep::default());
+        let pull = MirrorPullRep { more: true, ranges: vec![(4096, vec![1, 2, 3]), (8192, vec![])] };
+        check!(HostMirrorPull, pull);
+        prop_assert_eq!(MirrorPullRep::decode(Opcode::HostMirrorPull, &reply_round_trip(Opcode::HostMirrorPull, &pull).0), Ok(pull));
     }
 }
 
@@ -480,7 +496,7 @@ fn the_table_says_who_waits_prints_and_reports() {
         assert!(!op.posted(), "{op:?}");
     }
     let local: Vec<Opcode> = Opcode::ALL.iter().copied().filter(|o| !o.reports_pending()).collect();
-    assert_eq!(local, [Opcode::Hello, Opcode::Goodbye, Opcode::Nop, Opcode::DriverGetVersion]);
+    assert_eq!(local, [Opcode::Hello, Opcode::Goodbye, Opcode::Nop, Opcode::DriverGetVersion, Opcode::HostMirrorPull]);
     assert_eq!(Opcode::TensorMapEncode.handler(), "launch::tensor_map_encode");
     const { assert!(<LaunchKernel<'_> as Command<'_>>::POSTED) };
 }

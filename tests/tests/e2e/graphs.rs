@@ -117,6 +117,16 @@ pub(crate) fn capture_refusals(t: Transport) {
     assert_eq!(c.stream_capture_info(s1).unwrap().status, CU_STREAM_CAPTURE_STATUS_INVALIDATED.0);
     assert_eq!(code(c.stream_end_capture(s1)), CuResult::STREAM_CAPTURE_INVALIDATED);
 
+    // During capture, addresses are recorded, not checked (frameworks
+    // capture with placeholders and set the real ones in the executable
+    // graph); outside, they are checked.
+    c.stream_begin_capture(s1, global).unwrap();
+    c.memset(128, 0, 1, 4096, s1).unwrap();
+    let placeholder = c.stream_end_capture(s1).unwrap();
+    assert_eq!(c.graph_nodes(placeholder, false).unwrap().len(), 1);
+    c.graph_destroy(placeholder).unwrap();
+    assert_eq!(code(c.memset(128, 0, 1, 4096, s1).and_then(|_| c.stream_synchronize(s1))), CuResult::INVALID_VALUE);
+
     // Graph memory nodes are not offered (they would hold memory outside
     // the session's quota).
     c.stream_begin_capture(s1, global).unwrap();

@@ -119,6 +119,7 @@ over_every_transport!(
         stream_waits_and_function_attributes,
         kept_answers_follow_what_the_session_sets,
         pinned_host_memory,
+        mirrored_host_memory,
         kernel_fault_is_sticky_and_contained,
         captured_work_replays,
         capture_refusals,

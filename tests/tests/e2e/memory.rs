@@ -142,11 +142,6 @@ pub(crate) fn mapped_host_memory(t: Transport) {
         return;
     };
     let dp = c.host_device_pointer(p).unwrap();
-    if h.exec != ExecKind::Cuda {
-        assert_eq!(dp, None, "the host double maps nothing for a device");
-        assert!(c.host_free(p));
-        return;
-    }
     let Some(dp) = dp else {
         // The GPU could not map the area (for example where the backend
         // could not map it at the program's address).
@@ -295,4 +290,76 @@ pub(crate) fn virtual_memory(t: Transport) {
     let va = c.mem_address_reserve(g.ctx, 2 * gran, 0, 0).unwrap();
     let m = c.mem_create(g.ctx, 2 * gran).unwrap();
     c.mem_map(va, 2 * gran, 0, m).unwrap();
+}
+
+/// Page-locked memory mirrored in the backend (what the drop-in library
+/// does over TCP, where nothing is shared): a kernel given the program's
+/// own pointer reads what the program wrote before the launch and the
+/// program reads what the kernel wrote after synchronising, call after
+/// call; device copies name it as device memory. The same over every
+/// transport. With the backend in this very process (embedded) the
+/// address is its own already: refused.
+pub(crate) fn mirrored_host_memory(t: Transport) {
+    use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous, munmap};
+    let h = shared();
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    let n = 4096usize;
+    let len = std::num::NonZeroUsize::new(2 * n * 4).unwrap();
+    // SAFETY: fresh anonymous memory of this test, unmapped at the end.
+    let map = unsafe { mmap_anonymous(None, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_PRIVATE) }.unwrap();
+    let p = map.as_ptr().cast::<u8>();
+    // SAFETY: as above; mapped until munmap below.
+    let r = unsafe { c.mirror_host(p, len.get()) };
+    if !h.is_process() {
+        assert_eq!(code(r), CuResult::NOT_SUPPORTED, "the embedded backend's process has this address already");
+        // SAFETY: the mapping made above, used by nothing else.
+        unsafe { munmap(map, len.get()) }.unwrap();
+        return;
+    }
+    assert_eq!(r.unwrap(), p as u64, "the device reaches it at the program's address");
+    assert!(c.is_mirrored(p, 8) && !c.is_mirrored(p, len.get() + 1));
+    let (x, y) = (p.cast::<f32>(), p.cast::<f32>().wrapping_add(n));
+    let f = g.func("saxpy").unwrap();
+    let (dx, dy) = (p as u64, p as u64 + (n * 4) as u64);
+    let grid = [(n as u32).div_ceil(256), 1, 1];
+    for round in 1..=3 {
+        // SAFETY: 2n floats of the mapping; no kernel runs now.
+        unsafe {
+            for i in 0..n {
+                *x.add(i) = (i % 11) as f32 * round as f32;
+                *y.add(i) = 1.0;
+            }
+        }
+        c.launch(&f, grid, [256, 1, 1], 0, Stream::DEFAULT, &[arg(&2.0f32), arg(&dx), arg(&dy), arg(&(n as i32))]).unwrap();
+        c.ctx_synchronize(g.ctx).unwrap();
+        // SAFETY: as above; the kernel is done and its writes were pulled.
+        let ok = (0..n).all(|i| unsafe { *y.add(i) } == 2.0 * ((i % 11) as f32 * round as f32) + 1.0);
+        assert!(ok, "round {round}: the kernel saw the program's writes and the program sees the kernel's");
+    }
+    // Device copies name it as device memory, both ways.
+    let d = c.mem_alloc(g.ctx, (n * 4) as u64).unwrap();
+    c.memcpy_dtod(d, dy, (n * 4) as u64).unwrap();
+    c.memset(dy, 0, 4, n as u64, Stream::DEFAULT).unwrap();
+    c.ctx_synchronize(g.ctx).unwrap();
+    // SAFETY: as above.
+    assert!((0..n).all(|i| unsafe { *y.add(i) } == 0.0), "the memset reached the program");
+    let mut back = vec![0u8; n * 4];
+    c.memcpy_dtoh(&mut back, d).unwrap();
+    assert_eq!(bytes_f32(&back)[10], 2.0 * 10.0 * 3.0 + 1.0);
+    // Inside a mirror already: its address; unaligned, or device memory
+    // of the session: refused.
+    // SAFETY: the first range is inside this test's mirror; the others are
+    // refused before anything is mapped.
+    unsafe {
+        assert_eq!(c.mirror_host(p.add(4096), 4096).unwrap(), p as u64 + 4096);
+        assert_eq!(code(c.mirror_host(p.wrapping_add(len.get() + 1), 4096)), CuResult::INVALID_VALUE);
+        assert_eq!(code(c.mirror_host(d as usize as *mut u8, 4096)), CuResult::INVALID_VALUE);
+    }
+    c.unmirror_host(p).unwrap();
+    assert!(!c.is_mirrored(p, 8));
+    assert_eq!(code(c.unmirror_host(p)), CuResult::INVALID_VALUE);
+    c.mem_free(d).unwrap();
+    // SAFETY: the mapping made above, no longer mirrored.
+    unsafe { munmap(map, len.get()) }.unwrap();
 }

@@ -33,6 +33,11 @@ impl ExecContext for CudaContext {
         Ok(ck(unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, ptr.cast(), 0) }).ok().map(|_| d))
     }
 
+    fn unregister_host(&mut self, ptr: *mut u8) -> CuRes<()> {
+        // SAFETY: the driver checks that `ptr` is a registered range.
+        ck(unsafe { sys::cuMemHostUnregister(ptr.cast()) })
+    }
+
     fn synchronize(&mut self) -> CuRes<()> {
         // SAFETY: no arguments; acts on the current context.
         ck(unsafe { sys::cuCtxSynchronize() })

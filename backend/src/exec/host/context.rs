@@ -15,6 +15,22 @@ impl ExecContext for HostContext {
         Ok(())
     }
 
+    unsafe fn register_host(&mut self, ptr: *mut u8, len: usize) -> CuRes<Option<u64>> {
+        let (start, end) = (ptr as u64, (ptr as u64).checked_add(len as u64).ok_or(CuError::INVALID_VALUE)?);
+        let overlaps = self.mem.host.range(..end).next_back().is_some_and(|(&a, &l)| a + l as u64 > start)
+            || self.mem.allocs.range(..end).next_back().is_some_and(|(&a, v)| a + v.len() as u64 > start);
+        if len == 0 || overlaps {
+            return Err(CuError::HOST_MEMORY_ALREADY_REGISTERED);
+        }
+        // Kernels reach it at its own address, as with unified addressing.
+        self.mem.host.insert(start, len);
+        Ok(Some(start))
+    }
+
+    fn unregister_host(&mut self, ptr: *mut u8) -> CuRes<()> {
+        self.mem.host.remove(&(ptr as u64)).map(drop).ok_or(CuError::HOST_MEMORY_NOT_REGISTERED)
+    }
+
     fn synchronize(&mut self) -> CuRes<()> {
         self.graphs.refuse_sync()?;
         self.ok()

@@ -10,34 +10,57 @@ use super::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fault;
 
-/// Host "device" memory of one context.
+/// Host "device" memory of one context: its allocations, and host memory
+/// of the process registered for the device at its own address (as a GPU
+/// with unified addressing maps page-locked memory).
 pub struct Mem {
     pub(super) allocs: BTreeMap<u64, Vec<u8>>,
+    /// Registered host memory: address to length.
+    pub(super) host: BTreeMap<u64, usize>,
     pub(super) next: u64,
     pub(super) end: u64,
 }
 
 impl Mem {
-    fn find(&self, ptr: u64, len: u64) -> Result<(u64, usize), Fault> {
-        let (&start, buf) = self.allocs.range(..=ptr).next_back().ok_or(Fault)?;
-        let off = ptr - start;
-        let end = off.checked_add(len).ok_or(Fault)?;
-        if end > buf.len() as u64 {
-            return Err(Fault);
+    /// Where `[ptr, ptr+len)` lies: an allocation's start (`false`) or a
+    /// registered range's (`true`), and the offset in it.
+    fn find(&self, ptr: u64, len: u64) -> Result<(u64, usize, bool), Fault> {
+        let end = |start: u64, size: usize| {
+            let off = ptr - start;
+            match off.checked_add(len) {
+                Some(e) if e <= size as u64 => Ok(off as usize),
+                _ => Err(Fault),
+            }
+        };
+        if let Some((&start, buf)) = self.allocs.range(..=ptr).next_back()
+            && let Ok(off) = end(start, buf.len())
+        {
+            return Ok((start, off, false));
         }
-        Ok((start, off as usize))
+        let (&start, &size) = self.host.range(..=ptr).next_back().ok_or(Fault)?;
+        Ok((start, end(start, size)?, true))
     }
 
     /// Bytes at `[ptr, ptr+len)`.
     pub fn bytes(&self, ptr: u64, len: usize) -> Result<&[u8], Fault> {
-        let (start, off) = self.find(ptr, len as u64)?;
-        Ok(&self.allocs[&start][off..off + len])
+        match self.find(ptr, len as u64)? {
+            (start, off, false) => Ok(&self.allocs[&start][off..off + len]),
+            // SAFETY: registered host memory stays mapped while registered
+            // (the caller of `register_host` keeps it so); `[ptr, ptr+len)`
+            // lies inside it.
+            (_, _, true) => Ok(unsafe { std::slice::from_raw_parts(ptr as usize as *const u8, len) }),
+        }
     }
 
     /// Mutable bytes at `[ptr, ptr+len)`.
     pub fn bytes_mut(&mut self, ptr: u64, len: usize) -> Result<&mut [u8], Fault> {
-        let (start, off) = self.find(ptr, len as u64)?;
-        Ok(&mut self.allocs.get_mut(&start).ok_or(Fault)?[off..off + len])
+        match self.find(ptr, len as u64)? {
+            (start, off, false) => Ok(&mut self.allocs.get_mut(&start).ok_or(Fault)?[off..off + len]),
+            // SAFETY: as in `bytes`; the memory is the process's own,
+            // writable, and nothing else holds a slice of it meanwhile (the
+            // session runs one request at a time).
+            (_, _, true) => Ok(unsafe { std::slice::from_raw_parts_mut(ptr as usize as *mut u8, len) }),
+        }
     }
 
     /// Reads `n` f32 values.

@@ -153,7 +153,7 @@ impl Executor for HostExecutor {
         let n = (NEXT_CTX.fetch_add(1, Ordering::Relaxed) + std::process::id() as u64 * 7) % 64;
         let base = BASE + n * CTX_SPAN;
         let mut c = HostContext {
-            mem: Mem { allocs: BTreeMap::new(), next: base + ALIGN, end: base + CTX_SPAN },
+            mem: Mem { allocs: BTreeMap::new(), host: BTreeMap::new(), next: base + ALIGN, end: base + CTX_SPAN },
             total: dev.total_mem,
             used: self.used.clone(),
             held: 0,

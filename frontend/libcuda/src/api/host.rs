@@ -1,13 +1,92 @@
 //! Page-locked host memory (`cuMemAllocHost`, `cuMemHostAlloc`): from the
 //! shared data area when the transport has one, so copies from and to it
 //! need no staging copy and asynchronous ones are truly asynchronous; when
-//! the area is full, or on TCP, from the C heap, and copies are staged.
-//! `cuMemHostRegister` is accepted (copies from registered memory are
-//! staged, which CUDA's semantics allow).
+//! the area is full, or on TCP, private pages of the program, and copies
+//! are staged. Where the device must reach private page-locked memory
+//! through the program's pointer (its device pointer is asked for, it was
+//! allocated `DEVICEMAP`, or a kernel is given a pointer into it), it is
+//! mirrored in the backend at the same address and kept coherent
+//! ([`pvgpu_frontend::Client::mirror_host`]). `cuMemHostRegister` is
+//! accepted (copies from registered memory are staged, which CUDA's
+//! semantics allow).
 
 use crate::state::{self, HostInfo, Res, objects, put, run};
+use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous, munmap};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_uint, c_void};
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// `CU_MEMHOSTALLOC_DEVICEMAP`.
+const DEVICEMAP: u32 = 0x02;
+/// Page size of private page-locked memory.
+const PAGE: usize = 4096;
+/// Where private page-locked memory is placed (a hint): high in the
+/// address space, away from where a backend's worker keeps its own
+/// mappings, so a mirror at the same address there is likely free.
+const PRIVATE_BASE: u64 = 0x3000_0000_0000;
+static NEXT_PRIVATE: AtomicU64 = AtomicU64::new(PRIVATE_BASE);
+/// Private page-locked allocations live now (when none, kernel parameters
+/// need no look for pointers into them).
+static PRIVATE_LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Private page-locked memory: page-rounded anonymous pages, placed near
+/// [`PRIVATE_BASE`] when the kernel agrees.
+fn private_alloc(size: usize) -> Result<*mut c_void, CuError> {
+    let len = NonZeroUsize::new(size.checked_next_multiple_of(PAGE).ok_or(CuError::OUT_OF_MEMORY)?).ok_or(CuError::INVALID_VALUE)?;
+    // Relaxed: a hint counter; any value is a valid hint.
+    let hint = NEXT_PRIVATE.fetch_add(len.get() as u64 + PAGE as u64, Ordering::Relaxed);
+    let hint = NonZeroUsize::new(hint as usize);
+    // SAFETY: fresh anonymous memory; the address is a hint, never fixed.
+    let p = unsafe { mmap_anonymous(hint, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_PRIVATE) }
+        .map_err(|_| CuError::OUT_OF_MEMORY)?;
+    // Relaxed: a count read only to skip work.
+    PRIVATE_LIVE.fetch_add(1, Ordering::Relaxed);
+    Ok(p.as_ptr())
+}
+
+/// Mirrors private page-locked memory `start` for the device, once.
+fn mirror(start: usize) -> Res {
+    let len = {
+        let o = objects();
+        match o.host.get(&start) {
+            Some(i) if !i.in_area && !i.mirrored => i.len.next_multiple_of(PAGE),
+            Some(_) => return Ok(()),
+            None => return Err(CuError::INVALID_VALUE),
+        }
+    };
+    // SAFETY: the allocation's own pages, mapped until cuMemFreeHost, which
+    // unmirrors them first.
+    unsafe { state::client()?.mirror_host(start as *mut u8, len) }.map_err(state::cu)?;
+    if let Some(i) = objects().host.get_mut(&start) {
+        i.mirrored = true;
+    }
+    Ok(())
+}
+
+/// Mirrors the private page-locked allocations a kernel's packed
+/// parameters point into (XLA hands a kernel the host pointer of a flag it
+/// spins on). A failure leaves the allocation as it was.
+pub(crate) fn mirror_pointers(packed: &[u8]) {
+    // Relaxed: see PRIVATE_LIVE.
+    if PRIVATE_LIVE.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let wanted: Vec<usize> = {
+        let o = objects();
+        packed
+            .chunks_exact(8)
+            .filter_map(|w| o.host_range(u64::from_le_bytes(w.try_into().unwrap_or_default()) as usize))
+            .filter(|(_, i)| !i.in_area && !i.mirrored)
+            .map(|(start, _)| start)
+            .collect()
+    };
+    for start in wanted {
+        if let Err(e) = mirror(start) {
+            tracing::debug!(ptr = start, status = ?e, "page-locked memory a kernel points into not mirrored");
+        }
+    }
+}
 
 fn host_alloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> Res {
     if pp.is_null() || size == 0 {
@@ -17,17 +96,17 @@ fn host_alloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> Res {
     state::current()?;
     let (p, in_area) = match c.host_alloc(size) {
         Some(p) => (p as *mut c_void, true),
-        None => {
-            let mut p = std::ptr::null_mut();
-            // SAFETY: valid out-pointer; alignment is a power of two.
-            if unsafe { libc::posix_memalign(&mut p, 4096, size) } != 0 {
-                return Err(CuError::OUT_OF_MEMORY);
-            }
-            (p, false)
-        }
+        None => (private_alloc(size)?, false),
     };
     let ctx = state::current_handle().unwrap_or(0);
-    objects().host.insert(p as usize, HostInfo { len: size, flags, in_area, ctx });
+    objects().host.insert(p as usize, HostInfo { len: size, flags, in_area, mirrored: false, ctx });
+    if !in_area && flags & DEVICEMAP != 0 {
+        // Asked for the device: mirrored now (where it cannot be, its
+        // device pointer is refused later, as before).
+        if let Err(e) = mirror(p as usize) {
+            tracing::debug!(status = ?e, "DEVICEMAP page-locked memory not mirrored");
+        }
+    }
     // SAFETY: non-null and writable per the API.
     unsafe { put(pp, p) }
 }
@@ -61,12 +140,19 @@ pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CuResult {
         let info = objects().host.remove(&(p as usize)).ok_or(CuError::INVALID_VALUE)?;
         if info.in_area {
             state::client()?.host_free(p as *mut u8);
-        } else {
-            // SAFETY: allocated with posix_memalign by host_alloc, freed once
-            // (just removed from the table).
-            unsafe { libc::free(p) };
+            return Ok(());
         }
-        Ok(())
+        if info.mirrored {
+            // The backend's copy goes first: the program's pages must
+            // outlive the mirror.
+            let _ = state::client()?.unmirror_host(p as *mut u8);
+        }
+        // Relaxed: see PRIVATE_LIVE.
+        PRIVATE_LIVE.fetch_sub(1, Ordering::Relaxed);
+        let ptr = std::ptr::NonNull::new(p).ok_or(CuError::INVALID_VALUE)?;
+        // SAFETY: pages private_alloc mapped for this allocation, unmapped
+        // once (just removed from the table).
+        unsafe { munmap(ptr, info.len.next_multiple_of(PAGE)) }.map_err(|_| CuError::INVALID_VALUE)
     })
 }
 
@@ -89,11 +175,15 @@ pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -
 
 /// The device address of page-locked memory at `p`: memory this library
 /// allocated in the data area, when the backend mapped the area for the
-/// device (on the local transport, at the program's own address). Other
-/// host memory cannot be reached by the device of another domain or host.
+/// device (on the local transport, at the program's own address), or
+/// private page-locked memory, mirrored in the backend at the same address.
+/// Other host memory cannot be reached by the device of another domain or
+/// host.
 pub(crate) fn host_device_pointer(p: *mut c_void) -> Result<u64, CuError> {
-    if objects().host_range(p as usize).is_none() {
-        return Err(CuError::INVALID_VALUE);
+    let (start, info) = objects().host_range(p as usize).ok_or(CuError::INVALID_VALUE)?;
+    if !info.in_area {
+        mirror(start)?;
+        return Ok(p as u64);
     }
     state::client()?.host_device_pointer(p.cast()).map_err(state::cu)?.ok_or(CuError::NOT_SUPPORTED)
 }

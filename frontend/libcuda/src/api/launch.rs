@@ -19,13 +19,26 @@ const CU_LAUNCH_PARAM_END: usize = 0x00;
 const CU_LAUNCH_PARAM_BUFFER_POINTER: usize = 0x01;
 const CU_LAUNCH_PARAM_BUFFER_SIZE: usize = 0x02;
 
+/// Packs the arguments of a launch into the kernel's parameter layout, and
+/// mirrors private page-locked memory they point into, which the kernel
+/// will reach ([`super::host::mirror_pointers`]).
+///
+/// # Safety
+/// As [`pack_args`].
+pub(crate) unsafe fn pack(f: &pvgpu_frontend::Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> Result<Vec<u8>, CuError> {
+    // SAFETY: per the caller.
+    let packed = unsafe { pack_args(f, params, extra) }?;
+    super::host::mirror_pointers(&packed);
+    Ok(packed)
+}
+
 /// Packs the arguments of a launch into the kernel's parameter layout.
 ///
 /// # Safety
 /// `params` is null or holds one pointer per kernel parameter, each to a
 /// value of that parameter's size; `extra` is null or a
 /// `CU_LAUNCH_PARAM_END`-terminated list as the driver API defines it.
-pub(crate) unsafe fn pack(f: &pvgpu_frontend::Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> Result<Vec<u8>, CuError> {
+unsafe fn pack_args(f: &pvgpu_frontend::Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> Result<Vec<u8>, CuError> {
     let mut packed = vec![0u8; f.param_bytes];
     if !params.is_null() {
         for (i, p) in f.params.iter().enumerate() {

@@ -280,7 +280,10 @@ fn memset(dptr: u64, value: u32, elem: u32, n: usize, s: Stream) -> Res {
         }
         return Ok(());
     }
-    state::client()?.memset(dptr, value, elem, n as u64, s).map_err(state::cu)
+    state::client()?.memset(dptr, value, elem, n as u64, s).map_err(|e| {
+        tracing::debug!(dptr, elem, n, stream = s.0, error = %e, "memset refused");
+        state::cu(e)
+    })
 }
 
 /// `cuMemsetD8_v2`.

@@ -60,8 +60,11 @@ pub struct HostInfo {
     pub len: usize,
     /// `cuMemHostAlloc` flags.
     pub flags: u32,
-    /// In the shared data area (else from the C heap).
+    /// In the shared data area (else private memory of the program).
     pub in_area: bool,
+    /// Private memory mirrored in the backend for the device
+    /// ([`pvgpu_frontend::Client::mirror_host`]).
+    pub mirrored: bool,
     /// The context handle current when it was allocated (0: none), which
     /// `CU_POINTER_ATTRIBUTE_CONTEXT` reports.
     pub ctx: u64,

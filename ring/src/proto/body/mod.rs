@@ -7,10 +7,12 @@
 //! way.
 
 mod graph;
+mod mirror;
 mod replies;
 mod tails;
 
 pub use graph::*;
+pub use mirror::*;
 pub use replies::{DevicePropsRep, FunctionRep, NamesRep};
 pub use tails::*;
 
@@ -182,6 +184,8 @@ fixed! { checked requests:
     Memset, Occupancy, MemcpyDtoH, Memset2D, TensorMapEncode, MemGranularity, MemSetAccess, StreamBeginCapture, CaptureModeExchange,
     GraphNodes, GraphNodeEdges, GraphLaunch, GraphNodeEnable,
 }
+
+fixed! { requests: HostMirrorMap, HostMirrorUnmap, HostMirrorPull }
 
 fixed! { requests:
     StreamEndCapture, StreamCaptureInfo, GraphCreate, GraphDestroy, GraphClone, GraphEdges, GraphNodeInfo, GraphNodeDestroy, GraphDot,

@@ -127,11 +127,13 @@ macro_rules! wire_structs {
 mod exec;
 mod graph;
 mod memory;
+mod mirror;
 mod replies;
 
 pub use exec::*;
 pub use graph::*;
 pub use memory::*;
+pub use mirror::*;
 pub use replies::*;
 
 // Requests without a payload.

@@ -1,0 +1,254 @@
+//! Mirrored host memory: for a program whose transport shares no memory
+//! with the backend (TCP), page-locked memory the device must reach through
+//! the program's own pointer (a kernel spinning on a flag in page-locked
+//! memory, a pointer from `cuMemHostGetDevicePointer`) is held a second time
+//! here, at the same address of this process, page-locked and mapped for
+//! the device through a context of the session. The program's client keeps
+//! the two copies coherent: it sends what the program changed before each
+//! call, and after each call that may have let device work finish it pulls
+//! what the device changed. What the guest last knew of each mirror is kept
+//! (`known`), so a pull returns only what differs.
+//!
+//! A mirror is process memory of the session, counted in its quota: it
+//! outlives the context it was registered through and is registered again
+//! through the next one. A guest names the address; `MAP_FIXED_NOREPLACE`
+//! refuses any address the process already uses, so a guest can never
+//! replace the backend's own memory.
+
+use super::{Alloc, AllocKind, Io, Session};
+use crate::exec::{CuRes, ExecContext, Executor};
+use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous, munmap};
+use pvgpu_ring::CuError;
+use pvgpu_ring::proto::{self, MAX_PAYLOAD, MirrorPullRep, U64Rep};
+use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
+use std::ptr::NonNull;
+
+/// Most bytes of mirrors one session holds.
+pub(super) const MIRROR_MAX: u64 = 256 << 20;
+/// Page size the guest's ranges are aligned to.
+const PAGE: u64 = 4096;
+/// The end of the user half of the address space.
+const USER_END: u64 = 0x7fff_ffff_f000;
+/// Unchanged bytes between two changed runs that still join them in one
+/// range of a pull.
+const JOIN_GAP: usize = 64;
+
+/// One mirror.
+pub(super) struct Mirror {
+    len: u64,
+    /// What the guest last knew of it.
+    known: Vec<u8>,
+    /// The context it is registered through, if any is.
+    registered_by: Option<u64>,
+}
+
+/// The session's mirrors, by address.
+#[derive(Default)]
+pub(super) struct Mirrors {
+    map: BTreeMap<u64, Mirror>,
+    bytes: u64,
+}
+
+impl Mirrors {
+    /// The mirror holding `[ptr, ptr+len)`: its address.
+    fn containing(&self, ptr: u64, len: u64) -> CuRes<u64> {
+        let end = ptr.checked_add(len).ok_or(CuError::INVALID_VALUE)?;
+        match self.map.range(..=ptr).next_back() {
+            Some((&start, m)) if end <= start + m.len => Ok(start),
+            _ => Err(CuError::INVALID_VALUE),
+        }
+    }
+}
+
+/// The bytes of the mirror at `ptr`.
+///
+/// # Safety
+/// `ptr` must be the address of a live mirror of `len` bytes; the slice
+/// must not outlive it. The device may write the memory meanwhile (it is
+/// mapped for it): what is read is a snapshot, as a copy would be.
+unsafe fn bytes<'a>(ptr: u64, len: u64) -> &'a mut [u8] {
+    // SAFETY: per the caller: mapped, readable and writable, `len` long.
+    unsafe { std::slice::from_raw_parts_mut(ptr as usize as *mut u8, len as usize) }
+}
+
+/// Registers mirror `ptr` for the device through context `ctx`: true if
+/// the device reaches it at its own address.
+fn register<E: Executor>(s: &mut Session<E>, ctx: u64, ptr: u64, len: u64) -> bool {
+    let Ok(c) = s.enter(ctx) else { return false };
+    // SAFETY: the mirror stays mapped until `unmap`, which unregisters it
+    // first.
+    match unsafe { c.register_host(ptr as usize as *mut u8, len as usize) } {
+        Ok(Some(d)) if d == ptr => true,
+        Ok(_) | Err(_) => {
+            let _ = c.unregister_host(ptr as usize as *mut u8);
+            false
+        }
+    }
+}
+
+pub(super) fn host_mirror_map<E: Executor>(s: &mut Session<E>, r: proto::HostMirrorMap, _: &mut Io<'_>) -> CuRes<U64Rep> {
+    let (ptr, len) = (r.ptr.get(), r.len.get());
+    let end = ptr.checked_add(len).ok_or(CuError::INVALID_VALUE)?;
+    if len == 0 || ptr % PAGE != 0 || len % PAGE != 0 || ptr < 1 << 20 || end > USER_END {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let mirrored = s.mirrors.map.range(..end).next_back().is_some_and(|(&a, m)| a + m.len > ptr);
+    let allocated = s.allocs.range(..end).next_back().is_some_and(|(&a, x)| a + x.len > ptr);
+    if mirrored || allocated {
+        return Err(CuError::INVALID_VALUE);
+    }
+    if s.mirrors.bytes + len > MIRROR_MAX || s.over_quota(len) {
+        return Err(CuError::OUT_OF_MEMORY);
+    }
+    let ctx = s.current.ok_or(CuError::INVALID_CONTEXT)?;
+    let at = NonZeroUsize::new(ptr as usize).ok_or(CuError::INVALID_VALUE)?;
+    let size = NonZeroUsize::new(len as usize).ok_or(CuError::INVALID_VALUE)?;
+    // SAFETY: fresh anonymous memory at an address no mapping of this
+    // process uses (MAP_FIXED_NOREPLACE refuses one in use).
+    let got = unsafe {
+        mmap_anonymous(Some(at), size, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_PRIVATE | MapFlags::MAP_FIXED_NOREPLACE)
+    }
+    .map_err(|_| CuError::NOT_SUPPORTED)?;
+    if got.as_ptr() as u64 != ptr {
+        // A kernel without MAP_FIXED_NOREPLACE took the address as a hint.
+        // SAFETY: the mapping just made, used by nothing.
+        let _ = unsafe { munmap(got, len as usize) };
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    if !register(s, ctx, ptr, len) {
+        // SAFETY: as above.
+        let _ = unsafe { munmap(got, len as usize) };
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    s.mirrors.map.insert(ptr, Mirror { len, known: vec![0; len as usize], registered_by: Some(ctx) });
+    s.mirrors.bytes += len;
+    s.allocs.insert(ptr, Alloc { len, ctx, kind: AllocKind::Mirror });
+    s.mem_used += len;
+    Ok(U64Rep { value: ptr.into() })
+}
+
+/// Unregisters and unmaps the mirror at `ptr`.
+fn unmap<E: Executor>(s: &mut Session<E>, ptr: u64) -> CuRes<()> {
+    let m = s.mirrors.map.remove(&ptr).ok_or(CuError::INVALID_VALUE)?;
+    if let Some(ctx) = m.registered_by {
+        let _ = s.enter(ctx).map(|c| c.unregister_host(ptr as usize as *mut u8));
+    }
+    s.mirrors.bytes -= m.len;
+    s.allocs.remove(&ptr);
+    s.mem_used -= m.len;
+    let p = NonNull::new(ptr as usize as *mut std::ffi::c_void).ok_or(CuError::INVALID_VALUE)?;
+    // SAFETY: the mirror's own mapping, no longer registered or listed.
+    unsafe { munmap(p, m.len as usize) }.map_err(|_| CuError::OPERATING_SYSTEM)
+}
+
+pub(super) fn host_mirror_unmap<E: Executor>(s: &mut Session<E>, r: proto::HostMirrorUnmap, _: &mut Io<'_>) -> CuRes<()> {
+    unmap(s, r.ptr.get())
+}
+
+pub(super) fn host_mirror_write<E: Executor>(s: &mut Session<E>, r: proto::HostMirrorWrite<'_>, _: &mut Io<'_>) -> CuRes<()> {
+    let (ptr, len) = (r.head.ptr.get(), r.data.len() as u64);
+    let start = s.mirrors.containing(ptr, len)?;
+    let m = s.mirrors.map.get_mut(&start).ok_or(CuError::INVALID_VALUE)?;
+    let off = (ptr - start) as usize;
+    // SAFETY: a live mirror, `[ptr, ptr+len)` inside it (checked above).
+    let mem = unsafe { bytes(start, m.len) };
+    mem[off..off + r.data.len()].copy_from_slice(r.data);
+    m.known[off..off + r.data.len()].copy_from_slice(r.data);
+    Ok(())
+}
+
+/// The runs of `now` that differ from `known`, as (offset, length), runs
+/// fewer than [`JOIN_GAP`] bytes apart joined.
+fn changed(now: &[u8], known: &[u8]) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    let mut i = 0;
+    while i < now.len() {
+        if now[i] == known[i] {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < now.len() && now[i] != known[i] {
+            i += 1;
+        }
+        match runs.last_mut() {
+            Some((s, l)) if start - (*s + *l) < JOIN_GAP => *l = i - *s,
+            _ => runs.push((start, i - start)),
+        }
+    }
+    runs
+}
+
+pub(super) fn host_mirror_pull<E: Executor>(s: &mut Session<E>, _: proto::HostMirrorPull, _: &mut Io<'_>) -> CuRes<MirrorPullRep> {
+    let mut rep = MirrorPullRep::default();
+    // Room for the ranges' bytes and heads in one reply.
+    let mut room = MAX_PAYLOAD - 64;
+    for (&ptr, m) in s.mirrors.map.iter_mut() {
+        // SAFETY: a live mirror of the session.
+        let now = unsafe { bytes(ptr, m.len) };
+        for (off, len) in changed(now, &m.known) {
+            if len + 16 > room {
+                rep.more = true;
+                return Ok(rep);
+            }
+            room -= len + 16;
+            let piece = now[off..off + len].to_vec();
+            m.known[off..off + len].copy_from_slice(&piece);
+            rep.ranges.push((ptr + off as u64, piece));
+        }
+    }
+    Ok(rep)
+}
+
+/// Context `ctx` is going: the mirrors registered through it are
+/// registered again through another context of the session, if one is
+/// left (else through the next one made, [`register_all`]).
+pub(super) fn context_going<E: Executor>(s: &mut Session<E>, ctx: u64) {
+    let others: Vec<u64> = s.ctxs.iter().map(|(id, _)| id).filter(|&id| id != ctx).collect();
+    let mine: Vec<(u64, u64)> = s.mirrors.map.iter().filter(|(_, m)| m.registered_by == Some(ctx)).map(|(&p, m)| (p, m.len)).collect();
+    for (ptr, len) in mine {
+        let _ = s.enter(ctx).map(|c| c.unregister_host(ptr as usize as *mut u8));
+        let by = others.iter().copied().find(|&o| register(s, o, ptr, len));
+        if let Some(m) = s.mirrors.map.get_mut(&ptr) {
+            m.registered_by = by;
+        }
+    }
+}
+
+/// Registers every mirror no context holds through context `ctx`.
+pub(super) fn register_all<E: Executor>(s: &mut Session<E>, ctx: u64) {
+    let loose: Vec<(u64, u64)> = s.mirrors.map.iter().filter(|(_, m)| m.registered_by.is_none()).map(|(&p, m)| (p, m.len)).collect();
+    for (ptr, len) in loose {
+        if register(s, ctx, ptr, len)
+            && let Some(m) = s.mirrors.map.get_mut(&ptr)
+        {
+            m.registered_by = Some(ctx);
+        }
+    }
+}
+
+/// Unmaps every mirror (the session ends).
+pub(super) fn forget<E: Executor>(s: &mut Session<E>) {
+    let all: Vec<u64> = s.mirrors.map.keys().copied().collect();
+    for ptr in all {
+        let _ = unmap(s, ptr);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changed_runs_join_across_small_gaps() {
+        let known = vec![0u8; 300];
+        let mut now = known.clone();
+        now[3] = 1;
+        now[10] = 1;
+        now[200] = 2;
+        now[201] = 2;
+        assert_eq!(changed(&now, &known), vec![(3, 8), (200, 2)]);
+        assert!(changed(&known, &known).is_empty());
+    }
+}
