@@ -26,6 +26,13 @@ pub struct NativeGpu {
 #[derive(Clone, Copy)]
 pub struct NativeKernel(sys::CUfunction);
 
+impl NativeKernel {
+    /// The driver's handle.
+    pub fn raw(&self) -> sys::CUfunction {
+        self.0
+    }
+}
+
 impl NativeGpu {
     /// `None` when no CUDA driver is installed.
     pub fn open() -> pvgpu_frontend::Result<Option<NativeGpu>> {

@@ -17,6 +17,7 @@
 mod pinning;
 mod plot;
 mod reference;
+mod replay;
 mod report;
 mod torch;
 mod workloads;

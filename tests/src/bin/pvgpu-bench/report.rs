@@ -179,6 +179,16 @@ impl Results<'_> {
                 push(format!("pinned {dir} {} share of native", human(size)), share, "≥ 90 %", share.map(|x| x >= 90.0), " %");
             }
         }
+        for m in ["graph_replay_kernels_us", "graph_replay_copies_us"] {
+            let r = self.ratio("local", "native", m);
+            push(format!("{m} vs native"), r, "≤ 1.05x", r.map(|x| x <= 1.05), "x");
+            // Over TCP a replay is one command: native plus one round trip.
+            let extra = match (self.get("tcp", m), self.get("native", m), self.get(REFERENCE, "tcp_raw_rtt_p50_us")) {
+                (Some(t), Some(n), Some(r)) if r.median > 0.0 => Some((t.median - n.median) / r.median),
+                _ => None,
+            };
+            push(format!("{m} over tcp, beyond native, in raw TCP round trips"), extra, "≤ 1", extra.map(|x| x <= 1.0), "");
+        }
         for m in ["torch_mlp_step_ms", "torch_transformer_step_ms"] {
             let r = self.ratio("local", "native", m);
             push(format!("{m} vs native"), r, "≤ 1.15x", r.map(|x| x <= 1.15), "x");

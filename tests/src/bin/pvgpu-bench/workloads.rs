@@ -1,6 +1,8 @@
 //! What is measured on each target: the null-call round trip, launches,
-//! copies from pageable and from page-locked memory, MatSum and Jacobi.
+//! graph replays, copies from pageable and from page-locked memory, MatSum
+//! and Jacobi.
 
+use crate::replay::{Kind, Replay};
 use crate::report::Recorder;
 use anyhow::{Context as _, Result, bail};
 use hdrhistogram::Histogram;
@@ -20,6 +22,7 @@ pub struct Plan {
     pub matsum_runs: usize,
     pub jacobi: (usize, usize),
     pub jacobi_runs: usize,
+    pub replay_reps: u32,
 }
 
 impl Plan {
@@ -35,6 +38,7 @@ impl Plan {
                 matsum_runs: 3,
                 jacobi: (256, 50),
                 jacobi_runs: 1,
+                replay_reps: 200,
             }
         } else {
             Plan {
@@ -46,13 +50,14 @@ impl Plan {
                 matsum_runs: 20,
                 jacobi: if gpu { (1024, 1000) } else { (512, 100) },
                 jacobi_runs: if gpu { 5 } else { 1 },
+                replay_reps: 2_000,
             }
         }
     }
 
     /// Progress steps of one target's run.
     pub fn steps(&self) -> u64 {
-        (4 + 2 * self.sizes.len()) as u64
+        (5 + 2 * self.sizes.len()) as u64
     }
 }
 
@@ -85,7 +90,7 @@ impl Drop for AreaBuf<'_> {
 }
 
 /// What a measured target offers besides the workloads.
-pub trait Target: Device {
+pub trait Target: Device + Replay {
     /// The cheapest round trip: a no-op request (remote) or an idle
     /// `cuCtxSynchronize` (native).
     fn null_call(&self) -> pvgpu_frontend::Result<()>;
@@ -221,6 +226,11 @@ pub fn measure<T: Target>(
         t.sync()?;
     }
     rec.add("launch_sync_us", s.elapsed().as_secs_f64() * 1e6 / n as f64, "us");
+    pb.inc(1);
+
+    step("graph replay");
+    rec.add("graph_replay_kernels_us", t.replay_us(Kind::Kernels, plan.replay_reps)?, "us");
+    rec.add("graph_replay_copies_us", t.replay_us(Kind::Copies, plan.replay_reps)?, "us");
     pb.inc(1);
 
     for &size in &plan.sizes {
