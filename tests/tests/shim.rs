@@ -15,26 +15,32 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// `src` (under `tests/`) compiled with `compiler` against cuda.h and
+/// linked with the drop-in library, into `dir`.
+fn compile(dir: &TempDir, compiler: &str, src: &str, name: &str) -> PathBuf {
+    let out = dir.0.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
+    let status = Command::new(compiler)
+        .args(["-O2", "-Wall", "-I"])
+        .arg(cuda_include())
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .arg("-L")
+        .arg(shim_dir())
+        .arg("-lcuda")
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
+    assert!(status.success(), "compiling {} failed", src.display());
+    out
+}
+
 /// The C test program, compiled once against cuda.h and the drop-in library.
 fn c_program() -> PathBuf {
     static BIN: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
     BIN.get_or_init(|| {
         let dir = TempDir::new("shim-c");
-        let out = dir.0.join("driver_api");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("shim/driver_api.c");
-        let status = Command::new("cc")
-            .arg("-Wall")
-            .arg("-I")
-            .arg(cuda_include())
-            .arg(&src)
-            .arg("-o")
-            .arg(&out)
-            .arg("-L")
-            .arg(shim_dir())
-            .arg("-lcuda")
-            .status()
-            .expect("cannot run cc");
-        assert!(status.success(), "compiling driver_api.c failed");
+        let out = compile(&dir, "cc", "shim/driver_api.c", "driver_api");
         (dir, out)
     })
     .1
@@ -47,20 +53,7 @@ fn graphs_program() -> PathBuf {
     static BIN: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
     BIN.get_or_init(|| {
         let dir = TempDir::new("shim-graphs");
-        let out = dir.0.join("graphs_driver");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/graphs_driver.cpp");
-        let status = Command::new("c++")
-            .args(["-O2", "-Wall", "-I"])
-            .arg(cuda_include())
-            .arg(&src)
-            .arg("-o")
-            .arg(&out)
-            .arg("-L")
-            .arg(shim_dir())
-            .arg("-lcuda")
-            .status()
-            .expect("cannot run c++");
-        assert!(status.success(), "compiling graphs_driver.cpp failed");
+        let out = compile(&dir, "c++", "programs/graphs_driver.cpp", "graphs_driver");
         (dir, out)
     })
     .1

@@ -23,56 +23,42 @@ pub(crate) struct Kernel {
     extra: *mut *mut c_void,
 }
 
+/// A [`Kernel`] of any form of the kernel node's parameters (their
+/// members up to `extra` are the same; `kern` from the second form on).
+macro_rules! kernel_of {
+    ($k:expr, $kern:expr) => {
+        Kernel {
+            func: $k.func,
+            kern: $kern,
+            grid: [$k.gridDimX, $k.gridDimY, $k.gridDimZ],
+            block: [$k.blockDimX, $k.blockDimY, $k.blockDimZ],
+            shared_mem: $k.sharedMemBytes,
+            params: $k.kernelParams,
+            extra: $k.extra,
+        }
+    };
+}
+
 impl Kernel {
     /// # Safety
     /// A non-null `p` must be readable.
     unsafe fn v1(p: *const CUDA_KERNEL_NODE_PARAMS_v1) -> Result<Kernel, CuError> {
-        if p.is_null() {
-            return Err(CuError::INVALID_VALUE);
-        }
-        // SAFETY: readable per the caller.
-        let k = unsafe { &*p };
-        Ok(Kernel {
-            func: k.func,
-            kern: std::ptr::null_mut(),
-            grid: [k.gridDimX, k.gridDimY, k.gridDimZ],
-            block: [k.blockDimX, k.blockDimY, k.blockDimZ],
-            shared_mem: k.sharedMemBytes,
-            params: k.kernelParams,
-            extra: k.extra,
-        })
-    }
-
-    /// The kernel of a generic node's parameters.
-    pub(crate) fn v3(k: &CUDA_KERNEL_NODE_PARAMS_v3) -> Kernel {
-        Kernel {
-            func: k.func,
-            kern: k.kern,
-            grid: [k.gridDimX, k.gridDimY, k.gridDimZ],
-            block: [k.blockDimX, k.blockDimY, k.blockDimZ],
-            shared_mem: k.sharedMemBytes,
-            params: k.kernelParams,
-            extra: k.extra,
-        }
+        // SAFETY: readable when not null, per the caller.
+        let k = unsafe { p.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
+        Ok(kernel_of!(k, std::ptr::null_mut()))
     }
 
     /// # Safety
     /// A non-null `p` must be readable.
     unsafe fn v2(p: *const CUDA_KERNEL_NODE_PARAMS) -> Result<Kernel, CuError> {
-        if p.is_null() {
-            return Err(CuError::INVALID_VALUE);
-        }
-        // SAFETY: readable per the caller.
-        let k = unsafe { &*p };
-        Ok(Kernel {
-            func: k.func,
-            kern: k.kern,
-            grid: [k.gridDimX, k.gridDimY, k.gridDimZ],
-            block: [k.blockDimX, k.blockDimY, k.blockDimZ],
-            shared_mem: k.sharedMemBytes,
-            params: k.kernelParams,
-            extra: k.extra,
-        })
+        // SAFETY: readable when not null, per the caller.
+        let k = unsafe { p.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
+        Ok(kernel_of!(k, k.kern))
+    }
+
+    /// The kernel of a generic node's parameters.
+    pub(crate) fn v3(k: &CUDA_KERNEL_NODE_PARAMS_v3) -> Kernel {
+        kernel_of!(k, k.kern)
     }
 
     /// Calls `f` with the node's parameters, packed.
