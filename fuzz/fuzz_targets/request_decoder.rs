@@ -12,7 +12,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pvgpu_ring::proto::{BytesRep, CaptureInfoRep, DevicePropsRep, FunctionRep, HEADER_LEN, Header, IdsRep, NamesRep, Opcode, Reply, Request};
+use pvgpu_ring::proto::{
+    BytesRep, CaptureInfoRep, DevicePropsRep, FunctionRep, HEADER_LEN, Header, IdsRep, MirrorPullRep, NamesRep, Opcode, Reply, Request,
+};
 use zerocopy::IntoBytes;
 
 /// Decodes `payload` under `h` and, if it decodes, checks it is canonical.
@@ -57,5 +59,6 @@ fuzz_target!(|data: &[u8]| {
         reply_round_trip::<CaptureInfoRep>(Opcode::StreamCaptureInfo, payload);
         reply_round_trip::<IdsRep>(Opcode::GraphNodes, payload);
         reply_round_trip::<BytesRep>(Opcode::GraphDot, payload);
+        reply_round_trip::<MirrorPullRep>(Opcode::HostMirrorPull, payload);
     }
 });

@@ -344,6 +344,11 @@ impl Harness {
         matches!(self.running, Running::Process { .. })
     }
 
+    /// Whether the backend runs in this very process.
+    pub fn is_embedded(&self) -> bool {
+        matches!(self.running, Running::Embedded { .. })
+    }
+
     /// The address of one transport.
     pub fn addr(&self, t: Transport) -> BackendAddr {
         match t {

@@ -226,6 +226,9 @@ impl Reply for IdsRep {
     }
     fn decode(op: Opcode, p: &[u8]) -> Result<Self, DecodeError> {
         let (head, tail) = with_tail::<IdsHead, _>(op, p, |h| (h.count.get() as usize).checked_mul(8).ok_or(DecodeError::Truncated))?;
+        if head.reserved.get() != 0 {
+            return Err(DecodeError::BadField("reserved"));
+        }
         let (ids, _) = ids(tail, head.count.get() as usize)?;
         Ok(IdsRep { ids: ids.iter().map(|d| d.get()).collect() })
     }
