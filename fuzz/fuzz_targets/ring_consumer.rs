@@ -27,7 +27,7 @@
 use libfuzzer_sys::arbitrary::{Result as ArbResult, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use pvgpu_backend::conn::{Conn, ConnError, RingConn};
-use pvgpu_ring::channel::{Consumer, Producer, RECORD_MAGIC, Sent};
+use pvgpu_ring::channel::{Consumer, Producer, RECORD_HEADER, RECORD_MAGIC, Sent};
 use pvgpu_ring::layout::{Geometry, MAX_RING_RECORD, init_region};
 use pvgpu_ring::notify::{Notifier, NotifyError, Wake};
 use pvgpu_ring::proto::{HEADER_LEN, Header, Opcode, Request};
@@ -217,7 +217,8 @@ impl World {
                 match self.backend.send(&h, &payload, &stop) {
                     Ok(()) | Err(ConnError::Shutdown) => {}
                     Err(ConnError::Channel(_)) => {
-                        let max = MAX_RING_RECORD.min(self.geometry.rsp_size - 8) as usize;
+                        // The channel keeps room for the next record's header too.
+                        let max = MAX_RING_RECORD.min(self.geometry.rsp_size - 2 * RECORD_HEADER) as usize;
                         assert!(!self.honest || n + HEADER_LEN > max, "an honest ring broke");
                     }
                     Err(e) => panic!("unexpected error from send: {e:?}"),
