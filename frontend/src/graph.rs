@@ -54,8 +54,14 @@ pub struct KernelNode<'a> {
     pub params: &'a [u8],
 }
 
-fn ids<T>(v: &[T], id: impl Fn(&T) -> u64) -> Vec<u64> {
-    v.iter().map(id).collect()
+/// The ids of `nodes`.
+fn ids(nodes: &[GraphNode]) -> Vec<u64> {
+    nodes.iter().map(|n| n.0).collect()
+}
+
+/// The ids of `nodes`, as the wire lists them after a head.
+fn wire_ids(nodes: &[GraphNode]) -> Vec<zerocopy::little_endian::U64> {
+    nodes.iter().map(|n| n.0.into()).collect()
 }
 
 fn kernel_head(target: u64, node: u64, k: &KernelNode<'_>, deps: usize) -> Result<GraphKernelHead> {
@@ -87,7 +93,7 @@ impl Client {
     /// `deps`.
     pub fn stream_begin_capture_to_graph(&self, s: Stream, g: Graph, deps: &[GraphNode], mode: u32) -> Result<()> {
         let head = CaptureToGraphHead { stream: s.0.into(), graph: g.0.into(), mode: mode.into(), dep_count: (deps.len() as u32).into() };
-        let deps: Vec<_> = deps.iter().map(|n| n.0.into()).collect();
+        let deps = wire_ids(deps);
         self.call(&StreamBeginCaptureToGraph { head, deps: &deps })?;
         self.count_capture(true);
         Ok(())
@@ -171,7 +177,7 @@ impl Client {
         }
         let head = GraphEdgesHead { graph: g.0.into(), count: (from.len() as u32).into(), remove: u32::from(remove).into() };
         let mut buf = Vec::new();
-        self.call(&GraphEdgesChange::new(head, &ids(from, |n| n.0), &ids(to, |n| n.0), &mut buf))
+        self.call(&GraphEdgesChange::new(head, &ids(from), &ids(to), &mut buf))
     }
 
     /// `cuGraphDestroyNode`.
@@ -188,7 +194,7 @@ impl Client {
     pub fn graph_add_kernel_node(&self, g: Graph, deps: &[GraphNode], k: &KernelNode<'_>) -> Result<GraphNode> {
         let head = kernel_head(g.0, 0, k, deps.len())?;
         let mut buf = Vec::new();
-        Ok(GraphNode(self.call(&GraphAddKernelNode::new(head, &ids(deps, |n| n.0), k.params, &mut buf))?.handle.get()))
+        Ok(GraphNode(self.call(&GraphAddKernelNode::new(head, &ids(deps), k.params, &mut buf))?.handle.get()))
     }
 
     /// `cuGraphKernelNodeSetParams`.
@@ -209,7 +215,7 @@ impl Client {
             dep_count: (deps.len() as u32).into(),
             reserved: 0.into(),
         };
-        let deps: Vec<_> = deps.iter().map(|n| n.0.into()).collect();
+        let deps = wire_ids(deps);
         Ok(GraphNode(self.call(&GraphAddMemcpyNode { head, deps: &deps })?.handle.get()))
     }
 
@@ -217,7 +223,7 @@ impl Client {
     pub fn graph_add_memset_node(&self, g: Graph, deps: &[GraphNode], mut m: GraphMemsetHead) -> Result<GraphNode> {
         m.graph = g.0.into();
         m.dep_count = (deps.len() as u32).into();
-        let deps: Vec<_> = deps.iter().map(|n| n.0.into()).collect();
+        let deps = wire_ids(deps);
         Ok(GraphNode(self.call(&GraphAddMemsetNode { head: m, deps: &deps })?.handle.get()))
     }
 
@@ -225,7 +231,7 @@ impl Client {
     /// `CUgraphNodeType`; `object` the child graph or event id).
     pub fn graph_add_node(&self, g: Graph, deps: &[GraphNode], kind: u32, object: u64) -> Result<GraphNode> {
         let head = GraphSimpleHead { graph: g.0.into(), kind: kind.into(), dep_count: (deps.len() as u32).into(), object: object.into() };
-        let deps: Vec<_> = deps.iter().map(|n| n.0.into()).collect();
+        let deps = wire_ids(deps);
         Ok(GraphNode(self.call(&GraphAddNode { head, deps: &deps })?.handle.get()))
     }
 

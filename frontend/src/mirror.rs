@@ -15,11 +15,13 @@
 //! with relaxed atomic accesses, so a concurrent write is a race on values
 //! (as on a GPU), never undefined behaviour.
 
-use pvgpu_ring::proto::{MirrorPullRep, MirrorWriteHead};
+use pvgpu_ring::proto::{MirrorPullRep, MirrorWriteHead, changed_runs};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Largest piece of one `HostMirrorWrite`.
 const WRITE_PIECE: usize = 1 << 20;
+/// Unchanged bytes between two changed runs that still go in one write.
+const JOIN_GAP: usize = 64;
 
 /// One mirrored range.
 struct Mirror {
@@ -93,18 +95,9 @@ impl Mirrors {
             if now == m.known {
                 continue;
             }
-            let mut i = 0;
-            while i < now.len() {
-                if now[i] == m.known[i] {
-                    i += 1;
-                    continue;
-                }
-                let start = i;
-                while i < now.len() && i - start < WRITE_PIECE && now[i] != m.known[i] {
-                    i += 1;
-                }
-                let head = MirrorWriteHead { ptr: ((m.ptr + start) as u64).into(), len: ((i - start) as u64).into() };
-                out.push((head, now[start..i].to_vec()));
+            for (start, len) in changed_runs(&now, &m.known, JOIN_GAP, WRITE_PIECE) {
+                let head = MirrorWriteHead { ptr: ((m.ptr + start) as u64).into(), len: (len as u64).into() };
+                out.push((head, now[start..start + len].to_vec()));
             }
             m.known = now;
         }

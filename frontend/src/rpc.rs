@@ -35,7 +35,7 @@ fn mirror_op(op: u16) -> bool {
 /// Whether device work may have finished when the reply to `op` came: a
 /// call that may synchronise, or a query that may find work done.
 fn settles(op: u16) -> bool {
-    Opcode::ALL.iter().find(|o| **o as u16 == op).is_some_and(|o| o.may_print() || matches!(o, Opcode::StreamQuery | Opcode::EventQuery))
+    Opcode::try_from(op).is_ok_and(|o| o.may_print() || matches!(o, Opcode::StreamQuery | Opcode::EventQuery))
 }
 
 impl Conn {

@@ -19,7 +19,7 @@ use super::{Alloc, AllocKind, Io, Session};
 use crate::exec::{CuRes, ExecContext, Executor};
 use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous, munmap};
 use pvgpu_ring::CuError;
-use pvgpu_ring::proto::{self, MAX_PAYLOAD, MirrorPullRep, U64Rep};
+use pvgpu_ring::proto::{self, MAX_PAYLOAD, MirrorPullRep, U64Rep, changed_runs};
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::ptr::NonNull;
@@ -158,36 +158,14 @@ pub(super) fn host_mirror_write<E: Executor>(s: &mut Session<E>, r: proto::HostM
     Ok(())
 }
 
-/// The runs of `now` that differ from `known`, as (offset, length), runs
-/// fewer than [`JOIN_GAP`] bytes apart joined.
-fn changed(now: &[u8], known: &[u8]) -> Vec<(usize, usize)> {
-    let mut runs: Vec<(usize, usize)> = Vec::new();
-    let mut i = 0;
-    while i < now.len() {
-        if now[i] == known[i] {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < now.len() && now[i] != known[i] {
-            i += 1;
-        }
-        match runs.last_mut() {
-            Some((s, l)) if start - (*s + *l) < JOIN_GAP => *l = i - *s,
-            _ => runs.push((start, i - start)),
-        }
-    }
-    runs
-}
-
 pub(super) fn host_mirror_pull<E: Executor>(s: &mut Session<E>, _: proto::HostMirrorPull, _: &mut Io<'_>) -> CuRes<MirrorPullRep> {
     let mut rep = MirrorPullRep::default();
     // Room for the ranges' bytes and heads in one reply.
     let mut room = MAX_PAYLOAD - 64;
     for (&ptr, m) in s.mirrors.map.iter_mut() {
         // SAFETY: a live mirror of the session.
-        let now = unsafe { bytes(ptr, m.len) };
-        for (off, len) in changed(now, &m.known) {
+        let now: &[u8] = unsafe { bytes(ptr, m.len) };
+        for (off, len) in changed_runs(now, &m.known, JOIN_GAP, usize::MAX) {
             if len + 16 > room {
                 rep.more = true;
                 return Ok(rep);
@@ -233,22 +211,5 @@ pub(super) fn forget<E: Executor>(s: &mut Session<E>) {
     let all: Vec<u64> = s.mirrors.map.keys().copied().collect();
     for ptr in all {
         let _ = unmap(s, ptr);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn changed_runs_join_across_small_gaps() {
-        let known = vec![0u8; 300];
-        let mut now = known.clone();
-        now[3] = 1;
-        now[10] = 1;
-        now[200] = 2;
-        now[201] = 2;
-        assert_eq!(changed(&now, &known), vec![(3, 8), (200, 2)]);
-        assert!(changed(&known, &known).is_empty());
     }
 }

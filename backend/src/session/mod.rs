@@ -366,8 +366,8 @@ impl<E: Executor> Session<E> {
         Ok(Some(s.value))
     }
 
-    /// The context of device ranges an operation on stream `stream` names
-    /// (each `(ptr, len)`): each checked against the session's
+    /// The context of the first of the device ranges an operation on
+    /// stream `stream` names (each `(ptr, len)`): each checked against the session's
     /// allocations, except while that stream is capturing. The driver
     /// records such an operation without looking at its addresses
     /// (frameworks capture with placeholders and set the real ones in the
@@ -376,13 +376,10 @@ impl<E: Executor> Session<E> {
     fn device_ranges(&mut self, ranges: &[(u64, u64)], stream: u64) -> CuRes<u64> {
         let checked = ranges.iter().map(|&(p, l)| self.range(p, l)).collect::<CuRes<Vec<u64>>>();
         match checked {
-            Ok(ctxs) if ctxs.windows(2).all(|w| w[0] == w[1]) => ctxs.first().copied().ok_or(CuError::INVALID_VALUE),
-            Ok(_) => Err(CuError::INVALID_VALUE),
+            Ok(ctxs) => ctxs.first().copied().ok_or(CuError::INVALID_VALUE),
             Err(e) => {
-                let Some(ctx) = self.streams.get(stream).filter(|_| stream != 0).map(|st| st.ctx) else { return Err(e) };
-                let st = self.stream(stream, ctx)?;
-                let capturing = crate::exec::graph::ExecGraph::capture_info(self.enter(ctx)?, st)?.status
-                    != pvgpu_ring::cuda::api::CU_STREAM_CAPTURE_STATUS_NONE.0;
+                let Some((ctx, st)) = self.streams.get(stream).filter(|_| stream != 0).map(|st| (st.ctx, st.value)) else { return Err(e) };
+                let capturing = graph::capturing(self, ctx, st)?;
                 if capturing { Ok(ctx) } else { Err(e) }
             }
         }

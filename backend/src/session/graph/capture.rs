@@ -114,10 +114,15 @@ pub(in crate::session) fn refuse_during_capture<E: Executor>(
     allowed: bool,
 ) -> CuRes<()> {
     let Some(st) = st.filter(|_| !allowed) else { return Ok(()) };
-    let c = s.enter(ctx)?;
-    if c.capture_info(Some(st))?.status != CU_STREAM_CAPTURE_STATUS_NONE.0 {
-        c.invalidate_capture(st);
+    if capturing(s, ctx, st)? {
+        s.enter(ctx)?.invalidate_capture(st);
         return Err(CuError::STREAM_CAPTURE_UNSUPPORTED);
     }
     Ok(())
+}
+
+/// Whether stream `st` of context `ctx` is capturing (an invalidated
+/// capture counts).
+pub(in crate::session) fn capturing<E: Executor>(s: &mut Session<E>, ctx: u64, st: crate::session::Stream<E>) -> CuRes<bool> {
+    Ok(s.enter(ctx)?.capture_info(Some(st))?.status != CU_STREAM_CAPTURE_STATUS_NONE.0)
 }

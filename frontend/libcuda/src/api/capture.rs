@@ -5,7 +5,7 @@
 //! are answered here without a round trip.
 
 use super::exec::stream_info;
-use crate::state::{self, Res, handle, id, put, run, stream};
+use crate::state::{self, Res, handle, put, run, stream};
 use pvgpu_frontend::Stream;
 use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::{CuError, CuResult};
@@ -213,14 +213,4 @@ pub(crate) fn is_capturing(s: Stream) -> Result<bool, CuError> {
         return Ok(false);
     }
     Ok(c.stream_capture_info(s).map_err(state::cu)?.status != CU_STREAM_CAPTURE_STATUS_NONE.0)
-}
-
-/// The id behind a graph handle (null is refused).
-pub(crate) fn graph_id(g: CUgraph) -> Result<pvgpu_frontend::Graph, CuError> {
-    if g.is_null() { Err(CuError::INVALID_VALUE) } else { Ok(pvgpu_frontend::Graph(id(g))) }
-}
-
-/// The id behind a node handle (null is refused).
-pub(crate) fn node_id(n: CUgraphNode) -> Result<pvgpu_frontend::GraphNode, CuError> {
-    if n.is_null() { Err(CuError::INVALID_VALUE) } else { Ok(pvgpu_frontend::GraphNode(id(n))) }
 }

@@ -4,12 +4,26 @@
 //! added in [`super::graph_add`], [`super::graph_kernel`] and
 //! [`super::graph_node`]; executable graphs are in [`super::graph_exec`].
 
-use super::capture::{graph_id, node_id};
-use crate::state::{self, Res, handle, put, run};
+use crate::state::{self, Res, handle, id, put, run};
 use pvgpu_frontend::GraphNode;
 use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_char, c_uint};
+
+/// The id behind a graph handle (null is refused).
+pub(crate) fn graph_id(g: CUgraph) -> Result<pvgpu_frontend::Graph, CuError> {
+    if g.is_null() { Err(CuError::INVALID_VALUE) } else { Ok(pvgpu_frontend::Graph(id(g))) }
+}
+
+/// The id behind a node handle (null is refused).
+pub(crate) fn node_id(n: CUgraphNode) -> Result<GraphNode, CuError> {
+    if n.is_null() { Err(CuError::INVALID_VALUE) } else { Ok(GraphNode(id(n))) }
+}
+
+/// The id behind an executable graph handle (null is refused).
+pub(crate) fn exec_id(e: CUgraphExec) -> Result<pvgpu_frontend::GraphExec, CuError> {
+    if e.is_null() { Err(CuError::INVALID_VALUE) } else { Ok(pvgpu_frontend::GraphExec(id(e))) }
+}
 
 /// Most nodes one call may name (the wire's limit on ids in a request).
 const MAX_NODES: usize = pvgpu_ring::proto::MAX_IDS;

@@ -3,7 +3,7 @@
 //! nodes are in [`super::graph_kernel`], the generic interface in
 //! [`super::graph_node`]).
 
-use super::capture::graph_id;
+use super::graph::graph_id;
 use super::graph::{nodes_in, put_node};
 use crate::state::{self, Res, id, run};
 use pvgpu_frontend::{Event, GraphNode};

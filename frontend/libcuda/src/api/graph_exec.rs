@@ -2,16 +2,12 @@
 //! uploads (sent without waiting, like kernel launches), updates from a
 //! changed graph.
 
-use super::capture::graph_id;
-use crate::state::{self, Res, handle, id, put, run};
+use super::graph::{exec_id, graph_id};
+use crate::state::{self, Res, handle, put, run};
 use pvgpu_frontend::{GraphExec, GraphNode};
 use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::c_char;
-
-fn exec_id(e: CUgraphExec) -> Result<GraphExec, CuError> {
-    if e.is_null() { Err(CuError::INVALID_VALUE) } else { Ok(GraphExec(id(e))) }
-}
 
 /// Instantiates `g` with `flags`; an upload asked for at instantiation is
 /// made on `upload` right after.

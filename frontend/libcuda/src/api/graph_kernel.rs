@@ -3,11 +3,11 @@
 //! from `kernelParams` or the `extra` buffer; the function may be a
 //! `CUfunction` or a `CUkernel`.
 
-use super::capture::{graph_id, node_id};
+use super::graph::{exec_id, graph_id, node_id};
 use super::graph::{nodes_in, put_node};
 use super::launch::{check_launch, pack};
 use crate::state::{self, Res, id, run};
-use pvgpu_frontend::{GraphExec, KernelNode};
+use pvgpu_frontend::KernelNode;
 use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::c_void;
@@ -159,12 +159,9 @@ pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(node: CUgraphNode, p: *co
 /// # Safety
 /// `k`'s arguments are readable.
 pub(crate) unsafe fn exec_set(e: CUgraphExec, node: CUgraphNode, k: Kernel) -> Res {
-    if e.is_null() {
-        return Err(CuError::INVALID_VALUE);
-    }
-    let node = node_id(node)?;
+    let (e, node) = (exec_id(e)?, node_id(node)?);
     // SAFETY: per the caller.
-    unsafe { k.with(|kn| state::client()?.graph_exec_kernel_node_set(GraphExec(id(e)), node, kn).map_err(state::cu)) }
+    unsafe { k.with(|kn| state::client()?.graph_exec_kernel_node_set(e, node, kn).map_err(state::cu)) }
 }
 
 /// `cuGraphExecKernelNodeSetParams` (CUDA 10's parameter struct).

@@ -6,18 +6,13 @@
 //! memory, conditional, external-semaphore and batch-memop nodes are not
 //! (`CUDA_ERROR_NOT_SUPPORTED`).
 
-use super::capture::{graph_id, node_id};
 use super::graph::{edge_data, nodes_in, put_node};
+use super::graph::{exec_id, graph_id, node_id};
 use super::graph_add::{add_memcpy, add_simple, device_copy, memset_head};
 use super::graph_kernel::{self, Kernel};
 use crate::state::{self, Res, id, run};
-use pvgpu_frontend::GraphExec;
 use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::{CuError, CuResult};
-
-fn exec_id(e: CUgraphExec) -> Result<GraphExec, CuError> {
-    if e.is_null() { Err(CuError::INVALID_VALUE) } else { Ok(GraphExec(id(e))) }
-}
 
 /// Adds the node `p` describes.
 ///

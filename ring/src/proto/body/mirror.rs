@@ -6,6 +6,58 @@ use crate::proto::wire::*;
 use crate::proto::{DecodeError, MAX_PAYLOAD, Opcode};
 use zerocopy::{FromBytes, IntoBytes};
 
+/// Where `now` differs from `known` (of one length), as (offset, length)
+/// runs: runs fewer than `join` unchanged bytes apart are one, and none is
+/// longer than `max` bytes. What the client sends of a mirror and what the
+/// backend returns of it.
+pub fn changed_runs(now: &[u8], known: &[u8], join: usize, max: usize) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    let mut i = 0;
+    while i < now.len().min(known.len()) {
+        if now[i] == known[i] {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < now.len().min(known.len()) && now[i] != known[i] {
+            i += 1;
+        }
+        match runs.last_mut() {
+            Some((s, l)) if start - (*s + *l) < join && i - *s <= max => *l = i - *s,
+            _ => {
+                let mut at = start;
+                while at < i {
+                    let n = (i - at).min(max.max(1));
+                    runs.push((at, n));
+                    at += n;
+                }
+            }
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::changed_runs;
+
+    #[test]
+    fn runs_join_across_small_gaps_and_split_at_the_limit() {
+        let known = vec![0u8; 300];
+        let mut now = known.clone();
+        now[3] = 1;
+        now[10] = 1;
+        now[200] = 2;
+        now[201] = 2;
+        assert_eq!(changed_runs(&now, &known, 64, usize::MAX), vec![(3, 8), (200, 2)]);
+        assert_eq!(changed_runs(&now, &known, 0, usize::MAX), vec![(3, 1), (10, 1), (200, 2)]);
+        assert_eq!(changed_runs(&now, &known, 64, 4), vec![(3, 1), (10, 1), (200, 2)]);
+        let all = vec![9u8; 10];
+        assert_eq!(changed_runs(&all, &known[..10], 64, 4), vec![(0, 4), (4, 4), (8, 2)]);
+        assert!(changed_runs(&known, &known, 64, usize::MAX).is_empty());
+    }
+}
+
 /// `HostMirrorWrite`: bytes the program changed in a mirrored range.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostMirrorWrite<'a> {
