@@ -39,6 +39,7 @@ pub mod error;
 mod exec;
 mod graph;
 mod handles;
+pub mod log;
 mod memo;
 mod memory;
 mod mirror;

@@ -30,9 +30,11 @@ build() { # name, nvcc args...
 }
 for src in *.cu; do
   p=${src%.cu}
-  build "$p-static" -O2 $arch -o "$work/bin/$p-static" "$src" &
-  build "$p-shared" -O2 $arch -cudart shared -o "$work/bin/$p-shared" "$src" &
+  libs=(); [ "$p" = cufft ] && libs=(-lcufft)
+  build "$p-static" -O2 $arch -o "$work/bin/$p-static" "$src" "${libs[@]}" &
+  build "$p-shared" -O2 $arch -cudart shared -o "$work/bin/$p-shared" "$src" "${libs[@]}" &
 done
+build cufft-static_cufft -O2 $arch -o "$work/bin/cufft-static_cufft" cufft.cu -lcufft_static -lculibos &
 build runtime_api-static -O2 $arch -o "$work/bin/runtime_api-static" "$root/tests/runtime/runtime_api.cu" &
 build runtime_api-shared -O2 $arch -cudart shared -o "$work/bin/runtime_api-shared" "$root/tests/runtime/runtime_api.cu" &
 build graphs-static -O2 $arch -o "$work/bin/graphs-static" "$root/tests/runtime/graphs.cu" &
@@ -91,6 +93,7 @@ for src in "$root"/tests/programs/*.cu; do
   p=$(basename "${src%.cu}")
   for k in static shared; do [ -x "$work/bin/$p-$k" ] && row "$p-$k" "$p" "$k" "$work/bin/$p-$k"; done
 done
+[ -x "$work/bin/cufft-static_cufft" ] && row cufft-static_cufft "cufft (static cuFFT)" static "$work/bin/cufft-static_cufft"
 for k in static shared; do [ -x "$work/bin/runtime_api-$k" ] && row "runtime_api-$k" runtime_api "$k" "$work/bin/runtime_api-$k"; done
 for k in static shared; do [ -x "$work/bin/graphs-$k" ] && row "graphs-$k" graphs "$k" "$work/bin/graphs-$k"; done
 for k in static shared; do [ -x "$work/bin/mapped-$k" ] && row "mapped-$k" "mapped (--spin)" "$k" "$work/bin/mapped-$k" --spin; done

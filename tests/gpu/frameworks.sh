@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On a GPU machine: PyTorch, CuPy and JAX (and their CUDA graph paths,
-# tests/frameworks/graphs.py) natively and through pvgpu's
+# On a GPU machine: PyTorch, CuPy and JAX (their CUDA graph paths,
+# tests/frameworks/graphs.py, and their FFTs, tests/frameworks/fft.py) natively and through pvgpu's
 # drop-in libcuda, over the local transport with the backend's image cache
 # cold and then warm (a new backend on the same cache), and over TCP (warm).
 # Compares each run's check lines with the native run's and keeps the
@@ -9,7 +9,7 @@
 #   tests/gpu/frameworks.sh BIN_DIR OUT_DIR
 #
 # PVGPU_WORKLOADS picks workloads (default: torch cupy jax graphs-torch
-# graphs-jax graphs-cupy).
+# graphs-jax graphs-cupy fft-cupy fft-torch fft-jax).
 #
 # BIN_DIR holds release builds of pvgpu-backend, libpvgpu_cuda.so and
 # (optionally) libpvgpu_nvml.so.
@@ -49,11 +49,12 @@ run() { # label, mode (native|local|tcp), script args...
   echo "rc $?" >> "$log.txt"
 }
 
-workloads=${PVGPU_WORKLOADS:-torch cupy jax graphs-torch graphs-jax graphs-cupy}
+workloads=${PVGPU_WORKLOADS:-torch cupy jax graphs-torch graphs-jax graphs-cupy fft-cupy fft-torch fft-jax}
 for w in $workloads; do
   case $w in
     torch) args=("$root/tests/frameworks/torch_train.py") ;;
     graphs-*) args=("$root/tests/frameworks/graphs.py" "${w#graphs-}") ;;
+    fft-*) args=("$root/tests/frameworks/fft.py" "${w#fft-}") ;;
     *) args=("$root/tests/frameworks/cupy_jax.py" "$w") ;;
   esac
   run "$w" native "${args[@]}"

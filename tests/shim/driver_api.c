@@ -45,6 +45,45 @@ static int failures = 0;
 
 static size_t no_smem(int block_size) { (void)block_size; return 0; }
 
+/* The driver's private table cuFFT finds the kernels of its modules with:
+ * slot 7 visits each kernel of a module (function and name) and returns
+ * their number. */
+static const CUuuid MODULE_KERNELS = {{(char)0x6e, 0x16, 0x3f, (char)0xbe, (char)0xb9, 0x58, 0x44, 0x4d,
+                                       (char)0x83, 0x5c, (char)0xe1, (char)0x82, (char)0xaf, (char)0xf1, (char)0x99, 0x1e}};
+typedef void (*visit_fn)(void *user, CUfunction f, const char *name);
+typedef int (*each_kernel_fn)(CUcontext ctx, CUmodule m, visit_fn visit, void *user);
+
+struct visited { int n; CUfunction f[16]; const char *name[16]; };
+
+static void visit(void *user, CUfunction f, const char *name) {
+    struct visited *v = user;
+    if (v->n < 16) { v->f[v->n] = f; v->name[v->n] = name; }
+    v->n++;
+}
+
+/* Slot 7 answers what cuModuleEnumerateFunctions and cuFuncGetName do. */
+static void check_module_kernels(CUcontext ctx, CUmodule mod) {
+    const void *table = NULL;
+    CHECK(cuGetExportTable(&table, &MODULE_KERNELS));
+    EXPECT(((const size_t *)table)[0] >= 8 * 8, "module-kernels table: size");
+    each_kernel_fn each = (each_kernel_fn)((void *const *)table)[7];
+    unsigned count = 0;
+    CHECK(cuModuleGetFunctionCount(&count, mod));
+    CUfunction fs[16];
+    EXPECT(count > 1 && count <= 16, "cuModuleGetFunctionCount");
+    CHECK(cuModuleEnumerateFunctions(fs, count, mod));
+    EXPECT(each(ctx, mod, NULL, NULL) == (int)count, "module-kernels table: count without a visitor");
+    struct visited v = {0};
+    EXPECT(each(ctx, mod, visit, &v) == (int)count && v.n == (int)count, "module-kernels table: count with a visitor");
+    int same = 1;
+    for (unsigned i = 0; i < count; i++) {
+        const char *name = NULL;
+        CHECK(cuFuncGetName(&name, fs[i]));
+        same &= v.f[i] == fs[i] && v.name[i] == name && strlen(name) > 0;
+    }
+    EXPECT(same, "module-kernels table: the functions and names of cuModuleEnumerateFunctions, in its order");
+}
+
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) { printf("FAIL cannot open %s\n", path); exit(1); }
@@ -113,6 +152,7 @@ int main(int argc, char **argv) {
     CUfunction matsum, saxpy;
     CHECK(cuModuleGetFunction(&matsum, mod, "mat_sum"));
     CHECK(cuModuleGetFunction(&saxpy, mod, "saxpy"));
+    check_module_kernels(ctx, mod);
     size_t off = 0, sz = 0;
     CHECK(cuFuncGetParamInfo(matsum, 3, &off, &sz));
     EXPECT(off == 24 && sz == 4, "cuFuncGetParamInfo");

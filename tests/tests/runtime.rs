@@ -113,6 +113,31 @@ fn shared_cudart_over_tcp() {
     runs(Cudart::Shared, Transport::Tcp);
 }
 
+/// With every log line of the library asked for, the program still runs to
+/// its end and exits cleanly: NVIDIA's runtime calls the driver from its
+/// exit-time destructors, after the thread's own storage (the log
+/// formatter's among it) is gone, and a log line there must not abort the
+/// program.
+#[test]
+fn trace_logging_lasts_until_exit() {
+    for cudart in [Cudart::Static, Cudart::Shared] {
+        let h = shared();
+        let mut path = pvgpu_tests::dropin::shim_dir().into_os_string();
+        path.push(":");
+        path.push(cuda_home().join("lib"));
+        let out = Command::new(program(cudart))
+            .env("LD_LIBRARY_PATH", path)
+            .env("PVGPU_BACKEND", h.addr(Transport::Local).to_string())
+            .env("PVGPU_LOG", "pvgpu_cuda=trace")
+            .output()
+            .expect("cannot start the program");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && stdout.lines().last() == Some("PASS"), "{cudart:?} cudart ({}):\n{stdout}\n{stderr}", out.status);
+        assert!(stderr.contains("export table slot"), "no trace lines from the library:\n{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
 /// `tests/runtime/mapped.cu`, built once (static cudart).
 fn mapped_program() -> PathBuf {
     static BUILT: OnceLock<(TempDir, PathBuf)> = OnceLock::new();

@@ -70,7 +70,8 @@ pub fn module_function(m: u64, name: &str) -> Result<u64, CuError> {
     let f = client()?.module_get_function(Module(m), name).map_err(state::cu)?;
     let fid = f.id;
     let cname = CString::new(name).map_err(|_| CuError::INVALID_VALUE)?;
-    objects().functions.insert(fid, FnInfo { func: f, module: m, name: cname });
+    // The first name stays: `cuFuncGetName` handed out its address.
+    objects().functions.entry(fid).or_insert(FnInfo { func: f, module: m, name: cname });
     Ok(fid)
 }
 

@@ -129,7 +129,7 @@ pub unsafe extern "C" fn cuLibraryGetGlobal(dptr: *mut u64, bytes: *mut usize, l
         let cur = state::current_handle().ok_or(CuError::INVALID_CONTEXT)?;
         let m = library::module(id(lib), cur)?;
         let (p, size) = state::client()?.module_get_global(Module(m), n).map_err(state::cu)?;
-        objects().device.insert(p, DevAlloc { size, ctx: cur, kind: DevKind::Global(m) });
+        objects().device.entry(p).or_insert_with(|| DevAlloc::new(size, cur, DevKind::Global(m)));
         if !dptr.is_null() {
             // SAFETY: non-null and writable per the API.
             unsafe { put(dptr, p)? };

@@ -23,7 +23,7 @@ fn alloc(dptr: *mut u64, size: usize) -> Res {
     let ctx = state::current()?;
     let p = state::client()?.mem_alloc(ctx, size as u64).map_err(state::cu)?;
     let handle = state::current_handle().ok_or(CuError::INVALID_CONTEXT)?;
-    objects().device.insert(p, DevAlloc { size: size as u64, ctx: handle, kind: DevKind::Alloc });
+    objects().device.insert(p, DevAlloc::new(size as u64, handle, DevKind::Alloc));
     // SAFETY: non-null and writable per the API.
     unsafe { put(dptr, p) }
 }

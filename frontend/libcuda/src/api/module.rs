@@ -227,7 +227,7 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(dptr: *mut u64, bytes: *mut usize,
         {
             let mut o = objects();
             let ctx = o.modules.get(&m).copied().unwrap_or(0);
-            o.device.insert(p, DevAlloc { size, ctx, kind: DevKind::Global(m) });
+            o.device.entry(p).or_insert_with(|| DevAlloc::new(size, ctx, DevKind::Global(m)));
         }
         if !dptr.is_null() {
             // SAFETY: non-null and writable per the API.

@@ -2,6 +2,7 @@
 //! allocated.
 
 use super::host::host_device_pointer;
+use crate::state::objects::DevKind;
 use crate::state::{self, Res, ctx, handle, objects, put, run};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_uint, c_void};
@@ -12,6 +13,15 @@ use pvgpu_ring::cuda::api::{
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CUmemorytype,
     CUpointer_attribute,
 };
+use pvgpu_ring::cuda::api::{
+    CU_POINTER_ATTRIBUTE_ACCESS_FLAGS, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+    CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE, CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE,
+    CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
+    CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID,
+};
+
+/// `CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE`.
+const READWRITE: u32 = 3;
 
 /// Writes one pointer attribute of `ptr` to `data`.
 fn pointer_attribute(data: *mut c_void, attribute: CUpointer_attribute, ptr: u64) -> Res {
@@ -43,8 +53,30 @@ fn pointer_attribute(data: *mut c_void, attribute: CUpointer_attribute, ptr: u64
             (CU_POINTER_ATTRIBUTE_RANGE_SIZE, Some((_, a)), _) => put(data.cast::<usize>(), a.size as usize),
             (CU_POINTER_ATTRIBUTE_RANGE_SIZE, None, Some((_, len))) => put(data.cast::<usize>(), len),
             (CU_POINTER_ATTRIBUTE_MAPPED, Some(_), _) => put(data.cast::<u32>(), 1),
+            (CU_POINTER_ATTRIBUTE_BUFFER_ID | CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID, Some((_, a)), _) => {
+                put(data.cast::<u64>(), a.buffer_id)
+            }
+            (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, Some((start, _)), _) => put(data.cast::<u64>(), start),
+            (CU_POINTER_ATTRIBUTE_MAPPING_SIZE, Some((_, a)), _) => put(data.cast::<usize>(), a.size as usize),
+            (CU_POINTER_ATTRIBUTE_ACCESS_FLAGS, Some((_, a)), _) => {
+                let flags = if let DevKind::Mapped(access) = a.kind { access } else { READWRITE };
+                put(data.cast::<u32>(), flags)
+            }
+            // IPC, shareable handles, GPUDirect RDMA and decompression are
+            // not offered through pvgpu (see docs/compatibility.md).
+            (
+                CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
+                | CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES
+                | CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE
+                | CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE,
+                Some(_),
+                _,
+            ) => put(data.cast::<u32>(), 0),
             (_, None, None) => Err(CuError::INVALID_VALUE),
-            _ => Err(CuError::NOT_SUPPORTED),
+            _ => {
+                tracing::debug!(attribute = attribute.0, "cuPointerGetAttribute: attribute not answered");
+                Err(CuError::NOT_SUPPORTED)
+            }
         }
     }
 }

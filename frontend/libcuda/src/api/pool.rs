@@ -39,7 +39,7 @@ fn alloc_async(dptr: *mut u64, size: usize, s: *mut c_void) -> Res {
     }
     let h = stream_ctx(s)?;
     let p = state::client()?.mem_alloc_async(ctx::backend(h)?, size as u64, state::ordered(s)).map_err(state::cu)?;
-    objects().device.insert(p, DevAlloc { size: size as u64, ctx: h, kind: DevKind::Alloc });
+    objects().device.insert(p, DevAlloc::new(size as u64, h, DevKind::Alloc));
     // SAFETY: non-null and writable per the API.
     unsafe { put(dptr, p) }
 }

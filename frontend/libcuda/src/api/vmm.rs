@@ -133,7 +133,7 @@ pub extern "C" fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, fl
         let h = any_context()?;
         tracing::debug!(ptr, size, offset, handle, "cuMemMap");
         state::client()?.mem_map(ptr, size as u64, offset as u64, PhysMem(handle)).map_err(state::cu)?;
-        objects().device.insert(ptr, DevAlloc { size: size as u64, ctx: h, kind: DevKind::Mapped(0) });
+        objects().device.insert(ptr, DevAlloc::new(size as u64, h, DevKind::Mapped(0)));
         Ok(())
     })
 }

@@ -24,6 +24,7 @@ mod cluster;
 mod cudart;
 mod ids;
 mod integrity;
+mod modules;
 mod tools;
 
 use pvgpu_ring::{CuError, CuResult};
@@ -77,6 +78,7 @@ fn table(id: &Uuid) -> Option<*const c_void> {
         integrity::UUID => integrity::TABLE.addr(),
         ids::UUID => ids::TABLE.addr(),
         cluster::UUID => cluster::TABLE.addr(),
+        modules::UUID => modules::TABLE.addr(),
         _ => return None,
     })
 }

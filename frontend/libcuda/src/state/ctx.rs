@@ -78,7 +78,9 @@ fn primary_dev(h: u64) -> Option<i32> {
 
 /// The calling thread's current context handle, if any.
 pub fn current_handle() -> Option<u64> {
-    STACK.with(|s| s.borrow().last().copied())
+    // `try_with`: NVIDIA's runtime asks from its thread-local destructors,
+    // possibly after this one's ran; the thread then has no context.
+    STACK.try_with(|s| s.borrow().last().copied()).ok().flatten()
 }
 
 /// The backend context behind a handle: `CUDA_ERROR_INVALID_CONTEXT` for an
@@ -117,7 +119,7 @@ pub fn is_live(h: u64) -> bool {
 
 /// Replaces the top of the calling thread's stack (`cuCtxSetCurrent`).
 pub fn set_current(h: Option<u64>) {
-    STACK.with(|s| {
+    let _ = STACK.try_with(|s| {
         let mut s = s.borrow_mut();
         s.pop();
         s.extend(h);
@@ -126,12 +128,12 @@ pub fn set_current(h: Option<u64>) {
 
 /// Pushes a context (`cuCtxPushCurrent`, `cuCtxCreate`).
 pub fn push(h: u64) {
-    STACK.with(|s| s.borrow_mut().push(h));
+    let _ = STACK.try_with(|s| s.borrow_mut().push(h));
 }
 
 /// Pops the current context (`cuCtxPopCurrent`).
 pub fn pop() -> Option<u64> {
-    STACK.with(|s| s.borrow_mut().pop())
+    STACK.try_with(|s| s.borrow_mut().pop()).ok().flatten()
 }
 
 /// Creates a context on `dev` (`cuCtxCreate`); it becomes current.
@@ -229,7 +231,7 @@ pub fn primary_set_flags(dev: i32, flags: u32) {
 /// thread's stack.
 fn forget(h: u64) {
     objects().drop_ctx(h);
-    STACK.with(|s| s.borrow_mut().retain(|&c| c != h));
+    let _ = STACK.try_with(|s| s.borrow_mut().retain(|&c| c != h));
 }
 
 /// Runs a context's local-storage destructors, newest first, and empties

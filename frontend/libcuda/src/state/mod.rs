@@ -20,20 +20,10 @@ pub type Res = Result<(), CuError>;
 
 static CLIENT: OnceLock<Client> = OnceLock::new();
 static CONNECT: Mutex<()> = Mutex::new(());
-static LOG: Once = Once::new();
-
 /// Starts logging to stderr if `PVGPU_LOG` is set (e.g. `PVGPU_LOG=info`);
 /// the library is silent otherwise.
 pub fn init_log() {
-    LOG.call_once(|| {
-        if let Ok(filter) = std::env::var("PVGPU_LOG") {
-            let filter = if filter == "1" { "info".to_string() } else { filter };
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-                .with_writer(std::io::stderr)
-                .try_init();
-        }
-    });
+    pvgpu_frontend::log::init_dropin();
 }
 
 /// Connects to the backend named by `PVGPU_BACKEND` (once).

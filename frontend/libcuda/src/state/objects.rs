@@ -79,6 +79,16 @@ pub struct DevAlloc {
     pub ctx: u64,
     /// What it is.
     pub kind: DevKind,
+    /// Unique for the life of the process (`CU_POINTER_ATTRIBUTE_BUFFER_ID`).
+    pub buffer_id: u64,
+}
+
+impl DevAlloc {
+    /// A range the program just got, with a fresh buffer id.
+    pub fn new(size: u64, ctx: u64, kind: DevKind) -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        DevAlloc { size, ctx, kind, buffer_id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) }
+    }
 }
 
 /// What a range of device memory is.
