@@ -12,6 +12,7 @@
 # outputs.tar.gz (every run's output and the backend's log).
 set -u
 bin=$(realpath "$1")
+mkdir -p "$2"
 out=$(realpath "$2")
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
