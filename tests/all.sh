@@ -4,6 +4,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
+# What a fresh Debian machine lacks, installed here so that this command
+# works on one: rustfmt and clippy (when the toolchain came without them)
+# and libxen-dev (the Xen headers the /dev/xen layer is checked against).
+# The Xen lab at the end installs its own (QEMU, busybox, Xen, a kernel).
+step "toolchain components and Debian packages the build needs"
+for c in clippy rustfmt; do
+  rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+done
+if ! dpkg -s libxen-dev > /dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends libxen-dev > /dev/null
+fi
+
 step "NVIDIA's cuda.h for the C program the drop-in libcuda is tested with"
 if [ ! -f target/cuda-include/cudaProfilerTypedefs.h ]; then
   tmp=$(mktemp -d)
