@@ -61,6 +61,45 @@ static void visit(void *user, CUfunction f, const char *name) {
     v->n++;
 }
 
+/* cuLinkCreate .. cuLinkDestroy with log buffers: the linked image loads
+ * and holds the input's kernels and globals; a bad input fails with an
+ * error log. */
+static void check_link(const char *ptx) {
+    char info[2048] = {0}, error[2048] = {0};
+    CUjit_option opts[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
+                           CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_WALL_TIME, CU_JIT_OPTIMIZATION_LEVEL};
+    void *vals[] = {info, (void *)sizeof info, error, (void *)sizeof error, NULL, (void *)3};
+    CUlinkState st;
+    CHECK(cuLinkCreate(6, opts, vals, &st));
+    CHECK(cuLinkAddData(st, CU_JIT_INPUT_PTX, (void *)ptx, strlen(ptx) + 1, "kernels.ptx", 0, NULL, NULL));
+    void *image = NULL;
+    size_t size = 0;
+    CHECK(cuLinkComplete(st, &image, &size));
+    EXPECT(image != NULL && size > 0, "cuLinkComplete gives an image");
+    EXPECT((size_t)vals[1] >= 1 && (size_t)vals[1] <= sizeof info && (size_t)vals[3] >= 1, "log sizes written back");
+    CUmodule linked;
+    CHECK(cuModuleLoadData(&linked, image));
+    CUfunction f;
+    CHECK(cuModuleGetFunction(&f, linked, "saxpy"));
+    CUdeviceptr scale;
+    size_t bytes = 0;
+    float s = 0;
+    CHECK(cuModuleGetGlobal(&scale, &bytes, linked, "pvgpu_scale"));
+    CHECK(cuMemcpyDtoH(&s, scale, sizeof s));
+    EXPECT(s == 3.0f, "the linked module holds the input's kernels and initialised globals");
+    CHECK(cuModuleUnload(linked));
+    CHECK(cuLinkDestroy(st));
+    EXPECT(cuLinkDestroy(st) == CUDA_ERROR_INVALID_HANDLE, "a destroyed link state is refused");
+
+    error[0] = 0;
+    vals[3] = (void *)sizeof error;
+    CHECK(cuLinkCreate(4, opts, vals, &st));
+    const char bad[] = "this is not PTX";
+    CHECK(cuLinkAddData(st, CU_JIT_INPUT_PTX, (void *)bad, sizeof bad, "bad.ptx", 0, NULL, NULL));
+    EXPECT(cuLinkComplete(st, &image, &size) != CUDA_SUCCESS && error[0] != 0, "a bad input fails to link, with an error log");
+    CHECK(cuLinkDestroy(st));
+}
+
 /* Slot 7 answers what cuModuleEnumerateFunctions and cuFuncGetName do. */
 static void check_module_kernels(CUcontext ctx, CUmodule mod) {
     const void *table = NULL;
@@ -153,6 +192,7 @@ int main(int argc, char **argv) {
     CHECK(cuModuleGetFunction(&matsum, mod, "mat_sum"));
     CHECK(cuModuleGetFunction(&saxpy, mod, "saxpy"));
     check_module_kernels(ctx, mod);
+    check_link(ptx);
     size_t off = 0, sz = 0;
     CHECK(cuFuncGetParamInfo(matsum, 3, &off, &sz));
     EXPECT(off == 24 && sz == 4, "cuFuncGetParamInfo");

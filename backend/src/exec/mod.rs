@@ -130,6 +130,19 @@ pub enum Copy2D {
 
 pub use pvgpu_ring::proto::{LaunchAttr, TensorMapEncode};
 
+/// What a link gave: the image or the driver's error, and its logs.
+#[derive(Debug)]
+pub struct Linked {
+    /// The linked image.
+    pub image: CuRes<Vec<u8>>,
+    /// The driver's info log.
+    pub info_log: Vec<u8>,
+    /// The driver's error log.
+    pub error_log: Vec<u8>,
+    /// Milliseconds the driver spent.
+    pub wall_ms: f32,
+}
+
 /// A set of devices and the means to make contexts on them.
 pub trait Executor: Send + Sync + 'static {
     /// Context type.
@@ -218,6 +231,11 @@ pub trait ExecContext: Send + 'static {
     fn dtod(&mut self, dst: u64, src: u64, len: u64, stream: Option<Self::Stream>, is_async: bool) -> CuRes<()>;
     /// Loads a module from PTX, cubin or fatbin bytes.
     fn module_load(&mut self, image: &[u8]) -> CuRes<Self::Module>;
+    /// Links `spec`'s inputs into one image (`cuLinkCreate` ..
+    /// `cuLinkComplete`). The caller checked the options (plain values
+    /// only), the input types (PTX, cubin, fatbin), NUL-terminated every
+    /// PTX input and bounds-checked every cubin and fatbin.
+    fn link(&mut self, spec: &pvgpu_ring::proto::LinkSpec<'_>) -> Linked;
     /// Unloads a module.
     fn module_unload(&mut self, module: Self::Module) -> CuRes<()>;
     /// Looks up a kernel and its parameter layout.

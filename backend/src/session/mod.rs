@@ -29,6 +29,7 @@ mod device;
 mod graph;
 mod handler;
 mod launch;
+mod link;
 mod memory;
 mod mirror;
 mod module;
@@ -146,6 +147,8 @@ pub struct Session<E: Executor> {
     graph: graph::Graphs<E>,
     /// Mirrored host memory.
     mirrors: mirror::Mirrors,
+    /// Linked images the program has not read yet.
+    links: link::Links,
     allocs: BTreeMap<u64, Alloc>,
     vmm: vmm::Vmm,
     mem_used: u64,
@@ -195,6 +198,7 @@ impl<E: Executor> Session<E> {
             events: HandleTable::new(n),
             graph: graph::Graphs::new(n),
             mirrors: mirror::Mirrors::default(),
+            links: link::Links::default(),
             allocs: BTreeMap::new(),
             vmm: vmm::Vmm::new(n),
             mem_used: 0,

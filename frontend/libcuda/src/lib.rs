@@ -47,6 +47,7 @@ pub use api::host::*;
 pub use api::init::*;
 pub use api::launch::*;
 pub use api::library::*;
+pub use api::link::*;
 pub use api::memory::*;
 pub use api::module::*;
 pub use api::pitched::*;

@@ -395,6 +395,13 @@ macro_rules! command_table {
             /// What the device changed in the mirrors since the program last
             /// saw them.
             95 HostMirrorPull(mirror::host_mirror_pull) [quiet, local]: HostMirrorPull => MirrorPullRep;
+            /// `cuLinkComplete` of the inputs the program added (`cuLinkCreate`,
+            /// `cuLinkAddData`, `cuLinkAddFile` stay in the program).
+            96 LinkModule(link::link_module) [quiet]: LinkModule<'a> => LinkRep;
+            /// Bytes of a linked image and its logs.
+            97 LinkRead(link::link_read) [quiet]: LinkRead => Bulk;
+            /// `cuLinkDestroy`.
+            98 LinkDestroy(link::link_destroy) [posted, quiet]: LinkDestroy => ();
         }
     };
 }

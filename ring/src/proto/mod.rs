@@ -52,6 +52,14 @@ pub const MAX_PAYLOAD: usize = (64 << 20) + 4096;
 /// Largest kernel or global name accepted.
 pub const MAX_NAME_LEN: usize = 4096;
 
+/// Most options and inputs of one link.
+pub const MAX_LINK_OPTIONS: usize = 64;
+/// See [`MAX_LINK_OPTIONS`].
+pub const MAX_LINK_INPUTS: usize = 256;
+
+/// Most bytes of each log a link returns.
+pub const MAX_LINK_LOG: usize = 64 * 1024;
+
 /// Largest kernel parameter buffer accepted (CUDA's own limit is 32 764
 /// bytes on Volta and later).
 pub const MAX_PARAM_BYTES: usize = 32 * 1024;

@@ -221,7 +221,22 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
         EventDestroy,
         HostMirrorMap,
         HostMirrorUnmap,
-        HostMirrorPull
+        HostMirrorPull,
+        LinkRead,
+        LinkDestroy
+    );
+    all.push(
+        (any::<u64>(), proptest::collection::vec(any::<u8>(), 0..300), any::<bool>())
+            .prop_flat_map(|(ctx, blob, inline)| {
+                let d = if inline { Just(DataRef::inline(blob.len())).boxed() } else { arb_dref(blob.len()).boxed() };
+                d.prop_map(move |dref| {
+                    let tail = if matches!(dref.location(), Ok(DataLoc::Inline)) { blob.clone() } else { vec![] };
+                    let mut p = vec![];
+                    LinkModule { head: LinkModuleHead { ctx: ctx.into(), blob: dref }, blob: &tail }.encode(&mut p);
+                    (Opcode::LinkModule, p)
+                })
+            })
+            .boxed(),
     );
     all.push(
         (arb::<MirrorWriteHead>(), proptest::collection::vec(any::<u8>(), 0..300))
@@ -440,6 +455,7 @@ proptest! {
         hello in arb::<HelloRep>(), i in arb::<I32Rep>(), u in arb::<U64Rep>(), handle in arb::<HandleRep>(),
         global in arb::<GlobalRep>(), dptr in arb::<DptrRep>(), mem in arb::<MemInfoRep>(), ms in arb::<ElapsedRep>(),
         ctx in arb::<CtxInfoRep>(), occ in arb::<OccupancyRep>(), tmap in arb::<TensorMapRep>(), status in arb::<DeviceStatusRep>(),
+        link in arb::<LinkRep>(),
         props in (arb::<DevicePropsHead>(), proptest::collection::vec(arb::<AttrPair>(), 0..200)),
         func in (arb::<FunctionHead>(), proptest::collection::vec(arb::<ParamInfo>(), 0..100)),
     ) {
@@ -461,6 +477,7 @@ proptest! {
         check!(Occupancy, occ);
         check!(TensorMapEncode, tmap);
         check!(DeviceStatus, status);
+        check!(LinkModule, link);
         let (mut ph, attrs) = props;
         ph.attr_count = (attrs.len() as u32).into();
         let p = DevicePropsRep { head: ph, attrs };

@@ -106,6 +106,7 @@ over_every_transport!(
         hello_and_devices,
         contexts,
         modules_in_every_format,
+        linking,
         globals_feed_kernels,
         copies_of_every_size,
         memsets,

@@ -123,3 +123,40 @@ pub(crate) fn kernel_params_of_mixed_sizes(t: Transport) {
     assert_eq!(w[3], u);
     assert_eq!(f32::from_bits(w[4] as u32), fl);
 }
+
+/// Linking (`cuLinkComplete`): PTX linked by the backend's driver loads as
+/// a module with the input's kernels and globals; the image and logs come
+/// back whole however small the transport's pieces; what the backend must
+/// not pass to its driver is refused: an option whose value is an address,
+/// an input type it cannot check, a link of nothing.
+pub(crate) fn linking(t: Transport) {
+    use pvgpu_ring::cuda::api::{CU_JIT_INFO_LOG_BUFFER, CU_JIT_INPUT_OBJECT, CU_JIT_INPUT_PTX, CU_JIT_OPTIMIZATION_LEVEL};
+    use pvgpu_ring::proto::{LinkInput, LinkSpec};
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let ptx = LinkInput { kind: CU_JIT_INPUT_PTX.0, name: "kernels.ptx", data: PTX };
+    let spec = LinkSpec { options: vec![(CU_JIT_OPTIMIZATION_LEVEL.0, 3)], inputs: vec![ptx.clone()] };
+    let linked = c.link(g.ctx, &spec).unwrap();
+    let image = linked.image.unwrap_or_else(|e| panic!("link failed: {e:?}: {}", String::from_utf8_lossy(&linked.error_log)));
+    let m = c.module_load(g.ctx, &image).unwrap();
+    c.module_get_function(m, "mat_sum").unwrap();
+    let (scale, _) = c.module_get_global(m, "pvgpu_scale").unwrap();
+    let mut v = [0u8; 4];
+    c.memcpy_dtoh(&mut v, scale).unwrap();
+    assert_eq!(f32::from_le_bytes(v), 3.0);
+    c.module_unload(m).unwrap();
+    // A bad input: the driver's error and its log come back.
+    let bad = LinkSpec { options: vec![], inputs: vec![LinkInput { kind: CU_JIT_INPUT_PTX.0, name: "bad.ptx", data: b"not PTX" }] };
+    let failed = c.link(g.ctx, &bad).unwrap();
+    assert!(failed.image.is_err() && !failed.error_log.is_empty(), "{failed:?}");
+    // Refused before the driver sees them.
+    let pointer = LinkSpec { options: vec![(CU_JIT_INFO_LOG_BUFFER.0, 0xdead_0000)], inputs: vec![ptx.clone()] };
+    assert_eq!(code(c.link(g.ctx, &pointer)), CuResult::INVALID_VALUE);
+    let object = LinkSpec { options: vec![], inputs: vec![LinkInput { kind: CU_JIT_INPUT_OBJECT.0, name: "a.o", data: b"\x7fELF" }] };
+    assert_eq!(code(c.link(g.ctx, &object)), CuResult::NOT_SUPPORTED);
+    // Nothing is kept once read: many links in a row never fill the session.
+    for _ in 0..8 {
+        assert!(c.link(g.ctx, &spec).unwrap().image.is_ok());
+    }
+    c.nop().unwrap();
+}

@@ -133,6 +133,10 @@ impl ExecContext for CudaContext {
         Ok(CudaModule(m))
     }
 
+    fn link(&mut self, spec: &pvgpu_ring::proto::LinkSpec<'_>) -> crate::exec::Linked {
+        self.link_on_driver(spec)
+    }
+
     fn module_unload(&mut self, m: CudaModule) -> CuRes<()> {
         // SAFETY: the module was loaded in this context and is unloaded once.
         ck(unsafe { sys::cuModuleUnload(m.0) })

@@ -13,6 +13,7 @@ mod context;
 mod driver;
 mod ext;
 mod graph;
+mod link;
 mod nvml;
 pub mod output;
 mod vmm;

@@ -14,6 +14,7 @@ pub mod host;
 pub mod init;
 pub mod launch;
 pub mod library;
+pub mod link;
 pub mod memory;
 pub mod module;
 pub mod pitched;

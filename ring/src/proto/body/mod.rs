@@ -7,11 +7,13 @@
 //! way.
 
 mod graph;
+mod link;
 mod mirror;
 mod replies;
 mod tails;
 
 pub use graph::*;
+pub use link::*;
 pub use mirror::*;
 pub use replies::{DevicePropsRep, FunctionRep, NamesRep};
 pub use tails::*;
@@ -185,7 +187,9 @@ fixed! { checked requests:
     GraphNodes, GraphNodeEdges, GraphLaunch, GraphNodeEnable,
 }
 
-fixed! { requests: HostMirrorMap, HostMirrorUnmap, HostMirrorPull }
+fixed! { requests: HostMirrorMap, HostMirrorUnmap, HostMirrorPull, LinkRead, LinkDestroy }
+
+fixed! { replies: LinkRep }
 
 fixed! { requests:
     StreamEndCapture, StreamCaptureInfo, GraphCreate, GraphDestroy, GraphClone, GraphEdges, GraphNodeInfo, GraphNodeDestroy, GraphDot,

@@ -126,12 +126,14 @@ macro_rules! wire_structs {
 
 mod exec;
 mod graph;
+mod link;
 mod memory;
 mod mirror;
 mod replies;
 
 pub use exec::*;
 pub use graph::*;
+pub use link::*;
 pub use memory::*;
 pub use mirror::*;
 pub use replies::*;
