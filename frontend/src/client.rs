@@ -336,7 +336,20 @@ impl Client {
 
     /// The names of a module's kernels.
     pub fn module_function_names(&self, m: Module) -> Result<Vec<String>> {
-        Ok(self.call(&ModuleFunctionNames { module: m.0.into() })?.names)
+        // Pages small enough for any reply channel (a Xen ring's is 32 KiB).
+        const PAGE: u32 = 16 << 10;
+        let mut names = Vec::new();
+        loop {
+            let rep = self.call(&ModuleFunctionNames { module: m.0.into(), first: (names.len() as u32).into(), max_bytes: PAGE.into() })?;
+            let got = rep.names.len();
+            names.extend(rep.names);
+            if names.len() >= rep.total as usize {
+                return Ok(names);
+            }
+            if got == 0 {
+                return Err(TransportError::Protocol(ProtocolError::NamesPage).into());
+            }
+        }
     }
 
     /// `cuModuleGetGlobal`: (device address, size).

@@ -135,6 +135,9 @@ pub enum ProtocolError {
         /// Bytes asked.
         want: usize,
     },
+    /// A page of kernel names that was empty before the last name.
+    #[error("Kernel-name page ended early")]
+    NamesPage,
 }
 
 /// An error of a client call.

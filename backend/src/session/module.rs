@@ -102,12 +102,25 @@ pub(super) fn module_function_names<E: Executor>(s: &mut Session<E>, r: proto::M
     s.enter(ctx)?;
     let m = s.modules.get(module).and_then(|e| e.module.as_ref()).ok_or(CuError::INVALID_HANDLE)?;
     let c = s.ctxs.get_mut(ctx).ok_or(CuError::INVALID_CONTEXT)?;
-    let names = c.ctx.function_names(m)?;
-    let bytes: usize = names.iter().map(|n| n.len() + 1).sum();
-    if bytes > proto::MAX_PAYLOAD - 64 || names.iter().any(|n| proto::check_name(n.as_bytes()).is_err()) {
+    let all = c.ctx.function_names(m)?;
+    if all.len() > proto::MAX_NAMES || all.iter().any(|n| proto::check_name(n.as_bytes()).is_err()) {
         return Err(CuError::NOT_SUPPORTED);
     }
-    Ok(NamesRep { names })
+    let (first, max_bytes) = (r.first.get() as usize, r.max_bytes.get() as usize);
+    if max_bytes <= proto::MAX_NAME_LEN || first > all.len() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let mut room = max_bytes;
+    let names: Vec<String> = all[first..]
+        .iter()
+        .take_while(|n| {
+            let fits = n.len() < room;
+            room = room.saturating_sub(n.len() + 1);
+            fits
+        })
+        .cloned()
+        .collect();
+    Ok(NamesRep { names, total: all.len() as u32 })
 }
 
 pub(super) fn module_get_global<E: Executor>(s: &mut Session<E>, r: proto::ModuleGetGlobal<'_>, _: &mut Io<'_>) -> CuRes<GlobalRep> {

@@ -488,7 +488,7 @@ proptest! {
         let f = FunctionRep { head: fh, params };
         check!(ModuleGetFunction, f);
         check!(Nop, ());
-        let names = NamesRep { names: vec!["a".into(), "_Z3fooPf".into()] };
+        let names = NamesRep { names: vec!["a".into(), "_Z3fooPf".into()], total: 5 };
         check!(ModuleFunctionNames, names);
         check!(ModuleFunctionNames, NamesRep::default());
         let pull = MirrorPullRep { more: true, ranges: vec![(4096, vec![1, 2, 3]), (8192, vec![])] };

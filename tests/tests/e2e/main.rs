@@ -107,6 +107,7 @@ over_every_transport!(
         contexts,
         modules_in_every_format,
         linking,
+        many_kernel_names,
         globals_feed_kernels,
         copies_of_every_size,
         memsets,

@@ -160,3 +160,22 @@ pub(crate) fn linking(t: Transport) {
     }
     c.nop().unwrap();
 }
+
+/// The kernel names of a module too many to fit one reply (more than a
+/// Xen ring's reply channel holds) all come back, a page at a time.
+pub(crate) fn many_kernel_names(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let names: Vec<String> = (0..2800).map(|i| format!("kernel_with_a_rather_long_name_to_fill_pages_{i:04}")).collect();
+    let mut ptx = String::from(".version 7.0\n.target sm_50\n.address_size 64\n");
+    for n in &names {
+        ptx.push_str(&format!(".visible .entry {n}()\n{{\n\tret;\n}}\n"));
+    }
+    // More than the local ring's reply channel (128 KiB) holds, too.
+    assert!(names.iter().map(|n| n.len() + 1).sum::<usize>() > 128 << 10);
+    let m = c.module_load(g.ctx, ptx.as_bytes()).unwrap();
+    let mut got = c.module_function_names(m).unwrap();
+    got.sort();
+    assert_eq!(got, names);
+    c.module_unload(m).unwrap();
+}

@@ -46,17 +46,25 @@ impl Reply for FunctionRep {
     }
 }
 
-/// `ModuleFunctionNames` reply: the names of a module's kernels.
+/// `ModuleFunctionNames` reply: a page of the names of a module's kernels.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct NamesRep {
     /// The names (each checked: non-empty, bounded, NUL-free UTF-8).
     pub names: Vec<String>,
+    /// How many names the module has in all.
+    pub total: u32,
 }
 
 impl Reply for NamesRep {
     fn encode(&self, out: &mut Vec<u8>) {
         let bytes: usize = self.names.iter().map(|n| n.len() + 1).sum();
-        out.extend_from_slice(NamesHead { count: (self.names.len() as u32).into(), bytes: (bytes as u32).into() }.as_bytes());
+        let head = NamesHead {
+            count: (self.names.len() as u32).into(),
+            bytes: (bytes as u32).into(),
+            total: self.total.into(),
+            reserved: 0.into(),
+        };
+        out.extend_from_slice(head.as_bytes());
         for n in &self.names {
             out.extend_from_slice(n.as_bytes());
             out.push(0);
@@ -65,7 +73,10 @@ impl Reply for NamesRep {
     fn decode(op: Opcode, p: &[u8]) -> Result<Self, DecodeError> {
         let (head, tail) = with_tail::<NamesHead, _>(op, p, |h| Ok(h.bytes.get() as usize))?;
         let count = head.count.get() as usize;
-        if count > MAX_NAMES {
+        if head.reserved.get() != 0 {
+            return Err(DecodeError::BadField("reserved"));
+        }
+        if count > MAX_NAMES || head.total.get() as usize > MAX_NAMES {
             return Err(DecodeError::TooLarge(count));
         }
         let names = if count == 0 && tail.is_empty() {
@@ -77,6 +88,6 @@ impl Reply for NamesRep {
         if names.len() != count {
             return Err(DecodeError::BadField("count"));
         }
-        Ok(NamesRep { names })
+        Ok(NamesRep { names, total: head.total.get() })
     }
 }

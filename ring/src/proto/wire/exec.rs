@@ -39,10 +39,17 @@ wire_structs! {
         pub reserved: U32,
     }
     /// The names of a module's kernels (`cuModuleEnumerateFunctions`,
-    /// `cuLibraryEnumerateKernels`).
+    /// `cuLibraryEnumerateKernels`), a page at a time: those from index
+    /// `first` that fit in `max_bytes` (each with its NUL), so that a reply
+    /// fits the smallest reply channel whatever the module holds.
     pub struct ModuleFunctionNames {
         /// Module id.
         pub module: U64,
+        /// Index of the first name wanted.
+        pub first: U32,
+        /// Most bytes of names the reply may carry (at least
+        /// [`crate::proto::MAX_NAME_LEN`] + 1).
+        pub max_bytes: U32,
     }
     /// `cuFuncGetAttribute`.
     pub struct FuncGetAttribute {

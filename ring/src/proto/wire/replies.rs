@@ -89,6 +89,10 @@ wire_structs! {
         pub count: U32,
         /// Bytes of names that follow.
         pub bytes: U32,
+        /// How many names the module has in all.
+        pub total: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
     }
     /// Offset and size of one kernel parameter in the packed buffer.
     pub struct ParamInfo {
