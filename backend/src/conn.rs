@@ -66,6 +66,10 @@ pub trait Conn {
     fn send(&mut self, h: &Header, payload: &[u8], stop: &AtomicBool) -> Result<(), ConnError>;
     /// The data area, for transports that have one.
     fn area(&self) -> Option<&DataArea>;
+    /// The largest reply payload the connection carries.
+    fn max_reply(&self) -> usize {
+        pvgpu_ring::proto::MAX_PAYLOAD
+    }
     /// The serving thread was moved to other CPUs: how it waits may change
     /// ([`pvgpu_ring::notify::yield_after`]).
     fn cpus_changed(&mut self) {}
@@ -230,6 +234,10 @@ impl Conn for RingConn {
 
     fn area(&self) -> Option<&DataArea> {
         Some(&self.area)
+    }
+
+    fn max_reply(&self) -> usize {
+        (self.rsp.max_record() as usize).saturating_sub(pvgpu_ring::proto::HEADER_LEN)
     }
 
     fn cpus_changed(&mut self) {

@@ -130,7 +130,24 @@ fn serve_one<E: Executor>(session: &mut Session<E>, conn: &mut dyn Conn, b: &mut
             b.printed.clear();
             r?;
         }
-        conn.send(&h.reply(status, b.out.len()), &b.out, stop)?;
+        if b.out.len() > conn.max_reply() {
+            // A reply this transport cannot carry fails its call (paged
+            // replies never get here); the session goes on.
+            if session.log.allow(session.id()) {
+                tracing::warn!(
+                    session = session.id(),
+                    opcode = h.opcode.get(),
+                    bytes = b.out.len(),
+                    max = conn.max_reply(),
+                    "a reply larger than the transport carries: the call fails with CUDA_ERROR_NOT_SUPPORTED"
+                );
+            }
+            b.out.clear();
+            let refused = pvgpu_ring::CuResult::from(pvgpu_ring::CuError::NOT_SUPPORTED);
+            conn.send(&h.reply(refused, 0), &b.out, stop)?;
+        } else {
+            conn.send(&h.reply(status, b.out.len()), &b.out, stop)?;
+        }
     }
     if last { Err(Ended::Goodbye) } else { Ok(()) }
 }

@@ -177,5 +177,12 @@ pub(crate) fn many_kernel_names(t: Transport) {
     let mut got = c.module_function_names(m).unwrap();
     got.sort();
     assert_eq!(got, names);
+    // All of them asked for at once: a transport that cannot carry the
+    // reply fails the call, and the session goes on.
+    use zerocopy::IntoBytes;
+    let whole = pvgpu_ring::proto::ModuleFunctionNames { module: m.0.into(), first: 0.into(), max_bytes: (64u32 << 20).into() };
+    let status = c.raw_call(pvgpu_ring::proto::Opcode::ModuleFunctionNames as u16, whole.as_bytes()).unwrap();
+    assert!(matches!(status, CuResult::SUCCESS | CuResult::NOT_SUPPORTED), "{status:?}");
+    c.nop().unwrap();
     c.module_unload(m).unwrap();
 }
