@@ -3,7 +3,7 @@
 //! copy to the host does, and the backend forgets them.
 
 use crate::client::Client;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StagingError, TransportError};
 use crate::handles::Context;
 use pvgpu_ring::CuError;
 use pvgpu_ring::proto::{FLAG_REPLY, LinkDestroy, LinkModule, LinkModuleHead, LinkRead, LinkSpec, Opcode};
@@ -32,6 +32,8 @@ impl Client {
             let mut c = self.conn();
             let staged = match c.t.stage(&blob) {
                 Ok(s) => s,
+                // Inputs larger than the data area: refused, nothing sent.
+                Err(TransportError::Staging(StagingError::TooLarge { .. })) => return Err(Error::Cuda(CuError::OUT_OF_MEMORY)),
                 Err(e) => return c.fail(e),
             };
             let req =

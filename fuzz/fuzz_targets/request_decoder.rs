@@ -7,13 +7,14 @@
 //! length, so that every input reaches the body decoders of its opcode.
 //! Whatever decodes must re-encode to the very bytes it came from and
 //! decode again to the same value (the protocol is canonical). The reply
-//! decoders with lists and names (the frontend's side) get the payload too.
+//! decoders with lists and names (the frontend's side) and the decoder of
+//! a link's description get the payload too.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use pvgpu_ring::proto::{
-    BytesRep, CaptureInfoRep, DevicePropsRep, FunctionRep, HEADER_LEN, Header, IdsRep, MirrorPullRep, NamesRep, Opcode, Reply, Request,
+    BytesRep, CaptureInfoRep, DevicePropsRep, FunctionRep, HEADER_LEN, Header, IdsRep, LinkSpec, MirrorPullRep, NamesRep, Opcode, Reply, Request,
 };
 use zerocopy::IntoBytes;
 
@@ -30,6 +31,12 @@ fn decode_and_round_trip(h: &Header, payload: &[u8]) {
     let _ = req.opcode().reports_pending();
     if let Request::LaunchKernelEx(l) = &req {
         let _ = (l.attrs(), l.params());
+    }
+    // A link's description, as the backend reads it once copied out.
+    if let Request::LinkModule(l) = &req {
+        if let Ok(spec) = LinkSpec::decode(l.blob) {
+            assert_eq!(spec.encode(), l.blob, "{spec:?} re-encodes to other bytes");
+        }
     }
 }
 
@@ -60,5 +67,10 @@ fuzz_target!(|data: &[u8]| {
         reply_round_trip::<IdsRep>(Opcode::GraphNodes, payload);
         reply_round_trip::<BytesRep>(Opcode::GraphDot, payload);
         reply_round_trip::<MirrorPullRep>(Opcode::HostMirrorPull, payload);
+        // A bare link description too (the backend reads those from the
+        // data area, without a request around them).
+        if let Ok(spec) = LinkSpec::decode(payload) {
+            assert_eq!(spec.encode(), payload, "{spec:?} re-encodes to other bytes");
+        }
     }
 });
