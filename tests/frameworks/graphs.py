@@ -94,10 +94,48 @@ def torch_checks():
                 out = f(x)
         return round(out.float().abs().sum().item(), 2)
 
+    def transformer_steps(steps, graphed):
+        """A small transformer encoder trained with Adam on a fixed batch:
+        eagerly, or with the whole step captured once and replayed."""
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+        net = torch.nn.Sequential(torch.nn.TransformerEncoder(layer, 2), torch.nn.Flatten(), torch.nn.Linear(16 * 64, 10)).to(dev)
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3, capturable=graphed)
+        g = torch.Generator(dev).manual_seed(3)
+        sx = torch.randn(32, 16, 64, device=dev, generator=g)
+        sy = torch.randint(0, 10, (32,), device=dev, generator=g)
+
+        def step():
+            opt.zero_grad(set_to_none=False)
+            out = torch.nn.functional.cross_entropy(net(sx), sy)
+            out.backward()
+            opt.step()
+            return out
+
+        if not graphed:
+            for _ in range(steps):
+                loss = step()
+            return round(loss.item(), 3)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(s)
+        cg = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cg):
+            loss = step()
+        for _ in range(steps - 3):
+            cg.replay()
+        torch.cuda.synchronize()
+        return round(loss.item(), 3)
+
     check("eager 20 steps", lambda: eager(20))
     check("captured step 20 replays", lambda: timed("captured_step_s", whole_step, 20))
     check("make_graphed_callables", graphed_callables)
     check("compile reduce-overhead", lambda: timed("compile_s", compiled))
+    check("transformer 200 steps eager", lambda: timed("transformer_eager_s", transformer_steps, 200, False))
+    check("transformer 200 steps captured", lambda: timed("transformer_graphed_s", transformer_steps, 200, True))
 
 
 def jax_checks():
@@ -133,7 +171,46 @@ def jax_checks():
             return p, l
         return jax.lax.scan(body, p, None, length=50)[1][-1]
 
+    def transformer(steps):
+        """A one-block transformer (attention, MLP, layer norms) trained with
+        jit-compiled SGD steps on a fixed batch."""
+        d, t, n = 64, 16, 32
+        ks = jax.random.split(jax.random.PRNGKey(1), 8)
+        p = {
+            "qkv": jax.random.normal(ks[0], (d, 3 * d)) * 0.05,
+            "o": jax.random.normal(ks[1], (d, d)) * 0.05,
+            "m1": jax.random.normal(ks[2], (d, 4 * d)) * 0.05,
+            "m2": jax.random.normal(ks[3], (4 * d, d)) * 0.05,
+            "out": jax.random.normal(ks[4], (t * d, 10)) * 0.05,
+        }
+        xs = jax.random.normal(ks[5], (n, t, d))
+        ys = jnp.arange(n) % 10
+
+        def norm(h):
+            return (h - h.mean(-1, keepdims=True)) / jnp.sqrt(h.var(-1, keepdims=True) + 1e-5)
+
+        def forward(p, x):
+            q, k, v = jnp.split(norm(x) @ p["qkv"], 3, axis=-1)
+            a = jax.nn.softmax(q @ k.transpose(0, 2, 1) / jnp.sqrt(d), axis=-1) @ v
+            h = x + a @ p["o"]
+            h = h + jax.nn.gelu(norm(h) @ p["m1"]) @ p["m2"]
+            return h.reshape(n, t * d) @ p["out"]
+
+        def tloss(p):
+            return -jnp.mean(jax.nn.log_softmax(forward(p, xs))[jnp.arange(n), ys])
+
+        @jax.jit
+        def tstep(p):
+            l, g = jax.value_and_grad(tloss)(p)
+            return jax.tree_util.tree_map(lambda w, dw: w - 0.05 * dw, p, g), l
+
+        for _ in range(steps):
+            p, l = tstep(p)
+        return round(float(l), 3)
+
     check("jit training 30 steps", lambda: timed("jax_train_s", train, 30))
+    check("jit training 300 steps", lambda: timed("jax_train_300_s", train, 300))
+    check("transformer 300 jit steps", lambda: timed("jax_transformer_s", transformer, 300))
     check("scan training 50 steps", lambda: round(float(scan_train([w1, w2])), 4))
 
 

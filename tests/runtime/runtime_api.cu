@@ -34,8 +34,20 @@ __global__ void spin(long long cycles) {
     }
 }
 __global__ void poke(int *p) { *(volatile int *)p = 1; }
+__device__ unsigned pvgpu_printf_turn;
+
+// Blocks print in turn (the GPU starts them in any order, and the lines
+// appear in the order they were printed), so the output is the same on
+// every run; the program launches it once.
 __global__ void pvgpu_printf(int tag) {
+    if (threadIdx.x == 0)
+        while (atomicAdd(&pvgpu_printf_turn, 0) != blockIdx.x) {
+        }
+    __syncthreads();
     printf("pvgpu_printf tag %d block %d thread %d\n", tag, (int)blockIdx.x, (int)threadIdx.x);
+    __syncthreads();
+    __threadfence();
+    if (threadIdx.x == 0) atomicAdd(&pvgpu_printf_turn, 1);
 }
 }
 
