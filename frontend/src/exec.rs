@@ -50,6 +50,18 @@ impl Client {
         ready(self.call(&EventQuery { event: e.0.into() }))
     }
 
+    /// A query of the event behind a host function, from the thread that
+    /// runs them: it leaves a capture of another thread intact.
+    pub fn host_fn_event_query(&self, e: Event) -> Result<bool> {
+        ready(self.call(&HostFnEvent { event: e.0.into(), destroy: 0.into(), reserved: 0.into() }))
+    }
+
+    /// Destroys the event behind a host function, as
+    /// [`Client::host_fn_event_query`] queries it.
+    pub fn host_fn_event_destroy(&self, e: Event) -> Result<()> {
+        self.call(&HostFnEvent { event: e.0.into(), destroy: 1.into(), reserved: 0.into() })
+    }
+
     /// `cuEventSynchronize`.
     pub fn event_synchronize(&self, e: Event) -> Result<()> {
         self.call(&EventSynchronize { event: e.0.into() })

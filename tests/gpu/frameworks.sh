@@ -63,7 +63,7 @@ for w in $workloads; do
 done
 
 # The check lines ("name: value") of a run.
-checks() { sed 's/\x1b\[[0-9;]*m//g' "$1" | grep -E '^[A-Za-z0-9 ]+: ' | grep -v '^timings: '; }
+checks() { sed 's/\x1b\[[0-9;]*m//g' "$1" | grep -E '^[A-Za-z0-9 _-]+: ' | grep -v '^timings: '; }
 {
   echo "| workload | check | native | pvgpu local, cache cold | pvgpu local, cache warm | pvgpu tcp |"
   echo "|---|---|---|---|---|---|"

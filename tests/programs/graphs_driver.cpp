@@ -7,10 +7,12 @@
 // compared with the native run call by call).
 //
 //   graphs_driver kernels.fatbin
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <cuda.h>
+#include <unistd.h>
 #include <vector>
 
 #define CU(x)                                                                  \
@@ -75,7 +77,7 @@ static size_t count_edges(CUgraph g) {
 }
 
 struct Kernels {
-    CUfunction saxpy, mat_sum;
+    CUfunction saxpy, mat_sum, spin;
 };
 
 static void saxpy_on(const Kernels &k, CUstream s, float a, CUdeviceptr x, CUdeviceptr y) {
@@ -446,6 +448,36 @@ static void generic_nodes(const Kernels &k, CUcontext ctx, CUdeviceptr x, CUdevi
     CU(cuStreamDestroy(s));
 }
 
+static std::atomic<int> host_ran{0};
+static void CUDA_CB mark_ran(void *) { host_ran.fetch_add(1); }
+
+// A host function waits behind a long kernel on one stream while another
+// stream captures in global mode: the capture goes through (the driver
+// runs host functions on a thread of its own, which disturbs no capture),
+// and the function runs once.
+static void capture_beside_host_function(const Kernels &k, CUdeviceptr x, CUdeviceptr y) {
+    CUstream busy, cap;
+    CU(cuStreamCreate(&busy, CU_STREAM_NON_BLOCKING));
+    CU(cuStreamCreate(&cap, CU_STREAM_NON_BLOCKING));
+    long long cycles = 200000000;
+    void *args[] = {&cycles};
+    CU(cuLaunchKernel(k.spin, 1, 1, 1, 1, 1, 1, 0, busy, args, nullptr));
+    CU(cuLaunchHostFunc(busy, mark_ran, nullptr));
+    CU(cuStreamBeginCapture(cap, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    saxpy_on(k, cap, 1.0f, x, y);
+    usleep(50000);
+    saxpy_on(k, cap, 1.0f, x, y);
+    CUgraph g = nullptr;
+    CUresult r = cuStreamEndCapture(cap, &g);
+    say("capture beside a pending host function", r);
+    if (r != CUDA_SUCCESS) all_ok = false;
+    if (g) CU(cuGraphDestroy(g));
+    CU(cuStreamSynchronize(busy));
+    check("host function beside a capture ran once", host_ran.load(), 1);
+    CU(cuStreamDestroy(busy));
+    CU(cuStreamDestroy(cap));
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         printf("usage: %s kernels.fatbin\n", argv[0]);
@@ -470,6 +502,7 @@ int main(int argc, char **argv) {
     Kernels k;
     CU(cuModuleGetFunction(&k.saxpy, mod, "saxpy"));
     CU(cuModuleGetFunction(&k.mat_sum, mod, "mat_sum"));
+    CU(cuModuleGetFunction(&k.spin, mod, "spin"));
     CUdeviceptr x, y, z, w;
     for (CUdeviceptr *p : {&x, &y, &z, &w}) CU(cuMemAlloc(p, N * 4));
     std::vector<float> xs(N), ys(N, 1.0f);
@@ -481,6 +514,7 @@ int main(int argc, char **argv) {
     refusals(z);
     explicit_graph(k, ctx, x, y, w, xs);
     generic_nodes(k, ctx, x, y, w, z, xs);
+    capture_beside_host_function(k, x, z);
     for (CUdeviceptr p : {x, y, z, w}) CU(cuMemFree(p));
     CU(cuDevicePrimaryCtxRelease(dev));
     printf("%s\n", all_ok ? "PASS" : "FAIL");

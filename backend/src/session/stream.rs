@@ -3,8 +3,10 @@
 
 use super::Io;
 use super::{Owned, Session};
+use crate::exec::graph::ExecGraph;
 use crate::exec::{CuRes, ExecContext, Executor};
 use pvgpu_ring::CuError;
+use pvgpu_ring::cuda::api::CU_STREAM_CAPTURE_MODE_RELAXED;
 use pvgpu_ring::proto::{self, ElapsedRep, HandleRep};
 
 pub(super) fn stream_create<E: Executor>(s: &mut Session<E>, r: proto::StreamCreate, _: &mut Io<'_>) -> CuRes<HandleRep> {
@@ -71,6 +73,24 @@ pub(super) fn event_record<E: Executor>(s: &mut Session<E>, r: proto::EventRecor
 pub(super) fn event_query<E: Executor>(s: &mut Session<E>, r: proto::EventQuery, _: &mut Io<'_>) -> CuRes<()> {
     let (ctx, ev) = event(s, r.event.get())?;
     if s.enter(ctx)?.event_query(ev)? { Ok(()) } else { Err(CuError::NOT_READY) }
+}
+
+/// The library's own query or destroy of the event it waits on to run a
+/// host function (`cuLaunchHostFunc`), from its own thread while the
+/// program may be capturing on another. The session's calls all run on
+/// this thread, where a query or destroy in the program's capture mode
+/// would invalidate a global capture the driver's own host-function thread
+/// never disturbs; so it runs in relaxed mode, and the mode is put back.
+pub(super) fn host_fn_event<E: Executor>(s: &mut Session<E>, r: proto::HostFnEvent, io: &mut Io<'_>) -> CuRes<()> {
+    let (ctx, _) = event(s, r.event.get())?;
+    let old = s.enter(ctx)?.exchange_capture_mode(CU_STREAM_CAPTURE_MODE_RELAXED.0)?;
+    let done = if r.destroy.get() == 1 {
+        event_destroy(s, proto::EventDestroy { event: r.event }, io)
+    } else {
+        event_query(s, proto::EventQuery { event: r.event }, io)
+    };
+    s.enter(ctx)?.exchange_capture_mode(old)?;
+    done
 }
 
 pub(super) fn event_synchronize<E: Executor>(s: &mut Session<E>, r: proto::EventSynchronize, _: &mut Io<'_>) -> CuRes<()> {

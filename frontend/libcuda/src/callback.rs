@@ -10,6 +10,11 @@
 //! a stream first waits here until no host function of that stream is
 //! pending ([`gate`]); the legacy default stream waits for all of them, and
 //! every stream waits for those of the legacy default stream.
+//!
+//! That thread's queries and destroys of the events run in relaxed capture
+//! mode in the backend: the program may be capturing on another thread in
+//! global mode, and the driver would take them for the program's own
+//! unsafe calls and invalidate its capture.
 
 use crate::state::{self, Res};
 use pvgpu_frontend::{Context, CuError, Event, Stream};
@@ -126,7 +131,7 @@ fn worker() {
             }
         }
         if let Ok(c) = state::client() {
-            let _ = c.event_destroy(event);
+            let _ = c.host_fn_event_destroy(event);
         }
         queue().pending.pop_front();
         CHANGED.notify_all();
@@ -139,7 +144,7 @@ fn wait_for(event: Event) -> u32 {
     let Ok(c) = state::client() else { return CuError::DEVICE_UNAVAILABLE.code() };
     let mut pause = Duration::from_micros(20);
     loop {
-        match c.event_query(event) {
+        match c.host_fn_event_query(event) {
             Ok(true) => return 0,
             Ok(false) => {}
             Err(e) => return state::cu(e).code(),

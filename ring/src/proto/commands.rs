@@ -402,6 +402,9 @@ macro_rules! command_table {
             97 LinkRead(link::link_read) [quiet]: LinkRead => Bulk;
             /// `cuLinkDestroy`.
             98 LinkDestroy(link::link_destroy) [posted, quiet]: LinkDestroy => ();
+            /// The library's query or destroy of a host function's event, from
+            /// its own thread, in relaxed capture mode.
+            99 HostFnEvent(stream::host_fn_event) []: HostFnEvent => ();
         }
     };
 }

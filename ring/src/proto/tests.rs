@@ -226,6 +226,14 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
         LinkDestroy
     );
     all.push(
+        (arb::<HostFnEvent>(), 0u32..=1)
+            .prop_map(|(mut r, d)| {
+                r.destroy = d.into();
+                (Opcode::HostFnEvent, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
+    all.push(
         (any::<u64>(), proptest::collection::vec(any::<u8>(), 0..300), any::<bool>())
             .prop_flat_map(|(ctx, blob, inline)| {
                 let d = if inline { Just(DataRef::inline(blob.len())).boxed() } else { arb_dref(blob.len()).boxed() };

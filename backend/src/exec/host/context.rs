@@ -265,7 +265,12 @@ impl ExecContext for HostContext {
         if self.graphs.marked(e) {
             return Err(CuError::CAPTURED_EVENT);
         }
-        self.events.get(&e).map(|_| true).ok_or(CuError::INVALID_HANDLE)
+        self.events.get(&e).ok_or(CuError::INVALID_HANDLE)?;
+        // Measured on the H100 (driver 580): a query on the capturing
+        // thread during a global capture fails and invalidates it; in
+        // relaxed thread mode it answers.
+        self.graphs.refuse_unsafe()?;
+        Ok(true)
     }
 
     fn event_synchronize(&mut self, e: u64) -> CuRes<()> {

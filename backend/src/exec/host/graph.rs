@@ -327,9 +327,10 @@ impl Graphs {
     }
 
     /// An unsafe call during a strict capture: every such capture is
-    /// invalidated, and the call fails.
+    /// invalidated, and the call fails; unless the calling thread is in
+    /// relaxed mode, which the driver lets make such calls.
     pub(super) fn refuse_unsafe(&mut self) -> CuRes<()> {
-        if !self.strict_capture() {
+        if !self.strict_capture() || self.mode == CU_STREAM_CAPTURE_MODE_RELAXED.0 {
             return Ok(());
         }
         for c in self.captures.values_mut().filter(|c| c.mode != CU_STREAM_CAPTURE_MODE_RELAXED.0) {

@@ -184,7 +184,7 @@ fixed! { requests:
 
 fixed! { checked requests:
     Memset, Occupancy, MemcpyDtoH, Memset2D, TensorMapEncode, MemGranularity, MemSetAccess, StreamBeginCapture, CaptureModeExchange,
-    GraphNodes, GraphNodeEdges, GraphLaunch, GraphNodeEnable,
+    GraphNodes, GraphNodeEdges, GraphLaunch, GraphNodeEnable, HostFnEvent,
 }
 
 fixed! { requests: HostMirrorMap, HostMirrorUnmap, HostMirrorPull, LinkRead, LinkDestroy }
@@ -216,6 +216,12 @@ impl Validate for GraphNodeEdges {
 impl Validate for GraphLaunch {
     fn validate(&self) -> Result<(), DecodeError> {
         flag(self.upload.get(), "upload")
+    }
+}
+
+impl Validate for HostFnEvent {
+    fn validate(&self) -> Result<(), DecodeError> {
+        flag(self.destroy.get(), "destroy")
     }
 }
 

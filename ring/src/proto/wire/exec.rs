@@ -254,6 +254,17 @@ wire_structs! {
         /// Event id.
         pub event: U64,
     }
+    /// The library's own query (`destroy` 0) or destroy (1) of the event it
+    /// waits on to run a host function, made from its own thread: it must
+    /// not disturb a capture the program has under way on another thread.
+    pub struct HostFnEvent {
+        /// Event id.
+        pub event: U64,
+        /// 0: query, 1: destroy.
+        pub destroy: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
     /// `cuEventSynchronize`.
     pub struct EventSynchronize {
         /// Event id.
