@@ -99,6 +99,15 @@ impl Client {
         Ok(())
     }
 
+    /// `cuStreamUpdateCaptureDependencies`: what the next work captured on
+    /// `s` follows: `deps` added (`set` false) or instead of what it
+    /// followed.
+    pub fn stream_update_capture_deps(&self, s: Stream, deps: &[GraphNode], set: bool) -> Result<()> {
+        let head = UpdateCaptureDepsHead { stream: s.0.into(), flags: u32::from(set).into(), dep_count: (deps.len() as u32).into() };
+        let deps = wire_ids(deps);
+        self.call(&StreamUpdateCaptureDeps { head, deps: &deps })
+    }
+
     /// `cuStreamEndCapture`: the captured graph.
     pub fn stream_end_capture(&self, s: Stream) -> Result<Graph> {
         let r = self.call(&StreamEndCapture { stream: s.0.into() });

@@ -448,6 +448,35 @@ static void generic_nodes(const Kernels &k, CUcontext ctx, CUdeviceptr x, CUdevi
     CU(cuStreamDestroy(s));
 }
 
+// What a capture's next work follows, replaced and added to by hand
+// (cuStreamUpdateCaptureDependencies): A; B after A; C after A only (set);
+// D after C and A (added).
+static void capture_dependencies(const Kernels &k, CUdeviceptr x, CUdeviceptr y) {
+    CUstream s;
+    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUstreamCaptureStatus st;
+    const CUgraphNode *deps = nullptr;
+    size_t n = 0;
+    saxpy_on(k, s, 1.0f, x, y);
+    CU(cuStreamGetCaptureInfo(s, &st, nullptr, nullptr, &deps, nullptr, &n));
+    CUgraphNode a = deps[0];
+    saxpy_on(k, s, 1.0f, x, y);
+    CU(cuStreamUpdateCaptureDependencies(s, &a, nullptr, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+    saxpy_on(k, s, 1.0f, x, y);
+    CU(cuStreamUpdateCaptureDependencies(s, &a, nullptr, 1, CU_STREAM_ADD_CAPTURE_DEPENDENCIES));
+    CU(cuStreamGetCaptureInfo(s, &st, nullptr, nullptr, &deps, nullptr, &n));
+    printf("%-44s %zu\n", "dependencies after set and add", n);
+    saxpy_on(k, s, 1.0f, x, y);
+    CUgraph g;
+    CU(cuStreamEndCapture(s, &g));
+    printf("%-44s %zu nodes, %zu edges\n", "capture with updated dependencies", count_nodes(g), count_edges(g));
+    check("captured nodes after dependency updates", (double)count_nodes(g), 4);
+    check("captured edges after dependency updates", (double)count_edges(g), 4);
+    CU(cuGraphDestroy(g));
+    CU(cuStreamDestroy(s));
+}
+
 static std::atomic<int> host_ran{0};
 static void CUDA_CB mark_ran(void *) { host_ran.fetch_add(1); }
 
@@ -515,6 +544,7 @@ int main(int argc, char **argv) {
     explicit_graph(k, ctx, x, y, w, xs);
     generic_nodes(k, ctx, x, y, w, z, xs);
     capture_beside_host_function(k, x, z);
+    capture_dependencies(k, x, z);
     for (CUdeviceptr p : {x, y, z, w}) CU(cuMemFree(p));
     CU(cuDevicePrimaryCtxRelease(dev));
     printf("%s\n", all_ok ? "PASS" : "FAIL");

@@ -80,6 +80,10 @@ pub trait ExecGraph: ExecContext {
     fn begin_capture_to_graph(&mut self, s: Self::Stream, g: Self::Graph, deps: &[Self::Node], mode: u32) -> CuRes<()>;
     /// `cuStreamEndCapture`.
     fn end_capture(&mut self, s: Self::Stream) -> CuRes<Self::Graph>;
+    /// `cuStreamUpdateCaptureDependencies`: `flags` 0 adds `deps` to what
+    /// the next captured work on `s` follows, 1 replaces it (the caller
+    /// checked the flags and that the nodes are of the capture's graph).
+    fn update_capture_deps(&mut self, s: Self::Stream, deps: &[Self::Node], flags: u32) -> CuRes<()>;
     /// Invalidates the capture stream `s` takes part in: the session
     /// refused a call on it, as the driver refuses (and invalidates on) an
     /// illegal call during capture.

@@ -405,6 +405,8 @@ macro_rules! command_table {
             /// The library's query or destroy of a host function's event, from
             /// its own thread, in relaxed capture mode.
             99 HostFnEvent(stream::host_fn_event) []: HostFnEvent => ();
+            /// `cuStreamUpdateCaptureDependencies`.
+            100 StreamUpdateCaptureDeps(graph::stream_update_capture_deps) [quiet]: StreamUpdateCaptureDeps<'a> => ();
         }
     };
 }

@@ -128,6 +128,14 @@ impl ExecGraph for CudaContext {
         Ok(CudaGraph(g))
     }
 
+    fn update_capture_deps(&mut self, s: CudaStream, deps: &[CudaNode], flags: u32) -> CuRes<()> {
+        let update = entry(self.drv.cuStreamUpdateCaptureDependencies)?;
+        let mut deps = nodes(deps);
+        // SAFETY: a live stream and `deps.len()` nodes of its capture's graph;
+        // flags checked by the session.
+        ok(unsafe { update(stream(Some(s)), deps.as_mut_ptr(), deps.len(), flags) })
+    }
+
     fn invalidate_capture(&mut self, s: CudaStream) {
         // Querying a capturing stream is illegal: the driver refuses it
         // and invalidates the capture, which is what is wanted here.

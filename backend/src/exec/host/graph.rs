@@ -394,6 +394,25 @@ impl Graphs {
         Ok(())
     }
 
+    /// What the next work captured on `s` follows: `deps` added, or
+    /// instead of what it followed (`set`).
+    pub(super) fn update_deps(&mut self, s: u64, deps: &[u64], set: bool) -> CuRes<()> {
+        let c = self.captures.get(&s).ok_or(CuError::ILLEGAL_STATE)?;
+        if deps.iter().any(|d| self.node_graph.get(d) != Some(&c.graph)) {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let c = self.captures.get_mut(&s).ok_or(CuError::ILLEGAL_STATE)?;
+        if set {
+            c.deps.clear();
+        }
+        for &d in deps {
+            if !c.deps.contains(&d) {
+                c.deps.push(d);
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn end(&mut self, s: u64) -> CuRes<u64> {
         let c = self.captures.get(&s).ok_or(CuError::ILLEGAL_STATE)?;
         if c.origin != s {

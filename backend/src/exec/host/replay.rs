@@ -86,6 +86,11 @@ impl ExecGraph for HostContext {
         self.graphs.end(s)
     }
 
+    fn update_capture_deps(&mut self, s: u64, deps: &[u64], flags: u32) -> CuRes<()> {
+        self.ok()?;
+        self.graphs.update_deps(s, deps, flags == 1)
+    }
+
     fn invalidate_capture(&mut self, s: u64) {
         self.graphs.invalidate(s);
     }

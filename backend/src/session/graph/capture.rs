@@ -41,6 +41,27 @@ pub(in crate::session) fn stream_begin_capture_to_graph<E: Executor>(
     s.enter(ctx)?.begin_capture_to_graph(st, g, &deps, mode)
 }
 
+pub(in crate::session) fn stream_update_capture_deps<E: Executor>(
+    s: &mut Session<E>,
+    r: proto::StreamUpdateCaptureDeps<'_>,
+    _: &mut Io<'_>,
+) -> CuRes<()> {
+    let flags = r.head.flags.get();
+    if flags > 1 {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let (ctx, st) = capture_stream(s, r.head.stream.get())?;
+    // The nodes must be of the graph the stream captures into, as named.
+    let deps = if r.deps.is_empty() {
+        Vec::new()
+    } else {
+        let graph = s.enter(ctx)?.capture_info(Some(st))?.graph.ok_or(CuError::ILLEGAL_STATE)?;
+        let gid = s.graph.graph_ids_get(ctx, graph).ok_or(CuError::INVALID_VALUE)?;
+        s.graph.nodes_of(gid, r.deps.iter().map(|d| d.get()))?
+    };
+    s.enter(ctx)?.update_capture_deps(st, &deps, flags)
+}
+
 pub(in crate::session) fn stream_end_capture<E: Executor>(
     s: &mut Session<E>,
     r: proto::StreamEndCapture,

@@ -219,6 +219,43 @@ pub unsafe extern "C" fn cuGraphExecNodeSetParams(e: CUgraphExec, node: CUgraphN
     })
 }
 
+/// `cuStreamUpdateCaptureDependencies`: `flags` is
+/// `CU_STREAM_ADD_CAPTURE_DEPENDENCIES` or `CU_STREAM_SET_CAPTURE_DEPENDENCIES`.
+///
+/// # Safety
+/// `deps` holds `n` entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies(s: CUstream, deps: *mut CUgraphNode, n: usize, flags: c_uint) -> CuResult {
+    run("cuStreamUpdateCaptureDependencies", || {
+        if flags > 1 {
+            return Err(CuError::INVALID_VALUE);
+        }
+        // SAFETY: per the caller.
+        let deps = unsafe { nodes_in(deps, n) }?;
+        state::client()?.stream_update_capture_deps(state::stream(s), &deps, flags == 1).map_err(state::cu)
+    })
+}
+
+/// `cuStreamUpdateCaptureDependencies_v2`: default edges only.
+///
+/// # Safety
+/// `deps` (and a non-null `data`) hold `n` entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2(
+    s: CUstream,
+    deps: *mut CUgraphNode,
+    data: *const CUgraphEdgeData,
+    n: usize,
+    flags: c_uint,
+) -> CuResult {
+    // SAFETY: `n` entries or null, per the caller.
+    if let Err(e) = unsafe { edge_data(data, n) } {
+        return e.into();
+    }
+    // SAFETY: per the caller.
+    unsafe { cuStreamUpdateCaptureDependencies(s, deps, n, flags) }
+}
+
 /// `cuStreamBeginCaptureToGraph`: capture into an existing graph, after
 /// `n` of its nodes (default edges only).
 ///

@@ -128,6 +128,10 @@ node_request!(
     StreamBeginCaptureToGraph(CaptureToGraphHead)
 );
 node_request!(
+    /// `cuStreamUpdateCaptureDependencies`.
+    StreamUpdateCaptureDeps(UpdateCaptureDepsHead)
+);
+node_request!(
     /// `cuGraphAddMemcpyNode` of device memory.
     GraphAddMemcpyNode(GraphMemcpyHead)
 );

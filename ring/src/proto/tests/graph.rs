@@ -134,6 +134,7 @@ pub(super) fn requests() -> Vec<Arb> {
     all.push(node_request::<GraphMemcpyHead, _>(Opcode::GraphAddMemcpyNode, |h, n| h.dep_count = n.into()));
     all.push(node_request::<GraphMemsetHead, _>(Opcode::GraphAddMemsetNode, |h, n| h.dep_count = n.into()));
     all.push(node_request::<GraphSimpleHead, _>(Opcode::GraphAddNode, |h, n| h.dep_count = n.into()));
+    all.push(node_request::<UpdateCaptureDepsHead, _>(Opcode::StreamUpdateCaptureDeps, |h, n| h.dep_count = n.into()));
     all.push(node_request::<CaptureToGraphHead, _>(Opcode::StreamBeginCaptureToGraph, |h, n| {
         h.dep_count = n.into();
         h.mode = (h.mode.get() % 3).into();

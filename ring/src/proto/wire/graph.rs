@@ -32,6 +32,17 @@ wire_structs! {
         /// Node ids that follow.
         pub dep_count: U32,
     }
+    /// `cuStreamUpdateCaptureDependencies`: the nodes the next work
+    /// captured on `stream` will depend on.
+    pub struct UpdateCaptureDepsHead {
+        /// Stream id.
+        pub stream: U64,
+        /// `CU_STREAM_ADD_CAPTURE_DEPENDENCIES` (0) or
+        /// `CU_STREAM_SET_CAPTURE_DEPENDENCIES` (1).
+        pub flags: U32,
+        /// Node ids that follow.
+        pub dep_count: U32,
+    }
     /// `cuStreamEndCapture`: the captured graph's id comes back.
     pub struct StreamEndCapture {
         /// Stream id.
