@@ -85,19 +85,17 @@ pub(super) fn link_module<E: Executor>(s: &mut Session<E>, r: proto::LinkModule<
     let image = linked.image.unwrap_or_default();
     let info = &linked.info_log[..linked.info_log.len().min(proto::MAX_LINK_LOG)];
     let error = &linked.error_log[..linked.error_log.len().min(proto::MAX_LINK_LOG)];
-    let rep = LinkRep {
+    s.links.next += 1;
+    let id = s.links.next;
+    s.links.runs.insert(id, [&image[..], info, error].concat());
+    Ok(LinkRep {
         status: status.into(),
         wall_ms: linked.wall_ms.to_bits().into(),
-        link: 0.into(),
+        link: id.into(),
         size: (image.len() as u64).into(),
         info_len: (info.len() as u32).into(),
         error_len: (error.len() as u32).into(),
-    };
-    let run = [&image[..], info, error].concat();
-    s.links.next += 1;
-    let id = s.links.next;
-    s.links.runs.insert(id, run);
-    Ok(LinkRep { link: id.into(), ..rep })
+    })
 }
 
 /// An input as the driver may read it: PTX with a NUL after it, a cubin or

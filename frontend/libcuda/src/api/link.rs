@@ -19,12 +19,22 @@ use std::ffi::{c_char, c_uint, c_void};
 use std::sync::Mutex;
 
 /// Where the program wants a link's logs and wall time: addresses it
-/// passed to `cuLinkCreate`, valid for the life of the link state.
-#[derive(Default)]
+/// passed to `cuLinkCreate` (null where it passed none), valid for the
+/// life of the link state. A log goes to its buffer, whose size is in the
+/// size option's slot.
 struct Outputs {
-    info: Option<(*mut c_char, *mut *mut c_void)>,
-    error: Option<(*mut c_char, *mut *mut c_void)>,
-    wall: Option<*mut *mut c_void>,
+    info: *mut c_char,
+    info_size: *mut *mut c_void,
+    error: *mut c_char,
+    error_size: *mut *mut c_void,
+    wall: *mut *mut c_void,
+}
+
+impl Default for Outputs {
+    fn default() -> Self {
+        let null: *mut *mut c_void = std::ptr::null_mut();
+        Outputs { info: null.cast(), info_size: null, error: null.cast(), error_size: null, wall: null }
+    }
 }
 
 /// A link state.
@@ -68,11 +78,11 @@ unsafe fn read_options(n: c_uint, options: *mut CUjit_option, values: *mut *mut 
         // SAFETY: as above.
         let v = unsafe { slot.read_unaligned() };
         match o {
-            CU_JIT_INFO_LOG_BUFFER => out.info = Some((v.cast(), out.info.map_or(std::ptr::null_mut(), |(_, s)| s))),
-            CU_JIT_ERROR_LOG_BUFFER => out.error = Some((v.cast(), out.error.map_or(std::ptr::null_mut(), |(_, s)| s))),
-            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES => out.info = Some((out.info.map_or(std::ptr::null_mut(), |(b, _)| b), slot)),
-            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES => out.error = Some((out.error.map_or(std::ptr::null_mut(), |(b, _)| b), slot)),
-            CU_JIT_WALL_TIME => out.wall = Some(slot),
+            CU_JIT_INFO_LOG_BUFFER => out.info = v.cast(),
+            CU_JIT_ERROR_LOG_BUFFER => out.error = v.cast(),
+            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES => out.info_size = slot,
+            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES => out.error_size = slot,
+            CU_JIT_WALL_TIME => out.wall = slot,
             CU_JIT_GLOBAL_SYMBOL_NAMES
             | CU_JIT_GLOBAL_SYMBOL_ADDRESSES
             | CU_JIT_GLOBAL_SYMBOL_COUNT
@@ -233,8 +243,7 @@ pub unsafe extern "C" fn cuLinkAddFile(
 ///
 /// # Safety
 /// The pointers are the program's log options, valid per the API.
-unsafe fn write_log(to: Option<(*mut c_char, *mut *mut c_void)>, log: &[u8]) {
-    let Some((buf, size)) = to else { return };
+unsafe fn write_log(buf: *mut c_char, size: *mut *mut c_void, log: &[u8]) {
     if buf.is_null() || size.is_null() {
         return;
     }
@@ -270,10 +279,11 @@ pub unsafe extern "C" fn cuLinkComplete(state: CUlinkState, image: *mut *mut c_v
             // SAFETY: the program's log and wall-time options, valid for the
             // state's life per the API.
             unsafe {
-                write_log(l.outputs.info, &linked.info_log);
-                write_log(l.outputs.error, &linked.error_log);
-                if let Some(w) = l.outputs.wall {
-                    w.cast::<f32>().write_unaligned(linked.wall_ms);
+                let o = &l.outputs;
+                write_log(o.info, o.info_size, &linked.info_log);
+                write_log(o.error, o.error_size, &linked.error_log);
+                if !o.wall.is_null() {
+                    o.wall.cast::<f32>().write_unaligned(linked.wall_ms);
                 }
             }
             let img = l.image.insert(linked.image.clone()?);
