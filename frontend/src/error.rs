@@ -138,6 +138,9 @@ pub enum ProtocolError {
     /// A page of kernel names that was empty before the last name.
     #[error("Kernel-name page ended early")]
     NamesPage,
+    /// A host-call message that does not decode.
+    #[error("Malformed host-call message")]
+    BadHostCall,
 }
 
 /// An error of a client call.

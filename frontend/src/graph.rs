@@ -60,7 +60,7 @@ fn ids(nodes: &[GraphNode]) -> Vec<u64> {
 }
 
 /// The ids of `nodes`, as the wire lists them after a head.
-fn wire_ids(nodes: &[GraphNode]) -> Vec<zerocopy::little_endian::U64> {
+pub(crate) fn wire_ids(nodes: &[GraphNode]) -> Vec<zerocopy::little_endian::U64> {
     nodes.iter().map(|n| n.0.into()).collect()
 }
 
@@ -246,17 +246,36 @@ impl Client {
 
     /// `cuGraphInstantiate` with `flags`.
     pub fn graph_instantiate(&self, g: Graph, flags: u64) -> Result<GraphExec> {
-        Ok(GraphExec(self.call(&GraphInstantiate { graph: g.0.into(), flags: flags.into() })?.handle.get()))
+        let r = self.call(&GraphInstantiate { graph: g.0.into(), flags: flags.into() })?;
+        let e = r.handle.get();
+        if r.host_nodes.get() > 0 {
+            self.conn().host.execs.insert(e);
+        }
+        Ok(GraphExec(e))
     }
 
     /// `cuGraphLaunch` (or, with `upload`, `cuGraphUpload`) on `s`. Sent
     /// without waiting.
+    /// A launch of a graph with host nodes is followed by a wait for them
+    /// ([`crate::host_call`]).
     pub fn graph_launch(&self, e: GraphExec, s: Stream, upload: bool) -> Result<()> {
-        self.post(&GraphLaunch { exec: e.0.into(), stream: s.0.into(), upload: u32::from(upload).into(), reserved: 0.into() })
+        let req = GraphLaunch { exec: e.0.into(), stream: s.0.into(), upload: u32::from(upload).into(), reserved: 0.into() };
+        let waits = self.waits();
+        let mut c = self.conn();
+        if waits {
+            c.call(&req)?;
+        } else {
+            c.send(&req, 0)?;
+        }
+        if !upload && c.host.execs.contains(&e.0) {
+            c.host.pending = true;
+        }
+        Ok(())
     }
 
     /// `cuGraphExecDestroy`. Sent without waiting.
     pub fn graph_exec_destroy(&self, e: GraphExec) -> Result<()> {
+        self.conn().host.execs.remove(&e.0);
         self.post(&GraphExecDestroy { exec: e.0.into() })
     }
 

@@ -22,6 +22,8 @@ pub(crate) struct Conn {
     pub(crate) mirrors: Mirrors,
     /// Requests sent with `FLAG_REPLY` whose reply has not been read.
     awaiting: usize,
+    /// Host functions of graphs ([`crate::host_call`]).
+    pub(crate) host: crate::host_call::HostCallState,
 }
 
 /// Whether `op` is one of the mirror commands (sent without pushing
@@ -40,7 +42,16 @@ fn settles(op: u16) -> bool {
 
 impl Conn {
     pub(crate) fn new(t: Box<dyn Transport>) -> Self {
-        Conn { t, next_id: 0, dead: false, buf: Vec::new(), stats: None, mirrors: Mirrors::default(), awaiting: 0 }
+        Conn {
+            t,
+            next_id: 0,
+            dead: false,
+            buf: Vec::new(),
+            stats: None,
+            mirrors: Mirrors::default(),
+            awaiting: 0,
+            host: Default::default(),
+        }
     }
 
     /// Marks the connection broken and returns the error.
@@ -61,6 +72,9 @@ impl Conn {
     /// Sends a request made of `parts` under `opcode`; returns its id.
     pub(crate) fn send_raw(&mut self, opcode: u16, flags: u32, parts: &[&[u8]]) -> Result<u64> {
         self.check()?;
+        if self.host.pending && !crate::host_call::passes_pending(opcode) && !mirror_op(opcode) {
+            self.wait_host_calls()?;
+        }
         if !self.mirrors.is_empty() && !mirror_op(opcode) {
             self.push_mirrors()?;
         }
@@ -125,6 +139,7 @@ impl Conn {
             self.buf = buf;
             match r {
                 Ok(h) if h.is_output() => crate::output::write(&self.buf),
+                Ok(h) if h.is_host_call() => self.run_host_call()?,
                 Ok(h) => break h,
                 Err(e) => return self.fail(e),
             }

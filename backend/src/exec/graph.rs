@@ -3,7 +3,9 @@
 //! capturing stream and runs executable graphs; the host test double
 //! records and replays them itself.
 
+use super::host_call::HostCalls;
 use super::{CuRes, ExecContext, LaunchDims, Param};
+use std::sync::Arc;
 
 /// A node to add to a graph, its handles already the executor's and its
 /// device ranges checked by the session.
@@ -51,6 +53,14 @@ pub enum NodeSpec<'a, C: ExecGraph + ?Sized> {
     EventRecord(C::Event),
     /// Waits for an event.
     EventWait(C::Event),
+    /// Runs the program's function `func(data)` in the program
+    /// ([`super::host_call`]).
+    Host {
+        /// The program's `CUhostFn`.
+        func: u64,
+        /// Its `userData`.
+        data: u64,
+    },
 }
 
 /// A stream's capture status.
@@ -129,4 +139,19 @@ pub trait ExecGraph: ExecContext {
     fn node_enable(&mut self, e: Self::GraphExec, n: Self::Node, enabled: bool) -> CuRes<()>;
     /// `cuGraphExecUpdate`: the result and the node that stopped it.
     fn exec_update(&mut self, e: Self::GraphExec, g: Self::Graph) -> CuRes<(u32, Option<Self::Node>)>;
+    /// Gives the context its session's host-call queue, which its host
+    /// nodes call (before any graph is made).
+    fn attach_host_calls(&mut self, calls: Arc<HostCalls>);
+    /// `cuLaunchHostFunc` on `s`, which is capturing: a host node of the
+    /// capture.
+    fn launch_host_func(&mut self, s: Self::Stream, func: u64, data: u64) -> CuRes<()>;
+    /// A host node's function and data.
+    fn host_node_get(&mut self, n: Self::Node) -> CuRes<(u64, u64)>;
+    /// `cuGraphHostNodeSetParams`.
+    fn host_node_set(&mut self, n: Self::Node, func: u64, data: u64) -> CuRes<()>;
+    /// Marks, on `s`, the end of a launch that runs host nodes.
+    fn host_fence(&mut self, s: Option<Self::Stream>) -> CuRes<()>;
+    /// Whether launches that run host nodes are still under way (the host
+    /// double runs work it held back here).
+    fn host_work_pending(&mut self) -> CuRes<bool>;
 }

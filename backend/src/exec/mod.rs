@@ -16,6 +16,7 @@
 pub mod cuda;
 pub mod graph;
 pub mod host;
+pub mod host_call;
 pub mod image;
 
 use pvgpu_ring::CuError;

@@ -2,6 +2,7 @@
 //! executor gathered at start-up), primary and created contexts.
 
 use super::{Alloc, AllocKind, CtxEntry, Io, Session, policy};
+use crate::exec::graph::ExecGraph;
 use crate::exec::{CuRes, ExecContext, Executor};
 use pvgpu_ring::CuError;
 use pvgpu_ring::proto::{self, AttrPair, DevicePropsHead, DevicePropsRep, HandleRep, HelloRep, I32Rep, PROTOCOL_VERSION};
@@ -157,7 +158,8 @@ fn new_context<E: Executor>(s: &mut Session<E>, device: usize, flags: u32, prima
     if s.ctxs.len() >= MAX_CONTEXTS {
         return Err(CuError::OUT_OF_MEMORY);
     }
-    let ctx = s.exec.create_context(device, flags)?;
+    let mut ctx = s.exec.create_context(device, flags)?;
+    ctx.attach_host_calls(s.host_calls.clone());
     let id = s.ctxs.insert(CtxEntry { primary, ctx })?;
     // Creating a context makes it current on this thread.
     s.current = Some(id);

@@ -39,6 +39,8 @@ mod stream;
 mod vmm;
 
 use crate::config::SessionLimits;
+use crate::exec::graph::ExecGraph;
+use crate::exec::host_call::HostCalls;
 use crate::exec::{CuRes, ExecContext, Executor, Param};
 use crate::handles::HandleTable;
 use crate::image_cache::{ImageCache, Owner};
@@ -172,6 +174,8 @@ pub struct Session<E: Executor> {
     /// Rate limit for guest-triggered log lines.
     pub log: LogLimiter,
     param_buf: Vec<u64>,
+    /// Host functions of the session's graphs, due in the program.
+    host_calls: Arc<HostCalls>,
 }
 
 /// Device-side range to check.
@@ -211,6 +215,7 @@ impl<E: Executor> Session<E> {
             images: None,
             log: LogLimiter::default(),
             param_buf: Vec::new(),
+            host_calls: Arc::default(),
         }
     }
 
@@ -219,6 +224,23 @@ impl<E: Executor> Session<E> {
     pub fn with_image_cache(mut self, cache: Arc<ImageCache>, owner: Owner) -> Self {
         self.images = Some((cache, owner));
         self
+    }
+
+    /// The queue of host calls due in the program.
+    pub fn host_calls(&self) -> &Arc<HostCalls> {
+        &self.host_calls
+    }
+
+    /// Whether launches that run host nodes are still under way in any
+    /// context (an error ends the wait; the program's next call reports
+    /// it).
+    pub fn host_work_pending(&mut self) -> bool {
+        let ids: Vec<u64> = self.ctxs.iter().map(|(id, _)| id).collect();
+        let mut pending = false;
+        for id in ids {
+            pending |= self.enter(id).and_then(|c| c.host_work_pending()).unwrap_or(false);
+        }
+        pending
     }
 
     /// Session number.
@@ -416,6 +438,8 @@ impl<E: Executor> Session<E> {
 
 impl<E: Executor> Drop for Session<E> {
     fn drop(&mut self) {
+        // Host nodes still waiting for the program go on without it.
+        self.host_calls.close();
         let ctxs = self.ctxs.len();
         if ctxs > 0 || self.mem_used > 0 {
             tracing::info!(session = self.id, contexts = ctxs, bytes = self.mem_used, "freeing session resources");

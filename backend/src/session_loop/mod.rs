@@ -4,6 +4,7 @@
 //! supervisor ([`crate::Isolation::Thread`]) or in a worker process.
 
 mod ended;
+mod host_calls;
 
 pub use ended::{Broken, Ended, Report};
 
@@ -103,6 +104,8 @@ struct Buffers {
     out: Vec<u8>,
     /// Kernel output to send before the reply.
     printed: Vec<u8>,
+    /// The program's answers to host calls.
+    answers: Vec<u8>,
 }
 
 /// Receives, processes, releases and answers one request; `Err` ends the
@@ -110,6 +113,9 @@ struct Buffers {
 fn serve_one<E: Executor>(session: &mut Session<E>, conn: &mut dyn Conn, b: &mut Buffers, stop: &AtomicBool) -> Result<(), Ended> {
     conn.recv(&mut b.req, stop)?;
     let h = Header::parse(&b.req).map_err(Broken::Header)?;
+    if h.opcode.get() == pvgpu_ring::proto::Opcode::HostCallWait as u16 {
+        host_calls::serve(session, conn, &mut b.answers, stop)?;
+    }
     let payload = &b.req[HEADER_LEN.min(b.req.len())..];
     let outcome = session.process(&h, payload, conn.area(), &mut b.out);
     conn.release()?;

@@ -59,15 +59,19 @@ fn queue() -> MutexGuard<'static, Queue> {
 /// `CU_EVENT_DISABLE_TIMING`.
 const DISABLE_TIMING: u32 = pvgpu_ring::cuda::api::CU_EVENT_DISABLE_TIMING.0;
 
-/// Enqueues `call` on `stream` of context `ctx`. A capturing stream is
-/// refused: a host function in a graph (a host node) would have to run in
-/// this process at every launch, which pvgpu does not do yet.
+/// Enqueues `call` on `stream` of context `ctx`. On a capturing stream a
+/// host function becomes a host node of the captured graph, run at every
+/// launch (`pvgpu_frontend`'s host calls); a stream callback is refused
+/// there, as the driver refuses it.
 pub fn enqueue(ctx: Context, stream: Stream, call: Call) -> Res {
     let c = state::client()?;
     if crate::api::capture::is_capturing(stream)? {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| tracing::warn!("host functions in captured graphs are not supported by pvgpu yet"));
-        return Err(CuError::NOT_SUPPORTED);
+        return match call {
+            // SAFETY: the program gave `f` as a host function taking
+            // `data`, to run once per launch of the captured graph.
+            Call::Host(f, data) => unsafe { c.launch_host_func_captured(stream, f, data as *mut c_void) }.map_err(state::cu),
+            Call::Stream(..) => Err(CuError::STREAM_CAPTURE_UNSUPPORTED),
+        };
     }
     let event = c.event_create(ctx, DISABLE_TIMING).map_err(state::cu)?;
     c.event_record(event, stream).map_err(state::cu)?;
@@ -151,5 +155,42 @@ fn wait_for(event: Event) -> u32 {
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(1));
+    }
+}
+
+/// Whether host functions of launched graphs may be due (the flag the
+/// host-node thread sleeps on).
+static HOST_NODES: Mutex<bool> = Mutex::new(false);
+static HOST_NODES_DUE: Condvar = Condvar::new();
+
+/// A graph with host nodes was launched: a thread of this library waits
+/// for its host functions and runs them, so that they run even while the
+/// program makes no further call (the connection would run them before
+/// its next command otherwise).
+pub fn host_nodes_launched() {
+    static THREAD: std::sync::Once = std::sync::Once::new();
+    THREAD.call_once(|| {
+        if let Err(e) = std::thread::Builder::new().name("pvgpu-host-node".into()).spawn(host_node_worker) {
+            tracing::warn!(error = %e, "no thread for host nodes; they run at the program's next call");
+        }
+    });
+    *HOST_NODES.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    HOST_NODES_DUE.notify_one();
+}
+
+fn host_node_worker() {
+    loop {
+        {
+            let mut due = HOST_NODES.lock().unwrap_or_else(|p| p.into_inner());
+            while !*due {
+                due = HOST_NODES_DUE.wait(due).unwrap_or_else(|p| p.into_inner());
+            }
+            *due = false;
+        }
+        if let Ok(c) = state::client() {
+            if let Err(e) = c.run_host_calls() {
+                tracing::debug!(error = %e, "waiting for host nodes failed");
+            }
+        }
     }
 }

@@ -41,6 +41,7 @@ pub use api::exec::*;
 pub use api::graph::*;
 pub use api::graph_add::*;
 pub use api::graph_exec::*;
+pub use api::graph_host::*;
 pub use api::graph_kernel::*;
 pub use api::graph_node::*;
 pub use api::host::*;

@@ -365,7 +365,7 @@ macro_rules! command_table {
             /// Empty, child-graph, event-record and event-wait nodes.
             81 GraphAddNode(graph::graph_add_node) [quiet]: GraphAddNode<'a> => HandleRep;
             /// `cuGraphInstantiate`.
-            82 GraphInstantiate(graph::graph_instantiate) []: GraphInstantiate => HandleRep;
+            82 GraphInstantiate(graph::graph_instantiate) []: GraphInstantiate => InstantiateRep;
             /// `cuGraphLaunch`, `cuGraphUpload`.
             83 GraphLaunch(graph::graph_launch) [posted]: GraphLaunch => ();
             /// `cuGraphExecDestroy`.
@@ -407,6 +407,19 @@ macro_rules! command_table {
             99 HostFnEvent(stream::host_fn_event) []: HostFnEvent => ();
             /// `cuStreamUpdateCaptureDependencies`.
             100 StreamUpdateCaptureDeps(graph::stream_update_capture_deps) [quiet]: StreamUpdateCaptureDeps<'a> => ();
+            /// `cuGraphAddHostNode`.
+            101 GraphAddHostNode(graph::graph_add_host_node) [quiet]: GraphAddHostNode<'a> => HandleRep;
+            /// A host node's function and data: get, set, set in an
+            /// executable graph.
+            102 HostNodeParams(graph::host_node_params) [quiet]: HostNodeParams => HostNodeRep;
+            /// `cuLaunchHostFunc` on a capturing stream.
+            103 LaunchHostFunc(graph::launch_host_func) [quiet]: LaunchHostFunc => ();
+            /// Runs the host functions of launched graphs in the program
+            /// until those launches have finished.
+            104 HostCallWait(graph::host_call_wait) [local]: HostCallWait => ();
+            /// The program ran a host call (sent only while `HostCallWait`
+            /// waits).
+            105 HostCallDone(graph::host_call_done) [posted, quiet, local]: HostCallDone => ();
         }
     };
 }

@@ -82,6 +82,10 @@ pub const FLAG_IS_REPLY: u32 = 2;
 /// (what its kernels printed), sent before the reply of the call that
 /// waited for them. Its request id is 0 and its opcode 0.
 pub const FLAG_OUTPUT: u32 = 4;
+/// A message from the backend that is not a reply: a host function due in
+/// the program ([`HostCallMsg`]), sent only while the program waits in
+/// `HostCallWait`. Its request id is 0 and its opcode 0.
+pub const FLAG_HOST_CALL: u32 = 8;
 
 /// Copy flag: the copy is ordered on its stream and need not be complete
 /// when the backend moves on (the `*Async` driver calls).
@@ -147,6 +151,23 @@ impl Header {
             payload_len: (payload_len as u32).into(),
             status: 0.into(),
         }
+    }
+
+    /// A host-call message carrying a [`HostCallMsg`].
+    pub fn host_call() -> Self {
+        Header {
+            version: PROTOCOL_VERSION.into(),
+            opcode: 0.into(),
+            flags: (FLAG_IS_REPLY | FLAG_HOST_CALL).into(),
+            request_id: 0.into(),
+            payload_len: (core::mem::size_of::<HostCallMsg>() as u32).into(),
+            status: 0.into(),
+        }
+    }
+
+    /// Whether this is a host-call message.
+    pub fn is_host_call(&self) -> bool {
+        self.flags.get() & FLAG_HOST_CALL != 0
     }
 
     /// Whether this is an output message.

@@ -521,7 +521,18 @@ fn the_table_says_who_waits_prints_and_reports() {
         assert!(!op.posted(), "{op:?}");
     }
     let local: Vec<Opcode> = Opcode::ALL.iter().copied().filter(|o| !o.reports_pending()).collect();
-    assert_eq!(local, [Opcode::Hello, Opcode::Goodbye, Opcode::Nop, Opcode::DriverGetVersion, Opcode::HostMirrorPull]);
+    assert_eq!(
+        local,
+        [
+            Opcode::Hello,
+            Opcode::Goodbye,
+            Opcode::Nop,
+            Opcode::DriverGetVersion,
+            Opcode::HostMirrorPull,
+            Opcode::HostCallWait,
+            Opcode::HostCallDone
+        ]
+    );
     assert_eq!(Opcode::TensorMapEncode.handler(), "launch::tensor_map_encode");
     const { assert!(<LaunchKernel<'_> as Command<'_>>::POSTED) };
 }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 mod devices;
 mod execution;
 mod graphs;
+mod host_nodes;
 mod lifecycle;
 mod memory;
 mod modules;
@@ -24,6 +25,7 @@ mod modules;
 use devices::*;
 use execution::*;
 use graphs::*;
+use host_nodes::*;
 use lifecycle::*;
 use memory::*;
 use modules::*;
@@ -128,6 +130,7 @@ over_every_transport!(
         explicit_graphs,
         graph_handles_are_checked,
         executable_graph_setters,
+        host_nodes_run_at_every_launch,
         matsum_matches_cpu,
         jacobi_matches_cpu,
         many_concurrent_clients,

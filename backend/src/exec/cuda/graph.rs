@@ -18,7 +18,7 @@ macro_rules! graph_handle {
     ($(#[$m:meta])* $name:ident) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub struct $name(*mut c_void);
+        pub struct $name(pub(super) *mut c_void);
         // SAFETY: driver graph objects are identifiers the driver resolves
         // on any thread; the session uses each from one thread at a time.
         unsafe impl Send for $name {}
@@ -297,6 +297,11 @@ impl ExecGraph for CudaContext {
                 // SAFETY: as above.
                 ok(unsafe { entry(drv.cuGraphAddEventWaitNode)?(out, g.0, d, n, event(e)) })?;
             }
+            NodeSpec::Host { func, data } => {
+                let p = self.host_params(func, data)?;
+                // SAFETY: as above; the target outlives the graph.
+                ok(unsafe { entry(drv.cuGraphAddHostNode)?(out, g.0, d, n, &p) })?;
+            }
         }
         Ok(CudaNode(node))
     }
@@ -348,6 +353,11 @@ impl ExecGraph for CudaContext {
                 // SAFETY: as above, and a live graph of this session.
                 ok(unsafe { entry(drv.cuGraphExecChildGraphNodeSetParams)?(e.0, n.0, g.0) })
             }
+            NodeSpec::Host { func, data } => {
+                let p = self.host_params(func, data)?;
+                // SAFETY: as above; the target outlives the graph.
+                ok(unsafe { entry(drv.cuGraphExecHostNodeSetParams)?(e.0, n.0, &p) })
+            }
             _ => Err(CuError::INVALID_VALUE),
         }
     }
@@ -368,6 +378,30 @@ impl ExecGraph for CudaContext {
             Ok(()) | Err(CuError::GRAPH_EXEC_UPDATE_FAILURE) => Ok((info.result.0, node)),
             Err(other) => Err(other),
         }
+    }
+
+    fn attach_host_calls(&mut self, calls: std::sync::Arc<crate::exec::host_call::HostCalls>) {
+        self.attach_host(calls);
+    }
+
+    fn launch_host_func(&mut self, s: CudaStream, func: u64, data: u64) -> CuRes<()> {
+        self.launch_host(s, func, data)
+    }
+
+    fn host_node_get(&mut self, n: CudaNode) -> CuRes<(u64, u64)> {
+        self.host_get(n)
+    }
+
+    fn host_node_set(&mut self, n: CudaNode, func: u64, data: u64) -> CuRes<()> {
+        self.host_set(n, func, data)
+    }
+
+    fn host_fence(&mut self, s: Option<CudaStream>) -> CuRes<()> {
+        self.fence(s)
+    }
+
+    fn host_work_pending(&mut self) -> CuRes<bool> {
+        self.fences_pending()
     }
 }
 

@@ -13,6 +13,7 @@ mod context;
 mod driver;
 mod ext;
 mod graph;
+mod host_node;
 mod link;
 mod nvml;
 pub mod output;
@@ -232,7 +233,7 @@ impl Executor for CudaExecutor {
         let mut raw = ptr::null_mut();
         // SAFETY: valid out-pointer; null create-params asks for defaults.
         ck(unsafe { sys::cuCtxCreate_v4(&mut raw, ptr::null_mut(), flags, dev) })?;
-        Ok(CudaContext { raw, dev, drv: self.drv })
+        Ok(CudaContext { raw, dev, drv: self.drv, host: host_node::HostNodes::default() })
     }
 }
 
@@ -241,6 +242,9 @@ pub struct CudaContext {
     raw: sys::CUcontext,
     dev: sys::CUdevice,
     drv: &'static Driver,
+    /// Host nodes' targets and fences: dropped after the context is
+    /// destroyed (fields drop after `Drop::drop`).
+    host: host_node::HostNodes,
 }
 
 // SAFETY: a CUDA context may be used from any thread once made current

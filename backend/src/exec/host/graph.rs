@@ -54,6 +54,10 @@ pub(super) enum Op {
     MemFree {
         dptr: u64,
     },
+    Host {
+        func: u64,
+        data: u64,
+    },
 }
 
 impl Op {
@@ -73,6 +77,7 @@ impl Op {
             Op::EventWait(e) => format!("wait event {e}"),
             Op::MemAlloc { dptr } => format!("alloc {dptr:#x}"),
             Op::MemFree { dptr } => format!("free {dptr:#x}"),
+            Op::Host { func, data } => format!("host {func:#x}({data:#x})"),
         }
     }
 
@@ -87,6 +92,7 @@ impl Op {
             Op::EventWait(_) => CU_GRAPH_NODE_TYPE_WAIT_EVENT,
             Op::MemAlloc { .. } => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
             Op::MemFree { .. } => CU_GRAPH_NODE_TYPE_MEM_FREE,
+            Op::Host { .. } => CU_GRAPH_NODE_TYPE_HOST,
         }
     }
 }

@@ -174,6 +174,7 @@ impl Executor for HostExecutor {
             mapped: HashMap::new(),
             graphs: graph::Graphs::default(),
             exec_nodes: HashMap::new(),
+            host_work: replay::HostWork::default(),
         };
         c.recount_reserved();
         Ok(c)
@@ -228,6 +229,8 @@ pub struct HostContext {
     /// For each executable graph, its nodes by the nodes of the graphs it
     /// was made or updated from.
     exec_nodes: HashMap<u64, HashMap<u64, u64>>,
+    /// Launched work held back behind a host node.
+    host_work: replay::HostWork,
 }
 
 impl HostContext {

@@ -1,13 +1,32 @@
 //! [`ExecGraph`] of the host test double, on [`super::graph::Graphs`]:
 //! handles are numbers, and an executable graph is replayed node by node
 //! with the context's own operations.
+//!
+//! A launch runs at once up to its first host node; there the double
+//! queues the host call and holds the rest of the launch back until the
+//! program has answered it, when the session next asks
+//! ([`ExecGraph::host_work_pending`], while the program waits in
+//! `HostCallWait`).
 
 use super::HostContext;
 use super::graph::Op;
 use crate::exec::graph::{CaptureInfo, ExecGraph, NodeSpec};
+use crate::exec::host_call::HostCalls;
 use crate::exec::{CuRes, ExecContext, Rect};
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::*;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Launched work held back behind a host node.
+#[derive(Default)]
+pub(super) struct HostWork {
+    calls: Option<Arc<HostCalls>>,
+    /// What is left to run, in order.
+    held: VecDeque<Op>,
+    /// The host call the held work waits for.
+    waiting: Option<u64>,
+}
 
 impl HostContext {
     /// If stream `s` is capturing, records `op` instead of running it
@@ -23,16 +42,50 @@ impl HostContext {
         }
     }
 
-    /// Runs graph `g` once, in a topological order.
-    fn replay(&mut self, g: u64) -> CuRes<()> {
+    /// The operations of one run of graph `g`, child graphs unrolled, in
+    /// a topological order.
+    fn unroll(&self, g: u64, out: &mut Vec<Op>) -> CuRes<()> {
         for n in self.graphs.topological(g)? {
             if !self.graphs.enabled(n) {
                 continue;
             }
-            let op = self.graphs.graph(g)?.ops[&n].clone();
-            self.run(op)?;
+            match &self.graphs.graph(g)?.ops[&n] {
+                Op::Child(c) => self.unroll(*c, out)?,
+                op => out.push(op.clone()),
+            }
         }
         Ok(())
+    }
+
+    /// Runs graph `g` once: at once up to its first host node.
+    fn replay(&mut self, g: u64) -> CuRes<()> {
+        let mut ops = Vec::new();
+        self.unroll(g, &mut ops)?;
+        self.host_work.held.extend(ops);
+        self.advance().map(drop)
+    }
+
+    /// Runs held work until it is done (`false`) or waits for a host call
+    /// the program has not answered (`true`).
+    fn advance(&mut self) -> CuRes<bool> {
+        loop {
+            if let Some(id) = self.host_work.waiting {
+                match &self.host_work.calls {
+                    Some(q) if !q.is_finished(id) => return Ok(true),
+                    _ => self.host_work.waiting = None,
+                }
+            }
+            let Some(op) = self.host_work.held.pop_front() else { return Ok(false) };
+            match op {
+                Op::Host { func, data } => self.host_work.waiting = self.host_work.calls.as_ref().and_then(|q| q.queue(func, data)),
+                op => {
+                    if let Err(e) = self.run(op) {
+                        self.host_work.held.clear();
+                        return Err(e);
+                    }
+                }
+            }
+        }
     }
 
     fn run(&mut self, op: Op) -> CuRes<()> {
@@ -47,7 +100,7 @@ impl HostContext {
             Op::Dtoh { dst, src, len } => unsafe { self.dtoh(dst as *mut u8, src, len, None, true) },
             Op::Child(c) => self.replay(c),
             Op::EventRecord(e) => self.event_record(e, None),
-            Op::Empty | Op::EventWait(_) | Op::MemAlloc { .. } | Op::MemFree { .. } => Ok(()),
+            Op::Empty | Op::EventWait(_) | Op::MemAlloc { .. } | Op::MemFree { .. } | Op::Host { .. } => Ok(()),
         }
     }
 
@@ -63,6 +116,7 @@ impl HostContext {
             NodeSpec::Child(c) => Op::Child(c),
             NodeSpec::EventRecord(e) => Op::EventRecord(e),
             NodeSpec::EventWait(e) => Op::EventWait(e),
+            NodeSpec::Host { func, data } => Op::Host { func, data },
         }
     }
 }
@@ -240,6 +294,39 @@ impl ExecGraph for HostContext {
         }
         self.exec_nodes.entry(e).or_default().extend(new.into_iter().zip(old));
         Ok((CU_GRAPH_EXEC_UPDATE_SUCCESS.0, None))
+    }
+
+    fn attach_host_calls(&mut self, calls: Arc<HostCalls>) {
+        self.host_work.calls = Some(calls);
+    }
+
+    fn launch_host_func(&mut self, s: u64, func: u64, data: u64) -> CuRes<()> {
+        if self.captured(Some(s), || Op::Host { func, data })? { Ok(()) } else { Err(CuError::NOT_SUPPORTED) }
+    }
+
+    fn host_node_get(&mut self, n: u64) -> CuRes<(u64, u64)> {
+        match self.graphs.op_mut(n)? {
+            Op::Host { func, data } => Ok((*func, *data)),
+            _ => Err(CuError::INVALID_VALUE),
+        }
+    }
+
+    fn host_node_set(&mut self, n: u64, func: u64, data: u64) -> CuRes<()> {
+        match self.graphs.op_mut(n)? {
+            op @ Op::Host { .. } => {
+                *op = Op::Host { func, data };
+                Ok(())
+            }
+            _ => Err(CuError::INVALID_VALUE),
+        }
+    }
+
+    fn host_fence(&mut self, _: Option<u64>) -> CuRes<()> {
+        Ok(())
+    }
+
+    fn host_work_pending(&mut self) -> CuRes<bool> {
+        self.advance()
     }
 }
 

@@ -1,14 +1,14 @@
 //! Executable graphs: instantiation, launches and uploads on the session's
 //! streams, updates.
 
-use super::{ExecEntry, GraphExec, Node, Owner, handle, nodes};
+use super::{ExecEntry, GraphExec, Node, Owner, nodes};
 use crate::exec::graph::ExecGraph;
 use crate::exec::graph::NodeSpec;
 use crate::exec::{CuRes, Executor};
 use crate::session::{Io, Session};
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::*;
-use pvgpu_ring::proto::{self, ExecUpdateRep, HandleRep};
+use pvgpu_ring::proto::{self, ExecUpdateRep, InstantiateRep};
 
 /// Instantiation flags a guest may pass (an upload at instantiation is a
 /// separate `GraphLaunch` with `upload`).
@@ -20,7 +20,7 @@ pub(in crate::session) fn graph_instantiate<E: Executor>(
     s: &mut Session<E>,
     r: proto::GraphInstantiate,
     _: &mut Io<'_>,
-) -> CuRes<HandleRep> {
+) -> CuRes<InstantiateRep> {
     let id = r.graph.get();
     if r.flags.get() & !INSTANTIATE_FLAGS != 0 {
         return Err(CuError::INVALID_VALUE);
@@ -30,9 +30,10 @@ pub(in crate::session) fn graph_instantiate<E: Executor>(
         return Err(CuError::INVALID_VALUE);
     }
     let (ctx, g) = (entry.ctx, entry.graph);
+    let host_nodes = super::host::count_host_nodes(s, ctx, g)?;
     let e = s.enter(ctx)?.graph_instantiate(g, r.flags.get())?;
-    match s.graph.execs.insert(ExecEntry { ctx, exec: e }) {
-        Ok(x) => Ok(handle(x)),
+    match s.graph.execs.insert(ExecEntry { ctx, exec: e, host_nodes }) {
+        Ok(x) => Ok(InstantiateRep { handle: x.into(), host_nodes: host_nodes.into(), reserved: 0.into() }),
         Err(err) => {
             let _ = s.enter(ctx)?.graph_exec_destroy(e);
             Err(err)
@@ -42,9 +43,20 @@ pub(in crate::session) fn graph_instantiate<E: Executor>(
 
 pub(in crate::session) fn graph_launch<E: Executor>(s: &mut Session<E>, r: proto::GraphLaunch, _: &mut Io<'_>) -> CuRes<()> {
     let x = s.graph.execs.get(r.exec.get()).ok_or(CuError::INVALID_VALUE)?;
-    let (ctx, e) = (x.ctx, x.exec);
+    let (ctx, e, host_nodes) = (x.ctx, x.exec, x.host_nodes);
     let st = s.stream(r.stream.get(), ctx)?;
-    s.enter(ctx)?.graph_launch(e, st, r.upload.get() == 1)
+    let upload = r.upload.get() == 1;
+    s.enter(ctx)?.graph_launch(e, st, upload)?;
+    // The end of a launch that runs host nodes is watched while the
+    // program waits for them (none runs while the launch is captured).
+    let captured = match st {
+        Some(st) => super::capturing(s, ctx, st)?,
+        None => false,
+    };
+    if host_nodes > 0 && !upload && !captured {
+        s.enter(ctx)?.host_fence(st)?;
+    }
+    Ok(())
 }
 
 pub(in crate::session) fn graph_exec_destroy<E: Executor>(s: &mut Session<E>, r: proto::GraphExecDestroy, _: &mut Io<'_>) -> CuRes<()> {

@@ -9,10 +9,12 @@
 
 mod capture;
 mod exec;
+mod host;
 mod nodes;
 
 pub(super) use capture::*;
 pub(super) use exec::*;
+pub(super) use host::{graph_add_host_node, host_call_done, host_call_wait, host_node_params, launch_host_func};
 pub(super) use nodes::*;
 
 use super::{Ctx, Session};
@@ -63,6 +65,8 @@ pub(super) struct NodeEntry<N> {
 pub(super) struct ExecEntry<X> {
     pub(super) ctx: u64,
     pub(super) exec: X,
+    /// Host nodes it runs.
+    pub(super) host_nodes: u32,
 }
 
 /// The session's graphs, nodes and executable graphs.

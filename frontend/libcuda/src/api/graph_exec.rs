@@ -121,7 +121,12 @@ pub unsafe extern "C" fn cuGraphInstantiateWithParams(ph: *mut CUgraphExec, g: C
 }
 
 fn launch(e: CUgraphExec, s: CUstream, upload: bool) -> Res {
-    state::client()?.graph_launch(exec_id(e)?, state::ordered(s), upload).map_err(state::cu)
+    let c = state::client()?;
+    c.graph_launch(exec_id(e)?, state::ordered(s), upload).map_err(state::cu)?;
+    if c.host_calls_pending() {
+        crate::callback::host_nodes_launched();
+    }
+    Ok(())
 }
 
 /// `cuGraphLaunch`. Sent without waiting.

@@ -2,13 +2,14 @@
 //! one parameter union for every node type), the per-type setters of
 //! executable graphs' nodes (memset, copy, child graph), enabling and
 //! disabling nodes, and capture into an existing graph. Kernel, memset,
-//! device-copy, empty, child-graph and event nodes are supported; host,
+//! device-copy, empty, child-graph, event and host nodes are supported;
 //! memory, conditional, external-semaphore and batch-memop nodes are not
 //! (`CUDA_ERROR_NOT_SUPPORTED`).
 
 use super::graph::{edge_data, nodes_in, put_node};
 use super::graph::{exec_id, graph_id, node_id};
 use super::graph_add::{add_memcpy, add_simple, device_copy, memset_head};
+use super::graph_host;
 use super::graph_kernel::{self, Kernel};
 use crate::state::{self, Res, id, run};
 use pvgpu_ring::cuda::api::*;
@@ -70,6 +71,12 @@ unsafe fn add(ph: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usi
             let e = unsafe { p.anon2.eventWait.event };
             // SAFETY: per the caller.
             unsafe { add_simple(ph, g, deps, n, CU_GRAPH_NODE_TYPE_WAIT_EVENT, id(e)) }
+        }
+        CU_GRAPH_NODE_TYPE_HOST => {
+            // SAFETY: the host member.
+            let f = graph_host::from_v2(unsafe { &p.anon2.host })?;
+            // SAFETY: per the caller.
+            unsafe { graph_host::add(ph, g, deps, n, f) }
         }
         other => {
             tracing::debug!(kind = ?other, "graph node type not supported");
@@ -214,6 +221,8 @@ pub unsafe extern "C" fn cuGraphExecNodeSetParams(e: CUgraphExec, node: CUgraphN
                 let child = unsafe { p.anon2.graph.graph };
                 state::client()?.graph_exec_child_set(exec_id(e)?, node_id(node)?, graph_id(child)?).map_err(state::cu)
             }
+            // SAFETY: the host member.
+            CU_GRAPH_NODE_TYPE_HOST => graph_host::set(Some(e), node, graph_host::from_v2(unsafe { &p.anon2.host })?),
             _ => Err(CuError::NOT_SUPPORTED),
         }
     })

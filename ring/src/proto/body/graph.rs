@@ -255,3 +255,7 @@ impl Reply for BytesRep {
         Ok(BytesRep { bytes: tail.to_vec() })
     }
 }
+node_request!(
+    /// `cuGraphAddHostNode`.
+    GraphAddHostNode(GraphHostHead)
+);

@@ -187,9 +187,17 @@ fixed! { checked requests:
     GraphNodes, GraphNodeEdges, GraphLaunch, GraphNodeEnable, HostFnEvent,
 }
 
-fixed! { requests: HostMirrorMap, HostMirrorUnmap, HostMirrorPull, LinkRead, LinkDestroy }
+fixed! { requests: HostMirrorMap, HostMirrorUnmap, HostMirrorPull, LinkRead, LinkDestroy, LaunchHostFunc, HostCallWait, HostCallDone }
 
-fixed! { replies: LinkRep }
+fixed! { checked requests: HostNodeParams }
+
+impl Validate for HostNodeParams {
+    fn validate(&self) -> Result<(), DecodeError> {
+        if self.op.get() <= 2 { Ok(()) } else { Err(DecodeError::BadField("op")) }
+    }
+}
+
+fixed! { replies: LinkRep, HostNodeRep, InstantiateRep }
 
 fixed! { requests:
     StreamEndCapture, StreamCaptureInfo, GraphCreate, GraphDestroy, GraphClone, GraphEdges, GraphNodeInfo, GraphNodeDestroy, GraphDot,

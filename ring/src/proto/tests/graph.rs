@@ -50,8 +50,20 @@ pub(super) fn requests() -> Vec<Arb> {
         GraphExecUpdate,
         GraphExecMemsetSet,
         GraphExecMemcpySet,
-        GraphExecChildSet
+        GraphExecChildSet,
+        LaunchHostFunc,
+        HostCallWait,
+        HostCallDone
     );
+    all.push(
+        (arb::<HostNodeParams>(), 0u32..=2)
+            .prop_map(|(mut r, op)| {
+                r.op = op.into();
+                (Opcode::HostNodeParams, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
+    all.push(node_request::<GraphHostHead, _>(Opcode::GraphAddHostNode, |h, n| h.dep_count = n.into()));
     all.push(
         (arb::<StreamBeginCapture>(), 0u32..=2)
             .prop_map(|(mut r, m)| {
@@ -152,6 +164,8 @@ proptest! {
         bytes in proptest::collection::vec(any::<u8>(), 0..300),
         node in arb::<NodeInfoRep>(),
         update in arb::<ExecUpdateRep>(),
+        host in arb::<HostNodeRep>(),
+        exec in arb::<InstantiateRep>(),
     ) {
         let info = CaptureInfoRep { head: CaptureInfoHead { dep_count: (info.1.len() as u32).into(), ..info.0 }, deps: info.1 };
         prop_assert_eq!(CaptureInfoRep::decode(Opcode::StreamCaptureInfo, &encoded(&info)), Ok(info));
@@ -161,6 +175,8 @@ proptest! {
         prop_assert_eq!(BytesRep::decode(Opcode::GraphDot, &encoded(&bytes)), Ok(bytes));
         prop_assert_eq!(NodeInfoRep::decode(Opcode::GraphNodeInfo, &encoded(&node)), Ok(node));
         prop_assert_eq!(ExecUpdateRep::decode(Opcode::GraphExecUpdate, &encoded(&update)), Ok(update));
+        prop_assert_eq!(HostNodeRep::decode(Opcode::HostNodeParams, &encoded(&host)), Ok(host));
+        prop_assert_eq!(InstantiateRep::decode(Opcode::GraphInstantiate, &encoded(&exec)), Ok(exec));
     }
 }
 

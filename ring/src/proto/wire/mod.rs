@@ -126,6 +126,7 @@ macro_rules! wire_structs {
 
 mod exec;
 mod graph;
+mod host_call;
 mod link;
 mod memory;
 mod mirror;
@@ -133,6 +134,7 @@ mod replies;
 
 pub use exec::*;
 pub use graph::*;
+pub use host_call::*;
 pub use link::*;
 pub use memory::*;
 pub use mirror::*;
