@@ -231,6 +231,18 @@ def cupy_checks():
     check("stream capture replayed", lambda: float(out.sum()))
     check("capture status after", lambda: s.is_capturing())
 
+    # A host function captured with the work: a host node, run per launch.
+    ran = []
+    with s:
+        s.begin_capture()
+        cp.add(out, 1.0, out=out)
+        s.launch_host_func(lambda arg: ran.append(arg), 7)
+        g2 = s.end_capture()
+    for _ in range(3):
+        g2.launch(stream=s)
+    s.synchronize()
+    check("captured host function, 3 launches", lambda: (len(ran), sum(ran), float(out.sum())))
+
 
 {"torch": torch_checks, "jax": jax_checks, "cupy": cupy_checks}[sys.argv[1]]()
 if "--json" in sys.argv:

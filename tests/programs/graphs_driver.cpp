@@ -507,6 +507,60 @@ static void capture_beside_host_function(const Kernels &k, CUdeviceptr x, CUdevi
     CU(cuStreamDestroy(cap));
 }
 
+static std::atomic<int> ran_a{0}, ran_b{0}, ran_c{0};
+static void CUDA_CB count(void *c) { static_cast<std::atomic<int> *>(c)->fetch_add(1); }
+static void CUDA_CB stream_callback(CUstream, CUresult, void *) {}
+
+// Host functions in graphs: one captured between two kernels, one added
+// through the generic interface, four launches; then the generic one
+// switched in the executable graph. A stream callback during capture is
+// refused (its answer printed).
+static void host_nodes(const Kernels &k, CUdeviceptr x, CUdeviceptr y) {
+    CUstream s;
+    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    saxpy_on(k, s, 1.0f, x, y);
+    say("host function during capture", cuLaunchHostFunc(s, count, &ran_a));
+    saxpy_on(k, s, 1.0f, x, y);
+    CUgraph g;
+    CU(cuStreamEndCapture(s, &g));
+    check("captured host function ran at capture", ran_a.load(), 0);
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_HOST;
+    p.host.fn = count;
+    p.host.userData = &ran_b;
+    CUgraphNode generic;
+    CU(cuGraphAddNode(&generic, g, nullptr, nullptr, 0, &p));
+    CUgraphNodeType t;
+    CU(cuGraphNodeGetType(generic, &t));
+    check("generic host node's type", (double)t, CU_GRAPH_NODE_TYPE_HOST);
+    CUgraphExec e;
+    CU(cuGraphInstantiate(&e, g, 0));
+    for (int i = 0; i < 4; i++) CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    check("captured host node runs per launch", ran_a.load(), 4);
+    check("generic host node runs per launch", ran_b.load(), 4);
+    p.host.userData = &ran_c;
+    CU(cuGraphExecNodeSetParams(e, generic, &p));
+    CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    check("host node switched in the executable graph", ran_c.load() * 10 + ran_b.load(), 14);
+    CUDA_HOST_NODE_PARAMS back;
+    CU(cuGraphHostNodeGetParams(generic, &back));
+    check("graph keeps its host node's data", back.userData == &ran_b, 1);
+    CU(cuGraphExecDestroy(e));
+    CU(cuGraphDestroy(g));
+
+    CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    say("stream callback during capture", cuStreamAddCallback(s, stream_callback, nullptr, 0));
+    printf("status after it %d\n", status(s));
+    CUgraph g2 = nullptr;
+    say("end capture", cuStreamEndCapture(s, &g2));
+    if (g2) CU(cuGraphDestroy(g2));
+    CU(cuStreamDestroy(s));
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         printf("usage: %s kernels.fatbin\n", argv[0]);
@@ -545,6 +599,7 @@ int main(int argc, char **argv) {
     generic_nodes(k, ctx, x, y, w, z, xs);
     capture_beside_host_function(k, x, z);
     capture_dependencies(k, x, z);
+    host_nodes(k, x, z);
     for (CUdeviceptr p : {x, y, z, w}) CU(cuMemFree(p));
     CU(cuDevicePrimaryCtxRelease(dev));
     printf("%s\n", all_ok ? "PASS" : "FAIL");

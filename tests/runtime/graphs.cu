@@ -2,15 +2,20 @@
 // them: work captured across two streams and replayed, a graph re-captured
 // each iteration and applied with cudaGraphExecUpdate instead of being
 // instantiated again, a graph built by hand (memset, kernel, 1D copy, child
-// graph) with kernel parameters changed in the executable graph, and a
-// capture invalidated by a synchronising call. Every result is checked
-// against the CPU; the last line is PASS.
+// graph) with kernel parameters changed in the executable graph, a
+// capture invalidated by a synchronising call, and host functions in
+// graphs (captured with cudaLaunchHostFunc and added by hand, run at every
+// launch in graph order, also while the program makes no CUDA call).
+// Every result is checked against the CPU; the last line is PASS.
 //
 // Built by nvcc like any CUDA program; its kernels are ones pvgpu's host
 // test double implements (by name), so CI runs it without a GPU.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <thread>
 #include <vector>
 
 #define CHECK(x)                                                               \
@@ -221,6 +226,92 @@ static void invalidated(float *y) {
     CHECK(cudaStreamDestroy(s));
 }
 
+// What host nodes record: each appends its letter.
+static std::string trail;
+static void CUDART_CB note(void *letter) { trail += *(const char *)letter; }
+static volatile int raised = 0;
+static void CUDART_CB raise_flag(void *) { raised = 1; }
+
+// Captured: y = x; y += x; host 'A'; y += x; host 'B'. By hand: host 'C',
+// then the captured graph as a child, then host 'D'. Three launches.
+static void host_nodes(const float *x, float *y, const std::vector<float> &xs) {
+    static const char A = 'A', B = 'B', C = 'C', D = 'D';
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t g, outer;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CHECK(cudaMemcpyAsync(y, x, N * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    saxpy<<<BLOCKS, 256, 0, s>>>(1.0f, x, y, N);
+    CHECK(cudaLaunchHostFunc(s, note, (void *)&A));
+    saxpy<<<BLOCKS, 256, 0, s>>>(1.0f, x, y, N);
+    CHECK(cudaLaunchHostFunc(s, note, (void *)&B));
+    CHECK(cudaStreamEndCapture(s, &g));
+    if (!trail.empty()) {
+        printf("FAIL: a captured host function ran at capture\n");
+        exit(1);
+    }
+    CHECK(cudaGraphCreate(&outer, 0));
+    cudaGraphNode_t c, child, d;
+    cudaHostNodeParams hp = {};
+    hp.fn = note;
+    hp.userData = (void *)&C;
+    CHECK(cudaGraphAddHostNode(&c, outer, nullptr, 0, &hp));
+    CHECK(cudaGraphAddChildGraphNode(&child, outer, &c, 1, g));
+    hp.userData = (void *)&D;
+    CHECK(cudaGraphAddHostNode(&d, outer, &child, 1, &hp));
+    cudaHostNodeParams back = {};
+    CHECK(cudaGraphHostNodeGetParams(d, &back));
+    if (back.fn != note || back.userData != (void *)&D) {
+        printf("FAIL: host node parameters read back wrong\n");
+        exit(1);
+    }
+    cudaGraphExec_t e;
+    CHECK(cudaGraphInstantiate(&e, outer, 0));
+    for (int i = 0; i < 3; i++) CHECK(cudaGraphLaunch(e, s));
+    CHECK(cudaStreamSynchronize(s));
+    printf("host nodes ran: %s\n", trail.c_str());
+    if (trail != "CABDCABDCABD") {
+        printf("FAIL: expected CABDCABDCABD\n");
+        exit(1);
+    }
+    std::vector<float> want(N);
+    for (int i = 0; i < N; i++) want[i] = 3 * xs[i];
+    expect("work around host nodes", y, want);
+    // Changed in the executable graph only.
+    trail.clear();
+    hp.userData = (void *)&A;
+    CHECK(cudaGraphExecHostNodeSetParams(e, d, &hp));
+    CHECK(cudaGraphLaunch(e, s));
+    CHECK(cudaStreamSynchronize(s));
+    printf("after exec set: %s\n", trail.c_str());
+    if (trail != "CABA") {
+        printf("FAIL: expected CABA\n");
+        exit(1);
+    }
+
+    // A host node runs while the program makes no CUDA call.
+    cudaGraph_t flag;
+    cudaGraphNode_t raise;
+    CHECK(cudaGraphCreate(&flag, 0));
+    hp.fn = raise_flag;
+    hp.userData = nullptr;
+    CHECK(cudaGraphAddHostNode(&raise, flag, nullptr, 0, &hp));
+    cudaGraphExec_t fe;
+    CHECK(cudaGraphInstantiate(&fe, flag, 0));
+    CHECK(cudaGraphLaunch(fe, s));
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!raised && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    printf("host node ran without a further call: %s\n", raised ? "yes" : "no");
+    if (!raised) exit(1);
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaGraphExecDestroy(fe));
+    CHECK(cudaGraphDestroy(flag));
+    CHECK(cudaGraphExecDestroy(e));
+    CHECK(cudaGraphDestroy(outer));
+    CHECK(cudaGraphDestroy(g));
+    CHECK(cudaStreamDestroy(s));
+}
+
 int main() {
     float *x, *y, *z;
     CHECK(cudaMalloc(&x, N * sizeof(float)));
@@ -233,6 +324,7 @@ int main() {
     recapture_and_update(x, y, xs);
     built_by_hand(x, y, z, xs);
     invalidated(y);
+    host_nodes(x, y, xs);
     CHECK(cudaFree(x));
     CHECK(cudaFree(y));
     CHECK(cudaFree(z));
