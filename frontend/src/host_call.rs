@@ -112,7 +112,14 @@ impl Client {
     /// As [`Client::graph_add_host_node`].
     pub unsafe fn launch_host_func_captured(&self, s: Stream, func: HostFn, data: *mut c_void) -> Result<()> {
         let (f, d) = self.host_fn(func, data);
-        self.call(&proto::LaunchHostFunc { stream: s.0.into(), func: f.into(), data: d.into() })
+        self.call(&proto::LaunchHostFunc { stream: s.0.into(), func: f.into(), data: d.into(), callback: 0.into(), reserved: 0.into() })
+    }
+
+    /// `cuStreamAddCallback` on `s`, which is capturing: refused with
+    /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, and the capture
+    /// invalidated, as the driver does.
+    pub fn stream_callback_captured(&self, s: Stream) -> Result<()> {
+        self.call(&proto::LaunchHostFunc { stream: s.0.into(), func: 0.into(), data: 0.into(), callback: 1.into(), reserved: 0.into() })
     }
 
     /// `cuGraphHostNodeGetParams`: the node's function and data, as the

@@ -241,7 +241,7 @@ def cupy_checks():
     for _ in range(3):
         g2.launch(stream=s)
     s.synchronize()
-    check("captured host function, 3 launches", lambda: (len(ran), sum(ran), float(out.sum())))
+    check("captured host function over 3 launches", lambda: (len(ran), sum(ran), float(out.sum())))
 
 
 {"torch": torch_checks, "jax": jax_checks, "cupy": cupy_checks}[sys.argv[1]]()

@@ -62,7 +62,7 @@ const DISABLE_TIMING: u32 = pvgpu_ring::cuda::api::CU_EVENT_DISABLE_TIMING.0;
 /// Enqueues `call` on `stream` of context `ctx`. On a capturing stream a
 /// host function becomes a host node of the captured graph, run at every
 /// launch (`pvgpu_frontend`'s host calls); a stream callback is refused
-/// there, as the driver refuses it.
+/// there and invalidates the capture, as the driver does.
 pub fn enqueue(ctx: Context, stream: Stream, call: Call) -> Res {
     let c = state::client()?;
     if crate::api::capture::is_capturing(stream)? {
@@ -70,7 +70,7 @@ pub fn enqueue(ctx: Context, stream: Stream, call: Call) -> Res {
             // SAFETY: the program gave `f` as a host function taking
             // `data`, to run once per launch of the captured graph.
             Call::Host(f, data) => unsafe { c.launch_host_func_captured(stream, f, data as *mut c_void) }.map_err(state::cu),
-            Call::Stream(..) => Err(CuError::STREAM_CAPTURE_UNSUPPORTED),
+            Call::Stream(..) => c.stream_callback_captured(stream).map_err(state::cu),
         };
     }
     let event = c.event_create(ctx, DISABLE_TIMING).map_err(state::cu)?;

@@ -102,6 +102,13 @@ pub(crate) fn host_nodes_run_at_every_launch(t: Transport) {
     // SAFETY: as above.
     assert_eq!(code(unsafe { c.launch_host_func_captured(s, RECORD, data(&tags[4])) }), CuResult::INVALID_VALUE);
 
+    // A stream callback during capture is refused and ends the capture,
+    // as the driver does.
+    c.stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL.0).unwrap();
+    assert_eq!(code(c.stream_callback_captured(s)), CuResult::STREAM_CAPTURE_UNSUPPORTED);
+    assert_eq!(c.stream_capture_info(s).unwrap().status, CU_STREAM_CAPTURE_STATUS_INVALIDATED.0);
+    assert_eq!(code(c.stream_end_capture(s)), CuResult::STREAM_CAPTURE_INVALIDATED);
+
     for e in [exec, exec2, outer_exec] {
         c.graph_exec_destroy(e).unwrap();
     }

@@ -65,12 +65,17 @@ pub(in crate::session) fn host_node_params<E: Executor>(
 }
 
 /// `cuLaunchHostFunc` on a capturing stream (the program runs host
-/// functions of streams that are not capturing itself).
+/// functions of streams that are not capturing itself); a stream callback
+/// there is refused and invalidates the capture, as the driver does.
 pub(in crate::session) fn launch_host_func<E: Executor>(s: &mut Session<E>, r: proto::LaunchHostFunc, _: &mut Io<'_>) -> CuRes<()> {
     let st = s.streams.get(r.stream.get()).ok_or(CuError::INVALID_HANDLE)?;
     let (ctx, st) = (st.ctx, st.value);
     if !super::capturing(s, ctx, st)? {
         return Err(CuError::INVALID_VALUE);
+    }
+    if r.callback.get() == 1 {
+        s.enter(ctx)?.invalidate_capture(st);
+        return Err(CuError::STREAM_CAPTURE_UNSUPPORTED);
     }
     let Ok(NodeSpec::Host { func, data }) = host_spec::<crate::session::Ctx<E>>(r.func.get(), r.data.get()) else {
         return Err(CuError::INVALID_VALUE);

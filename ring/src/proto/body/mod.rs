@@ -187,9 +187,15 @@ fixed! { checked requests:
     GraphNodes, GraphNodeEdges, GraphLaunch, GraphNodeEnable, HostFnEvent,
 }
 
-fixed! { requests: HostMirrorMap, HostMirrorUnmap, HostMirrorPull, LinkRead, LinkDestroy, LaunchHostFunc, HostCallWait, HostCallDone }
+fixed! { requests: HostMirrorMap, HostMirrorUnmap, HostMirrorPull, LinkRead, LinkDestroy, HostCallWait, HostCallDone }
 
-fixed! { checked requests: HostNodeParams }
+fixed! { checked requests: HostNodeParams, LaunchHostFunc }
+
+impl Validate for LaunchHostFunc {
+    fn validate(&self) -> Result<(), DecodeError> {
+        flag(self.callback.get(), "callback")
+    }
+}
 
 impl Validate for HostNodeParams {
     fn validate(&self) -> Result<(), DecodeError> {

@@ -51,7 +51,6 @@ pub(super) fn requests() -> Vec<Arb> {
         GraphExecMemsetSet,
         GraphExecMemcpySet,
         GraphExecChildSet,
-        LaunchHostFunc,
         HostCallWait,
         HostCallDone
     );
@@ -60,6 +59,14 @@ pub(super) fn requests() -> Vec<Arb> {
             .prop_map(|(mut r, op)| {
                 r.op = op.into();
                 (Opcode::HostNodeParams, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
+    all.push(
+        (arb::<LaunchHostFunc>(), 0u32..=1)
+            .prop_map(|(mut r, f)| {
+                r.callback = f.into();
+                (Opcode::LaunchHostFunc, r.as_bytes().to_vec())
             })
             .boxed(),
     );

@@ -45,14 +45,19 @@ wire_structs! {
         pub reserved: U32,
     }
     /// `cuLaunchHostFunc` on a capturing stream: a host node of the
-    /// captured graph.
+    /// captured graph. With `callback` 1, `cuStreamAddCallback`, which
+    /// capture refuses (and is invalidated by), as the driver does.
     pub struct LaunchHostFunc {
         /// Stream id.
         pub stream: U64,
-        /// The program's `CUhostFn`.
+        /// The program's `CUhostFn` (or `CUstreamCallback`).
         pub func: U64,
         /// Its `userData`.
         pub data: U64,
+        /// 0: a host function; 1: a stream callback.
+        pub callback: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
     }
     /// Runs the host functions of launched graphs as they come due, until
     /// those launches have finished (no payload).
