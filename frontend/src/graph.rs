@@ -334,3 +334,41 @@ impl Client {
         self.graph_add_node(g, deps, kind.0, e.0)
     }
 }
+
+impl Client {
+    /// `cuGraphAddMemAllocNode`: `size` bytes of graph memory on the
+    /// graph's device; the node and the address it allocates at.
+    pub fn graph_add_mem_alloc_node(&self, g: Graph, deps: &[GraphNode], size: u64) -> Result<(GraphNode, u64)> {
+        self.graph_add_mem_node(g, deps, 0, size, 0)
+    }
+
+    /// `cuGraphAddMemFreeNode` of graph memory at `dptr`.
+    pub fn graph_add_mem_free_node(&self, g: Graph, deps: &[GraphNode], dptr: u64) -> Result<GraphNode> {
+        Ok(self.graph_add_mem_node(g, deps, 1, 0, dptr)?.0)
+    }
+
+    fn graph_add_mem_node(&self, g: Graph, deps: &[GraphNode], kind: u32, size: u64, dptr: u64) -> Result<(GraphNode, u64)> {
+        let head = GraphMemHead {
+            graph: g.0.into(),
+            size: size.into(),
+            dptr: dptr.into(),
+            kind: kind.into(),
+            dep_count: (deps.len() as u32).into(),
+        };
+        let deps = wire_ids(deps);
+        let r = self.call(&GraphAddMemNode { head, deps: &deps })?;
+        Ok((GraphNode(r.node.get()), r.dptr.get()))
+    }
+
+    /// A memory node's address and size (0 for a free node).
+    pub fn mem_node_params(&self, n: GraphNode) -> Result<(u64, u64)> {
+        let r = self.call(&MemNodeParams { node: n.0.into() })?;
+        Ok((r.dptr.get(), r.size.get()))
+    }
+
+    /// Graph memory of `ctx`'s device: `cuDeviceGetGraphMemAttribute`
+    /// (`op` 0), a high-water mark reset (1), `cuDeviceGraphMemTrim` (2).
+    pub fn graph_mem_attr(&self, ctx: Context, attr: u32, op: u32) -> Result<u64> {
+        Ok(self.call(&GraphMemAttr { ctx: ctx.0.into(), attr: attr.into(), op: op.into() })?.value.get())
+    }
+}

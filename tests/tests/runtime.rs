@@ -208,6 +208,44 @@ fn graphs_shared_cudart_over_local() {
     graphs_run(Cudart::Shared, Transport::Local);
 }
 
+/// `tests/runtime/graph_memory.cu` (static cudart).
+fn graph_memory_program() -> PathBuf {
+    static BUILT: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
+    let (_, p) = BUILT.get_or_init(|| {
+        let dir = TempDir::new("runtime-graph-memory");
+        let p = build(&dir.0, "graph_memory", Cudart::Static);
+        (dir, p)
+    });
+    p.clone()
+}
+
+/// Graph memory through NVIDIA's runtime (captured and hand-built
+/// allocation and free nodes, an allocation left to the program, the
+/// device's graph-memory attributes), against worker processes, where the
+/// backend measures each session's memory and so offers graph memory.
+fn graph_memory_run(t: Transport) {
+    static H: OnceLock<Harness> = OnceLock::new();
+    let h = H.get_or_init(|| Harness::with(HarnessOptions { process: true, ..Default::default() }));
+    let out = run_program(&mut Command::new(graph_memory_program()), h, t);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.lines().last() == Some("PASS"),
+        "over {t:?} ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn graph_memory_over_local() {
+    graph_memory_run(Transport::Local);
+}
+
+#[test]
+fn graph_memory_over_tcp() {
+    graph_memory_run(Transport::Tcp);
+}
+
 /// The tracing library in front of the drop-in library: the program still
 /// passes (every call, whatever its arguments, reaches pvgpu unchanged) and
 /// the trace names what NVIDIA's runtime used, private-table slots

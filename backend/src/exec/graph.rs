@@ -53,6 +53,12 @@ pub enum NodeSpec<'a, C: ExecGraph + ?Sized> {
     EventRecord(C::Event),
     /// Waits for an event.
     EventWait(C::Event),
+    /// Frees graph memory at `dptr`.
+    MemFree {
+        /// The address an allocation node (or a captured allocation)
+        /// handed out.
+        dptr: u64,
+    },
     /// Runs the program's function `func(data)` in the program
     /// ([`super::host_call`]).
     Host {
@@ -154,4 +160,13 @@ pub trait ExecGraph: ExecContext {
     /// Whether launches that run host nodes are still under way (the host
     /// double runs work it held back here).
     fn host_work_pending(&mut self) -> CuRes<bool>;
+    /// Adds an allocation node of `size` bytes of graph memory on the
+    /// context's device after `deps`: the node and the address it
+    /// allocates at.
+    fn graph_add_mem_alloc(&mut self, g: Self::Graph, deps: &[Self::Node], size: u64) -> CuRes<(Self::Node, u64)>;
+    /// A memory node's address and size (zero for a free node).
+    fn mem_node_get(&mut self, n: Self::Node) -> CuRes<(u64, u64)>;
+    /// Graph memory of the context's device: attribute `attr` (`op` 0),
+    /// a high-water mark reset (1), unused memory trimmed (2).
+    fn graph_mem(&mut self, attr: u32, op: u32) -> CuRes<u64>;
 }

@@ -7,7 +7,10 @@ use pvgpu_ring::CuError;
 use pvgpu_ring::proto::{self, DataLoc, DataRef, DptrRep, MemInfoRep, U64Rep};
 
 /// Allocates `size` bytes in context `ctx` (on `stream` from the default
-/// pool, or plainly), within the quota and the object limit.
+/// pool, or plainly), within the quota and the object limit. On a
+/// capturing stream the allocation is graph memory (an allocation node),
+/// where the session's footprint is measured
+/// ([`super::graph::graph_memory_allowed`]).
 fn allocate<E: Executor>(s: &mut Session<E>, ctx: u64, size: u64, stream: Option<u64>) -> CuRes<DptrRep> {
     if size == 0 {
         return Err(CuError::INVALID_VALUE);
@@ -15,34 +18,56 @@ fn allocate<E: Executor>(s: &mut Session<E>, ctx: u64, size: u64, stream: Option
     if s.over_quota(size) || s.allocs.len() >= s.limits.max_objects {
         return Err(CuError::OUT_OF_MEMORY);
     }
-    let dptr = match stream {
-        None => s.enter(ctx)?.mem_alloc(size)?,
+    let (dptr, kind) = match stream {
+        None => (s.enter(ctx)?.mem_alloc(size)?, AllocKind::Memory),
         Some(id) => {
             let st = s.stream(id, ctx)?;
-            // Graph memory nodes would hold memory outside the session's
-            // quota: not offered yet.
-            super::graph::refuse_during_capture(s, ctx, st, false)?;
-            s.enter(ctx)?.mem_alloc_async(size, st)?
+            let in_graph = in_capture(s, ctx, st)?;
+            // Graph memory is counted through the measured footprint.
+            super::graph::refuse_during_capture(s, ctx, st, super::graph::graph_memory_allowed(s))?;
+            let kind = if in_graph { AllocKind::Graph } else { AllocKind::Memory };
+            (s.enter(ctx)?.mem_alloc_async(size, st)?, kind)
         }
     };
-    s.allocs.insert(dptr, Alloc { len: size, ctx, kind: AllocKind::Memory });
-    s.mem_used += size;
+    s.allocs.insert(dptr, Alloc { len: size, ctx, kind });
+    if kind == AllocKind::Memory {
+        s.mem_used += size;
+    }
     Ok(DptrRep { dptr: dptr.into() })
 }
 
-/// Frees an allocation of the session (on `stream`, or plainly).
+/// Whether `st` (of context `ctx`) is capturing.
+fn in_capture<E: Executor>(s: &mut Session<E>, ctx: u64, st: Option<super::Stream<E>>) -> CuRes<bool> {
+    match st {
+        Some(st) => super::graph::capturing(s, ctx, st),
+        None => Ok(false),
+    }
+}
+
+/// Frees an allocation of the session (on `stream`, or plainly). Graph
+/// memory freed on a capturing stream is a free node; freed outside a
+/// graph, it is unmapped; either way the address stays the graph's.
 fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> CuRes<()> {
-    let a = *s.allocs.get(&dptr).filter(|a| a.kind == AllocKind::Memory).ok_or(CuError::INVALID_VALUE)?;
+    let a = *s.allocs.get(&dptr).filter(|a| matches!(a.kind, AllocKind::Memory | AllocKind::Graph)).ok_or(CuError::INVALID_VALUE)?;
     match stream {
         None => s.enter(a.ctx)?.mem_free(dptr)?,
         Some(id) => {
             let st = s.stream(id, a.ctx)?;
-            super::graph::refuse_during_capture(s, a.ctx, st, false)?;
-            s.enter(a.ctx)?.mem_free_async(dptr, st)?
+            let graph_free = a.kind == AllocKind::Graph && in_capture(s, a.ctx, st)?;
+            super::graph::refuse_during_capture(s, a.ctx, st, graph_free)?;
+            s.enter(a.ctx)?.mem_free_async(dptr, st)?;
+            if graph_free {
+                return Ok(());
+            }
         }
     }
-    s.allocs.remove(&dptr);
-    s.mem_used -= a.len;
+    if a.kind == AllocKind::Memory {
+        s.allocs.remove(&dptr);
+        s.mem_used -= a.len;
+    } else {
+        // The address stays the graph's: its next launch maps it again.
+        s.remeasure();
+    }
     Ok(())
 }
 

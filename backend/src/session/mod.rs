@@ -125,6 +125,11 @@ enum AllocKind {
     Area,
     /// Mirrored host memory ([`mirror`]), counted in `mem_used`.
     Mirror,
+    /// Graph memory: the address of an allocation node, or of an
+    /// allocation captured on a stream. The driver maps it while a graph
+    /// runs (and until it is freed); counted through the session's
+    /// measured footprint, not `mem_used`.
+    Graph,
 }
 
 type Ctx<E> = <E as Executor>::Context;

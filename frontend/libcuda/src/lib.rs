@@ -43,6 +43,7 @@ pub use api::graph_add::*;
 pub use api::graph_exec::*;
 pub use api::graph_host::*;
 pub use api::graph_kernel::*;
+pub use api::graph_mem::*;
 pub use api::graph_node::*;
 pub use api::host::*;
 pub use api::init::*;

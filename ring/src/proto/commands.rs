@@ -420,6 +420,12 @@ macro_rules! command_table {
             /// The program ran a host call (sent only while `HostCallWait`
             /// waits).
             105 HostCallDone(graph::host_call_done) [posted, quiet, local]: HostCallDone => ();
+            /// `cuGraphAddMemAllocNode`, `cuGraphAddMemFreeNode`.
+            106 GraphAddMemNode(graph::graph_add_mem_node) [quiet]: GraphAddMemNode<'a> => GraphMemNodeRep;
+            /// A memory node's address and size.
+            107 MemNodeParams(graph::mem_node_params) [quiet]: MemNodeParams => MemNodeRep;
+            /// Graph memory of a context's device: attributes, trim.
+            108 GraphMemAttr(graph::graph_mem_attr) []: GraphMemAttr => U64Rep;
         }
     };
 }

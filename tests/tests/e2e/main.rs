@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 mod devices;
 mod execution;
+mod graph_memory;
 mod graphs;
 mod host_nodes;
 mod lifecycle;
@@ -24,6 +25,7 @@ mod modules;
 
 use devices::*;
 use execution::*;
+use graph_memory::*;
 use graphs::*;
 use host_nodes::*;
 use lifecycle::*;
@@ -131,6 +133,7 @@ over_every_transport!(
         graph_handles_are_checked,
         executable_graph_setters,
         host_nodes_run_at_every_launch,
+        graph_memory,
         matsum_matches_cpu,
         jacobi_matches_cpu,
         many_concurrent_clients,

@@ -302,6 +302,11 @@ impl ExecGraph for CudaContext {
                 // SAFETY: as above; the target outlives the graph.
                 ok(unsafe { entry(drv.cuGraphAddHostNode)?(out, g.0, d, n, &p) })?;
             }
+            NodeSpec::MemFree { dptr } => {
+                // SAFETY: as above; the driver checks the address is graph
+                // memory.
+                ok(unsafe { entry(drv.cuGraphAddMemFreeNode)?(out, g.0, d, n, dptr) })?;
+            }
         }
         Ok(CudaNode(node))
     }
@@ -402,6 +407,18 @@ impl ExecGraph for CudaContext {
 
     fn host_work_pending(&mut self) -> CuRes<bool> {
         self.fences_pending()
+    }
+
+    fn graph_add_mem_alloc(&mut self, g: CudaGraph, deps: &[CudaNode], size: u64) -> CuRes<(CudaNode, u64)> {
+        self.add_mem_alloc(g, &nodes(deps), size)
+    }
+
+    fn mem_node_get(&mut self, n: CudaNode) -> CuRes<(u64, u64)> {
+        self.mem_node(n)
+    }
+
+    fn graph_mem(&mut self, attr: u32, op: u32) -> CuRes<u64> {
+        self.graph_mem_op(attr, op)
     }
 }
 

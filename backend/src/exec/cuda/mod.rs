@@ -13,6 +13,7 @@ mod context;
 mod driver;
 mod ext;
 mod graph;
+mod graph_mem;
 mod host_node;
 mod link;
 mod nvml;

@@ -43,6 +43,10 @@ impl ExecContext for HostContext {
 
     fn mem_free(&mut self, dptr: u64) -> CuRes<()> {
         self.graphs.refuse_unsafe()?;
+        if self.host_work.graph_mem.contains_key(&dptr) {
+            self.graph_free(dptr);
+            return Ok(());
+        }
         self.free_unchecked(dptr)
     }
 
@@ -358,14 +362,21 @@ impl ExecContext for HostContext {
     }
 
     fn mem_alloc_async(&mut self, size: u64, s: Option<u64>) -> CuRes<u64> {
-        // In a capture the memory is the graph's (allocated here at once).
-        let dptr = self.alloc_unchecked(size)?;
-        self.captured(s, || Op::MemAlloc { dptr })?;
-        Ok(dptr)
+        if self.graphs.capturing(s) {
+            // In a capture the memory is the graph's (allocated here at once).
+            let dptr = self.graph_alloc(size)?;
+            self.captured(s, || Op::MemAlloc { dptr })?;
+            return Ok(dptr);
+        }
+        self.alloc_unchecked(size)
     }
 
     fn mem_free_async(&mut self, dptr: u64, s: Option<u64>) -> CuRes<()> {
         if self.captured(s, || Op::MemFree { dptr })? {
+            return Ok(());
+        }
+        if self.host_work.graph_mem.contains_key(&dptr) {
+            self.graph_free(dptr);
             return Ok(());
         }
         self.free_unchecked(dptr)

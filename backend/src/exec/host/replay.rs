@@ -26,6 +26,13 @@ pub(super) struct HostWork {
     held: VecDeque<Op>,
     /// The host call the held work waits for.
     waiting: Option<u64>,
+    /// Graph memory: the addresses of allocation nodes and captured
+    /// allocations, with their sizes. Mapped when handed out and at each
+    /// launch reaching the node; a free node leaves it mapped (the pool
+    /// keeps it), a free outside a graph unmaps it.
+    pub(super) graph_mem: std::collections::BTreeMap<u64, u64>,
+    /// High-water mark of graph memory.
+    graph_mem_high: u64,
 }
 
 impl HostContext {
@@ -100,7 +107,8 @@ impl HostContext {
             Op::Dtoh { dst, src, len } => unsafe { self.dtoh(dst as *mut u8, src, len, None, true) },
             Op::Child(c) => self.replay(c),
             Op::EventRecord(e) => self.event_record(e, None),
-            Op::Empty | Op::EventWait(_) | Op::MemAlloc { .. } | Op::MemFree { .. } | Op::Host { .. } => Ok(()),
+            Op::MemAlloc { dptr } => self.graph_map(dptr),
+            Op::Empty | Op::EventWait(_) | Op::MemFree { .. } | Op::Host { .. } => Ok(()),
         }
     }
 
@@ -117,6 +125,7 @@ impl HostContext {
             NodeSpec::EventRecord(e) => Op::EventRecord(e),
             NodeSpec::EventWait(e) => Op::EventWait(e),
             NodeSpec::Host { func, data } => Op::Host { func, data },
+            NodeSpec::MemFree { dptr } => Op::MemFree { dptr },
         }
     }
 }
@@ -327,6 +336,88 @@ impl ExecGraph for HostContext {
 
     fn host_work_pending(&mut self) -> CuRes<bool> {
         self.advance()
+    }
+
+    fn graph_add_mem_alloc(&mut self, g: u64, deps: &[u64], size: u64) -> CuRes<(u64, u64)> {
+        self.ok()?;
+        self.graphs.graph(g)?;
+        let dptr = self.graph_alloc(size)?;
+        match self.graphs.add(g, deps, Op::MemAlloc { dptr }) {
+            Ok(n) => Ok((n, dptr)),
+            Err(e) => {
+                self.graph_free(dptr);
+                Err(e)
+            }
+        }
+    }
+
+    fn mem_node_get(&mut self, n: u64) -> CuRes<(u64, u64)> {
+        match self.graphs.op_mut(n)? {
+            Op::MemAlloc { dptr } => {
+                let d = *dptr;
+                Ok((d, self.host_work.graph_mem.get(&d).copied().unwrap_or(0)))
+            }
+            Op::MemFree { dptr } => Ok((*dptr, 0)),
+            _ => Err(CuError::INVALID_VALUE),
+        }
+    }
+
+    fn graph_mem(&mut self, attr: u32, op: u32) -> CuRes<u64> {
+        let current = self.graph_mapped();
+        match (op, attr) {
+            // Used and reserved are one here: nothing is kept past a free.
+            (0, 0 | 2) => Ok(current),
+            (0, _) => Ok(self.host_work.graph_mem_high.max(current)),
+            (1, 1 | 3) => {
+                self.host_work.graph_mem_high = current;
+                Ok(0)
+            }
+            (2, _) => Ok(0),
+            _ => Err(CuError::INVALID_VALUE),
+        }
+    }
+}
+
+impl HostContext {
+    /// Hands out graph memory, mapped at once.
+    pub(super) fn graph_alloc(&mut self, size: u64) -> CuRes<u64> {
+        let dptr = self.alloc_unchecked(size)?;
+        self.host_work.graph_mem.insert(dptr, size);
+        self.note_graph_high();
+        Ok(dptr)
+    }
+
+    /// Maps graph memory at `dptr` again if a free outside a graph unmapped
+    /// it (a launch reaching its allocation node).
+    fn graph_map(&mut self, dptr: u64) -> CuRes<()> {
+        let size = *self.host_work.graph_mem.get(&dptr).ok_or(CuError::INVALID_VALUE)?;
+        if !self.mem.allocs.contains_key(&dptr) {
+            if size > self.free_bytes() {
+                return Err(CuError::OUT_OF_MEMORY);
+            }
+            self.mem.allocs.insert(dptr, vec![0; size as usize]);
+            self.used.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
+            self.held += size;
+            self.note_graph_high();
+        }
+        Ok(())
+    }
+
+    /// Bytes of graph memory mapped now.
+    fn graph_mapped(&self) -> u64 {
+        self.host_work.graph_mem.iter().filter(|(d, _)| self.mem.allocs.contains_key(d)).map(|(_, s)| s).sum()
+    }
+
+    fn note_graph_high(&mut self) {
+        self.host_work.graph_mem_high = self.host_work.graph_mem_high.max(self.graph_mapped());
+    }
+
+    /// Unmaps graph memory (a free outside a graph); the address stays the
+    /// graph's.
+    pub(super) fn graph_free(&mut self, dptr: u64) {
+        if self.host_work.graph_mem.contains_key(&dptr) && self.mem.allocs.contains_key(&dptr) {
+            let _ = self.free_unchecked(dptr);
+        }
     }
 }
 

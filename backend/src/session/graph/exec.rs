@@ -31,8 +31,9 @@ pub(in crate::session) fn graph_instantiate<E: Executor>(
     }
     let (ctx, g) = (entry.ctx, entry.graph);
     let host_nodes = super::host::count_host_nodes(s, ctx, g)?;
+    let alloc_bytes = if super::graph_memory_allowed(s) { super::memory::alloc_bytes(s, ctx, g)? } else { 0 };
     let e = s.enter(ctx)?.graph_instantiate(g, r.flags.get())?;
-    match s.graph.execs.insert(ExecEntry { ctx, exec: e, host_nodes }) {
+    match s.graph.execs.insert(ExecEntry { ctx, exec: e, host_nodes, alloc_bytes }) {
         Ok(x) => Ok(InstantiateRep { handle: x.into(), host_nodes: host_nodes.into(), reserved: 0.into() }),
         Err(err) => {
             let _ = s.enter(ctx)?.graph_exec_destroy(e);
@@ -43,10 +44,14 @@ pub(in crate::session) fn graph_instantiate<E: Executor>(
 
 pub(in crate::session) fn graph_launch<E: Executor>(s: &mut Session<E>, r: proto::GraphLaunch, _: &mut Io<'_>) -> CuRes<()> {
     let x = s.graph.execs.get(r.exec.get()).ok_or(CuError::INVALID_VALUE)?;
-    let (ctx, e, host_nodes) = (x.ctx, x.exec, x.host_nodes);
+    let (ctx, e, host_nodes, alloc_bytes) = (x.ctx, x.exec, x.host_nodes, x.alloc_bytes);
     let st = s.stream(r.stream.get(), ctx)?;
     let upload = r.upload.get() == 1;
+    super::memory::check_launch(s, ctx, alloc_bytes)?;
     s.enter(ctx)?.graph_launch(e, st, upload)?;
+    if alloc_bytes > 0 {
+        s.remeasure();
+    }
     // The end of a launch that runs host nodes is watched while the
     // program waits for them (none runs while the launch is captured).
     let captured = match st {

@@ -10,11 +10,13 @@
 mod capture;
 mod exec;
 mod host;
+mod memory;
 mod nodes;
 
 pub(super) use capture::*;
 pub(super) use exec::*;
 pub(super) use host::{graph_add_host_node, host_call_done, host_call_wait, host_node_params, launch_host_func};
+pub(super) use memory::{graph_add_mem_node, graph_mem_attr, graph_memory_allowed, mem_node_params};
 pub(super) use nodes::*;
 
 use super::{Ctx, Session};
@@ -67,6 +69,8 @@ pub(super) struct ExecEntry<X> {
     pub(super) exec: X,
     /// Host nodes it runs.
     pub(super) host_nodes: u32,
+    /// Bytes its allocation nodes ask for at each launch.
+    pub(super) alloc_bytes: u64,
 }
 
 /// The session's graphs, nodes and executable graphs.

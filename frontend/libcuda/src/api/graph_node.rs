@@ -2,15 +2,16 @@
 //! one parameter union for every node type), the per-type setters of
 //! executable graphs' nodes (memset, copy, child graph), enabling and
 //! disabling nodes, and capture into an existing graph. Kernel, memset,
-//! device-copy, empty, child-graph, event and host nodes are supported;
-//! memory, conditional, external-semaphore and batch-memop nodes are not
-//! (`CUDA_ERROR_NOT_SUPPORTED`).
+//! device-copy, empty, child-graph, event, host and memory nodes are
+//! supported; conditional, external-semaphore and batch-memop nodes are
+//! not (`CUDA_ERROR_NOT_SUPPORTED`).
 
 use super::graph::{edge_data, nodes_in, put_node};
 use super::graph::{exec_id, graph_id, node_id};
 use super::graph_add::{add_memcpy, add_simple, device_copy, memset_head};
 use super::graph_host;
 use super::graph_kernel::{self, Kernel};
+use super::graph_mem;
 use crate::state::{self, Res, id, run};
 use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::{CuError, CuResult};
@@ -20,10 +21,11 @@ use pvgpu_ring::{CuError, CuResult};
 /// # Safety
 /// `deps` holds `n` nodes; `ph` is writable; `p` is readable, with the
 /// pointers of its member readable as the driver API requires.
-unsafe fn add(ph: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, p: *const CUgraphNodeParams) -> Res {
+unsafe fn add(ph: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, p: *mut CUgraphNodeParams) -> Res {
     if p.is_null() || ph.is_null() {
         return Err(CuError::INVALID_VALUE);
     }
+    let p_mut = p;
     // SAFETY: readable per the caller.
     let p = unsafe { &*p };
     // SAFETY (each union read below): the member `type_` names.
@@ -77,6 +79,19 @@ unsafe fn add(ph: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usi
             let f = graph_host::from_v2(unsafe { &p.anon2.host })?;
             // SAFETY: per the caller.
             unsafe { graph_host::add(ph, g, deps, n, f) }
+        }
+        CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
+            // SAFETY: the allocation member (the same layout as
+            // `CUDA_MEM_ALLOC_NODE_PARAMS`), writable per the caller.
+            let a = unsafe { std::ptr::addr_of_mut!((*p_mut).anon2.alloc) }.cast::<CUDA_MEM_ALLOC_NODE_PARAMS>();
+            // SAFETY: per the caller.
+            unsafe { graph_mem::add_alloc(ph, g, deps, n, a) }
+        }
+        CU_GRAPH_NODE_TYPE_MEM_FREE => {
+            // SAFETY: the free member.
+            let dptr = unsafe { p.anon2.free.dptr };
+            // SAFETY: per the caller.
+            unsafe { graph_mem::add_free(ph, g, deps, n, dptr) }
         }
         other => {
             tracing::debug!(kind = ?other, "graph node type not supported");

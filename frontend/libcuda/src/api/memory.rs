@@ -65,11 +65,15 @@ pub extern "C" fn cuMemFree_v2(dptr: u64) -> CuResult {
         let c = state::client()?;
         // A free of an address this process never allocated (or a global)
         // fails at the call, as the driver's does.
-        if objects().device.get(&dptr).is_none_or(|a| a.kind != DevKind::Alloc) {
+        let kind = objects().device.get(&dptr).map(|a| a.kind);
+        if !matches!(kind, Some(DevKind::Alloc | DevKind::Graph)) {
             return Err(CuError::INVALID_VALUE);
         }
         c.mem_free(dptr).map_err(state::cu)?;
-        objects().device.remove(&dptr);
+        // Graph memory keeps its address (the graph's next launch maps it).
+        if kind == Some(DevKind::Alloc) {
+            objects().device.remove(&dptr);
+        }
         Ok(())
     })
 }

@@ -10,6 +10,7 @@ pub mod graph_add;
 pub mod graph_exec;
 pub mod graph_host;
 pub mod graph_kernel;
+pub mod graph_mem;
 pub mod graph_node;
 pub mod host;
 pub mod init;

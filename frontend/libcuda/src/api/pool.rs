@@ -38,8 +38,10 @@ fn alloc_async(dptr: *mut u64, size: usize, s: *mut c_void) -> Res {
         return Err(CuError::INVALID_VALUE);
     }
     let h = stream_ctx(s)?;
+    let graph = crate::api::capture::is_capturing(state::stream(s))?;
     let p = state::client()?.mem_alloc_async(ctx::backend(h)?, size as u64, state::ordered(s)).map_err(state::cu)?;
-    objects().device.insert(p, DevAlloc::new(size as u64, h, DevKind::Alloc));
+    let kind = if graph { DevKind::Graph } else { DevKind::Alloc };
+    objects().device.insert(p, DevAlloc::new(size as u64, h, kind));
     // SAFETY: non-null and writable per the API.
     unsafe { put(dptr, p) }
 }
@@ -67,16 +69,19 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, po
 }
 
 /// `cuMemFreeAsync`: an address this process never allocated fails at the
-/// call.
+/// call; graph memory keeps its address.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFreeAsync(dptr: u64, s: *mut c_void) -> CuResult {
     run("cuMemFreeAsync", || {
         let c = state::client()?;
-        if objects().device.get(&dptr).is_none_or(|a| a.kind != DevKind::Alloc) {
+        let kind = objects().device.get(&dptr).map(|a| a.kind);
+        if !matches!(kind, Some(DevKind::Alloc | DevKind::Graph)) {
             return Err(CuError::INVALID_VALUE);
         }
         c.mem_free_async(dptr, state::ordered(s)).map_err(state::cu)?;
-        objects().device.remove(&dptr);
+        if kind == Some(DevKind::Alloc) {
+            objects().device.remove(&dptr);
+        }
         Ok(())
     })
 }

@@ -100,6 +100,10 @@ pub enum DevKind {
     Global(u64),
     /// A mapping (`cuMemMap`), with its access flags (`cuMemSetAccess`).
     Mapped(u32),
+    /// Graph memory (an allocation node's address, or an allocation
+    /// captured on a stream): freed by a graph or by the program, and
+    /// allocated again by the graph's next launch; the address stays.
+    Graph,
 }
 
 /// Everything the library tracks, behind one lock.

@@ -259,3 +259,7 @@ node_request!(
     /// `cuGraphAddHostNode`.
     GraphAddHostNode(GraphHostHead)
 );
+node_request!(
+    /// `cuGraphAddMemAllocNode`, `cuGraphAddMemFreeNode`.
+    GraphAddMemNode(GraphMemHead)
+);

@@ -189,7 +189,20 @@ fixed! { checked requests:
 
 fixed! { requests: HostMirrorMap, HostMirrorUnmap, HostMirrorPull, LinkRead, LinkDestroy, HostCallWait, HostCallDone }
 
-fixed! { checked requests: HostNodeParams, LaunchHostFunc }
+fixed! { checked requests: HostNodeParams, LaunchHostFunc, GraphMemAttr }
+
+fixed! { requests: MemNodeParams }
+
+fixed! { replies: GraphMemNodeRep, MemNodeRep }
+
+impl Validate for GraphMemAttr {
+    fn validate(&self) -> Result<(), DecodeError> {
+        if self.attr.get() > 3 {
+            return Err(DecodeError::BadField("attr"));
+        }
+        if self.op.get() > 2 { Err(DecodeError::BadField("op")) } else { Ok(()) }
+    }
+}
 
 impl Validate for LaunchHostFunc {
     fn validate(&self) -> Result<(), DecodeError> {

@@ -52,8 +52,19 @@ pub(super) fn requests() -> Vec<Arb> {
         GraphExecMemcpySet,
         GraphExecChildSet,
         HostCallWait,
-        HostCallDone
+        HostCallDone,
+        MemNodeParams
     );
+    all.push(
+        (arb::<GraphMemAttr>(), 0u32..=3, 0u32..=2)
+            .prop_map(|(mut r, a, op)| {
+                r.attr = a.into();
+                r.op = op.into();
+                (Opcode::GraphMemAttr, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
+    all.push(node_request::<GraphMemHead, _>(Opcode::GraphAddMemNode, |h, n| h.dep_count = n.into()));
     all.push(
         (arb::<HostNodeParams>(), 0u32..=2)
             .prop_map(|(mut r, op)| {
@@ -173,6 +184,8 @@ proptest! {
         update in arb::<ExecUpdateRep>(),
         host in arb::<HostNodeRep>(),
         exec in arb::<InstantiateRep>(),
+        mem_node in arb::<GraphMemNodeRep>(),
+        mem in arb::<MemNodeRep>(),
     ) {
         let info = CaptureInfoRep { head: CaptureInfoHead { dep_count: (info.1.len() as u32).into(), ..info.0 }, deps: info.1 };
         prop_assert_eq!(CaptureInfoRep::decode(Opcode::StreamCaptureInfo, &encoded(&info)), Ok(info));
@@ -184,6 +197,8 @@ proptest! {
         prop_assert_eq!(ExecUpdateRep::decode(Opcode::GraphExecUpdate, &encoded(&update)), Ok(update));
         prop_assert_eq!(HostNodeRep::decode(Opcode::HostNodeParams, &encoded(&host)), Ok(host));
         prop_assert_eq!(InstantiateRep::decode(Opcode::GraphInstantiate, &encoded(&exec)), Ok(exec));
+        prop_assert_eq!(GraphMemNodeRep::decode(Opcode::GraphAddMemNode, &encoded(&mem_node)), Ok(mem_node));
+        prop_assert_eq!(MemNodeRep::decode(Opcode::MemNodeParams, &encoded(&mem)), Ok(mem));
     }
 }
 

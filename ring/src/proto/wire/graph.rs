@@ -355,3 +355,52 @@ wire_structs! {
 pub fn capture_mode(v: u32) -> Result<u32, DecodeError> {
     if v <= 2 { Ok(v) } else { Err(DecodeError::BadField("mode")) }
 }
+
+// Requests and replies: graph memory (allocation and free nodes).
+wire_structs! {
+    /// Head of `GraphAddMemNode`: an allocation node of `size` bytes on the
+    /// graph's device (`kind` 0), or a free node of `dptr` (`kind` 1);
+    /// `dep_count` node ids follow.
+    pub struct GraphMemHead {
+        /// Graph id.
+        pub graph: U64,
+        /// Bytes to allocate (kind 0), else zero.
+        pub size: U64,
+        /// Address to free (kind 1), else zero.
+        pub dptr: U64,
+        /// 0: allocation; 1: free.
+        pub kind: U32,
+        /// Node ids that follow.
+        pub dep_count: U32,
+    }
+    /// Reply to `GraphAddMemNode`.
+    pub struct GraphMemNodeRep {
+        /// Node id.
+        pub node: U64,
+        /// The address the node allocates at, or frees.
+        pub dptr: U64,
+    }
+    /// `cuGraphMemAllocNodeGetParams`, `cuGraphMemFreeNodeGetParams`.
+    pub struct MemNodeParams {
+        /// Node id.
+        pub node: U64,
+    }
+    /// Reply to `MemNodeParams`.
+    pub struct MemNodeRep {
+        /// The address allocated or freed.
+        pub dptr: U64,
+        /// Bytes allocated (zero for a free node).
+        pub size: U64,
+    }
+    /// `cuDeviceGetGraphMemAttribute` (`op` 0), a high-water mark reset by
+    /// `cuDeviceSetGraphMemAttribute` (1), `cuDeviceGraphMemTrim` (2), on
+    /// the device of context `ctx`.
+    pub struct GraphMemAttr {
+        /// Context id.
+        pub ctx: U64,
+        /// `CUgraphMem_attribute` (0 to 3).
+        pub attr: U32,
+        /// 0: get; 1: reset; 2: trim.
+        pub op: U32,
+    }
+}
