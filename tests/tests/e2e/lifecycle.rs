@@ -46,6 +46,36 @@ pub(crate) fn memory_quota(t: Transport) {
     c.mem_alloc(ctx, 1 << 20).unwrap();
 }
 
+/// Graph memory counts against the quota: an allocation captured beyond
+/// it is refused, and so is a launch whose allocations no longer fit
+/// (worker processes, where graph memory is offered).
+pub(crate) fn graph_memory_quota(t: Transport) {
+    const MIB: u64 = 1 << 20;
+    let h = Harness::with(HarnessOptions { mem_quota: Some(64 * MIB), process: true });
+    let c = h.client(t);
+    c.init().unwrap();
+    let ctx = c.primary_ctx_retain(0).unwrap();
+    let s = c.stream_create(ctx, 1, 0).unwrap();
+    let global = pvgpu_ring::cuda::api::CU_STREAM_CAPTURE_MODE_GLOBAL.0;
+    let big = c.mem_alloc(ctx, 40 * MIB).unwrap();
+    c.stream_begin_capture(s, global).unwrap();
+    assert_eq!(code(c.mem_alloc_async(ctx, 32 * MIB, s)), CuResult::OUT_OF_MEMORY);
+    let _ = c.stream_end_capture(s);
+    c.mem_free(big).unwrap();
+
+    c.stream_begin_capture(s, global).unwrap();
+    let tmp = c.mem_alloc_async(ctx, 32 * MIB, s).unwrap();
+    c.memset(tmp, 0, 1, 32 * MIB, s).unwrap();
+    c.mem_free_async(tmp, s).unwrap();
+    let graph = c.stream_end_capture(s).unwrap();
+    let exec = c.graph_instantiate(graph, 0).unwrap();
+    let big = c.mem_alloc(ctx, 40 * MIB).unwrap();
+    assert_eq!(code(c.graph_launch(exec, s, false).and_then(|_| c.stream_synchronize(s))), CuResult::OUT_OF_MEMORY);
+    c.mem_free(big).unwrap();
+    c.graph_launch(exec, s, false).unwrap();
+    c.stream_synchronize(s).unwrap();
+}
+
 pub(crate) fn client_killed_mid_call(t: Transport) {
     let h = Harness::start();
     let before = h.host_used_bytes();

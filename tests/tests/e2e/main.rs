@@ -147,5 +147,5 @@ over_every_transport!(
         image_cache,
         kernel_output,
     ],
-    own_backend: [memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
+    own_backend: [memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
 );

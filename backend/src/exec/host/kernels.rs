@@ -92,6 +92,18 @@ impl Mem {
         self.next = next;
         Some(addr)
     }
+
+    /// Reserves `size` bytes of addresses without backing them (graph
+    /// memory, backed while a graph holds it); never handed out again.
+    pub(super) fn reserve(&mut self, size: u64) -> Option<u64> {
+        let addr = self.next;
+        let next = addr.checked_add(size)?.checked_add(GUARD)?.checked_next_multiple_of(ALIGN)?;
+        if next > self.end {
+            return None;
+        }
+        self.next = next;
+        Some(addr)
+    }
 }
 
 /// Arguments of a kernel call, read from the packed parameter buffer.

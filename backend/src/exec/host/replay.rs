@@ -27,9 +27,9 @@ pub(super) struct HostWork {
     /// The host call the held work waits for.
     waiting: Option<u64>,
     /// Graph memory: the addresses of allocation nodes and captured
-    /// allocations, with their sizes. Mapped when handed out and at each
-    /// launch reaching the node; a free node leaves it mapped (the pool
-    /// keeps it), a free outside a graph unmaps it.
+    /// allocations, with their sizes. Mapped at each launch reaching the
+    /// node; a free node leaves it mapped (the pool keeps it), a free
+    /// outside a graph unmaps it.
     pub(super) graph_mem: std::collections::BTreeMap<u64, u64>,
     /// High-water mark of graph memory.
     graph_mem_high: u64,
@@ -379,11 +379,15 @@ impl ExecGraph for HostContext {
 }
 
 impl HostContext {
-    /// Hands out graph memory, mapped at once.
+    /// Hands out an address for graph memory, backed when a launch
+    /// reaches its allocation node (as a GPU maps it).
     pub(super) fn graph_alloc(&mut self, size: u64) -> CuRes<u64> {
-        let dptr = self.alloc_unchecked(size)?;
+        self.ok()?;
+        if size == 0 || usize::try_from(size).is_err() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let dptr = self.mem.reserve(size).ok_or(CuError::OUT_OF_MEMORY)?;
         self.host_work.graph_mem.insert(dptr, size);
-        self.note_graph_high();
         Ok(dptr)
     }
 
