@@ -9,6 +9,11 @@
 //! The wait ends when the launches that run host nodes have finished: work
 //! sent after such a launch is sent after its host functions have run.
 //!
+//! Mirrored memory (page-locked memory over TCP, and ordinary memory a
+//! graph copies from or to) is pulled before each function runs and pushed
+//! after, so the function sees the graph's copies and they see what it
+//! wrote.
+//!
 //! Only functions this process gave as host nodes are called (the
 //! registry of [`HostCallState`]); anything else a backend names is
 //! answered without being called.
@@ -60,6 +65,12 @@ impl Conn {
             return self.fail(crate::error::TransportError::Protocol(crate::error::ProtocolError::BadHostCall));
         };
         let (func, data) = (msg.func.get(), msg.data.get());
+        // The function sees what the graph's copies wrote into mirrored
+        // memory; what it writes there goes back before the answer (sent
+        // ahead of any command).
+        if !self.mirrors.is_empty() {
+            self.pull_mirrors()?;
+        }
         if self.host.fns.contains(&(func, data)) {
             // SAFETY: the program gave `func` as a host function taking
             // `data` (`graph_add_host_node` and its kin, whose callers

@@ -14,6 +14,15 @@
 //! other threads may write the memory meanwhile: it is read and written
 //! with relaxed atomic accesses, so a concurrent write is a race on values
 //! (as on a GPU), never undefined behaviour.
+//!
+//! Ordinary (pageable) memory a graph copies from or to is mirrored too
+//! ([`Client::mirror_pageable`]): the program may unmap it while the mirror
+//! lives (a graph that will not run again needs none of it), so it is read
+//! and written through the kernel (`process_vm_readv`/`writev` on this
+//! process), which fails instead of faulting; a range that is gone is
+//! skipped until something is mapped there again. Only graphs read such
+//! memory, so the program's changes to it are sent before a graph launch
+//! and before the answer to a host call, not before every call.
 
 use pvgpu_ring::proto::{MirrorPullRep, MirrorWriteHead, changed_runs};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,11 +37,34 @@ struct Mirror {
     ptr: usize,
     /// What the backend holds as far as the client knows.
     known: Vec<u8>,
+    /// Ordinary memory of the program, which may be unmapped under it.
+    pageable: bool,
+}
+
+/// Reads `len` bytes at `ptr` of this process through the kernel: `None`
+/// if any of them is not mapped readable.
+fn read_own(ptr: usize, len: usize) -> Option<Vec<u8>> {
+    use nix::sys::uio::{RemoteIoVec, process_vm_readv};
+    let mut out = vec![0u8; len];
+    let remote = [RemoteIoVec { base: ptr, len }];
+    let n = process_vm_readv(nix::unistd::Pid::this(), &mut [std::io::IoSliceMut::new(&mut out)], &remote).ok()?;
+    (n == len).then_some(out)
+}
+
+/// Writes `bytes` at `ptr` of this process through the kernel; whether all
+/// of them were written.
+fn write_own(ptr: usize, bytes: &[u8]) -> bool {
+    use nix::sys::uio::{RemoteIoVec, process_vm_writev};
+    let remote = [RemoteIoVec { base: ptr, len: bytes.len() }];
+    process_vm_writev(nix::unistd::Pid::this(), &[std::io::IoSlice::new(bytes)], &remote).is_ok_and(|n| n == bytes.len())
 }
 
 impl Mirror {
-    /// The program's bytes now.
-    fn now(&self) -> Vec<u8> {
+    /// The program's bytes now (`None`: a pageable range is gone).
+    fn now(&self) -> Option<Vec<u8>> {
+        if self.pageable {
+            return read_own(self.ptr, self.known.len());
+        }
         let mut out = vec![0u8; self.known.len()];
         for (i, chunk) in out.chunks_exact_mut(8).enumerate() {
             // SAFETY: the range is live and 8-aligned (page-aligned start,
@@ -43,11 +75,28 @@ impl Mirror {
             let v = unsafe { AtomicU64::from_ptr((self.ptr as *mut u64).add(i)) }.load(Ordering::Relaxed);
             chunk.copy_from_slice(&v.to_ne_bytes());
         }
-        out
+        Some(out)
+    }
+
+    /// Writes what the device changed of `bytes` (those that differ from
+    /// what both sides last agreed on) at offset `off` of the program's
+    /// memory. A pulled range may join changed runs across a few unchanged
+    /// bytes; the program may have written those since, so they are left
+    /// alone.
+    fn store_changed(&mut self, off: usize, bytes: &[u8]) {
+        for (start, len) in changed_runs(bytes, &self.known[off..off + bytes.len()], 0, usize::MAX) {
+            self.store(off + start, &bytes[start..start + len]);
+        }
     }
 
     /// Writes `bytes` at offset `off` of the program's memory.
     fn store(&mut self, off: usize, bytes: &[u8]) {
+        if self.pageable {
+            if write_own(self.ptr + off, bytes) {
+                self.known[off..off + bytes.len()].copy_from_slice(bytes);
+            }
+            return;
+        }
         for (i, b) in bytes.iter().enumerate() {
             let at = off + i;
             // SAFETY: inside the live range (the caller checked); relaxed
@@ -70,8 +119,8 @@ impl Mirrors {
     }
 
     /// Starts tracking `[ptr, ptr+len)`, which the backend holds zeroed.
-    pub(crate) fn add(&mut self, ptr: usize, len: usize) {
-        self.list.push(Mirror { ptr, known: vec![0; len] });
+    pub(crate) fn add(&mut self, ptr: usize, len: usize, pageable: bool) {
+        self.list.push(Mirror { ptr, known: vec![0; len], pageable });
     }
 
     /// Stops tracking the mirror at `ptr`.
@@ -81,21 +130,30 @@ impl Mirrors {
         self.list.len() != before
     }
 
+    /// The mirrors that overlap `[start, end)`: (start, length, pageable).
+    pub(crate) fn overlapping(&self, start: usize, end: usize) -> Vec<(usize, usize, bool)> {
+        self.list.iter().filter(|m| m.ptr < end && start < m.ptr + m.known.len()).map(|m| (m.ptr, m.known.len(), m.pageable)).collect()
+    }
+
     /// Whether `[ptr, ptr+len)` lies in a mirror.
     pub(crate) fn covers(&self, ptr: usize, len: usize) -> bool {
         self.list.iter().any(|m| ptr >= m.ptr && ptr.saturating_add(len) <= m.ptr + m.known.len())
     }
 
-    /// What the program changed: (head, bytes) of each write to send; the
-    /// backend is then assumed to hold them.
-    pub(crate) fn changes(&mut self) -> Vec<(MirrorWriteHead, Vec<u8>)> {
+    /// What the program changed: (head, bytes) of each write to send, each
+    /// at most `piece` bytes; the backend is then assumed to hold them.
+    /// Pageable mirrors only with `pageable` (only graphs read them).
+    pub(crate) fn changes(&mut self, piece: usize, pageable: bool) -> Vec<(MirrorWriteHead, Vec<u8>)> {
+        let piece = piece.clamp(1, WRITE_PIECE);
         let mut out = Vec::new();
-        for m in &mut self.list {
-            let now = m.now();
+        for m in self.list.iter_mut().filter(|m| pageable || !m.pageable) {
+            // Pageable memory the program unmapped is skipped until it is
+            // mapped again (a graph may still name it).
+            let Some(now) = m.now() else { continue };
             if now == m.known {
                 continue;
             }
-            for (start, len) in changed_runs(&now, &m.known, JOIN_GAP, WRITE_PIECE) {
+            for (start, len) in changed_runs(&now, &m.known, JOIN_GAP, piece) {
                 let head = MirrorWriteHead { ptr: ((m.ptr + start) as u64).into(), len: (len as u64).into() };
                 out.push((head, now[start..start + len].to_vec()));
             }
@@ -110,7 +168,7 @@ impl Mirrors {
             let ptr = *ptr as usize;
             if let Some(m) = self.list.iter_mut().find(|m| ptr >= m.ptr && ptr.saturating_add(bytes.len()) <= m.ptr + m.known.len()) {
                 let off = ptr - m.ptr;
-                m.store(off, bytes);
+                m.store_changed(off, bytes);
             }
         }
     }
@@ -131,8 +189,47 @@ impl crate::Client {
             return Ok(ptr as u64);
         }
         let rep = c.call(&pvgpu_ring::proto::HostMirrorMap { ptr: (ptr as u64).into(), len: (len as u64).into() })?;
-        c.mirrors.add(ptr as usize, len);
+        c.mirrors.add(ptr as usize, len, false);
         Ok(rep.value.get())
+    }
+
+    /// Mirrors the pages of ordinary memory `[ptr, ptr+len)` of the
+    /// program (a graph copies from or to it at every launch) at the same
+    /// address, for the device, as one mirror (pageable mirrors it overlaps
+    /// are merged into it, after their device changes are pulled), and
+    /// keeps it coherent as page-locked mirrors are. The program may unmap
+    /// the memory later; its mirror is then dropped.
+    pub fn mirror_pageable(&self, ptr: *const u8, len: usize) -> crate::Result<()> {
+        const PAGE: usize = 4096;
+        let mut start = (ptr as usize) & !(PAGE - 1);
+        let mut end = (ptr as usize).saturating_add(len.max(1)).next_multiple_of(PAGE);
+        let mut c = self.conn();
+        if c.mirrors.covers(ptr as usize, len.max(1)) {
+            return Ok(());
+        }
+        let overlapping = c.mirrors.overlapping(start, end);
+        if overlapping.iter().any(|&(_, _, pageable)| !pageable) {
+            // Page-locked memory and ordinary memory in one copy: not
+            // mirrored as one range.
+            return Err(pvgpu_ring::CuError::INVALID_VALUE.into());
+        }
+        for &(p, l, _) in &overlapping {
+            start = start.min(p);
+            end = end.max(p + l);
+        }
+        if read_own(start, end - start).is_none() {
+            return Err(pvgpu_ring::CuError::INVALID_VALUE.into());
+        }
+        if !overlapping.is_empty() {
+            c.pull_mirrors()?;
+            for &(p, _, _) in &overlapping {
+                c.mirrors.remove(p);
+                c.call(&pvgpu_ring::proto::HostMirrorUnmap { ptr: (p as u64).into() })?;
+            }
+        }
+        c.call(&pvgpu_ring::proto::HostMirrorMap { ptr: (start as u64).into(), len: ((end - start) as u64).into() })?;
+        c.mirrors.add(start, end - start, true);
+        Ok(())
     }
 
     /// Stops mirroring the range that starts at `ptr`.

@@ -6,7 +6,7 @@ use crate::mirror::Mirrors;
 use crate::stats::CallStats;
 use crate::transport::Transport;
 use pvgpu_ring::CuResult;
-use pvgpu_ring::proto::{Command, FLAG_REPLY, Header, HostMirrorPull, MirrorPullRep, Opcode, Reply};
+use pvgpu_ring::proto::{Command, FLAG_REPLY, Header, HostMirrorPull, MirrorPullRep, MirrorWriteHead, Opcode, Reply};
 
 /// The connection as the client uses it: one request at a time, matched to
 /// its reply by id. After a transport failure every call fails at once.
@@ -32,6 +32,12 @@ fn mirror_op(op: u16) -> bool {
     [Opcode::HostMirrorMap, Opcode::HostMirrorUnmap, Opcode::HostMirrorWrite, Opcode::HostMirrorPull, Opcode::Goodbye]
         .iter()
         .any(|o| *o as u16 == op)
+}
+
+/// Whether `op` may let a graph read the program's pageable memory: a
+/// launch, or the answer to a host call (the rest of the graph runs then).
+fn reads_pageable(op: u16) -> bool {
+    op == Opcode::GraphLaunch as u16 || op == Opcode::HostCallDone as u16
 }
 
 /// Whether device work may have finished when the reply to `op` came: a
@@ -76,7 +82,7 @@ impl Conn {
             self.wait_host_calls()?;
         }
         if !self.mirrors.is_empty() && !mirror_op(opcode) {
-            self.push_mirrors()?;
+            self.push_mirrors(reads_pageable(opcode))?;
         }
         self.next_id += 1;
         let len = parts.iter().map(|p| p.len()).sum();
@@ -96,9 +102,11 @@ impl Conn {
         }
     }
 
-    /// Sends what the program changed in its mirrored memory.
-    fn push_mirrors(&mut self) -> Result<()> {
-        for (head, bytes) in self.mirrors.changes() {
+    /// Sends what the program changed in its mirrored memory (pageable
+    /// mirrors with `pageable`).
+    fn push_mirrors(&mut self, pageable: bool) -> Result<()> {
+        let piece = self.t.max_inline().saturating_sub(std::mem::size_of::<MirrorWriteHead>());
+        for (head, bytes) in self.mirrors.changes(piece, pageable) {
             use zerocopy::IntoBytes;
             self.send_raw(Opcode::HostMirrorWrite as u16, 0, &[head.as_bytes(), &bytes])?;
         }
@@ -107,7 +115,7 @@ impl Conn {
 
     /// Writes what the device changed in the mirrors into the program's
     /// memory (the last reply's payload is kept).
-    fn pull_mirrors(&mut self) -> Result<()> {
+    pub(crate) fn pull_mirrors(&mut self) -> Result<()> {
         let kept = std::mem::take(&mut self.buf);
         let r = (|| loop {
             let id = self.send(&HostMirrorPull {}, FLAG_REPLY)?;

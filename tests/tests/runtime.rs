@@ -208,25 +208,31 @@ fn graphs_shared_cudart_over_local() {
     graphs_run(Cudart::Shared, Transport::Local);
 }
 
-/// `tests/runtime/graph_memory.cu` (static cudart).
-fn graph_memory_program() -> PathBuf {
-    static BUILT: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
-    let (_, p) = BUILT.get_or_init(|| {
-        let dir = TempDir::new("runtime-graph-memory");
-        let p = build(&dir.0, "graph_memory", Cudart::Static);
-        (dir, p)
-    });
-    p.clone()
+/// `tests/runtime/{name}.cu` (static cudart), built once.
+fn worker_program(name: &'static str) -> PathBuf {
+    static BUILT: OnceLock<TempDir> = OnceLock::new();
+    static PROGRAMS: std::sync::Mutex<Vec<(&'static str, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let dir = BUILT.get_or_init(|| TempDir::new("runtime-workers"));
+    let mut built = PROGRAMS.lock().unwrap();
+    if let Some((_, p)) = built.iter().find(|(n, _)| *n == name) {
+        return p.clone();
+    }
+    let p = build(&dir.0, name, Cudart::Static);
+    built.push((name, p.clone()));
+    p
 }
 
-/// Graph memory through NVIDIA's runtime (captured and hand-built
-/// allocation and free nodes, an allocation left to the program, the
-/// device's graph-memory attributes), against worker processes, where the
-/// backend measures each session's memory and so offers graph memory.
-fn graph_memory_run(t: Transport) {
+/// A program that needs worker processes (where the backend measures each
+/// session's memory, and maps the program's memory at its own address):
+/// graph memory (captured and hand-built allocation and free nodes, an
+/// allocation left to the program, the device's graph-memory attributes),
+/// and host memory in graphs (memcpy nodes of pageable and page-locked
+/// memory, a host node reading a copied result, a captured copy to the
+/// stack).
+fn worker_run(name: &'static str, t: Transport) {
     static H: OnceLock<Harness> = OnceLock::new();
     let h = H.get_or_init(|| Harness::with(HarnessOptions { process: true, ..Default::default() }));
-    let out = run_program(&mut Command::new(graph_memory_program()), h, t);
+    let out = run_program(&mut Command::new(worker_program(name)), h, t);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.lines().last() == Some("PASS"),
@@ -238,12 +244,22 @@ fn graph_memory_run(t: Transport) {
 
 #[test]
 fn graph_memory_over_local() {
-    graph_memory_run(Transport::Local);
+    worker_run("graph_memory", Transport::Local);
 }
 
 #[test]
 fn graph_memory_over_tcp() {
-    graph_memory_run(Transport::Tcp);
+    worker_run("graph_memory", Transport::Tcp);
+}
+
+#[test]
+fn graph_host_memory_over_local() {
+    worker_run("graph_host_memory", Transport::Local);
+}
+
+#[test]
+fn graph_host_memory_over_tcp() {
+    worker_run("graph_host_memory", Transport::Tcp);
 }
 
 /// The tracing library in front of the drop-in library: the program still

@@ -161,11 +161,13 @@ pub(super) fn host_mirror_write<E: Executor>(s: &mut Session<E>, r: proto::HostM
 pub(super) fn host_mirror_pull<E: Executor>(s: &mut Session<E>, _: proto::HostMirrorPull, _: &mut Io<'_>) -> CuRes<MirrorPullRep> {
     let mut rep = MirrorPullRep::default();
     // Room for the ranges' bytes and heads in one reply.
-    let mut room = MAX_PAYLOAD - 64;
+    let mut room = s.max_reply.min(MAX_PAYLOAD).saturating_sub(64);
+    // Each range fits an empty reply, so every pull makes progress.
+    let piece = room.saturating_sub(16).max(1);
     for (&ptr, m) in s.mirrors.map.iter_mut() {
         // SAFETY: a live mirror of the session.
         let now: &[u8] = unsafe { bytes(ptr, m.len) };
-        for (off, len) in changed_runs(now, &m.known, JOIN_GAP, usize::MAX) {
+        for (off, len) in changed_runs(now, &m.known, JOIN_GAP, piece) {
             if len + 16 > room {
                 rep.more = true;
                 return Ok(rep);

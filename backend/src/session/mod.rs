@@ -181,6 +181,8 @@ pub struct Session<E: Executor> {
     param_buf: Vec<u64>,
     /// Host functions of the session's graphs, due in the program.
     host_calls: Arc<HostCalls>,
+    /// Largest reply payload the connection carries.
+    max_reply: usize,
 }
 
 /// Device-side range to check.
@@ -221,6 +223,7 @@ impl<E: Executor> Session<E> {
             log: LogLimiter::default(),
             param_buf: Vec::new(),
             host_calls: Arc::default(),
+            max_reply: pvgpu_ring::proto::MAX_PAYLOAD,
         }
     }
 
@@ -229,6 +232,12 @@ impl<E: Executor> Session<E> {
     pub fn with_image_cache(mut self, cache: Arc<ImageCache>, owner: Owner) -> Self {
         self.images = Some((cache, owner));
         self
+    }
+
+    /// Tells the session the largest reply payload its connection carries
+    /// (replies built to fit, such as mirror changes, stay within it).
+    pub fn set_max_reply(&mut self, bytes: usize) {
+        self.max_reply = bytes.min(pvgpu_ring::proto::MAX_PAYLOAD);
     }
 
     /// The queue of host calls due in the program.

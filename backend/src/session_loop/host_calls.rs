@@ -1,14 +1,17 @@
 //! `HostCallWait`: the program waits while the host nodes of its launched
 //! graphs come due. Each due call goes to the program as a host-call
-//! message; the program runs the function and answers `HostCallDone`, the
-//! only message it may send until the wait's reply. The wait ends when no
-//! launch that runs host nodes is under way.
+//! message, one at a time; the program runs the function and answers
+//! `HostCallDone`. Until then it may only keep its mirrored memory coherent
+//! (`HostMirrorPull`, `HostMirrorWrite`), which is served here. The wait
+//! ends when no launch that runs host nodes is under way.
 
 use super::{Broken, Ended};
 use crate::conn::Conn;
 use crate::exec::Executor;
-use crate::session::Session;
+use crate::exec::host_call::HostCall;
+use crate::session::{Outcome, Session};
 use pvgpu_ring::proto::{self, Body, HEADER_LEN, Header, HostCallMsg, Opcode};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use zerocopy::IntoBytes;
@@ -17,26 +20,39 @@ use zerocopy::IntoBytes;
 /// due (a call coming due wakes it at once).
 const LOOK_EVERY: Duration = Duration::from_millis(1);
 
+/// The buffers of one wait.
+#[derive(Default)]
+pub(super) struct Buffers {
+    msg: Vec<u8>,
+    out: Vec<u8>,
+}
+
+fn broken(what: &'static str) -> Ended {
+    Broken::Session(crate::session::Broken::Protocol(what)).into()
+}
+
 /// Runs the session's host calls in the program until its launches with
-/// host nodes are done; `buf` receives the program's answers.
-pub(super) fn serve<E: Executor>(session: &mut Session<E>, conn: &mut dyn Conn, buf: &mut Vec<u8>, stop: &AtomicBool) -> Result<(), Ended> {
+/// host nodes are done.
+pub(super) fn serve<E: Executor>(session: &mut Session<E>, conn: &mut dyn Conn, b: &mut Buffers, stop: &AtomicBool) -> Result<(), Ended> {
     let calls = session.host_calls().clone();
-    let mut unanswered = 0usize;
+    let mut queued: VecDeque<HostCall> = VecDeque::new();
+    let mut waiting: Option<u64> = None;
     loop {
-        for c in calls.take_due() {
-            let msg = HostCallMsg { id: c.id.into(), func: c.func.into(), data: c.data.into() };
-            conn.send(&Header::host_call(), msg.as_bytes(), stop)?;
-            unanswered += 1;
-        }
-        if unanswered > 0 {
-            conn.recv(buf, stop)?;
-            conn.release()?;
-            let id =
-                answer(buf).ok_or(Broken::Session(crate::session::Broken::Protocol("only HostCallDone may come during HostCallWait")))?;
-            if !calls.finish(id) {
-                return Err(Broken::Session(crate::session::Broken::Protocol("HostCallDone of a call never sent")).into());
+        queued.extend(calls.take_due());
+        if waiting.is_none() {
+            if let Some(c) = queued.pop_front() {
+                let msg = HostCallMsg { id: c.id.into(), func: c.func.into(), data: c.data.into() };
+                conn.send(&Header::host_call(), msg.as_bytes(), stop)?;
+                waiting = Some(c.id);
             }
-            unanswered -= 1;
+        }
+        if let Some(id) = waiting {
+            if answer(session, conn, b, stop)? == Some(id) {
+                if !calls.finish(id) {
+                    return Err(broken("HostCallDone of a call never sent"));
+                }
+                waiting = None;
+            }
             continue;
         }
         if stop.load(Ordering::Relaxed) {
@@ -49,12 +65,26 @@ pub(super) fn serve<E: Executor>(session: &mut Session<E>, conn: &mut dyn Conn, 
     }
 }
 
-/// The call id a `HostCallDone` message in `buf` answers.
-fn answer(buf: &[u8]) -> Option<u64> {
-    let h = Header::parse(buf).ok()?;
-    if h.opcode.get() != Opcode::HostCallDone as u16 {
-        return None;
+/// Receives the program's next message during the wait: the call id of a
+/// `HostCallDone`, or `None` after serving a mirror request.
+fn answer<E: Executor>(session: &mut Session<E>, conn: &mut dyn Conn, b: &mut Buffers, stop: &AtomicBool) -> Result<Option<u64>, Ended> {
+    conn.recv(&mut b.msg, stop)?;
+    let h = Header::parse(&b.msg).map_err(Broken::Header)?;
+    let payload = b.msg.get(HEADER_LEN..).unwrap_or(&[]);
+    match Opcode::try_from(h.opcode.get()) {
+        Ok(Opcode::HostCallDone) => {
+            conn.release()?;
+            let done = proto::HostCallDone::decode(Opcode::HostCallDone, payload).map_err(|_| broken("malformed HostCallDone"))?;
+            Ok(Some(done.id.get()))
+        }
+        Ok(Opcode::HostMirrorPull | Opcode::HostMirrorWrite) => {
+            let outcome = session.process(&h, payload, conn.area(), &mut b.out);
+            conn.release()?;
+            if let (Outcome::Reply(status), true) = (outcome.map_err(Broken::Session)?, h.wants_reply()) {
+                conn.send(&h.reply(status, b.out.len()), &b.out, stop)?;
+            }
+            Ok(None)
+        }
+        _ => Err(broken("only HostCallDone and mirror requests may come during HostCallWait")),
     }
-    let done = proto::HostCallDone::decode(Opcode::HostCallDone, buf.get(HEADER_LEN..)?).ok()?;
-    Some(done.id.get())
 }

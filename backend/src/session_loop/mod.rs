@@ -75,6 +75,7 @@ pub fn serve_opened<E: Executor>(exec: Arc<E>, opened: Opened, cfg: &SessionConf
 /// before this returns.
 pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, owner: Owner, cfg: &SessionConfig, stop: &AtomicBool) -> Ended {
     let mut session = Session::new(exec, id, cfg.limits.clone());
+    session.set_max_reply(conn.max_reply());
     if let Some(dir) = &cfg.image_cache {
         match ImageCache::open(dir, cfg.image_cache_max) {
             Ok(cache) => session = session.with_image_cache(Arc::new(cache), owner),
@@ -105,7 +106,7 @@ struct Buffers {
     /// Kernel output to send before the reply.
     printed: Vec<u8>,
     /// The program's answers to host calls.
-    answers: Vec<u8>,
+    answers: host_calls::Buffers,
 }
 
 /// Receives, processes, releases and answers one request; `Err` ends the

@@ -58,6 +58,10 @@ pub trait Transport: Send {
     fn pinned(&self, _ptr: *const u8, _len: usize) -> Option<DataRef> {
         None
     }
+    /// Largest request payload one message may carry inline.
+    fn max_inline(&self) -> usize {
+        pvgpu_ring::proto::MAX_PAYLOAD
+    }
     /// Short name (`local`, `tcp`).
     fn kind(&self) -> &'static str;
 }

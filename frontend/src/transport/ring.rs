@@ -352,6 +352,10 @@ impl Transport for RingTransport {
         3
     }
 
+    fn max_inline(&self) -> usize {
+        (self.req.max_record() as usize).saturating_sub(pvgpu_ring::proto::HEADER_LEN)
+    }
+
     fn stage(&mut self, data: &[u8]) -> Result<Staged, TransportError> {
         if data.is_empty() {
             return Ok(Staged { dref: DataRef::area(0, 0), inline: false });

@@ -148,8 +148,9 @@ pub(crate) fn memset_head(
     })
 }
 
-/// The device bytes a memcpy node copies: `(dst, src, len)`. Device (or
-/// unified device) sides only, in one contiguous run.
+/// The bytes a memcpy node copies: `(dst, src, len)` as the backend's
+/// device reaches them, in one contiguous run; host sides through the data
+/// area or a mirror.
 pub(crate) fn device_copy(c: &CUDA_MEMCPY3D) -> Result<(u64, u64, u64), CuError> {
     use pvgpu_frontend::Pitched;
     if c.srcLOD != 0 || c.dstLOD != 0 {
@@ -163,16 +164,19 @@ pub(crate) fn device_copy(c: &CUDA_MEMCPY3D) -> Result<(u64, u64, u64), CuError>
     let src_off = (c.srcZ * c.srcHeight + c.srcY) * c.srcPitch + c.srcXInBytes;
     let dst_off = (c.dstZ * c.dstHeight + c.dstY) * c.dstPitch + c.dstXInBytes;
     let side = |kind, host, dev, off, pitch| super::pitched::side(kind, host, dev, off, pitch);
-    match (
-        side(c.srcMemoryType, c.srcHost, c.srcDevice, src_off, c.srcPitch)?,
-        side(c.dstMemoryType, c.dstHost, c.dstDevice as _, dst_off, c.dstPitch)?,
-    ) {
-        (Pitched::Device { ptr: src, .. }, Pitched::Device { ptr: dst, .. }) => Ok((dst, src, (w * h * d) as u64)),
-        // Host memory in a graph is read or written at every launch: not
-        // yet supported by hand-built nodes (captured copies of page-locked
-        // memory are).
-        _ => Err(CuError::NOT_SUPPORTED),
-    }
+    let len = (w * h * d) as u64;
+    // Host memory is read or written at every launch: the device reaches
+    // it through the data area or a mirror.
+    let address = |p: Pitched| match p {
+        Pitched::Device { ptr, .. } => Ok(ptr),
+        Pitched::Host { ptr, .. } => super::host::graph_host_address(ptr as usize, len as usize).map_err(|e| {
+            tracing::debug!(ptr = ptr as usize, len, status = ?e, "host memory of a memcpy node cannot be reached by the device");
+            CuError::NOT_SUPPORTED
+        }),
+    };
+    let src = address(side(c.srcMemoryType, c.srcHost, c.srcDevice, src_off, c.srcPitch)?)?;
+    let dst = address(side(c.dstMemoryType, c.dstHost, c.dstDevice as _, dst_off, c.dstPitch)?)?;
+    Ok((dst, src, len))
 }
 
 /// `cuGraphAddMemcpyNode`: device-to-device copies.

@@ -188,6 +188,20 @@ pub(crate) fn host_device_pointer(p: *mut c_void) -> Result<u64, CuError> {
     state::client()?.host_device_pointer(p.cast()).map_err(state::cu)?.ok_or(CuError::NOT_SUPPORTED)
 }
 
+/// The address at which the backend's device reaches host memory
+/// `[p, p+len)` that a graph copies from or to at every launch: page-locked
+/// memory of this library (the data area's device address, or its mirror),
+/// or ordinary memory, mirrored page by page at the same address (where the
+/// backend can map it: in a worker process).
+pub(crate) fn graph_host_address(p: usize, len: usize) -> Result<u64, CuError> {
+    let pinned = objects().host_range(p).filter(|(start, info)| p.saturating_add(len) <= start + info.len).is_some();
+    if pinned {
+        return host_device_pointer(p as *mut c_void);
+    }
+    state::client()?.mirror_pageable(p as *const u8, len).map_err(state::cu)?;
+    Ok(p as u64)
+}
+
 /// `cuMemHostGetDevicePointer_v2`.
 ///
 /// # Safety

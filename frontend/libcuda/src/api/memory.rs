@@ -157,10 +157,35 @@ fn htod(dst: u64, src: *const c_void, n: usize, s: Stream, is_async: bool) -> Re
     if pinned_host(dst, n) {
         return host_copy(dst, src as u64, n, s);
     }
+    if let Some(a) = captured_host(src as usize, n, s, is_async)? {
+        return state::client()?.memcpy_dtod_async(dst, a, n as u64, s).map_err(state::cu);
+    }
     // SAFETY: the caller of the driver API guarantees `src` holds `n`
     // readable bytes (and, for page-locked memory copied asynchronously,
     // that it stays valid until the stream is synchronised).
     unsafe { state::client()?.memcpy_htod_raw(dst, src.cast(), n, s, is_async) }.map_err(state::cu)
+}
+
+/// On a capturing stream, the device address of host memory a copy names
+/// that is not in the data area (whose copies are captured as they are):
+/// the graph copies from or to it at every launch, so it is mirrored
+/// ([`super::host::graph_host_address`]). `None` off capture, or where it
+/// cannot be mirrored (the backend then refuses the copy, as before).
+fn captured_host(p: usize, n: usize, s: Stream, is_async: bool) -> Result<Option<u64>, CuError> {
+    if !is_async || n == 0 || !crate::api::capture::is_capturing(s)? {
+        return Ok(None);
+    }
+    let c = state::client()?;
+    if c.is_pinned(p as *const u8, n) {
+        return Ok(None);
+    }
+    match super::host::graph_host_address(p, n) {
+        Ok(a) => Ok(Some(a)),
+        Err(e) => {
+            tracing::debug!(ptr = p, len = n, status = ?e, "host memory of a captured copy not mirrored");
+            Ok(None)
+        }
+    }
 }
 
 fn dtoh(dst: *mut c_void, src: u64, n: usize, s: Stream, is_async: bool) -> Res {
@@ -169,6 +194,9 @@ fn dtoh(dst: *mut c_void, src: u64, n: usize, s: Stream, is_async: bool) -> Res 
     }
     if pinned_host(src, n) {
         return host_copy(dst as u64, src, n, s);
+    }
+    if let Some(a) = captured_host(dst as usize, n, s, is_async)? {
+        return state::client()?.memcpy_dtod_async(a, src, n as u64, s).map_err(state::cu);
     }
     // SAFETY: the caller of the driver API guarantees `dst` holds `n`
     // writable bytes (as above for page-locked memory).
