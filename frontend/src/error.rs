@@ -141,6 +141,14 @@ pub enum ProtocolError {
     /// A host-call message that does not decode.
     #[error("Malformed host-call message")]
     BadHostCall,
+    /// A conditional node's reply without one body graph per body asked.
+    #[error("Conditional-node reply with {got} body graphs for {want} asked")]
+    CondBodies {
+        /// Body graphs in the reply.
+        got: usize,
+        /// Body graphs asked.
+        want: u32,
+    },
 }
 
 /// An error of a client call.

@@ -372,3 +372,39 @@ impl Client {
         Ok(self.call(&GraphMemAttr { ctx: ctx.0.into(), attr: attr.into(), op: op.into() })?.value.get())
     }
 }
+
+impl Client {
+    /// `cuGraphConditionalHandleCreate` for `g`: the handle's value, which
+    /// kernels receive as an argument and set the condition through
+    /// (`cudaGraphSetConditional`). With `assign_default`, each launch
+    /// starts with the condition `default`.
+    pub fn graph_cond_handle(&self, g: Graph, default: u32, assign_default: bool) -> Result<u64> {
+        let r =
+            self.call(&GraphCondHandle { graph: g.0.into(), default_value: default.into(), flags: u32::from(assign_default).into() })?;
+        Ok(r.value.get())
+    }
+
+    /// A conditional node of `handle` after `deps`: `kind` a
+    /// `CUgraphConditionalNodeType` (if, while, switch) with `size` body
+    /// graphs. The node and its bodies (owned by the node; add nodes to
+    /// them, or capture into them).
+    pub fn graph_add_cond_node(&self, g: Graph, deps: &[GraphNode], handle: u64, kind: u32, size: u32) -> Result<(GraphNode, Vec<Graph>)> {
+        let head = GraphCondHead {
+            graph: g.0.into(),
+            handle: handle.into(),
+            kind: kind.into(),
+            size: size.into(),
+            dep_count: (deps.len() as u32).into(),
+            reserved: 0.into(),
+        };
+        let deps = wire_ids(deps);
+        let r = self.call(&GraphAddCondNode { head, deps: &deps })?;
+        match r.ids.split_first() {
+            Some((&node, bodies)) if bodies.len() == size as usize => Ok((GraphNode(node), bodies.iter().map(|&b| Graph(b)).collect())),
+            _ => {
+                let got = r.ids.len().saturating_sub(1);
+                Err(crate::error::TransportError::Protocol(crate::error::ProtocolError::CondBodies { got, want: size }).into())
+            }
+        }
+    }
+}

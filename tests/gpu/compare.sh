@@ -41,8 +41,10 @@ build runtime_api-shared -O2 $arch -cudart shared -o "$work/bin/runtime_api-shar
 build graphs-static -O2 $arch -o "$work/bin/graphs-static" "$root/tests/runtime/graphs.cu" &
 build graphs-shared -O2 $arch -cudart shared -o "$work/bin/graphs-shared" "$root/tests/runtime/graphs.cu" &
 build mapped-static -O2 $arch -o "$work/bin/mapped-static" "$root/tests/runtime/mapped.cu" &
-build graph_memory-static -O2 $arch -o "$work/bin/graph_memory-static" "$root/tests/runtime/graph_memory.cu" &
-build graph_memory-shared -O2 $arch -cudart shared -o "$work/bin/graph_memory-shared" "$root/tests/runtime/graph_memory.cu" &
+for p in graph_memory graph_host_memory graph_conditional; do
+  build "$p-static" -O2 $arch -o "$work/bin/$p-static" "$root/tests/runtime/$p.cu" &
+  build "$p-shared" -O2 $arch -cudart shared -o "$work/bin/$p-shared" "$root/tests/runtime/$p.cu" &
+done
 build mapped-shared -O2 $arch -cudart shared -o "$work/bin/mapped-shared" "$root/tests/runtime/mapped.cu" &
 build graphs_driver-driver -O2 -o "$work/bin/graphs_driver-driver" graphs_driver.cpp -lcuda &
 build nvrtc_saxpy-driver -O2 -o "$work/bin/nvrtc_saxpy-driver" nvrtc_saxpy.cpp -lnvrtc -lcuda &
@@ -100,7 +102,9 @@ done
 [ -x "$work/bin/cufft-static_cufft" ] && row cufft-static_cufft "cufft (static cuFFT)" static "$work/bin/cufft-static_cufft"
 for k in static shared; do [ -x "$work/bin/runtime_api-$k" ] && row "runtime_api-$k" runtime_api "$k" "$work/bin/runtime_api-$k"; done
 for k in static shared; do [ -x "$work/bin/graphs-$k" ] && row "graphs-$k" graphs "$k" "$work/bin/graphs-$k"; done
-for k in static shared; do [ -x "$work/bin/graph_memory-$k" ] && row "graph_memory-$k" graph_memory "$k" "$work/bin/graph_memory-$k"; done
+for p in graph_memory graph_host_memory graph_conditional; do
+  for k in static shared; do [ -x "$work/bin/$p-$k" ] && row "$p-$k" "$p" "$k" "$work/bin/$p-$k"; done
+done
 for k in static shared; do [ -x "$work/bin/mapped-$k" ] && row "mapped-$k" "mapped (--spin)" "$k" "$work/bin/mapped-$k" --spin; done
 [ -x "$work/bin/graphs_driver-driver" ] && row graphs_driver graphs_driver "driver API" "$work/bin/graphs_driver-driver" "$work/bin/kernels.fatbin"
 [ -x "$work/bin/nvrtc_saxpy-driver" ] && row nvrtc_saxpy nvrtc_saxpy "driver API" "$work/bin/nvrtc_saxpy-driver"

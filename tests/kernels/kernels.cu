@@ -83,4 +83,16 @@ __global__ void pvgpu_printf(int tag) {
     printf("pvgpu_printf tag %d block %d thread %d\n", tag, (int)blockIdx.x, (int)threadIdx.x);
 }
 
+// Conditional nodes: the condition is the flag (one thread).
+__global__ void pvgpu_cond_from_flag(const int *flag, cudaGraphConditionalHandle handle) {
+    cudaGraphSetConditional(handle, (unsigned)*flag);
+}
+
+// Conditional nodes: one less in the counter; the condition is whether it
+// is still above zero (a while loop that runs `*counter` times).
+__global__ void pvgpu_cond_count_down(int *counter, cudaGraphConditionalHandle handle) {
+    int v = --*counter;
+    cudaGraphSetConditional(handle, v > 0 ? 1u : 0u);
+}
+
 }

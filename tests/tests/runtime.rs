@@ -226,9 +226,12 @@ fn worker_program(name: &'static str) -> PathBuf {
 /// session's memory, and maps the program's memory at its own address):
 /// graph memory (captured and hand-built allocation and free nodes, an
 /// allocation left to the program, the device's graph-memory attributes),
-/// and host memory in graphs (memcpy nodes of pageable and page-locked
+/// host memory in graphs (memcpy nodes of pageable and page-locked
 /// memory, a host node reading a copied result, a captured copy to the
-/// stack).
+/// stack), and conditional nodes (if, if/else, do-while with a captured
+/// body, a while node added into a capture, switch). Where
+/// `tests/runtime/{name}.expected` exists, the whole output must be it
+/// (the H100 prints the same natively).
 fn worker_run(name: &'static str, t: Transport) {
     static H: OnceLock<Harness> = OnceLock::new();
     let h = H.get_or_init(|| Harness::with(HarnessOptions { process: true, ..Default::default() }));
@@ -240,6 +243,10 @@ fn worker_run(name: &'static str, t: Transport) {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    let expected = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("runtime/{name}.expected"));
+    if let Ok(want) = std::fs::read_to_string(&expected) {
+        assert_eq!(stdout, want, "over {t:?}: the output differs from {}", expected.display());
+    }
 }
 
 #[test]
@@ -250,6 +257,16 @@ fn graph_memory_over_local() {
 #[test]
 fn graph_memory_over_tcp() {
     worker_run("graph_memory", Transport::Tcp);
+}
+
+#[test]
+fn graph_conditional_over_local() {
+    worker_run("graph_conditional", Transport::Local);
+}
+
+#[test]
+fn graph_conditional_over_tcp() {
+    worker_run("graph_conditional", Transport::Tcp);
 }
 
 #[test]

@@ -169,4 +169,19 @@ pub trait ExecGraph: ExecContext {
     /// Graph memory of the context's device: attribute `attr` (`op` 0),
     /// a high-water mark reset (1), unused memory trimmed (2).
     fn graph_mem(&mut self, attr: u32, op: u32) -> CuRes<u64>;
+    /// `cuGraphConditionalHandleCreate` for `g`: the handle's value, which
+    /// kernels set the condition through (`flags` checked: 0 or
+    /// `CU_GRAPH_COND_ASSIGN_DEFAULT`).
+    fn cond_handle_create(&mut self, g: Self::Graph, default: u32, flags: u32) -> CuRes<u64>;
+    /// Adds a conditional node of `handle` (made for `g`) after `deps`:
+    /// `CUgraphConditionalNodeType` `kind` with `size` body graphs. The
+    /// node and its body graphs, which it owns.
+    fn graph_add_conditional(
+        &mut self,
+        g: Self::Graph,
+        deps: &[Self::Node],
+        handle: u64,
+        kind: u32,
+        size: u32,
+    ) -> CuRes<(Self::Node, Vec<Self::Graph>)>;
 }

@@ -426,6 +426,10 @@ macro_rules! command_table {
             107 MemNodeParams(graph::mem_node_params) [quiet]: MemNodeParams => MemNodeRep;
             /// Graph memory of a context's device: attributes, trim.
             108 GraphMemAttr(graph::graph_mem_attr) []: GraphMemAttr => U64Rep;
+            /// `cuGraphConditionalHandleCreate`: the handle's value.
+            109 GraphCondHandle(graph::graph_cond_handle) [quiet]: GraphCondHandle => U64Rep;
+            /// A conditional node: its id, then its body graphs' ids.
+            110 GraphAddCondNode(graph::graph_add_cond_node) [quiet]: GraphAddCondNode<'a> => IdsRep;
         }
     };
 }

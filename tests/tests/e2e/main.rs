@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+mod conditional;
 mod devices;
 mod execution;
 mod graph_memory;
@@ -23,6 +24,7 @@ mod lifecycle;
 mod memory;
 mod modules;
 
+use conditional::*;
 use devices::*;
 use execution::*;
 use graph_memory::*;
@@ -134,6 +136,7 @@ over_every_transport!(
         executable_graph_setters,
         host_nodes_run_at_every_launch,
         graph_memory,
+        conditional_nodes,
         matsum_matches_cpu,
         jacobi_matches_cpu,
         many_concurrent_clients,

@@ -420,6 +420,21 @@ impl ExecGraph for CudaContext {
     fn graph_mem(&mut self, attr: u32, op: u32) -> CuRes<u64> {
         self.graph_mem_op(attr, op)
     }
+
+    fn cond_handle_create(&mut self, g: CudaGraph, default: u32, flags: u32) -> CuRes<u64> {
+        self.cond_handle(g, default, flags)
+    }
+
+    fn graph_add_conditional(
+        &mut self,
+        g: CudaGraph,
+        deps: &[CudaNode],
+        handle: u64,
+        kind: u32,
+        size: u32,
+    ) -> CuRes<(CudaNode, Vec<CudaGraph>)> {
+        self.add_conditional(g, &nodes(deps), handle, kind, size)
+    }
 }
 
 fn event(e: CudaEvent) -> CUevent {

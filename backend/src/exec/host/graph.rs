@@ -58,6 +58,13 @@ pub(super) enum Op {
         func: u64,
         data: u64,
     },
+    /// A conditional node: `CUgraphConditionalNodeType` `kind`, the
+    /// handle whose value decides, and the body graphs it owns.
+    Cond {
+        handle: u64,
+        kind: u32,
+        bodies: Vec<u64>,
+    },
 }
 
 impl Op {
@@ -78,6 +85,7 @@ impl Op {
             Op::MemAlloc { dptr } => format!("alloc {dptr:#x}"),
             Op::MemFree { dptr } => format!("free {dptr:#x}"),
             Op::Host { func, data } => format!("host {func:#x}({data:#x})"),
+            Op::Cond { handle, kind, bodies } => format!("conditional {kind} of handle {handle:#x}, bodies {bodies:?}"),
         }
     }
 
@@ -93,6 +101,7 @@ impl Op {
             Op::MemAlloc { .. } => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
             Op::MemFree { .. } => CU_GRAPH_NODE_TYPE_MEM_FREE,
             Op::Host { .. } => CU_GRAPH_NODE_TYPE_HOST,
+            Op::Cond { .. } => CU_GRAPH_NODE_TYPE_CONDITIONAL,
         }
     }
 }
@@ -103,8 +112,18 @@ pub(super) struct Graph {
     pub(super) order: Vec<u64>,
     pub(super) ops: HashMap<u64, Op>,
     pub(super) edges: Vec<(u64, u64)>,
-    /// Owned by a child-graph node (destroyed with it, never alone).
+    /// Owned by a child-graph or conditional node (destroyed with it,
+    /// never alone).
     pub(super) borrowed: bool,
+    /// A conditional node's body: work may be captured into it.
+    pub(super) body: bool,
+}
+
+/// A conditional handle: the graph it was made for, and the value each
+/// launch starts with (if it assigns one).
+pub(super) struct CondHandle {
+    pub(super) graph: u64,
+    pub(super) default: Option<u32>,
 }
 
 struct Capture {
@@ -133,6 +152,8 @@ pub(super) struct Graphs {
     pub(super) mode: u32,
     /// Nodes of executable graphs that are skipped.
     disabled: HashSet<u64>,
+    /// Conditional handles by value.
+    pub(super) cond_handles: HashMap<u64, CondHandle>,
 }
 
 impl Graphs {
@@ -170,6 +191,46 @@ impl Graphs {
             Op::Child(c) => Op::Child(self.copy(c, true)?.0),
             other => other,
         };
+        self.insert(g, deps, op)
+    }
+
+    /// A conditional handle for `g`, whose value each launch sets to
+    /// `default` (if any).
+    pub(super) fn cond_handle(&mut self, g: u64, default: Option<u32>) -> CuRes<u64> {
+        self.graph(g)?;
+        let h = self.id();
+        self.cond_handles.insert(h, CondHandle { graph: g, default });
+        Ok(h)
+    }
+
+    /// Adds a conditional node of `handle` to `g` after `deps`, with
+    /// `size` empty body graphs: the node and its bodies.
+    pub(super) fn add_conditional(&mut self, g: u64, deps: &[u64], handle: u64, kind: u32, size: u32) -> CuRes<(u64, Vec<u64>)> {
+        if deps.iter().any(|d| self.node_graph.get(d) != Some(&g)) {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let sizes_ok = match CUgraphConditionalNodeType(kind) {
+            CU_GRAPH_COND_TYPE_IF => matches!(size, 1 | 2),
+            CU_GRAPH_COND_TYPE_WHILE => size == 1,
+            CU_GRAPH_COND_TYPE_SWITCH => size >= 1,
+            _ => false,
+        };
+        if !sizes_ok || self.cond_handles.get(&handle).is_none_or(|h| h.graph != g) {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let bodies: Vec<u64> = (0..size)
+            .map(|_| {
+                let b = self.id();
+                self.graphs.insert(b, Graph { borrowed: true, body: true, ..Graph::default() });
+                b
+            })
+            .collect();
+        let n = self.insert(g, deps, Op::Cond { handle, kind, bodies: bodies.clone() })?;
+        Ok((n, bodies))
+    }
+
+    /// Inserts node `op` into `g` after `deps` (checked by the caller).
+    fn insert(&mut self, g: u64, deps: &[u64], op: Op) -> CuRes<u64> {
         let n = self.id();
         let graph = self.graph_mut(g)?;
         graph.order.push(n);
@@ -191,6 +252,10 @@ impl Graphs {
             map.insert(*n, id);
             let op = match &src.ops[n] {
                 Op::Child(child) => Op::Child(self.copy(*child, true)?.0),
+                Op::Cond { handle, kind, bodies } => {
+                    let bodies = bodies.iter().map(|b| self.copy_body(*b)).collect::<CuRes<Vec<u64>>>()?;
+                    Op::Cond { handle: *handle, kind: *kind, bodies }
+                }
                 other => other.clone(),
             };
             copy.order.push(id);
@@ -202,17 +267,34 @@ impl Graphs {
         Ok((c, src.order.iter().map(|n| (*n, map[n])).collect()))
     }
 
-    /// Destroys graph `g` and the child graphs its nodes own.
+    /// A copy of conditional body `b`.
+    fn copy_body(&mut self, b: u64) -> CuRes<u64> {
+        let c = self.copy(b, true)?.0;
+        self.graph_mut(c)?.body = true;
+        Ok(c)
+    }
+
+    /// Destroys graph `g` and the graphs its nodes own. Conditional
+    /// handles made for it stay: executable graphs made from it use them.
     pub(super) fn destroy(&mut self, g: u64) -> CuRes<()> {
         let graph = self.graphs.remove(&g).ok_or(CuError::INVALID_VALUE)?;
         for (n, op) in &graph.ops {
             self.node_graph.remove(n);
             self.disabled.remove(n);
-            if let Op::Child(c) = op {
-                let _ = self.destroy(*c);
+            for owned in Self::owned(op) {
+                let _ = self.destroy(owned);
             }
         }
         Ok(())
+    }
+
+    /// The graphs node `op` owns.
+    fn owned(op: &Op) -> Vec<u64> {
+        match op {
+            Op::Child(c) => vec![*c],
+            Op::Cond { bodies, .. } => bodies.clone(),
+            _ => Vec::new(),
+        }
     }
 
     /// Whether node `n` runs when its executable graph does.
@@ -274,8 +356,8 @@ impl Graphs {
         let op = graph.ops.remove(&n);
         graph.edges.retain(|(a, b)| *a != n && *b != n);
         self.node_graph.remove(&n);
-        if let Some(Op::Child(c)) = op {
-            self.destroy(c)?;
+        for owned in op.as_ref().map(Self::owned).unwrap_or_default() {
+            self.destroy(owned)?;
         }
         Ok(())
     }
@@ -392,7 +474,8 @@ impl Graphs {
         if self.captures.contains_key(&s) {
             return Err(CuError::ILLEGAL_STATE);
         }
-        if deps.iter().any(|d| self.node_graph.get(d) != Some(&g)) || self.graph(g)?.borrowed {
+        let graph = self.graph(g)?;
+        if deps.iter().any(|d| self.node_graph.get(d) != Some(&g)) || (graph.borrowed && !graph.body) {
             return Err(CuError::INVALID_VALUE);
         }
         let id = self.id();

@@ -19,9 +19,19 @@ pub struct Mem {
     pub(super) host: BTreeMap<u64, usize>,
     pub(super) next: u64,
     pub(super) end: u64,
+    /// The values of the context's conditional handles (device state a
+    /// kernel sets, a conditional node reads).
+    pub(super) conds: HashMap<u64, u32>,
 }
 
 impl Mem {
+    /// `cudaGraphSetConditional`: a handle the context never made is a
+    /// fault (on a GPU, a write where nothing is).
+    pub fn set_conditional(&mut self, handle: u64, value: u32) -> Result<(), Fault> {
+        *self.conds.get_mut(&handle).ok_or(Fault)? = value;
+        Ok(())
+    }
+
     /// Where `[ptr, ptr+len)` lies: an allocation's start (`false`) or a
     /// registered range's (`true`), and the offset in it.
     fn find(&self, ptr: u64, len: u64) -> Result<(u64, usize, bool), Fault> {
@@ -184,7 +194,28 @@ pub static KERNELS: &[(&str, HostKernel)] = &[
     ("spin", k_spin),
     ("poke", k_poke),
     ("pvgpu_printf", k_printf),
+    ("pvgpu_cond_from_flag", k_cond_from_flag),
+    ("pvgpu_cond_count_down", k_cond_count_down),
 ];
+
+/// `pvgpu_cond_from_flag(const int *flag, handle)`: the condition is the
+/// flag.
+fn k_cond_from_flag(c: &mut Call<'_>) -> Result<(), Fault> {
+    let (flag, handle) = (c.args.u64(0)?, c.args.u64(1)?);
+    let v = c.mem.bytes(flag, 4)?;
+    let v = u32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+    c.mem.set_conditional(handle, v)
+}
+
+/// `pvgpu_cond_count_down(int *counter, handle)`: one less in the
+/// counter; the condition is whether it is still above zero.
+fn k_cond_count_down(c: &mut Call<'_>) -> Result<(), Fault> {
+    let (counter, handle) = (c.args.u64(0)?, c.args.u64(1)?);
+    let b = c.mem.bytes_mut(counter, 4)?;
+    let v = i32::from_le_bytes([b[0], b[1], b[2], b[3]]) - 1;
+    b.copy_from_slice(&v.to_le_bytes());
+    c.mem.set_conditional(handle, u32::from(v > 0))
+}
 
 fn covered(c: &Call<'_>, n: i32) -> usize {
     (n.max(0) as u64).min(c.threads()[0]) as usize

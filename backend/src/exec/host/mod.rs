@@ -14,6 +14,7 @@
 //! so in its device name ("pvgpu host executor (test double)") and in the
 //! backend's log.
 
+mod conditional;
 mod context;
 mod ext;
 mod graph;
@@ -153,7 +154,7 @@ impl Executor for HostExecutor {
         let n = (NEXT_CTX.fetch_add(1, Ordering::Relaxed) + std::process::id() as u64 * 7) % 64;
         let base = BASE + n * CTX_SPAN;
         let mut c = HostContext {
-            mem: Mem { allocs: BTreeMap::new(), host: BTreeMap::new(), next: base + ALIGN, end: base + CTX_SPAN },
+            mem: Mem { allocs: BTreeMap::new(), host: BTreeMap::new(), next: base + ALIGN, end: base + CTX_SPAN, conds: HashMap::new() },
             total: dev.total_mem,
             used: self.used.clone(),
             held: 0,

@@ -51,7 +51,7 @@ impl HostContext {
 
     /// The operations of one run of graph `g`, child graphs unrolled, in
     /// a topological order.
-    fn unroll(&self, g: u64, out: &mut Vec<Op>) -> CuRes<()> {
+    pub(super) fn unroll(&self, g: u64, out: &mut Vec<Op>) -> CuRes<()> {
         for n in self.graphs.topological(g)? {
             if !self.graphs.enabled(n) {
                 continue;
@@ -85,6 +85,13 @@ impl HostContext {
             let Some(op) = self.host_work.held.pop_front() else { return Ok(false) };
             match op {
                 Op::Host { func, data } => self.host_work.waiting = self.host_work.calls.as_ref().and_then(|q| q.queue(func, data)),
+                Op::Cond { handle, kind, bodies } => match self.cond_run(handle, kind, &bodies) {
+                    Ok(ops) => ops.into_iter().rev().for_each(|op| self.host_work.held.push_front(op)),
+                    Err(e) => {
+                        self.host_work.held.clear();
+                        return Err(e);
+                    }
+                },
                 op => {
                     if let Err(e) = self.run(op) {
                         self.host_work.held.clear();
@@ -108,7 +115,7 @@ impl HostContext {
             Op::Child(c) => self.replay(c),
             Op::EventRecord(e) => self.event_record(e, None),
             Op::MemAlloc { dptr } => self.graph_map(dptr),
-            Op::Empty | Op::EventWait(_) | Op::MemFree { .. } | Op::Host { .. } => Ok(()),
+            Op::Empty | Op::EventWait(_) | Op::MemFree { .. } | Op::Host { .. } | Op::Cond { .. } => Ok(()),
         }
     }
 
@@ -248,6 +255,7 @@ impl ExecGraph for HostContext {
         if self.captured(s, || Op::Empty)? {
             return self.record_child(s, g);
         }
+        self.cond_defaults(g)?;
         self.replay(g)
     }
 
@@ -296,7 +304,15 @@ impl ExecGraph for HostContext {
             if std::mem::discriminant(&a) != std::mem::discriminant(&b) {
                 return Ok((CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED.0, Some(n)));
             }
-            ops.push((o, b));
+            match (&a, &b) {
+                // The executable graph keeps its own bodies.
+                (Op::Cond { handle: h1, kind: k1, bodies: b1 }, Op::Cond { handle: h2, kind: k2, bodies: b2 }) => {
+                    if (h1, k1, b1.len()) != (h2, k2, b2.len()) {
+                        return Ok((CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED.0, Some(n)));
+                    }
+                }
+                _ => ops.push((o, b)),
+            }
         }
         for (o, op) in ops {
             *self.graphs.op_mut(o)? = op;
@@ -360,6 +376,15 @@ impl ExecGraph for HostContext {
             Op::MemFree { dptr } => Ok((*dptr, 0)),
             _ => Err(CuError::INVALID_VALUE),
         }
+    }
+
+    fn cond_handle_create(&mut self, g: u64, default: u32, flags: u32) -> CuRes<u64> {
+        self.cond_create(g, default, flags)
+    }
+
+    fn graph_add_conditional(&mut self, g: u64, deps: &[u64], handle: u64, kind: u32, size: u32) -> CuRes<(u64, Vec<u64>)> {
+        self.ok()?;
+        self.graphs.add_conditional(g, deps, handle, kind, size)
     }
 
     fn graph_mem(&mut self, attr: u32, op: u32) -> CuRes<u64> {

@@ -33,7 +33,7 @@ pub(in crate::session) fn stream_begin_capture_to_graph<E: Executor>(
     let (ctx, st) = capture_stream(s, r.head.stream.get())?;
     let gid = r.head.graph.get();
     let entry = s.graph.graphs.get(gid).ok_or(CuError::INVALID_VALUE)?;
-    if entry.ctx != ctx || entry.owner != Owner::Guest {
+    if entry.ctx != ctx || !matches!(entry.owner, Owner::Guest | Owner::Body { .. }) {
         return Err(CuError::INVALID_VALUE);
     }
     let g = entry.graph;

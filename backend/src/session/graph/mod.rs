@@ -8,12 +8,14 @@
 //! added to, never destroyed on its own.
 
 mod capture;
+mod conditional;
 mod exec;
 mod host;
 mod memory;
 mod nodes;
 
 pub(super) use capture::*;
+pub(super) use conditional::{graph_add_cond_node, graph_cond_handle};
 pub(super) use exec::*;
 pub(super) use host::{graph_add_host_node, host_call_done, host_call_wait, host_node_params, launch_host_func};
 pub(super) use memory::{graph_add_mem_node, graph_mem_attr, graph_memory_allowed, mem_node_params};
@@ -43,9 +45,27 @@ pub(super) enum Owner {
         /// The node.
         node: u64,
     },
+    /// A conditional node (`graph`'s node `node`), with it: one of its
+    /// bodies, which work may also be captured into.
+    Body {
+        /// The graph the node belongs to.
+        graph: u64,
+        /// The node.
+        node: u64,
+    },
     /// A capture still under way: the driver, if it fails; the guest
     /// once it ends.
     Capture,
+}
+
+impl Owner {
+    /// The node that owns the graph, if one does: (its graph, the node).
+    fn node(self) -> Option<(u64, u64)> {
+        match self {
+            Owner::Node { graph, node } | Owner::Body { graph, node } => Some((graph, node)),
+            Owner::Guest | Owner::Capture => None,
+        }
+    }
 }
 
 /// A graph of the session.
@@ -82,6 +102,9 @@ pub(super) struct Graphs<E: Executor> {
     pub(super) nodes: HandleTable<NodeEntry<Node<E>>>,
     node_ids: HashMap<(u64, Node<E>), u64>,
     pub(super) execs: HandleTable<ExecEntry<GraphExec<E>>>,
+    /// Conditional handles, each with the graph it was made for: (graph,
+    /// handle).
+    pub(super) cond_handles: std::collections::HashSet<(u64, u64)>,
 }
 
 impl<E: Executor> Graphs<E> {
@@ -92,6 +115,7 @@ impl<E: Executor> Graphs<E> {
             nodes: HandleTable::new(max),
             node_ids: HashMap::new(),
             execs: HandleTable::new(max),
+            cond_handles: Default::default(),
         }
     }
 
@@ -110,6 +134,12 @@ impl<E: Executor> Graphs<E> {
     /// knows it.
     pub(super) fn graph_ids_get(&self, ctx: u64, g: Graph<E>) -> Option<u64> {
         self.graph_ids.get(&(ctx, g)).copied()
+    }
+
+    /// The id of executor node `n` of context `ctx`, if the session knows
+    /// it.
+    pub(super) fn node_ids_get(&self, ctx: u64, n: Node<E>) -> Option<u64> {
+        self.node_ids.get(&(ctx, n)).copied()
     }
 
     /// The id of node `n` of session graph `graph`, registered if new.
@@ -143,8 +173,7 @@ impl<E: Executor> Graphs<E> {
         if let Some(n) = self.nodes.remove(id) {
             self.node_ids.remove(&(n.ctx, n.node));
         }
-        let owned: Vec<u64> =
-            self.graphs.iter().filter(|(_, g)| matches!(g.owner, Owner::Node { node, .. } if node == id)).map(|(g, _)| g).collect();
+        let owned: Vec<u64> = self.graphs.iter().filter(|(_, g)| g.owner.node().is_some_and(|(_, n)| n == id)).map(|(g, _)| g).collect();
         owned.into_iter().for_each(|g| self.forget_graph(g));
     }
 
@@ -152,11 +181,11 @@ impl<E: Executor> Graphs<E> {
     pub(super) fn forget_graph(&mut self, id: u64) {
         let Some(g) = self.graphs.remove(id) else { return };
         self.graph_ids.remove(&(g.ctx, g.graph));
+        self.cond_handles.retain(|&(graph, _)| graph != id);
         for n in self.nodes.drain_where(|n| n.graph == id) {
             self.node_ids.remove(&(n.ctx, n.node));
         }
-        let children: Vec<u64> =
-            self.graphs.iter().filter(|(_, c)| matches!(c.owner, Owner::Node { graph, .. } if graph == id)).map(|(c, _)| c).collect();
+        let children: Vec<u64> = self.graphs.iter().filter(|(_, c)| c.owner.node().is_some_and(|(g, _)| g == id)).map(|(c, _)| c).collect();
         for c in children {
             self.forget_graph(c);
         }

@@ -153,7 +153,12 @@ pub unsafe extern "C" fn cuGraphCreate(ph: *mut CUgraph, flags: c_uint) -> CuRes
 /// `cuGraphDestroy`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuGraphDestroy(g: CUgraph) -> CuResult {
-    run("cuGraphDestroy", || state::client()?.graph_destroy(graph_id(g)?).map_err(state::cu))
+    run("cuGraphDestroy", || {
+        let graph = graph_id(g)?;
+        state::client()?.graph_destroy(graph).map_err(state::cu)?;
+        super::graph_cond::graph_gone(graph.0);
+        Ok(())
+    })
 }
 
 /// `cuGraphClone`.
@@ -370,7 +375,12 @@ pub unsafe extern "C" fn cuGraphRemoveDependencies_v2(
 /// `cuGraphDestroyNode`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuGraphDestroyNode(node: CUgraphNode) -> CuResult {
-    run("cuGraphDestroyNode", || state::client()?.graph_node_destroy(node_id(node)?).map_err(state::cu))
+    run("cuGraphDestroyNode", || {
+        let n = node_id(node)?;
+        state::client()?.graph_node_destroy(n).map_err(state::cu)?;
+        super::graph_cond::node_gone(n.0);
+        Ok(())
+    })
 }
 
 /// `cuGraphNodeGetType`.

@@ -2,13 +2,14 @@
 //! one parameter union for every node type), the per-type setters of
 //! executable graphs' nodes (memset, copy, child graph), enabling and
 //! disabling nodes, and capture into an existing graph. Kernel, memset,
-//! device-copy, empty, child-graph, event, host and memory nodes are
-//! supported; conditional, external-semaphore and batch-memop nodes are
-//! not (`CUDA_ERROR_NOT_SUPPORTED`).
+//! copy, empty, child-graph, event, host, memory and conditional nodes are
+//! supported; external-semaphore and batch-memop nodes are not
+//! (`CUDA_ERROR_NOT_SUPPORTED`).
 
 use super::graph::{edge_data, nodes_in, put_node};
 use super::graph::{exec_id, graph_id, node_id};
 use super::graph_add::{add_memcpy, add_simple, device_copy, memset_head};
+use super::graph_cond;
 use super::graph_host;
 use super::graph_kernel::{self, Kernel};
 use super::graph_mem;
@@ -86,6 +87,12 @@ unsafe fn add(ph: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usi
             let a = unsafe { std::ptr::addr_of_mut!((*p_mut).anon2.alloc) }.cast::<CUDA_MEM_ALLOC_NODE_PARAMS>();
             // SAFETY: per the caller.
             unsafe { graph_mem::add_alloc(ph, g, deps, n, a) }
+        }
+        CU_GRAPH_NODE_TYPE_CONDITIONAL => {
+            // SAFETY: the conditional member, writable per the caller.
+            let c = unsafe { std::ptr::addr_of_mut!((*p_mut).anon2.conditional) };
+            // SAFETY: per the caller.
+            unsafe { graph_cond::add(ph, g, deps, n, c) }
         }
         CU_GRAPH_NODE_TYPE_MEM_FREE => {
             // SAFETY: the free member.

@@ -7,6 +7,7 @@ pub mod device;
 pub mod exec;
 pub mod graph;
 pub mod graph_add;
+pub mod graph_cond;
 pub mod graph_exec;
 pub mod graph_host;
 pub mod graph_kernel;

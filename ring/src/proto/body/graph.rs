@@ -263,3 +263,9 @@ node_request!(
     /// `cuGraphAddMemAllocNode`, `cuGraphAddMemFreeNode`.
     GraphAddMemNode(GraphMemHead)
 );
+node_request!(
+    /// A conditional node (`cuGraphAddNode` of
+    /// `CU_GRAPH_NODE_TYPE_CONDITIONAL`): the node's id, then its body
+    /// graphs' ids, come back.
+    GraphAddCondNode(GraphCondHead)
+);

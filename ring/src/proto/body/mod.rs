@@ -189,7 +189,13 @@ fixed! { checked requests:
 
 fixed! { requests: HostMirrorMap, HostMirrorUnmap, HostMirrorPull, LinkRead, LinkDestroy, HostCallWait, HostCallDone }
 
-fixed! { checked requests: HostNodeParams, LaunchHostFunc, GraphMemAttr }
+fixed! { checked requests: HostNodeParams, LaunchHostFunc, GraphMemAttr, GraphCondHandle }
+
+impl Validate for GraphCondHandle {
+    fn validate(&self) -> Result<(), DecodeError> {
+        flag(self.flags.get(), "flags")
+    }
+}
 
 fixed! { requests: MemNodeParams }
 

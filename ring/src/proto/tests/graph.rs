@@ -82,6 +82,15 @@ pub(super) fn requests() -> Vec<Arb> {
             .boxed(),
     );
     all.push(node_request::<GraphHostHead, _>(Opcode::GraphAddHostNode, |h, n| h.dep_count = n.into()));
+    all.push(node_request::<GraphCondHead, _>(Opcode::GraphAddCondNode, |h, n| h.dep_count = n.into()));
+    all.push(
+        (arb::<GraphCondHandle>(), 0u32..=1)
+            .prop_map(|(mut r, f)| {
+                r.flags = f.into();
+                (Opcode::GraphCondHandle, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
     all.push(
         (arb::<StreamBeginCapture>(), 0u32..=2)
             .prop_map(|(mut r, m)| {

@@ -404,3 +404,39 @@ wire_structs! {
         pub op: U32,
     }
 }
+
+// Requests: conditional nodes.
+wire_structs! {
+    /// `cuGraphConditionalHandleCreate`: a handle for conditional nodes of
+    /// `graph`. The driver's value comes back: kernels receive it as an
+    /// argument and set the condition through it.
+    pub struct GraphCondHandle {
+        /// Graph id.
+        pub graph: U64,
+        /// The value the condition takes at the start of each launch
+        /// (with `flags` 1).
+        pub default_value: U32,
+        /// 0, or `CU_GRAPH_COND_ASSIGN_DEFAULT` (1).
+        pub flags: U32,
+    }
+    /// Head of `GraphAddCondNode`: a conditional node of `handle`, whose
+    /// `size` body graphs the driver makes; `dep_count` node ids follow.
+    pub struct GraphCondHead {
+        /// Graph id.
+        pub graph: U64,
+        /// A handle made for `graph`.
+        pub handle: U64,
+        /// `CUgraphConditionalNodeType`: if (0), while (1), switch (2).
+        pub kind: U32,
+        /// Body graphs: 1 or 2 (if, the second run when the condition is
+        /// 0), 1 (while), up to [`MAX_COND_BODIES`] (switch).
+        pub size: U32,
+        /// Node ids that follow.
+        pub dep_count: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+}
+
+/// Most body graphs of one conditional node (a switch's cases).
+pub const MAX_COND_BODIES: u32 = 1024;
