@@ -16,9 +16,11 @@
 //! replace the backend's own memory.
 
 use super::{Alloc, AllocKind, Io, Session};
+use crate::exec::graph::ExecGraph;
 use crate::exec::{CuRes, ExecContext, Executor};
 use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous, munmap};
 use pvgpu_ring::CuError;
+use pvgpu_ring::cuda::api::CU_STREAM_CAPTURE_MODE_RELAXED;
 use pvgpu_ring::proto::{self, MAX_PAYLOAD, MirrorPullRep, U64Rep, changed_runs};
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
@@ -72,18 +74,42 @@ unsafe fn bytes<'a>(ptr: u64, len: u64) -> &'a mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(ptr as usize as *mut u8, len as usize) }
 }
 
+/// Runs `f` on context `c` in relaxed capture mode. Registering host
+/// memory is a call the driver refuses while the calling thread captures in
+/// global mode, and it invalidates the capture; the program did not make
+/// it (a mirror is often made while it captures: a copy from or to its
+/// memory, or a kernel reaching page-locked memory, recorded into a graph).
+fn relaxed<C: ExecGraph, R>(c: &mut C, f: impl FnOnce(&mut C) -> R) -> R {
+    let old = c.exchange_capture_mode(CU_STREAM_CAPTURE_MODE_RELAXED.0);
+    let r = f(c);
+    if let Ok(old) = old {
+        let _ = c.exchange_capture_mode(old);
+    }
+    r
+}
+
 /// Registers mirror `ptr` for the device through context `ctx`: true if
 /// the device reaches it at its own address.
 fn register<E: Executor>(s: &mut Session<E>, ctx: u64, ptr: u64, len: u64) -> bool {
     let Ok(c) = s.enter(ctx) else { return false };
-    // SAFETY: the mirror stays mapped until `unmap`, which unregisters it
-    // first.
-    match unsafe { c.register_host(ptr as usize as *mut u8, len as usize) } {
-        Ok(Some(d)) if d == ptr => true,
-        Ok(_) | Err(_) => {
-            let _ = c.unregister_host(ptr as usize as *mut u8);
-            false
+    relaxed(c, |c| {
+        // SAFETY: the mirror stays mapped until `unmap`, which unregisters
+        // it first.
+        match unsafe { c.register_host(ptr as usize as *mut u8, len as usize) } {
+            Ok(Some(d)) if d == ptr => true,
+            Ok(_) | Err(_) => {
+                let _ = c.unregister_host(ptr as usize as *mut u8);
+                false
+            }
         }
+    })
+}
+
+/// Unregisters mirror `ptr` from context `ctx` (in relaxed capture mode,
+/// as [`register`]).
+fn unregister<E: Executor>(s: &mut Session<E>, ctx: u64, ptr: u64) {
+    if let Ok(c) = s.enter(ctx) {
+        relaxed(c, |c| c.unregister_host(ptr as usize as *mut u8)).ok();
     }
 }
 
@@ -132,7 +158,7 @@ pub(super) fn host_mirror_map<E: Executor>(s: &mut Session<E>, r: proto::HostMir
 fn unmap<E: Executor>(s: &mut Session<E>, ptr: u64) -> CuRes<()> {
     let m = s.mirrors.map.remove(&ptr).ok_or(CuError::INVALID_VALUE)?;
     if let Some(ctx) = m.registered_by {
-        let _ = s.enter(ctx).map(|c| c.unregister_host(ptr as usize as *mut u8));
+        unregister(s, ctx, ptr);
     }
     s.mirrors.bytes -= m.len;
     s.allocs.remove(&ptr);
@@ -188,7 +214,7 @@ pub(super) fn context_going<E: Executor>(s: &mut Session<E>, ctx: u64) {
     let others: Vec<u64> = s.ctxs.iter().map(|(id, _)| id).filter(|&id| id != ctx).collect();
     let mine: Vec<(u64, u64)> = s.mirrors.map.iter().filter(|(_, m)| m.registered_by == Some(ctx)).map(|(&p, m)| (p, m.len)).collect();
     for (ptr, len) in mine {
-        let _ = s.enter(ctx).map(|c| c.unregister_host(ptr as usize as *mut u8));
+        unregister(s, ctx, ptr);
         let by = others.iter().copied().find(|&o| register(s, o, ptr, len));
         if let Some(m) = s.mirrors.map.get_mut(&ptr) {
             m.registered_by = by;

@@ -16,6 +16,9 @@ impl ExecContext for HostContext {
     }
 
     unsafe fn register_host(&mut self, ptr: *mut u8, len: usize) -> CuRes<Option<u64>> {
+        // Refused during a capture that forbids unsafe calls, as the
+        // driver refuses it.
+        self.graphs.refuse_unsafe()?;
         let (start, end) = (ptr as u64, (ptr as u64).checked_add(len as u64).ok_or(CuError::INVALID_VALUE)?);
         let overlaps = self.mem.host.range(..end).next_back().is_some_and(|(&a, &l)| a + l as u64 > start)
             || self.mem.allocs.range(..end).next_back().is_some_and(|(&a, v)| a + v.len() as u64 > start);
@@ -28,6 +31,7 @@ impl ExecContext for HostContext {
     }
 
     fn unregister_host(&mut self, ptr: *mut u8) -> CuRes<()> {
+        self.graphs.refuse_unsafe()?;
         self.mem.host.remove(&(ptr as u64)).map(drop).ok_or(CuError::HOST_MEMORY_NOT_REGISTERED)
     }
 
