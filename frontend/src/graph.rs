@@ -374,6 +374,21 @@ impl Client {
 }
 
 impl Client {
+    /// `cuGraphAddBatchMemOpNode`: memory operations run in context `ctx`.
+    pub fn graph_add_mem_op_node(&self, g: Graph, deps: &[GraphNode], ctx: Context, ops: &[MemOp]) -> Result<GraphNode> {
+        if ops.len() > MAX_MEM_OPS {
+            return Err(CuError::INVALID_VALUE.into());
+        }
+        let head = GraphMemOpHead {
+            graph: g.0.into(),
+            ctx: ctx.0.into(),
+            count: (ops.len() as u32).into(),
+            dep_count: (deps.len() as u32).into(),
+        };
+        let mut buf = Vec::new();
+        Ok(GraphNode(self.call(&GraphAddMemOpNode::new(head, &ids(deps), ops, &mut buf))?.handle.get()))
+    }
+
     /// `cuGraphConditionalHandleCreate` for `g`: the handle's value, which
     /// kernels receive as an argument and set the condition through
     /// (`cudaGraphSetConditional`). With `assign_default`, each launch

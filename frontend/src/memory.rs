@@ -88,4 +88,15 @@ impl Client {
             stream: stream.0.into(),
         })
     }
+
+    /// Stream memory operations (`cuStreamBatchMemOp`; one for
+    /// `cuStreamWaitValue32` and kin), in order on `stream`. Sent without
+    /// waiting.
+    pub fn stream_mem_ops(&self, ops: &[MemOp], stream: Stream) -> Result<()> {
+        if ops.len() > MAX_MEM_OPS {
+            return Err(CuError::INVALID_VALUE.into());
+        }
+        let head = StreamMemOpsHead { stream: stream.0.into(), count: (ops.len() as u32).into(), reserved: 0.into() };
+        self.post(&StreamMemOps { head, ops })
+    }
 }

@@ -561,6 +561,72 @@ static void host_nodes(const Kernels &k, CUdeviceptr x, CUdeviceptr y) {
     CU(cuStreamDestroy(s));
 }
 
+// Stream memory operations: writes and satisfied waits of 32- and 64-bit
+// values on a stream, a batch with a barrier, the same captured into a
+// graph (a batch memory-operation node) and added by hand, and the
+// refusals (misaligned address, unknown flags, memory not of the program).
+static void memory_operations(CUcontext ctx, CUdeviceptr d) {
+    CUstream s;
+    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CU(cuMemsetD32(d, 0, 4));
+    CU(cuStreamWriteValue32(s, d, 7, 0));
+    CU(cuStreamWaitValue32(s, d, 7, CU_STREAM_WAIT_VALUE_EQ));
+    CU(cuStreamWriteValue64(s, d + 8, 0x100000002ull, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER));
+    CU(cuStreamWaitValue64(s, d + 8, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    CUstreamBatchMemOpParams ops[3] = {};
+    ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[0].writeValue.address = d + 4;
+    ops[0].writeValue.value = 5;
+    ops[1].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+    ops[1].memoryBarrier.flags = CU_STREAM_MEMORY_BARRIER_TYPE_GPU;
+    ops[2].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    ops[2].waitValue.address = d + 4;
+    ops[2].waitValue.value = 4;
+    ops[2].waitValue.flags = CU_STREAM_WAIT_VALUE_AND;
+    CU(cuStreamBatchMemOp(s, 3, ops, 0));
+    CU(cuStreamSynchronize(s));
+    unsigned v[4];
+    CU(cuMemcpyDtoH(v, d, sizeof v));
+    printf("written: %u %u %#x %#x\n", v[0], v[1], v[2], v[3]);
+
+    // Captured: the node writes again at every launch.
+    CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CU(cuStreamWriteValue32(s, d, 9, 0));
+    CUgraph g;
+    CU(cuStreamEndCapture(s, &g));
+    size_t n = 1;
+    CUgraphNode node;
+    CU(cuGraphGetNodes(g, &node, &n));
+    CUgraphNodeType t;
+    CU(cuGraphNodeGetType(node, &t));
+    printf("captured memory operation: %zu node, batch memop %s\n", n, t == CU_GRAPH_NODE_TYPE_BATCH_MEM_OP ? "yes" : "NO");
+    // By hand, after the captured one.
+    CUstreamBatchMemOpParams w = {};
+    w.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    w.writeValue.address = d + 4;
+    w.writeValue.value = 11;
+    CUDA_BATCH_MEM_OP_NODE_PARAMS bp = {ctx, 1, &w, 0};
+    CUgraphNode hand;
+    CU(cuGraphAddBatchMemOpNode(&hand, g, &node, 1, &bp));
+    CUgraphExec e;
+    CU(cuGraphInstantiate(&e, g, 0));
+    for (int i = 0; i < 2; i++) {
+        CU(cuMemsetD32(d, 0, 2));
+        CU(cuGraphLaunch(e, s));
+        CU(cuStreamSynchronize(s));
+        CU(cuMemcpyDtoH(v, d, 8));
+        printf("launch %d wrote %u %u\n", i, v[0], v[1]);
+    }
+    CU(cuGraphExecDestroy(e));
+    CU(cuGraphDestroy(g));
+
+    say("wait value at a misaligned address", cuStreamWaitValue32(s, d + 2, 0, 0));
+    CU(cuStreamSynchronize(s));
+    say("write value with unknown flags", cuStreamWriteValue32(s, d, 0, 0x10));
+    CU(cuStreamSynchronize(s));
+    CU(cuStreamDestroy(s));
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         printf("usage: %s kernels.fatbin\n", argv[0]);
@@ -600,6 +666,7 @@ int main(int argc, char **argv) {
     capture_beside_host_function(k, x, z);
     capture_dependencies(k, x, z);
     host_nodes(k, x, z);
+    memory_operations(ctx, w);
     for (CUdeviceptr p : {x, y, z, w}) CU(cuMemFree(p));
     CU(cuDevicePrimaryCtxRelease(dev));
     printf("%s\n", all_ok ? "PASS" : "FAIL");

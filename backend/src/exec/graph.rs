@@ -59,6 +59,8 @@ pub enum NodeSpec<'a, C: ExecGraph + ?Sized> {
         /// handed out.
         dptr: u64,
     },
+    /// Stream memory operations (a batch memory-operation node).
+    MemOps(&'a [super::MemOp]),
     /// Runs the program's function `func(data)` in the program
     /// ([`super::host_call`]).
     Host {

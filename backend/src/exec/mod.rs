@@ -69,6 +69,21 @@ pub struct Param {
     pub size: u32,
 }
 
+/// A stream memory operation (`CUstreamBatchMemOpParams`), its address
+/// checked by the session: a wait for, or a write of, a 32- or 64-bit
+/// value, a barrier or a flush of remote writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemOp {
+    /// `CUstreamBatchMemOpType`.
+    pub kind: u32,
+    /// Its flags.
+    pub flags: u32,
+    /// Device address (a wait or a write).
+    pub addr: u64,
+    /// The value (low 32 bits for 32-bit operations).
+    pub value: u64,
+}
+
 /// Launch geometry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaunchDims {
@@ -277,6 +292,9 @@ pub trait ExecContext: Send + 'static {
     /// `cuMemsetD2D8/16/32[Async]` of `rect` (its width in elements of
     /// `elem_size` bytes), over a range the caller checked.
     fn memset_2d(&mut self, rect: Rect, value: u32, elem_size: u32, stream: Option<Self::Stream>) -> CuRes<()>;
+    /// `cuStreamBatchMemOp` of `ops` (their kinds, flags and ranges
+    /// checked by the caller), in order on `stream`.
+    fn stream_mem_ops(&mut self, ops: &[MemOp], stream: Option<Self::Stream>) -> CuRes<()>;
     /// `cuMemAddressReserve`: `size` bytes of device addresses aligned to
     /// `alignment` (0: the granularity), at `addr` if it is free (a hint).
     fn vmm_reserve(&mut self, size: u64, alignment: u64, addr: u64) -> CuRes<u64>;

@@ -30,6 +30,7 @@ mod graph;
 mod handler;
 mod launch;
 mod link;
+mod memop;
 mod memory;
 mod mirror;
 mod module;

@@ -112,3 +112,15 @@ pub(super) fn event_destroy<E: Executor>(s: &mut Session<E>, r: proto::EventDest
     let ev = s.events.remove(r.event.get()).ok_or(CuError::INVALID_HANDLE)?;
     s.enter(ev.ctx)?.event_destroy(ev.value)
 }
+
+pub(super) fn stream_mem_ops<E: Executor>(s: &mut Session<E>, r: proto::StreamMemOps<'_>, _: &mut Io<'_>) -> CuRes<()> {
+    let stream = r.head.stream.get();
+    let (ctx, ops) = super::memop::checked(s, r.ops, stream)?;
+    let ctx = match (ctx, stream) {
+        (Some(c), _) => c,
+        (None, 0) => s.current.ok_or(CuError::INVALID_CONTEXT)?,
+        (None, id) => owned(s, id)?.0,
+    };
+    let st = s.stream(stream, ctx)?;
+    s.enter(ctx)?.stream_mem_ops(&ops, st)
+}

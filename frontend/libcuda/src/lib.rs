@@ -51,6 +51,7 @@ pub use api::init::*;
 pub use api::launch::*;
 pub use api::library::*;
 pub use api::link::*;
+pub use api::memop::*;
 pub use api::memory::*;
 pub use api::module::*;
 pub use api::pitched::*;

@@ -430,6 +430,11 @@ macro_rules! command_table {
             109 GraphCondHandle(graph::graph_cond_handle) [quiet]: GraphCondHandle => U64Rep;
             /// A conditional node: its id, then its body graphs' ids.
             110 GraphAddCondNode(graph::graph_add_cond_node) [quiet]: GraphAddCondNode<'a> => IdsRep;
+            /// `cuStreamBatchMemOp`, `cuStreamWaitValue32/64`,
+            /// `cuStreamWriteValue32/64`.
+            111 StreamMemOps(stream::stream_mem_ops) [posted, quiet]: StreamMemOps<'a> => ();
+            /// `cuGraphAddBatchMemOpNode`.
+            112 GraphAddMemOpNode(graph::graph_add_mem_op_node) [quiet]: GraphAddMemOpNode<'a> => HandleRep;
         }
     };
 }

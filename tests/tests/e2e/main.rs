@@ -21,6 +21,7 @@ mod graph_memory;
 mod graphs;
 mod host_nodes;
 mod lifecycle;
+mod memops;
 mod memory;
 mod modules;
 
@@ -31,6 +32,7 @@ use graph_memory::*;
 use graphs::*;
 use host_nodes::*;
 use lifecycle::*;
+use memops::*;
 use memory::*;
 use modules::*;
 
@@ -137,6 +139,7 @@ over_every_transport!(
         host_nodes_run_at_every_launch,
         graph_memory,
         conditional_nodes,
+        stream_memory_operations,
         matsum_matches_cpu,
         jacobi_matches_cpu,
         many_concurrent_clients,

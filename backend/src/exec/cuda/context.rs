@@ -397,6 +397,10 @@ impl ExecContext for CudaContext {
         self.memset2d(rect, value, elem, s)
     }
 
+    fn stream_mem_ops(&mut self, ops: &[crate::exec::MemOp], s: Option<CudaStream>) -> CuRes<()> {
+        self.mem_ops(ops, s)
+    }
+
     fn tensor_map_encode(&mut self, r: &TensorMapEncode) -> CuRes<[u8; 128]> {
         self.tensor_map(r)
     }

@@ -302,6 +302,7 @@ impl ExecGraph for CudaContext {
                 // SAFETY: as above; the target outlives the graph.
                 ok(unsafe { entry(drv.cuGraphAddHostNode)?(out, g.0, d, n, &p) })?;
             }
+            NodeSpec::MemOps(ops) => return self.add_mem_op_node(g, &deps, ops),
             NodeSpec::MemFree { dptr } => {
                 // SAFETY: as above; the driver checks the address is graph
                 // memory.

@@ -17,6 +17,7 @@ mod graph;
 mod graph_mem;
 mod host_node;
 mod link;
+mod memop;
 mod nvml;
 pub mod output;
 mod vmm;

@@ -399,6 +399,10 @@ impl ExecContext for HostContext {
         unsafe { self.copy2d(c, width, height) }
     }
 
+    fn stream_mem_ops(&mut self, ops: &[crate::exec::MemOp], s: Option<u64>) -> CuRes<()> {
+        self.mem_ops(ops, s)
+    }
+
     fn memset_2d(&mut self, rect: Rect, value: u32, elem: u32, s: Option<u64>) -> CuRes<()> {
         if self.captured(s, || Op::Memset { rect, value, elem })? {
             return Ok(());

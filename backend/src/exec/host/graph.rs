@@ -58,6 +58,8 @@ pub(super) enum Op {
         func: u64,
         data: u64,
     },
+    /// Stream memory operations.
+    MemOps(Vec<crate::exec::MemOp>),
     /// A conditional node: `CUgraphConditionalNodeType` `kind`, the
     /// handle whose value decides, and the body graphs it owns.
     Cond {
@@ -86,6 +88,7 @@ impl Op {
             Op::MemFree { dptr } => format!("free {dptr:#x}"),
             Op::Host { func, data } => format!("host {func:#x}({data:#x})"),
             Op::Cond { handle, kind, bodies } => format!("conditional {kind} of handle {handle:#x}, bodies {bodies:?}"),
+            Op::MemOps(ops) => format!("{} memory operations", ops.len()),
         }
     }
 
@@ -102,6 +105,7 @@ impl Op {
             Op::MemFree { .. } => CU_GRAPH_NODE_TYPE_MEM_FREE,
             Op::Host { .. } => CU_GRAPH_NODE_TYPE_HOST,
             Op::Cond { .. } => CU_GRAPH_NODE_TYPE_CONDITIONAL,
+            Op::MemOps(_) => CU_GRAPH_NODE_TYPE_BATCH_MEM_OP,
         }
     }
 }

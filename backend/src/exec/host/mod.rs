@@ -19,6 +19,7 @@ mod context;
 mod ext;
 mod graph;
 mod kernels;
+mod memop;
 mod replay;
 mod vmm;
 

@@ -115,6 +115,7 @@ impl HostContext {
             Op::Child(c) => self.replay(c),
             Op::EventRecord(e) => self.event_record(e, None),
             Op::MemAlloc { dptr } => self.graph_map(dptr),
+            Op::MemOps(ops) => self.run_mem_ops(&ops),
             Op::Empty | Op::EventWait(_) | Op::MemFree { .. } | Op::Host { .. } | Op::Cond { .. } => Ok(()),
         }
     }
@@ -133,6 +134,7 @@ impl HostContext {
             NodeSpec::EventWait(e) => Op::EventWait(e),
             NodeSpec::Host { func, data } => Op::Host { func, data },
             NodeSpec::MemFree { dptr } => Op::MemFree { dptr },
+            NodeSpec::MemOps(ops) => Op::MemOps(ops.to_vec()),
         }
     }
 }

@@ -231,6 +231,27 @@ pub(in crate::session) fn graph_add_memset_node<E: Executor>(
     add(s, h.graph.get(), r.deps, Some(h.ctx.get()), |s| memset_spec(s, &h))
 }
 
+pub(in crate::session) fn graph_add_mem_op_node<E: Executor>(
+    s: &mut Session<E>,
+    r: proto::GraphAddMemOpNode<'_>,
+    _: &mut Io<'_>,
+) -> CuRes<HandleRep> {
+    let h = r.head;
+    let (named, ops) = crate::session::memop::checked(s, r.ops, 0)?;
+    let ctx = h.ctx.get();
+    if named.is_some_and(|c| c != ctx) {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let id = h.graph.get();
+    let (gctx, g) = s.graph.graph(id)?;
+    if gctx != ctx {
+        return Err(CuError::INVALID_CONTEXT);
+    }
+    let deps = s.graph.nodes_of(id, r.deps.iter().map(|d| d.get()))?;
+    let n = s.enter(ctx)?.graph_add_node(g, &deps, NodeSpec::MemOps(&ops))?;
+    Ok(handle(s.graph.node_id(id, n)?))
+}
+
 pub(in crate::session) fn graph_add_node<E: Executor>(s: &mut Session<E>, r: proto::GraphAddNode<'_>, _: &mut Io<'_>) -> CuRes<HandleRep> {
     let h = r.head;
     let (graph, object) = (h.graph.get(), h.object.get());

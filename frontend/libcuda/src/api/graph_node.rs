@@ -2,9 +2,9 @@
 //! one parameter union for every node type), the per-type setters of
 //! executable graphs' nodes (memset, copy, child graph), enabling and
 //! disabling nodes, and capture into an existing graph. Kernel, memset,
-//! copy, empty, child-graph, event, host, memory and conditional nodes are
-//! supported; external-semaphore and batch-memop nodes are not
-//! (`CUDA_ERROR_NOT_SUPPORTED`).
+//! copy, empty, child-graph, event, host, memory, conditional and batch
+//! memory-operation nodes are supported; external-semaphore nodes are not
+//! (`CUDA_ERROR_NOT_SUPPORTED`: a guest has no external semaphores).
 
 use super::graph::{edge_data, nodes_in, put_node};
 use super::graph::{exec_id, graph_id, node_id};
@@ -93,6 +93,15 @@ unsafe fn add(ph: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usi
             let c = unsafe { std::ptr::addr_of_mut!((*p_mut).anon2.conditional) };
             // SAFETY: per the caller.
             unsafe { graph_cond::add(ph, g, deps, n, c) }
+        }
+        CU_GRAPH_NODE_TYPE_BATCH_MEM_OP => {
+            // SAFETY: the batch memory-operation member.
+            let m = unsafe { p.anon2.memOp };
+            if m.flags != 0 {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: per the caller.
+            unsafe { super::memop::add_node(ph, g, deps, n, m.ctx, m.count, m.paramArray) }
         }
         CU_GRAPH_NODE_TYPE_MEM_FREE => {
             // SAFETY: the free member.

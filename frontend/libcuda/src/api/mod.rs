@@ -18,6 +18,7 @@ pub mod init;
 pub mod launch;
 pub mod library;
 pub mod link;
+pub mod memop;
 pub mod memory;
 pub mod module;
 pub mod pitched;

@@ -8,12 +8,14 @@
 
 mod graph;
 mod link;
+mod memop;
 mod mirror;
 mod replies;
 mod tails;
 
 pub use graph::*;
 pub use link::*;
+pub use memop::*;
 pub use mirror::*;
 pub use replies::{DevicePropsRep, FunctionRep, NamesRep};
 pub use tails::*;

@@ -12,6 +12,18 @@ fn ids() -> impl Strategy<Value = Vec<u64>> {
     proptest::collection::vec(any::<u64>(), 0..40)
 }
 
+/// Memory operations, each of a known kind.
+fn mem_ops() -> impl Strategy<Value = Vec<MemOp>> {
+    proptest::collection::vec((arb::<MemOp>(), 1u32..=6), 0..8).prop_map(|v| {
+        v.into_iter()
+            .map(|(mut o, k)| {
+                o.kind = k.into();
+                o
+            })
+            .collect()
+    })
+}
+
 /// A node-adding request of head `H`: `set` writes the dependency count.
 fn node_request<H, F>(op: Opcode, set: F) -> Arb
 where
@@ -83,6 +95,27 @@ pub(super) fn requests() -> Vec<Arb> {
     );
     all.push(node_request::<GraphHostHead, _>(Opcode::GraphAddHostNode, |h, n| h.dep_count = n.into()));
     all.push(node_request::<GraphCondHead, _>(Opcode::GraphAddCondNode, |h, n| h.dep_count = n.into()));
+    all.push(
+        (arb::<StreamMemOpsHead>(), mem_ops())
+            .prop_map(|(mut h, ops)| {
+                h.count = (ops.len() as u32).into();
+                let mut p = vec![];
+                StreamMemOps { head: h, ops: &ops }.encode(&mut p);
+                (Opcode::StreamMemOps, p)
+            })
+            .boxed(),
+    );
+    all.push(
+        (arb::<GraphMemOpHead>(), ids(), mem_ops())
+            .prop_map(|(mut h, deps, ops)| {
+                h.count = (ops.len() as u32).into();
+                h.dep_count = (deps.len() as u32).into();
+                let (mut buf, mut p) = (vec![], vec![]);
+                GraphAddMemOpNode::new(h, &deps, &ops, &mut buf).encode(&mut p);
+                (Opcode::GraphAddMemOpNode, p)
+            })
+            .boxed(),
+    );
     all.push(
         (arb::<GraphCondHandle>(), 0u32..=1)
             .prop_map(|(mut r, f)| {

@@ -1,0 +1,102 @@
+//! Requests of stream memory operations and batch memory-operation nodes:
+//! a head, (a node's) dependencies, then the operations, each of a known
+//! kind.
+
+use super::{Body, with_tail};
+use crate::proto::wire::*;
+use crate::proto::{DecodeError, Opcode};
+use zerocopy::little_endian::U64;
+use zerocopy::{FromBytes, IntoBytes};
+
+/// The operations at the front of `tail`, `n` of them, each of a known
+/// kind; and the rest.
+fn ops(tail: &[u8], n: usize) -> Result<&[MemOp], DecodeError> {
+    if n > MAX_MEM_OPS {
+        return Err(DecodeError::TooLarge(n));
+    }
+    let ops = <[MemOp]>::ref_from_bytes(tail).map_err(|_| DecodeError::Truncated)?;
+    if ops.len() != n {
+        return Err(DecodeError::Truncated);
+    }
+    if ops.iter().any(|o| !matches!(o.kind.get(), 1..=6)) {
+        return Err(DecodeError::BadField("kind"));
+    }
+    Ok(ops)
+}
+
+/// Bytes of `n` operations, bounded.
+fn ops_len(n: usize) -> Result<usize, DecodeError> {
+    if n > MAX_MEM_OPS {
+        return Err(DecodeError::TooLarge(n));
+    }
+    Ok(n * size_of::<MemOp>())
+}
+
+/// `cuStreamBatchMemOp` (and the single operations: `cuStreamWaitValue32`,
+/// `cuStreamWriteValue64`...).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamMemOps<'a> {
+    /// Stream and count.
+    pub head: StreamMemOpsHead,
+    /// The operations, in order.
+    pub ops: &'a [MemOp],
+}
+
+impl<'a> Body<'a> for StreamMemOps<'a> {
+    fn head(&self) -> &[u8] {
+        self.head.as_bytes()
+    }
+    fn tail(&self) -> &[u8] {
+        self.ops.as_bytes()
+    }
+    fn decode(op: Opcode, p: &'a [u8]) -> Result<Self, DecodeError> {
+        let (head, tail) = with_tail::<StreamMemOpsHead, _>(op, p, |h| ops_len(h.count.get() as usize))?;
+        Ok(StreamMemOps { head, ops: ops(tail, head.count.get() as usize)? })
+    }
+}
+
+/// `cuGraphAddBatchMemOpNode`: the new node's id comes back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphAddMemOpNode<'a> {
+    /// Graph, context and counts.
+    pub head: GraphMemOpHead,
+    /// The node ids it depends on.
+    pub deps: &'a [U64],
+    /// The operations.
+    pub ops: &'a [MemOp],
+    tail: &'a [u8],
+}
+
+impl<'a> GraphAddMemOpNode<'a> {
+    /// A request; `buf` receives the tail (dependencies, then operations).
+    pub fn new(head: GraphMemOpHead, deps: &[u64], ops: &[MemOp], buf: &'a mut Vec<u8>) -> Self {
+        buf.clear();
+        deps.iter().for_each(|d| buf.extend_from_slice(&d.to_le_bytes()));
+        buf.extend_from_slice(ops.as_bytes());
+        let (d, o) = buf.split_at(deps.len() * 8);
+        let deps = <[U64]>::ref_from_bytes(d).unwrap_or(&[]);
+        let ops = <[MemOp]>::ref_from_bytes(o).unwrap_or(&[]);
+        GraphAddMemOpNode { head, deps, ops, tail: &buf[..] }
+    }
+}
+
+impl<'a> Body<'a> for GraphAddMemOpNode<'a> {
+    fn head(&self) -> &[u8] {
+        self.head.as_bytes()
+    }
+    fn tail(&self) -> &[u8] {
+        self.tail
+    }
+    fn decode(op: Opcode, p: &'a [u8]) -> Result<Self, DecodeError> {
+        let (head, tail) = with_tail::<GraphMemOpHead, _>(op, p, |h| {
+            let deps = (h.dep_count.get() as usize).checked_mul(8).ok_or(DecodeError::Truncated)?;
+            deps.checked_add(ops_len(h.count.get() as usize)?).ok_or(DecodeError::Truncated)
+        })?;
+        let (d, o) = tail.split_at_checked(head.dep_count.get() as usize * 8).ok_or(DecodeError::Truncated)?;
+        let deps = <[U64]>::ref_from_bytes(d).map_err(|_| DecodeError::Truncated)?;
+        if deps.len() > super::MAX_IDS {
+            return Err(DecodeError::TooLarge(deps.len()));
+        }
+        Ok(GraphAddMemOpNode { head, deps, ops: ops(o, head.count.get() as usize)?, tail })
+    }
+}
