@@ -81,21 +81,17 @@ pub struct BackendInfo {
 /// does not provide across the connection (managed and mapped host memory,
 /// pageable-memory access, memory-pool IPC and host-located pools, IPC and
 /// interop handles (including shareable handles of virtual memory),
-/// multi-device cooperative launches, stream memory operations,
-/// multicast). Cooperative and cluster launches, the default memory pool,
-/// virtual memory management and tensor maps are provided, so their
-/// attributes read as the GPU reports them.
+/// multi-device cooperative launches, multicast). Cooperative and cluster
+/// launches, the default memory pool, virtual memory management, tensor
+/// maps and stream memory operations are provided, so their attributes
+/// read as the GPU reports them.
 pub const MASKED_ATTRS: &[CUdevice_attribute] = &[
     CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY,
     CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY,
     CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS,
     CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,
     CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
-    CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1,
-    CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1,
-    CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1,
     CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH,
-    CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES,
     CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES,
     CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST,
     CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
@@ -111,8 +107,6 @@ pub const MASKED_ATTRS: &[CUdevice_attribute] = &[
     CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING,
     CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES,
     CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED,
-    CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
-    CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR,
     CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
     CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED,
     CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED,

@@ -627,6 +627,55 @@ static void memory_operations(CUcontext ctx, CUdeviceptr d) {
     CU(cuStreamDestroy(s));
 }
 
+// Node parameters read back: a captured launch's kernel and arguments,
+// changed and set in the executable graph (as NVIDIA's samples update a
+// captured kernel), a memset node's parameters, an event node's event.
+static void node_parameters(const Kernels &k, CUdeviceptr x, CUdeviceptr y) {
+    CUstream s;
+    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    std::vector<float> xs(N);
+    for (int i = 0; i < N; i++) xs[i] = (float)(i % 97);
+    CU(cuMemcpyHtoD(x, xs.data(), N * 4));
+    CU(cuMemsetD32(y, 0, N));
+    CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    saxpy_on(k, s, 2.0f, x, y);
+    CU(cuMemsetD32Async(x, 0x3f800000, N, s));
+    CUgraph g;
+    CU(cuStreamEndCapture(s, &g));
+    CUgraphNode nodes[2];
+    size_t n = 2;
+    CU(cuGraphGetNodes(g, nodes, &n));
+    CUgraphNode kern = nodes[0], set = nodes[1];
+    CUgraphNodeType t;
+    CU(cuGraphNodeGetType(kern, &t));
+    if (t != CU_GRAPH_NODE_TYPE_KERNEL) std::swap(kern, set);
+    CUDA_KERNEL_NODE_PARAMS kp = {};
+    CU(cuGraphKernelNodeGetParams(kern, &kp));
+    float a = *(float *)kp.kernelParams[0];
+    int len = *(int *)kp.kernelParams[3];
+    printf("kernel node: saxpy %s, grid %u, block %u, a = %g, n = %d, same y %s\n", kp.func == k.saxpy ? "yes" : "NO", kp.gridDimX,
+           kp.blockDimX, a, len, *(CUdeviceptr *)kp.kernelParams[2] == y ? "yes" : "NO");
+    CUDA_MEMSET_NODE_PARAMS mp = {};
+    CU(cuGraphMemsetNodeGetParams(set, &mp));
+    printf("memset node: value %#x, element size %u, width %zu, height %zu, same dst %s\n", mp.value, mp.elementSize, mp.width,
+           mp.height, mp.dst == x ? "yes" : "NO");
+    CUgraphExec e;
+    CU(cuGraphInstantiate(&e, g, 0));
+    float five = 5.0f;
+    kp.kernelParams[0] = &five;
+    CU(cuGraphExecKernelNodeSetParams(e, kern, &kp));
+    unsigned on = 9;
+    CU(cuGraphNodeGetEnabled(e, kern, &on));
+    printf("kernel node enabled: %u\n", on);
+    CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    check("y after the changed kernel", sum_of(y), 5.0 * cpu_sum(xs));
+    CU(cuGraphExecDestroy(e));
+    CU(cuGraphDestroy(g));
+    CU(cuMemcpyHtoD(x, xs.data(), N * 4));
+    CU(cuStreamDestroy(s));
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         printf("usage: %s kernels.fatbin\n", argv[0]);
@@ -667,6 +716,7 @@ int main(int argc, char **argv) {
     capture_dependencies(k, x, z);
     host_nodes(k, x, z);
     memory_operations(ctx, w);
+    node_parameters(k, x, z);
     for (CUdeviceptr p : {x, y, z, w}) CU(cuMemFree(p));
     CU(cuDevicePrimaryCtxRelease(dev));
     printf("%s\n", all_ok ? "PASS" : "FAIL");

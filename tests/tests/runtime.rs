@@ -228,8 +228,11 @@ fn worker_program(name: &'static str) -> PathBuf {
 /// allocation left to the program, the device's graph-memory attributes),
 /// host memory in graphs (memcpy nodes of pageable and page-locked
 /// memory, a host node reading a copied result, a captured copy to the
-/// stack), and conditional nodes (if, if/else, do-while with a captured
-/// body, a while node added into a capture, switch). Where
+/// stack), conditional nodes (if, if/else, do-while with a captured
+/// body, a while node added into a capture, switch), and user objects
+/// (destructors run once the program, graphs, clones, child-graph nodes
+/// and executable graphs, after their launches, let their references
+/// go). Where
 /// `tests/runtime/{name}.expected` exists, the whole output must be it
 /// (the H100 prints the same natively).
 fn worker_run(name: &'static str, t: Transport) {
@@ -267,6 +270,16 @@ fn graph_conditional_over_local() {
 #[test]
 fn graph_conditional_over_tcp() {
     worker_run("graph_conditional", Transport::Tcp);
+}
+
+#[test]
+fn graph_user_objects_over_local() {
+    worker_run("graph_user_objects", Transport::Local);
+}
+
+#[test]
+fn graph_user_objects_over_tcp() {
+    worker_run("graph_user_objects", Transport::Tcp);
 }
 
 #[test]

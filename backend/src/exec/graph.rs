@@ -71,6 +71,59 @@ pub enum NodeSpec<'a, C: ExecGraph + ?Sized> {
     },
 }
 
+/// What a node does, as the executor reads it back.
+pub enum NodeParams<C: ExecGraph + ?Sized> {
+    /// A kernel.
+    Kernel {
+        /// The kernel.
+        f: C::Function,
+        /// Geometry.
+        dims: LaunchDims,
+        /// Its arguments.
+        args: KernelArgs,
+    },
+    /// A memset.
+    Memset {
+        /// Destination.
+        dst: u64,
+        /// Row pitch.
+        pitch: u64,
+        /// Elements per row.
+        width: u64,
+        /// Rows.
+        height: u64,
+        /// The value.
+        value: u32,
+        /// 1, 2 or 4.
+        elem_size: u32,
+    },
+    /// A one-dimensional copy.
+    Memcpy {
+        /// Destination.
+        dst: u64,
+        /// Source.
+        src: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// An event-record (`wait` false) or event-wait node.
+    Event {
+        /// Whether it waits.
+        wait: bool,
+        /// The event.
+        event: C::Event,
+    },
+}
+
+/// A kernel node's arguments as its executor holds them.
+pub enum KernelArgs {
+    /// Packed as the function's layout says.
+    Packed(Vec<u8>),
+    /// One address per parameter, where its value lies (valid until the
+    /// node changes).
+    Pointers(Vec<usize>),
+}
+
 /// A stream's capture status.
 pub struct CaptureInfo<C: ExecGraph + ?Sized> {
     /// `CUstreamCaptureStatus`.
@@ -132,8 +185,15 @@ pub trait ExecGraph: ExecContext {
     fn graph_dot(&mut self, g: Self::Graph, flags: u32) -> CuRes<Vec<u8>>;
     /// Adds a node after `deps`.
     fn graph_add_node(&mut self, g: Self::Graph, deps: &[Self::Node], spec: NodeSpec<'_, Self>) -> CuRes<Self::Node>;
-    /// `cuGraphKernelNodeSetParams` (`spec` is a kernel).
-    fn kernel_node_set(&mut self, n: Self::Node, spec: NodeSpec<'_, Self>) -> CuRes<()>;
+    /// `cuGraph{Kernel,Memset,Memcpy}NodeSetParams`,
+    /// `cuGraphEvent{Record,Wait}NodeSetEvent` (`spec` of the node's type).
+    fn node_set(&mut self, n: Self::Node, spec: NodeSpec<'_, Self>) -> CuRes<()>;
+    /// A kernel, memset, copy or event node's parameters.
+    fn node_params(&mut self, n: Self::Node) -> CuRes<NodeParams<Self>>;
+    /// `cuGraphNodeGetEnabled` of node `n` in `e`.
+    fn node_enabled(&mut self, e: Self::GraphExec, n: Self::Node) -> CuRes<bool>;
+    /// `cuGraphNodeFindInClone`: the node of graph `clone` made from `n`.
+    fn node_in_clone(&mut self, clone: Self::Graph, n: Self::Node) -> CuRes<Self::Node>;
     /// `cuGraphInstantiate`.
     fn graph_instantiate(&mut self, g: Self::Graph, flags: u64) -> CuRes<Self::GraphExec>;
     /// `cuGraphLaunch` (or `cuGraphUpload`) on `s`.

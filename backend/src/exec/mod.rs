@@ -191,11 +191,11 @@ pub trait ExecContext: Send + 'static {
     /// Module handle.
     type Module: Send + 'static;
     /// Function handle.
-    type Function: Send + Copy + 'static;
+    type Function: Send + Copy + PartialEq + 'static;
     /// Stream handle.
     type Stream: Send + Copy + 'static;
     /// Event handle.
-    type Event: Send + Copy + 'static;
+    type Event: Send + Copy + PartialEq + 'static;
 
     /// Makes this context current on the calling thread.
     fn make_current(&mut self) -> CuRes<()>;

@@ -46,6 +46,7 @@ pub use api::graph_host::*;
 pub use api::graph_kernel::*;
 pub use api::graph_mem::*;
 pub use api::graph_node::*;
+pub use api::graph_params::*;
 pub use api::host::*;
 pub use api::init::*;
 pub use api::launch::*;
@@ -57,6 +58,7 @@ pub use api::module::*;
 pub use api::pitched::*;
 pub use api::pointer::*;
 pub use api::pool::*;
+pub use api::user_object::*;
 pub use api::vmm::*;
 pub use pvgpu_ring::{CuError, CuResult};
 

@@ -435,6 +435,15 @@ macro_rules! command_table {
             111 StreamMemOps(stream::stream_mem_ops) [posted, quiet]: StreamMemOps<'a> => ();
             /// `cuGraphAddBatchMemOpNode`.
             112 GraphAddMemOpNode(graph::graph_add_mem_op_node) [quiet]: GraphAddMemOpNode<'a> => HandleRep;
+            /// A node's parameters (kernel, memset, copy, event nodes).
+            113 GraphNodeParams(graph::graph_node_params) [quiet]: GraphNodeParams => NodeParamsRep;
+            /// The event of an event-record or event-wait node, in its graph
+            /// or in an executable graph.
+            114 GraphEventNodeSet(graph::graph_event_node_set) [quiet]: GraphEventNodeSet => ();
+            /// `cuGraphNodeGetEnabled`.
+            115 GraphNodeEnabled(graph::graph_node_enabled) [quiet]: GraphNodeEnabled => I32Rep;
+            /// `cuGraphNodeFindInClone`.
+            116 GraphNodeFindInClone(graph::graph_node_find_in_clone) [quiet]: GraphNodeFindInClone => HandleRep;
         }
     };
 }

@@ -24,6 +24,7 @@ mod lifecycle;
 mod memops;
 mod memory;
 mod modules;
+mod node_params;
 
 use conditional::*;
 use devices::*;
@@ -35,6 +36,7 @@ use lifecycle::*;
 use memops::*;
 use memory::*;
 use modules::*;
+use node_params::*;
 
 fn shared() -> &'static Harness {
     static H: OnceLock<Harness> = OnceLock::new();
@@ -140,6 +142,7 @@ over_every_transport!(
         graph_memory,
         conditional_nodes,
         stream_memory_operations,
+        node_parameters,
         matsum_matches_cpu,
         jacobi_matches_cpu,
         many_concurrent_clients,

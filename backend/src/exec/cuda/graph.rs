@@ -6,7 +6,7 @@
 
 use super::driver::{entry, ok};
 use super::{CudaContext, CudaEvent, CudaStream, raw_stream};
-use crate::exec::graph::{CaptureInfo, ExecGraph, NodeSpec};
+use crate::exec::graph::{CaptureInfo, ExecGraph, NodeParams, NodeSpec};
 use crate::exec::{CuRes, LaunchDims, Param};
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::*;
@@ -80,7 +80,7 @@ fn kernel_params(f: *mut c_void, d: &LaunchDims, args: &mut [*mut c_void]) -> CU
 }
 
 /// Calls `f(params)` with the driver's view of a kernel spec.
-fn with_kernel(spec: NodeSpec<'_, CudaContext>, f: impl FnOnce(&CUDA_KERNEL_NODE_PARAMS) -> CuRes<()>) -> CuRes<()> {
+pub(super) fn with_kernel(spec: NodeSpec<'_, CudaContext>, f: impl FnOnce(&CUDA_KERNEL_NODE_PARAMS) -> CuRes<()>) -> CuRes<()> {
     let NodeSpec::Kernel { f: func, dims, params, layout } = spec else { return Err(CuError::INVALID_VALUE) };
     let mut args = arg_pointers(params, layout)?;
     // The driver copies the arguments when it takes the parameters.
@@ -312,10 +312,20 @@ impl ExecGraph for CudaContext {
         Ok(CudaNode(node))
     }
 
-    fn kernel_node_set(&mut self, n: CudaNode, spec: NodeSpec<'_, Self>) -> CuRes<()> {
-        let set = entry(self.drv.cuGraphKernelNodeSetParams_v2)?;
-        // SAFETY: a live kernel node (the driver checks its type).
-        with_kernel(spec, |p| ok(unsafe { set(n.0, p) }))
+    fn node_set(&mut self, n: CudaNode, spec: NodeSpec<'_, Self>) -> CuRes<()> {
+        self.set_node(n, spec)
+    }
+
+    fn node_params(&mut self, n: CudaNode) -> CuRes<NodeParams<Self>> {
+        self.params_of(n)
+    }
+
+    fn node_enabled(&mut self, e: CudaGraphExec, n: CudaNode) -> CuRes<bool> {
+        self.enabled(e, n)
+    }
+
+    fn node_in_clone(&mut self, clone: CudaGraph, n: CudaNode) -> CuRes<CudaNode> {
+        self.in_clone(clone, n)
     }
 
     fn graph_instantiate(&mut self, g: CudaGraph, flags: u64) -> CuRes<CudaGraphExec> {
@@ -363,6 +373,14 @@ impl ExecGraph for CudaContext {
                 let p = self.host_params(func, data)?;
                 // SAFETY: as above; the target outlives the graph.
                 ok(unsafe { entry(drv.cuGraphExecHostNodeSetParams)?(e.0, n.0, &p) })
+            }
+            NodeSpec::EventRecord(ev) => {
+                // SAFETY: as above, and a live event of this session.
+                ok(unsafe { entry(drv.cuGraphExecEventRecordNodeSetEvent)?(e.0, n.0, event(ev)) })
+            }
+            NodeSpec::EventWait(ev) => {
+                // SAFETY: as above.
+                ok(unsafe { entry(drv.cuGraphExecEventWaitNodeSetEvent)?(e.0, n.0, event(ev)) })
             }
             _ => Err(CuError::INVALID_VALUE),
         }
@@ -443,12 +461,12 @@ fn event(e: CudaEvent) -> CUevent {
 }
 
 /// A memset as `CUDA_MEMSET_NODE_PARAMS`.
-fn memset_params(dst: u64, pitch: u64, width: u64, height: u64, value: u32, elem_size: u32) -> CUDA_MEMSET_NODE_PARAMS {
+pub(super) fn memset_params(dst: u64, pitch: u64, width: u64, height: u64, value: u32, elem_size: u32) -> CUDA_MEMSET_NODE_PARAMS {
     CUDA_MEMSET_NODE_PARAMS { dst, pitch: pitch as usize, value, elementSize: elem_size, width: width as usize, height: height as usize }
 }
 
 /// A 1D device-to-device copy as `CUDA_MEMCPY3D`.
-fn memcpy_1d(dst: u64, src: u64, len: u64) -> CUDA_MEMCPY3D {
+pub(super) fn memcpy_1d(dst: u64, src: u64, len: u64) -> CUDA_MEMCPY3D {
     // SAFETY: plain integers and null pointers: zero is "nothing" for each.
     let mut p: CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
     p.srcMemoryType = CU_MEMORYTYPE_DEVICE;

@@ -18,6 +18,7 @@ mod graph_mem;
 mod host_node;
 mod link;
 mod memop;
+mod node_params;
 mod nvml;
 pub mod output;
 mod vmm;
@@ -268,7 +269,7 @@ impl Drop for CudaContext {
 macro_rules! send_handle {
     ($(#[$m:meta])* $name:ident($t:ty)) => {
         $(#[$m])*
-        #[derive(Clone, Copy, Debug)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub struct $name($t);
         // SAFETY: driver handles are plain identifiers the driver resolves in
         // the current context; they carry no thread affinity.

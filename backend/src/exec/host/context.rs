@@ -150,9 +150,11 @@ impl ExecContext for HostContext {
             image.extend_from_slice(text);
             image.push(b'\n');
         }
+        // A PTX image is a C string: the program finds its end by its NUL.
+        image.push(0);
         let info_log = format!("host executor: joined {} PTX inputs", spec.inputs.len()).into_bytes();
         let image =
-            if !error_log.is_empty() || image.is_empty() { Err(CuError::INVALID_IMAGE) } else { image::parse(&image).map(|_| image) };
+            if !error_log.is_empty() || image.len() <= 1 { Err(CuError::INVALID_IMAGE) } else { image::parse(&image).map(|_| image) };
         if image.is_err() && error_log.is_empty() {
             error_log.extend_from_slice(b"host executor: the inputs do not parse as PTX\n");
         }

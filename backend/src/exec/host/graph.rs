@@ -158,6 +158,8 @@ pub(super) struct Graphs {
     disabled: HashSet<u64>,
     /// Conditional handles by value.
     pub(super) cond_handles: HashMap<u64, CondHandle>,
+    /// The nodes of clones: (clone, original node) to the clone's node.
+    pub(super) clones: HashMap<(u64, u64), u64>,
 }
 
 impl Graphs {
@@ -282,6 +284,7 @@ impl Graphs {
     /// handles made for it stay: executable graphs made from it use them.
     pub(super) fn destroy(&mut self, g: u64) -> CuRes<()> {
         let graph = self.graphs.remove(&g).ok_or(CuError::INVALID_VALUE)?;
+        self.clones.retain(|(clone, _), _| *clone != g);
         for (n, op) in &graph.ops {
             self.node_graph.remove(n);
             self.disabled.remove(n);

@@ -20,6 +20,7 @@ mod ext;
 mod graph;
 mod kernels;
 mod memop;
+mod node_params;
 mod replay;
 mod vmm;
 
@@ -198,6 +199,12 @@ struct ModuleState {
 pub struct HostFunction {
     module: u64,
     kernel: HostKernel,
+}
+
+impl PartialEq for HostFunction {
+    fn eq(&self, other: &Self) -> bool {
+        self.module == other.module && std::ptr::fn_addr_eq(self.kernel, other.kernel)
+    }
 }
 
 /// One context of the host executor.

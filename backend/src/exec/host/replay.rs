@@ -10,7 +10,7 @@
 
 use super::HostContext;
 use super::graph::Op;
-use crate::exec::graph::{CaptureInfo, ExecGraph, NodeSpec};
+use crate::exec::graph::{CaptureInfo, ExecGraph, NodeParams, NodeSpec};
 use crate::exec::host_call::HostCalls;
 use crate::exec::{CuRes, ExecContext, Rect};
 use pvgpu_ring::CuError;
@@ -121,7 +121,7 @@ impl HostContext {
     }
 
     /// The op a node spec describes.
-    fn op(spec: NodeSpec<'_, Self>) -> Op {
+    pub(super) fn op(spec: NodeSpec<'_, Self>) -> Op {
         match spec {
             NodeSpec::Kernel { f, dims, params, layout } => Op::Kernel { f, dims, params: params.to_vec(), layout: layout.to_vec() },
             NodeSpec::Memcpy { dst, src, len } => Op::Memcpy { dst, src, len },
@@ -188,7 +188,9 @@ impl ExecGraph for HostContext {
     }
 
     fn graph_clone(&mut self, g: u64) -> CuRes<u64> {
-        Ok(self.graphs.copy(g, false)?.0)
+        let (c, pairs) = self.graphs.copy(g, false)?;
+        self.graphs.clones.extend(pairs.into_iter().map(|(original, copy)| ((c, original), copy)));
+        Ok(c)
     }
 
     fn graph_nodes(&mut self, g: u64, roots: bool) -> CuRes<Vec<u64>> {
@@ -227,13 +229,21 @@ impl ExecGraph for HostContext {
         self.graphs.add(g, deps, Self::op(spec))
     }
 
-    fn kernel_node_set(&mut self, n: u64, spec: NodeSpec<'_, Self>) -> CuRes<()> {
-        let op = self.graphs.op_mut(n)?;
-        if !matches!(op, Op::Kernel { .. }) || !matches!(spec, NodeSpec::Kernel { .. }) {
-            return Err(CuError::INVALID_VALUE);
-        }
-        *op = Self::op(spec);
-        Ok(())
+    fn node_set(&mut self, n: u64, spec: NodeSpec<'_, Self>) -> CuRes<()> {
+        self.set_node(n, spec)
+    }
+
+    fn node_params(&mut self, n: u64) -> CuRes<NodeParams<Self>> {
+        self.params_of(n)
+    }
+
+    fn node_enabled(&mut self, e: u64, n: u64) -> CuRes<bool> {
+        let copy = self.exec_node(e, n)?;
+        Ok(self.graphs.enabled(copy))
+    }
+
+    fn node_in_clone(&mut self, clone: u64, n: u64) -> CuRes<u64> {
+        self.in_clone(clone, n)
     }
 
     fn graph_instantiate(&mut self, g: u64, _flags: u64) -> CuRes<u64> {
@@ -275,7 +285,7 @@ impl ExecGraph for HostContext {
             other => Self::op(other),
         };
         let op = self.graphs.op_mut(copy)?;
-        if std::mem::discriminant(op) != std::mem::discriminant(&new) || matches!(new, Op::Empty | Op::EventRecord(_) | Op::EventWait(_)) {
+        if std::mem::discriminant(op) != std::mem::discriminant(&new) || matches!(new, Op::Empty) {
             if let Op::Child(c) = new {
                 let _ = self.graphs.destroy(c);
             }

@@ -70,7 +70,7 @@ pub(in crate::session) fn graph_exec_destroy<E: Executor>(s: &mut Session<E>, r:
 }
 
 /// The context, executable graph and node of (`exec`, `node`).
-fn exec_node<E: Executor>(s: &Session<E>, exec: u64, node: u64) -> CuRes<(u64, GraphExec<E>, Node<E>)> {
+pub(super) fn exec_node<E: Executor>(s: &Session<E>, exec: u64, node: u64) -> CuRes<(u64, GraphExec<E>, Node<E>)> {
     let x = s.graph.execs.get(exec).ok_or(CuError::INVALID_VALUE)?;
     let n = s.graph.nodes.get(node).ok_or(CuError::INVALID_VALUE)?;
     if n.ctx != x.ctx {
@@ -98,6 +98,15 @@ pub(in crate::session) fn graph_exec_memset_set<E: Executor>(
     r: proto::GraphExecMemsetSet,
     _: &mut Io<'_>,
 ) -> CuRes<()> {
+    if r.exec.get() == 0 {
+        // `cuGraphMemsetNodeSetParams`: the node in its graph.
+        let (ctx, _, n) = nodes::node(s, r.node.get())?;
+        if r.memset.ctx.get() != ctx {
+            return Err(CuError::INVALID_CONTEXT);
+        }
+        let spec = nodes::memset_spec(s, &r.memset)?;
+        return s.enter(ctx)?.node_set(n, spec);
+    }
     let (ctx, e, n) = exec_node(s, r.exec.get(), r.node.get())?;
     if r.memset.ctx.get() != ctx {
         return Err(CuError::INVALID_CONTEXT);
@@ -111,6 +120,15 @@ pub(in crate::session) fn graph_exec_memcpy_set<E: Executor>(
     r: proto::GraphExecMemcpySet,
     _: &mut Io<'_>,
 ) -> CuRes<()> {
+    if r.exec.get() == 0 {
+        // `cuGraphMemcpyNodeSetParams`: the node in its graph.
+        let (ctx, _, n) = nodes::node(s, r.node.get())?;
+        if r.memcpy.ctx.get() != ctx {
+            return Err(CuError::INVALID_CONTEXT);
+        }
+        let spec = nodes::memcpy_spec(s, &r.memcpy)?;
+        return s.enter(ctx)?.node_set(n, spec);
+    }
     let (ctx, e, n) = exec_node(s, r.exec.get(), r.node.get())?;
     if r.memcpy.ctx.get() != ctx {
         return Err(CuError::INVALID_CONTEXT);

@@ -13,6 +13,7 @@ mod exec;
 mod host;
 mod memory;
 mod nodes;
+mod params;
 
 pub(super) use capture::*;
 pub(super) use conditional::{graph_add_cond_node, graph_cond_handle};
@@ -20,6 +21,7 @@ pub(super) use exec::*;
 pub(super) use host::{graph_add_host_node, host_call_done, host_call_wait, host_node_params, launch_host_func};
 pub(super) use memory::{graph_add_mem_node, graph_mem_attr, graph_memory_allowed, mem_node_params};
 pub(super) use nodes::*;
+pub(super) use params::*;
 
 use super::{Ctx, Session};
 use crate::exec::graph::ExecGraph;

@@ -68,7 +68,7 @@ pub(in crate::session) fn graph_edges<E: Executor>(s: &mut Session<E>, r: proto:
 }
 
 /// The context, graph id and executor node of node `id`.
-fn node<E: Executor>(s: &Session<E>, id: u64) -> CuRes<(u64, u64, Node<E>)> {
+pub(super) fn node<E: Executor>(s: &Session<E>, id: u64) -> CuRes<(u64, u64, Node<E>)> {
     let n = s.graph.nodes.get(id).ok_or(CuError::INVALID_VALUE)?;
     let (ctx, _) = s.graph.graph(n.graph)?;
     Ok((ctx, n.graph, n.node))
@@ -183,7 +183,7 @@ pub(in crate::session) fn graph_kernel_node_set<E: Executor>(
     if ctx != gctx {
         return Err(CuError::INVALID_CONTEXT);
     }
-    s.enter(gctx)?.kernel_node_set(n, spec)
+    s.enter(gctx)?.node_set(n, spec)
 }
 
 /// A device-to-device copy's spec, both ranges in context `ctx`'s memory.

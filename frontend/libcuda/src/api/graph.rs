@@ -157,6 +157,7 @@ pub extern "C" fn cuGraphDestroy(g: CUgraph) -> CuResult {
         let graph = graph_id(g)?;
         state::client()?.graph_destroy(graph).map_err(state::cu)?;
         super::graph_cond::graph_gone(graph.0);
+        super::user_object::graph_gone(graph.0);
         Ok(())
     })
 }
@@ -171,7 +172,9 @@ pub unsafe extern "C" fn cuGraphClone(ph: *mut CUgraph, g: CUgraph) -> CuResult 
         if ph.is_null() {
             return Err(CuError::INVALID_VALUE);
         }
-        let c = state::client()?.graph_clone(graph_id(g)?).map_err(state::cu)?;
+        let graph = graph_id(g)?;
+        let c = state::client()?.graph_clone(graph).map_err(state::cu)?;
+        super::user_object::cloned(graph.0, c.0);
         // SAFETY: non-null and writable per the API.
         unsafe { put(ph, handle(c.0)) }
     })
@@ -379,6 +382,8 @@ pub extern "C" fn cuGraphDestroyNode(node: CUgraphNode) -> CuResult {
         let n = node_id(node)?;
         state::client()?.graph_node_destroy(n).map_err(state::cu)?;
         super::graph_cond::node_gone(n.0);
+        super::user_object::node_gone(n.0);
+        super::graph_params::node_gone(n.0);
         Ok(())
     })
 }

@@ -24,11 +24,42 @@ pub(crate) unsafe fn add_simple(
     object: u64,
 ) -> Res {
     // SAFETY: per the caller.
+    let node = unsafe { add_node(ph, g, deps, n, kind, object) }?;
+    // SAFETY: per the caller.
+    unsafe { put_node(ph, node) }
+}
+
+/// Adds a node of `kind` (`object`: the child graph or the event); `ph`,
+/// where it goes, is checked, not written.
+///
+/// # Safety
+/// `deps` holds `n` nodes.
+unsafe fn add_node(
+    ph: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    kind: CUgraphNodeType,
+    object: u64,
+) -> Result<GraphNode, CuError> {
+    // SAFETY: per the caller.
     let deps = unsafe { nodes_in(deps, n) }?;
     if ph.is_null() {
         return Err(CuError::INVALID_VALUE);
     }
-    let node = state::client()?.graph_add_node(graph_id(g)?, &deps, kind.0, object).map_err(state::cu)?;
+    state::client()?.graph_add_node(graph_id(g)?, &deps, kind.0, object).map_err(state::cu)
+}
+
+/// Adds a child-graph node that runs a copy of `child` and owns copies of
+/// the references to user objects that `child` owns.
+///
+/// # Safety
+/// `deps` holds `n` nodes; `ph` is writable.
+pub(crate) unsafe fn add_child(ph: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, child: CUgraph) -> Res {
+    let child = graph_id(child)?.0;
+    // SAFETY: per the caller.
+    let node = unsafe { add_node(ph, g, deps, n, CU_GRAPH_NODE_TYPE_GRAPH, child) }?;
+    super::user_object::child_added(graph_id(g)?.0, node.0, child);
     // SAFETY: per the caller.
     unsafe { put_node(ph, node) }
 }
@@ -55,11 +86,8 @@ pub unsafe extern "C" fn cuGraphAddChildGraphNode(
     n: usize,
     child: CUgraph,
 ) -> CuResult {
-    run("cuGraphAddChildGraphNode", || {
-        let child = graph_id(child)?.0;
-        // SAFETY: per the caller.
-        unsafe { add_simple(ph, g, deps, n, CU_GRAPH_NODE_TYPE_GRAPH, child) }
-    })
+    // SAFETY: per the caller.
+    run("cuGraphAddChildGraphNode", || unsafe { add_child(ph, g, deps, n, child) })
 }
 
 /// `cuGraphAddEventRecordNode`.

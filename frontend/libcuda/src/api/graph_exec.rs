@@ -17,12 +17,15 @@ fn instantiate(ph: *mut CUgraphExec, g: CUgraph, flags: u64, upload: CUstream) -
     }
     let upload_flag = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD.0 as u64;
     let c = state::client()?;
-    let e = c.graph_instantiate(graph_id(g)?, flags & !upload_flag).map_err(state::cu)?;
+    let graph = graph_id(g)?;
+    let e = c.graph_instantiate(graph, flags & !upload_flag).map_err(state::cu)?;
     if flags & upload_flag != 0 {
         c.graph_launch(e, state::ordered(upload), true).map_err(state::cu)?;
     }
     // SAFETY: non-null; writable per the API.
     unsafe { put(ph, handle(e.0)) }?;
+    super::user_object::instantiated(graph.0, e.0);
+    super::graph_params::note_exec_flags(e.0, flags);
     Ok(e)
 }
 
@@ -122,9 +125,13 @@ pub unsafe extern "C" fn cuGraphInstantiateWithParams(ph: *mut CUgraphExec, g: C
 
 fn launch(e: CUgraphExec, s: CUstream, upload: bool) -> Res {
     let c = state::client()?;
-    c.graph_launch(exec_id(e)?, state::ordered(s), upload).map_err(state::cu)?;
+    let exec = exec_id(e)?;
+    c.graph_launch(exec, state::ordered(s), upload).map_err(state::cu)?;
     if c.host_calls_pending() {
         crate::callback::host_nodes_launched();
+    }
+    if !upload {
+        super::user_object::launched(exec.0, s);
     }
     Ok(())
 }
@@ -144,15 +151,25 @@ pub extern "C" fn cuGraphUpload(e: CUgraphExec, s: CUstream) -> CuResult {
 /// `cuGraphExecDestroy`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuGraphExecDestroy(e: CUgraphExec) -> CuResult {
-    run("cuGraphExecDestroy", || state::client()?.graph_exec_destroy(exec_id(e)?).map_err(state::cu))
+    run("cuGraphExecDestroy", || {
+        let exec = exec_id(e)?;
+        state::client()?.graph_exec_destroy(exec).map_err(state::cu)?;
+        super::user_object::exec_gone(exec.0);
+        super::graph_params::exec_gone(exec.0);
+        Ok(())
+    })
 }
 
 /// Updates `e` from `g`: the result and the node that stopped it; a
 /// refused update is `CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE`.
 fn update(e: CUgraphExec, g: CUgraph) -> Result<(Result<(), CuError>, CUgraphExecUpdateResult, CUgraphNode), CuError> {
-    let (result, node) = state::client()?.graph_exec_update(exec_id(e)?, graph_id(g)?).map_err(state::cu)?;
+    let (exec, graph) = (exec_id(e)?, graph_id(g)?);
+    let (result, node) = state::client()?.graph_exec_update(exec, graph).map_err(state::cu)?;
     let node = node.map_or(std::ptr::null_mut(), |n: GraphNode| handle(n.0));
     let status = if result == CU_GRAPH_EXEC_UPDATE_SUCCESS.0 { Ok(()) } else { Err(CuError::GRAPH_EXEC_UPDATE_FAILURE) };
+    if status.is_ok() {
+        super::user_object::exec_updated(exec.0, graph.0);
+    }
     Ok((status, CUgraphExecUpdateResult(result), node))
 }
 

@@ -8,7 +8,7 @@
 
 use super::graph::{edge_data, nodes_in, put_node};
 use super::graph::{exec_id, graph_id, node_id};
-use super::graph_add::{add_memcpy, add_simple, device_copy, memset_head};
+use super::graph_add::{add_child, add_memcpy, add_simple, device_copy, memset_head};
 use super::graph_cond;
 use super::graph_host;
 use super::graph_kernel::{self, Kernel};
@@ -61,7 +61,7 @@ unsafe fn add(ph: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usi
                 return Err(CuError::NOT_SUPPORTED);
             }
             // SAFETY: per the caller.
-            unsafe { add_simple(ph, g, deps, n, CU_GRAPH_NODE_TYPE_GRAPH, graph_id(c.graph)?.0) }
+            unsafe { add_child(ph, g, deps, n, c.graph) }
         }
         CU_GRAPH_NODE_TYPE_EVENT_RECORD => {
             // SAFETY: the event-record member.
@@ -209,9 +209,16 @@ pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
 /// `cuGraphExecChildGraphNodeSetParams`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuGraphExecChildGraphNodeSetParams(e: CUgraphExec, node: CUgraphNode, child: CUgraph) -> CuResult {
-    run("cuGraphExecChildGraphNodeSetParams", || {
-        state::client()?.graph_exec_child_set(exec_id(e)?, node_id(node)?, graph_id(child)?).map_err(state::cu)
-    })
+    run("cuGraphExecChildGraphNodeSetParams", || exec_child_set(e, node, child))
+}
+
+/// Sets a child-graph node of an executable graph from `child`, whose
+/// references to user objects the node then owns copies of.
+fn exec_child_set(e: CUgraphExec, node: CUgraphNode, child: CUgraph) -> Res {
+    let (exec, node, child) = (exec_id(e)?, node_id(node)?, graph_id(child)?);
+    state::client()?.graph_exec_child_set(exec, node, child).map_err(state::cu)?;
+    super::user_object::exec_child_set(exec.0, node.0, child.0);
+    Ok(())
 }
 
 /// `cuGraphNodeSetEnabled`.
@@ -247,11 +254,8 @@ pub unsafe extern "C" fn cuGraphExecNodeSetParams(e: CUgraphExec, node: CUgraphN
                 let c = unsafe { &p.anon2.memcpy };
                 exec_memcpy(e, node, &c.copyParams, c.copyCtx)
             }
-            CU_GRAPH_NODE_TYPE_GRAPH => {
-                // SAFETY: the child-graph member.
-                let child = unsafe { p.anon2.graph.graph };
-                state::client()?.graph_exec_child_set(exec_id(e)?, node_id(node)?, graph_id(child)?).map_err(state::cu)
-            }
+            // SAFETY: the child-graph member.
+            CU_GRAPH_NODE_TYPE_GRAPH => exec_child_set(e, node, unsafe { p.anon2.graph.graph }),
             // SAFETY: the host member.
             CU_GRAPH_NODE_TYPE_HOST => graph_host::set(Some(e), node, graph_host::from_v2(unsafe { &p.anon2.host })?),
             _ => Err(CuError::NOT_SUPPORTED),

@@ -269,3 +269,29 @@ node_request!(
     /// graphs' ids, come back.
     GraphAddCondNode(GraphCondHead)
 );
+
+/// Reply to `GraphNodeParams`: the kind and its parameters, and a kernel
+/// node's packed parameters.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NodeParamsRep {
+    /// Kind and words.
+    pub head: NodeParamsHead,
+    /// A kernel's packed parameters (its function's layout).
+    pub params: Vec<u8>,
+}
+
+impl Reply for NodeParamsRep {
+    fn encode(&self, out: &mut Vec<u8>) {
+        let mut h = self.head;
+        h.param_len = (self.params.len() as u32).into();
+        out.extend_from_slice(h.as_bytes());
+        out.extend_from_slice(&self.params);
+    }
+    fn decode(op: Opcode, p: &[u8]) -> Result<Self, DecodeError> {
+        let (head, tail) = with_tail::<NodeParamsHead, _>(op, p, |h| {
+            let n = h.param_len.get() as usize;
+            if n > MAX_PARAM_BYTES { Err(DecodeError::TooLarge(n)) } else { Ok(n) }
+        })?;
+        Ok(NodeParamsRep { head, params: tail.to_vec() })
+    }
+}

@@ -199,7 +199,7 @@ impl Validate for GraphCondHandle {
     }
 }
 
-fixed! { requests: MemNodeParams }
+fixed! { requests: MemNodeParams, GraphNodeParams, GraphEventNodeSet, GraphNodeEnabled, GraphNodeFindInClone }
 
 fixed! { replies: GraphMemNodeRep, MemNodeRep }
 

@@ -65,7 +65,11 @@ pub(super) fn requests() -> Vec<Arb> {
         GraphExecChildSet,
         HostCallWait,
         HostCallDone,
-        MemNodeParams
+        MemNodeParams,
+        GraphNodeParams,
+        GraphEventNodeSet,
+        GraphNodeEnabled,
+        GraphNodeFindInClone
     );
     all.push(
         (arb::<GraphMemAttr>(), 0u32..=3, 0u32..=2)
@@ -228,7 +232,10 @@ proptest! {
         exec in arb::<InstantiateRep>(),
         mem_node in arb::<GraphMemNodeRep>(),
         mem in arb::<MemNodeRep>(),
+        params in (arb::<NodeParamsHead>(), proptest::collection::vec(any::<u8>(), 0..64)),
     ) {
+        let params = NodeParamsRep { head: NodeParamsHead { param_len: (params.1.len() as u32).into(), ..params.0 }, params: params.1 };
+        prop_assert_eq!(NodeParamsRep::decode(Opcode::GraphNodeParams, &encoded(&params)), Ok(params));
         let info = CaptureInfoRep { head: CaptureInfoHead { dep_count: (info.1.len() as u32).into(), ..info.0 }, deps: info.1 };
         prop_assert_eq!(CaptureInfoRep::decode(Opcode::StreamCaptureInfo, &encoded(&info)), Ok(info));
         let list = IdsRep { ids: list };

@@ -260,9 +260,10 @@ wire_structs! {
     }
     /// `cuGraphExecMemsetNodeSetParams`: node `node` (of the graph the
     /// executable graph was made from) sets `memset` instead (its `graph`
-    /// and `dep_count` are zero).
+    /// and `dep_count` are zero). With `exec` 0,
+    /// `cuGraphMemsetNodeSetParams`: the node in its graph.
     pub struct GraphExecMemsetSet {
-        /// Executable graph id.
+        /// Executable graph id, or 0.
         pub exec: U64,
         /// Node id.
         pub node: U64,
@@ -270,9 +271,10 @@ wire_structs! {
         pub memset: GraphMemsetHead,
     }
     /// `cuGraphExecMemcpyNodeSetParams` of device memory (`memcpy`'s
-    /// `graph` and `dep_count` are zero).
+    /// `graph` and `dep_count` are zero). With `exec` 0,
+    /// `cuGraphMemcpyNodeSetParams`: the node in its graph.
     pub struct GraphExecMemcpySet {
-        /// Executable graph id.
+        /// Executable graph id, or 0.
         pub exec: U64,
         /// Node id.
         pub node: U64,
@@ -440,3 +442,52 @@ wire_structs! {
 
 /// Most body graphs of one conditional node (a switch's cases).
 pub const MAX_COND_BODIES: u32 = 1024;
+
+// Requests and replies: node parameters.
+wire_structs! {
+    /// A node's parameters: `cuGraphKernelNodeGetParams`,
+    /// `cuGraphMemsetNodeGetParams`, `cuGraphMemcpyNodeGetParams`,
+    /// `cuGraphEventRecordNodeGetEvent`, `cuGraphEventWaitNodeGetEvent`.
+    pub struct GraphNodeParams {
+        /// Node id.
+        pub node: U64,
+    }
+    /// Head of the reply to `GraphNodeParams`: `param_len` bytes of a
+    /// kernel's packed parameters follow.
+    pub struct NodeParamsHead {
+        /// `CUgraphNodeType`.
+        pub kind: U32,
+        /// Bytes of packed parameters that follow (a kernel node).
+        pub param_len: U32,
+        /// By kind: a kernel's function id, grid x, y, z, block x, y, z and
+        /// dynamic shared memory; a memset's destination, pitch, value,
+        /// element size, width and height; a copy's destination, source and
+        /// bytes; an event node's event id. Zero past them.
+        pub words: [U64; 8],
+    }
+    /// `cuGraphEventRecordNodeSetEvent`, `cuGraphEventWaitNodeSetEvent`
+    /// (`exec` 0), and their `cuGraphExec*` forms.
+    pub struct GraphEventNodeSet {
+        /// Executable graph id, or 0 for the node in its graph.
+        pub exec: U64,
+        /// Node id.
+        pub node: U64,
+        /// Event id.
+        pub event: U64,
+    }
+    /// `cuGraphNodeGetEnabled`: whether executable graph `exec` runs node
+    /// `node` (1) or skips it (0).
+    pub struct GraphNodeEnabled {
+        /// Executable graph id.
+        pub exec: U64,
+        /// Node id.
+        pub node: U64,
+    }
+    /// `cuGraphNodeFindInClone`: the node of `clone` made from `node`.
+    pub struct GraphNodeFindInClone {
+        /// Graph id of a clone.
+        pub clone: U64,
+        /// Node id of the graph it was cloned from.
+        pub node: U64,
+    }
+}

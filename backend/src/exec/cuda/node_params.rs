@@ -1,0 +1,134 @@
+//! Node parameters on the GPU, read back and set in a graph: kernel,
+//! memset, copy and event nodes (`cuGraph*NodeGetParams`,
+//! `cuGraph*NodeSetParams`, `cuGraphEvent*NodeGetEvent/SetEvent`), and the
+//! queries of an executable graph's nodes and of clones.
+
+use super::driver::{entry, ok};
+use super::graph::{CudaGraph, CudaGraphExec, CudaNode};
+use super::{CudaContext, CudaEvent, CudaFunction};
+use crate::exec::graph::{KernelArgs, NodeParams, NodeSpec};
+use crate::exec::{CuRes, LaunchDims};
+use pvgpu_ring::CuError;
+use pvgpu_ring::cuda::api::*;
+use std::ptr;
+
+/// How many parameters kernel `f` takes.
+fn param_count(f: CudaFunction) -> usize {
+    (0..pvgpu_ring::proto::MAX_PARAMS)
+        .take_while(|&i| {
+            let (mut off, mut size) = (0usize, 0usize);
+            // SAFETY: a live function; valid out-pointers; an index past the
+            // last parameter answers an error.
+            unsafe { cudarc::driver::sys::cuFuncGetParamInfo(f.0, i, &mut off, &mut size) as u32 == 0 }
+        })
+        .count()
+}
+
+impl CudaContext {
+    pub(super) fn params_of(&mut self, n: CudaNode) -> CuRes<NodeParams<Self>> {
+        let drv = self.drv;
+        let mut kind = CU_GRAPH_NODE_TYPE_EMPTY;
+        // SAFETY: a live node; a valid out-pointer.
+        ok(unsafe { entry(drv.cuGraphNodeGetType)?(n.0, &mut kind) })?;
+        match kind {
+            CU_GRAPH_NODE_TYPE_KERNEL => {
+                // SAFETY: plain integers and null pointers.
+                let mut p: CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+                // SAFETY: a live kernel node; a valid out-pointer.
+                ok(unsafe { entry(drv.cuGraphKernelNodeGetParams_v2)?(n.0, &mut p) })?;
+                let f = CudaFunction(if p.func.is_null() { p.kern.cast() } else { p.func.cast() });
+                let count = param_count(f);
+                if count > 0 && p.kernelParams.is_null() {
+                    return Err(CuError::NOT_SUPPORTED);
+                }
+                // SAFETY: the driver's array of one pointer per parameter,
+                // alive while the node is unchanged.
+                let args = (0..count).map(|i| unsafe { *p.kernelParams.add(i) } as usize).collect();
+                let dims = LaunchDims {
+                    grid: [p.gridDimX, p.gridDimY, p.gridDimZ],
+                    block: [p.blockDimX, p.blockDimY, p.blockDimZ],
+                    shared_mem: p.sharedMemBytes,
+                };
+                Ok(NodeParams::Kernel { f, dims, args: KernelArgs::Pointers(args) })
+            }
+            CU_GRAPH_NODE_TYPE_MEMSET => {
+                // SAFETY: plain integers.
+                let mut p: CUDA_MEMSET_NODE_PARAMS = unsafe { std::mem::zeroed() };
+                // SAFETY: a live memset node; a valid out-pointer.
+                ok(unsafe { entry(drv.cuGraphMemsetNodeGetParams)?(n.0, &mut p) })?;
+                let (dst, pitch, width, height) = (p.dst, p.pitch as u64, p.width as u64, p.height as u64);
+                Ok(NodeParams::Memset { dst, pitch, width, height, value: p.value, elem_size: p.elementSize })
+            }
+            CU_GRAPH_NODE_TYPE_MEMCPY => {
+                // SAFETY: plain integers and null pointers.
+                let mut p: CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+                // SAFETY: a live copy node; a valid out-pointer.
+                ok(unsafe { entry(drv.cuGraphMemcpyNodeGetParams)?(n.0, &mut p) })?;
+                let address =
+                    |t: CUmemorytype, dev: u64, host: *const std::ffi::c_void| if t == CU_MEMORYTYPE_HOST { host as u64 } else { dev };
+                let one_d = p.Height <= 1 && p.Depth <= 1 && p.srcY == 0 && p.dstY == 0 && p.srcZ == 0 && p.dstZ == 0;
+                if !one_d {
+                    return Err(CuError::NOT_SUPPORTED);
+                }
+                let src = address(p.srcMemoryType, p.srcDevice, p.srcHost) + p.srcXInBytes as u64;
+                let dst = address(p.dstMemoryType, p.dstDevice, p.dstHost) + p.dstXInBytes as u64;
+                Ok(NodeParams::Memcpy { dst, src, len: p.WidthInBytes as u64 })
+            }
+            CU_GRAPH_NODE_TYPE_EVENT_RECORD | CU_GRAPH_NODE_TYPE_WAIT_EVENT => {
+                let wait = kind == CU_GRAPH_NODE_TYPE_WAIT_EVENT;
+                let get = entry(if wait { drv.cuGraphEventWaitNodeGetEvent } else { drv.cuGraphEventRecordNodeGetEvent })?;
+                let mut e = ptr::null_mut();
+                // SAFETY: a live event node; a valid out-pointer.
+                ok(unsafe { get(n.0, &mut e) })?;
+                Ok(NodeParams::Event { wait, event: CudaEvent(e.cast()) })
+            }
+            _ => Err(CuError::NOT_SUPPORTED),
+        }
+    }
+
+    pub(super) fn set_node(&mut self, n: CudaNode, spec: NodeSpec<'_, Self>) -> CuRes<()> {
+        let drv = self.drv;
+        match spec {
+            spec @ NodeSpec::Kernel { .. } => {
+                let set = entry(drv.cuGraphKernelNodeSetParams_v2)?;
+                // SAFETY: a live node (the driver checks its type); argument
+                // pointers live through the call.
+                super::graph::with_kernel(spec, |p| ok(unsafe { set(n.0, p) }))
+            }
+            NodeSpec::Memset { dst, pitch, width, height, value, elem_size } => {
+                let p = super::graph::memset_params(dst, pitch, width, height, value, elem_size);
+                // SAFETY: as above; a device range the session checked.
+                ok(unsafe { entry(drv.cuGraphMemsetNodeSetParams)?(n.0, &p) })
+            }
+            NodeSpec::Memcpy { dst, src, len } => {
+                let p = super::graph::memcpy_1d(dst, src, len);
+                // SAFETY: as above.
+                ok(unsafe { entry(drv.cuGraphMemcpyNodeSetParams)?(n.0, &p) })
+            }
+            NodeSpec::EventRecord(e) => {
+                // SAFETY: as above, and a live event of the session.
+                ok(unsafe { entry(drv.cuGraphEventRecordNodeSetEvent)?(n.0, e.0.cast()) })
+            }
+            NodeSpec::EventWait(e) => {
+                // SAFETY: as above.
+                ok(unsafe { entry(drv.cuGraphEventWaitNodeSetEvent)?(n.0, e.0.cast()) })
+            }
+            _ => Err(CuError::INVALID_VALUE),
+        }
+    }
+
+    pub(super) fn enabled(&mut self, e: CudaGraphExec, n: CudaNode) -> CuRes<bool> {
+        let mut on = 0u32;
+        // SAFETY: a live executable graph and a node of its graph; a valid
+        // out-pointer.
+        ok(unsafe { entry(self.drv.cuGraphNodeGetEnabled)?(e.0, n.0, &mut on) })?;
+        Ok(on != 0)
+    }
+
+    pub(super) fn in_clone(&mut self, clone: CudaGraph, n: CudaNode) -> CuRes<CudaNode> {
+        let mut out = ptr::null_mut();
+        // SAFETY: a live graph and node; a valid out-pointer.
+        ok(unsafe { entry(self.drv.cuGraphNodeFindInClone)?(&mut out, n.0, clone.0) })?;
+        Ok(CudaNode(out))
+    }
+}

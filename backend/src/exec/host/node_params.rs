@@ -1,0 +1,48 @@
+//! Node parameters of the host test double: read back from a node's
+//! operation, set by replacing it with one of the same kind; the queries
+//! of an executable graph's nodes and of clones.
+
+use super::HostContext;
+use super::graph::Op;
+use crate::exec::CuRes;
+use crate::exec::graph::{KernelArgs, NodeParams, NodeSpec};
+use pvgpu_ring::CuError;
+
+impl HostContext {
+    pub(super) fn set_node(&mut self, n: u64, spec: NodeSpec<'_, Self>) -> CuRes<()> {
+        let new = Self::op(spec);
+        let op = self.graphs.op_mut(n)?;
+        let same_kind = matches!(
+            (&*op, &new),
+            (Op::Kernel { .. }, Op::Kernel { .. })
+                | (Op::Memset { .. }, Op::Memset { .. })
+                | (Op::Memcpy { .. } | Op::Htod { .. } | Op::Dtoh { .. }, Op::Memcpy { .. })
+                | (Op::EventRecord(_), Op::EventRecord(_))
+                | (Op::EventWait(_), Op::EventWait(_))
+        );
+        if !same_kind {
+            return Err(CuError::INVALID_VALUE);
+        }
+        *op = new;
+        Ok(())
+    }
+
+    pub(super) fn params_of(&mut self, n: u64) -> CuRes<NodeParams<Self>> {
+        Ok(match self.graphs.op_mut(n)?.clone() {
+            Op::Kernel { f, dims, params, .. } => NodeParams::Kernel { f, dims, args: KernelArgs::Packed(params) },
+            Op::Memset { rect, value, elem } => {
+                NodeParams::Memset { dst: rect.ptr, pitch: rect.pitch, width: rect.width, height: rect.height, value, elem_size: elem }
+            }
+            Op::Memcpy { dst, src, len } => NodeParams::Memcpy { dst, src, len },
+            Op::Htod { dst, src, len } => NodeParams::Memcpy { dst, src: src as u64, len: len as u64 },
+            Op::Dtoh { dst, src, len } => NodeParams::Memcpy { dst: dst as u64, src, len: len as u64 },
+            Op::EventRecord(event) => NodeParams::Event { wait: false, event },
+            Op::EventWait(event) => NodeParams::Event { wait: true, event },
+            _ => return Err(CuError::NOT_SUPPORTED),
+        })
+    }
+
+    pub(super) fn in_clone(&self, clone: u64, n: u64) -> CuRes<u64> {
+        self.graphs.clones.get(&(clone, n)).copied().ok_or(CuError::INVALID_VALUE)
+    }
+}

@@ -1,0 +1,109 @@
+//! Node parameters read back and set: a kernel node's function and packed
+//! parameters (its arguments copied out of the driver's own copy with the
+//! function's layout), memset, copy and event nodes; whether an executable
+//! graph runs a node; a node's counterpart in a clone. Every id is the
+//! session's: a function or event the driver names that the session does
+//! not know is not answered.
+
+use super::nodes::node;
+use super::{Node, handle};
+use crate::exec::graph::{ExecGraph, KernelArgs, NodeParams, NodeSpec};
+use crate::exec::{CuRes, Executor, Param};
+use crate::session::{Io, Session};
+use pvgpu_ring::CuError;
+use pvgpu_ring::cuda::api::*;
+use pvgpu_ring::proto::{self, HandleRep, I32Rep, NodeParamsHead, NodeParamsRep};
+
+/// Packs arguments found at `ptrs` (one per parameter) as `layout` says.
+fn pack(ptrs: &[usize], layout: &[Param], bytes: usize) -> CuRes<Vec<u8>> {
+    if ptrs.len() != layout.len() || ptrs.contains(&0) {
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    let mut out = vec![0u8; bytes];
+    for (&p, l) in ptrs.iter().zip(layout) {
+        let (off, size) = (l.offset as usize, l.size as usize);
+        let dst = out.get_mut(off..off + size).ok_or(CuError::NOT_SUPPORTED)?;
+        // SAFETY: the driver's copy of this parameter, `size` bytes (the
+        // function's own layout), alive while the node is unchanged (this
+        // request runs on the session's one thread).
+        dst.copy_from_slice(unsafe { std::slice::from_raw_parts(p as *const u8, size) });
+    }
+    Ok(out)
+}
+
+pub(in crate::session) fn graph_node_params<E: Executor>(
+    s: &mut Session<E>,
+    r: proto::GraphNodeParams,
+    _: &mut Io<'_>,
+) -> CuRes<NodeParamsRep> {
+    let (ctx, _, n) = node(s, r.node.get())?;
+    let (kind, words, params) = match s.enter(ctx)?.node_params(n)? {
+        NodeParams::Kernel { f, dims, args } => {
+            let (id, e) = s.functions.iter().find(|(_, e)| e.ctx == ctx && e.func == f).ok_or(CuError::NOT_SUPPORTED)?;
+            let packed = match args {
+                KernelArgs::Packed(b) if b.len() == e.param_bytes => b,
+                KernelArgs::Packed(_) => return Err(CuError::NOT_SUPPORTED),
+                KernelArgs::Pointers(p) => pack(&p, &e.layout, e.param_bytes)?,
+            };
+            let [gx, gy, gz] = dims.grid.map(u64::from);
+            let [bx, by, bz] = dims.block.map(u64::from);
+            (CU_GRAPH_NODE_TYPE_KERNEL, [id, gx, gy, gz, bx, by, bz, dims.shared_mem.into()], packed)
+        }
+        NodeParams::Memset { dst, pitch, width, height, value, elem_size } => {
+            (CU_GRAPH_NODE_TYPE_MEMSET, [dst, pitch, value.into(), elem_size.into(), width, height, 0, 0], Vec::new())
+        }
+        NodeParams::Memcpy { dst, src, len } => (CU_GRAPH_NODE_TYPE_MEMCPY, [dst, src, len, 0, 0, 0, 0, 0], Vec::new()),
+        NodeParams::Event { wait, event } => {
+            let (id, _) = s.events.iter().find(|(_, e)| e.ctx == ctx && e.value == event).ok_or(CuError::NOT_SUPPORTED)?;
+            let kind = if wait { CU_GRAPH_NODE_TYPE_WAIT_EVENT } else { CU_GRAPH_NODE_TYPE_EVENT_RECORD };
+            (kind, [id, 0, 0, 0, 0, 0, 0, 0], Vec::new())
+        }
+    };
+    let head = NodeParamsHead { kind: kind.0.into(), param_len: (params.len() as u32).into(), words: words.map(Into::into) };
+    Ok(NodeParamsRep { head, params })
+}
+
+pub(in crate::session) fn graph_event_node_set<E: Executor>(s: &mut Session<E>, r: proto::GraphEventNodeSet, _: &mut Io<'_>) -> CuRes<()> {
+    let (ctx, _, n) = node(s, r.node.get())?;
+    let ev = match s.events.get(r.event.get()) {
+        Some(e) if e.ctx == ctx => e.value,
+        _ => return Err(CuError::INVALID_HANDLE),
+    };
+    let spec = match CUgraphNodeType(s.enter(ctx)?.node_info(n)?.0) {
+        CU_GRAPH_NODE_TYPE_EVENT_RECORD => NodeSpec::EventRecord(ev),
+        CU_GRAPH_NODE_TYPE_WAIT_EVENT => NodeSpec::EventWait(ev),
+        _ => return Err(CuError::INVALID_VALUE),
+    };
+    match r.exec.get() {
+        0 => s.enter(ctx)?.node_set(n, spec),
+        exec => {
+            let x = s.graph.execs.get(exec).ok_or(CuError::INVALID_VALUE)?;
+            if x.ctx != ctx {
+                return Err(CuError::INVALID_VALUE);
+            }
+            let e = x.exec;
+            s.enter(ctx)?.exec_node_set(e, n, spec)
+        }
+    }
+}
+
+pub(in crate::session) fn graph_node_enabled<E: Executor>(s: &mut Session<E>, r: proto::GraphNodeEnabled, _: &mut Io<'_>) -> CuRes<I32Rep> {
+    let (ctx, e, n) = super::exec::exec_node(s, r.exec.get(), r.node.get())?;
+    let on = s.enter(ctx)?.node_enabled(e, n)?;
+    Ok(I32Rep { value: i32::from(on).into() })
+}
+
+pub(in crate::session) fn graph_node_find_in_clone<E: Executor>(
+    s: &mut Session<E>,
+    r: proto::GraphNodeFindInClone,
+    _: &mut Io<'_>,
+) -> CuRes<HandleRep> {
+    let clone = r.clone.get();
+    let (ctx, g) = s.graph.graph(clone)?;
+    let (nctx, _, n) = node(s, r.node.get())?;
+    if nctx != ctx {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let found: Node<E> = s.enter(ctx)?.node_in_clone(g, n)?;
+    Ok(handle(s.graph.node_id(clone, found)?))
+}
