@@ -188,7 +188,9 @@ impl crate::Client {
         if c.mirrors.covers(ptr as usize, len) {
             return Ok(ptr as u64);
         }
-        let rep = c.call(&pvgpu_ring::proto::HostMirrorMap { ptr: (ptr as u64).into(), len: (len as u64).into() })?;
+        let map =
+            pvgpu_ring::proto::HostMirrorMap { ptr: (ptr as u64).into(), len: (len as u64).into(), pageable: 0.into(), reserved: 0.into() };
+        let rep = c.call(&map)?;
         c.mirrors.add(ptr as usize, len, false);
         Ok(rep.value.get())
     }
@@ -227,7 +229,13 @@ impl crate::Client {
                 c.call(&pvgpu_ring::proto::HostMirrorUnmap { ptr: (p as u64).into() })?;
             }
         }
-        c.call(&pvgpu_ring::proto::HostMirrorMap { ptr: (start as u64).into(), len: ((end - start) as u64).into() })?;
+        let map = pvgpu_ring::proto::HostMirrorMap {
+            ptr: (start as u64).into(),
+            len: ((end - start) as u64).into(),
+            pageable: 1.into(),
+            reserved: 0.into(),
+        };
+        c.call(&map)?;
         c.mirrors.add(start, end - start, true);
         Ok(())
     }

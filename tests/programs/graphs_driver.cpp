@@ -571,7 +571,7 @@ static void memory_operations(CUcontext ctx, CUdeviceptr d) {
     CU(cuMemsetD32(d, 0, 4));
     CU(cuStreamWriteValue32(s, d, 7, 0));
     CU(cuStreamWaitValue32(s, d, 7, CU_STREAM_WAIT_VALUE_EQ));
-    CU(cuStreamWriteValue64(s, d + 8, 0x100000002ull, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER));
+    CU(cuStreamWriteValue64(s, d + 8, 0x100000002ull, 0));
     CU(cuStreamWaitValue64(s, d + 8, 1, CU_STREAM_WAIT_VALUE_GEQ));
     CUstreamBatchMemOpParams ops[3] = {};
     ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
@@ -623,6 +623,8 @@ static void memory_operations(CUcontext ctx, CUdeviceptr d) {
     say("wait value at a misaligned address", cuStreamWaitValue32(s, d + 2, 0, 0));
     CU(cuStreamSynchronize(s));
     say("write value with unknown flags", cuStreamWriteValue32(s, d, 0, 0x10));
+    CU(cuStreamSynchronize(s));
+    say("write value without a memory barrier", cuStreamWriteValue32(s, d, 0, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER));
     CU(cuStreamSynchronize(s));
     CU(cuStreamDestroy(s));
 }

@@ -95,7 +95,9 @@ static void capture_fork_join(const float *x, float *y, float *z, const std::vec
         y_want[i] = 7 * xs[i];
     }
     for (int round = 0; round < 3; round++) {
-        CHECK(cudaMemset(y, 0xff, N * sizeof(float)));
+        // On s1: a non-blocking stream does not wait for the legacy
+        // default stream, where cudaMemset would run.
+        CHECK(cudaMemsetAsync(y, 0xff, N * sizeof(float), s1));
         CHECK(cudaGraphLaunch(e, s1));
         CHECK(cudaStreamSynchronize(s1));
     }

@@ -30,6 +30,26 @@ pub enum NodeSpec<'a, C: ExecGraph + ?Sized> {
         /// Bytes.
         len: u64,
     },
+    /// A copy of `len` bytes of host memory of this process at `src` (a
+    /// mirror of the program's ordinary memory, mapped while the session
+    /// lives) to the device.
+    Htod {
+        /// Destination.
+        dst: u64,
+        /// Source, in this process.
+        src: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// A copy of device bytes to host memory of this process (as `Htod`).
+    Dtoh {
+        /// Destination, in this process.
+        dst: u64,
+        /// Source.
+        src: u64,
+        /// Bytes.
+        len: u64,
+    },
     /// A memset of `height` rows of `width` elements, `pitch` bytes apart.
     Memset {
         /// Destination.

@@ -182,7 +182,18 @@ pub(super) fn memcpy_dtod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoD,
     let ctx = s.device_ranges(&[(dst, len), (src, len)], r.stream.get())?;
     let st = s.stream(r.stream.get(), ctx)?;
     let is_async = r.flags.get() & proto::COPY_ASYNC != 0;
-    s.enter(ctx)?.dtod(dst, src, len, st, is_async)
+    let n = usize::try_from(len).map_err(|_| CuError::INVALID_VALUE)?;
+    match (s.mirrors.pageable(dst, len), s.mirrors.pageable(src, len)) {
+        (false, false) => s.enter(ctx)?.dtod(dst, src, len, st, is_async),
+        // A mirror of ordinary memory is copied as host memory (a graph
+        // records it so when the copy is captured).
+        // SAFETY: the mirror is mapped until the program unmaps it; a copy
+        // still running then faults this session's worker only.
+        (false, true) => unsafe { s.enter(ctx)?.htod(dst, src as usize as *const u8, n, st, !is_async) },
+        // SAFETY: as above.
+        (true, false) => unsafe { s.enter(ctx)?.dtoh(dst as usize as *mut u8, src, n, st, !is_async) },
+        (true, true) => Err(CuError::INVALID_VALUE),
+    }
 }
 
 /// An asynchronous copy to or from page-locked memory the program owns in

@@ -39,6 +39,9 @@ const JOIN_GAP: usize = 64;
 /// One mirror.
 pub(super) struct Mirror {
     len: u64,
+    /// Ordinary memory of the program (graphs copy from or to it as host
+    /// memory), never registered for the device.
+    pageable: bool,
     /// What the guest last knew of it.
     known: Vec<u8>,
     /// The context it is registered through, if any is.
@@ -53,6 +56,14 @@ pub(super) struct Mirrors {
 }
 
 impl Mirrors {
+    /// Whether `[ptr, ptr+len)` lies in a mirror of ordinary memory: copies
+    /// name it as host memory (a node of the driver that named it as device
+    /// memory would not survive the mirror being mapped again, larger, when
+    /// the program's next range overlaps it: measured on the H100).
+    pub(super) fn pageable(&self, ptr: u64, len: u64) -> bool {
+        self.containing(ptr, len).ok().and_then(|a| self.map.get(&a)).is_some_and(|m| m.pageable)
+    }
+
     /// The mirror holding `[ptr, ptr+len)`: its address.
     fn containing(&self, ptr: u64, len: u64) -> CuRes<u64> {
         let end = ptr.checked_add(len).ok_or(CuError::INVALID_VALUE)?;
@@ -142,12 +153,14 @@ pub(super) fn host_mirror_map<E: Executor>(s: &mut Session<E>, r: proto::HostMir
         let _ = unsafe { munmap(got, len as usize) };
         return Err(CuError::NOT_SUPPORTED);
     }
-    if !register(s, ctx, ptr, len) {
+    let pageable = r.pageable.get() == 1;
+    if !pageable && !register(s, ctx, ptr, len) {
         // SAFETY: as above.
         let _ = unsafe { munmap(got, len as usize) };
         return Err(CuError::NOT_SUPPORTED);
     }
-    s.mirrors.map.insert(ptr, Mirror { len, known: vec![0; len as usize], registered_by: Some(ctx) });
+    let registered_by = (!pageable).then_some(ctx);
+    s.mirrors.map.insert(ptr, Mirror { len, pageable, known: vec![0; len as usize], registered_by });
     s.mirrors.bytes += len;
     s.allocs.insert(ptr, Alloc { len, ctx, kind: AllocKind::Mirror });
     s.mem_used += len;
@@ -224,7 +237,8 @@ pub(super) fn context_going<E: Executor>(s: &mut Session<E>, ctx: u64) {
 
 /// Registers every mirror no context holds through context `ctx`.
 pub(super) fn register_all<E: Executor>(s: &mut Session<E>, ctx: u64) {
-    let loose: Vec<(u64, u64)> = s.mirrors.map.iter().filter(|(_, m)| m.registered_by.is_none()).map(|(&p, m)| (p, m.len)).collect();
+    let loose: Vec<(u64, u64)> =
+        s.mirrors.map.iter().filter(|(_, m)| m.registered_by.is_none() && !m.pageable).map(|(&p, m)| (p, m.len)).collect();
     for (ptr, len) in loose {
         if register(s, ctx, ptr, len)
             && let Some(m) = s.mirrors.map.get_mut(&ptr)

@@ -219,11 +219,18 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
         EventSynchronize,
         EventElapsedTime,
         EventDestroy,
-        HostMirrorMap,
         HostMirrorUnmap,
         HostMirrorPull,
         LinkRead,
         LinkDestroy
+    );
+    all.push(
+        (arb::<HostMirrorMap>(), 0u32..=1)
+            .prop_map(|(mut r, p)| {
+                r.pageable = p.into();
+                (Opcode::HostMirrorMap, r.as_bytes().to_vec())
+            })
+            .boxed(),
     );
     all.push(
         (arb::<HostFnEvent>(), 0u32..=1)

@@ -21,11 +21,12 @@ pub(crate) fn stream_memory_operations(t: Transport) {
     let g = Gpu::new(&c).unwrap();
     let s = c.stream_create(g.ctx, 1, 0).unwrap();
     let d = c.mem_alloc(g.ctx, 64).unwrap();
-    c.memset(d, 0, 4, 16, Stream::DEFAULT).unwrap();
+    // On `s`: a non-blocking stream does not wait for the default one.
+    c.memset(d, 0, 4, 16, s).unwrap();
     let ops = [
         op(CU_STREAM_MEM_OP_WRITE_VALUE_32, d, 7, 0),
         op(CU_STREAM_MEM_OP_WAIT_VALUE_32, d, 7, CU_STREAM_WAIT_VALUE_EQ.0),
-        op(CU_STREAM_MEM_OP_WRITE_VALUE_64, d + 8, 0x1_0000_0002, 1),
+        op(CU_STREAM_MEM_OP_WRITE_VALUE_64, d + 8, 0x1_0000_0002, 0),
         op(CU_STREAM_MEM_OP_BARRIER, 0, 0, 0),
         op(CU_STREAM_MEM_OP_WAIT_VALUE_64, d + 8, 3, CU_STREAM_WAIT_VALUE_AND.0),
     ];
@@ -47,13 +48,15 @@ pub(crate) fn stream_memory_operations(t: Transport) {
     c.graph_destroy(graph).unwrap();
 
     // Refused: memory not of the session, a value past an allocation's
-    // end, a misaligned one, unknown flags.
+    // end, a misaligned one, unknown flags, a write without a memory
+    // barrier (the `_v2` API refuses it).
     let other = d + (1 << 40);
     for bad in [
         op(CU_STREAM_MEM_OP_WRITE_VALUE_32, other, 1, 0),
         op(CU_STREAM_MEM_OP_WAIT_VALUE_64, d + 60, 0, 0),
         op(CU_STREAM_MEM_OP_WRITE_VALUE_32, d + 2, 1, 0),
         op(CU_STREAM_MEM_OP_WAIT_VALUE_32, d, 0, 0x10),
+        op(CU_STREAM_MEM_OP_WRITE_VALUE_32, d, 0, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER.0),
         op(CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES, 0, 0, 1),
     ] {
         c.stream_mem_ops(&[bad], s).unwrap();

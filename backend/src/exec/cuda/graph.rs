@@ -271,9 +271,10 @@ impl ExecGraph for CudaContext {
                 // them).
                 with_kernel(spec, |p| ok(unsafe { add(out, g.0, d, n, p) }))?;
             }
-            NodeSpec::Memcpy { dst, src, len } => {
-                let p = memcpy_1d(dst, src, len);
-                // SAFETY: as above; device ranges the session checked.
+            spec @ (NodeSpec::Memcpy { .. } | NodeSpec::Htod { .. } | NodeSpec::Dtoh { .. }) => {
+                let p = copy_params(&spec).ok_or(CuError::INVALID_VALUE)?;
+                // SAFETY: as above; device ranges the session checked, host
+                // memory of this process that lives as long as the session.
                 ok(unsafe { entry(drv.cuGraphAddMemcpyNode)?(out, g.0, d, n, &p, ctx) })?;
             }
             NodeSpec::Memset { dst, pitch, width, height, value, elem_size } => {
@@ -355,9 +356,9 @@ impl ExecGraph for CudaContext {
                 // argument pointers live through the call.
                 with_kernel(spec, |p| ok(unsafe { set(e.0, n.0, p) }))
             }
-            NodeSpec::Memcpy { dst, src, len } => {
-                let p = memcpy_1d(dst, src, len);
-                // SAFETY: as above; device ranges the session checked.
+            spec @ (NodeSpec::Memcpy { .. } | NodeSpec::Htod { .. } | NodeSpec::Dtoh { .. }) => {
+                let p = copy_params(&spec).ok_or(CuError::INVALID_VALUE)?;
+                // SAFETY: as above; ranges as for adding the node.
                 ok(unsafe { entry(drv.cuGraphExecMemcpyNodeSetParams)?(e.0, n.0, &p, ctx) })
             }
             NodeSpec::Memset { dst, pitch, width, height, value, elem_size } => {
@@ -463,6 +464,25 @@ fn event(e: CudaEvent) -> CUevent {
 /// A memset as `CUDA_MEMSET_NODE_PARAMS`.
 pub(super) fn memset_params(dst: u64, pitch: u64, width: u64, height: u64, value: u32, elem_size: u32) -> CUDA_MEMSET_NODE_PARAMS {
     CUDA_MEMSET_NODE_PARAMS { dst, pitch: pitch as usize, value, elementSize: elem_size, width: width as usize, height: height as usize }
+}
+
+/// A copy spec as `CUDA_MEMCPY3D`: device to device, or with one side in
+/// host memory of this process.
+pub(super) fn copy_params(spec: &NodeSpec<'_, CudaContext>) -> Option<CUDA_MEMCPY3D> {
+    Some(match *spec {
+        NodeSpec::Memcpy { dst, src, len } => memcpy_1d(dst, src, len),
+        NodeSpec::Htod { dst, src, len } => {
+            let mut p = memcpy_1d(dst, 0, len);
+            (p.srcMemoryType, p.srcHost) = (CU_MEMORYTYPE_HOST, src as usize as *const c_void);
+            p
+        }
+        NodeSpec::Dtoh { dst, src, len } => {
+            let mut p = memcpy_1d(0, src, len);
+            (p.dstMemoryType, p.dstHost) = (CU_MEMORYTYPE_HOST, dst as usize as *mut c_void);
+            p
+        }
+        _ => return None,
+    })
 }
 
 /// A 1D device-to-device copy as `CUDA_MEMCPY3D`.

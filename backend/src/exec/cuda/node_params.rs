@@ -100,9 +100,9 @@ impl CudaContext {
                 // SAFETY: as above; a device range the session checked.
                 ok(unsafe { entry(drv.cuGraphMemsetNodeSetParams)?(n.0, &p) })
             }
-            NodeSpec::Memcpy { dst, src, len } => {
-                let p = super::graph::memcpy_1d(dst, src, len);
-                // SAFETY: as above.
+            spec @ (NodeSpec::Memcpy { .. } | NodeSpec::Htod { .. } | NodeSpec::Dtoh { .. }) => {
+                let p = super::graph::copy_params(&spec).ok_or(CuError::INVALID_VALUE)?;
+                // SAFETY: as above; ranges as for adding the node.
                 ok(unsafe { entry(drv.cuGraphMemcpyNodeSetParams)?(n.0, &p) })
             }
             NodeSpec::EventRecord(e) => {

@@ -92,7 +92,8 @@ impl Op {
         }
     }
 
-    fn kind(&self) -> CUgraphNodeType {
+    /// The node type it is.
+    pub(super) fn kind(&self) -> CUgraphNodeType {
         match self {
             Op::Kernel { .. } => CU_GRAPH_NODE_TYPE_KERNEL,
             Op::Memcpy { .. } | Op::Htod { .. } | Op::Dtoh { .. } => CU_GRAPH_NODE_TYPE_MEMCPY,

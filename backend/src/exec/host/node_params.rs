@@ -16,7 +16,7 @@ impl HostContext {
             (&*op, &new),
             (Op::Kernel { .. }, Op::Kernel { .. })
                 | (Op::Memset { .. }, Op::Memset { .. })
-                | (Op::Memcpy { .. } | Op::Htod { .. } | Op::Dtoh { .. }, Op::Memcpy { .. })
+                | (Op::Memcpy { .. } | Op::Htod { .. } | Op::Dtoh { .. }, Op::Memcpy { .. } | Op::Htod { .. } | Op::Dtoh { .. })
                 | (Op::EventRecord(_), Op::EventRecord(_))
                 | (Op::EventWait(_), Op::EventWait(_))
         );

@@ -107,8 +107,9 @@ impl HostContext {
             Op::Kernel { f, dims, params, layout } => self.launch(f, dims, &params, &layout, &[], None),
             Op::Memcpy { dst, src, len } => self.dtod(dst, src, len, None, false),
             Op::Memset { rect, value, elem } => self.memset2d(rect, value, elem),
-            // SAFETY: the session's data area, mapped for the session's
-            // life, which outlives its graphs.
+            // SAFETY: the session's data area or a mirror of the program's
+            // memory, mapped for the session's life, which outlives its
+            // graphs.
             Op::Htod { dst, src, len } => unsafe { self.htod(dst, src as *const u8, len, None, true) },
             // SAFETY: as above.
             Op::Dtoh { dst, src, len } => unsafe { self.dtoh(dst as *mut u8, src, len, None, true) },
@@ -125,6 +126,8 @@ impl HostContext {
         match spec {
             NodeSpec::Kernel { f, dims, params, layout } => Op::Kernel { f, dims, params: params.to_vec(), layout: layout.to_vec() },
             NodeSpec::Memcpy { dst, src, len } => Op::Memcpy { dst, src, len },
+            NodeSpec::Htod { dst, src, len } => Op::Htod { dst, src: src as usize, len: len as usize },
+            NodeSpec::Dtoh { dst, src, len } => Op::Dtoh { dst: dst as usize, src, len: len as usize },
             NodeSpec::Memset { dst, pitch, width, height, value, elem_size } => {
                 Op::Memset { rect: Rect { ptr: dst, pitch, width, height }, value, elem: elem_size }
             }
@@ -285,7 +288,7 @@ impl ExecGraph for HostContext {
             other => Self::op(other),
         };
         let op = self.graphs.op_mut(copy)?;
-        if std::mem::discriminant(op) != std::mem::discriminant(&new) || matches!(new, Op::Empty) {
+        if op.kind() != new.kind() || matches!(new, Op::Empty) {
             if let Op::Child(c) = new {
                 let _ = self.graphs.destroy(c);
             }

@@ -186,13 +186,20 @@ pub(in crate::session) fn graph_kernel_node_set<E: Executor>(
     s.enter(gctx)?.node_set(n, spec)
 }
 
-/// A device-to-device copy's spec, both ranges in context `ctx`'s memory.
+/// A copy's spec, both ranges in context `ctx`'s memory; a side in a
+/// mirror of ordinary memory is copied as host memory (see
+/// `Mirrors::pageable`).
 pub(super) fn memcpy_spec<E: Executor>(s: &Session<E>, h: &GraphMemcpyHead) -> CuRes<NodeSpec<'static, Ctx<E>>> {
     let (dst, src, len, ctx) = (h.dst.get(), h.src.get(), h.len.get(), h.ctx.get());
     if s.range(dst, len)? != ctx || s.range(src, len)? != ctx {
         return Err(CuError::INVALID_VALUE);
     }
-    Ok(NodeSpec::Memcpy { dst, src, len })
+    match (s.mirrors.pageable(dst, len), s.mirrors.pageable(src, len)) {
+        (false, false) => Ok(NodeSpec::Memcpy { dst, src, len }),
+        (false, true) => Ok(NodeSpec::Htod { dst, src, len }),
+        (true, false) => Ok(NodeSpec::Dtoh { dst, src, len }),
+        (true, true) => Err(CuError::INVALID_VALUE),
+    }
 }
 
 /// A memset's spec: 1, 2 or 4-byte elements, every row in context

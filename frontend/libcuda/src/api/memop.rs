@@ -29,7 +29,9 @@ fn well_formed(o: &MemOp) -> bool {
         }
         CU_STREAM_MEM_OP_WRITE_VALUE_32 | CU_STREAM_MEM_OP_WRITE_VALUE_64 => {
             let size = if kind == CU_STREAM_MEM_OP_WRITE_VALUE_32 { 4 } else { 8 };
-            flags <= CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER.0 && addr % size == 0
+            // The `_v2` API (every name since CUDA 12) refuses
+            // `CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER`.
+            flags == 0 && addr % size == 0
         }
         CU_STREAM_MEM_OP_BARRIER => flags <= CU_STREAM_MEMORY_BARRIER_TYPE_GPU.0,
         CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES => flags == 0,

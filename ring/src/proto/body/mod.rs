@@ -189,7 +189,15 @@ fixed! { checked requests:
     GraphNodes, GraphNodeEdges, GraphLaunch, GraphNodeEnable, HostFnEvent,
 }
 
-fixed! { requests: HostMirrorMap, HostMirrorUnmap, HostMirrorPull, LinkRead, LinkDestroy, HostCallWait, HostCallDone }
+fixed! { requests: HostMirrorUnmap, HostMirrorPull, LinkRead, LinkDestroy, HostCallWait, HostCallDone }
+
+fixed! { checked requests: HostMirrorMap }
+
+impl Validate for HostMirrorMap {
+    fn validate(&self) -> Result<(), DecodeError> {
+        flag(self.pageable.get(), "pageable")
+    }
+}
 
 fixed! { checked requests: HostNodeParams, LaunchHostFunc, GraphMemAttr, GraphCondHandle }
 

@@ -6,18 +6,24 @@
 //! (`HostMirrorWrite`), and after each call that may have let device work
 //! finish it asks what the device changed (`HostMirrorPull`).
 
-use zerocopy::little_endian::U64;
+use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 wire_structs! {
-    /// Maps `len` bytes at `ptr` (both page-aligned) in the backend for the
-    /// device, zeroed, at the same address; the device address comes back
-    /// (the same).
+    /// Maps `len` bytes at `ptr` (both page-aligned) in the backend, zeroed,
+    /// at the same address; the device address comes back (the same). With
+    /// `pageable` 0, page-locked memory the device reaches (registered for
+    /// it); with 1, ordinary memory graphs copy from or to (kept as the
+    /// backend's own ordinary memory: copies name it as host memory).
     pub struct HostMirrorMap {
         /// Address in the program, and in the backend.
         pub ptr: U64,
         /// Bytes.
         pub len: U64,
+        /// 0: page-locked; 1: ordinary memory.
+        pub pageable: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
     }
     /// Asks what the device changed in the mirrors (no payload).
     pub struct HostMirrorPull {}
