@@ -14,6 +14,7 @@
 //! so in its device name ("pvgpu host executor (test double)") and in the
 //! backend's log.
 
+mod capture;
 mod conditional;
 mod context;
 mod ext;
