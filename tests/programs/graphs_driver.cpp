@@ -661,6 +661,17 @@ static void node_parameters(const Kernels &k, CUdeviceptr x, CUdeviceptr y) {
     CU(cuGraphMemsetNodeGetParams(set, &mp));
     printf("memset node: value %#x, element size %u, width %zu, height %zu, same dst %s\n", mp.value, mp.elementSize, mp.width,
            mp.height, mp.dst == x ? "yes" : "NO");
+    // The generic setter: the memset writes 2.0 instead.
+    CUgraphNodeParams gp = {};
+    gp.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    gp.memset.dst = mp.dst;
+    gp.memset.value = 0x40000000;
+    gp.memset.elementSize = 4;
+    gp.memset.width = mp.width;
+    gp.memset.height = 1;
+    CU(cuGraphNodeSetParams(set, &gp));
+    CU(cuGraphMemsetNodeGetParams(set, &mp));
+    printf("memset node after cuGraphNodeSetParams: value %#x\n", mp.value);
     CUgraphExec e;
     CU(cuGraphInstantiate(&e, g, 0));
     float five = 5.0f;

@@ -128,7 +128,7 @@ pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
 ///
 /// # Safety
 /// `k`'s arguments are readable.
-unsafe fn set(node: CUgraphNode, k: Kernel) -> Res {
+pub(crate) unsafe fn set(node: CUgraphNode, k: Kernel) -> Res {
     let node = node_id(node)?;
     // SAFETY: per the caller.
     unsafe { k.with(|kn| state::client()?.graph_kernel_node_set(node, kn).map_err(state::cu)) }

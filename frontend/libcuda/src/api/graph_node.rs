@@ -258,6 +258,8 @@ pub unsafe extern "C" fn cuGraphExecNodeSetParams(e: CUgraphExec, node: CUgraphN
             CU_GRAPH_NODE_TYPE_GRAPH => exec_child_set(e, node, unsafe { p.anon2.graph.graph }),
             // SAFETY: the host member.
             CU_GRAPH_NODE_TYPE_HOST => graph_host::set(Some(e), node, graph_host::from_v2(unsafe { &p.anon2.host })?),
+            // SAFETY: readable per the API.
+            CU_GRAPH_NODE_TYPE_EVENT_RECORD | CU_GRAPH_NODE_TYPE_WAIT_EVENT => unsafe { super::graph_params::exec_set_event(e, node, p) },
             _ => Err(CuError::NOT_SUPPORTED),
         }
     })

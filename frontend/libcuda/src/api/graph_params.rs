@@ -289,3 +289,56 @@ pub unsafe extern "C" fn cuGraphExecGetFlags(x: CUgraphExec, out: *mut cuuint64_
         unsafe { put(out, flags) }
     })
 }
+
+/// `cuGraphNodeSetParams`: the generic form of the setters above, for
+/// kernel, memset, copy, host and event nodes.
+///
+/// # Safety
+/// `p` must be readable, with the pointers of its member readable as the
+/// driver API requires.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphNodeSetParams(node: CUgraphNode, p: *mut CUgraphNodeParams) -> CuResult {
+    run("cuGraphNodeSetParams", || {
+        // SAFETY: readable per the API.
+        let p = unsafe { p.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
+        // SAFETY (each union read below): the member `type_` names.
+        match p.type_ {
+            // SAFETY: per the caller.
+            CU_GRAPH_NODE_TYPE_KERNEL => unsafe { super::graph_kernel::set(node, super::graph_kernel::Kernel::v3(&p.anon2.kernel)) },
+            CU_GRAPH_NODE_TYPE_MEMSET => {
+                // SAFETY: the memset member.
+                let m = unsafe { p.anon2.memset };
+                let head = memset_head(m.dst, m.pitch, m.value, m.elementSize, m.width, m.height, m.ctx)?;
+                state::client()?.graph_memset_node_set(node_id(node)?, head).map_err(state::cu)
+            }
+            CU_GRAPH_NODE_TYPE_MEMCPY => {
+                // SAFETY: the memcpy member.
+                let c = unsafe { &p.anon2.memcpy };
+                let (dst, src, len) = device_copy(&c.copyParams)?;
+                let ctx = state::ctx::backend(state::ctx::or_current(id(c.copyCtx))?)?;
+                state::client()?.graph_memcpy_node_set(node_id(node)?, ctx, dst, src, len).map_err(state::cu)
+            }
+            // SAFETY: the host member.
+            CU_GRAPH_NODE_TYPE_HOST => super::graph_host::set(None, node, super::graph_host::from_v2(unsafe { &p.anon2.host })?),
+            // SAFETY: the event-record member.
+            CU_GRAPH_NODE_TYPE_EVENT_RECORD => set_event(None, node, unsafe { p.anon2.eventRecord.event }),
+            // SAFETY: the event-wait member.
+            CU_GRAPH_NODE_TYPE_WAIT_EVENT => set_event(None, node, unsafe { p.anon2.eventWait.event }),
+            _ => Err(CuError::NOT_SUPPORTED),
+        }
+    })
+}
+
+/// The event nodes of `cuGraphExecNodeSetParams`.
+///
+/// # Safety
+/// `p` must be readable.
+pub(crate) unsafe fn exec_set_event(e: CUgraphExec, node: CUgraphNode, p: &CUgraphNodeParams) -> Res {
+    match p.type_ {
+        // SAFETY: the event-record member, which `type_` names.
+        CU_GRAPH_NODE_TYPE_EVENT_RECORD => set_event(Some(e), node, unsafe { p.anon2.eventRecord.event }),
+        // SAFETY: the event-wait member, which `type_` names.
+        CU_GRAPH_NODE_TYPE_WAIT_EVENT => set_event(Some(e), node, unsafe { p.anon2.eventWait.event }),
+        _ => Err(CuError::NOT_SUPPORTED),
+    }
+}
