@@ -23,9 +23,10 @@ fn pack(ptrs: &[usize], layout: &[Param], bytes: usize) -> CuRes<Vec<u8>> {
     for (&p, l) in ptrs.iter().zip(layout) {
         let (off, size) = (l.offset as usize, l.size as usize);
         let dst = out.get_mut(off..off + size).ok_or(CuError::NOT_SUPPORTED)?;
-        // SAFETY: the driver's copy of this parameter, `size` bytes (the
-        // function's own layout), alive while the node is unchanged (this
-        // request runs on the session's one thread).
+        // The driver's copy of this parameter, `size` bytes (the function's
+        // own layout), alive while the node is unchanged (this request runs
+        // on the session's one thread).
+        // SAFETY: as just said.
         dst.copy_from_slice(unsafe { std::slice::from_raw_parts(p as *const u8, size) });
     }
     Ok(out)
