@@ -141,6 +141,9 @@ pub enum ProtocolError {
     /// A host-call message that does not decode.
     #[error("Malformed host-call message")]
     BadHostCall,
+    /// A node-parameters reply of a kind the backend does not answer.
+    #[error("Node-parameters reply of node type {0}")]
+    NodeKind(u32),
     /// A conditional node's reply without one body graph per body asked.
     #[error("Conditional-node reply with {got} body graphs for {want} asked")]
     CondBodies {

@@ -2,7 +2,7 @@
 //! executable graph): kernel, memset, copy and event nodes; whether an
 //! executable graph runs a node; a node's counterpart in a clone.
 
-use crate::error::Result;
+use crate::error::{ProtocolError, Result, TransportError};
 use crate::{Client, Context, Event, Function, Graph, GraphExec, GraphNode};
 use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::proto::*;
@@ -77,7 +77,8 @@ impl Client {
             }
             CU_GRAPH_NODE_TYPE_MEMCPY => NodeParams::Memcpy { dst: w[0], src: w[1], len: w[2] },
             CU_GRAPH_NODE_TYPE_WAIT_EVENT => NodeParams::Event { wait: true, event: Event(w[0]) },
-            _ => NodeParams::Event { wait: false, event: Event(w[0]) },
+            CU_GRAPH_NODE_TYPE_EVENT_RECORD => NodeParams::Event { wait: false, event: Event(w[0]) },
+            other => return Err(TransportError::Protocol(ProtocolError::NodeKind(other.0)).into()),
         })
     }
 
