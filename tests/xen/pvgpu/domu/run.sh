@@ -15,7 +15,9 @@ while ! xenstore-ls device/vgpu >/dev/null 2>&1 && [ $i -lt 240 ]; do usleep 500
 say "vgpu devices: $(xenstore-list device/vgpu 2>/dev/null | tr '\n' ' ')"
 
 echo 7 > /proc/sys/kernel/printk
-export PVGPU_TEST_EXECUTOR=host RUST_LOG=warn,pvgpu_frontend::transport::xen=debug
+# Dom0's backend runs a worker process per session (tests that depend on
+# it, such as graph memory, must know).
+export PVGPU_TEST_EXECUTOR=host PVGPU_TEST_ISOLATION=process RUST_LOG=warn,pvgpu_frontend::transport::xen=debug
 # One process per test, so that a test that crashes the process still
 # leaves the others' results (and its own output) to read.
 R=pass
