@@ -17,31 +17,16 @@ fn op(kind: CUstreamBatchMemOpType, addr: u64, value: u64, flags: u32) -> MemOp 
     MemOp { kind: kind.0.into(), flags: flags.into(), addr: addr.into(), value: value.into() }
 }
 
-/// Whether `o` is well formed: known flags, an aligned value. The driver
-/// answers these at once; a posted request would answer only at the next
-/// call that waits.
-fn well_formed(o: &MemOp) -> bool {
-    let (kind, flags, addr) = (CUstreamBatchMemOpType(o.kind.get()), o.flags.get(), o.addr.get());
-    match kind {
-        CU_STREAM_MEM_OP_WAIT_VALUE_32 | CU_STREAM_MEM_OP_WAIT_VALUE_64 => {
-            let size = if kind == CU_STREAM_MEM_OP_WAIT_VALUE_32 { 4 } else { 8 };
-            flags & !(3 | CU_STREAM_WAIT_VALUE_FLUSH.0) == 0 && addr % size == 0
-        }
-        CU_STREAM_MEM_OP_WRITE_VALUE_32 | CU_STREAM_MEM_OP_WRITE_VALUE_64 => {
-            let size = if kind == CU_STREAM_MEM_OP_WRITE_VALUE_32 { 4 } else { 8 };
-            // The `_v2` API (every name since CUDA 12) refuses
-            // `CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER`.
-            flags == 0 && addr % size == 0
-        }
-        CU_STREAM_MEM_OP_BARRIER => flags <= CU_STREAM_MEMORY_BARRIER_TYPE_GPU.0,
-        CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES => flags == 0,
-        _ => false,
-    }
+/// Whether every operation is well formed ([`MemOp::well_formed`]): the
+/// driver refuses the others at once; a posted request would answer only
+/// at the next call that waits.
+fn well_formed(ops: &[MemOp]) -> bool {
+    ops.iter().all(MemOp::well_formed)
 }
 
 /// Sends `ops` on stream `s`, after the host functions before them.
 fn submit(s: *mut c_void, ops: &[MemOp]) -> Res {
-    if !ops.iter().all(well_formed) {
+    if !well_formed(ops) {
         return Err(CuError::INVALID_VALUE);
     }
     let s = stream(s);

@@ -3,10 +3,39 @@
 //! kind.
 
 use super::{Body, with_tail};
+use crate::cuda::api::*;
 use crate::proto::wire::*;
 use crate::proto::{DecodeError, Opcode};
 use zerocopy::little_endian::U64;
 use zerocopy::{FromBytes, IntoBytes};
+
+impl MemOp {
+    /// The bytes of the value it waits for or writes (none for a barrier or
+    /// a flush).
+    pub fn value_size(&self) -> Option<u64> {
+        match CUstreamBatchMemOpType(self.kind.get()) {
+            CU_STREAM_MEM_OP_WAIT_VALUE_32 | CU_STREAM_MEM_OP_WRITE_VALUE_32 => Some(4),
+            CU_STREAM_MEM_OP_WAIT_VALUE_64 | CU_STREAM_MEM_OP_WRITE_VALUE_64 => Some(8),
+            _ => None,
+        }
+    }
+
+    /// Whether it is one the driver takes: flags its kind knows, its value
+    /// aligned. `CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER` is refused, as the
+    /// `_v2` API (every name since CUDA 12) refuses it (measured on the
+    /// H100).
+    pub fn well_formed(&self) -> bool {
+        let flags = self.flags.get();
+        let known = match CUstreamBatchMemOpType(self.kind.get()) {
+            CU_STREAM_MEM_OP_WAIT_VALUE_32 | CU_STREAM_MEM_OP_WAIT_VALUE_64 => flags & !(3 | CU_STREAM_WAIT_VALUE_FLUSH.0) == 0,
+            CU_STREAM_MEM_OP_WRITE_VALUE_32 | CU_STREAM_MEM_OP_WRITE_VALUE_64 => flags == 0,
+            CU_STREAM_MEM_OP_BARRIER => flags <= CU_STREAM_MEMORY_BARRIER_TYPE_GPU.0,
+            CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES => flags == 0,
+            _ => false,
+        };
+        known && self.value_size().is_none_or(|n| self.addr.get() % n == 0)
+    }
+}
 
 /// The operations at the front of `tail`, `n` of them, each of a known
 /// kind; and the rest.
