@@ -1,6 +1,8 @@
 //! Node parameters read back and set in a graph (not only in an
-//! executable graph): kernel, memset, copy and event nodes; whether an
-//! executable graph runs a node; a node's counterpart in a clone.
+//! executable graph): kernel, memset, copy, event and batch
+//! memory-operation nodes; whether an
+//! executable graph runs a node; a node's counterpart in a clone; a kernel
+//! node's attributes.
 
 use crate::error::{ProtocolError, Result, TransportError};
 use crate::{Client, Context, Event, Function, Graph, GraphExec, GraphNode};
@@ -55,6 +57,13 @@ pub enum NodeParams {
         /// The event.
         event: Event,
     },
+    /// A batch memory-operation node.
+    MemOps {
+        /// The (backend's) context they run in.
+        ctx: Context,
+        /// The operations.
+        ops: Vec<MemOp>,
+    },
 }
 
 impl Client {
@@ -78,6 +87,10 @@ impl Client {
             CU_GRAPH_NODE_TYPE_MEMCPY => NodeParams::Memcpy { dst: w[0], src: w[1], len: w[2] },
             CU_GRAPH_NODE_TYPE_WAIT_EVENT => NodeParams::Event { wait: true, event: Event(w[0]) },
             CU_GRAPH_NODE_TYPE_EVENT_RECORD => NodeParams::Event { wait: false, event: Event(w[0]) },
+            CU_GRAPH_NODE_TYPE_BATCH_MEM_OP => {
+                let ops = mem_ops_of(&r.params, w[1] as usize).map_err(TransportError::Decode)?;
+                NodeParams::MemOps { ctx: Context(w[0]), ops: ops.to_vec() }
+            }
             other => return Err(TransportError::Protocol(ProtocolError::NodeKind(other.0)).into()),
         })
     }
@@ -100,9 +113,38 @@ impl Client {
         self.call(&GraphEventNodeSet { exec: exec.map_or(0, |x| x.0).into(), node: n.0.into(), event: e.0.into() })
     }
 
+    /// The operations of batch memory-operation node `n`, in its graph
+    /// (`exec` `None`) or in an executable graph, in context `ctx`.
+    pub fn graph_mem_op_node_set(&self, exec: Option<GraphExec>, n: GraphNode, ctx: Context, ops: &[MemOp]) -> Result<()> {
+        let head = GraphMemOpSetHead {
+            exec: exec.map_or(0, |x| x.0).into(),
+            node: n.0.into(),
+            ctx: ctx.0.into(),
+            count: (ops.len() as u32).into(),
+            reserved: 0.into(),
+        };
+        self.call(&GraphMemOpNodeSet { head, ops })
+    }
+
     /// `cuGraphNodeGetEnabled`.
     pub fn graph_node_enabled(&self, e: GraphExec, n: GraphNode) -> Result<bool> {
         Ok(self.call(&GraphNodeEnabled { exec: e.0.into(), node: n.0.into() })?.value.get() != 0)
+    }
+
+    /// Kernel node `n`'s attribute `attr` (a `CUkernelNodeAttrID`), as
+    /// `CUkernelNodeAttrValue` lays it out; set to `value` first when
+    /// given.
+    pub fn graph_kernel_node_attr(&self, n: GraphNode, attr: u32, value: Option<[u8; 64]>) -> Result<[u8; 64]> {
+        let op = if value.is_some() { NODE_ATTR_SET } else { NODE_ATTR_GET };
+        let r = KernelNodeAttr { node: n.0.into(), src: 0.into(), attr: attr.into(), op: op.into(), value: value.unwrap_or([0; 64]) };
+        Ok(self.call(&r)?.value)
+    }
+
+    /// `cuGraphKernelNodeCopyAttributes`: every attribute of kernel node
+    /// `src` to kernel node `dst`.
+    pub fn graph_kernel_node_copy_attrs(&self, dst: GraphNode, src: GraphNode) -> Result<()> {
+        let r = KernelNodeAttr { node: dst.0.into(), src: src.0.into(), attr: 0.into(), op: NODE_ATTR_COPY.into(), value: [0; 64] };
+        self.call(&r).map(|_| ())
     }
 
     /// `cuGraphNodeFindInClone`: the node of `clone` made from `n`.

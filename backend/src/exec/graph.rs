@@ -133,6 +133,8 @@ pub enum NodeParams<C: ExecGraph + ?Sized> {
         /// The event.
         event: C::Event,
     },
+    /// A batch memory-operation node's operations.
+    MemOps(Vec<super::MemOp>),
 }
 
 /// A kernel node's arguments as its executor holds them.
@@ -205,11 +207,18 @@ pub trait ExecGraph: ExecContext {
     fn graph_dot(&mut self, g: Self::Graph, flags: u32) -> CuRes<Vec<u8>>;
     /// Adds a node after `deps`.
     fn graph_add_node(&mut self, g: Self::Graph, deps: &[Self::Node], spec: NodeSpec<'_, Self>) -> CuRes<Self::Node>;
-    /// `cuGraph{Kernel,Memset,Memcpy}NodeSetParams`,
+    /// `cuGraph{Kernel,Memset,Memcpy,BatchMemOp}NodeSetParams`,
     /// `cuGraphEvent{Record,Wait}NodeSetEvent` (`spec` of the node's type).
     fn node_set(&mut self, n: Self::Node, spec: NodeSpec<'_, Self>) -> CuRes<()>;
-    /// A kernel, memset, copy or event node's parameters.
+    /// A kernel, memset, copy, event or batch memory-operation node's
+    /// parameters.
     fn node_params(&mut self, n: Self::Node) -> CuRes<NodeParams<Self>>;
+    /// A kernel node's attribute `attr` (a launch attribute the session
+    /// checked): set to `value` when given; the value it holds now.
+    fn kernel_node_attr(&mut self, n: Self::Node, attr: u32, value: Option<&[u8; 64]>) -> CuRes<[u8; 64]>;
+    /// `cuGraphKernelNodeCopyAttributes`: every attribute of kernel node
+    /// `src` to kernel node `dst`.
+    fn kernel_node_copy_attrs(&mut self, dst: Self::Node, src: Self::Node) -> CuRes<()>;
     /// `cuGraphNodeGetEnabled` of node `n` in `e`.
     fn node_enabled(&mut self, e: Self::GraphExec, n: Self::Node) -> CuRes<bool>;
     /// `cuGraphNodeFindInClone`: the node of graph `clone` made from `n`.
@@ -220,7 +229,7 @@ pub trait ExecGraph: ExecContext {
     fn graph_launch(&mut self, e: Self::GraphExec, s: Option<Self::Stream>, upload: bool) -> CuRes<()>;
     /// `cuGraphExecDestroy`.
     fn graph_exec_destroy(&mut self, e: Self::GraphExec) -> CuRes<()>;
-    /// `cuGraphExec{Kernel,Memset,Memcpy,ChildGraph}NodeSetParams` of node
+    /// `cuGraphExec{Kernel,Memset,Memcpy,ChildGraph,BatchMemOp}NodeSetParams` of node
     /// `n` (of the graph `e` was made from; `spec` of the node's type).
     fn exec_node_set(&mut self, e: Self::GraphExec, n: Self::Node, spec: NodeSpec<'_, Self>) -> CuRes<()>;
     /// `cuGraphNodeSetEnabled` of node `n` in `e`.

@@ -35,7 +35,13 @@ const ALLOWED_ATTRS: &[CUlaunchAttributeID] = &[
 ];
 
 fn check_attrs(attrs: &[LaunchAttr]) -> CuRes<()> {
-    if attrs.iter().all(|a| ALLOWED_ATTRS.contains(&CUlaunchAttributeID(a.id.get()))) { Ok(()) } else { Err(CuError::NOT_SUPPORTED) }
+    attrs.iter().try_for_each(|a| check_attr(a.id.get()))
+}
+
+/// Checks one launch (or kernel node) attribute a guest names: one of
+/// [`ALLOWED_ATTRS`], else `CUDA_ERROR_NOT_SUPPORTED`.
+pub(super) fn check_attr(id: u32) -> CuRes<()> {
+    if ALLOWED_ATTRS.contains(&CUlaunchAttributeID(id)) { Ok(()) } else { Err(CuError::NOT_SUPPORTED) }
 }
 
 fn dims(grid: [U32; 3], block: [U32; 3], shared_mem: u32) -> CuRes<LaunchDims> {

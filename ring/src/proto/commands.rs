@@ -444,6 +444,11 @@ macro_rules! command_table {
             115 GraphNodeEnabled(graph::graph_node_enabled) [quiet]: GraphNodeEnabled => I32Rep;
             /// `cuGraphNodeFindInClone`.
             116 GraphNodeFindInClone(graph::graph_node_find_in_clone) [quiet]: GraphNodeFindInClone => HandleRep;
+            /// A kernel node's attributes: get, set, copy from another.
+            117 KernelNodeAttr(graph::kernel_node_attr) [quiet]: KernelNodeAttr => AttrValueRep;
+            /// A batch memory-operation node's operations, set in its graph
+            /// or in an executable graph.
+            118 GraphMemOpNodeSet(graph::graph_mem_op_node_set) [quiet]: GraphMemOpNodeSet<'a> => ();
         }
     };
 }

@@ -143,6 +143,7 @@ over_every_transport!(
         conditional_nodes,
         stream_memory_operations,
         node_parameters,
+        kernel_node_attributes,
         matsum_matches_cpu,
         jacobi_matches_cpu,
         many_concurrent_clients,

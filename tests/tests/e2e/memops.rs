@@ -1,8 +1,11 @@
 //! Stream memory operations: values written and waited for on a stream and
-//! in a graph node, and addresses, flags and kinds checked by the backend
-//! (a posted request's refusal comes back at the next call that waits).
+//! in a graph node (its operations read back and changed, in its graph and
+//! in an executable graph), and addresses, flags and kinds checked by the
+//! backend (a posted request's refusal comes back at the next call that
+//! waits).
 
 use super::*;
+use pvgpu_frontend::NodeParams;
 use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::proto::MemOp;
 
@@ -36,14 +39,34 @@ pub(crate) fn stream_memory_operations(t: Transport) {
 
     // A node runs its operations at every launch.
     let graph = c.graph_create(g.ctx).unwrap();
-    c.graph_add_mem_op_node(graph, &[], g.ctx, &[op(CU_STREAM_MEM_OP_WRITE_VALUE_32, d + 4, 11, 0)]).unwrap();
+    let write11 = [op(CU_STREAM_MEM_OP_WRITE_VALUE_32, d + 4, 11, 0)];
+    let node = c.graph_add_mem_op_node(graph, &[], g.ctx, &write11).unwrap();
     let e = c.graph_instantiate(graph, 0).unwrap();
-    for _ in 0..2 {
+    let launch_reads = |want: u32| {
         c.memset(d + 4, 0, 4, 1, s).unwrap();
         c.graph_launch(e, s, false).unwrap();
         c.stream_synchronize(s).unwrap();
-        assert_eq!(read_u32(&c, d + 4, 1), [11]);
+        assert_eq!(read_u32(&c, d + 4, 1), [want]);
+    };
+    for _ in 0..2 {
+        launch_reads(11);
     }
+    // Its operations read back, and changed: in the graph (the executable
+    // graph keeps what it was made from), then in the executable graph.
+    assert_eq!(c.graph_node_params(node).unwrap(), NodeParams::MemOps { ctx: g.ctx, ops: write11.to_vec() });
+    let write12 = [op(CU_STREAM_MEM_OP_BARRIER, 0, 0, 0), op(CU_STREAM_MEM_OP_WRITE_VALUE_32, d + 4, 12, 0)];
+    c.graph_mem_op_node_set(None, node, g.ctx, &write12).unwrap();
+    assert_eq!(c.graph_node_params(node).unwrap(), NodeParams::MemOps { ctx: g.ctx, ops: write12.to_vec() });
+    launch_reads(11);
+    c.graph_mem_op_node_set(Some(e), node, g.ctx, &[op(CU_STREAM_MEM_OP_WRITE_VALUE_32, d + 4, 13, 0)]).unwrap();
+    launch_reads(13);
+    // Refused: a value outside the session's memory, a node of another
+    // kind.
+    let far = [op(CU_STREAM_MEM_OP_WRITE_VALUE_32, d + (1 << 40), 1, 0)];
+    assert_eq!(code(c.graph_mem_op_node_set(None, node, g.ctx, &far)), CuResult::INVALID_VALUE);
+    assert_eq!(code(c.graph_mem_op_node_set(Some(e), node, g.ctx, &far)), CuResult::INVALID_VALUE);
+    let empty = c.graph_add_node(graph, &[], CU_GRAPH_NODE_TYPE_EMPTY.0, 0).unwrap();
+    assert_eq!(code(c.graph_mem_op_node_set(None, empty, g.ctx, &write11)), CuResult::INVALID_VALUE);
     c.graph_exec_destroy(e).unwrap();
     c.graph_destroy(graph).unwrap();
 

@@ -1,7 +1,7 @@
 //! Node parameters read back and set in a graph: kernel nodes (built by
 //! hand and captured: their function and packed arguments), memset, copy
 //! and event nodes; whether an executable graph runs a node; a node's
-//! counterpart in a clone.
+//! counterpart in a clone; kernel node attributes.
 
 use super::*;
 use crate::graphs::memset_head;
@@ -84,4 +84,65 @@ pub(crate) fn node_parameters(t: Transport) {
         c.graph_destroy(gr).unwrap();
     }
     c.ctx_synchronize(g.ctx).unwrap();
+}
+
+/// An attribute value whose first member is the 32-bit `v`.
+fn attr_value(v: i32) -> [u8; 64] {
+    let mut value = [0u8; 64];
+    value[..4].copy_from_slice(&v.to_le_bytes());
+    value
+}
+
+pub(crate) fn kernel_node_attributes(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let s = c.stream_create(g.ctx, 1, 0).unwrap();
+    let n: i32 = 256;
+    let [x, y] = [0; 2].map(|_| c.mem_alloc(g.ctx, (n * 4) as u64).unwrap());
+    let ax = g.func("saxpy").unwrap();
+    let p = ax.pack(&[arg(&1.0f32), arg(&x), arg(&y), arg(&n)]).unwrap();
+    let kn = KernelNode { f: &ax, grid: [1, 1, 1], block: [256, 1, 1], shared_mem: 0, params: &p };
+    let graph = c.graph_create(g.ctx).unwrap();
+    let (k1, k2) = (c.graph_add_kernel_node(graph, &[], &kn).unwrap(), c.graph_add_kernel_node(graph, &[], &kn).unwrap());
+    let priority = CU_LAUNCH_ATTRIBUTE_PRIORITY.0;
+    let carveout = CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT.0;
+
+    // Never set: zero. Set: read back, and kept by new parameters.
+    assert_eq!(c.graph_kernel_node_attr(k1, priority, None).unwrap(), attr_value(0));
+    assert_eq!(c.graph_kernel_node_attr(k1, priority, Some(attr_value(-1))).unwrap(), attr_value(-1));
+    c.graph_kernel_node_attr(k1, carveout, Some(attr_value(50))).unwrap();
+    c.graph_kernel_node_set(k1, &kn).unwrap();
+    assert_eq!(c.graph_kernel_node_attr(k1, priority, None).unwrap(), attr_value(-1));
+    // Copied to another node, and into a clone.
+    c.graph_kernel_node_copy_attrs(k2, k1).unwrap();
+    assert_eq!(c.graph_kernel_node_attr(k2, priority, None).unwrap(), attr_value(-1));
+    assert_eq!(c.graph_kernel_node_attr(k2, carveout, None).unwrap(), attr_value(50));
+    let clone = c.graph_clone(graph).unwrap();
+    let k1c = c.graph_node_find_in_clone(clone, k1).unwrap();
+    assert_eq!(c.graph_kernel_node_attr(k1c, priority, None).unwrap(), attr_value(-1));
+    // The graph still runs.
+    let exec = c.graph_instantiate(graph, 0).unwrap();
+    c.graph_launch(exec, s, false).unwrap();
+    c.stream_synchronize(s).unwrap();
+
+    // A launch's attributes become its captured node's.
+    c.stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL.0).unwrap();
+    let la = pvgpu_ring::proto::LaunchAttr { id: priority.into(), reserved: 0.into(), value: attr_value(-1) };
+    c.launch_ex(&ax, [1, 1, 1], [256, 1, 1], 0, s, &[la], &p).unwrap();
+    let cap = c.stream_end_capture(s).unwrap();
+    let captured = c.graph_nodes(cap, false).unwrap();
+    assert_eq!(c.graph_kernel_node_attr(captured[0], priority, None).unwrap(), attr_value(-1));
+
+    // Refused: an attribute naming the driver's objects (a programmatic
+    // event), a node that is not a kernel's.
+    let event = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT.0;
+    assert_eq!(code(c.graph_kernel_node_attr(k1, event, Some(attr_value(0)))), CuResult::NOT_SUPPORTED);
+    let empty = c.graph_add_node(graph, &[], CU_GRAPH_NODE_TYPE_EMPTY.0, 0).unwrap();
+    assert_eq!(code(c.graph_kernel_node_attr(empty, priority, None)), CuResult::INVALID_VALUE);
+    assert_eq!(code(c.graph_kernel_node_copy_attrs(empty, k1)), CuResult::INVALID_VALUE);
+
+    c.graph_exec_destroy(exec).unwrap();
+    for gr in [graph, clone, cap] {
+        c.graph_destroy(gr).unwrap();
+    }
 }

@@ -325,6 +325,14 @@ impl ExecGraph for CudaContext {
         self.enabled(e, n)
     }
 
+    fn kernel_node_attr(&mut self, n: CudaNode, attr: u32, value: Option<&[u8; 64]>) -> CuRes<[u8; 64]> {
+        self.node_attr(n, attr, value)
+    }
+
+    fn kernel_node_copy_attrs(&mut self, dst: CudaNode, src: CudaNode) -> CuRes<()> {
+        self.copy_node_attrs(dst, src)
+    }
+
     fn node_in_clone(&mut self, clone: CudaGraph, n: CudaNode) -> CuRes<CudaNode> {
         self.in_clone(clone, n)
     }
@@ -383,6 +391,7 @@ impl ExecGraph for CudaContext {
                 // SAFETY: as above.
                 ok(unsafe { entry(drv.cuGraphExecEventWaitNodeSetEvent)?(e.0, n.0, event(ev)) })
             }
+            NodeSpec::MemOps(ops) => self.mem_op_node_set(Some(e), n, ops),
             _ => Err(CuError::INVALID_VALUE),
         }
     }

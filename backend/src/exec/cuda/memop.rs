@@ -1,11 +1,12 @@
 //! Stream memory operations and batch memory-operation nodes on the GPU:
 //! each operation in the driver's union, passed to `cuStreamBatchMemOp`
-//! or `cuGraphAddBatchMemOpNode`.
+//! or `cuGraphAddBatchMemOpNode`, set in a node, or read back from one.
 
 use super::driver::{entry, ok};
-use super::graph::{CudaGraph, CudaNode};
+use super::graph::{CudaGraph, CudaGraphExec, CudaNode};
 use super::{CudaContext, CudaStream, raw_stream};
 use crate::exec::{CuRes, MemOp};
+use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::*;
 use std::ptr;
 
@@ -41,6 +42,32 @@ fn params(ops: &[MemOp]) -> Vec<CUstreamBatchMemOpParams> {
         .collect()
 }
 
+/// An operation of the driver's array, as the session names it.
+fn op_of(p: &CUstreamBatchMemOpParams) -> MemOp {
+    // SAFETY: `operation` heads every member; each read below reads the
+    // member it names, all plain integers.
+    let operation = unsafe { p.operation };
+    let (addr, value, flags) = match operation {
+        // SAFETY: as above.
+        CU_STREAM_MEM_OP_WAIT_VALUE_32 | CU_STREAM_MEM_OP_WAIT_VALUE_64 => unsafe {
+            let w = p.waitValue;
+            let v = if operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 { u64::from(w.anon2.value) } else { w.anon2.value64 };
+            (w.address, v, w.flags)
+        },
+        // SAFETY: as above.
+        CU_STREAM_MEM_OP_WRITE_VALUE_32 | CU_STREAM_MEM_OP_WRITE_VALUE_64 => unsafe {
+            let w = p.writeValue;
+            let v = if operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 { u64::from(w.anon2.value) } else { w.anon2.value64 };
+            (w.address, v, w.flags)
+        },
+        // SAFETY: as above.
+        CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES => (0, 0, unsafe { p.flushRemoteWrites.flags }),
+        // SAFETY: as above.
+        _ => (0, 0, unsafe { p.memoryBarrier.flags }),
+    };
+    MemOp { kind: operation.0, flags, addr, value }
+}
+
 impl CudaContext {
     pub(super) fn mem_ops(&mut self, ops: &[MemOp], s: Option<CudaStream>) -> CuRes<()> {
         let mut p = params(ops);
@@ -58,5 +85,42 @@ impl CudaContext {
         // driver copies when it makes the node.
         ok(unsafe { entry(self.drv.cuGraphAddBatchMemOpNode)?(&mut node, g.0, deps.as_ptr(), deps.len(), &node_params) })?;
         Ok(CudaNode(node))
+    }
+}
+
+impl CudaContext {
+    /// The operations of batch memory-operation node `n`.
+    pub(super) fn mem_op_node_get(&mut self, n: CudaNode) -> CuRes<Vec<MemOp>> {
+        // SAFETY: plain integers and a null pointer.
+        let mut p: CUDA_BATCH_MEM_OP_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        // SAFETY: a live node (the driver checks its type); a valid
+        // out-pointer.
+        ok(unsafe { entry(self.drv.cuGraphBatchMemOpNodeGetParams)?(n.0, &mut p) })?;
+        if p.count as usize > pvgpu_ring::proto::MAX_MEM_OPS || (p.count > 0 && p.paramArray.is_null()) {
+            return Err(CuError::NOT_SUPPORTED);
+        }
+        if p.count == 0 {
+            return Ok(Vec::new());
+        }
+        // SAFETY: the driver's array of `count` operations, alive while the
+        // node is unchanged (this runs on the session's one thread).
+        let all = unsafe { std::slice::from_raw_parts(p.paramArray, p.count as usize) };
+        Ok(all.iter().map(op_of).collect())
+    }
+
+    /// Sets the operations of batch memory-operation node `n`, in its
+    /// graph or in executable graph `e`.
+    pub(super) fn mem_op_node_set(&mut self, e: Option<CudaGraphExec>, n: CudaNode, ops: &[MemOp]) -> CuRes<()> {
+        let mut p = params(ops);
+        let node_params =
+            CUDA_BATCH_MEM_OP_NODE_PARAMS { ctx: self.raw.cast(), count: p.len() as u32, paramArray: p.as_mut_ptr(), flags: 0 };
+        match e {
+            // SAFETY: a live node; operations the session checked, which
+            // the driver copies.
+            None => ok(unsafe { entry(self.drv.cuGraphBatchMemOpNodeSetParams)?(n.0, &node_params) }),
+            // SAFETY: as above, and a live executable graph of the node's
+            // graph.
+            Some(e) => ok(unsafe { entry(self.drv.cuGraphExecBatchMemOpNodeSetParams)?(e.0, n.0, &node_params) }),
+        }
     }
 }

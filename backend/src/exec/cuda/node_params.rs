@@ -1,7 +1,8 @@
 //! Node parameters on the GPU, read back and set in a graph: kernel,
 //! memset, copy and event nodes (`cuGraph*NodeGetParams`,
 //! `cuGraph*NodeSetParams`, `cuGraphEvent*NodeGetEvent/SetEvent`), and the
-//! queries of an executable graph's nodes and of clones.
+//! queries of an executable graph's nodes and of clones; kernel node
+//! attributes.
 
 use super::driver::{entry, ok};
 use super::graph::{CudaGraph, CudaGraphExec, CudaNode};
@@ -74,6 +75,7 @@ impl CudaContext {
                 let dst = address(p.dstMemoryType, p.dstDevice, p.dstHost) + p.dstXInBytes as u64;
                 Ok(NodeParams::Memcpy { dst, src, len: p.WidthInBytes as u64 })
             }
+            CU_GRAPH_NODE_TYPE_BATCH_MEM_OP => Ok(NodeParams::MemOps(self.mem_op_node_get(n)?)),
             CU_GRAPH_NODE_TYPE_EVENT_RECORD | CU_GRAPH_NODE_TYPE_WAIT_EVENT => {
                 let wait = kind == CU_GRAPH_NODE_TYPE_WAIT_EVENT;
                 let get = entry(if wait { drv.cuGraphEventWaitNodeGetEvent } else { drv.cuGraphEventRecordNodeGetEvent })?;
@@ -113,8 +115,34 @@ impl CudaContext {
                 // SAFETY: as above.
                 ok(unsafe { entry(drv.cuGraphEventWaitNodeSetEvent)?(n.0, e.0.cast()) })
             }
+            NodeSpec::MemOps(ops) => self.mem_op_node_set(None, n, ops),
             _ => Err(CuError::INVALID_VALUE),
         }
+    }
+
+    pub(super) fn node_attr(&mut self, n: CudaNode, attr: u32, value: Option<&[u8; 64]>) -> CuRes<[u8; 64]> {
+        let drv = self.drv;
+        let id = CUlaunchAttributeID(attr);
+        if let Some(v) = value {
+            // SAFETY: the value union is 64 plain bytes (integers, floats,
+            // handles), any of which is valid.
+            let v = unsafe { std::mem::transmute::<[u8; 64], CUkernelNodeAttrValue>(*v) };
+            // SAFETY: a live node (the driver checks it is a kernel node);
+            // the value lives through the call.
+            ok(unsafe { entry(drv.cuGraphKernelNodeSetAttribute)?(n.0, id, &v) })?;
+        }
+        // SAFETY: plain integers, zero for each member.
+        let mut out: CUkernelNodeAttrValue = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; a valid out-pointer.
+        ok(unsafe { entry(drv.cuGraphKernelNodeGetAttribute)?(n.0, id, &mut out) })?;
+        // SAFETY: as above, the other way.
+        Ok(unsafe { std::mem::transmute::<CUkernelNodeAttrValue, [u8; 64]>(out) })
+    }
+
+    pub(super) fn copy_node_attrs(&mut self, dst: CudaNode, src: CudaNode) -> CuRes<()> {
+        // SAFETY: two live nodes of this context (the driver checks they
+        // are kernel nodes).
+        ok(unsafe { entry(self.drv.cuGraphKernelNodeCopyAttributes)?(dst.0, src.0) })
     }
 
     pub(super) fn enabled(&mut self, e: CudaGraphExec, n: CudaNode) -> CuRes<bool> {

@@ -202,14 +202,15 @@ impl ExecContext for HostContext {
         dims: LaunchDims,
         params: &[u8],
         layout: &[Param],
-        _attrs: &[LaunchAttr],
+        attrs: &[LaunchAttr],
         s: Option<u64>,
     ) -> CuRes<()> {
         self.ok()?;
         if dims.grid.contains(&0) || dims.block.contains(&0) || dims.block.iter().map(|&b| b as u64).product::<u64>() > 1024 {
             return Err(CuError::INVALID_VALUE);
         }
-        if self.captured(s, || Op::Kernel { f, dims, params: params.to_vec(), layout: layout.to_vec() })? {
+        let attrs = || attrs.iter().map(|a| (a.id.get(), a.value)).collect();
+        if self.captured(s, || Op::Kernel { f, dims, params: params.to_vec(), layout: layout.to_vec(), attrs: attrs() })? {
             return Ok(());
         }
         let st = self.modules.get(&f.module).ok_or(CuError::INVALID_HANDLE)?;

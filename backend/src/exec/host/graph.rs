@@ -19,6 +19,9 @@ pub(super) enum Op {
         dims: LaunchDims,
         params: Vec<u8>,
         layout: Vec<Param>,
+        /// Attributes set on the node (or on its captured launch): id and
+        /// value, as `CUkernelNodeAttrValue` lays it out.
+        attrs: Vec<(u32, [u8; 64])>,
     },
     Memcpy {
         dst: u64,

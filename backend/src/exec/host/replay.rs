@@ -104,7 +104,7 @@ impl HostContext {
 
     fn run(&mut self, op: Op) -> CuRes<()> {
         match op {
-            Op::Kernel { f, dims, params, layout } => self.launch(f, dims, &params, &layout, &[], None),
+            Op::Kernel { f, dims, params, layout, .. } => self.launch(f, dims, &params, &layout, &[], None),
             Op::Memcpy { dst, src, len } => self.dtod(dst, src, len, None, false),
             Op::Memset { rect, value, elem } => self.memset2d(rect, value, elem),
             // SAFETY: the session's data area or a mirror of the program's
@@ -124,7 +124,9 @@ impl HostContext {
     /// The op a node spec describes.
     pub(super) fn op(spec: NodeSpec<'_, Self>) -> Op {
         match spec {
-            NodeSpec::Kernel { f, dims, params, layout } => Op::Kernel { f, dims, params: params.to_vec(), layout: layout.to_vec() },
+            NodeSpec::Kernel { f, dims, params, layout } => {
+                Op::Kernel { f, dims, params: params.to_vec(), layout: layout.to_vec(), attrs: Vec::new() }
+            }
             NodeSpec::Memcpy { dst, src, len } => Op::Memcpy { dst, src, len },
             NodeSpec::Htod { dst, src, len } => Op::Htod { dst, src: src as usize, len: len as usize },
             NodeSpec::Dtoh { dst, src, len } => Op::Dtoh { dst: dst as usize, src, len: len as usize },
@@ -247,6 +249,14 @@ impl ExecGraph for HostContext {
 
     fn node_in_clone(&mut self, clone: u64, n: u64) -> CuRes<u64> {
         self.in_clone(clone, n)
+    }
+
+    fn kernel_node_attr(&mut self, n: u64, attr: u32, value: Option<&[u8; 64]>) -> CuRes<[u8; 64]> {
+        self.node_attr(n, attr, value)
+    }
+
+    fn kernel_node_copy_attrs(&mut self, dst: u64, src: u64) -> CuRes<()> {
+        self.copy_node_attrs(dst, src)
     }
 
     fn graph_instantiate(&mut self, g: u64, _flags: u64) -> CuRes<u64> {

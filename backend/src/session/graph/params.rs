@@ -1,7 +1,9 @@
 //! Node parameters read back and set: a kernel node's function and packed
 //! parameters (its arguments copied out of the driver's own copy with the
 //! function's layout), memset, copy and event nodes; whether an executable
-//! graph runs a node; a node's counterpart in a clone. Every id is the
+//! graph runs a node; a node's counterpart in a clone; a kernel node's
+//! attributes (the launch attributes a guest may set on a launch). Every
+//! id is the
 //! session's: a function or event the driver names that the session does
 //! not know is not answered.
 
@@ -12,7 +14,8 @@ use crate::exec::{CuRes, Executor, Param};
 use crate::session::{Io, Session};
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::*;
-use pvgpu_ring::proto::{self, HandleRep, I32Rep, NodeParamsHead, NodeParamsRep};
+use pvgpu_ring::proto::{self, AttrValueRep, HandleRep, I32Rep, NODE_ATTR_COPY, NODE_ATTR_GET, NodeParamsHead, NodeParamsRep};
+use zerocopy::IntoBytes;
 
 /// Packs arguments found at `ptrs` (one per parameter) as `layout` says.
 fn pack(ptrs: &[usize], layout: &[Param], bytes: usize) -> CuRes<Vec<u8>> {
@@ -58,6 +61,13 @@ pub(in crate::session) fn graph_node_params<E: Executor>(
             let (id, _) = s.events.iter().find(|(_, e)| e.ctx == ctx && e.value == event).ok_or(CuError::NOT_SUPPORTED)?;
             let kind = if wait { CU_GRAPH_NODE_TYPE_WAIT_EVENT } else { CU_GRAPH_NODE_TYPE_EVENT_RECORD };
             (kind, [id, 0, 0, 0, 0, 0, 0, 0], Vec::new())
+        }
+        NodeParams::MemOps(ops) => {
+            let wire: Vec<proto::MemOp> = ops
+                .iter()
+                .map(|o| proto::MemOp { kind: o.kind.into(), flags: o.flags.into(), addr: o.addr.into(), value: o.value.into() })
+                .collect();
+            (CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, [ctx, ops.len() as u64, 0, 0, 0, 0, 0, 0], wire.as_bytes().to_vec())
         }
     };
     let head = NodeParamsHead { kind: kind.0.into(), param_len: (params.len() as u32).into(), words: words.map(Into::into) };
@@ -107,4 +117,55 @@ pub(in crate::session) fn graph_node_find_in_clone<E: Executor>(
     }
     let found: Node<E> = s.enter(ctx)?.node_in_clone(g, n)?;
     Ok(handle(s.graph.node_id(clone, found)?))
+}
+
+pub(in crate::session) fn kernel_node_attr<E: Executor>(
+    s: &mut Session<E>,
+    r: proto::KernelNodeAttr,
+    _: &mut Io<'_>,
+) -> CuRes<AttrValueRep> {
+    let (ctx, _, n) = node(s, r.node.get())?;
+    let mut value = [0u8; 64];
+    match r.op.get() {
+        NODE_ATTR_COPY => {
+            let (src_ctx, _, src) = node(s, r.src.get())?;
+            if src_ctx != ctx {
+                return Err(CuError::INVALID_CONTEXT);
+            }
+            s.enter(ctx)?.kernel_node_copy_attrs(n, src)?;
+        }
+        op => {
+            let attr = r.attr.get();
+            crate::session::launch::check_attr(attr)?;
+            let set = (op != NODE_ATTR_GET).then_some(&r.value);
+            value = s.enter(ctx)?.kernel_node_attr(n, attr, set)?;
+        }
+    }
+    Ok(AttrValueRep { value })
+}
+
+pub(in crate::session) fn graph_mem_op_node_set<E: Executor>(
+    s: &mut Session<E>,
+    r: proto::GraphMemOpNodeSet<'_>,
+    _: &mut Io<'_>,
+) -> CuRes<()> {
+    let h = r.head;
+    let (ctx, _, n) = node(s, h.node.get())?;
+    if h.ctx.get() != ctx {
+        return Err(CuError::INVALID_CONTEXT);
+    }
+    let (named, ops) = crate::session::memop::checked(s, r.ops, 0)?;
+    if named.is_some_and(|c| c != ctx) {
+        return Err(CuError::INVALID_VALUE);
+    }
+    if CUgraphNodeType(s.enter(ctx)?.node_info(n)?.0) != CU_GRAPH_NODE_TYPE_BATCH_MEM_OP {
+        return Err(CuError::INVALID_VALUE);
+    }
+    match h.exec.get() {
+        0 => s.enter(ctx)?.node_set(n, NodeSpec::MemOps(&ops)),
+        exec => {
+            let (_, e, n) = super::exec::exec_node(s, exec, h.node.get())?;
+            s.enter(ctx)?.exec_node_set(e, n, NodeSpec::MemOps(&ops))
+        }
+    }
 }

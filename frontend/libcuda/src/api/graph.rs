@@ -384,6 +384,7 @@ pub extern "C" fn cuGraphDestroyNode(node: CUgraphNode) -> CuResult {
         super::graph_cond::node_gone(n.0);
         super::user_object::node_gone(n.0);
         super::graph_params::node_gone(n.0);
+        super::memop::node_gone(n.0);
         Ok(())
     })
 }

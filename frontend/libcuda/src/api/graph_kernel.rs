@@ -1,12 +1,12 @@
 //! Kernel nodes: added to a graph, their parameters set in the graph or in
-//! an executable graph. The arguments are packed here, as for a launch,
-//! from `kernelParams` or the `extra` buffer; the function may be a
-//! `CUfunction` or a `CUkernel`.
+//! an executable graph, their attributes read, set and copied. The
+//! arguments are packed here, as for a launch, from `kernelParams` or the
+//! `extra` buffer; the function may be a `CUfunction` or a `CUkernel`.
 
 use super::graph::{exec_id, graph_id, node_id};
 use super::graph::{nodes_in, put_node};
 use super::launch::{check_launch, pack};
-use crate::state::{self, Res, id, run};
+use crate::state::{self, Res, id, put, run};
 use pvgpu_frontend::KernelNode;
 use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::{CuError, CuResult};
@@ -190,4 +190,53 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
 ) -> CuResult {
     // SAFETY: per the caller.
     run("cuGraphExecKernelNodeSetParams_v2", || unsafe { exec_set(e, node, Kernel::v2(p)?) })
+}
+
+/// `cuGraphKernelNodeGetAttribute`.
+///
+/// # Safety
+/// `out` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphKernelNodeGetAttribute(
+    node: CUgraphNode,
+    attr: CUkernelNodeAttrID,
+    out: *mut CUkernelNodeAttrValue,
+) -> CuResult {
+    run("cuGraphKernelNodeGetAttribute", || {
+        if out.is_null() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let v = state::client()?.graph_kernel_node_attr(node_id(node)?, attr.0, None).map_err(state::cu)?;
+        // SAFETY: the value union is 64 plain bytes, any of which is valid.
+        let v = unsafe { std::mem::transmute::<[u8; 64], CUkernelNodeAttrValue>(v) };
+        // SAFETY: writable per the API.
+        unsafe { put(out, v) }
+    })
+}
+
+/// `cuGraphKernelNodeSetAttribute`.
+///
+/// # Safety
+/// `value` must be readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphKernelNodeSetAttribute(
+    node: CUgraphNode,
+    attr: CUkernelNodeAttrID,
+    value: *const CUkernelNodeAttrValue,
+) -> CuResult {
+    run("cuGraphKernelNodeSetAttribute", || {
+        // SAFETY: readable per the API.
+        let v = unsafe { value.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
+        // SAFETY: the union's 64 bytes, as the wire carries them.
+        let bytes = unsafe { std::mem::transmute::<CUkernelNodeAttrValue, [u8; 64]>(*v) };
+        state::client()?.graph_kernel_node_attr(node_id(node)?, attr.0, Some(bytes)).map(|_| ()).map_err(state::cu)
+    })
+}
+
+/// `cuGraphKernelNodeCopyAttributes`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphKernelNodeCopyAttributes(dst: CUgraphNode, src: CUgraphNode) -> CuResult {
+    run("cuGraphKernelNodeCopyAttributes", || {
+        state::client()?.graph_kernel_node_copy_attrs(node_id(dst)?, node_id(src)?).map_err(state::cu)
+    })
 }

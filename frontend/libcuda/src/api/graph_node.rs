@@ -227,7 +227,8 @@ pub extern "C" fn cuGraphNodeSetEnabled(e: CUgraphExec, node: CUgraphNode, enabl
     run("cuGraphNodeSetEnabled", || state::client()?.graph_node_enable(exec_id(e)?, node_id(node)?, enabled != 0).map_err(state::cu))
 }
 
-/// `cuGraphExecNodeSetParams`: kernel, memset, copy and child-graph nodes.
+/// `cuGraphExecNodeSetParams`: kernel, memset, copy, child-graph, host,
+/// event and batch memory-operation nodes.
 ///
 /// # Safety
 /// `p` must be readable, with the pointers of its member readable as the
@@ -259,7 +260,9 @@ pub unsafe extern "C" fn cuGraphExecNodeSetParams(e: CUgraphExec, node: CUgraphN
             // SAFETY: the host member.
             CU_GRAPH_NODE_TYPE_HOST => graph_host::set(Some(e), node, graph_host::from_v2(unsafe { &p.anon2.host })?),
             // SAFETY: readable per the API.
-            CU_GRAPH_NODE_TYPE_EVENT_RECORD | CU_GRAPH_NODE_TYPE_WAIT_EVENT => unsafe { super::graph_params::exec_set_event(e, node, p) },
+            CU_GRAPH_NODE_TYPE_EVENT_RECORD | CU_GRAPH_NODE_TYPE_WAIT_EVENT | CU_GRAPH_NODE_TYPE_BATCH_MEM_OP => unsafe {
+                super::graph_params::exec_set_other(e, node, p)
+            },
             _ => Err(CuError::NOT_SUPPORTED),
         }
     })

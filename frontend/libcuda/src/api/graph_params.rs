@@ -291,7 +291,7 @@ pub unsafe extern "C" fn cuGraphExecGetFlags(x: CUgraphExec, out: *mut cuuint64_
 }
 
 /// `cuGraphNodeSetParams`: the generic form of the setters above, for
-/// kernel, memset, copy, host and event nodes.
+/// kernel, memset, copy, host, event and batch memory-operation nodes.
 ///
 /// # Safety
 /// `p` must be readable, with the pointers of its member readable as the
@@ -324,21 +324,27 @@ pub unsafe extern "C" fn cuGraphNodeSetParams(node: CUgraphNode, p: *mut CUgraph
             CU_GRAPH_NODE_TYPE_EVENT_RECORD => set_event(None, node, unsafe { p.anon2.eventRecord.event }),
             // SAFETY: the event-wait member.
             CU_GRAPH_NODE_TYPE_WAIT_EVENT => set_event(None, node, unsafe { p.anon2.eventWait.event }),
+            // SAFETY: the batch memory-operation member; its array as the
+            // caller keeps it.
+            CU_GRAPH_NODE_TYPE_BATCH_MEM_OP => unsafe { super::memop::node_set!(None, node, p.anon2.memOp) },
             _ => Err(CuError::NOT_SUPPORTED),
         }
     })
 }
 
-/// The event nodes of `cuGraphExecNodeSetParams`.
+/// The event and batch memory-operation nodes of `cuGraphExecNodeSetParams`.
 ///
 /// # Safety
 /// `p` must be readable.
-pub(crate) unsafe fn exec_set_event(e: CUgraphExec, node: CUgraphNode, p: &CUgraphNodeParams) -> Res {
+pub(crate) unsafe fn exec_set_other(e: CUgraphExec, node: CUgraphNode, p: &CUgraphNodeParams) -> Res {
     match p.type_ {
         // SAFETY: the event-record member, which `type_` names.
         CU_GRAPH_NODE_TYPE_EVENT_RECORD => set_event(Some(e), node, unsafe { p.anon2.eventRecord.event }),
         // SAFETY: the event-wait member, which `type_` names.
         CU_GRAPH_NODE_TYPE_WAIT_EVENT => set_event(Some(e), node, unsafe { p.anon2.eventWait.event }),
+        // SAFETY: the batch memory-operation member, which `type_` names;
+        // its array as the caller keeps it.
+        CU_GRAPH_NODE_TYPE_BATCH_MEM_OP => unsafe { super::memop::node_set!(Some(e), node, p.anon2.memOp) },
         _ => Err(CuError::NOT_SUPPORTED),
     }
 }

@@ -1,17 +1,21 @@
 //! Stream memory operations: `cuStreamWaitValue32/64`,
 //! `cuStreamWriteValue32/64` (and their `_v2` names), `cuStreamBatchMemOp`,
 //! and batch memory-operation nodes of graphs (`cuGraphAddBatchMemOpNode`,
-//! `cuGraphAddNode`). The backend's driver runs them on the device: a wait
+//! `cuGraphAddNode`, their operations read back and set in a graph or an
+//! executable graph). The backend's driver runs them on the device: a wait
 //! holds the stream until a value in device memory (or page-locked memory
 //! the device reaches) meets its condition; the backend checks every
 //! address against the session's memory first.
 
-use super::graph::{graph_id, nodes_in, put_node};
-use crate::state::{self, Res, id, run, stream};
+use super::graph::{exec_id, graph_id, node_id, nodes_in, put_node};
+use crate::state::{self, Res, handle, id, put, run, stream};
+use pvgpu_frontend::NodeParams;
 use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::proto::{MAX_MEM_OPS, MemOp};
 use pvgpu_ring::{CuError, CuResult};
+use std::collections::BTreeMap;
 use std::ffi::{c_uint, c_void};
+use std::sync::Mutex;
 
 fn op(kind: CUstreamBatchMemOpType, addr: u64, value: u64, flags: u32) -> MemOp {
     MemOp { kind: kind.0.into(), flags: flags.into(), addr: addr.into(), value: value.into() }
@@ -170,5 +174,136 @@ pub unsafe extern "C" fn cuGraphAddBatchMemOpNode(
         }
         // SAFETY: per the API.
         unsafe { add_node(ph, g, deps, n, p.ctx, p.count, p.paramArray) }
+    })
+}
+
+/// The driver's form of an operation (as a program reads it back).
+fn to_params(o: &MemOp) -> CUstreamBatchMemOpParams {
+    // SAFETY: plain integers: zero is "none" for each.
+    let mut p: CUstreamBatchMemOpParams = unsafe { std::mem::zeroed() };
+    let operation = CUstreamBatchMemOpType(o.kind.get());
+    let (addr, value, flags) = (o.addr.get(), o.value.get(), o.flags.get());
+    match operation {
+        CU_STREAM_MEM_OP_WAIT_VALUE_32 | CU_STREAM_MEM_OP_WAIT_VALUE_64 => {
+            // SAFETY: plain integers, as above.
+            let mut w: CUstreamMemOpWaitValueParams_st = unsafe { std::mem::zeroed() };
+            (w.operation, w.address, w.flags) = (operation, addr, flags);
+            w.anon2.value64 = value;
+            p.waitValue = w;
+        }
+        CU_STREAM_MEM_OP_WRITE_VALUE_32 | CU_STREAM_MEM_OP_WRITE_VALUE_64 => {
+            // SAFETY: plain integers, as above.
+            let mut w: CUstreamMemOpWriteValueParams_st = unsafe { std::mem::zeroed() };
+            (w.operation, w.address, w.flags) = (operation, addr, flags);
+            w.anon2.value64 = value;
+            p.writeValue = w;
+        }
+        CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES => {
+            p.flushRemoteWrites = CUstreamMemOpFlushRemoteWritesParams_st { operation, flags };
+        }
+        _ => p.memoryBarrier = CUstreamMemOpMemoryBarrierParams_st { operation, flags },
+    }
+    p
+}
+
+/// Operation arrays handed out by `cuGraphBatchMemOpNodeGetParams`, by node
+/// id: the program holds their address until it reads the node again (the
+/// driver's point into the node's own copy).
+static KEPT: Mutex<BTreeMap<u64, Box<[CUstreamBatchMemOpParams]>>> = Mutex::new(BTreeMap::new());
+
+/// Node `n` was destroyed: the operations kept for it go.
+pub(crate) fn node_gone(n: u64) {
+    KEPT.lock().unwrap_or_else(|p| p.into_inner()).remove(&n);
+}
+
+/// `cuGraphBatchMemOpNodeGetParams`.
+///
+/// # Safety
+/// `out` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphBatchMemOpNodeGetParams(node: CUgraphNode, out: *mut CUDA_BATCH_MEM_OP_NODE_PARAMS) -> CuResult {
+    run("cuGraphBatchMemOpNodeGetParams", || {
+        let n = node_id(node)?;
+        let NodeParams::MemOps { ctx, ops } = state::client()?.graph_node_params(n).map_err(state::cu)? else {
+            return Err(CuError::INVALID_VALUE);
+        };
+        let mut array: Box<[CUstreamBatchMemOpParams]> = ops.iter().map(to_params).collect();
+        let p = CUDA_BATCH_MEM_OP_NODE_PARAMS {
+            ctx: handle(state::ctx::handle_of(ctx)).cast(),
+            count: array.len() as c_uint,
+            paramArray: array.as_mut_ptr(),
+            flags: 0,
+        };
+        KEPT.lock().unwrap_or_else(|p| p.into_inner()).insert(n.0, array);
+        // SAFETY: writable per the API.
+        unsafe { put(out, p) }
+    })
+}
+
+/// The members of both forms of a batch memory-operation node's
+/// parameters.
+macro_rules! node_set {
+    ($e:expr, $node:expr, $p:expr) => {{
+        let p = $p;
+        super::memop::set_node($e, $node, p.ctx, p.count, p.paramArray, p.flags)
+    }};
+}
+pub(crate) use node_set;
+
+/// Sets a batch memory-operation node's operations (`count` at `array`,
+/// in context `ctx`), in its graph or in executable graph `e`.
+///
+/// # Safety
+/// `array` holds `count` entries.
+pub(crate) unsafe fn set_node(
+    e: Option<CUgraphExec>,
+    node: CUgraphNode,
+    ctx: CUcontext,
+    count: c_uint,
+    array: *const CUstreamBatchMemOpParams,
+    flags: c_uint,
+) -> Res {
+    if flags != 0 {
+        return Err(CuError::INVALID_VALUE);
+    }
+    // SAFETY: per the caller.
+    let ops = unsafe { from_params(array, count as usize) }?;
+    if !well_formed(&ops) {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let e = e.map(exec_id).transpose()?;
+    let ctx = state::ctx::backend(state::ctx::or_current(id(ctx))?)?;
+    state::client()?.graph_mem_op_node_set(e, node_id(node)?, ctx, &ops).map_err(state::cu)
+}
+
+/// `cuGraphBatchMemOpNodeSetParams`.
+///
+/// # Safety
+/// `p` must be readable, its array holding `count` entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphBatchMemOpNodeSetParams(node: CUgraphNode, p: *const CUDA_BATCH_MEM_OP_NODE_PARAMS) -> CuResult {
+    run("cuGraphBatchMemOpNodeSetParams", || {
+        // SAFETY: readable per the API.
+        let p = unsafe { p.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
+        // SAFETY: per the API.
+        unsafe { node_set!(None, node, p) }
+    })
+}
+
+/// `cuGraphExecBatchMemOpNodeSetParams`.
+///
+/// # Safety
+/// As `cuGraphBatchMemOpNodeSetParams`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecBatchMemOpNodeSetParams(
+    e: CUgraphExec,
+    node: CUgraphNode,
+    p: *const CUDA_BATCH_MEM_OP_NODE_PARAMS,
+) -> CuResult {
+    run("cuGraphExecBatchMemOpNodeSetParams", || {
+        // SAFETY: readable per the API.
+        let p = unsafe { p.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
+        // SAFETY: per the API.
+        unsafe { node_set!(Some(e), node, p) }
     })
 }

@@ -93,6 +93,12 @@ pub fn backend(h: u64) -> Result<Context, CuError> {
     }
 }
 
+/// The program's handle of backend context `c`: the primary context's
+/// handle while it is active on `c`, else `c` itself (a created context).
+pub fn handle_of(c: Context) -> u64 {
+    with(|t| t.primary.iter().find(|(_, p)| p.backend == Some(c.0)).map(|(dev, _)| primary_handle(*dev))).unwrap_or(c.0)
+}
+
 /// The calling thread's current context, as the backend knows it.
 pub fn current() -> Result<Context, CuError> {
     backend(current_handle().ok_or(CuError::INVALID_CONTEXT)?)

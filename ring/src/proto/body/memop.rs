@@ -1,6 +1,6 @@
 //! Requests of stream memory operations and batch memory-operation nodes:
 //! a head, (a node's) dependencies, then the operations, each of a known
-//! kind.
+//! kind; a node's new operations.
 
 use super::{Body, with_tail};
 use crate::cuda::api::*;
@@ -128,4 +128,33 @@ impl<'a> Body<'a> for GraphAddMemOpNode<'a> {
         }
         Ok(GraphAddMemOpNode { head, deps, ops: ops(o, head.count.get() as usize)?, tail })
     }
+}
+
+/// `cuGraphBatchMemOpNodeSetParams` and its executable-graph form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphMemOpNodeSet<'a> {
+    /// Executable graph, node, context and count.
+    pub head: GraphMemOpSetHead,
+    /// The operations, in order.
+    pub ops: &'a [MemOp],
+}
+
+impl<'a> Body<'a> for GraphMemOpNodeSet<'a> {
+    fn head(&self) -> &[u8] {
+        self.head.as_bytes()
+    }
+    fn tail(&self) -> &[u8] {
+        self.ops.as_bytes()
+    }
+    fn decode(op: Opcode, p: &'a [u8]) -> Result<Self, DecodeError> {
+        let (head, tail) = with_tail::<GraphMemOpSetHead, _>(op, p, |h| ops_len(h.count.get() as usize))?;
+        Ok(GraphMemOpNodeSet { head, ops: ops(tail, head.count.get() as usize)? })
+    }
+}
+
+/// The operations of a batch memory-operation node, as the reply to
+/// `GraphNodeParams` carries them after its head: `count` of them, each of
+/// a known kind.
+pub fn mem_ops_of(tail: &[u8], count: usize) -> Result<&[MemOp], DecodeError> {
+    ops(tail, count)
 }

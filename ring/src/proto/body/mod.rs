@@ -209,6 +209,16 @@ impl Validate for GraphCondHandle {
 
 fixed! { requests: MemNodeParams, GraphNodeParams, GraphEventNodeSet, GraphNodeEnabled, GraphNodeFindInClone }
 
+fixed! { checked requests: KernelNodeAttr }
+
+fixed! { replies: AttrValueRep }
+
+impl Validate for KernelNodeAttr {
+    fn validate(&self) -> Result<(), DecodeError> {
+        if self.op.get() <= NODE_ATTR_COPY { Ok(()) } else { Err(DecodeError::BadField("op")) }
+    }
+}
+
 fixed! { replies: GraphMemNodeRep, MemNodeRep }
 
 impl Validate for GraphMemAttr {

@@ -121,6 +121,16 @@ pub(super) fn requests() -> Vec<Arb> {
             .boxed(),
     );
     all.push(
+        (arb::<GraphMemOpSetHead>(), mem_ops())
+            .prop_map(|(mut h, ops)| {
+                h.count = (ops.len() as u32).into();
+                let mut p = vec![];
+                GraphMemOpNodeSet { head: h, ops: &ops }.encode(&mut p);
+                (Opcode::GraphMemOpNodeSet, p)
+            })
+            .boxed(),
+    );
+    all.push(
         (arb::<GraphCondHandle>(), 0u32..=1)
             .prop_map(|(mut r, f)| {
                 r.flags = f.into();
@@ -207,6 +217,14 @@ pub(super) fn requests() -> Vec<Arb> {
                 .boxed(),
         );
     }
+    all.push(
+        (arb::<KernelNodeAttr>(), 0u32..=2)
+            .prop_map(|(mut r, op)| {
+                r.op = op.into();
+                (Opcode::KernelNodeAttr, r.as_bytes().to_vec())
+            })
+            .boxed(),
+    );
     all.push(node_request::<GraphMemcpyHead, _>(Opcode::GraphAddMemcpyNode, |h, n| h.dep_count = n.into()));
     all.push(node_request::<GraphMemsetHead, _>(Opcode::GraphAddMemsetNode, |h, n| h.dep_count = n.into()));
     all.push(node_request::<GraphSimpleHead, _>(Opcode::GraphAddNode, |h, n| h.dep_count = n.into()));
@@ -232,6 +250,7 @@ proptest! {
         exec in arb::<InstantiateRep>(),
         mem_node in arb::<GraphMemNodeRep>(),
         mem in arb::<MemNodeRep>(),
+        attr in arb::<AttrValueRep>(),
         params in (arb::<NodeParamsHead>(), proptest::collection::vec(any::<u8>(), 0..64)),
     ) {
         let params = NodeParamsRep { head: NodeParamsHead { param_len: (params.1.len() as u32).into(), ..params.0 }, params: params.1 };
@@ -248,6 +267,7 @@ proptest! {
         prop_assert_eq!(InstantiateRep::decode(Opcode::GraphInstantiate, &encoded(&exec)), Ok(exec));
         prop_assert_eq!(GraphMemNodeRep::decode(Opcode::GraphAddMemNode, &encoded(&mem_node)), Ok(mem_node));
         prop_assert_eq!(MemNodeRep::decode(Opcode::MemNodeParams, &encoded(&mem)), Ok(mem));
+        prop_assert_eq!(AttrValueRep::decode(Opcode::KernelNodeAttr, &encoded(&attr)), Ok(attr));
     }
 }
 

@@ -453,7 +453,8 @@ wire_structs! {
         pub node: U64,
     }
     /// Head of the reply to `GraphNodeParams`: `param_len` bytes of a
-    /// kernel's packed parameters follow.
+    /// kernel's packed parameters (or a batch memory-operation node's
+    /// operations) follow.
     pub struct NodeParamsHead {
         /// `CUgraphNodeType`.
         pub kind: U32,
@@ -462,7 +463,9 @@ wire_structs! {
         /// By kind: a kernel's function id, grid x, y, z, block x, y, z and
         /// dynamic shared memory; a memset's destination, pitch, value,
         /// element size, width and height; a copy's destination, source and
-        /// bytes; an event node's event id. Zero past them.
+        /// bytes; an event node's event id; a batch memory-operation node's
+        /// context id and operation count (its `MemOp`s follow in place of
+        /// parameters). Zero past them.
         pub words: [U64; 8],
     }
     /// `cuGraphEventRecordNodeSetEvent`, `cuGraphEventWaitNodeSetEvent`
@@ -489,5 +492,38 @@ wire_structs! {
         pub clone: U64,
         /// Node id of the graph it was cloned from.
         pub node: U64,
+    }
+}
+
+/// `KernelNodeAttr` reads an attribute.
+pub const NODE_ATTR_GET: u32 = 0;
+/// `KernelNodeAttr` sets an attribute.
+pub const NODE_ATTR_SET: u32 = 1;
+/// `KernelNodeAttr` copies every attribute of `src` to `node`.
+pub const NODE_ATTR_COPY: u32 = 2;
+
+// Requests and replies: kernel node attributes.
+wire_structs! {
+    /// `cuGraphKernelNodeGetAttribute` ([`NODE_ATTR_GET`]),
+    /// `cuGraphKernelNodeSetAttribute` ([`NODE_ATTR_SET`]) and
+    /// `cuGraphKernelNodeCopyAttributes` ([`NODE_ATTR_COPY`]).
+    pub struct KernelNodeAttr {
+        /// Node id: the kernel node read or changed.
+        pub node: U64,
+        /// Node id of the kernel node copied from (`NODE_ATTR_COPY`), else 0.
+        pub src: U64,
+        /// `CUkernelNodeAttrID` (a `CUlaunchAttributeID`); 0 when copying.
+        pub attr: U32,
+        /// [`NODE_ATTR_GET`], [`NODE_ATTR_SET`] or [`NODE_ATTR_COPY`].
+        pub op: U32,
+        /// The value set, laid out as the attribute's member of
+        /// `CUkernelNodeAttrValue`; zero otherwise.
+        pub value: [u8; 64],
+    }
+    /// Reply to `KernelNodeAttr`: the attribute's value (after a set, the
+    /// value the node now holds), zero after a copy.
+    pub struct AttrValueRep {
+        /// As `CUkernelNodeAttrValue` lays it out.
+        pub value: [u8; 64],
     }
 }

@@ -33,6 +33,20 @@ wire_structs! {
         /// Reserved, zero.
         pub reserved: U32,
     }
+    /// Head of `GraphMemOpNodeSet` (`cuGraphBatchMemOpNodeSetParams`,
+    /// `cuGraphExecBatchMemOpNodeSetParams`): then `count` operations.
+    pub struct GraphMemOpSetHead {
+        /// Executable graph id, or 0 for the node in its graph.
+        pub exec: U64,
+        /// Node id.
+        pub node: U64,
+        /// Context id the operations run in.
+        pub ctx: U64,
+        /// Operations that follow.
+        pub count: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
     /// Head of `GraphAddMemOpNode` (`cuGraphAddBatchMemOpNode`): then
     /// `dep_count` node ids, then `count` operations.
     pub struct GraphMemOpHead {
