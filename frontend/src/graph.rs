@@ -316,6 +316,19 @@ impl Client {
         self.call(&GraphExecMemcpySet { exec: e.0.into(), node: n.0.into(), memcpy })
     }
 
+    /// `cuGraphAddMemcpyNode` of pitched memory: a copy of any shape.
+    pub fn graph_add_copy_node(&self, g: Graph, deps: &[GraphNode], ctx: Context, shape: CopyShape) -> Result<GraphNode> {
+        let head = GraphCopyHead { graph: g.0.into(), ctx: ctx.0.into(), shape, dep_count: (deps.len() as u32).into(), reserved: 0.into() };
+        let deps = wire_ids(deps);
+        Ok(GraphNode(self.call(&GraphAddCopyNode { head, deps: &deps })?.handle.get()))
+    }
+
+    /// A copy node's parameters of any shape, in its graph (`exec` `None`:
+    /// `cuGraphMemcpyNodeSetParams`) or in an executable graph.
+    pub fn graph_copy_node_set(&self, exec: Option<GraphExec>, n: GraphNode, ctx: Context, shape: CopyShape) -> Result<()> {
+        self.call(&GraphCopyNodeSet { exec: exec.map_or(0, |x| x.0).into(), node: n.0.into(), ctx: ctx.0.into(), shape })
+    }
+
     /// `cuGraphExecChildGraphNodeSetParams`: child-graph node `n` runs a
     /// copy of `g`.
     pub fn graph_exec_child_set(&self, e: GraphExec, n: GraphNode, g: Graph) -> Result<()> {

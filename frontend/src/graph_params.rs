@@ -50,6 +50,8 @@ pub enum NodeParams {
         /// Bytes.
         len: u64,
     },
+    /// A copy node of pitched memory (more than one row).
+    Pitched(CopyShape),
     /// An event-record (`wait` false) or event-wait node.
     Event {
         /// Whether it waits.
@@ -84,7 +86,18 @@ impl Client {
             CU_GRAPH_NODE_TYPE_MEMSET => {
                 NodeParams::Memset { dst: w[0], pitch: w[1], value: low(w[2]), elem_size: low(w[3]), width: w[4], height: w[5] }
             }
-            CU_GRAPH_NODE_TYPE_MEMCPY => NodeParams::Memcpy { dst: w[0], src: w[1], len: w[2] },
+            CU_GRAPH_NODE_TYPE_MEMCPY if w[3] == 0 => NodeParams::Memcpy { dst: w[0], src: w[1], len: w[2] },
+            CU_GRAPH_NODE_TYPE_MEMCPY => NodeParams::Pitched(CopyShape {
+                dst: w[0].into(),
+                src: w[1].into(),
+                width: w[2].into(),
+                height: (w[3] & 0xffff_ffff).into(),
+                depth: (w[3] >> 32).into(),
+                dst_pitch: w[4].into(),
+                src_pitch: w[5].into(),
+                dst_rows: w[6].into(),
+                src_rows: w[7].into(),
+            }),
             CU_GRAPH_NODE_TYPE_WAIT_EVENT => NodeParams::Event { wait: true, event: Event(w[0]) },
             CU_GRAPH_NODE_TYPE_EVENT_RECORD => NodeParams::Event { wait: false, event: Event(w[0]) },
             CU_GRAPH_NODE_TYPE_BATCH_MEM_OP => {

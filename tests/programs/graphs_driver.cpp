@@ -3,8 +3,10 @@
 // replayed, a graph built node by node and changed after instantiation
 // (kernel parameters, cuGraphExecUpdate), a child graph, the generic node
 // interface and the executable graph's node setters, capture into an
-// existing graph, and what capture refuses (each call's CUresult is printed, so a run through pvgpu is
-// compared with the native run call by call).
+// existing graph, stream memory operations, node parameters and kernel
+// node attributes, a pitched copy node, and what capture refuses (each
+// call's CUresult is printed, so a run through pvgpu is compared with the
+// native run call by call).
 //
 //   graphs_driver kernels.fatbin
 #include <atomic>
@@ -610,13 +612,30 @@ static void memory_operations(CUcontext ctx, CUdeviceptr d) {
     CU(cuGraphAddBatchMemOpNode(&hand, g, &node, 1, &bp));
     CUgraphExec e;
     CU(cuGraphInstantiate(&e, g, 0));
-    for (int i = 0; i < 2; i++) {
+    auto launch = [&](const char *what) {
         CU(cuMemsetD32(d, 0, 2));
         CU(cuGraphLaunch(e, s));
         CU(cuStreamSynchronize(s));
         CU(cuMemcpyDtoH(v, d, 8));
-        printf("launch %d wrote %u %u\n", i, v[0], v[1]);
-    }
+        printf("%s wrote %u %u\n", what, v[0], v[1]);
+    };
+    launch("launch 0");
+    launch("launch 1");
+    // The node's operations read back, then changed in the graph (the
+    // executable graph keeps its own) and in the executable graph.
+    CUDA_BATCH_MEM_OP_NODE_PARAMS got = {};
+    CU(cuGraphBatchMemOpNodeGetParams(hand, &got));
+    printf("node operations: %u, write %s, value %u, same address %s, same context %s\n", got.count,
+           got.paramArray[0].operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 ? "yes" : "NO", got.paramArray[0].writeValue.value,
+           got.paramArray[0].writeValue.address == d + 4 ? "yes" : "NO", got.ctx == ctx ? "yes" : "NO");
+    w.writeValue.value = 12;
+    CU(cuGraphBatchMemOpNodeSetParams(hand, &bp));
+    CU(cuGraphBatchMemOpNodeGetParams(hand, &got));
+    printf("node operations after set: value %u\n", got.paramArray[0].writeValue.value);
+    launch("launch after set in the graph");
+    w.writeValue.value = 13;
+    CU(cuGraphExecBatchMemOpNodeSetParams(e, hand, &bp));
+    launch("launch after set in the executable graph");
     CU(cuGraphExecDestroy(e));
     CU(cuGraphDestroy(g));
 
@@ -689,6 +708,143 @@ static void node_parameters(const Kernels &k, CUdeviceptr x, CUdeviceptr y) {
     CU(cuStreamDestroy(s));
 }
 
+// Kernel node attributes: never set (zero), set and read back, kept when
+// the parameters change, copied to another node and into a clone, and a
+// captured launch's attributes on its node.
+static void kernel_attributes(const Kernels &k, CUdeviceptr x, CUdeviceptr y) {
+    CUstream s;
+    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUgraph g;
+    CU(cuGraphCreate(&g, 0));
+    float a = 1.0f;
+    int n = N;
+    void *args[] = {&a, &x, &y, &n};
+    CUDA_KERNEL_NODE_PARAMS kp = {};
+    kp.func = k.saxpy;
+    kp.gridDimX = N / 256, kp.gridDimY = 1, kp.gridDimZ = 1;
+    kp.blockDimX = 256, kp.blockDimY = 1, kp.blockDimZ = 1;
+    kp.kernelParams = args;
+    CUgraphNode k1, k2;
+    CU(cuGraphAddKernelNode(&k1, g, nullptr, 0, &kp));
+    CU(cuGraphAddKernelNode(&k2, g, nullptr, 0, &kp));
+    CUkernelNodeAttrValue v = {};
+    CU(cuGraphKernelNodeGetAttribute(k1, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v));
+    printf("priority never set: %d\n", v.priority);
+    v.priority = -1;
+    CU(cuGraphKernelNodeSetAttribute(k1, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v));
+    CUkernelNodeAttrValue carve = {};
+    carve.sharedMemCarveout = 50;
+    CU(cuGraphKernelNodeSetAttribute(k1, CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, &carve));
+    CU(cuGraphKernelNodeSetParams(k1, &kp));
+    v = {};
+    CU(cuGraphKernelNodeGetAttribute(k1, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v));
+    printf("priority after new parameters: %d\n", v.priority);
+    CU(cuGraphKernelNodeCopyAttributes(k2, k1));
+    v = {}, carve = {};
+    CU(cuGraphKernelNodeGetAttribute(k2, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v));
+    CU(cuGraphKernelNodeGetAttribute(k2, CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, &carve));
+    printf("copied: priority %d, carveout %u\n", v.priority, carve.sharedMemCarveout);
+    CUgraph clone;
+    CU(cuGraphClone(&clone, g));
+    CUgraphNode k1c;
+    CU(cuGraphNodeFindInClone(&k1c, k1, clone));
+    v = {};
+    CU(cuGraphKernelNodeGetAttribute(k1c, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v));
+    printf("in the clone: priority %d\n", v.priority);
+    CUgraphExec e;
+    CU(cuGraphInstantiate(&e, g, 0));
+    CU(cuMemsetD32(y, 0, N));
+    CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    std::vector<float> xs(N);
+    CU(cuMemcpyDtoH(xs.data(), x, N * 4));
+    check("y after two attributed kernels", sum_of(y), 2.0 * cpu_sum(xs));
+    CU(cuGraphExecDestroy(e));
+
+    CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUlaunchAttribute attr = {};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+    attr.value.priority = -1;
+    CUlaunchConfig cfg = {};
+    cfg.gridDimX = N / 256, cfg.gridDimY = 1, cfg.gridDimZ = 1;
+    cfg.blockDimX = 256, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+    cfg.hStream = s;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    CU(cuLaunchKernelEx(&cfg, k.saxpy, args, nullptr));
+    CUgraph cap;
+    CU(cuStreamEndCapture(s, &cap));
+    CUgraphNode captured;
+    size_t count = 1;
+    CU(cuGraphGetNodes(cap, &captured, &count));
+    v = {};
+    CU(cuGraphKernelNodeGetAttribute(captured, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v));
+    printf("captured launch: priority %d\n", v.priority);
+    for (CUgraph h : {g, clone, cap}) CU(cuGraphDestroy(h));
+    CU(cuStreamDestroy(s));
+}
+
+// A copy node of pitched memory: 2 slices of 3 rows of 32 bytes between
+// regions of different pitches and slice heights, at offsets given as
+// X, Y and Z; read back, then set in the executable graph.
+static void pitched_copy_node(CUcontext ctx) {
+    CUstream s;
+    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    const size_t sp = 64, sr = 4, dp = 48, dr = 5;
+    CUdeviceptr src, dst;
+    CU(cuMemAlloc(&src, 3 * sr * sp));
+    CU(cuMemAlloc(&dst, 2 * dr * dp));
+    std::vector<unsigned char> bytes(3 * sr * sp), got(2 * dr * dp), want(2 * dr * dp, 0);
+    for (size_t i = 0; i < bytes.size(); i++) bytes[i] = (unsigned char)(i * 7 % 251);
+    CU(cuMemcpyHtoD(src, bytes.data(), bytes.size()));
+    CU(cuMemsetD8(dst, 0, got.size()));
+    CUDA_MEMCPY3D c = {};
+    c.srcMemoryType = CU_MEMORYTYPE_DEVICE, c.srcDevice = src, c.srcPitch = sp, c.srcHeight = sr;
+    c.srcXInBytes = 8, c.srcY = 1, c.srcZ = 1;
+    c.dstMemoryType = CU_MEMORYTYPE_DEVICE, c.dstDevice = dst, c.dstPitch = dp, c.dstHeight = dr;
+    c.dstXInBytes = 4, c.dstY = 2;
+    c.WidthInBytes = 32, c.Height = 3, c.Depth = 2;
+    auto on_cpu = [&](const CUDA_MEMCPY3D &p) {
+        for (size_t z = 0; z < p.Depth; z++)
+            for (size_t y = 0; y < p.Height; y++)
+                memcpy(&want[((p.dstZ + z) * dr + p.dstY + y) * dp + p.dstXInBytes],
+                       &bytes[((p.srcZ + z) * sr + p.srcY + y) * sp + p.srcXInBytes], p.WidthInBytes);
+    };
+    CUgraph g;
+    CU(cuGraphCreate(&g, 0));
+    CUgraphNode node;
+    CU(cuGraphAddMemcpyNode(&node, g, nullptr, 0, &c, ctx));
+    CUDA_MEMCPY3D back = {};
+    CU(cuGraphMemcpyNodeGetParams(node, &back));
+    printf("pitched copy node: %zux%zux%zu bytes, pitches %zu and %zu, rows %zu and %zu\n", back.WidthInBytes, back.Height,
+           back.Depth, back.srcPitch, back.dstPitch, back.srcHeight, back.dstHeight);
+    CUgraphExec e;
+    CU(cuGraphInstantiate(&e, g, 0));
+    CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    on_cpu(c);
+    CU(cuMemcpyDtoH(got.data(), dst, got.size()));
+    check("pitched copy node: bytes as on the CPU", got == want, 1);
+    // In the executable graph: 4 rows of 16 bytes of the last slice.
+    CUDA_MEMCPY3D c2 = c;
+    c2.srcXInBytes = 0, c2.srcY = 0, c2.srcZ = 2;
+    c2.dstXInBytes = 16, c2.dstY = 0, c2.dstZ = 1;
+    c2.WidthInBytes = 16, c2.Height = 4, c2.Depth = 1;
+    CU(cuGraphExecMemcpyNodeSetParams(e, node, &c2, ctx));
+    CU(cuMemsetD8(dst, 0, got.size()));
+    CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    std::fill(want.begin(), want.end(), 0);
+    on_cpu(c2);
+    CU(cuMemcpyDtoH(got.data(), dst, got.size()));
+    check("pitched copy set in the executable graph", got == want, 1);
+    CU(cuGraphExecDestroy(e));
+    CU(cuGraphDestroy(g));
+    CU(cuMemFree(src));
+    CU(cuMemFree(dst));
+    CU(cuStreamDestroy(s));
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         printf("usage: %s kernels.fatbin\n", argv[0]);
@@ -730,6 +886,8 @@ int main(int argc, char **argv) {
     host_nodes(k, x, z);
     memory_operations(ctx, w);
     node_parameters(k, x, z);
+    kernel_attributes(k, x, z);
+    pitched_copy_node(ctx);
     for (CUdeviceptr p : {x, y, z, w}) CU(cuMemFree(p));
     CU(cuDevicePrimaryCtxRelease(dev));
     printf("%s\n", all_ok ? "PASS" : "FAIL");

@@ -229,7 +229,8 @@ fn worker_program(name: &'static str) -> PathBuf {
 /// host memory in graphs (memcpy nodes of pageable and page-locked
 /// memory, a host node reading a copied result, a captured copy to the
 /// stack), conditional nodes (if, if/else, do-while with a captured
-/// body, a while node added into a capture, switch), and user objects
+/// body, a while node added into a capture, switch), copy nodes of
+/// pitched host and device memory and kernel node attributes, and user objects
 /// (destructors run once the program, graphs, clones, child-graph nodes
 /// and executable graphs, after their launches, let their references
 /// go). Where
@@ -280,6 +281,16 @@ fn graph_user_objects_over_local() {
 #[test]
 fn graph_user_objects_over_tcp() {
     worker_run("graph_user_objects", Transport::Tcp);
+}
+
+#[test]
+fn graph_nodes_over_local() {
+    worker_run("graph_nodes", Transport::Local);
+}
+
+#[test]
+fn graph_nodes_over_tcp() {
+    worker_run("graph_nodes", Transport::Tcp);
 }
 
 #[test]

@@ -21,35 +21,9 @@ pub enum NodeSpec<'a, C: ExecGraph + ?Sized> {
         /// Where each parameter lies in them.
         layout: &'a [Param],
     },
-    /// A device-to-device copy.
-    Memcpy {
-        /// Destination.
-        dst: u64,
-        /// Source.
-        src: u64,
-        /// Bytes.
-        len: u64,
-    },
-    /// A copy of `len` bytes of host memory of this process at `src` (a
-    /// mirror of the program's ordinary memory, mapped while the session
-    /// lives) to the device.
-    Htod {
-        /// Destination.
-        dst: u64,
-        /// Source, in this process.
-        src: u64,
-        /// Bytes.
-        len: u64,
-    },
-    /// A copy of device bytes to host memory of this process (as `Htod`).
-    Dtoh {
-        /// Destination, in this process.
-        dst: u64,
-        /// Source.
-        src: u64,
-        /// Bytes.
-        len: u64,
-    },
+    /// A copy, one- to three-dimensional, of device memory or of host
+    /// memory of this process.
+    Copy(Copy3D),
     /// A memset of `height` rows of `width` elements, `pitch` bytes apart.
     Memset {
         /// Destination.
@@ -91,6 +65,57 @@ pub enum NodeSpec<'a, C: ExecGraph + ?Sized> {
     },
 }
 
+/// One side of a copy node: its first byte, the distance between its rows
+/// and the rows of one of its slices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopySide {
+    /// Address of the first byte copied.
+    pub addr: u64,
+    /// Bytes from one row to the next.
+    pub pitch: u64,
+    /// Rows from one slice to the next.
+    pub rows: u64,
+    /// Host memory of this process (a mirror of the program's ordinary
+    /// memory, mapped while the session lives), else device memory
+    /// (page-locked memory the device reaches included).
+    pub host: bool,
+}
+
+/// A copy of `depth` slices of `height` rows of `width` bytes; the session
+/// checked that every byte of each side lies in its memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Copy3D {
+    /// Where it writes.
+    pub dst: CopySide,
+    /// What it reads.
+    pub src: CopySide,
+    /// Bytes of a row.
+    pub width: u64,
+    /// Rows of a slice.
+    pub height: u64,
+    /// Slices.
+    pub depth: u64,
+}
+
+impl CopySide {
+    /// A side of one contiguous run.
+    pub fn linear(addr: u64, host: bool) -> CopySide {
+        CopySide { addr, pitch: 0, rows: 0, host }
+    }
+
+    /// Where row `y` of slice `z` starts.
+    pub fn row(&self, y: u64, z: u64) -> u64 {
+        self.addr + (z * self.rows + y) * self.pitch
+    }
+}
+
+impl Copy3D {
+    /// `len` contiguous bytes.
+    pub fn linear(dst: CopySide, src: CopySide, len: u64) -> Copy3D {
+        Copy3D { dst, src, width: len, height: 1, depth: 1 }
+    }
+}
+
 /// What a node does, as the executor reads it back.
 pub enum NodeParams<C: ExecGraph + ?Sized> {
     /// A kernel.
@@ -117,15 +142,8 @@ pub enum NodeParams<C: ExecGraph + ?Sized> {
         /// 1, 2 or 4.
         elem_size: u32,
     },
-    /// A one-dimensional copy.
-    Memcpy {
-        /// Destination.
-        dst: u64,
-        /// Source.
-        src: u64,
-        /// Bytes.
-        len: u64,
-    },
+    /// A copy.
+    Copy(Copy3D),
     /// An event-record (`wait` false) or event-wait node.
     Event {
         /// Whether it waits.

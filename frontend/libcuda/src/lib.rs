@@ -41,6 +41,7 @@ pub use api::exec::*;
 pub use api::graph::*;
 pub use api::graph_add::*;
 pub use api::graph_cond::*;
+pub use api::graph_copy::*;
 pub use api::graph_exec::*;
 pub use api::graph_host::*;
 pub use api::graph_kernel::*;

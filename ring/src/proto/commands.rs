@@ -449,6 +449,11 @@ macro_rules! command_table {
             /// A batch memory-operation node's operations, set in its graph
             /// or in an executable graph.
             118 GraphMemOpNodeSet(graph::graph_mem_op_node_set) [quiet]: GraphMemOpNodeSet<'a> => ();
+            /// `cuGraphAddMemcpyNode` of pitched (2D, 3D) memory.
+            119 GraphAddCopyNode(graph::graph_add_copy_node) [quiet]: GraphAddCopyNode<'a> => HandleRep;
+            /// A copy node's parameters of any shape, set in its graph or in
+            /// an executable graph.
+            120 GraphCopyNodeSet(graph::graph_copy_node_set) [quiet]: GraphCopyNodeSet => ();
         }
     };
 }

@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 mod conditional;
+mod copy_nodes;
 mod devices;
 mod execution;
 mod graph_memory;
@@ -27,6 +28,7 @@ mod modules;
 mod node_params;
 
 use conditional::*;
+use copy_nodes::*;
 use devices::*;
 use execution::*;
 use graph_memory::*;
@@ -144,6 +146,7 @@ over_every_transport!(
         stream_memory_operations,
         node_parameters,
         kernel_node_attributes,
+        pitched_copy_nodes,
         matsum_matches_cpu,
         jacobi_matches_cpu,
         many_concurrent_clients,

@@ -6,7 +6,7 @@
 
 use super::driver::{entry, ok};
 use super::{CudaContext, CudaEvent, CudaStream, raw_stream};
-use crate::exec::graph::{CaptureInfo, ExecGraph, NodeParams, NodeSpec};
+use crate::exec::graph::{CaptureInfo, Copy3D, ExecGraph, NodeParams, NodeSpec};
 use crate::exec::{CuRes, LaunchDims, Param};
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::*;
@@ -271,8 +271,8 @@ impl ExecGraph for CudaContext {
                 // them).
                 with_kernel(spec, |p| ok(unsafe { add(out, g.0, d, n, p) }))?;
             }
-            spec @ (NodeSpec::Memcpy { .. } | NodeSpec::Htod { .. } | NodeSpec::Dtoh { .. }) => {
-                let p = copy_params(&spec).ok_or(CuError::INVALID_VALUE)?;
+            NodeSpec::Copy(c) => {
+                let p = copy_params(&c);
                 // SAFETY: as above; device ranges the session checked, host
                 // memory of this process that lives as long as the session.
                 ok(unsafe { entry(drv.cuGraphAddMemcpyNode)?(out, g.0, d, n, &p, ctx) })?;
@@ -364,8 +364,8 @@ impl ExecGraph for CudaContext {
                 // argument pointers live through the call.
                 with_kernel(spec, |p| ok(unsafe { set(e.0, n.0, p) }))
             }
-            spec @ (NodeSpec::Memcpy { .. } | NodeSpec::Htod { .. } | NodeSpec::Dtoh { .. }) => {
-                let p = copy_params(&spec).ok_or(CuError::INVALID_VALUE)?;
+            NodeSpec::Copy(c) => {
+                let p = copy_params(&c);
                 // SAFETY: as above; ranges as for adding the node.
                 ok(unsafe { entry(drv.cuGraphExecMemcpyNodeSetParams)?(e.0, n.0, &p, ctx) })
             }
@@ -475,35 +475,24 @@ pub(super) fn memset_params(dst: u64, pitch: u64, width: u64, height: u64, value
     CUDA_MEMSET_NODE_PARAMS { dst, pitch: pitch as usize, value, elementSize: elem_size, width: width as usize, height: height as usize }
 }
 
-/// A copy spec as `CUDA_MEMCPY3D`: device to device, or with one side in
-/// host memory of this process.
-pub(super) fn copy_params(spec: &NodeSpec<'_, CudaContext>) -> Option<CUDA_MEMCPY3D> {
-    Some(match *spec {
-        NodeSpec::Memcpy { dst, src, len } => memcpy_1d(dst, src, len),
-        NodeSpec::Htod { dst, src, len } => {
-            let mut p = memcpy_1d(dst, 0, len);
-            (p.srcMemoryType, p.srcHost) = (CU_MEMORYTYPE_HOST, src as usize as *const c_void);
-            p
-        }
-        NodeSpec::Dtoh { dst, src, len } => {
-            let mut p = memcpy_1d(0, src, len);
-            (p.dstMemoryType, p.dstHost) = (CU_MEMORYTYPE_HOST, dst as usize as *mut c_void);
-            p
-        }
-        _ => return None,
-    })
-}
-
-/// A 1D device-to-device copy as `CUDA_MEMCPY3D`.
-pub(super) fn memcpy_1d(dst: u64, src: u64, len: u64) -> CUDA_MEMCPY3D {
+/// A copy as `CUDA_MEMCPY3D`: device to device, or with one side in host
+/// memory of this process.
+pub(super) fn copy_params(c: &Copy3D) -> CUDA_MEMCPY3D {
     // SAFETY: plain integers and null pointers: zero is "nothing" for each.
     let mut p: CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
-    p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-    p.srcDevice = src;
-    p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-    p.dstDevice = dst;
-    p.WidthInBytes = len as usize;
-    p.Height = 1;
-    p.Depth = 1;
+    let kind = |host: bool| if host { CU_MEMORYTYPE_HOST } else { CU_MEMORYTYPE_DEVICE };
+    (p.srcMemoryType, p.srcPitch, p.srcHeight) = (kind(c.src.host), c.src.pitch as usize, c.src.rows as usize);
+    if c.src.host {
+        p.srcHost = c.src.addr as usize as *const c_void;
+    } else {
+        p.srcDevice = c.src.addr;
+    }
+    (p.dstMemoryType, p.dstPitch, p.dstHeight) = (kind(c.dst.host), c.dst.pitch as usize, c.dst.rows as usize);
+    if c.dst.host {
+        p.dstHost = c.dst.addr as usize as *mut c_void;
+    } else {
+        p.dstDevice = c.dst.addr;
+    }
+    (p.WidthInBytes, p.Height, p.Depth) = (c.width as usize, c.height as usize, c.depth as usize);
     p
 }

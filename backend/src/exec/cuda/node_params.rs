@@ -7,7 +7,7 @@
 use super::driver::{entry, ok};
 use super::graph::{CudaGraph, CudaGraphExec, CudaNode};
 use super::{CudaContext, CudaEvent, CudaFunction};
-use crate::exec::graph::{KernelArgs, NodeParams, NodeSpec};
+use crate::exec::graph::{Copy3D, CopySide, KernelArgs, NodeParams, NodeSpec};
 use crate::exec::{CuRes, LaunchDims};
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::*;
@@ -23,6 +23,24 @@ fn param_count(f: CudaFunction) -> usize {
             unsafe { cudarc::driver::sys::cuFuncGetParamInfo(f.0, i, &mut off, &mut size) as u32 == 0 }
         })
         .count()
+}
+
+/// A copy node's parameters as the session names them: offsets folded
+/// into each side's address. Arrays (which the session never puts in a
+/// node) are not answered.
+fn copy_of(p: &CUDA_MEMCPY3D) -> CuRes<Copy3D> {
+    let side = |t: CUmemorytype, dev: u64, host: u64, x: usize, y: usize, z: usize, pitch: usize, rows: usize| {
+        let base = match t {
+            CU_MEMORYTYPE_HOST => host,
+            CU_MEMORYTYPE_DEVICE | CU_MEMORYTYPE_UNIFIED => dev,
+            _ => return Err(CuError::NOT_SUPPORTED),
+        };
+        let (x, y, z, pitch, rows) = (x as u64, y as u64, z as u64, pitch as u64, rows as u64);
+        Ok(CopySide { addr: base + (z * rows + y) * pitch + x, pitch, rows, host: t == CU_MEMORYTYPE_HOST })
+    };
+    let src = side(p.srcMemoryType, p.srcDevice, p.srcHost as u64, p.srcXInBytes, p.srcY, p.srcZ, p.srcPitch, p.srcHeight)?;
+    let dst = side(p.dstMemoryType, p.dstDevice, p.dstHost as u64, p.dstXInBytes, p.dstY, p.dstZ, p.dstPitch, p.dstHeight)?;
+    Ok(Copy3D { dst, src, width: p.WidthInBytes as u64, height: p.Height.max(1) as u64, depth: p.Depth.max(1) as u64 })
 }
 
 impl CudaContext {
@@ -65,15 +83,7 @@ impl CudaContext {
                 let mut p: CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
                 // SAFETY: a live copy node; a valid out-pointer.
                 ok(unsafe { entry(drv.cuGraphMemcpyNodeGetParams)?(n.0, &mut p) })?;
-                let address =
-                    |t: CUmemorytype, dev: u64, host: *const std::ffi::c_void| if t == CU_MEMORYTYPE_HOST { host as u64 } else { dev };
-                let one_d = p.Height <= 1 && p.Depth <= 1 && p.srcY == 0 && p.dstY == 0 && p.srcZ == 0 && p.dstZ == 0;
-                if !one_d {
-                    return Err(CuError::NOT_SUPPORTED);
-                }
-                let src = address(p.srcMemoryType, p.srcDevice, p.srcHost) + p.srcXInBytes as u64;
-                let dst = address(p.dstMemoryType, p.dstDevice, p.dstHost) + p.dstXInBytes as u64;
-                Ok(NodeParams::Memcpy { dst, src, len: p.WidthInBytes as u64 })
+                Ok(NodeParams::Copy(copy_of(&p)?))
             }
             CU_GRAPH_NODE_TYPE_BATCH_MEM_OP => Ok(NodeParams::MemOps(self.mem_op_node_get(n)?)),
             CU_GRAPH_NODE_TYPE_EVENT_RECORD | CU_GRAPH_NODE_TYPE_WAIT_EVENT => {
@@ -102,8 +112,8 @@ impl CudaContext {
                 // SAFETY: as above; a device range the session checked.
                 ok(unsafe { entry(drv.cuGraphMemsetNodeSetParams)?(n.0, &p) })
             }
-            spec @ (NodeSpec::Memcpy { .. } | NodeSpec::Htod { .. } | NodeSpec::Dtoh { .. }) => {
-                let p = super::graph::copy_params(&spec).ok_or(CuError::INVALID_VALUE)?;
+            NodeSpec::Copy(c) => {
+                let p = super::graph::copy_params(&c);
                 // SAFETY: as above; ranges as for adding the node.
                 ok(unsafe { entry(drv.cuGraphMemcpyNodeSetParams)?(n.0, &p) })
             }

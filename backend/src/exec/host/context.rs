@@ -4,6 +4,7 @@
 use super::graph::Op;
 use super::*;
 use crate::exec::ExecContext;
+use crate::exec::graph::{Copy3D, CopySide};
 
 impl ExecContext for HostContext {
     type Module = HostModule;
@@ -77,7 +78,8 @@ impl ExecContext for HostContext {
 
     unsafe fn htod(&mut self, dst: u64, src: *const u8, len: usize, s: Option<u64>, wait: bool) -> CuRes<()> {
         self.ok()?;
-        if self.captured(s, || Op::Htod { dst, src: src as usize, len })? {
+        let copy = || Op::Copy(Copy3D::linear(CopySide::linear(dst, false), CopySide::linear(src as u64, true), len as u64));
+        if self.captured(s, copy)? {
             return Ok(());
         }
         if s.is_none() && wait {
@@ -92,7 +94,8 @@ impl ExecContext for HostContext {
 
     unsafe fn dtoh(&mut self, dst: *mut u8, src: u64, len: usize, s: Option<u64>, wait: bool) -> CuRes<()> {
         self.ok()?;
-        if self.captured(s, || Op::Dtoh { dst: dst as usize, src, len })? {
+        let copy = || Op::Copy(Copy3D::linear(CopySide::linear(dst as u64, true), CopySide::linear(src, false), len as u64));
+        if self.captured(s, copy)? {
             return Ok(());
         }
         if s.is_none() && wait {
@@ -107,7 +110,7 @@ impl ExecContext for HostContext {
 
     fn dtod(&mut self, dst: u64, src: u64, len: u64, s: Option<u64>, _is_async: bool) -> CuRes<()> {
         self.ok()?;
-        if self.captured(s, || Op::Memcpy { dst, src, len })? {
+        if self.captured(s, || Op::Copy(Copy3D::linear(CopySide::linear(dst, false), CopySide::linear(src, false), len)))? {
             return Ok(());
         }
         let len = usize::try_from(len).map_err(|_| CuError::INVALID_VALUE)?;

@@ -6,6 +6,7 @@
 //! Capture, which builds graphs from stream work, is in [`super::capture`].
 
 use super::HostFunction;
+use crate::exec::graph::Copy3D;
 use crate::exec::{CuRes, LaunchDims, Param, Rect};
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::*;
@@ -23,27 +24,13 @@ pub(super) enum Op {
         /// value, as `CUkernelNodeAttrValue` lays it out.
         attrs: Vec<(u32, [u8; 64])>,
     },
-    Memcpy {
-        dst: u64,
-        src: u64,
-        len: u64,
-    },
+    /// A copy; a host side is memory of this process at a fixed address
+    /// (the session's data area, or a mirror of the program's memory).
+    Copy(Copy3D),
     Memset {
         rect: Rect,
         value: u32,
         elem: u32,
-    },
-    /// Host memory at a fixed address (the session's data area) to device.
-    Htod {
-        dst: u64,
-        src: usize,
-        len: usize,
-    },
-    /// Device to host memory at a fixed address.
-    Dtoh {
-        dst: usize,
-        src: u64,
-        len: usize,
     },
     Empty,
     Child(u64),
@@ -75,12 +62,13 @@ impl Op {
     fn label(&self) -> String {
         match self {
             Op::Kernel { dims, .. } => format!("kernel grid {:?} block {:?}", dims.grid, dims.block),
-            Op::Memcpy { dst, src, len } => format!("memcpy {len} bytes {src:#x} to {dst:#x}"),
+            Op::Copy(c) => {
+                let side = |s: &crate::exec::graph::CopySide| if s.host { format!("host {:#x}", s.addr) } else { format!("{:#x}", s.addr) };
+                format!("memcpy {}x{}x{} bytes {} to {}", c.width, c.height, c.depth, side(&c.src), side(&c.dst))
+            }
             Op::Memset { rect, value, elem } => {
                 format!("memset {:#x} {}x{} of {elem} bytes = {value:#x}", rect.ptr, rect.width, rect.height)
             }
-            Op::Htod { dst, len, .. } => format!("memcpy {len} bytes host to {dst:#x}"),
-            Op::Dtoh { src, len, .. } => format!("memcpy {len} bytes {src:#x} to host"),
             Op::Empty => "empty".into(),
             Op::Child(g) => format!("graph {g}"),
             Op::EventRecord(e) => format!("record event {e}"),
@@ -97,7 +85,7 @@ impl Op {
     pub(super) fn kind(&self) -> CUgraphNodeType {
         match self {
             Op::Kernel { .. } => CU_GRAPH_NODE_TYPE_KERNEL,
-            Op::Memcpy { .. } | Op::Htod { .. } | Op::Dtoh { .. } => CU_GRAPH_NODE_TYPE_MEMCPY,
+            Op::Copy(_) => CU_GRAPH_NODE_TYPE_MEMCPY,
             Op::Memset { .. } => CU_GRAPH_NODE_TYPE_MEMSET,
             Op::Empty => CU_GRAPH_NODE_TYPE_EMPTY,
             Op::Child(_) => CU_GRAPH_NODE_TYPE_GRAPH,

@@ -18,7 +18,7 @@ impl HostContext {
             (&*op, &new),
             (Op::Kernel { .. }, Op::Kernel { .. })
                 | (Op::Memset { .. }, Op::Memset { .. })
-                | (Op::Memcpy { .. } | Op::Htod { .. } | Op::Dtoh { .. }, Op::Memcpy { .. } | Op::Htod { .. } | Op::Dtoh { .. })
+                | (Op::Copy(_), Op::Copy(_))
                 | (Op::EventRecord(_), Op::EventRecord(_))
                 | (Op::EventWait(_), Op::EventWait(_))
                 | (Op::MemOps(_), Op::MemOps(_))
@@ -44,9 +44,7 @@ impl HostContext {
             Op::Memset { rect, value, elem } => {
                 NodeParams::Memset { dst: rect.ptr, pitch: rect.pitch, width: rect.width, height: rect.height, value, elem_size: elem }
             }
-            Op::Memcpy { dst, src, len } => NodeParams::Memcpy { dst, src, len },
-            Op::Htod { dst, src, len } => NodeParams::Memcpy { dst, src: src as u64, len: len as u64 },
-            Op::Dtoh { dst, src, len } => NodeParams::Memcpy { dst: dst as u64, src, len: len as u64 },
+            Op::Copy(c) => NodeParams::Copy(c),
             Op::EventRecord(event) => NodeParams::Event { wait: false, event },
             Op::EventWait(event) => NodeParams::Event { wait: true, event },
             Op::MemOps(ops) => NodeParams::MemOps(ops),

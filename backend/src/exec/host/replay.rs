@@ -10,7 +10,7 @@
 
 use super::HostContext;
 use super::graph::Op;
-use crate::exec::graph::{CaptureInfo, ExecGraph, NodeParams, NodeSpec};
+use crate::exec::graph::{CaptureInfo, Copy3D, ExecGraph, NodeParams, NodeSpec};
 use crate::exec::host_call::HostCalls;
 use crate::exec::{CuRes, ExecContext, Rect};
 use pvgpu_ring::CuError;
@@ -105,14 +105,8 @@ impl HostContext {
     fn run(&mut self, op: Op) -> CuRes<()> {
         match op {
             Op::Kernel { f, dims, params, layout, .. } => self.launch(f, dims, &params, &layout, &[], None),
-            Op::Memcpy { dst, src, len } => self.dtod(dst, src, len, None, false),
+            Op::Copy(c) => self.copy_3d(&c),
             Op::Memset { rect, value, elem } => self.memset2d(rect, value, elem),
-            // SAFETY: the session's data area or a mirror of the program's
-            // memory, mapped for the session's life, which outlives its
-            // graphs.
-            Op::Htod { dst, src, len } => unsafe { self.htod(dst, src as *const u8, len, None, true) },
-            // SAFETY: as above.
-            Op::Dtoh { dst, src, len } => unsafe { self.dtoh(dst as *mut u8, src, len, None, true) },
             Op::Child(c) => self.replay(c),
             Op::EventRecord(e) => self.event_record(e, None),
             Op::MemAlloc { dptr } => self.graph_map(dptr),
@@ -121,15 +115,34 @@ impl HostContext {
         }
     }
 
+    /// Runs a copy node row by row. A host side is the session's data area
+    /// or a mirror of the program's memory, mapped for the session's life,
+    /// which outlives its graphs.
+    fn copy_3d(&mut self, c: &Copy3D) -> CuRes<()> {
+        let len = usize::try_from(c.width).map_err(|_| CuError::INVALID_VALUE)?;
+        for z in 0..c.depth {
+            for y in 0..c.height {
+                let (dst, src) = (c.dst.row(y, z), c.src.row(y, z));
+                match (c.dst.host, c.src.host) {
+                    (false, false) => self.dtod(dst, src, c.width, None, false)?,
+                    // SAFETY: as said above; the session checked the span.
+                    (false, true) => unsafe { self.htod(dst, src as usize as *const u8, len, None, true)? },
+                    // SAFETY: as above.
+                    (true, false) => unsafe { self.dtoh(dst as usize as *mut u8, src, len, None, true)? },
+                    (true, true) => return Err(CuError::INVALID_VALUE),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The op a node spec describes.
     pub(super) fn op(spec: NodeSpec<'_, Self>) -> Op {
         match spec {
             NodeSpec::Kernel { f, dims, params, layout } => {
                 Op::Kernel { f, dims, params: params.to_vec(), layout: layout.to_vec(), attrs: Vec::new() }
             }
-            NodeSpec::Memcpy { dst, src, len } => Op::Memcpy { dst, src, len },
-            NodeSpec::Htod { dst, src, len } => Op::Htod { dst, src: src as usize, len: len as usize },
-            NodeSpec::Dtoh { dst, src, len } => Op::Dtoh { dst: dst as usize, src, len: len as usize },
+            NodeSpec::Copy(c) => Op::Copy(c),
             NodeSpec::Memset { dst, pitch, width, height, value, elem_size } => {
                 Op::Memset { rect: Rect { ptr: dst, pitch, width, height }, value, elem: elem_size }
             }

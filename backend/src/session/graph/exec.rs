@@ -8,7 +8,7 @@ use crate::exec::{CuRes, Executor};
 use crate::session::{Io, Session};
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::*;
-use pvgpu_ring::proto::{self, ExecUpdateRep, InstantiateRep};
+use pvgpu_ring::proto::{self, CopyShape, ExecUpdateRep, InstantiateRep};
 
 /// Instantiation flags a guest may pass (an upload at instantiation is a
 /// separate `GraphLaunch` with `upload`).
@@ -120,21 +120,29 @@ pub(in crate::session) fn graph_exec_memcpy_set<E: Executor>(
     r: proto::GraphExecMemcpySet,
     _: &mut Io<'_>,
 ) -> CuRes<()> {
-    if r.exec.get() == 0 {
-        // `cuGraphMemcpyNodeSetParams`: the node in its graph.
-        let (ctx, _, n) = nodes::node(s, r.node.get())?;
-        if r.memcpy.ctx.get() != ctx {
-            return Err(CuError::INVALID_CONTEXT);
-        }
-        let spec = nodes::memcpy_spec(s, &r.memcpy)?;
-        return s.enter(ctx)?.node_set(n, spec);
-    }
-    let (ctx, e, n) = exec_node(s, r.exec.get(), r.node.get())?;
-    if r.memcpy.ctx.get() != ctx {
+    let shape = nodes::linear_shape(&r.memcpy);
+    copy_set(s, r.exec.get(), r.node.get(), r.memcpy.ctx.get(), &shape)
+}
+
+pub(in crate::session) fn graph_copy_node_set<E: Executor>(s: &mut Session<E>, r: proto::GraphCopyNodeSet, _: &mut Io<'_>) -> CuRes<()> {
+    copy_set(s, r.exec.get(), r.node.get(), r.ctx.get(), &r.shape)
+}
+
+/// Sets copy node `node`, in its graph (`exec` 0: `cuGraphMemcpyNodeSetParams`)
+/// or in executable graph `exec`, to a copy of `shape` in context `ctx`.
+fn copy_set<E: Executor>(s: &mut Session<E>, exec: u64, node: u64, ctx: u64, shape: &CopyShape) -> CuRes<()> {
+    let (nctx, e, n) = match exec {
+        0 => nodes::node(s, node).map(|(c, _, n)| (c, None, n))?,
+        x => exec_node(s, x, node).map(|(c, e, n)| (c, Some(e), n))?,
+    };
+    if ctx != nctx {
         return Err(CuError::INVALID_CONTEXT);
     }
-    let spec = nodes::memcpy_spec(s, &r.memcpy)?;
-    s.enter(ctx)?.exec_node_set(e, n, spec)
+    let spec = nodes::copy_spec(s, ctx, shape)?;
+    match e {
+        None => s.enter(ctx)?.node_set(n, spec),
+        Some(e) => s.enter(ctx)?.exec_node_set(e, n, spec),
+    }
 }
 
 pub(in crate::session) fn graph_exec_child_set<E: Executor>(s: &mut Session<E>, r: proto::GraphExecChildSet, _: &mut Io<'_>) -> CuRes<()> {

@@ -1,17 +1,17 @@
 //! Graphs and their nodes: creation, copies, queries, edges, and the nodes
 //! a guest adds, each checked as the command it stands for is checked when
-//! issued on a stream (a kernel's parameters against its layout, a copy's
-//! and a memset's device ranges against the session's allocations,
+//! issued on a stream (a kernel's parameters against its layout, every
+//! byte a copy or a memset touches against the session's allocations,
 //! events and child graphs against the session's tables).
 
 use super::{Node, Owner, handle};
-use crate::exec::graph::{ExecGraph, NodeSpec};
+use crate::exec::graph::{Copy3D, CopySide, ExecGraph, NodeSpec};
 use crate::exec::{CuRes, Executor, LaunchDims};
 use crate::session::Ctx;
 use crate::session::{Io, Session};
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::*;
-use pvgpu_ring::proto::{self, BytesRep, GraphKernelHead, GraphMemcpyHead, GraphMemsetHead, HandleRep, IdsRep, NodeInfoRep};
+use pvgpu_ring::proto::{self, BytesRep, CopyShape, GraphKernelHead, GraphMemcpyHead, GraphMemsetHead, HandleRep, IdsRep, NodeInfoRep};
 use zerocopy::little_endian::U64;
 
 pub(in crate::session) fn graph_create<E: Executor>(s: &mut Session<E>, r: proto::GraphCreate, _: &mut Io<'_>) -> CuRes<HandleRep> {
@@ -186,20 +186,45 @@ pub(in crate::session) fn graph_kernel_node_set<E: Executor>(
     s.enter(gctx)?.node_set(n, spec)
 }
 
-/// A copy's spec, both ranges in context `ctx`'s memory; a side in a
-/// mirror of ordinary memory is copied as host memory (see
-/// `Mirrors::pageable`).
-pub(super) fn memcpy_spec<E: Executor>(s: &Session<E>, h: &GraphMemcpyHead) -> CuRes<NodeSpec<'static, Ctx<E>>> {
-    let (dst, src, len, ctx) = (h.dst.get(), h.src.get(), h.len.get(), h.ctx.get());
-    if s.range(dst, len)? != ctx || s.range(src, len)? != ctx {
+/// A one-dimensional copy's shape.
+pub(super) fn linear_shape(h: &GraphMemcpyHead) -> CopyShape {
+    let (dst, src, width) = (h.dst, h.src, h.len);
+    let zero = 0.into();
+    CopyShape { dst, dst_pitch: zero, dst_rows: zero, src, src_pitch: zero, src_rows: zero, width, height: 1.into(), depth: 1.into() }
+}
+
+/// The bytes a side of a copy spans, from its first byte to the last byte
+/// of its last row: `(depth - 1) * rows + height - 1` pitches and a row.
+/// Rows may not overlap: a pitch covers a row, a slice's rows its height.
+fn span(pitch: u64, rows: u64, width: u64, height: u64, depth: u64) -> CuRes<u64> {
+    if (height > 1 || depth > 1) && pitch < width || depth > 1 && rows < height {
         return Err(CuError::INVALID_VALUE);
     }
-    match (s.mirrors.pageable(dst, len), s.mirrors.pageable(src, len)) {
-        (false, false) => Ok(NodeSpec::Memcpy { dst, src, len }),
-        (false, true) => Ok(NodeSpec::Htod { dst, src, len }),
-        (true, false) => Ok(NodeSpec::Dtoh { dst, src, len }),
-        (true, true) => Err(CuError::INVALID_VALUE),
+    let last_row = (depth - 1).checked_mul(rows).and_then(|v| v.checked_add(height - 1)).ok_or(CuError::INVALID_VALUE)?;
+    last_row.checked_mul(pitch).and_then(|v| v.checked_add(width)).ok_or(CuError::INVALID_VALUE)
+}
+
+/// A copy's spec: every byte of each side in context `ctx`'s memory; a
+/// side in a mirror of ordinary memory is copied as host memory (see
+/// `Mirrors::pageable`).
+pub(super) fn copy_spec<E: Executor>(s: &Session<E>, ctx: u64, c: &CopyShape) -> CuRes<NodeSpec<'static, Ctx<E>>> {
+    let (width, height, depth) = (c.width.get(), c.height.get(), c.depth.get());
+    if height == 0 || depth == 0 || height > u32::MAX as u64 || depth > u32::MAX as u64 {
+        return Err(CuError::INVALID_VALUE);
     }
+    let side = |addr: u64, pitch: u64, rows: u64| -> CuRes<CopySide> {
+        let len = span(pitch, rows, width, height, depth)?;
+        if s.range(addr, len)? != ctx {
+            return Err(CuError::INVALID_VALUE);
+        }
+        Ok(CopySide { addr, pitch, rows, host: s.mirrors.pageable(addr, len) })
+    };
+    let dst = side(c.dst.get(), c.dst_pitch.get(), c.dst_rows.get())?;
+    let src = side(c.src.get(), c.src_pitch.get(), c.src_rows.get())?;
+    if dst.host && src.host {
+        return Err(CuError::INVALID_VALUE);
+    }
+    Ok(NodeSpec::Copy(Copy3D { dst, src, width, height, depth }))
 }
 
 /// A memset's spec: 1, 2 or 4-byte elements, every row in context
@@ -226,7 +251,16 @@ pub(in crate::session) fn graph_add_memcpy_node<E: Executor>(
     _: &mut Io<'_>,
 ) -> CuRes<HandleRep> {
     let h = r.head;
-    add(s, h.graph.get(), r.deps, Some(h.ctx.get()), |s| memcpy_spec(s, &h))
+    add(s, h.graph.get(), r.deps, Some(h.ctx.get()), |s| copy_spec(s, h.ctx.get(), &linear_shape(&h)))
+}
+
+pub(in crate::session) fn graph_add_copy_node<E: Executor>(
+    s: &mut Session<E>,
+    r: proto::GraphAddCopyNode<'_>,
+    _: &mut Io<'_>,
+) -> CuRes<HandleRep> {
+    let h = r.head;
+    add(s, h.graph.get(), r.deps, Some(h.ctx.get()), |s| copy_spec(s, h.ctx.get(), &h.shape))
 }
 
 pub(in crate::session) fn graph_add_memset_node<E: Executor>(

@@ -9,7 +9,7 @@
 
 use super::nodes::node;
 use super::{Node, handle};
-use crate::exec::graph::{ExecGraph, KernelArgs, NodeParams, NodeSpec};
+use crate::exec::graph::{Copy3D, ExecGraph, KernelArgs, NodeParams, NodeSpec};
 use crate::exec::{CuRes, Executor, Param};
 use crate::session::{Io, Session};
 use pvgpu_ring::CuError;
@@ -35,6 +35,19 @@ fn pack(ptrs: &[usize], layout: &[Param], bytes: usize) -> CuRes<Vec<u8>> {
     Ok(out)
 }
 
+/// A copy node's parameters as the reply's words: a one-dimensional copy
+/// as destination, source and bytes; a pitched one with its rows and
+/// slices (32 bits each), pitches and rows per slice.
+fn copy_words(c: &Copy3D) -> CuRes<[u64; 8]> {
+    if c.height == 1 && c.depth == 1 {
+        return Ok([c.dst.addr, c.src.addr, c.width, 0, 0, 0, 0, 0]);
+    }
+    if c.height > u32::MAX as u64 || c.depth > u32::MAX as u64 {
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    Ok([c.dst.addr, c.src.addr, c.width, c.height | (c.depth << 32), c.dst.pitch, c.src.pitch, c.dst.rows, c.src.rows])
+}
+
 pub(in crate::session) fn graph_node_params<E: Executor>(
     s: &mut Session<E>,
     r: proto::GraphNodeParams,
@@ -56,7 +69,7 @@ pub(in crate::session) fn graph_node_params<E: Executor>(
         NodeParams::Memset { dst, pitch, width, height, value, elem_size } => {
             (CU_GRAPH_NODE_TYPE_MEMSET, [dst, pitch, value.into(), elem_size.into(), width, height, 0, 0], Vec::new())
         }
-        NodeParams::Memcpy { dst, src, len } => (CU_GRAPH_NODE_TYPE_MEMCPY, [dst, src, len, 0, 0, 0, 0, 0], Vec::new()),
+        NodeParams::Copy(c) => (CU_GRAPH_NODE_TYPE_MEMCPY, copy_words(&c)?, Vec::new()),
         NodeParams::Event { wait, event } => {
             let (id, _) = s.events.iter().find(|(_, e)| e.ctx == ctx && e.value == event).ok_or(CuError::NOT_SUPPORTED)?;
             let kind = if wait { CU_GRAPH_NODE_TYPE_WAIT_EVENT } else { CU_GRAPH_NODE_TYPE_EVENT_RECORD };

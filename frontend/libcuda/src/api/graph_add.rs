@@ -1,7 +1,7 @@
 //! Nodes a program adds by hand, one function per type: empty, child
-//! graph, event record and wait, memset, device-to-device copy (kernel
-//! nodes are in [`super::graph_kernel`], the generic interface in
-//! [`super::graph_node`]).
+//! graph, event record and wait, memset (kernel nodes are in
+//! [`super::graph_kernel`], copies in [`super::graph_copy`], the generic
+//! interface in [`super::graph_node`]).
 
 use super::graph::graph_id;
 use super::graph::{nodes_in, put_node};
@@ -174,69 +174,4 @@ pub(crate) fn memset_head(
         dep_count: 0.into(),
         reserved: 0.into(),
     })
-}
-
-/// The bytes a memcpy node copies: `(dst, src, len)` as the backend's
-/// device reaches them, in one contiguous run; host sides through the data
-/// area or a mirror.
-pub(crate) fn device_copy(c: &CUDA_MEMCPY3D) -> Result<(u64, u64, u64), CuError> {
-    use pvgpu_frontend::Pitched;
-    if c.srcLOD != 0 || c.dstLOD != 0 {
-        return Err(CuError::INVALID_VALUE);
-    }
-    let (w, h, d) = (c.WidthInBytes, c.Height.max(1), c.Depth.max(1));
-    let contiguous = |pitch: usize, height: usize| (h == 1 && d == 1) || (pitch == w && (d == 1 || height == h));
-    if !contiguous(c.srcPitch, c.srcHeight) || !contiguous(c.dstPitch, c.dstHeight) {
-        return Err(CuError::NOT_SUPPORTED);
-    }
-    let src_off = (c.srcZ * c.srcHeight + c.srcY) * c.srcPitch + c.srcXInBytes;
-    let dst_off = (c.dstZ * c.dstHeight + c.dstY) * c.dstPitch + c.dstXInBytes;
-    let side = |kind, host, dev, off, pitch| super::pitched::side(kind, host, dev, off, pitch);
-    let len = (w * h * d) as u64;
-    // Host memory is read or written at every launch: the device reaches
-    // it through the data area or a mirror.
-    let address = |p: Pitched| match p {
-        Pitched::Device { ptr, .. } => Ok(ptr),
-        Pitched::Host { ptr, .. } => super::host::graph_host_address(ptr as usize, len as usize).map_err(|e| {
-            tracing::debug!(ptr = ptr as usize, len, status = ?e, "host memory of a memcpy node cannot be reached by the device");
-            CuError::NOT_SUPPORTED
-        }),
-    };
-    let src = address(side(c.srcMemoryType, c.srcHost, c.srcDevice, src_off, c.srcPitch)?)?;
-    let dst = address(side(c.dstMemoryType, c.dstHost, c.dstDevice as _, dst_off, c.dstPitch)?)?;
-    Ok((dst, src, len))
-}
-
-/// `cuGraphAddMemcpyNode`: device-to-device copies.
-///
-/// # Safety
-/// `deps` holds `n` nodes; `ph` is writable; `p` is readable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphAddMemcpyNode(
-    ph: *mut CUgraphNode,
-    g: CUgraph,
-    deps: *const CUgraphNode,
-    n: usize,
-    p: *const CUDA_MEMCPY3D,
-    ctx: CUcontext,
-) -> CuResult {
-    run("cuGraphAddMemcpyNode", || {
-        // SAFETY: per the caller.
-        let deps = unsafe { nodes_in(deps, n) }?;
-        if p.is_null() || ph.is_null() {
-            return Err(CuError::INVALID_VALUE);
-        }
-        // SAFETY: readable per the API.
-        let node = add_memcpy(g, &deps, unsafe { &*p }, ctx)?;
-        // SAFETY: per the caller.
-        unsafe { put_node(ph, node) }
-    })
-}
-
-/// Adds a device-to-device copy node after `deps`, in context `ctx`
-/// (null: the current one).
-pub(crate) fn add_memcpy(g: CUgraph, deps: &[GraphNode], c: &CUDA_MEMCPY3D, ctx: CUcontext) -> Result<GraphNode, CuError> {
-    let (dst, src, len) = device_copy(c)?;
-    let ctx = state::ctx::backend(state::ctx::or_current(id(ctx))?)?;
-    state::client()?.graph_add_memcpy_node(graph_id(g)?, deps, ctx, dst, src, len).map_err(state::cu)
 }

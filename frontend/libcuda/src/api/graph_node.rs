@@ -8,8 +8,9 @@
 
 use super::graph::{edge_data, nodes_in, put_node};
 use super::graph::{exec_id, graph_id, node_id};
-use super::graph_add::{add_child, add_memcpy, add_simple, device_copy, memset_head};
+use super::graph_add::{add_child, add_simple, memset_head};
 use super::graph_cond;
+use super::graph_copy::add_memcpy;
 use super::graph_host;
 use super::graph_kernel::{self, Kernel};
 use super::graph_mem;
@@ -158,13 +159,6 @@ fn exec_memset(e: CUgraphExec, node: CUgraphNode, head: pvgpu_ring::proto::Graph
     state::client()?.graph_exec_memset_set(exec_id(e)?, node_id(node)?, head).map_err(state::cu)
 }
 
-/// Sets a copy node of an executable graph.
-fn exec_memcpy(e: CUgraphExec, node: CUgraphNode, c: &CUDA_MEMCPY3D, ctx: CUcontext) -> Res {
-    let (dst, src, len) = device_copy(c)?;
-    let ctx = state::ctx::backend(state::ctx::or_current(id(ctx))?)?;
-    state::client()?.graph_exec_memcpy_set(exec_id(e)?, node_id(node)?, ctx, dst, src, len).map_err(state::cu)
-}
-
 /// `cuGraphExecMemsetNodeSetParams`.
 ///
 /// # Safety
@@ -183,26 +177,6 @@ pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
         // SAFETY: readable per the API.
         let m = unsafe { p.read_unaligned() };
         exec_memset(e, node, memset_head(m.dst, m.pitch, m.value, m.elementSize, m.width, m.height, ctx)?)
-    })
-}
-
-/// `cuGraphExecMemcpyNodeSetParams`: device-to-device copies.
-///
-/// # Safety
-/// `p` must be readable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
-    e: CUgraphExec,
-    node: CUgraphNode,
-    p: *const CUDA_MEMCPY3D,
-    ctx: CUcontext,
-) -> CuResult {
-    run("cuGraphExecMemcpyNodeSetParams", || {
-        if p.is_null() {
-            return Err(CuError::INVALID_VALUE);
-        }
-        // SAFETY: readable per the API.
-        exec_memcpy(e, node, unsafe { &*p }, ctx)
     })
 }
 
@@ -253,7 +227,7 @@ pub unsafe extern "C" fn cuGraphExecNodeSetParams(e: CUgraphExec, node: CUgraphN
             CU_GRAPH_NODE_TYPE_MEMCPY => {
                 // SAFETY: the memcpy member.
                 let c = unsafe { &p.anon2.memcpy };
-                exec_memcpy(e, node, &c.copyParams, c.copyCtx)
+                super::graph_copy::set_memcpy(Some(e), node, &c.copyParams, c.copyCtx)
             }
             // SAFETY: the child-graph member.
             CU_GRAPH_NODE_TYPE_GRAPH => exec_child_set(e, node, unsafe { p.anon2.graph.graph }),

@@ -11,7 +11,7 @@
 //! again, as the driver's point into the node's own copy.
 
 use super::graph::{exec_id, graph_id, node_id, put_node};
-use super::graph_add::{device_copy, memset_head};
+use super::graph_add::memset_head;
 use crate::state::objects::objects;
 use crate::state::{self, Res, handle, id, put, run};
 use pvgpu_frontend::{Event, NodeParams};
@@ -140,27 +140,6 @@ pub unsafe extern "C" fn cuGraphMemsetNodeGetParams(node: CUgraphNode, p: *mut C
     })
 }
 
-/// `cuGraphMemcpyNodeGetParams`: a one-dimensional copy, its sides in
-/// unified addressing (the device's addresses, or the program's own for
-/// host memory).
-///
-/// # Safety
-/// `p` must be writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemcpyNodeGetParams(node: CUgraphNode, p: *mut CUDA_MEMCPY3D) -> CuResult {
-    run("cuGraphMemcpyNodeGetParams", || {
-        let NodeParams::Memcpy { dst, src, len } = state::client()?.graph_node_params(node_id(node)?).map_err(state::cu)? else {
-            return Err(CuError::INVALID_VALUE);
-        };
-        // SAFETY: plain integers and null pointers: zero is "none" for each.
-        let mut c: CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
-        (c.srcMemoryType, c.srcDevice, c.dstMemoryType, c.dstDevice) = (CU_MEMORYTYPE_UNIFIED, src, CU_MEMORYTYPE_UNIFIED, dst);
-        (c.WidthInBytes, c.Height, c.Depth) = (len as usize, 1, 1);
-        // SAFETY: writable per the API.
-        unsafe { put(p, c) }
-    })
-}
-
 /// `cuGraphMemsetNodeSetParams`.
 ///
 /// # Safety
@@ -172,20 +151,6 @@ pub unsafe extern "C" fn cuGraphMemsetNodeSetParams(node: CUgraphNode, p: *const
         let m = unsafe { p.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
         let head = memset_head(m.dst, m.pitch, m.value, m.elementSize, m.width, m.height, std::ptr::null_mut())?;
         state::client()?.graph_memset_node_set(node_id(node)?, head).map_err(state::cu)
-    })
-}
-
-/// `cuGraphMemcpyNodeSetParams`.
-///
-/// # Safety
-/// `p` must be readable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams(node: CUgraphNode, p: *const CUDA_MEMCPY3D) -> CuResult {
-    run("cuGraphMemcpyNodeSetParams", || {
-        // SAFETY: readable per the API.
-        let c = unsafe { p.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
-        let (dst, src, len) = device_copy(c)?;
-        state::client()?.graph_memcpy_node_set(node_id(node)?, state::current()?, dst, src, len).map_err(state::cu)
     })
 }
 
@@ -314,9 +279,7 @@ pub unsafe extern "C" fn cuGraphNodeSetParams(node: CUgraphNode, p: *mut CUgraph
             CU_GRAPH_NODE_TYPE_MEMCPY => {
                 // SAFETY: the memcpy member.
                 let c = unsafe { &p.anon2.memcpy };
-                let (dst, src, len) = device_copy(&c.copyParams)?;
-                let ctx = state::ctx::backend(state::ctx::or_current(id(c.copyCtx))?)?;
-                state::client()?.graph_memcpy_node_set(node_id(node)?, ctx, dst, src, len).map_err(state::cu)
+                super::graph_copy::set_memcpy(None, node, &c.copyParams, c.copyCtx)
             }
             // SAFETY: the host member.
             CU_GRAPH_NODE_TYPE_HOST => super::graph_host::set(None, node, super::graph_host::from_v2(unsafe { &p.anon2.host })?),

@@ -8,6 +8,7 @@ pub mod exec;
 pub mod graph;
 pub mod graph_add;
 pub mod graph_cond;
+pub mod graph_copy;
 pub mod graph_exec;
 pub mod graph_host;
 pub mod graph_kernel;

@@ -136,6 +136,10 @@ node_request!(
     GraphAddMemcpyNode(GraphMemcpyHead)
 );
 node_request!(
+    /// `cuGraphAddMemcpyNode` of any shape.
+    GraphAddCopyNode(GraphCopyHead)
+);
+node_request!(
     /// `cuGraphAddMemsetNode`.
     GraphAddMemsetNode(GraphMemsetHead)
 );

@@ -209,6 +209,8 @@ impl Validate for GraphCondHandle {
 
 fixed! { requests: MemNodeParams, GraphNodeParams, GraphEventNodeSet, GraphNodeEnabled, GraphNodeFindInClone }
 
+fixed! { requests: GraphCopyNodeSet }
+
 fixed! { checked requests: KernelNodeAttr }
 
 fixed! { replies: AttrValueRep }

@@ -69,7 +69,8 @@ pub(super) fn requests() -> Vec<Arb> {
         GraphNodeParams,
         GraphEventNodeSet,
         GraphNodeEnabled,
-        GraphNodeFindInClone
+        GraphNodeFindInClone,
+        GraphCopyNodeSet
     );
     all.push(
         (arb::<GraphMemAttr>(), 0u32..=3, 0u32..=2)
@@ -226,6 +227,7 @@ pub(super) fn requests() -> Vec<Arb> {
             .boxed(),
     );
     all.push(node_request::<GraphMemcpyHead, _>(Opcode::GraphAddMemcpyNode, |h, n| h.dep_count = n.into()));
+    all.push(node_request::<GraphCopyHead, _>(Opcode::GraphAddCopyNode, |h, n| h.dep_count = n.into()));
     all.push(node_request::<GraphMemsetHead, _>(Opcode::GraphAddMemsetNode, |h, n| h.dep_count = n.into()));
     all.push(node_request::<GraphSimpleHead, _>(Opcode::GraphAddNode, |h, n| h.dep_count = n.into()));
     all.push(node_request::<UpdateCaptureDepsHead, _>(Opcode::StreamUpdateCaptureDeps, |h, n| h.dep_count = n.into()));

@@ -185,6 +185,57 @@ wire_structs! {
         /// Reserved, zero.
         pub reserved: U32,
     }
+    /// The shape of a copy node: each side's first byte, the bytes from
+    /// one of its rows to the next and the rows from one of its slices to
+    /// the next; the bytes of a row, the rows of a slice and the slices.
+    /// A side's rows are read only where more than one row (or slice) is
+    /// copied.
+    pub struct CopyShape {
+        /// Destination: first byte.
+        pub dst: U64,
+        /// Destination: row pitch.
+        pub dst_pitch: U64,
+        /// Destination: rows per slice.
+        pub dst_rows: U64,
+        /// Source: first byte.
+        pub src: U64,
+        /// Source: row pitch.
+        pub src_pitch: U64,
+        /// Source: rows per slice.
+        pub src_rows: U64,
+        /// Bytes of a row.
+        pub width: U64,
+        /// Rows of a slice (at least 1).
+        pub height: U64,
+        /// Slices (at least 1).
+        pub depth: U64,
+    }
+    /// Head of `GraphAddCopyNode`: a copy of any shape (`cuGraphAddMemcpyNode`
+    /// of pitched memory); then the dependencies.
+    pub struct GraphCopyHead {
+        /// Graph id.
+        pub graph: U64,
+        /// Context id the copy runs in.
+        pub ctx: U64,
+        /// What it copies.
+        pub shape: CopyShape,
+        /// Node ids that follow.
+        pub dep_count: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// `cuGraphMemcpyNodeSetParams` (`exec` 0) and
+    /// `cuGraphExecMemcpyNodeSetParams` of a copy of any shape.
+    pub struct GraphCopyNodeSet {
+        /// Executable graph id, or 0 for the node in its graph.
+        pub exec: U64,
+        /// Node id.
+        pub node: U64,
+        /// Context id the copy runs in.
+        pub ctx: U64,
+        /// What it copies.
+        pub shape: CopyShape,
+    }
     /// Head of `GraphAddMemsetNode`: `height` rows of `width` elements
     /// of `elem_size` bytes, `pitch` bytes apart; then the dependencies.
     pub struct GraphMemsetHead {
@@ -462,8 +513,11 @@ wire_structs! {
         pub param_len: U32,
         /// By kind: a kernel's function id, grid x, y, z, block x, y, z and
         /// dynamic shared memory; a memset's destination, pitch, value,
-        /// element size, width and height; a copy's destination, source and
-        /// bytes; an event node's event id; a batch memory-operation node's
+        /// element size, width and height; a copy's destination, source,
+        /// bytes of a row, rows (low 32 bits) and slices (high 32 bits;
+        /// both zero for a one-dimensional copy), destination pitch, source
+        /// pitch, destination rows per slice and source rows per slice; an
+        /// event node's event id; a batch memory-operation node's
         /// context id and operation count (its `MemOp`s follow in place of
         /// parameters). Zero past them.
         pub words: [U64; 8],
