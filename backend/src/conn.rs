@@ -2,7 +2,7 @@
 //! shared memory or read off the socket), mark it done, send a reply.
 
 use pvgpu_ring::channel::{ChannelError, Consumer, Producer, Sent};
-use pvgpu_ring::frame::FrameError;
+use pvgpu_ring::frame::{FrameError, FrameReader};
 use pvgpu_ring::layout::{Geometry, LayoutError, MAX_RING_RECORD, attach_region};
 use pvgpu_ring::notify::{Notifier, NotifyError, Step, WaitError, Waiter};
 use pvgpu_ring::proto::{DecodeError, Header};
@@ -251,28 +251,37 @@ trait FrameStream: Read + Write + AsFd + Send {}
 impl<T: Read + Write + AsFd + Send> FrameStream for T {}
 
 /// A connection over a TCP stream (or the supervisor's TLS relay): framed
-/// messages, bulk data inline.
+/// messages, bulk data inline. The session's thread blocks in `read` for
+/// the next request (a small one arrives in one call), waking every
+/// [`TICK`] to see whether it must stop.
 pub struct TcpConn {
     sock: Box<dyn FrameStream>,
+    reader: FrameReader,
     idle_timeout: Option<Duration>,
 }
+
+/// How often a session waiting for its next request looks at its stop
+/// flag and its idle time (the stream's read timeout).
+const TICK: Duration = Duration::from_millis(200);
+/// Longest a frontend may stop in the middle of a frame before it loses
+/// its session.
+const STALL: Duration = Duration::from_secs(30);
 
 impl TcpConn {
     /// Wraps a stream that passed its opening. A frontend that sends
     /// nothing for `idle_timeout` loses its session.
     pub fn new(sock: TcpStream, idle_timeout: Option<Duration>) -> io::Result<Self> {
         sock.set_nodelay(true)?;
-        // A frontend that stops in the middle of a frame loses its session.
-        sock.set_read_timeout(Some(Duration::from_secs(30)))?;
-        sock.set_write_timeout(Some(Duration::from_secs(30)))?;
-        Ok(TcpConn { sock: Box::new(sock), idle_timeout })
+        sock.set_read_timeout(Some(TICK))?;
+        sock.set_write_timeout(Some(STALL))?;
+        Ok(TcpConn { sock: Box::new(sock), reader: FrameReader::new(STALL), idle_timeout })
     }
 
     /// Wraps the worker's end of the supervisor's TLS relay.
     pub fn relayed(sock: std::os::unix::net::UnixStream, idle_timeout: Option<Duration>) -> io::Result<Self> {
-        sock.set_read_timeout(Some(Duration::from_secs(30)))?;
-        sock.set_write_timeout(Some(Duration::from_secs(30)))?;
-        Ok(TcpConn { sock: Box::new(sock), idle_timeout })
+        sock.set_read_timeout(Some(TICK))?;
+        sock.set_write_timeout(Some(STALL))?;
+        Ok(TcpConn { sock: Box::new(sock), reader: FrameReader::new(STALL), idle_timeout })
     }
 }
 
@@ -291,17 +300,19 @@ pub(crate) fn readable(sock: &impl AsFd, timeout: Duration) -> io::Result<bool> 
 impl Conn for TcpConn {
     fn recv(&mut self, buf: &mut Vec<u8>, stop: &AtomicBool) -> Result<(), ConnError> {
         let since = Instant::now();
-        while !readable(&self.sock.as_fd(), Duration::from_millis(200))? {
-            check_stop(stop)?;
-            if self.idle_timeout.is_some_and(|t| since.elapsed() >= t) {
-                return Err(ConnError::Idle);
+        loop {
+            match self.reader.read_into(&mut self.sock, buf) {
+                Ok(_) => return Ok(()),
+                Err(FrameError::Idle) => {
+                    check_stop(stop)?;
+                    if self.idle_timeout.is_some_and(|t| since.elapsed() >= t) {
+                        return Err(ConnError::Idle);
+                    }
+                }
+                Err(FrameError::Closed) => return Err(ConnError::PeerGone),
+                Err(FrameError::Io(e)) => return Err(e.into()),
+                Err(FrameError::Header(e)) => return Err(e.into()),
             }
-        }
-        match pvgpu_ring::frame::read_frame_into(&mut self.sock, buf) {
-            Ok(_) => Ok(()),
-            Err(FrameError::Closed) => Err(ConnError::PeerGone),
-            Err(FrameError::Io(e)) => Err(e.into()),
-            Err(FrameError::Header(e)) => Err(e.into()),
         }
     }
 

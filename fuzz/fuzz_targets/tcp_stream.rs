@@ -1,18 +1,19 @@
 //! The backend's reading of a TCP session's byte stream, after the
-//! opening: frames (`pvgpu_ring::frame::read_frame_into`), each decoded as
-//! the session would (`Request::decode`), until the stream ends or breaks.
+//! opening: frames (`pvgpu_ring::frame::FrameReader`, reading ahead), each
+//! decoded as the session would (`Request::decode`), until the stream ends
+//! or breaks.
 //!
 //! Input: one byte saying how many bytes each read returns at most (less
 //! one; 0: all), then the stream.
 //!
 //! Checked: no panic; a frame's buffer never grows past what arrived by
 //! more than one read step, whatever its header claims; every frame read
-//! whole is the bytes that arrived for it.
+//! whole is the bytes that arrived for it (read ahead or not).
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pvgpu_ring::frame::{READ_STEP, read_frame_into};
+use pvgpu_ring::frame::{FrameReader, READ_STEP};
 use pvgpu_ring::proto::{HEADER_LEN, Request};
 use std::io::Read;
 
@@ -35,10 +36,11 @@ fuzz_target!(|data: &[u8]| {
     let piece = if choice == 0 { usize::MAX } else { choice as usize };
     let mut r = Pieces { input: stream, piece };
     let mut buf = Vec::new();
+    let mut reader = FrameReader::new(std::time::Duration::ZERO);
     loop {
-        let before = r.input.len();
-        let res = read_frame_into(&mut r, &mut buf);
-        let arrived = before - r.input.len();
+        let before = r.input.len() + reader.buffered();
+        let res = reader.read_into(&mut r, &mut buf);
+        let arrived = before - r.input.len() - reader.buffered();
         assert!(buf.len() <= arrived.max(HEADER_LEN) + READ_STEP, "{} bytes buffered for {arrived} received", buf.len());
         let Ok(h) = res else { break };
         assert_eq!(buf.len(), arrived, "a frame is what arrived for it");

@@ -1,5 +1,11 @@
 //! Framing of protocol messages on a byte stream (the TCP transport): each
 //! frame is a [`Header`] followed by its payload, bulk data inline.
+//!
+//! A connection reads its stream through a [`FrameReader`]: a small frame
+//! (header and payload) arrives in one `read`, as a raw ping-pong's message
+//! does, instead of one call for the header and one for the payload; a
+//! large payload is read straight into its buffer, which grows with what
+//! arrives, never to what a header merely claims.
 
 use crate::proto::{DecodeError, HEADER_LEN, Header};
 use std::io::{self, IoSlice, Read, Write};
@@ -17,6 +23,10 @@ pub enum FrameError {
     /// The header is malformed.
     #[error("Malformed frame header")]
     Header(#[from] DecodeError),
+    /// The stream's read timeout passed before any byte of a frame came
+    /// (the reader keeps its state: read again).
+    #[error("No frame arrived in time")]
+    Idle,
 }
 
 /// Writes one frame: `header`, then `parts` (whose lengths must add up to
@@ -93,6 +103,129 @@ fn append_payload(r: &mut impl Read, buf: &mut Vec<u8>, mut len: usize) -> io::R
     Ok(())
 }
 
+/// Bytes a [`FrameReader`] reads ahead at most: a small frame, or the
+/// start of a large one.
+pub const READ_AHEAD: usize = 64 << 10;
+
+/// Reads frames from a stream, reading ahead of the frame it decodes so
+/// that a small frame costs one `read`. Bytes read ahead belong to the
+/// next frame: one reader must read every frame of its stream.
+///
+/// On a stream with a read timeout, a timeout before the first byte of a
+/// frame is [`FrameError::Idle`] and loses nothing; within a frame the
+/// reader waits on, up to `stall` in all, then fails with the timeout.
+pub struct FrameReader {
+    ahead: Box<[u8]>,
+    start: usize,
+    end: usize,
+    stall: std::time::Duration,
+}
+
+impl FrameReader {
+    /// A reader that gives a frame whose bytes stop coming `stall` before
+    /// it fails.
+    pub fn new(stall: std::time::Duration) -> Self {
+        FrameReader { ahead: vec![0; READ_AHEAD].into_boxed_slice(), start: 0, end: 0, stall }
+    }
+
+    /// Bytes read ahead, not yet part of a frame returned.
+    pub fn buffered(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Reads one frame into `buf`: header, then payload (as
+    /// [`read_frame_into`] leaves them). Returns the header.
+    pub fn read_into(&mut self, r: &mut impl Read, buf: &mut Vec<u8>) -> Result<Header, FrameError> {
+        self.read(r, buf, true)
+    }
+
+    /// Reads one frame: returns its header and leaves the payload alone in
+    /// `payload`.
+    pub fn read_payload(&mut self, r: &mut impl Read, payload: &mut Vec<u8>) -> Result<Header, FrameError> {
+        self.read(r, payload, false)
+    }
+
+    fn read(&mut self, r: &mut impl Read, out: &mut Vec<u8>, with_header: bool) -> Result<Header, FrameError> {
+        let mut since = None;
+        while self.buffered() < HEADER_LEN {
+            match self.fill(r) {
+                Ok(0) if self.buffered() == 0 => return Err(FrameError::Closed),
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset && self.buffered() == 0 => return Err(FrameError::Closed),
+                Err(e) if timed_out(&e) && self.buffered() == 0 => return Err(FrameError::Idle),
+                Err(e) if timed_out(&e) => self.stalled(&mut since, e)?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut hb = [0u8; HEADER_LEN];
+        hb.copy_from_slice(&self.ahead[self.start..self.start + HEADER_LEN]);
+        let h = Header::parse(&hb)?;
+        self.start += HEADER_LEN;
+        out.clear();
+        if with_header {
+            out.extend_from_slice(&hb);
+        }
+        let mut len = h.payload_len.get() as usize;
+        let have = len.min(self.buffered());
+        out.extend_from_slice(&self.ahead[self.start..self.start + have]);
+        self.start += have;
+        len -= have;
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        }
+        // The rest straight into `out`, growing as it arrives.
+        while len > 0 {
+            let step = len.min(READ_STEP);
+            let at = out.len();
+            out.resize(at + step, 0);
+            let mut got = 0;
+            while got < step {
+                match r.read(&mut out[at + got..at + step]) {
+                    Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if timed_out(&e) => self.stalled(&mut since, e)?,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            len -= step;
+        }
+        Ok(h)
+    }
+
+    /// Reads what the stream has into the space after the bytes read
+    /// ahead.
+    fn fill(&mut self, r: &mut impl Read) -> io::Result<usize> {
+        if self.end == self.ahead.len() {
+            self.ahead.copy_within(self.start..self.end, 0);
+            (self.start, self.end) = (0, self.end - self.start);
+        }
+        loop {
+            match r.read(&mut self.ahead[self.end..]) {
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A read within a frame timed out: fine until `stall` has passed
+    /// since the first such timeout.
+    fn stalled(&self, since: &mut Option<std::time::Instant>, e: io::Error) -> Result<(), FrameError> {
+        let first = *since.get_or_insert_with(std::time::Instant::now);
+        if first.elapsed() >= self.stall { Err(e.into()) } else { Ok(()) }
+    }
+}
+
+/// Whether `e` is a stream's read timeout.
+fn timed_out(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +267,105 @@ mod tests {
         assert!(read_frame_into(&mut &wire[..], &mut buf).is_err());
         assert!(buf.capacity() <= HEADER_LEN + 2 * READ_STEP, "{} bytes allocated for 100 received", buf.capacity());
         const { assert!(MAX_PAYLOAD > 4 * READ_STEP) };
+    }
+
+    /// A reader that hands out its bytes `piece` at a time, and a timeout
+    /// where `gaps` says (before the byte at that offset).
+    struct Pieces {
+        bytes: Vec<u8>,
+        at: usize,
+        piece: usize,
+        gaps: Vec<usize>,
+        reads: usize,
+    }
+
+    impl Read for Pieces {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.reads += 1;
+            if let Some(i) = self.gaps.iter().position(|g| *g == self.at) {
+                self.gaps.remove(i);
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let next_gap = self.gaps.iter().copied().filter(|g| *g > self.at).min().unwrap_or(usize::MAX);
+            let n = buf.len().min(self.piece).min(self.bytes.len() - self.at).min(next_gap - self.at);
+            buf[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    fn frames(sizes: &[usize]) -> (Vec<u8>, Vec<(Header, Vec<u8>)>) {
+        let mut wire = Vec::new();
+        let mut want = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let h = Header::request(Opcode::Nop, i as u64 + 1, 0, n);
+            let p: Vec<u8> = (0..n).map(|j| (i * 31 + j) as u8).collect();
+            write_frame(&mut wire, &h, &[&p]).unwrap();
+            want.push((h, p));
+        }
+        (wire, want)
+    }
+
+    /// Frames of every size come out whole, however the stream splits
+    /// them, and small ones cost one read each.
+    #[test]
+    fn reader_returns_every_frame_whole() {
+        let sizes = [0, 7, 4096, READ_AHEAD, 3 * READ_STEP + 5, 1];
+        let (wire, want) = frames(&sizes);
+        for piece in [1, 13, 4096, usize::MAX] {
+            let mut r = Pieces { bytes: wire.clone(), at: 0, piece, gaps: vec![], reads: 0 };
+            let mut fr = FrameReader::new(std::time::Duration::from_secs(1));
+            let mut buf = Vec::new();
+            for (h, p) in &want {
+                assert_eq!(fr.read_payload(&mut r, &mut buf).unwrap(), *h);
+                assert_eq!(&buf, p, "piece {piece}");
+            }
+            assert!(matches!(fr.read_payload(&mut r, &mut buf), Err(FrameError::Closed)));
+        }
+        let (wire, _) = frames(&[16; 10]);
+        let mut r = Pieces { bytes: wire, at: 0, piece: usize::MAX, gaps: vec![], reads: 0 };
+        let mut fr = FrameReader::new(std::time::Duration::from_secs(1));
+        let mut buf = Vec::new();
+        for _ in 0..10 {
+            fr.read_into(&mut r, &mut buf).unwrap();
+            assert_eq!(buf.len(), HEADER_LEN + 16);
+        }
+        assert_eq!(r.reads, 1, "ten small frames read ahead at once");
+    }
+
+    /// A timeout before a frame is `Idle` and loses nothing; one inside a
+    /// frame is waited out; a stream that ends inside a frame is an error.
+    #[test]
+    fn reader_timeouts() {
+        let (wire, want) = frames(&[100, 100]);
+        let gaps = vec![0, 10, HEADER_LEN + 50, HEADER_LEN + 100];
+        let mut r = Pieces { bytes: wire.clone(), at: 0, piece: 8, gaps, reads: 0 };
+        let mut fr = FrameReader::new(std::time::Duration::from_secs(5));
+        let mut buf = Vec::new();
+        assert!(matches!(fr.read_payload(&mut r, &mut buf), Err(FrameError::Idle)));
+        assert_eq!(fr.read_payload(&mut r, &mut buf).unwrap(), want[0].0);
+        assert_eq!(buf, want[0].1);
+        assert!(matches!(fr.read_payload(&mut r, &mut buf), Err(FrameError::Idle)));
+        assert_eq!(fr.read_payload(&mut r, &mut buf).unwrap(), want[1].0);
+        assert_eq!(buf, want[1].1);
+        // No patience: a timeout inside a frame fails it.
+        let mut r = Pieces { bytes: wire.clone(), at: 0, piece: usize::MAX, gaps: vec![10], reads: 0 };
+        let mut fr = FrameReader::new(std::time::Duration::ZERO);
+        assert!(matches!(fr.read_payload(&mut r, &mut buf), Err(FrameError::Io(_))));
+        let mut fr = FrameReader::new(std::time::Duration::from_secs(1));
+        assert!(matches!(fr.read_payload(&mut &wire[..HEADER_LEN + 20], &mut buf), Err(FrameError::Io(_))));
+    }
+
+    /// A header that claims a large payload makes the reader's buffer
+    /// grow only with the bytes that actually arrive.
+    #[test]
+    fn reader_allocates_what_arrives() {
+        let h = Header::request(Opcode::Nop, 1, 0, MAX_PAYLOAD);
+        let mut wire = h.as_bytes().to_vec();
+        wire.extend_from_slice(&[0u8; 100]);
+        let mut buf = Vec::new();
+        let mut fr = FrameReader::new(std::time::Duration::from_secs(1));
+        assert!(fr.read_into(&mut &wire[..], &mut buf).is_err());
+        assert!(buf.capacity() <= HEADER_LEN + 2 * READ_STEP, "{} bytes allocated for 100 received", buf.capacity());
     }
 }

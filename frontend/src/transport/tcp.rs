@@ -4,7 +4,7 @@
 
 use super::{Staged, Transport};
 use crate::error::{ProtocolError, TransportError};
-use pvgpu_ring::frame::{FrameError, read_frame, write_frame};
+use pvgpu_ring::frame::{FrameError, FrameReader, write_frame};
 use pvgpu_ring::proto::{DataRef, Header};
 use pvgpu_ring::tcp_auth::{self, TcpKey};
 use rustls::pki_types::pem::PemObject;
@@ -25,8 +25,13 @@ impl<T: Read + Write + Send> Stream for T {}
 /// A TCP connection to a backend.
 pub struct TcpTransport {
     sock: Box<dyn Stream>,
+    /// Reads the replies (a small one in one `read`).
+    reader: FrameReader,
     kind: &'static str,
 }
+
+/// Longest a reply may stop arriving part-way when calls have no timeout.
+const STALL: Duration = Duration::from_secs(30);
 
 /// TLS settings of a `tls:` connection.
 pub struct TlsClient {
@@ -83,7 +88,7 @@ impl TcpTransport {
         tcp_auth::client_open(&mut stream, key.as_ref()).map_err(auth)?;
         raw.set_write_timeout(None)?;
         raw.set_read_timeout(timeout)?;
-        Ok(TcpTransport { sock: stream, kind })
+        Ok(TcpTransport { sock: stream, reader: FrameReader::new(timeout.unwrap_or(STALL)), kind })
     }
 }
 
@@ -103,9 +108,10 @@ impl Transport for TcpTransport {
     }
 
     fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Header, TransportError> {
-        match read_frame(&mut self.sock, buf) {
+        match self.reader.read_payload(&mut self.sock, buf) {
             Ok(h) => Ok(h),
             Err(FrameError::Closed) => Err(TransportError::BackendGone),
+            Err(FrameError::Idle) => Err(TransportError::Timeout),
             Err(FrameError::Io(e)) => Err(gone(e)),
             Err(FrameError::Header(e)) => Err(TransportError::Decode(e)),
         }
