@@ -251,13 +251,17 @@ trait FrameStream: Read + Write + AsFd + Send {}
 impl<T: Read + Write + AsFd + Send> FrameStream for T {}
 
 /// A connection over a TCP stream (or the supervisor's TLS relay): framed
-/// messages, bulk data inline. The session's thread blocks in `read` for
-/// the next request (a small one arrives in one call), waking every
-/// [`TICK`] to see whether it must stop.
+/// messages, bulk data inline. The session's thread looks for its next
+/// request for a short spin (a program's next call often follows at once:
+/// a synchronisation after a launch), then blocks in `read` (a small
+/// request arrives in one call), waking every [`TICK`] to see whether it
+/// must stop.
 pub struct TcpConn {
     sock: Box<dyn FrameStream>,
     reader: FrameReader,
     idle_timeout: Option<Duration>,
+    /// How long it looks for the next request before it blocks.
+    spin: Duration,
 }
 
 /// How often a session waiting for its next request looks at its stop
@@ -270,18 +274,18 @@ const STALL: Duration = Duration::from_secs(30);
 impl TcpConn {
     /// Wraps a stream that passed its opening. A frontend that sends
     /// nothing for `idle_timeout` loses its session.
-    pub fn new(sock: TcpStream, idle_timeout: Option<Duration>) -> io::Result<Self> {
+    pub fn new(sock: TcpStream, idle_timeout: Option<Duration>, spin: Duration) -> io::Result<Self> {
         sock.set_nodelay(true)?;
         sock.set_read_timeout(Some(TICK))?;
         sock.set_write_timeout(Some(STALL))?;
-        Ok(TcpConn { sock: Box::new(sock), reader: FrameReader::new(STALL), idle_timeout })
+        Ok(TcpConn { sock: Box::new(sock), reader: FrameReader::new(STALL), idle_timeout, spin })
     }
 
     /// Wraps the worker's end of the supervisor's TLS relay.
-    pub fn relayed(sock: std::os::unix::net::UnixStream, idle_timeout: Option<Duration>) -> io::Result<Self> {
+    pub fn relayed(sock: std::os::unix::net::UnixStream, idle_timeout: Option<Duration>, spin: Duration) -> io::Result<Self> {
         sock.set_read_timeout(Some(TICK))?;
         sock.set_write_timeout(Some(STALL))?;
-        Ok(TcpConn { sock: Box::new(sock), reader: FrameReader::new(STALL), idle_timeout })
+        Ok(TcpConn { sock: Box::new(sock), reader: FrameReader::new(STALL), idle_timeout, spin })
     }
 }
 
@@ -300,6 +304,9 @@ pub(crate) fn readable(sock: &impl AsFd, timeout: Duration) -> io::Result<bool> 
 impl Conn for TcpConn {
     fn recv(&mut self, buf: &mut Vec<u8>, stop: &AtomicBool) -> Result<(), ConnError> {
         let since = Instant::now();
+        if !self.reader.frame_ready() {
+            pvgpu_ring::frame::spin_until_readable(self.sock.as_fd(), self.spin);
+        }
         loop {
             match self.reader.read_into(&mut self.sock, buf) {
                 Ok(_) => return Ok(()),

@@ -9,7 +9,7 @@
 
 use crate::proto::{DecodeError, HEADER_LEN, Header};
 use std::io::{self, IoSlice, Read, Write};
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -133,6 +133,17 @@ impl FrameReader {
         self.end - self.start
     }
 
+    /// Whether a whole frame is read ahead (the next read needs no call).
+    pub fn frame_ready(&self) -> bool {
+        if self.buffered() < HEADER_LEN {
+            return false;
+        }
+        match Header::read_from_bytes(&self.ahead[self.start..self.start + HEADER_LEN]) {
+            Ok(h) => self.buffered() - HEADER_LEN >= h.payload_len.get() as usize,
+            Err(_) => false,
+        }
+    }
+
     /// Reads one frame into `buf`: header, then payload (as
     /// [`read_frame_into`] leaves them). Returns the header.
     pub fn read_into(&mut self, r: &mut impl Read, buf: &mut Vec<u8>) -> Result<Header, FrameError> {
@@ -218,6 +229,30 @@ impl FrameReader {
     fn stalled(&self, since: &mut Option<std::time::Instant>, e: io::Error) -> Result<(), FrameError> {
         let first = *since.get_or_insert_with(std::time::Instant::now);
         if first.elapsed() >= self.stall { Err(e.into()) } else { Ok(()) }
+    }
+}
+
+/// Spins up to `spin` for socket `fd` to have something to read (bytes,
+/// its end, or an error): whether it does. A peer that answers within the
+/// spin is read without the wake-up of a thread blocked in `read`, as the
+/// ring transports spin before they sleep. Each look is one `recv` that
+/// peeks without waiting; on a machine with one CPU the spin is bounded by
+/// [`crate::notify::yield_after`].
+pub fn spin_until_readable(fd: std::os::fd::BorrowedFd<'_>, spin: std::time::Duration) -> bool {
+    use nix::sys::socket::{MsgFlags, recv};
+    use std::os::fd::AsRawFd;
+    let spin = crate::notify::yield_after(spin);
+    let start = std::time::Instant::now();
+    let mut probe = [0u8; 1];
+    loop {
+        match recv(fd.as_raw_fd(), &mut probe, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
+            Err(nix::Error::EAGAIN | nix::Error::EINTR) => {}
+            _ => return true,
+        }
+        if start.elapsed() >= spin {
+            return false;
+        }
+        std::hint::spin_loop();
     }
 }
 
@@ -331,6 +366,13 @@ mod tests {
             assert_eq!(buf.len(), HEADER_LEN + 16);
         }
         assert_eq!(r.reads, 1, "ten small frames read ahead at once");
+        assert!(!fr.frame_ready());
+        let (wire, _) = frames(&[16, 5000]);
+        let mut r = Pieces { bytes: wire, at: 0, piece: HEADER_LEN + 20, gaps: vec![], reads: 0 };
+        fr.fill(&mut r).unwrap();
+        assert!(fr.frame_ready(), "a whole small frame");
+        fr.read_into(&mut r, &mut buf).unwrap();
+        assert!(!fr.frame_ready(), "4 bytes of the next header");
     }
 
     /// A timeout before a frame is `Idle` and loses nothing; one inside a

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The pvgpu Xen lab: builds the backend, pvgpu-xl, the end-to-end suite
-# (Xen transport) and pvgpu-bench, and runs them in a real Xen under QEMU
-# (tests/xen/lab.sh): the suite in a guest against the backend in Dom0, the
-# ring-vs-TCP benchmark between the domains, and a guest destroyed
-# mid-session. Exit status 0 only if all of it passed.
+# (Xen transport), pvgpu-bench, the drop-in libcuda and runtime-API
+# programs built with nvcc, and runs them in a real Xen under QEMU
+# (tests/xen/lab.sh): the suite and the programs in a guest against the
+# backend in Dom0, the ring-vs-TCP benchmark between the domains, and a
+# guest destroyed mid-session. Exit status 0 only if all of it passed.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -20,16 +21,27 @@ for l in sys.stdin:
         print(m["executable"])')
 [ -x "$E2E" ] || { echo "could not build the Xen end-to-end suite"; exit 3; }
 
+# Runtime-API programs built by nvcc (NVIDIA's static cudart), run in the
+# guest on the drop-in libcuda.so.1 over the Xen transport.
+eval "$(bash tests/cuda-toolkit.sh)"
+cargo build --release -p pvgpu-libcuda
+PROGRAMS="graphs graph_nodes graph_host_memory graph_conditional graph_user_objects graph_memory mapped"
 rm -rf "$B/pvgpu-dom0" "$B/pvgpu-domu"
 mkdir -p "$B/pvgpu-dom0" "$B/pvgpu-domu"
 cp tests/xen/pvgpu/dom0/run.sh target/release/pvgpu-backend target/release/pvgpu-xl "$B/pvgpu-dom0/"
 cp tests/xen/pvgpu/domu/run.sh target/release/pvgpu-bench "$B/pvgpu-domu/"
 cp "$E2E" "$B/pvgpu-domu/e2e"
+mkdir -p "$B/pvgpu-domu/lib" "$B/pvgpu-domu/programs"
+cp target/release/libpvgpu_cuda.so "$B/pvgpu-domu/lib/libcuda.so.1"
+for p in $PROGRAMS; do
+  "$PVGPU_NVCC" -O2 -gencode "arch=compute_90,code=[sm_90,compute_90]" -o "$B/pvgpu-domu/programs/$p" "tests/runtime/$p.cu"
+  [ -f "tests/runtime/$p.expected" ] && cp "tests/runtime/$p.expected" "$B/pvgpu-domu/programs/"
+done
 # One key for the TCP listener in Dom0 and the client in the guest.
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$B/pvgpu-dom0/tcp.key"
 cp "$B/pvgpu-dom0/tcp.key" "$B/pvgpu-domu/tcp.key"
 chmod 600 "$B/pvgpu-dom0/tcp.key" "$B/pvgpu-domu/tcp.key"
-strip "$B"/pvgpu-dom0/pvgpu-* "$B"/pvgpu-domu/pvgpu-bench "$B"/pvgpu-domu/e2e
+strip "$B"/pvgpu-dom0/pvgpu-* "$B"/pvgpu-domu/pvgpu-bench "$B"/pvgpu-domu/e2e "$B"/pvgpu-domu/lib/libcuda.so.1
 
 # -cpu qemu64: under TCG, -cpu max (even without SMAP) corrupts memory of
 # both domains once grant mappings come and go quickly (see README.md).

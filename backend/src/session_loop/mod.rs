@@ -43,8 +43,8 @@ pub fn open_connection(handover: Handover, cfg: &SessionConfig, id: u64) -> Resu
             let c = RingConn::new(side.region, &side.geometry, Box::new(side.notifier), cfg.spin).map_err(Broken::Ring)?;
             Box::new(c.with_idle_timeout(cfg.idle_timeout))
         }
-        Handover::Tcp(s) => Box::new(TcpConn::new(s, cfg.tcp_idle_timeout).map_err(Broken::Socket)?),
-        Handover::Relayed { sock, .. } => Box::new(TcpConn::relayed(sock, cfg.tcp_idle_timeout).map_err(Broken::Socket)?),
+        Handover::Tcp(s) => Box::new(TcpConn::new(s, cfg.tcp_idle_timeout, cfg.spin).map_err(Broken::Socket)?),
+        Handover::Relayed { sock, .. } => Box::new(TcpConn::relayed(sock, cfg.tcp_idle_timeout, cfg.spin).map_err(Broken::Socket)?),
         Handover::Xen { domid, devid, ring } => {
             let (c, hold) = crate::xen::open_session(domid, &ring, cfg).map_err(|source| Broken::Xen { domid, devid, source })?;
             xen_hold = Some(hold);

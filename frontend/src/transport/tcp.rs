@@ -25,8 +25,12 @@ impl<T: Read + Write + Send> Stream for T {}
 /// A TCP connection to a backend.
 pub struct TcpTransport {
     sock: Box<dyn Stream>,
+    /// The socket under `sock`, to look for a reply without waiting.
+    raw: TcpStream,
     /// Reads the replies (a small one in one `read`).
     reader: FrameReader,
+    /// How long a wait for a reply spins before it blocks.
+    spin: Duration,
     kind: &'static str,
 }
 
@@ -59,8 +63,15 @@ impl TcpTransport {
     /// Connects to `addr` (`host:port`) and opens a session, proving that
     /// we hold the key in file `key` when given (the backend's `--tcp-key`).
     /// With `tls`, the connection is TLS and the backend's certificate must
-    /// name the host of `addr`. `timeout` bounds each wait for a reply.
-    pub fn connect(addr: &str, tls: Option<&TlsClient>, key: Option<&Path>, timeout: Option<Duration>) -> Result<Self, TransportError> {
+    /// name the host of `addr`. `timeout` bounds each wait for a reply,
+    /// which spins up to `spin` before it blocks.
+    pub fn connect(
+        addr: &str,
+        tls: Option<&TlsClient>,
+        key: Option<&Path>,
+        timeout: Option<Duration>,
+        spin: Duration,
+    ) -> Result<Self, TransportError> {
         let kind = if tls.is_some() { "tls" } else { "tcp" };
         let name = || format!("{kind}:{addr}");
         let auth = |source| TransportError::Auth { addr: name(), source };
@@ -88,7 +99,7 @@ impl TcpTransport {
         tcp_auth::client_open(&mut stream, key.as_ref()).map_err(auth)?;
         raw.set_write_timeout(None)?;
         raw.set_read_timeout(timeout)?;
-        Ok(TcpTransport { sock: stream, reader: FrameReader::new(timeout.unwrap_or(STALL)), kind })
+        Ok(TcpTransport { sock: stream, raw, reader: FrameReader::new(timeout.unwrap_or(STALL)), spin, kind })
     }
 }
 
@@ -108,6 +119,10 @@ impl Transport for TcpTransport {
     }
 
     fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Header, TransportError> {
+        if !self.reader.frame_ready() {
+            use std::os::fd::AsFd;
+            pvgpu_ring::frame::spin_until_readable(self.raw.as_fd(), self.spin);
+        }
         match self.reader.read_payload(&mut self.sock, buf) {
             Ok(h) => Ok(h),
             Err(FrameError::Closed) => Err(TransportError::BackendGone),

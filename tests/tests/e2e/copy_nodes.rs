@@ -1,7 +1,8 @@
 //! Copy nodes of pitched memory: a 3D copy between regions of different
-//! pitches and slice heights, read back and set in an executable graph,
-//! checked byte for byte against the same copy on the CPU; shapes that
-//! reach past an allocation, or whose rows overlap, are refused.
+//! pitches and slice heights, read back and set in its graph, checked byte
+//! for byte against the same copy on the CPU; shapes that reach past an
+//! allocation, or whose rows overlap, are refused, and so is a pitched copy
+//! set in an executable graph (as the driver refuses it).
 
 use super::*;
 use pvgpu_frontend::NodeParams;
@@ -65,18 +66,20 @@ pub(crate) fn pitched_copy_nodes(t: Transport) {
     on_cpu(&mut want, dst, &bytes, src, &first);
     check(&want);
 
-    // Set in the executable graph: 4 rows of 16 bytes of slice 2.
+    // Set in the graph (an executable graph's copy stays one-dimensional,
+    // as the driver's): 4 rows of 16 bytes of slice 2, run by a new
+    // executable graph.
     let second = shape((dst + 48 * 5 + 16, 48, 5), (src + 2 * 4 * 64, 64, 4), (16, 4, 1));
-    c.graph_copy_node_set(Some(exec), node, g.ctx, second).unwrap();
+    assert_eq!(code(c.graph_copy_node_set(Some(exec), node, g.ctx, second)), CuResult::INVALID_VALUE);
+    c.graph_copy_node_set(None, node, g.ctx, second).unwrap();
+    assert_eq!(c.graph_node_params(node).unwrap(), NodeParams::Pitched(second));
+    c.graph_exec_destroy(exec).unwrap();
+    let exec = c.graph_instantiate(graph, 0).unwrap();
     c.graph_launch(exec, s, false).unwrap();
     c.stream_synchronize(s).unwrap();
     want.fill(0);
     on_cpu(&mut want, dst, &bytes, src, &second);
     check(&want);
-    // The graph keeps its own parameters until set there.
-    assert_eq!(c.graph_node_params(node).unwrap(), NodeParams::Pitched(first));
-    c.graph_copy_node_set(None, node, g.ctx, second).unwrap();
-    assert_eq!(c.graph_node_params(node).unwrap(), NodeParams::Pitched(second));
 
     // Refused: the last row past the destination's end (a row, a slice),
     // rows that overlap (a pitch under the width, on either side), slices
@@ -90,7 +93,7 @@ pub(crate) fn pitched_copy_nodes(t: Transport) {
         shape((dst, 48, 5), (src, 64, 4), (32, 0, 1)),
     ] {
         assert_eq!(code(c.graph_add_copy_node(graph, &[], g.ctx, bad)), CuResult::INVALID_VALUE, "{bad:?}");
-        assert_eq!(code(c.graph_copy_node_set(Some(exec), node, g.ctx, bad)), CuResult::INVALID_VALUE, "{bad:?}");
+        assert_eq!(code(c.graph_copy_node_set(None, node, g.ctx, bad)), CuResult::INVALID_VALUE, "{bad:?}");
     }
     c.graph_exec_destroy(exec).unwrap();
     c.graph_destroy(graph).unwrap();

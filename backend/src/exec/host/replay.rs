@@ -311,7 +311,9 @@ impl ExecGraph for HostContext {
             other => Self::op(other),
         };
         let op = self.graphs.op_mut(copy)?;
-        if op.kind() != new.kind() || matches!(new, Op::Empty) {
+        // A copy made pitched at instantiation stays so, as the driver's.
+        let pitched = |op: &Op| matches!(op, Op::Copy(c) if c.height != 1 || c.depth != 1);
+        if op.kind() != new.kind() || matches!(new, Op::Empty) || pitched(op) || pitched(&new) {
             if let Op::Child(c) = new {
                 let _ = self.graphs.destroy(c);
             }

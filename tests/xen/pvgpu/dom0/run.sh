@@ -1,7 +1,7 @@
 #!/bin/sh
 # pvgpu in the Xen lab, Dom0 side: run pvgpu-backend (host executor, a worker
 # process per session) on vgpu devices and TCP, start the guest, attach its
-# devices, wait for the guest's end-to-end suite and benchmark, kill the
+# devices, wait for the guest's end-to-end suite, programs and benchmark, kill the
 # backend under a waiting guest call and start a new one, then destroy the
 # guest in the middle of a session and check that everything of it is
 # reclaimed. Exits 0 only if every step passed.
@@ -42,6 +42,10 @@ sleep 2
 E2E=$(wait_key "$D/data/pvgpu-e2e" 900) || E2E="no result"
 say "guest end-to-end suite over xen: $E2E"
 [ "$E2E" = pass ] || fail "end-to-end suite over xen: $E2E"
+
+PROGS=$(wait_key "$D/data/pvgpu-programs" 900) || PROGS="no result"
+say "guest runtime-API programs over xen: $PROGS"
+[ "$PROGS" = pass ] || fail "runtime-API programs over xen: $PROGS"
 
 BENCH=$(wait_key "$D/data/pvgpu-bench" 400) || BENCH="no result"
 say "guest benchmark: $BENCH"

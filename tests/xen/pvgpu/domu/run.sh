@@ -1,6 +1,7 @@
 #!/bin/sh
 # pvgpu in the Xen lab, guest side: the end-to-end suite over the Xen
-# transport, the ring-vs-TCP benchmark between the domains, a program whose
+# transport, runtime-API programs built by nvcc on the drop-in libcuda, the
+# ring-vs-TCP benchmark between the domains, a program whose
 # backend Dom0 kills and restarts, then a client that Dom0 destroys the
 # guest under. Results go to XenStore (data/) for
 # Dom0 and to the console.
@@ -53,6 +54,27 @@ say "60 short programs back to back: $([ $k -eq 60 ] && ! echo "$failed" | grep 
 [ -z "$failed" ] || R="fail:$failed"
 say "end-to-end suite over xen: $R"
 xenstore-write data/pvgpu-e2e "$R"
+
+# Programs built by nvcc (static cudart) on the drop-in libcuda.so.1 over
+# Xen: each must end with PASS, and print what the H100 prints natively
+# where an .expected file says.
+P=pass
+for prog in programs/*; do
+  case "$prog" in *.expected) continue ;; esac
+  name=$(basename "$prog")
+  if LD_LIBRARY_PATH=/lab/lib PVGPU_BACKEND=xen RUST_LOG=warn timeout 300 "$prog" > "/tmp/prog-$name.out" 2>&1 &&
+    [ "$(tail -1 "/tmp/prog-$name.out")" = PASS ] &&
+    { [ ! -f "$prog.expected" ] || cmp -s "$prog.expected" "/tmp/prog-$name.out"; }; then
+    echo "program $name ... ok"
+  else
+    echo "program $name ... FAILED"
+    tail -30 "/tmp/prog-$name.out"
+    P="$P fail:$name"
+  fi
+done
+[ "$P" = pass ] || P=${P#pass }
+say "runtime-API programs over xen: $P"
+xenstore-write data/pvgpu-programs "$P"
 
 chmod 600 tcp.key
 RUST_LOG=warn PVGPU_TCP_KEY=/lab/tcp.key ./pvgpu-bench --quick --connect xen --connect "tcp:$LAB_DOM0_IP:7300" > /tmp/bench.out 2> /tmp/bench.err
