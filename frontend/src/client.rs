@@ -25,6 +25,8 @@ pub struct Client {
     /// Answers that hold until the session changes them.
     pub(crate) memo: Mutex<crate::memo::Memo>,
     sync_calls: bool,
+    /// [`Options::sync_spin`], kept for [`Client::set_blocking_sync`].
+    sync_spin: std::time::Duration,
     /// Captures begun and not yet ended: while any is under way, every
     /// call waits, so that a call capture refuses fails itself (as the
     /// driver's do) instead of a later one.
@@ -59,6 +61,13 @@ impl Client {
         Client::over(t, opts)
     }
 
+    /// Whether calls that may synchronise with the device block soon
+    /// (`CU_CTX_SCHED_BLOCKING_SYNC`) rather than spin for their reply as
+    /// the driver would ([`Options::sync_spin`]).
+    pub fn set_blocking_sync(&self, blocking: bool) {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner()).sync_spin = (!blocking).then_some(self.sync_spin);
+    }
+
     /// Runs the protocol over an established transport.
     pub fn over(t: Box<dyn Transport>, opts: &Options) -> Result<Client> {
         let transport = t.kind();
@@ -66,6 +75,7 @@ impl Client {
         if opts.stats {
             conn.stats = Some(Box::default());
         }
+        conn.sync_spin = Some(opts.sync_spin);
         let hello = Hello { min_version: PROTOCOL_VERSION.into(), max_version: PROTOCOL_VERSION.into(), reserved: 0.into() };
         let rep = conn.call(&hello)?;
         let info = BackendInfo {
@@ -80,6 +90,7 @@ impl Client {
             info,
             devices: Mutex::new(HashMap::new()),
             memo: Mutex::default(),
+            sync_spin: opts.sync_spin,
             sync_calls: opts.sync_calls,
             captures: AtomicU32::new(0),
         })

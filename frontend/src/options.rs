@@ -37,6 +37,13 @@ pub struct Options {
     pub xen_pinned: u64,
     /// How long to spin for a reply before sleeping.
     pub spin: Duration,
+    /// How long to wait for the reply of a call that may synchronise with
+    /// the device (a synchronisation, a copy to the host) before sleeping:
+    /// a pure spin for `spin`, then a spin that yields the CPU on every
+    /// turn. The driver spins through such a call (`CU_CTX_SCHED_AUTO` on a
+    /// machine with a CPU per context); a program that asks for blocking
+    /// synchronisation gets `spin` alone.
+    pub sync_spin: Duration,
     /// Longest wait for any one reply; `None` waits as long as the backend
     /// lives.
     pub timeout: Option<Duration>,
@@ -60,6 +67,7 @@ impl Default for Options {
             xen_data_area: 2 << 20,
             xen_pinned: 1 << 20,
             spin: Duration::from_micros(100),
+            sync_spin: Duration::from_millis(20),
             timeout: None,
             sync_calls: false,
             stats: false,
@@ -76,7 +84,7 @@ fn env_u64(name: &str) -> Option<u64> {
 impl Options {
     /// Defaults, overridden by `PVGPU_DATA_AREA_MB`, `PVGPU_PINNED_MB`,
     /// `PVGPU_XEN_DATA_AREA_KB`, `PVGPU_XEN_PINNED_KB`, `PVGPU_SPIN_US`,
-    /// `PVGPU_TIMEOUT_MS`, `PVGPU_SYNC`, `PVGPU_STATS`, `PVGPU_TCP_KEY` and `PVGPU_TLS_CA`.
+    /// `PVGPU_SYNC_SPIN_US`, `PVGPU_TIMEOUT_MS`, `PVGPU_SYNC`, `PVGPU_STATS`, `PVGPU_TCP_KEY` and `PVGPU_TLS_CA`.
     pub fn from_env() -> Self {
         let mut o = Options::default();
         if let Some(mb) = env_u64("PVGPU_DATA_AREA_MB") {
@@ -93,6 +101,9 @@ impl Options {
         }
         if let Some(us) = env_u64("PVGPU_SPIN_US") {
             o.spin = Duration::from_micros(us);
+        }
+        if let Some(us) = env_u64("PVGPU_SYNC_SPIN_US") {
+            o.sync_spin = Duration::from_micros(us);
         }
         if let Some(ms) = env_u64("PVGPU_TIMEOUT_MS") {
             o.timeout = Some(Duration::from_millis(ms));

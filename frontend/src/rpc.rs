@@ -24,6 +24,11 @@ pub(crate) struct Conn {
     awaiting: usize,
     /// Host functions of graphs ([`crate::host_call`]).
     pub(crate) host: crate::host_call::HostCallState,
+    /// How long the reply of a call that may synchronise with the device
+    /// is spun for ([`crate::Options::sync_spin`]); `None`: the
+    /// transport's own spin (the program asked for blocking
+    /// synchronisation).
+    pub(crate) sync_spin: Option<std::time::Duration>,
 }
 
 /// Whether `op` is one of the mirror commands (sent without pushing
@@ -57,6 +62,7 @@ impl Conn {
             mirrors: Mirrors::default(),
             awaiting: 0,
             host: Default::default(),
+            sync_spin: None,
         }
     }
 
@@ -141,9 +147,15 @@ impl Conn {
     /// Program output the backend sends before a reply is passed to the
     /// output handler ([`crate::set_output_handler`]).
     pub(crate) fn reply(&mut self, opcode: u16, id: u64) -> Result<CuResult> {
+        // A call that may wait for the device spins for its reply as the
+        // driver spins in it.
+        let spin = self.sync_spin.filter(|_| Opcode::try_from(opcode).is_ok_and(|o| o.may_print()));
         let h = loop {
             let mut buf = std::mem::take(&mut self.buf);
-            let r = self.t.recv(&mut buf);
+            let r = match spin {
+                Some(spin) => self.t.recv_spinning(&mut buf, spin),
+                None => self.t.recv(&mut buf),
+            };
             self.buf = buf;
             match r {
                 Ok(h) if h.is_output() => crate::output::write(&self.buf),

@@ -236,12 +236,13 @@ impl FrameReader {
 /// its end, or an error): whether it does. A peer that answers within the
 /// spin is read without the wake-up of a thread blocked in `read`, as the
 /// ring transports spin before they sleep. Each look is one `recv` that
-/// peeks without waiting; on a machine with one CPU the spin is bounded by
+/// peeks without waiting; past `yield_after` each turn yields the CPU. On
+/// a machine with one CPU the pure spin is bounded by
 /// [`crate::notify::yield_after`].
-pub fn spin_until_readable(fd: std::os::fd::BorrowedFd<'_>, spin: std::time::Duration) -> bool {
+pub fn spin_until_readable(fd: std::os::fd::BorrowedFd<'_>, spin: std::time::Duration, yield_after: std::time::Duration) -> bool {
     use nix::sys::socket::{MsgFlags, recv};
     use std::os::fd::AsRawFd;
-    let spin = crate::notify::yield_after(spin);
+    let yield_after = crate::notify::yield_after(yield_after);
     let start = std::time::Instant::now();
     let mut probe = [0u8; 1];
     loop {
@@ -249,10 +250,15 @@ pub fn spin_until_readable(fd: std::os::fd::BorrowedFd<'_>, spin: std::time::Dur
             Err(nix::Error::EAGAIN | nix::Error::EINTR) => {}
             _ => return true,
         }
-        if start.elapsed() >= spin {
+        let spent = start.elapsed();
+        if spent >= spin {
             return false;
         }
-        std::hint::spin_loop();
+        if spent >= yield_after {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
     }
 }
 

@@ -27,6 +27,11 @@ pub trait Transport: Send {
     fn send(&mut self, h: &Header, parts: &[&[u8]]) -> Result<(), TransportError>;
     /// Waits for the next reply; leaves its payload in `buf`.
     fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Header, TransportError>;
+    /// Waits for the next reply as [`Transport::recv`], spinning up to
+    /// `spin` before it sleeps (yielding the CPU on every turn past the
+    /// connection's own spin): the wait of a call that may synchronise
+    /// with the device.
+    fn recv_spinning(&mut self, buf: &mut Vec<u8>, spin: std::time::Duration) -> Result<Header, TransportError>;
     /// Largest chunk a copy should move per request.
     fn max_chunk(&self) -> usize;
     /// How many chunk requests may be in flight at once.

@@ -317,9 +317,14 @@ impl Transport for RingTransport {
     }
 
     fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Header, TransportError> {
+        self.recv_spinning(buf, self.spin)
+    }
+
+    fn recv_spinning(&mut self, buf: &mut Vec<u8>, spin: Duration) -> Result<Header, TransportError> {
         if !self.rsp.try_recv(buf)? {
             let (rsp, notifier) = (&mut self.rsp, &*self.notifier);
-            waiter(notifier, self.spin, self.yield_after, self.timeout)
+            let spin = spin.max(self.spin);
+            waiter(notifier, spin, self.yield_after.min(spin), self.timeout)
                 .wait_until(|step| -> Result<Option<()>, TransportError> {
                     match step {
                         Step::Check | Step::Tick => Ok(rsp.try_recv(buf)?.then_some(())),

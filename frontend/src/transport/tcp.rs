@@ -119,9 +119,13 @@ impl Transport for TcpTransport {
     }
 
     fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Header, TransportError> {
+        self.recv_spinning(buf, self.spin)
+    }
+
+    fn recv_spinning(&mut self, buf: &mut Vec<u8>, spin: Duration) -> Result<Header, TransportError> {
         if !self.reader.frame_ready() {
             use std::os::fd::AsFd;
-            pvgpu_ring::frame::spin_until_readable(self.raw.as_fd(), self.spin);
+            pvgpu_ring::frame::spin_until_readable(self.raw.as_fd(), spin.max(self.spin), self.spin);
         }
         match self.reader.read_payload(&mut self.sock, buf) {
             Ok(h) => Ok(h),

@@ -145,6 +145,7 @@ pub fn pop() -> Option<u64> {
 /// Creates a context on `dev` (`cuCtxCreate`); it becomes current.
 pub fn create(dev: i32, flags: u32) -> Result<u64, CuError> {
     let c = client()?.ctx_create(dev, flags).map_err(cu)?;
+    wait_as(flags);
     with(|t| t.created.insert(c.0, dev));
     push(c.0);
     Ok(c.0)
@@ -228,9 +229,21 @@ pub fn primary_state(dev: i32) -> (u32, bool) {
 }
 
 /// Records `cuDevicePrimaryCtxSetFlags`' flags (scheduling flags steer how
-/// a host thread waits, which happens in the backend).
+/// a host thread waits: in the backend for the device, here for the reply).
 pub fn primary_set_flags(dev: i32, flags: u32) {
     with(|t| t.primary.entry(dev).or_default().flags = flags);
+    wait_as(flags);
+}
+
+/// Makes the program's synchronising calls wait for their replies as
+/// context flags `flags` ask: `CU_CTX_SCHED_BLOCKING_SYNC` sleeps soon,
+/// the others spin as the driver spins (for the whole process: the last
+/// context made or set says).
+fn wait_as(flags: u32) {
+    use pvgpu_ring::cuda::api::{CU_CTX_SCHED_BLOCKING_SYNC, CU_CTX_SCHED_MASK};
+    if let Ok(c) = client() {
+        c.set_blocking_sync(flags & CU_CTX_SCHED_MASK.0 == CU_CTX_SCHED_BLOCKING_SYNC.0);
+    }
 }
 
 /// Forgets a destroyed context: its objects, and its place on the calling
