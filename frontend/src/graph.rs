@@ -254,6 +254,14 @@ impl Client {
         Ok(GraphExec(e))
     }
 
+    /// The handle device code launches `e` by (`cudaGraphLaunch` in a
+    /// kernel): `e` was instantiated with
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH`. Backends whose sessions
+    /// share a process answer `CUDA_ERROR_NOT_SUPPORTED`.
+    pub fn graph_device_handle(&self, e: GraphExec) -> Result<u64> {
+        Ok(self.call(&GraphDeviceHandle { exec: e.0.into() })?.value.get())
+    }
+
     /// `cuGraphLaunch` (or, with `upload`, `cuGraphUpload`) on `s`. Sent
     /// without waiting.
     /// A launch of a graph with host nodes is followed by a wait for them

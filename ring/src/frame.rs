@@ -235,19 +235,19 @@ impl FrameReader {
 /// Spins up to `spin` for socket `fd` to have something to read (bytes,
 /// its end, or an error): whether it does. A peer that answers within the
 /// spin is read without the wake-up of a thread blocked in `read`, as the
-/// ring transports spin before they sleep. Each look is one `recv` that
-/// peeks without waiting; past `yield_after` each turn yields the CPU. On
-/// a machine with one CPU the pure spin is bounded by
-/// [`crate::notify::yield_after`].
+/// ring transports spin before they sleep. Each look is a `poll` that does
+/// not wait (it reads the socket's state without taking the socket, so
+/// arriving segments are not held back behind the look); past
+/// `yield_after` each turn yields the CPU. On a machine with one CPU the
+/// pure spin is bounded by [`crate::notify::yield_after`].
 pub fn spin_until_readable(fd: std::os::fd::BorrowedFd<'_>, spin: std::time::Duration, yield_after: std::time::Duration) -> bool {
-    use nix::sys::socket::{MsgFlags, recv};
-    use std::os::fd::AsRawFd;
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let yield_after = crate::notify::yield_after(yield_after);
     let start = std::time::Instant::now();
-    let mut probe = [0u8; 1];
     loop {
-        match recv(fd.as_raw_fd(), &mut probe, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
-            Err(nix::Error::EAGAIN | nix::Error::EINTR) => {}
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::ZERO) {
+            Ok(0) | Err(nix::Error::EINTR) => {}
             _ => return true,
         }
         let spent = start.elapsed();

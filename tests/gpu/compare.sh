@@ -46,6 +46,8 @@ for p in graph_memory graph_host_memory graph_conditional graph_user_objects gra
   build "$p-shared" -O2 $arch -cudart shared -o "$work/bin/$p-shared" "$root/tests/runtime/$p.cu" &
 done
 build mapped-shared -O2 $arch -cudart shared -o "$work/bin/mapped-shared" "$root/tests/runtime/mapped.cu" &
+build graph_device_launch-static -O2 $arch -rdc=true -o "$work/bin/graph_device_launch-static" "$root/tests/runtime/graph_device_launch.cu" -lcudadevrt &
+build graph_device_launch-shared -O2 $arch -rdc=true -cudart shared -o "$work/bin/graph_device_launch-shared" "$root/tests/runtime/graph_device_launch.cu" -lcudadevrt &
 build graphs_driver-driver -O2 -o "$work/bin/graphs_driver-driver" graphs_driver.cpp -lcuda &
 build nvrtc_saxpy-driver -O2 -o "$work/bin/nvrtc_saxpy-driver" nvrtc_saxpy.cpp -lnvrtc -lcuda &
 build ptx_link-driver -O2 -o "$work/bin/ptx_link-driver" ptx_link.cpp -lnvrtc -lcuda &
@@ -102,7 +104,7 @@ done
 [ -x "$work/bin/cufft-static_cufft" ] && row cufft-static_cufft "cufft (static cuFFT)" static "$work/bin/cufft-static_cufft"
 for k in static shared; do [ -x "$work/bin/runtime_api-$k" ] && row "runtime_api-$k" runtime_api "$k" "$work/bin/runtime_api-$k"; done
 for k in static shared; do [ -x "$work/bin/graphs-$k" ] && row "graphs-$k" graphs "$k" "$work/bin/graphs-$k"; done
-for p in graph_memory graph_host_memory graph_conditional graph_user_objects graph_nodes; do
+for p in graph_memory graph_host_memory graph_conditional graph_user_objects graph_nodes graph_device_launch; do
   for k in static shared; do [ -x "$work/bin/$p-$k" ] && row "$p-$k" "$p" "$k" "$work/bin/$p-$k"; done
 done
 for k in static shared; do [ -x "$work/bin/mapped-$k" ] && row "mapped-$k" "mapped (--spin)" "$k" "$work/bin/mapped-$k" --spin; done

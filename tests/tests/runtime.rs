@@ -31,8 +31,11 @@ fn build(dir: &Path, name: &str, cudart: Cudart) -> PathBuf {
         Cudart::Static => &[],
         Cudart::Shared => &["-cudart", "shared"],
     };
+    // Device graph launch: relocatable device code and the device runtime.
+    let device_runtime: &[&str] = if name == "graph_device_launch" { &["-rdc=true", "-lcudadevrt"] } else { &[] };
     let status = Command::new(cuda_home().join("bin/nvcc"))
         .args(extra)
+        .args(device_runtime)
         .args(["-gencode", "arch=compute_90,code=[sm_90,compute_90]", "-o"])
         .arg(&out)
         .arg(&src)
@@ -230,7 +233,9 @@ fn worker_program(name: &'static str) -> PathBuf {
 /// memory, a host node reading a copied result, a captured copy to the
 /// stack), conditional nodes (if, if/else, do-while with a captured
 /// body, a while node added into a capture, switch), copy nodes of
-/// pitched host and device memory and kernel node attributes, and user objects
+/// pitched host and device memory and kernel node attributes, graphs
+/// launched from the device (a worker hands out the driver's handle), and
+/// user objects
 /// (destructors run once the program, graphs, clones, child-graph nodes
 /// and executable graphs, after their launches, let their references
 /// go). Where
@@ -291,6 +296,16 @@ fn graph_nodes_over_local() {
 #[test]
 fn graph_nodes_over_tcp() {
     worker_run("graph_nodes", Transport::Tcp);
+}
+
+#[test]
+fn graph_device_launch_over_local() {
+    worker_run("graph_device_launch", Transport::Local);
+}
+
+#[test]
+fn graph_device_launch_over_tcp() {
+    worker_run("graph_device_launch", Transport::Tcp);
 }
 
 #[test]

@@ -25,7 +25,7 @@ for l in sys.stdin:
 # guest on the drop-in libcuda.so.1 over the Xen transport.
 eval "$(bash tests/cuda-toolkit.sh)"
 cargo build --release -p pvgpu-libcuda
-PROGRAMS="graphs graph_nodes graph_host_memory graph_conditional graph_user_objects graph_memory mapped"
+PROGRAMS="graphs graph_nodes graph_host_memory graph_conditional graph_user_objects graph_memory graph_device_launch mapped"
 rm -rf "$B/pvgpu-dom0" "$B/pvgpu-domu"
 mkdir -p "$B/pvgpu-dom0" "$B/pvgpu-domu"
 cp tests/xen/pvgpu/dom0/run.sh target/release/pvgpu-backend target/release/pvgpu-xl "$B/pvgpu-dom0/"
@@ -34,7 +34,8 @@ cp "$E2E" "$B/pvgpu-domu/e2e"
 mkdir -p "$B/pvgpu-domu/lib" "$B/pvgpu-domu/programs"
 cp target/release/libpvgpu_cuda.so "$B/pvgpu-domu/lib/libcuda.so.1"
 for p in $PROGRAMS; do
-  "$PVGPU_NVCC" -O2 -gencode "arch=compute_90,code=[sm_90,compute_90]" -o "$B/pvgpu-domu/programs/$p" "tests/runtime/$p.cu"
+  rdc=(); [ "$p" = graph_device_launch ] && rdc=(-rdc=true -lcudadevrt)
+  "$PVGPU_NVCC" -O2 -gencode "arch=compute_90,code=[sm_90,compute_90]" "${rdc[@]}" -o "$B/pvgpu-domu/programs/$p" "tests/runtime/$p.cu"
   [ -f "tests/runtime/$p.expected" ] && cp "tests/runtime/$p.expected" "$B/pvgpu-domu/programs/"
 done
 # One key for the TCP listener in Dom0 and the client in the guest.

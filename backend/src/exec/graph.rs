@@ -245,6 +245,9 @@ pub trait ExecGraph: ExecContext {
     fn graph_instantiate(&mut self, g: Self::Graph, flags: u64) -> CuRes<Self::GraphExec>;
     /// `cuGraphLaunch` (or `cuGraphUpload`) on `s`.
     fn graph_launch(&mut self, e: Self::GraphExec, s: Option<Self::Stream>, upload: bool) -> CuRes<()>;
+    /// The handle device code launches `e` by (instantiated with
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH`).
+    fn graph_device_handle(&mut self, e: Self::GraphExec) -> CuRes<u64>;
     /// `cuGraphExecDestroy`.
     fn graph_exec_destroy(&mut self, e: Self::GraphExec) -> CuRes<()>;
     /// `cuGraphExec{Kernel,Memset,Memcpy,ChildGraph,BatchMemOp}NodeSetParams` of node

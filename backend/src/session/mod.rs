@@ -263,6 +263,12 @@ impl<E: Executor> Session<E> {
         self.id
     }
 
+    /// Whether this process serves this session alone (a worker): what it
+    /// holds on the device, and its own addresses, are the session's.
+    fn own_process(&self) -> bool {
+        self.limits.footprint
+    }
+
     /// Device memory held, in bytes.
     pub fn mem_used(&self) -> u64 {
         self.mem_used

@@ -454,6 +454,8 @@ macro_rules! command_table {
             /// A copy node's parameters of any shape, set in its graph or in
             /// an executable graph.
             120 GraphCopyNodeSet(graph::graph_copy_node_set) [quiet]: GraphCopyNodeSet => ();
+            /// The handle device code launches an executable graph by.
+            121 GraphDeviceHandle(graph::graph_device_handle) [quiet]: GraphDeviceHandle => U64Rep;
         }
     };
 }

@@ -146,6 +146,7 @@ over_every_transport!(
         stream_memory_operations,
         node_parameters,
         kernel_node_attributes,
+        device_launch_handles,
         pitched_copy_nodes,
         matsum_matches_cpu,
         jacobi_matches_cpu,

@@ -146,3 +146,27 @@ pub(crate) fn kernel_node_attributes(t: Transport) {
         c.graph_destroy(gr).unwrap();
     }
 }
+
+/// The handle kernels launch a graph by: handed out for a graph made for
+/// device launch, by a backend that serves the session in a process of its
+/// own (it is an address of that process); refused otherwise.
+pub(crate) fn device_launch_handles(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    let graph = c.graph_create(g.ctx).unwrap();
+    let (x, ax) = (c.mem_alloc(g.ctx, 1024).unwrap(), g.func("saxpy").unwrap());
+    let p = ax.pack(&[arg(&1.0f32), arg(&x), arg(&x), arg(&256i32)]).unwrap();
+    c.graph_add_kernel_node(graph, &[], &KernelNode { f: &ax, grid: [1, 1, 1], block: [256, 1, 1], shared_mem: 0, params: &p }).unwrap();
+    let device = c.graph_instantiate(graph, CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH.0 as u64).unwrap();
+    let host = c.graph_instantiate(graph, 0).unwrap();
+    if pvgpu_tests::process_isolation() {
+        assert_ne!(c.graph_device_handle(device).unwrap(), 0);
+        assert_eq!(code(c.graph_device_handle(host)), CuResult::INVALID_VALUE);
+    } else {
+        assert_eq!(code(c.graph_device_handle(device)), CuResult::NOT_SUPPORTED);
+    }
+    c.graph_exec_destroy(device).unwrap();
+    c.graph_exec_destroy(host).unwrap();
+    c.graph_destroy(graph).unwrap();
+    c.mem_free(x).unwrap();
+}

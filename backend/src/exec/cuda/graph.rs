@@ -350,6 +350,10 @@ impl ExecGraph for CudaContext {
         ok(unsafe { call(e.0, stream(s)) })
     }
 
+    fn graph_device_handle(&mut self, e: CudaGraphExec) -> CuRes<u64> {
+        Ok(e.0 as u64)
+    }
+
     fn graph_exec_destroy(&mut self, e: CudaGraphExec) -> CuRes<()> {
         // SAFETY: an executable graph of this session, destroyed once.
         ok(unsafe { entry(self.drv.cuGraphExecDestroy)?(e.0) })

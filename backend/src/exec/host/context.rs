@@ -223,8 +223,9 @@ impl ExecContext for HostContext {
             // A GPU reports a fault asynchronously and poisons the context;
             // do the same.
             self.sticky = Some(CuError::ILLEGAL_ADDRESS);
+            return Ok(());
         }
-        Ok(())
+        self.run_device_launches()
     }
 
     fn stream_create(&mut self, _flags: u32, _priority: i32) -> CuRes<u64> {

@@ -139,6 +139,8 @@ pub(super) struct Graphs {
     pub(super) cond_handles: HashMap<u64, CondHandle>,
     /// The nodes of clones: (clone, original node) to the clone's node.
     pub(super) clones: HashMap<(u64, u64), u64>,
+    /// Executable graphs instantiated for launches from the device.
+    pub(super) device: HashSet<u64>,
 }
 
 impl Graphs {

@@ -22,9 +22,26 @@ pub struct Mem {
     /// The values of the context's conditional handles (device state a
     /// kernel sets, a conditional node reads).
     pub(super) conds: HashMap<u64, u32>,
+    /// Executable graphs made for device launch and uploaded: what a
+    /// kernel may launch.
+    pub(super) device_graphs: HashSet<u64>,
+    /// Graphs kernels launched since the context last looked.
+    pub(super) device_launches: Vec<u64>,
 }
 
 impl Mem {
+    /// `cudaGraphLaunch` in a kernel: graph `exec` runs after the work
+    /// before it. A graph not made for device launch, or not uploaded, is
+    /// not launched (the device runtime refuses it; the kernel goes on).
+    /// Whether it was launched.
+    pub fn launch_graph(&mut self, exec: u64) -> bool {
+        let known = self.device_graphs.contains(&exec);
+        if known {
+            self.device_launches.push(exec);
+        }
+        known
+    }
+
     /// `cudaGraphSetConditional`: a handle the context never made is a
     /// fault (on a GPU, a write where nothing is).
     pub fn set_conditional(&mut self, handle: u64, value: u32) -> Result<(), Fault> {
@@ -183,7 +200,8 @@ impl Call<'_> {
 pub type HostKernel = fn(&mut Call<'_>) -> Result<(), Fault>;
 
 /// The registry: kernel name to Rust implementation. These mirror
-/// `tests/kernels/kernels.cu`.
+/// `tests/kernels/kernels.cu` (and one kernel of the device-launch test
+/// program).
 pub static KERNELS: &[(&str, HostKernel)] = &[
     ("pvgpu_null", |_| Ok(())),
     ("mat_sum", k_mat_sum),
@@ -196,7 +214,22 @@ pub static KERNELS: &[(&str, HostKernel)] = &[
     ("pvgpu_printf", k_printf),
     ("pvgpu_cond_from_flag", k_cond_from_flag),
     ("pvgpu_cond_count_down", k_cond_count_down),
+    ("pvgpu_graph_launch", k_graph_launch),
 ];
+
+/// `pvgpu_graph_launch(cudaGraphExec_t exec, int fire_and_forget, int
+/// *status)`: `cudaGraphLaunch(exec, ...)` from the device, a tail launch
+/// or a fire-and-forget one (here both run after the launching work), its
+/// answer in `*status` (0, or `cudaErrorInvalidValue` for a graph the
+/// device does not know). Not in `kernels.cu`: device launch needs
+/// relocatable device code, which the test program that uses it
+/// (`tests/runtime/graph_device_launch.cu`) is built with.
+fn k_graph_launch(c: &mut Call<'_>) -> Result<(), Fault> {
+    let (exec, status) = (c.args.u64(0)?, c.args.u64(2)?);
+    let answer: i32 = if c.mem.launch_graph(exec) { 0 } else { 1 };
+    c.mem.bytes_mut(status, 4)?.copy_from_slice(&answer.to_le_bytes());
+    Ok(())
+}
 
 /// `pvgpu_cond_from_flag(const int *flag, handle)`: the condition is the
 /// flag.

@@ -17,6 +17,7 @@
 mod capture;
 mod conditional;
 mod context;
+mod device_launch;
 mod ext;
 mod graph;
 mod kernels;
@@ -31,7 +32,7 @@ use super::image::{self, ImageInfo};
 use super::{Copy2D, CtxInfo, CuRes, DeviceInfo, Executor, LaunchAttr, LaunchDims, Param, Rect, TensorMapEncode};
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::*;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -157,7 +158,15 @@ impl Executor for HostExecutor {
         let n = (NEXT_CTX.fetch_add(1, Ordering::Relaxed) + std::process::id() as u64 * 7) % 64;
         let base = BASE + n * CTX_SPAN;
         let mut c = HostContext {
-            mem: Mem { allocs: BTreeMap::new(), host: BTreeMap::new(), next: base + ALIGN, end: base + CTX_SPAN, conds: HashMap::new() },
+            mem: Mem {
+                allocs: BTreeMap::new(),
+                host: BTreeMap::new(),
+                next: base + ALIGN,
+                end: base + CTX_SPAN,
+                conds: HashMap::new(),
+                device_graphs: HashSet::new(),
+                device_launches: Vec::new(),
+            },
             total: dev.total_mem,
             used: self.used.clone(),
             held: 0,

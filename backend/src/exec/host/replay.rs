@@ -33,6 +33,9 @@ pub(super) struct HostWork {
     pub(super) graph_mem: std::collections::BTreeMap<u64, u64>,
     /// High-water mark of graph memory.
     graph_mem_high: u64,
+    /// Held work is being run (work launched meanwhile, from the device,
+    /// joins the queue rather than running it again).
+    advancing: bool,
 }
 
 impl HostContext {
@@ -74,7 +77,24 @@ impl HostContext {
 
     /// Runs held work until it is done (`false`) or waits for a host call
     /// the program has not answered (`true`).
-    fn advance(&mut self) -> CuRes<bool> {
+    pub(super) fn advance(&mut self) -> CuRes<bool> {
+        let was = std::mem::replace(&mut self.host_work.advancing, true);
+        let r = self.advance_held();
+        self.host_work.advancing = was;
+        r
+    }
+
+    /// Whether held work is being run.
+    pub(super) fn advancing(&self) -> bool {
+        self.host_work.advancing
+    }
+
+    /// Queues `ops` after the held work.
+    pub(super) fn hold(&mut self, ops: Vec<Op>) {
+        self.host_work.held.extend(ops);
+    }
+
+    fn advance_held(&mut self) -> CuRes<bool> {
         loop {
             if let Some(id) = self.host_work.waiting {
                 match &self.host_work.calls {
@@ -272,12 +292,13 @@ impl ExecGraph for HostContext {
         self.copy_node_attrs(dst, src)
     }
 
-    fn graph_instantiate(&mut self, g: u64, _flags: u64) -> CuRes<u64> {
+    fn graph_instantiate(&mut self, g: u64, flags: u64) -> CuRes<u64> {
         self.ok()?;
         self.graphs.topological(g)?;
         let (copy, pairs) = self.graphs.copy(g, false)?;
         let e = copy;
         self.graphs.execs.insert(e, copy);
+        self.device_instantiated(e, flags);
         // The copy's nodes answer for the original's in updates.
         self.exec_nodes.insert(e, pairs.into_iter().collect());
         Ok(e)
@@ -286,6 +307,7 @@ impl ExecGraph for HostContext {
     fn graph_launch(&mut self, e: u64, s: Option<u64>, upload: bool) -> CuRes<()> {
         self.ok()?;
         let g = *self.graphs.execs.get(&e).ok_or(CuError::INVALID_VALUE)?;
+        self.device_uploaded(e);
         if upload {
             return Ok(());
         }
@@ -297,9 +319,14 @@ impl ExecGraph for HostContext {
         self.replay(g)
     }
 
+    fn graph_device_handle(&mut self, e: u64) -> CuRes<u64> {
+        self.device_handle(e)
+    }
+
     fn graph_exec_destroy(&mut self, e: u64) -> CuRes<()> {
         let g = self.graphs.execs.remove(&e).ok_or(CuError::INVALID_VALUE)?;
         self.exec_nodes.remove(&e);
+        self.device_gone(e);
         self.graphs.destroy(g)
     }
 

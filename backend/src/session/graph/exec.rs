@@ -8,7 +8,7 @@ use crate::exec::{CuRes, Executor};
 use crate::session::{Io, Session};
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::*;
-use pvgpu_ring::proto::{self, CopyShape, ExecUpdateRep, InstantiateRep};
+use pvgpu_ring::proto::{self, CopyShape, ExecUpdateRep, InstantiateRep, U64Rep};
 
 /// Instantiation flags a guest may pass (an upload at instantiation is a
 /// separate `GraphLaunch` with `upload`).
@@ -33,7 +33,8 @@ pub(in crate::session) fn graph_instantiate<E: Executor>(
     let host_nodes = super::host::count_host_nodes(s, ctx, g)?;
     let alloc_bytes = if super::graph_memory_allowed(s) { super::memory::alloc_bytes(s, ctx, g)? } else { 0 };
     let e = s.enter(ctx)?.graph_instantiate(g, r.flags.get())?;
-    match s.graph.execs.insert(ExecEntry { ctx, exec: e, host_nodes, alloc_bytes }) {
+    let device = r.flags.get() & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH.0 as u64 != 0;
+    match s.graph.execs.insert(ExecEntry { ctx, exec: e, host_nodes, alloc_bytes, device }) {
         Ok(x) => Ok(InstantiateRep { handle: x.into(), host_nodes: host_nodes.into(), reserved: 0.into() }),
         Err(err) => {
             let _ = s.enter(ctx)?.graph_exec_destroy(e);
@@ -62,6 +63,28 @@ pub(in crate::session) fn graph_launch<E: Executor>(s: &mut Session<E>, r: proto
         s.enter(ctx)?.host_fence(st)?;
     }
     Ok(())
+}
+
+/// The handle kernels launch a device-launchable graph by: the driver's
+/// own, an address in the backend's process. Only a process that serves
+/// this session alone (a worker) hands it out: it says nothing of any
+/// other session's, and a kernel that passes another value launches
+/// nothing of another session (the device runtime looks it up in the
+/// session's own context).
+pub(in crate::session) fn graph_device_handle<E: Executor>(
+    s: &mut Session<E>,
+    r: proto::GraphDeviceHandle,
+    _: &mut Io<'_>,
+) -> CuRes<U64Rep> {
+    if !s.own_process() {
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    let x = s.graph.execs.get(r.exec.get()).ok_or(CuError::INVALID_VALUE)?;
+    if !x.device {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let (ctx, e) = (x.ctx, x.exec);
+    Ok(U64Rep { value: s.enter(ctx)?.graph_device_handle(e)?.into() })
 }
 
 pub(in crate::session) fn graph_exec_destroy<E: Executor>(s: &mut Session<E>, r: proto::GraphExecDestroy, _: &mut Io<'_>) -> CuRes<()> {

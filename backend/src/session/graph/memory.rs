@@ -24,7 +24,7 @@ use pvgpu_ring::proto::{self, GraphMemNodeRep, MemNodeRep, U64Rep};
 /// Whether the session may use graph memory: only where its footprint is
 /// measured.
 pub(in crate::session) fn graph_memory_allowed<E: Executor>(s: &Session<E>) -> bool {
-    s.limits.footprint
+    s.own_process()
 }
 
 pub(in crate::session) fn graph_add_mem_node<E: Executor>(

@@ -93,6 +93,8 @@ pub(super) struct ExecEntry<X> {
     pub(super) host_nodes: u32,
     /// Bytes its allocation nodes ask for at each launch.
     pub(super) alloc_bytes: u64,
+    /// Instantiated for launches from the device.
+    pub(super) device: bool,
 }
 
 /// The session's graphs, nodes and executable graphs.

@@ -20,9 +20,14 @@ pub(crate) fn node_id(n: CUgraphNode) -> Result<GraphNode, CuError> {
     if n.is_null() { Err(CuError::INVALID_VALUE) } else { Ok(GraphNode(id(n))) }
 }
 
-/// The id behind an executable graph handle (null is refused).
+/// The id behind an executable graph handle (null is refused): a graph
+/// instantiated for device launch is known by the driver's handle
+/// ([`super::graph_exec::device_exec`]).
 pub(crate) fn exec_id(e: CUgraphExec) -> Result<pvgpu_frontend::GraphExec, CuError> {
-    if e.is_null() { Err(CuError::INVALID_VALUE) } else { Ok(pvgpu_frontend::GraphExec(id(e))) }
+    if e.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    Ok(pvgpu_frontend::GraphExec(super::graph_exec::device_exec(id(e)).unwrap_or(id(e))))
 }
 
 /// Most nodes one call may name (the wire's limit on ids in a request).

@@ -1,13 +1,17 @@
 //! Executable graphs: instantiation in each of its forms, launches and
 //! uploads (sent without waiting, like kernel launches), updates from a
-//! changed graph.
+//! changed graph. A graph instantiated for device launch is known to the
+//! program by the driver's own handle, which its kernels launch it by
+//! (where the backend serves the session in a process of its own).
 
 use super::graph::{exec_id, graph_id};
 use crate::state::{self, Res, handle, put, run};
 use pvgpu_frontend::{GraphExec, GraphNode};
 use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::{CuError, CuResult};
+use std::collections::BTreeMap;
 use std::ffi::c_char;
+use std::sync::Mutex;
 
 /// Instantiates `g` with `flags`; an upload asked for at instantiation is
 /// made on `upload` right after.
@@ -22,11 +26,55 @@ fn instantiate(ph: *mut CUgraphExec, g: CUgraph, flags: u64, upload: CUstream) -
     if flags & upload_flag != 0 {
         c.graph_launch(e, state::ordered(upload), true).map_err(state::cu)?;
     }
+    let h = if device_exec(e.0).is_some() {
+        // The id is a device graph's handle: the program could not tell
+        // the two apart.
+        let _ = c.graph_exec_destroy(e);
+        return Err(CuError::NOT_SUPPORTED);
+    } else if flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH.0 as u64 != 0 {
+        match device_handle(e) {
+            Ok(h) => h,
+            Err(err) => {
+                let _ = c.graph_exec_destroy(e);
+                return Err(err);
+            }
+        }
+    } else {
+        e.0
+    };
     // SAFETY: non-null; writable per the API.
-    unsafe { put(ph, handle(e.0)) }?;
+    unsafe { put(ph, handle(h)) }?;
     super::user_object::instantiated(graph.0, e.0);
     super::graph_params::note_exec_flags(e.0, flags);
     Ok(e)
+}
+
+/// Executable graphs made for device launch: the driver's handle, which
+/// the program holds (its kernels pass it to `cudaGraphLaunch`), to the
+/// session's id.
+static DEVICE_EXECS: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+
+/// The session's id of device-launchable executable graph `h` (the
+/// driver's handle), if it is one.
+pub(crate) fn device_exec(h: u64) -> Option<u64> {
+    DEVICE_EXECS.lock().unwrap_or_else(|p| p.into_inner()).get(&h).copied()
+}
+
+/// The driver's handle of `e`, made for device launch, kept as the
+/// handle the program holds. A handle that is also the id of another
+/// executable graph of the session could not be told apart: refused.
+fn device_handle(e: GraphExec) -> Result<u64, CuError> {
+    let h = state::client()?.graph_device_handle(e).map_err(state::cu)?;
+    if super::graph_params::is_exec(h) || h == 0 {
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    DEVICE_EXECS.lock().unwrap_or_else(|p| p.into_inner()).insert(h, e.0);
+    Ok(h)
+}
+
+/// Executable graph `e` was destroyed.
+fn device_gone(e: u64) {
+    DEVICE_EXECS.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, id| *id != e);
 }
 
 /// The `cuGraphInstantiate` of CUDA 10 to 11: on failure, a one-line
@@ -156,6 +204,7 @@ pub extern "C" fn cuGraphExecDestroy(e: CUgraphExec) -> CuResult {
         state::client()?.graph_exec_destroy(exec).map_err(state::cu)?;
         super::user_object::exec_gone(exec.0);
         super::graph_params::exec_gone(exec.0);
+        device_gone(exec.0);
         Ok(())
     })
 }

@@ -40,6 +40,11 @@ pub(crate) fn note_exec_flags(e: u64, flags: u64) {
     EXEC_FLAGS.lock().unwrap_or_else(|p| p.into_inner()).insert(e, flags);
 }
 
+/// Whether `e` is the id of a live executable graph.
+pub(crate) fn is_exec(e: u64) -> bool {
+    EXEC_FLAGS.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&e)
+}
+
 /// Executable graph `e` was destroyed.
 pub(crate) fn exec_gone(e: u64) {
     EXEC_FLAGS.lock().unwrap_or_else(|p| p.into_inner()).remove(&e);

@@ -209,7 +209,7 @@ impl Validate for GraphCondHandle {
 
 fixed! { requests: MemNodeParams, GraphNodeParams, GraphEventNodeSet, GraphNodeEnabled, GraphNodeFindInClone }
 
-fixed! { requests: GraphCopyNodeSet }
+fixed! { requests: GraphCopyNodeSet, GraphDeviceHandle }
 
 fixed! { checked requests: KernelNodeAttr }
 

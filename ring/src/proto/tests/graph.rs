@@ -70,7 +70,8 @@ pub(super) fn requests() -> Vec<Arb> {
         GraphEventNodeSet,
         GraphNodeEnabled,
         GraphNodeFindInClone,
-        GraphCopyNodeSet
+        GraphCopyNodeSet,
+        GraphDeviceHandle
     );
     all.push(
         (arb::<GraphMemAttr>(), 0u32..=3, 0u32..=2)

@@ -549,6 +549,17 @@ wire_structs! {
     }
 }
 
+// Requests: device graph launch.
+wire_structs! {
+    /// The handle kernels launch executable graph `exec` by
+    /// (`cudaGraphLaunch` in device code): the driver's own, for a graph
+    /// instantiated with `CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH`.
+    pub struct GraphDeviceHandle {
+        /// Executable graph id.
+        pub exec: U64,
+    }
+}
+
 /// `KernelNodeAttr` reads an attribute.
 pub const NODE_ATTR_GET: u32 = 0;
 /// `KernelNodeAttr` sets an attribute.
