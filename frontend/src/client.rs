@@ -19,7 +19,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// memory and handles. Cheap to share between threads (calls are
 /// serialised on the connection).
 pub struct Client {
-    conn: Mutex<Conn>,
+    /// The connection, shared with the thread that keeps mirrored memory
+    /// coherent while the program makes no call ([`crate::mirror_keeper`]).
+    conn: std::sync::Arc<Mutex<Conn>>,
+    /// That thread, once memory is mirrored.
+    keeper: std::sync::OnceLock<()>,
     info: BackendInfo,
     devices: Mutex<HashMap<i32, Arc<DeviceProps>>>,
     /// Answers that hold until the session changes them.
@@ -86,7 +90,8 @@ impl Client {
         };
         tracing::debug!(?info, "connected to pvgpu backend");
         Ok(Client {
-            conn: Mutex::new(conn),
+            conn: std::sync::Arc::new(Mutex::new(conn)),
+            keeper: std::sync::OnceLock::new(),
             info,
             devices: Mutex::new(HashMap::new()),
             memo: Mutex::default(),
@@ -107,6 +112,12 @@ impl Client {
 
     pub(crate) fn conn(&self) -> MutexGuard<'_, Conn> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts the thread that keeps mirrored memory coherent between calls
+    /// (once).
+    pub(crate) fn keep_mirrors(&self) {
+        self.keeper.get_or_init(|| crate::mirror_keeper::start(std::sync::Arc::downgrade(&self.conn)));
     }
 
     /// Whether commands that may be posted wait instead: with

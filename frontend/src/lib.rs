@@ -46,6 +46,7 @@ pub mod log;
 mod memo;
 mod memory;
 mod mirror;
+mod mirror_keeper;
 mod options;
 mod output;
 mod rpc;

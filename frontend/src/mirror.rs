@@ -162,6 +162,12 @@ impl Mirrors {
         out
     }
 
+    /// Bytes of page-locked memory mirrored (what a look at the program's
+    /// changes compares).
+    pub(crate) fn page_locked_bytes(&self) -> usize {
+        self.list.iter().filter(|m| !m.pageable).map(|m| m.known.len()).sum()
+    }
+
     /// Writes what the device changed into the program's memory.
     pub(crate) fn apply(&mut self, rep: &MirrorPullRep) {
         for (ptr, bytes) in &rep.ranges {
@@ -192,6 +198,8 @@ impl crate::Client {
             pvgpu_ring::proto::HostMirrorMap { ptr: (ptr as u64).into(), len: (len as u64).into(), pageable: 0.into(), reserved: 0.into() };
         let rep = c.call(&map)?;
         c.mirrors.add(ptr as usize, len, false);
+        drop(c);
+        self.keep_mirrors();
         Ok(rep.value.get())
     }
 

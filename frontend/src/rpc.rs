@@ -29,6 +29,9 @@ pub(crate) struct Conn {
     /// transport's own spin (the program asked for blocking
     /// synchronisation).
     pub(crate) sync_spin: Option<std::time::Duration>,
+    /// Work was posted since the last context synchronisation: the device
+    /// may still write mirrored memory ([`crate::mirror_keeper`]).
+    pub(crate) in_flight: bool,
 }
 
 /// Whether `op` is one of the mirror commands (sent without pushing
@@ -63,6 +66,7 @@ impl Conn {
             awaiting: 0,
             host: Default::default(),
             sync_spin: None,
+            in_flight: false,
         }
     }
 
@@ -101,6 +105,8 @@ impl Conn {
             Ok(()) => {
                 if flags & FLAG_REPLY != 0 {
                     self.awaiting += 1;
+                } else if !mirror_op(opcode) {
+                    self.in_flight = true;
                 }
                 Ok(self.next_id)
             }
@@ -119,17 +125,38 @@ impl Conn {
         Ok(())
     }
 
+    /// Sends what the program changed in page-locked mirrors and pulls
+    /// what the device changed, between calls ([`crate::mirror_keeper`]):
+    /// whether either side changed anything. Nothing is done while a reply
+    /// is owed or host calls are under way.
+    pub(crate) fn refresh_mirrors(&mut self) -> Result<bool> {
+        if self.dead || self.awaiting > 0 || self.host.pending {
+            return Ok(false);
+        }
+        let piece = self.t.max_inline().saturating_sub(std::mem::size_of::<MirrorWriteHead>());
+        let writes = self.mirrors.changes(piece, false);
+        let pushed = !writes.is_empty();
+        for (head, bytes) in writes {
+            use zerocopy::IntoBytes;
+            self.send_raw(Opcode::HostMirrorWrite as u16, 0, &[head.as_bytes(), &bytes])?;
+        }
+        Ok(self.pull_mirrors()? || pushed)
+    }
+
     /// Writes what the device changed in the mirrors into the program's
     /// memory (the last reply's payload is kept).
-    pub(crate) fn pull_mirrors(&mut self) -> Result<()> {
+    /// Whether the device had changed anything.
+    pub(crate) fn pull_mirrors(&mut self) -> Result<bool> {
         let kept = std::mem::take(&mut self.buf);
+        let mut changed = false;
         let r = (|| loop {
             let id = self.send(&HostMirrorPull {}, FLAG_REPLY)?;
             self.reply(Opcode::HostMirrorPull as u16, id)?.result()?;
             let rep = MirrorPullRep::decode(Opcode::HostMirrorPull, &self.buf).map_err(|e| Error::Transport(TransportError::Decode(e)))?;
+            changed |= !rep.ranges.is_empty();
             self.mirrors.apply(&rep);
             if !rep.more {
-                return Ok(());
+                return Ok(changed);
             }
         })();
         self.buf = kept;
@@ -172,6 +199,9 @@ impl Conn {
             return self.fail(TransportError::Protocol(e));
         }
         self.awaiting = self.awaiting.saturating_sub(1);
+        if opcode == Opcode::CtxSynchronize as u16 && h.status.get() == 0 {
+            self.in_flight = false;
+        }
         if self.awaiting == 0 && !self.mirrors.is_empty() && settles(opcode) {
             self.pull_mirrors()?;
         }

@@ -6,12 +6,18 @@
 // pvgpu this must compute the same over every transport: over TCP nothing
 // is shared, and the drop-in library mirrors the memory in the backend.
 //
-// With --spin (GPU only: the kernel is not one the host test double
+// A kernel's write seen by the program polling the memory without any
+// CUDA call (over TCP a thread of the library keeps the mirror coherent
+// while work is in flight).
+//
+// With --spin (GPU only: the kernels are not ones the host test double
 // implements), XLA's delay-kernel pattern: a kernel spins on a flag in
 // page-locked memory that the program sets only after launching it, then
-// synchronises.
+// synchronises; and a kernel and the program passing a counter back and
+// forth through mapped memory, neither making a call.
 //
 // Each check prints "ok <name>" or "FAIL <name>"; the last line is PASS.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +37,31 @@ __global__ void wait_flag(volatile int *flag, int *seen) {
     }
     *seen = *flag == 1 ? 1 : 2;
 }
+// Passes a counter with the program: writes r to *out, waits for the
+// program to echo it in *in, `rounds` times (each wait up to about a
+// second); *done says how many rounds passed.
+__global__ void ping_pong(volatile int *out, volatile int *in, int rounds, int *done) {
+    int r = 1;
+    for (; r <= rounds; r++) {
+        *out = r;
+        __threadfence_system();
+        long long start = clock64();
+        while (*in != r && clock64() - start < 2000000000LL) {
+        }
+        if (*in != r) break;
+    }
+    *done = r - 1;
+}
+}
+
+// Waits up to 10 s for *p to become `want`, reading it as the program
+// would (no CUDA call); whether it did.
+static bool poll_for(volatile int *p, int want) {
+    auto start = std::chrono::steady_clock::now();
+    while (*p != want) {
+        if (std::chrono::steady_clock::now() - start > std::chrono::seconds(10)) return false;
+    }
+    return true;
 }
 
 #define CHECK(x)                                                               \
@@ -97,6 +128,12 @@ int main(int argc, char **argv) {
     CHECK(cudaEventSynchronize(e));
     report("a kernel's write seen after the event", *flag == 1);
 
+    // The program polls for a kernel's write, making no call.
+    *flag = 0;
+    poke<<<1, 1>>>(flag);
+    report("a kernel's write seen while polling, without a call", poll_for(flag, 1));
+    CHECK(cudaDeviceSynchronize());
+
     // Copies into memory a kernel reads later, and back.
     float *dev;
     CHECK(cudaMalloc((void **)&dev, N * sizeof(float)));
@@ -122,6 +159,24 @@ int main(int argc, char **argv) {
         *sem = 1;
         CHECK(cudaEventSynchronize(e));
         report("a kernel spinning on a flag set after its launch", *seen == 1);
+        // A counter passed back and forth, no call on either side.
+        int *to_host, *to_device, *done;
+        CHECK(cudaMallocHost((void **)&to_host, sizeof(int)));
+        CHECK(cudaMallocHost((void **)&to_device, sizeof(int)));
+        CHECK(cudaMallocHost((void **)&done, sizeof(int)));
+        *to_host = *to_device = *done = 0;
+        const int rounds = 20;
+        ping_pong<<<1, 1, 0, s>>>(to_host, to_device, rounds, done);
+        bool passed = true;
+        for (int r = 1; r <= rounds && passed; r++) {
+            passed = poll_for(to_host, r);
+            *(volatile int *)to_device = r;
+        }
+        CHECK(cudaStreamSynchronize(s));
+        report("a counter passed with a kernel, no call on either side", passed && *done == rounds);
+        CHECK(cudaFreeHost(to_host));
+        CHECK(cudaFreeHost(to_device));
+        CHECK(cudaFreeHost(done));
         CHECK(cudaFreeHost(sem));
         CHECK(cudaFreeHost(seen));
         CHECK(cudaStreamDestroy(s));
