@@ -90,6 +90,8 @@ pub struct XenRing {
     pub dir_refs: Vec<u32>,
     /// The frontend's event-channel port.
     pub port: u32,
+    /// Where the region lies in the frontend's process (0: not said).
+    pub region_addr: u64,
 }
 
 impl XenRing {
@@ -121,7 +123,10 @@ impl XenRing {
         if protocol.trim() != "1" {
             return Err(bad(format!("protocol {protocol}")));
         }
-        Ok(XenRing { geometry: g, dir_refs, port })
+        // Optional: an address to map the region at, if free (checked
+        // where it is used).
+        let region_addr = xs.read_string(&vgpu::key(fe_dir, fe::REGION_ADDR)).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+        Ok(XenRing { geometry: g, dir_refs, port, region_addr })
     }
 
     /// Checks the ring against the backend's limits (again in the worker:
@@ -131,10 +136,16 @@ impl XenRing {
         check_dir_pages(&self.geometry, self.dir_refs.len())
     }
 
-    /// The ring as a worker's argument: `req,rsp,data,port,ref,ref...`.
+    /// The ring as a worker's argument: `req,rsp,data,port,addr,ref,ref...`.
     pub fn to_arg(&self) -> String {
         let g = &self.geometry;
-        let mut parts = vec![g.req_size.to_string(), g.rsp_size.to_string(), g.data_size.to_string(), self.port.to_string()];
+        let mut parts = vec![
+            g.req_size.to_string(),
+            g.rsp_size.to_string(),
+            g.data_size.to_string(),
+            self.port.to_string(),
+            self.region_addr.to_string(),
+        ];
         parts.extend(self.dir_refs.iter().map(u32::to_string));
         parts.join(",")
     }
@@ -143,11 +154,11 @@ impl XenRing {
     pub fn from_arg(s: &str) -> Option<XenRing> {
         let mut it = s.split(',');
         let mut next = || it.next()?.parse::<u64>().ok();
-        let (req, rsp, data, port) = (next()?, next()?, next()?, next()?);
+        let (req, rsp, data, port, region_addr) = (next()?, next()?, next()?, next()?, next()?);
         let geometry = Geometry { req_size: u32::try_from(req).ok()?, rsp_size: u32::try_from(rsp).ok()?, data_size: data };
         let port = u32::try_from(port).ok()?;
-        let dir_refs = s.split(',').skip(4).map(|r| r.parse::<u32>().ok()).collect::<Option<Vec<_>>>()?;
-        Some(XenRing { geometry, dir_refs, port })
+        let dir_refs = s.split(',').skip(5).map(|r| r.parse::<u32>().ok()).collect::<Option<Vec<_>>>()?;
+        Some(XenRing { geometry, dir_refs, port, region_addr })
     }
 }
 
@@ -179,7 +190,12 @@ pub fn open_session(domid: u16, ring: &XenRing, cfg: &SessionConfig) -> Result<(
     let mut raw = vec![0u8; pages * 4];
     dir.read(0, &mut raw)?;
     let refs: Vec<u32> = raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-    let map = gntdev.map(domid, &refs, true)?;
+    // A process that serves this one session maps the region where the
+    // frontend has it, when that is free: pointers into its data area
+    // (page-locked memory handed to kernels) then mean the same here.
+    let at = usize::try_from(ring.region_addr).ok().filter(|&a| cfg.same_address && a != 0);
+    let map = gntdev.map_at(domid, &refs, true, at)?;
+    let same_address = at.is_some_and(|a| a == pvgpu_ring::region::Mapping::as_ptr(&map) as usize);
 
     let notifier = EvtchnNotifier::connect(domid, ring.port)?;
     map.set_unmap_notify(BACKEND_ALIVE as u64, Some(notifier.port()), true)?;
@@ -192,7 +208,7 @@ pub fn open_session(domid: u16, ring: &XenRing, cfg: &SessionConfig) -> Result<(
     let probe = region.clone();
     let notifier = notifier.with_liveness(Arc::new(move || probe.read_byte(FRONTEND_ALIVE).is_ok_and(|b| b == 1)));
     let conn = RingConn::new(region, g, Box::new(notifier), cfg.spin).map_err(|e| bad(Chain(&e).to_string()))?;
-    tracing::info!(domid, pages, "Xen frontend's ring mapped");
+    tracing::info!(domid, pages, same_address, "Xen frontend's ring mapped");
     Ok((conn, XenSession { _dir: dir }))
 }
 
@@ -496,7 +512,7 @@ mod tests {
         }
         let cfg = SessionConfig::default();
         let ring = XenRing::read(&mut xs, 1, 0, &cfg).unwrap();
-        assert_eq!(ring, XenRing { geometry: g, dir_refs: vec![77], port: 9 });
+        assert_eq!(ring, XenRing { geometry: g, dir_refs: vec![77], port: 9, region_addr: 0 });
         assert_eq!(XenRing::from_arg(&ring.to_arg()), Some(ring));
         // A guest that claims a billion directory pages is refused before
         // the supervisor reads one.

@@ -76,7 +76,7 @@ impl GntAlloc {
         }
         let (index, refs) = decode_alloc(&buf, pages);
         // The grants exist from here on: every failure path must drop them.
-        let ptr = match sys::mmap_pages(self.fd.as_fd(), pages, index, true) {
+        let ptr = match sys::mmap_pages(self.fd.as_fd(), pages, index, true, None) {
             Ok(p) => p,
             Err(errno) => {
                 if let Err(e) = dealloc(self.fd.as_fd(), index, pages as u32) {

@@ -62,6 +62,13 @@ impl GntDev {
     /// reference, in order) into one contiguous range, read-write if
     /// `writable`, else read-only.
     pub fn map(&self, domid: u16, refs: &[u32], writable: bool) -> Result<MappedGrants, XenError> {
+        self.map_at(domid, refs, writable, None)
+    }
+
+    /// As [`GntDev::map`], at address `at` when that is page-aligned, at
+    /// or above [`crate::sys::MIN_SHARED_ADDRESS`] and free (never over a
+    /// mapping of this process); elsewhere otherwise.
+    pub fn map_at(&self, domid: u16, refs: &[u32], writable: bool, at: Option<usize>) -> Result<MappedGrants, XenError> {
         if refs.is_empty() || refs.len() > MAX_MAP_REFS {
             return Err(XenError::InvalidArgument(format!(
                 "cannot map {} grant references: between 1 and {MAX_MAP_REFS} per call",
@@ -77,7 +84,7 @@ impl GntDev {
             return Err(XenError::Ioctl { device: GNTDEV_PATH, op: "IOCTL_GNTDEV_MAP_GRANT_REF", errno, hint: map_hint(errno) });
         }
         let index = buf.get_u64(offset_of!(GntdevMapGrantRef, index));
-        let ptr = match sys::mmap_pages(self.fd.as_fd(), pages, index, writable) {
+        let ptr = match sys::mmap_pages(self.fd.as_fd(), pages, index, writable, at) {
             Ok(p) => p,
             Err(errno) => {
                 if let Err(e) = unmap_ref(self.fd.as_fd(), index, pages as u32) {

@@ -157,16 +157,51 @@ impl IoctlBuf {
 
 /// Maps `pages` pages of `fd` at file offset `offset`, shared, readable and
 /// (if `writable`) writable.
-pub(crate) fn mmap_pages(fd: BorrowedFd<'_>, pages: usize, offset: u64, writable: bool) -> Result<NonNull<c_void>, Errno> {
+pub(crate) fn mmap_pages(
+    fd: BorrowedFd<'_>,
+    pages: usize,
+    offset: u64,
+    writable: bool,
+    at: Option<usize>,
+) -> Result<NonNull<c_void>, Errno> {
     let len = pages.checked_mul(XEN_PAGE_SIZE).and_then(NonZeroUsize::new).ok_or(Errno::EINVAL)?;
     let offset = libc::off_t::try_from(offset).map_err(|_| Errno::EOVERFLOW)?;
     let prot = if writable { ProtFlags::PROT_READ | ProtFlags::PROT_WRITE } else { ProtFlags::PROT_READ };
+    if let Some(p) = at.and_then(|a| mmap_fixed(fd, a, len, prot, offset)) {
+        return Ok(p);
+    }
     // SAFETY: a fresh mapping at an address the kernel picks cannot alias
     // any existing Rust object; the caller owns it from here and unmaps it.
     let p = unsafe { nix::sys::mman::mmap(None, len, prot, MapFlags::MAP_SHARED, fd, offset) }?;
     #[cfg(test)]
     fake::log(format!("mmap {pages}@{offset:#x}"));
     Ok(p)
+}
+
+/// Lowest address grants are mapped at on a peer's request: far above the
+/// page at 0 and the program's image (as the local transport's regions).
+pub const MIN_SHARED_ADDRESS: usize = 1 << 32;
+
+/// Maps at exactly `addr`, if it is page-aligned, at or above
+/// [`MIN_SHARED_ADDRESS`] and nothing is mapped there; `None` otherwise.
+fn mmap_fixed(fd: BorrowedFd<'_>, addr: usize, len: NonZeroUsize, prot: ProtFlags, offset: libc::off_t) -> Option<NonNull<c_void>> {
+    let want = NonZeroUsize::new(addr)?;
+    if addr % XEN_PAGE_SIZE != 0 || addr < MIN_SHARED_ADDRESS || addr.checked_add(len.get()).is_none() {
+        return None;
+    }
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping (the
+    // call fails instead), so no memory of this process changes meaning.
+    let p =
+        unsafe { nix::sys::mman::mmap(Some(want), len, prot, MapFlags::MAP_SHARED | MapFlags::MAP_FIXED_NOREPLACE, fd, offset) }.ok()?;
+    if p.as_ptr() as usize != addr {
+        // A kernel without MAP_FIXED_NOREPLACE took it as a hint.
+        // SAFETY: the mapping just made, unmapped once.
+        let _ = unsafe { nix::sys::mman::munmap(p, len.get()) };
+        return None;
+    }
+    #[cfg(test)]
+    fake::log(format!("mmap {}@{offset:#x} at {addr:#x}", len.get() / XEN_PAGE_SIZE));
+    Some(p)
 }
 
 /// Unmaps what [`mmap_pages`] mapped.

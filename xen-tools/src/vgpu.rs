@@ -43,6 +43,11 @@ pub mod fe {
     pub const DATA_SIZE: &str = "data-size";
     /// Protocol version chosen.
     pub const PROTOCOL: &str = "protocol";
+    /// Where the shared region lies in the frontend's process (optional):
+    /// a backend that serves the session in a process of its own maps the
+    /// grants at the same address when it is free, so that pointers into
+    /// the data area (page-locked memory) mean the same on both sides.
+    pub const REGION_ADDR: &str = "region-addr";
 }
 
 /// Backend keys (written by the toolstack, then by the backend).

@@ -232,6 +232,7 @@ pub fn connect(devid: Option<u32>, opts: &Options) -> Result<RingTransport, Tran
         w(tx, fe::RSP_SIZE, g.rsp_size.to_string())?;
         w(tx, fe::DATA_SIZE, g.data_size.to_string())?;
         w(tx, fe::PROTOCOL, "1".into())?;
+        w(tx, fe::REGION_ADDR, (region.as_ptr() as usize).to_string())?;
         write_state(tx, &fe_dir, XenbusState::Initialised)
     })
     .map_err(err("publishing the ring"))?;
