@@ -51,13 +51,11 @@ impl Client {
     /// Connects to `addr`.
     pub fn connect(addr: &BackendAddr, opts: &Options) -> Result<Client> {
         let t: Box<dyn Transport> = match addr {
-            BackendAddr::Tcp(a) => {
-                Box::new(transport::tcp::TcpTransport::connect(a, None, opts.tcp_key.as_deref(), opts.timeout, opts.spin)?)
-            }
+            BackendAddr::Tcp(a) => Box::new(transport::tcp::TcpTransport::connect(a, None, opts.tcp_key.as_deref(), opts.timeout)?),
             BackendAddr::Tls(a) => {
                 let ca = opts.tls_ca.as_deref().ok_or(TransportError::Tls { why: "no CA: set PVGPU_TLS_CA".into() })?;
                 let tls = transport::tcp::TlsClient::from_ca_file(ca)?;
-                Box::new(transport::tcp::TcpTransport::connect(a, Some(&tls), opts.tcp_key.as_deref(), opts.timeout, opts.spin)?)
+                Box::new(transport::tcp::TcpTransport::connect(a, Some(&tls), opts.tcp_key.as_deref(), opts.timeout)?)
             }
             BackendAddr::Local(p) => Box::new(transport::local::connect(p, opts)?),
             BackendAddr::Xen(d) => Box::new(transport::xen::connect(*d, opts)?),

@@ -35,10 +35,11 @@ pub struct Options {
     pub xen_data_area: u64,
     /// Page-locked part of the data area on Xen.
     pub xen_pinned: u64,
-    /// How long to spin for a reply before sleeping.
+    /// How long to spin for a reply before sleeping (ring transports).
     pub spin: Duration,
     /// How long to wait for the reply of a call that may synchronise with
-    /// the device (a synchronisation, a copy to the host) before sleeping:
+    /// the device (a synchronisation, a copy to the host) before sleeping,
+    /// on the ring transports:
     /// a pure spin for `spin`, then a spin that yields the CPU on every
     /// turn. The driver spins through such a call (`CU_CTX_SCHED_AUTO` on a
     /// machine with a CPU per context); a program that asks for blocking
