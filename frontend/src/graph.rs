@@ -84,7 +84,10 @@ fn kernel_head(target: u64, node: u64, k: &KernelNode<'_>, deps: usize) -> Resul
 impl Client {
     /// `cuStreamBeginCapture` of stream `s` in `mode`.
     pub fn stream_begin_capture(&self, s: Stream, mode: u32) -> Result<()> {
-        self.call(&StreamBeginCapture { stream: s.0.into(), mode: mode.into(), reserved: 0.into() })?;
+        let mut c = self.conn();
+        c.call(&StreamBeginCapture { stream: s.0.into(), mode: mode.into(), reserved: 0.into() })?;
+        c.capture_modes.begun(s.0, mode);
+        drop(c);
         self.count_capture(true);
         Ok(())
     }
@@ -94,7 +97,10 @@ impl Client {
     pub fn stream_begin_capture_to_graph(&self, s: Stream, g: Graph, deps: &[GraphNode], mode: u32) -> Result<()> {
         let head = CaptureToGraphHead { stream: s.0.into(), graph: g.0.into(), mode: mode.into(), dep_count: (deps.len() as u32).into() };
         let deps = wire_ids(deps);
-        self.call(&StreamBeginCaptureToGraph { head, deps: &deps })?;
+        let mut c = self.conn();
+        c.call(&StreamBeginCaptureToGraph { head, deps: &deps })?;
+        c.capture_modes.begun(s.0, mode);
+        drop(c);
         self.count_capture(true);
         Ok(())
     }
@@ -115,6 +121,7 @@ impl Client {
         // stream was not one that began one.
         if !matches!(&r, Err(e) if matches!(e.code(), CuError::STREAM_CAPTURE_UNMATCHED | CuError::ILLEGAL_STATE | CuError::INVALID_HANDLE))
         {
+            self.conn().capture_modes.ended(s.0);
             self.count_capture(false);
         }
         Ok(Graph(r?.handle.get()))
@@ -132,10 +139,15 @@ impl Client {
         })
     }
 
-    /// `cuThreadExchangeStreamCaptureMode`: sets `mode`, returns the
-    /// previous one.
+    /// `cuThreadExchangeStreamCaptureMode`: sets the calling thread's
+    /// capture mode to `mode`, returns the previous one. Kept here, per
+    /// thread; the backend learns it when it matters
+    /// ([`crate::capture_mode`]).
     pub fn capture_mode_exchange(&self, mode: u32) -> Result<u32> {
-        Ok(self.call(&CaptureModeExchange { mode: mode.into(), reserved: 0.into() })?.value.get() as u32)
+        if mode > pvgpu_ring::cuda::api::CU_STREAM_CAPTURE_MODE_RELAXED.0 {
+            return Err(CuError::INVALID_VALUE.into());
+        }
+        Ok(crate::capture_mode::exchange_thread_mode(mode))
     }
 
     /// `cuGraphCreate` in context `ctx`.

@@ -33,6 +33,7 @@
 //! the [`transport`]s (local ring, Xen ring, TCP).
 
 mod bulk;
+mod capture_mode;
 mod client;
 mod copy;
 pub mod error;

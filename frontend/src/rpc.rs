@@ -32,6 +32,9 @@ pub(crate) struct Conn {
     /// Work was posted since the last context synchronisation: the device
     /// may still write mirrored memory ([`crate::mirror_keeper`]).
     pub(crate) in_flight: bool,
+    /// Captures under way and the backend thread's capture mode
+    /// ([`crate::capture_mode`]).
+    pub(crate) capture_modes: crate::capture_mode::CaptureModes,
 }
 
 /// Whether `op` is one of the mirror commands (sent without pushing
@@ -40,6 +43,16 @@ fn mirror_op(op: u16) -> bool {
     [Opcode::HostMirrorMap, Opcode::HostMirrorUnmap, Opcode::HostMirrorWrite, Opcode::HostMirrorPull, Opcode::Goodbye]
         .iter()
         .any(|o| *o as u16 == op)
+}
+
+/// Whether `op` is the library's own housekeeping or the capture-mode
+/// exchange itself, sent whatever the calling thread's capture mode (see
+/// [`crate::capture_mode`]).
+fn mode_free(op: u16) -> bool {
+    mirror_op(op)
+        || [Opcode::Hello, Opcode::Nop, Opcode::CaptureModeExchange, Opcode::HostFnEvent, Opcode::HostCallWait, Opcode::HostCallDone]
+            .iter()
+            .any(|o| *o as u16 == op)
 }
 
 /// Whether `op` may let a graph read the program's pageable memory: a
@@ -67,6 +80,7 @@ impl Conn {
             host: Default::default(),
             sync_spin: None,
             in_flight: false,
+            capture_modes: Default::default(),
         }
     }
 
@@ -93,6 +107,12 @@ impl Conn {
         }
         if !self.mirrors.is_empty() && !mirror_op(opcode) {
             self.push_mirrors(reads_pageable(opcode))?;
+        }
+        if !mode_free(opcode)
+            && let Some(mode) = self.capture_modes.change_for_call()
+        {
+            self.call(&pvgpu_ring::proto::CaptureModeExchange { mode: mode.into(), reserved: 0.into() })?;
+            self.capture_modes.backend_holds(mode);
         }
         self.next_id += 1;
         let len = parts.iter().map(|p| p.len()).sum();

@@ -10,6 +10,7 @@
 //
 //   graphs_driver kernels.fatbin
 #include <atomic>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -207,6 +208,38 @@ static void refusals(CUdeviceptr d) {
     say("begin relaxed capture", cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_RELAXED));
     say("synchronize the context", cuCtxSynchronize());
     printf("status after it %d\n", status(s1));
+    say("end capture", cuStreamEndCapture(s1, &g));
+
+    // Another thread's allocation while this thread captures: a
+    // thread-local capture binds only this thread; a global one binds
+    // every thread in global mode, not one in relaxed mode (as XLA's
+    // autotuner copies on one thread while another captures).
+    CUcontext ctx;
+    CU(cuCtxGetCurrent(&ctx));
+    g = nullptr;
+    auto other_thread = [&](const char *what, CUstreamCaptureMode mode) {
+        std::thread t([&] {
+            CU(cuCtxSetCurrent(ctx));
+            CUstreamCaptureMode m = mode;
+            CU(cuThreadExchangeStreamCaptureMode(&m));
+            CUdeviceptr p = 0;
+            say(what, cuMemAlloc(&p, 4096));
+            if (p) CU(cuMemFree(p));
+        });
+        t.join();
+    };
+    say("begin thread-local capture", cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    say("memset", cuMemsetD8Async(d, 6, 4096, s1));
+    other_thread("allocate on another thread", CU_STREAM_CAPTURE_MODE_GLOBAL);
+    say("allocate on this thread", cuMemAlloc(&extra, 4096));
+    say("end capture", cuStreamEndCapture(s1, &g));
+    if (g) CU(cuGraphDestroy(g));
+    g = nullptr;
+    say("begin capture", cuStreamBeginCapture(s1, global));
+    say("memset", cuMemsetD8Async(d, 7, 4096, s1));
+    other_thread("allocate on another thread, relaxed", CU_STREAM_CAPTURE_MODE_RELAXED);
+    other_thread("allocate on another thread", CU_STREAM_CAPTURE_MODE_GLOBAL);
+    printf("status after them %d\n", status(s1));
     say("end capture", cuStreamEndCapture(s1, &g));
     CU(cuStreamDestroy(s1));
     CU(cuStreamDestroy(s2));

@@ -9,7 +9,6 @@ use crate::state::{self, Res, handle, put, run, stream};
 use pvgpu_frontend::Stream;
 use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::{CuError, CuResult};
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -47,14 +46,10 @@ pub unsafe extern "C" fn cuStreamEndCapture(s: CUstream, ph: *mut CUgraph) -> Cu
     })
 }
 
-thread_local! {
-    /// This thread's capture mode, as the program set it.
-    static MODE: Cell<CUstreamCaptureMode> = const { Cell::new(CU_STREAM_CAPTURE_MODE_GLOBAL) };
-}
-
-/// `cuThreadExchangeStreamCaptureMode`: the backend runs the session's
-/// calls on one thread, so the mode it holds is the last one any thread
-/// of the program set; each thread's own is kept here and handed back.
+/// `cuThreadExchangeStreamCaptureMode`: each thread's mode is kept by the
+/// client, which works out before each call whether the calling thread may
+/// make calls unsafe during capture, and sets the mode of the backend's
+/// one thread to say so (`pvgpu_frontend`'s `capture_mode`).
 ///
 /// # Safety
 /// `mode` must be readable and writable.
@@ -69,10 +64,9 @@ pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut CUstreamCa
         if !matches!(new, CU_STREAM_CAPTURE_MODE_GLOBAL | CU_STREAM_CAPTURE_MODE_THREAD_LOCAL | CU_STREAM_CAPTURE_MODE_RELAXED) {
             return Err(CuError::INVALID_VALUE);
         }
-        state::client()?.capture_mode_exchange(new.0).map_err(state::cu)?;
-        let old = MODE.with(|m| m.replace(new));
+        let old = state::client()?.capture_mode_exchange(new.0).map_err(state::cu)?;
         // SAFETY: writable per the API.
-        unsafe { put(mode, old) }
+        unsafe { put(mode, CUstreamCaptureMode(old)) }
     })
 }
 
