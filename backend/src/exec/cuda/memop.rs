@@ -10,62 +10,16 @@ use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::*;
 use std::ptr;
 
-/// The driver's form of `ops`.
+/// The driver's form of `ops` (the wire's conversion, one place for the
+/// library and the backend).
 fn params(ops: &[MemOp]) -> Vec<CUstreamBatchMemOpParams> {
-    ops.iter()
-        .map(|o| {
-            // SAFETY: plain integers: zero is "none" for each.
-            let mut p: CUstreamBatchMemOpParams = unsafe { std::mem::zeroed() };
-            let operation = CUstreamBatchMemOpType(o.kind);
-            match operation {
-                CU_STREAM_MEM_OP_WAIT_VALUE_32 | CU_STREAM_MEM_OP_WAIT_VALUE_64 => {
-                    // SAFETY: plain integers, as above.
-                    let mut w: CUstreamMemOpWaitValueParams_st = unsafe { std::mem::zeroed() };
-                    (w.operation, w.address, w.flags) = (operation, o.addr, o.flags);
-                    w.anon2.value64 = o.value;
-                    p.waitValue = w;
-                }
-                CU_STREAM_MEM_OP_WRITE_VALUE_32 | CU_STREAM_MEM_OP_WRITE_VALUE_64 => {
-                    // SAFETY: plain integers, as above.
-                    let mut w: CUstreamMemOpWriteValueParams_st = unsafe { std::mem::zeroed() };
-                    (w.operation, w.address, w.flags) = (operation, o.addr, o.flags);
-                    w.anon2.value64 = o.value;
-                    p.writeValue = w;
-                }
-                CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES => {
-                    p.flushRemoteWrites = CUstreamMemOpFlushRemoteWritesParams_st { operation, flags: o.flags };
-                }
-                _ => p.memoryBarrier = CUstreamMemOpMemoryBarrierParams_st { operation, flags: o.flags },
-            }
-            p
-        })
-        .collect()
+    ops.iter().map(|o| pvgpu_ring::proto::MemOp::new(CUstreamBatchMemOpType(o.kind), o.addr, o.value, o.flags).to_driver()).collect()
 }
 
 /// An operation of the driver's array, as the session names it.
-fn op_of(p: &CUstreamBatchMemOpParams) -> MemOp {
-    // SAFETY: `operation` heads every member; each read below reads the
-    // member it names, all plain integers.
-    let operation = unsafe { p.operation };
-    let (addr, value, flags) = match operation {
-        // SAFETY: as above.
-        CU_STREAM_MEM_OP_WAIT_VALUE_32 | CU_STREAM_MEM_OP_WAIT_VALUE_64 => unsafe {
-            let w = p.waitValue;
-            let v = if operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 { u64::from(w.anon2.value) } else { w.anon2.value64 };
-            (w.address, v, w.flags)
-        },
-        // SAFETY: as above.
-        CU_STREAM_MEM_OP_WRITE_VALUE_32 | CU_STREAM_MEM_OP_WRITE_VALUE_64 => unsafe {
-            let w = p.writeValue;
-            let v = if operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 { u64::from(w.anon2.value) } else { w.anon2.value64 };
-            (w.address, v, w.flags)
-        },
-        // SAFETY: as above.
-        CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES => (0, 0, unsafe { p.flushRemoteWrites.flags }),
-        // SAFETY: as above.
-        _ => (0, 0, unsafe { p.memoryBarrier.flags }),
-    };
-    MemOp { kind: operation.0, flags, addr, value }
+fn op_of(p: &CUstreamBatchMemOpParams) -> Option<MemOp> {
+    let o = pvgpu_ring::proto::MemOp::from_driver(p)?;
+    Some(MemOp { kind: o.kind.get(), flags: o.flags.get(), addr: o.addr.get(), value: o.value.get() })
 }
 
 impl CudaContext {
@@ -86,9 +40,7 @@ impl CudaContext {
         ok(unsafe { entry(self.drv.cuGraphAddBatchMemOpNode)?(&mut node, g.0, deps.as_ptr(), deps.len(), &node_params) })?;
         Ok(CudaNode(node))
     }
-}
 
-impl CudaContext {
     /// The operations of batch memory-operation node `n`.
     pub(super) fn mem_op_node_get(&mut self, n: CudaNode) -> CuRes<Vec<MemOp>> {
         // SAFETY: plain integers and a null pointer.
@@ -105,7 +57,7 @@ impl CudaContext {
         // SAFETY: the driver's array of `count` operations, alive while the
         // node is unchanged (this runs on the session's one thread).
         let all = unsafe { std::slice::from_raw_parts(p.paramArray, p.count as usize) };
-        Ok(all.iter().map(op_of).collect())
+        all.iter().map(op_of).collect::<Option<Vec<_>>>().ok_or(CuError::NOT_SUPPORTED)
     }
 
     /// Sets the operations of batch memory-operation node `n`, in its

@@ -17,10 +17,6 @@ use std::collections::BTreeMap;
 use std::ffi::{c_uint, c_void};
 use std::sync::Mutex;
 
-fn op(kind: CUstreamBatchMemOpType, addr: u64, value: u64, flags: u32) -> MemOp {
-    MemOp { kind: kind.0.into(), flags: flags.into(), addr: addr.into(), value: value.into() }
-}
-
 /// Whether every operation is well formed ([`MemOp::well_formed`]): the
 /// driver refuses the others at once; a posted request would answer only
 /// at the next call that waits.
@@ -51,34 +47,7 @@ unsafe fn from_params(p: *const CUstreamBatchMemOpParams, n: usize) -> Result<Ve
     }
     // SAFETY: `n` entries, per the caller.
     let all = unsafe { std::slice::from_raw_parts(p, n) };
-    all.iter()
-        .map(|u| {
-            // SAFETY: `operation` heads every member (each union read
-            // below reads the member it names; all are plain integers).
-            let kind = unsafe { u.operation };
-            match kind {
-                CU_STREAM_MEM_OP_WAIT_VALUE_32 | CU_STREAM_MEM_OP_WAIT_VALUE_64 => {
-                    // SAFETY: as above.
-                    let w = unsafe { u.waitValue };
-                    // SAFETY: as above.
-                    let v = unsafe { if kind == CU_STREAM_MEM_OP_WAIT_VALUE_32 { w.anon2.value as u64 } else { w.anon2.value64 } };
-                    Ok(op(kind, w.address, v, w.flags))
-                }
-                CU_STREAM_MEM_OP_WRITE_VALUE_32 | CU_STREAM_MEM_OP_WRITE_VALUE_64 => {
-                    // SAFETY: as above.
-                    let w = unsafe { u.writeValue };
-                    // SAFETY: as above.
-                    let v = unsafe { if kind == CU_STREAM_MEM_OP_WRITE_VALUE_32 { w.anon2.value as u64 } else { w.anon2.value64 } };
-                    Ok(op(kind, w.address, v, w.flags))
-                }
-                // SAFETY: as above.
-                CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES => Ok(op(kind, 0, 0, unsafe { u.flushRemoteWrites.flags })),
-                // SAFETY: as above.
-                CU_STREAM_MEM_OP_BARRIER => Ok(op(kind, 0, 0, unsafe { u.memoryBarrier.flags })),
-                _ => Err(CuError::INVALID_VALUE),
-            }
-        })
-        .collect()
+    all.iter().map(|u| MemOp::from_driver(u).ok_or(CuError::INVALID_VALUE)).collect()
 }
 
 /// Adds a batch memory-operation node of `count` operations at `p`, in
@@ -111,7 +80,7 @@ macro_rules! single_ops {
             #[doc = concat!("`", stringify!($name), "`.")]
             #[unsafe(no_mangle)]
             pub extern "C" fn $name(s: CUstream, addr: CUdeviceptr, value: $t, flags: c_uint) -> CuResult {
-                run(stringify!($name), || submit(s.cast(), &[op($kind, addr, value as u64, flags)]))
+                run(stringify!($name), || submit(s.cast(), &[MemOp::new($kind, addr, value as u64, flags)]))
             }
         )*
     };
@@ -177,35 +146,6 @@ pub unsafe extern "C" fn cuGraphAddBatchMemOpNode(
     })
 }
 
-/// The driver's form of an operation (as a program reads it back).
-fn to_params(o: &MemOp) -> CUstreamBatchMemOpParams {
-    // SAFETY: plain integers: zero is "none" for each.
-    let mut p: CUstreamBatchMemOpParams = unsafe { std::mem::zeroed() };
-    let operation = CUstreamBatchMemOpType(o.kind.get());
-    let (addr, value, flags) = (o.addr.get(), o.value.get(), o.flags.get());
-    match operation {
-        CU_STREAM_MEM_OP_WAIT_VALUE_32 | CU_STREAM_MEM_OP_WAIT_VALUE_64 => {
-            // SAFETY: plain integers, as above.
-            let mut w: CUstreamMemOpWaitValueParams_st = unsafe { std::mem::zeroed() };
-            (w.operation, w.address, w.flags) = (operation, addr, flags);
-            w.anon2.value64 = value;
-            p.waitValue = w;
-        }
-        CU_STREAM_MEM_OP_WRITE_VALUE_32 | CU_STREAM_MEM_OP_WRITE_VALUE_64 => {
-            // SAFETY: plain integers, as above.
-            let mut w: CUstreamMemOpWriteValueParams_st = unsafe { std::mem::zeroed() };
-            (w.operation, w.address, w.flags) = (operation, addr, flags);
-            w.anon2.value64 = value;
-            p.writeValue = w;
-        }
-        CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES => {
-            p.flushRemoteWrites = CUstreamMemOpFlushRemoteWritesParams_st { operation, flags };
-        }
-        _ => p.memoryBarrier = CUstreamMemOpMemoryBarrierParams_st { operation, flags },
-    }
-    p
-}
-
 /// Operation arrays handed out by `cuGraphBatchMemOpNodeGetParams`, by node
 /// id: the program holds their address until it reads the node again (the
 /// driver's point into the node's own copy).
@@ -227,7 +167,7 @@ pub unsafe extern "C" fn cuGraphBatchMemOpNodeGetParams(node: CUgraphNode, out: 
         let NodeParams::MemOps { ctx, ops } = state::client()?.graph_node_params(n).map_err(state::cu)? else {
             return Err(CuError::INVALID_VALUE);
         };
-        let mut array: Box<[CUstreamBatchMemOpParams]> = ops.iter().map(to_params).collect();
+        let mut array: Box<[CUstreamBatchMemOpParams]> = ops.iter().map(MemOp::to_driver).collect();
         let p = CUDA_BATCH_MEM_OP_NODE_PARAMS {
             ctx: handle(state::ctx::handle_of(ctx)).cast(),
             count: array.len() as c_uint,

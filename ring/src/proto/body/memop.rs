@@ -1,6 +1,7 @@
 //! Requests of stream memory operations and batch memory-operation nodes:
 //! a head, (a node's) dependencies, then the operations, each of a known
-//! kind; a node's new operations.
+//! kind; a node's new operations. An operation converts to and from the
+//! driver's union here, for the library and the backend alike.
 
 use super::{Body, with_tail};
 use crate::cuda::api::*;
@@ -37,6 +38,70 @@ impl MemOp {
     }
 }
 
+impl MemOp {
+    /// An operation of `kind` on the value at `addr`.
+    pub fn new(kind: CUstreamBatchMemOpType, addr: u64, value: u64, flags: u32) -> MemOp {
+        MemOp { kind: kind.0.into(), flags: flags.into(), addr: addr.into(), value: value.into() }
+    }
+
+    /// The operation as the driver's union holds it (a 32-bit operation's
+    /// value in its low bits).
+    pub fn to_driver(&self) -> CUstreamBatchMemOpParams {
+        // SAFETY: plain integers: zero is "none" for each.
+        let mut p: CUstreamBatchMemOpParams = unsafe { std::mem::zeroed() };
+        let operation = CUstreamBatchMemOpType(self.kind.get());
+        let (addr, value, flags) = (self.addr.get(), self.value.get(), self.flags.get());
+        match operation {
+            CU_STREAM_MEM_OP_WAIT_VALUE_32 | CU_STREAM_MEM_OP_WAIT_VALUE_64 => {
+                // SAFETY: plain integers, as above.
+                let mut w: CUstreamMemOpWaitValueParams_st = unsafe { std::mem::zeroed() };
+                (w.operation, w.address, w.flags) = (operation, addr, flags);
+                w.anon2.value64 = value;
+                p.waitValue = w;
+            }
+            CU_STREAM_MEM_OP_WRITE_VALUE_32 | CU_STREAM_MEM_OP_WRITE_VALUE_64 => {
+                // SAFETY: plain integers, as above.
+                let mut w: CUstreamMemOpWriteValueParams_st = unsafe { std::mem::zeroed() };
+                (w.operation, w.address, w.flags) = (operation, addr, flags);
+                w.anon2.value64 = value;
+                p.writeValue = w;
+            }
+            CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES => {
+                p.flushRemoteWrites = CUstreamMemOpFlushRemoteWritesParams_st { operation, flags };
+            }
+            _ => p.memoryBarrier = CUstreamMemOpMemoryBarrierParams_st { operation, flags },
+        }
+        p
+    }
+
+    /// The operation a driver's union holds, if of a known kind.
+    pub fn from_driver(p: &CUstreamBatchMemOpParams) -> Option<MemOp> {
+        // SAFETY: `operation` heads every member; each read below reads the
+        // member it names, all plain integers.
+        let operation = unsafe { p.operation };
+        let (addr, value, flags) = match operation {
+            // SAFETY: as above.
+            CU_STREAM_MEM_OP_WAIT_VALUE_32 | CU_STREAM_MEM_OP_WAIT_VALUE_64 => unsafe {
+                let w = p.waitValue;
+                let v = if operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 { u64::from(w.anon2.value) } else { w.anon2.value64 };
+                (w.address, v, w.flags)
+            },
+            // SAFETY: as above.
+            CU_STREAM_MEM_OP_WRITE_VALUE_32 | CU_STREAM_MEM_OP_WRITE_VALUE_64 => unsafe {
+                let w = p.writeValue;
+                let v = if operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 { u64::from(w.anon2.value) } else { w.anon2.value64 };
+                (w.address, v, w.flags)
+            },
+            // SAFETY: as above.
+            CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES => (0, 0, unsafe { p.flushRemoteWrites.flags }),
+            // SAFETY: as above.
+            CU_STREAM_MEM_OP_BARRIER => (0, 0, unsafe { p.memoryBarrier.flags }),
+            _ => return None,
+        };
+        Some(MemOp::new(operation, addr, value, flags))
+    }
+}
+
 /// The operations at the front of `tail`, `n` of them, each of a known
 /// kind; and the rest.
 fn ops(tail: &[u8], n: usize) -> Result<&[MemOp], DecodeError> {
@@ -61,28 +126,43 @@ fn ops_len(n: usize) -> Result<usize, DecodeError> {
     Ok(n * size_of::<MemOp>())
 }
 
-/// `cuStreamBatchMemOp` (and the single operations: `cuStreamWaitValue32`,
-/// `cuStreamWriteValue64`...).
-#[derive(Debug, Clone, PartialEq)]
-pub struct StreamMemOps<'a> {
-    /// Stream and count.
-    pub head: StreamMemOpsHead,
-    /// The operations, in order.
-    pub ops: &'a [MemOp],
+/// Declares a request of a fixed head with a `count` field, then that many
+/// operations.
+macro_rules! ops_request {
+    ($(#[$m:meta])* $name:ident($head:ty)) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct $name<'a> {
+            /// What the operations act on, and their count.
+            pub head: $head,
+            /// The operations, in order.
+            pub ops: &'a [MemOp],
+        }
+
+        impl<'a> Body<'a> for $name<'a> {
+            fn head(&self) -> &[u8] {
+                self.head.as_bytes()
+            }
+            fn tail(&self) -> &[u8] {
+                self.ops.as_bytes()
+            }
+            fn decode(op: Opcode, p: &'a [u8]) -> Result<Self, DecodeError> {
+                let (head, tail) = with_tail::<$head, _>(op, p, |h| ops_len(h.count.get() as usize))?;
+                Ok($name { head, ops: ops(tail, head.count.get() as usize)? })
+            }
+        }
+    };
 }
 
-impl<'a> Body<'a> for StreamMemOps<'a> {
-    fn head(&self) -> &[u8] {
-        self.head.as_bytes()
-    }
-    fn tail(&self) -> &[u8] {
-        self.ops.as_bytes()
-    }
-    fn decode(op: Opcode, p: &'a [u8]) -> Result<Self, DecodeError> {
-        let (head, tail) = with_tail::<StreamMemOpsHead, _>(op, p, |h| ops_len(h.count.get() as usize))?;
-        Ok(StreamMemOps { head, ops: ops(tail, head.count.get() as usize)? })
-    }
-}
+ops_request!(
+    /// `cuStreamBatchMemOp` (and the single operations: `cuStreamWaitValue32`,
+    /// `cuStreamWriteValue64`...).
+    StreamMemOps(StreamMemOpsHead)
+);
+ops_request!(
+    /// `cuGraphBatchMemOpNodeSetParams` and its executable-graph form.
+    GraphMemOpNodeSet(GraphMemOpSetHead)
+);
 
 /// `cuGraphAddBatchMemOpNode`: the new node's id comes back.
 #[derive(Debug, Clone, PartialEq)]
@@ -127,28 +207,6 @@ impl<'a> Body<'a> for GraphAddMemOpNode<'a> {
             return Err(DecodeError::TooLarge(deps.len()));
         }
         Ok(GraphAddMemOpNode { head, deps, ops: ops(o, head.count.get() as usize)?, tail })
-    }
-}
-
-/// `cuGraphBatchMemOpNodeSetParams` and its executable-graph form.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GraphMemOpNodeSet<'a> {
-    /// Executable graph, node, context and count.
-    pub head: GraphMemOpSetHead,
-    /// The operations, in order.
-    pub ops: &'a [MemOp],
-}
-
-impl<'a> Body<'a> for GraphMemOpNodeSet<'a> {
-    fn head(&self) -> &[u8] {
-        self.head.as_bytes()
-    }
-    fn tail(&self) -> &[u8] {
-        self.ops.as_bytes()
-    }
-    fn decode(op: Opcode, p: &'a [u8]) -> Result<Self, DecodeError> {
-        let (head, tail) = with_tail::<GraphMemOpSetHead, _>(op, p, |h| ops_len(h.count.get() as usize))?;
-        Ok(GraphMemOpNodeSet { head, ops: ops(tail, head.count.get() as usize)? })
     }
 }
 
