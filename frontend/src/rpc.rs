@@ -164,8 +164,8 @@ impl Conn {
     }
 
     /// Writes what the device changed in the mirrors into the program's
-    /// memory (the last reply's payload is kept).
-    /// Whether the device had changed anything.
+    /// memory (the last reply's payload is kept); whether it had changed
+    /// anything.
     pub(crate) fn pull_mirrors(&mut self) -> Result<bool> {
         let kept = std::mem::take(&mut self.buf);
         let mut changed = false;

@@ -189,10 +189,10 @@ fn mmap_fixed(fd: BorrowedFd<'_>, addr: usize, len: NonZeroUsize, prot: ProtFlag
     if addr % XEN_PAGE_SIZE != 0 || addr < MIN_SHARED_ADDRESS || addr.checked_add(len.get()).is_none() {
         return None;
     }
+    let flags = MapFlags::MAP_SHARED | MapFlags::MAP_FIXED_NOREPLACE;
     // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping (the
     // call fails instead), so no memory of this process changes meaning.
-    let p =
-        unsafe { nix::sys::mman::mmap(Some(want), len, prot, MapFlags::MAP_SHARED | MapFlags::MAP_FIXED_NOREPLACE, fd, offset) }.ok()?;
+    let p = unsafe { nix::sys::mman::mmap(Some(want), len, prot, flags, fd, offset) }.ok()?;
     if p.as_ptr() as usize != addr {
         // A kernel without MAP_FIXED_NOREPLACE took it as a hint.
         // SAFETY: the mapping just made, unmapped once.
