@@ -305,7 +305,7 @@ impl Conn for TcpConn {
     fn recv(&mut self, buf: &mut Vec<u8>, stop: &AtomicBool) -> Result<(), ConnError> {
         let since = Instant::now();
         if !self.reader.frame_ready() {
-            pvgpu_ring::frame::spin_until_readable(self.sock.as_fd(), self.spin, self.spin);
+            pvgpu_ring::frame::spin_until_readable(self.sock.as_fd(), self.spin);
         }
         loop {
             match self.reader.read_into(&mut self.sock, buf) {

@@ -52,57 +52,6 @@ pub fn write_frame(w: &mut impl Write, header: &Header, parts: &[&[u8]]) -> io::
 /// never to what a header merely claims.
 pub const READ_STEP: usize = 1 << 20;
 
-/// Reads one frame into `buf`: header, then payload, read in steps of
-/// [`READ_STEP`] as it arrives, so that a peer that claims a large payload
-/// and stalls costs what it sent. Returns the header. A clean end of
-/// stream before the first byte is [`FrameError::Closed`]; a reset
-/// connection is [`FrameError::Closed`] too.
-pub fn read_frame_into(r: &mut impl Read, buf: &mut Vec<u8>) -> Result<Header, FrameError> {
-    let mut hb = [0u8; HEADER_LEN];
-    let h = read_header(r, &mut hb)?;
-    buf.clear();
-    buf.extend_from_slice(&hb);
-    append_payload(r, buf, h.payload_len.get() as usize)?;
-    Ok(h)
-}
-
-/// Reads one frame: returns its header and leaves the payload in `payload`
-/// (read as [`read_frame_into`] reads it).
-pub fn read_frame(r: &mut impl Read, payload: &mut Vec<u8>) -> Result<Header, FrameError> {
-    let mut hb = [0u8; HEADER_LEN];
-    let h = read_header(r, &mut hb)?;
-    payload.clear();
-    append_payload(r, payload, h.payload_len.get() as usize)?;
-    Ok(h)
-}
-
-fn read_header(r: &mut impl Read, hb: &mut [u8; HEADER_LEN]) -> Result<Header, FrameError> {
-    let mut got = 0;
-    while got < HEADER_LEN {
-        match r.read(&mut hb[got..]) {
-            Ok(0) if got == 0 => return Err(FrameError::Closed),
-            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset && got == 0 => return Err(FrameError::Closed),
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(Header::parse(hb)?)
-}
-
-/// Appends `len` bytes read from `r` to `buf`, [`READ_STEP`] at a time.
-fn append_payload(r: &mut impl Read, buf: &mut Vec<u8>, mut len: usize) -> io::Result<()> {
-    while len > 0 {
-        let step = len.min(READ_STEP);
-        let at = buf.len();
-        buf.resize(at + step, 0);
-        r.read_exact(&mut buf[at..])?;
-        len -= step;
-    }
-    Ok(())
-}
-
 /// Bytes a [`FrameReader`] reads ahead at most: a small frame, or the
 /// start of a large one.
 pub const READ_AHEAD: usize = 64 << 10;
@@ -144,8 +93,9 @@ impl FrameReader {
         }
     }
 
-    /// Reads one frame into `buf`: header, then payload (as
-    /// [`read_frame_into`] leaves them). Returns the header.
+    /// Reads one frame into `buf`: header, then payload. Returns the
+    /// header. A clean end of the stream (or a reset) before the first
+    /// byte of a frame is [`FrameError::Closed`].
     pub fn read_into(&mut self, r: &mut impl Read, buf: &mut Vec<u8>) -> Result<Header, FrameError> {
         self.read(r, buf, true)
     }
@@ -237,12 +187,12 @@ impl FrameReader {
 /// spin is read without the wake-up of a thread blocked in `read`, as the
 /// ring transports spin before they sleep. Each look is a `poll` that does
 /// not wait (it reads the socket's state without taking the socket, so
-/// arriving segments are not held back behind the look); past
-/// `yield_after` each turn yields the CPU. On a machine with one CPU the
-/// pure spin is bounded by [`crate::notify::yield_after`].
-pub fn spin_until_readable(fd: std::os::fd::BorrowedFd<'_>, spin: std::time::Duration, yield_after: std::time::Duration) -> bool {
+/// arriving segments are not held back behind the look). On a machine with
+/// one CPU only the first [`crate::notify::yield_after`] is a pure spin;
+/// past it each turn yields the CPU.
+pub fn spin_until_readable(fd: std::os::fd::BorrowedFd<'_>, spin: std::time::Duration) -> bool {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let yield_after = crate::notify::yield_after(yield_after);
+    let yield_after = crate::notify::yield_after(spin);
     let start = std::time::Instant::now();
     loop {
         let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
@@ -272,16 +222,20 @@ mod tests {
     use super::*;
     use crate::proto::{MAX_PAYLOAD, Opcode};
 
+    fn reader() -> FrameReader {
+        FrameReader::new(std::time::Duration::from_secs(1))
+    }
+
     #[test]
     fn frames_round_trip() {
         let mut wire = Vec::new();
         let h = Header::request(Opcode::Nop, 5, 0, 7);
         write_frame(&mut wire, &h, &[b"abc", b"", b"defg"]).unwrap();
         let mut r = &wire[..];
-        let mut p = Vec::new();
-        assert_eq!(read_frame(&mut r, &mut p).unwrap(), h);
+        let (mut fr, mut p) = (reader(), Vec::new());
+        assert_eq!(fr.read_payload(&mut r, &mut p).unwrap(), h);
         assert_eq!(p, b"abcdefg");
-        assert!(matches!(read_frame(&mut r, &mut p), Err(FrameError::Closed)));
+        assert!(matches!(fr.read_payload(&mut r, &mut p), Err(FrameError::Closed)));
     }
 
     #[test]
@@ -289,25 +243,12 @@ mod tests {
         let mut h = Header::request(Opcode::Nop, 5, 0, 0);
         h.payload_len = ((MAX_PAYLOAD + 1) as u32).into();
         let b = h.as_bytes().to_vec();
-        assert!(matches!(read_frame(&mut &b[..], &mut Vec::new()), Err(FrameError::Header(_))));
+        assert!(matches!(reader().read_payload(&mut &b[..], &mut Vec::new()), Err(FrameError::Header(_))));
         let h = Header::request(Opcode::Nop, 5, 0, 10);
         let mut b = h.as_bytes().to_vec();
         b.extend_from_slice(&[0; 4]);
-        assert!(matches!(read_frame(&mut &b[..], &mut Vec::new()), Err(FrameError::Io(_))));
-        assert!(matches!(read_frame(&mut &b[..10], &mut Vec::new()), Err(FrameError::Io(_))));
-    }
-
-    /// A header that claims a large payload makes the buffer grow only
-    /// with the bytes that actually arrive.
-    #[test]
-    fn payload_is_read_before_it_is_allocated() {
-        let h = Header::request(Opcode::Nop, 1, 0, MAX_PAYLOAD);
-        let mut wire = h.as_bytes().to_vec();
-        wire.extend_from_slice(&[0u8; 100]);
-        let mut buf = Vec::new();
-        assert!(read_frame_into(&mut &wire[..], &mut buf).is_err());
-        assert!(buf.capacity() <= HEADER_LEN + 2 * READ_STEP, "{} bytes allocated for 100 received", buf.capacity());
-        const { assert!(MAX_PAYLOAD > 4 * READ_STEP) };
+        assert!(matches!(reader().read_payload(&mut &b[..], &mut Vec::new()), Err(FrameError::Io(_))));
+        assert!(matches!(reader().read_payload(&mut &b[..10], &mut Vec::new()), Err(FrameError::Io(_))));
     }
 
     /// A reader that hands out its bytes `piece` at a time, and a timeout
@@ -407,13 +348,13 @@ mod tests {
     /// A header that claims a large payload makes the reader's buffer
     /// grow only with the bytes that actually arrive.
     #[test]
-    fn reader_allocates_what_arrives() {
+    fn payload_is_read_before_it_is_allocated() {
         let h = Header::request(Opcode::Nop, 1, 0, MAX_PAYLOAD);
         let mut wire = h.as_bytes().to_vec();
         wire.extend_from_slice(&[0u8; 100]);
         let mut buf = Vec::new();
-        let mut fr = FrameReader::new(std::time::Duration::from_secs(1));
-        assert!(fr.read_into(&mut &wire[..], &mut buf).is_err());
+        assert!(reader().read_into(&mut &wire[..], &mut buf).is_err());
         assert!(buf.capacity() <= HEADER_LEN + 2 * READ_STEP, "{} bytes allocated for 100 received", buf.capacity());
+        const { assert!(MAX_PAYLOAD > 4 * READ_STEP) };
     }
 }

@@ -153,13 +153,10 @@ pub(in crate::session) fn graph_copy_node_set<E: Executor>(s: &mut Session<E>, r
 
 /// Sets copy node `node`, in its graph (`exec` 0: `cuGraphMemcpyNodeSetParams`)
 /// or in executable graph `exec`, to a copy of `shape` in context `ctx`.
-/// An executable graph's copy stays one-dimensional: the driver refuses
-/// any other there (`CUDA_ERROR_INVALID_VALUE`, measured on the H100), and
-/// so does the host double.
+/// (An executable graph's copy stays one-dimensional: the driver refuses
+/// any other there with `CUDA_ERROR_INVALID_VALUE`, measured on the H100,
+/// and so does the host double.)
 fn copy_set<E: Executor>(s: &mut Session<E>, exec: u64, node: u64, ctx: u64, shape: &CopyShape) -> CuRes<()> {
-    if exec != 0 && (shape.height.get() != 1 || shape.depth.get() != 1) {
-        return Err(CuError::INVALID_VALUE);
-    }
     let (nctx, e, n) = match exec {
         0 => nodes::node(s, node).map(|(c, _, n)| (c, None, n))?,
         x => exec_node(s, x, node).map(|(c, e, n)| (c, Some(e), n))?,
