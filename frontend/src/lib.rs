@@ -32,6 +32,7 @@
 //! matches replies to requests, [`Options`] and the backend address, and
 //! the [`transport`]s (local ring, Xen ring, TCP).
 
+mod array;
 mod bulk;
 mod capture_mode;
 mod client;
@@ -55,6 +56,7 @@ mod stats;
 pub mod transport;
 mod vmm;
 
+pub use array::{ArrayEnd, ArrayShape, TexSampling};
 pub use client::{CACHED_IMAGE_MIN, Client};
 pub use copy::Pitched;
 pub use error::{Error, Result, TransportError};

@@ -13,6 +13,7 @@
 //! range before it calls an executor; executors trust their arguments to
 //! that extent, but still return errors rather than panic.
 
+pub mod array;
 pub mod cuda;
 pub mod graph;
 pub mod host;
@@ -144,6 +145,7 @@ pub enum Copy2D {
     },
 }
 
+pub use array::{ArrayCopy, ArrayShape, CopySide, Resource, Sampling, View};
 pub use pvgpu_ring::proto::{LaunchAttr, TensorMapEncode};
 
 /// What a link gave: the image or the driver's error, and its logs.
@@ -216,6 +218,27 @@ pub trait ExecContext: Send + 'static {
     }
     /// `cuCtxSynchronize`.
     fn synchronize(&mut self) -> CuRes<()>;
+    /// `cuArray3DCreate` (`levels` 0) or `cuMipmappedArrayCreate`: the
+    /// executor's handle.
+    fn array_create(&mut self, shape: &ArrayShape, levels: u32) -> CuRes<u64>;
+    /// `cuArrayDestroy` or `cuMipmappedArrayDestroy`.
+    fn array_destroy(&mut self, raw: u64, mipmapped: bool) -> CuRes<()>;
+    /// `cuMipmappedArrayGetLevel`: the level's array, owned by the
+    /// mipmapped array.
+    fn mipmap_level(&mut self, raw: u64, level: u32) -> CuRes<u64>;
+    /// A copy with an array side, ordered on `stream`; complete when this
+    /// returns if `wait`.
+    ///
+    /// # Safety
+    /// Host sides hold `width * height * depth` bytes (writable for a
+    /// destination) until the copy is complete; arrays and device ranges
+    /// were checked by the session.
+    unsafe fn array_copy(&mut self, c: &ArrayCopy, stream: Option<Self::Stream>, wait: bool) -> CuRes<()>;
+    /// `cuTexObjectCreate` (with `sampling`) or `cuSurfObjectCreate`
+    /// (without): the object's value, which kernels receive.
+    fn tex_object_create(&mut self, res: &Resource, sampling: Option<&Sampling>) -> CuRes<u64>;
+    /// `cuTexObjectDestroy` or `cuSurfObjectDestroy`.
+    fn tex_object_destroy(&mut self, object: u64, surface: bool) -> CuRes<()>;
     /// `cuMemAlloc`.
     fn mem_alloc(&mut self, size: u64) -> CuRes<u64>;
     /// `cuMemFree` of an address `mem_alloc` returned.

@@ -25,6 +25,7 @@
 //! [`launch`] (launches and function queries); [`handler`] ties each command of the
 //! protocol's table to one of them.
 
+mod array;
 mod device;
 mod graph;
 mod handler;
@@ -159,6 +160,8 @@ pub struct Session<E: Executor> {
     links: link::Links,
     allocs: BTreeMap<u64, Alloc>,
     vmm: vmm::Vmm,
+    /// CUDA arrays, texture and surface objects.
+    arrays: array::Arrays,
     mem_used: u64,
     /// Device memory the session holds besides its allocations (what the
     /// driver reserved for its contexts, limits and modules), as last
@@ -213,6 +216,7 @@ impl<E: Executor> Session<E> {
             links: link::Links::default(),
             allocs: BTreeMap::new(),
             vmm: vmm::Vmm::new(n),
+            arrays: array::Arrays::new(n),
             mem_used: 0,
             overhead: 0,
             baseline: None,
@@ -469,6 +473,7 @@ impl<E: Executor> Drop for Session<E> {
         // the contexts exist; graphs go first (they may hold memory).
         graph::forget(self, None);
         vmm::forget(self, None);
+        array::forget(self, None);
         mirror::forget(self);
         // Forget handles before their contexts go: dropping a context frees
         // everything made in it.

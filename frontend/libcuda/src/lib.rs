@@ -34,6 +34,7 @@ pub mod image;
 pub mod library;
 pub mod state;
 
+pub use api::array::*;
 pub use api::capture::*;
 pub use api::context::*;
 pub use api::device::*;
@@ -59,6 +60,7 @@ pub use api::module::*;
 pub use api::pitched::*;
 pub use api::pointer::*;
 pub use api::pool::*;
+pub use api::texture::*;
 pub use api::user_object::*;
 pub use api::vmm::*;
 pub use pvgpu_ring::{CuError, CuResult};
@@ -112,7 +114,7 @@ mod tests {
 
     #[test]
     fn stubs_and_errors_need_no_backend() {
-        assert_eq!(cuArrayCreate_v2(std::ptr::null_mut(), std::ptr::null()), CuResult::NOT_SUPPORTED);
+        assert_eq!(cuArrayGetSparseProperties(std::ptr::null_mut(), std::ptr::null_mut()), CuResult::NOT_SUPPORTED);
         assert_eq!(cuCtxSynchronize(), CuResult::NOT_INITIALIZED);
         // Per-thread forms are generated from the hand-written functions, not stubs.
         // SAFETY: the default stream; no pointer is read.

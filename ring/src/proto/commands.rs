@@ -456,6 +456,20 @@ macro_rules! command_table {
             120 GraphCopyNodeSet(graph::graph_copy_node_set) [quiet]: GraphCopyNodeSet => ();
             /// The handle device code launches an executable graph by.
             121 GraphDeviceHandle(graph::graph_device_handle) [quiet]: GraphDeviceHandle => U64Rep;
+            /// `cuArray3DCreate`, `cuArrayCreate`, `cuMipmappedArrayCreate`.
+            122 ArrayCreate(array::array_create) [quiet]: ArrayCreate => HandleRep;
+            /// `cuArrayDestroy`, `cuMipmappedArrayDestroy`.
+            123 ArrayDestroy(array::array_destroy) []: ArrayDestroy => ();
+            /// `cuMipmappedArrayGetLevel`.
+            124 MipmapLevel(array::mipmap_level) [quiet]: MipmapLevel => HandleRep;
+            /// A copy with a CUDA array on one side or both (`cuMemcpy2D`,
+            /// `cuMemcpy3D`, `cuMemcpyHtoA`, ... and their `Async` forms).
+            125 ArrayCopy(array::array_copy) [posted]: ArrayCopy<'a> => Bulk;
+            /// `cuTexObjectCreate`, `cuSurfObjectCreate`: the object's value,
+            /// which kernels receive.
+            126 TexObjectCreate(array::tex_object_create) [quiet]: TexObjectCreate => U64Rep;
+            /// `cuTexObjectDestroy`, `cuSurfObjectDestroy`.
+            127 TexObjectDestroy(array::tex_object_destroy) [quiet]: TexObjectDestroy => ();
         }
     };
 }

@@ -2,6 +2,7 @@ use super::*;
 use proptest::prelude::*;
 use zerocopy::IntoBytes;
 
+mod array;
 mod graph;
 
 fn msg(op: Opcode, fixed: &[u8], tail: &[u8]) -> (Header, Vec<u8>) {
@@ -422,6 +423,7 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
         );
     }
     all.extend(graph::requests());
+    all.extend(array::requests());
     assert_eq!(all.len(), Opcode::ALL.len(), "every opcode has a request strategy");
     prop::strategy::Union::new(all)
 }

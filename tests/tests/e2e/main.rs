@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+mod arrays;
 mod conditional;
 mod copy_nodes;
 mod devices;
@@ -27,6 +28,7 @@ mod memory;
 mod modules;
 mod node_params;
 
+use arrays::*;
 use conditional::*;
 use copy_nodes::*;
 use devices::*;
@@ -154,6 +156,10 @@ over_every_transport!(
         launches_with_attributes,
         stream_ordered_allocation,
         pitched_copies_and_memsets,
+        arrays_round_trip,
+        layered_and_mipmapped_arrays,
+        array_copies_are_checked,
+        texture_and_surface_objects,
         tensor_maps,
         virtual_memory,
         mapped_host_memory,

@@ -397,6 +397,31 @@ impl ExecContext for CudaContext {
         self.memset2d(rect, value, elem, s)
     }
 
+    fn array_create(&mut self, shape: &crate::exec::ArrayShape, levels: u32) -> CuRes<u64> {
+        self.array_new(shape, levels)
+    }
+
+    fn array_destroy(&mut self, raw: u64, mipmapped: bool) -> CuRes<()> {
+        self.array_free(raw, mipmapped)
+    }
+
+    fn mipmap_level(&mut self, raw: u64, level: u32) -> CuRes<u64> {
+        self.level(raw, level)
+    }
+
+    unsafe fn array_copy(&mut self, c: &crate::exec::ArrayCopy, s: Option<CudaStream>, wait: bool) -> CuRes<()> {
+        // SAFETY: the same contract.
+        unsafe { self.copy_array(c, s, wait) }
+    }
+
+    fn tex_object_create(&mut self, res: &crate::exec::Resource, sampling: Option<&crate::exec::Sampling>) -> CuRes<u64> {
+        self.object_new(res, sampling)
+    }
+
+    fn tex_object_destroy(&mut self, object: u64, surface: bool) -> CuRes<()> {
+        self.object_free(object, surface)
+    }
+
     fn stream_mem_ops(&mut self, ops: &[crate::exec::MemOp], s: Option<CudaStream>) -> CuRes<()> {
         self.mem_ops(ops, s)
     }

@@ -9,6 +9,7 @@
 //! context of the process: see `docs/architecture.md`), so the backend runs
 //! each session of this executor in its own worker process by default.
 
+mod array;
 mod conditional;
 mod context;
 mod driver;

@@ -410,6 +410,32 @@ impl ExecContext for HostContext {
         self.mem_ops(ops, s)
     }
 
+    fn array_create(&mut self, shape: &crate::exec::ArrayShape, levels: u32) -> CuRes<u64> {
+        self.array_new(shape, levels)
+    }
+
+    fn array_destroy(&mut self, raw: u64, mipmapped: bool) -> CuRes<()> {
+        self.array_free(raw, mipmapped)
+    }
+
+    fn mipmap_level(&mut self, raw: u64, level: u32) -> CuRes<u64> {
+        self.level(raw, level)
+    }
+
+    unsafe fn array_copy(&mut self, c: &crate::exec::ArrayCopy, s: Option<u64>, _wait: bool) -> CuRes<()> {
+        let capturing = self.graphs.capturing(s);
+        // SAFETY: the same contract.
+        unsafe { self.copy_array(c, capturing) }
+    }
+
+    fn tex_object_create(&mut self, res: &crate::exec::Resource, sampling: Option<&crate::exec::Sampling>) -> CuRes<u64> {
+        self.object_new(res, sampling)
+    }
+
+    fn tex_object_destroy(&mut self, object: u64, surface: bool) -> CuRes<()> {
+        self.object_free(object, surface)
+    }
+
     fn memset_2d(&mut self, rect: Rect, value: u32, elem: u32, s: Option<u64>) -> CuRes<()> {
         if self.captured(s, || Op::Memset { rect, value, elem })? {
             return Ok(());

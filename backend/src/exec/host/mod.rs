@@ -14,6 +14,7 @@
 //! so in its device name ("pvgpu host executor (test double)") and in the
 //! backend's log.
 
+mod array;
 mod capture;
 mod conditional;
 mod context;
@@ -188,6 +189,7 @@ impl Executor for HostExecutor {
             graphs: graph::Graphs::default(),
             exec_nodes: HashMap::new(),
             host_work: replay::HostWork::default(),
+            arrays: array::Arrays::default(),
         };
         c.recount_reserved();
         Ok(c)
@@ -250,6 +252,8 @@ pub struct HostContext {
     exec_nodes: HashMap<u64, HashMap<u64, u64>>,
     /// Launched work held back behind a host node.
     host_work: replay::HostWork,
+    /// Arrays and texture and surface objects.
+    arrays: array::Arrays,
 }
 
 impl HostContext {

@@ -1,6 +1,7 @@
 //! The driver API functions implemented by hand. Everything else is a
 //! generated stub (see `build.rs`).
 
+pub mod array;
 pub mod capture;
 pub mod context;
 pub mod device;
@@ -26,5 +27,6 @@ pub mod module;
 pub mod pitched;
 pub mod pointer;
 pub mod pool;
+pub mod texture;
 pub mod user_object;
 pub mod vmm;

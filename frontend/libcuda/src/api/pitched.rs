@@ -1,12 +1,13 @@
 //! Pitched copies (`cuMemcpy2D`, `cuMemcpy3D` and their `Async` forms) and
 //! memsets (`cuMemsetD2D*`). Host, device and unified sides are
-//! supported; CUDA arrays (textures) are not. A 3D copy is a 2D copy per
-//! depth slice.
+//! supported here; a copy naming a CUDA array goes to [`super::array`]. A
+//! 3D copy without arrays is a 2D copy per depth slice.
 
+use super::array::{self, Side};
 use crate::state::{self, Res, objects, run};
 use pvgpu_frontend::{Pitched, Stream};
 use pvgpu_ring::cuda::api::{
-    CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED, CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUmemorytype, CUstream,
+    CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED, CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUmemorytype, CUstream,
 };
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::c_void;
@@ -20,7 +21,8 @@ pub(crate) fn side(kind: CUmemorytype, host: *const c_void, device: u64, offset:
         CU_MEMORYTYPE_HOST => Ok(Pitched::Host { ptr: (host as usize + offset) as *const u8, pitch }),
         CU_MEMORYTYPE_UNIFIED if unified_is_device(device) => Ok(Pitched::Device { ptr: device + offset as u64, pitch: pitch as u64 }),
         CU_MEMORYTYPE_UNIFIED => Ok(Pitched::Host { ptr: (device as usize + offset) as *const u8, pitch }),
-        // CUDA arrays.
+        // CUDA arrays: copies go through `array::copy`; graph nodes of
+        // arrays are not supported.
         _ => Err(CuError::NOT_SUPPORTED),
     }
 }
@@ -31,6 +33,11 @@ fn copy_2d(p: *const CUDA_MEMCPY2D, s: Option<CUstream>) -> Res {
     }
     // SAFETY: a readable CUDA_MEMCPY2D, per the API.
     let c = unsafe { &*p };
+    if c.srcMemoryType == CU_MEMORYTYPE_ARRAY || c.dstMemoryType == CU_MEMORYTYPE_ARRAY {
+        let src = Side { kind: c.srcMemoryType, host: c.srcHost, device: c.srcDevice, array: c.srcArray, x: c.srcXInBytes, y: c.srcY, z: 0, pitch: c.srcPitch, height: 0 };
+        let dst = Side { kind: c.dstMemoryType, host: c.dstHost, device: c.dstDevice, array: c.dstArray, x: c.dstXInBytes, y: c.dstY, z: 0, pitch: c.dstPitch, height: 0 };
+        return array::copy(&dst, &src, c.WidthInBytes, c.Height, 1, s);
+    }
     let src = side(c.srcMemoryType, c.srcHost, c.srcDevice, c.srcY * c.srcPitch + c.srcXInBytes, c.srcPitch)?;
     let dst = side(c.dstMemoryType, c.dstHost, c.dstDevice, c.dstY * c.dstPitch + c.dstXInBytes, c.dstPitch)?;
     let stream = s.map_or(Stream::DEFAULT, state::ordered);
@@ -77,6 +84,31 @@ fn copy_3d(p: *const CUDA_MEMCPY3D, s: Option<CUstream>) -> Res {
     let c = unsafe { &*p };
     if c.srcLOD != 0 || c.dstLOD != 0 {
         return Err(CuError::INVALID_VALUE);
+    }
+    if c.srcMemoryType == CU_MEMORYTYPE_ARRAY || c.dstMemoryType == CU_MEMORYTYPE_ARRAY {
+        let src = Side {
+            kind: c.srcMemoryType,
+            host: c.srcHost,
+            device: c.srcDevice,
+            array: c.srcArray,
+            x: c.srcXInBytes,
+            y: c.srcY,
+            z: c.srcZ,
+            pitch: c.srcPitch,
+            height: c.srcHeight,
+        };
+        let dst = Side {
+            kind: c.dstMemoryType,
+            host: c.dstHost,
+            device: c.dstDevice,
+            array: c.dstArray,
+            x: c.dstXInBytes,
+            y: c.dstY,
+            z: c.dstZ,
+            pitch: c.dstPitch,
+            height: c.dstHeight,
+        };
+        return array::copy(&dst, &src, c.WidthInBytes, c.Height, c.Depth, s);
     }
     let stream = s.map_or(Stream::DEFAULT, state::ordered);
     let client = state::client()?;

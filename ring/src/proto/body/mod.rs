@@ -6,6 +6,7 @@
 //! it. Replies are [`Reply`]s: owned values the frontend decodes the same
 //! way.
 
+mod array;
 mod graph;
 mod link;
 mod memop;
@@ -13,6 +14,7 @@ mod mirror;
 mod replies;
 mod tails;
 
+pub use array::*;
 pub use graph::*;
 pub use link::*;
 pub use memop::*;
@@ -192,6 +194,10 @@ fixed! { checked requests:
 fixed! { requests: HostMirrorUnmap, HostMirrorPull, LinkRead, LinkDestroy, HostCallWait, HostCallDone }
 
 fixed! { checked requests: HostMirrorMap }
+
+fixed! { requests: MipmapLevel }
+
+fixed! { checked requests: ArrayCreate, ArrayDestroy, TexObjectCreate, TexObjectDestroy }
 
 impl Validate for HostMirrorMap {
     fn validate(&self) -> Result<(), DecodeError> {

@@ -124,6 +124,7 @@ macro_rules! wire_structs {
     };
 }
 
+mod array;
 mod exec;
 mod graph;
 mod host_call;
@@ -133,6 +134,7 @@ mod memory;
 mod mirror;
 mod replies;
 
+pub use array::*;
 pub use exec::*;
 pub use graph::*;
 pub use host_call::*;
