@@ -62,6 +62,9 @@ pub struct SessionLimits {
     /// The session's seat in its peer's memory ledger: what all sessions of
     /// the peer hold together stays within `--peer-mem-quota`.
     pub peer_ledger: Option<crate::ledger::LedgerView>,
+    /// Percent of a device's largest persisting-L2 set-aside a session may
+    /// ask for; more is cut to it.
+    pub persisting_l2_percent: u32,
 }
 
 impl Default for SessionLimits {
@@ -72,6 +75,7 @@ impl Default for SessionLimits {
             max_image: pvgpu_ring::proto::MAX_PAYLOAD,
             footprint: false,
             peer_ledger: None,
+            persisting_l2_percent: 25,
         }
     }
 }

@@ -189,6 +189,11 @@ struct ExecArgs {
     /// Device memory each session may allocate (e.g. 8G). Unlimited if unset.
     #[arg(long, value_parser = parse_bytes)]
     mem_quota: Option<u64>,
+    /// Percent of a device's persisting-L2 maximum one session may set
+    /// aside (`cudaLimitPersistingL2CacheSize`); larger requests are cut to
+    /// it. The set-aside is the device's, shared by every session on it.
+    #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u32).range(0..=100))]
+    persisting_l2_percent: u32,
     /// Largest shared data area a local frontend may bring.
     #[arg(long, value_parser = parse_bytes, default_value = "1G")]
     max_data_area: u64,
@@ -234,7 +239,7 @@ fn secs(n: u64) -> Option<Duration> {
 impl ExecArgs {
     fn session(&self) -> SessionConfig {
         SessionConfig {
-            limits: SessionLimits { mem_quota: self.mem_quota, ..SessionLimits::default() },
+            limits: SessionLimits { mem_quota: self.mem_quota, persisting_l2_percent: self.persisting_l2_percent, ..SessionLimits::default() },
             max_data_area: self.max_data_area,
             spin: Duration::from_micros(self.spin_us),
             same_address: false,
@@ -278,6 +283,8 @@ impl ExecArgs {
             a.push("--mem-quota".into());
             a.push(q.to_string());
         }
+        a.push("--persisting-l2-percent".into());
+        a.push(self.persisting_l2_percent.to_string());
         a.push("--image-cache".into());
         a.push(self.image_cache_dir().map_or("off".into(), |d| d.display().to_string()));
         a.push("--image-cache-max".into());

@@ -35,6 +35,22 @@ impl Client {
         self.post(&StreamWaitEvent { stream: s.0.into(), event: e.0.into(), flags: 0.into(), reserved: 0.into() })
     }
 
+    /// `cuStreamGetAttribute`, or `cuStreamSetAttribute` with `value`, of
+    /// stream `s` of context `ctx`: the value (after a set, what the stream
+    /// now holds), as `CUstreamAttrValue` lays it out.
+    pub fn stream_attr(&self, ctx: Context, s: Stream, attr: u32, value: Option<[u8; 64]>) -> Result<[u8; 64]> {
+        let op = if value.is_some() { NODE_ATTR_SET } else { NODE_ATTR_GET };
+        let r = StreamAttr { ctx: ctx.0.into(), stream: s.0.into(), src: 0.into(), attr: attr.into(), op: op.into(), value: value.unwrap_or([0; 64]) };
+        Ok(self.call(&r)?.value)
+    }
+
+    /// `cuStreamCopyAttributes`: every attribute of stream `src` to stream
+    /// `dst`, both of context `ctx`.
+    pub fn stream_copy_attrs(&self, ctx: Context, dst: Stream, src: Stream) -> Result<()> {
+        let r = StreamAttr { ctx: ctx.0.into(), stream: dst.0.into(), src: src.0.into(), attr: 0.into(), op: NODE_ATTR_COPY.into(), value: [0; 64] };
+        self.call(&r).map(|_| ())
+    }
+
     /// `cuEventCreate`.
     pub fn event_create(&self, ctx: Context, flags: u32) -> Result<Event> {
         Ok(Event(self.call(&EventCreate { ctx: ctx.0.into(), flags: flags.into(), reserved: 0.into() })?.handle.get()))

@@ -353,3 +353,13 @@ fn traced_through_pvgpu_trace() {
         "the runtime retains the primary context and creates its state: {cls_get}"
     );
 }
+
+#[test]
+fn textures_over_local() {
+    worker_run("textures", Transport::Local);
+}
+
+#[test]
+fn textures_over_tcp() {
+    worker_run("textures", Transport::Tcp);
+}

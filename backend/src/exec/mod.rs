@@ -362,6 +362,12 @@ pub trait ExecContext: Send + 'static {
     fn event_elapsed(&mut self, start: Self::Event, end: Self::Event) -> CuRes<f32>;
     /// Makes `s` (the default stream if `None`) wait for `e`.
     fn stream_wait_event(&mut self, s: Option<Self::Stream>, e: Self::Event) -> CuRes<()>;
+    /// `cuStreamGetAttribute`, or `cuStreamSetAttribute` with `set`: the
+    /// value (after a set, what the stream now holds), as
+    /// `CUstreamAttrValue` lays it out.
+    fn stream_attr(&mut self, s: Option<Self::Stream>, attr: u32, set: Option<&[u8; 64]>) -> CuRes<[u8; 64]>;
+    /// `cuStreamCopyAttributes`.
+    fn stream_copy_attrs(&mut self, dst: Option<Self::Stream>, src: Option<Self::Stream>) -> CuRes<()>;
     /// `cuFuncGetAttribute`.
     fn func_get_attribute(&mut self, f: Self::Function, attr: i32) -> CuRes<i32>;
     /// `cuFuncSetAttribute`.

@@ -10,7 +10,8 @@
 //!   rows inside the array's row, its rows and slices inside its height and
 //!   depth; its device side lies inside one of the session's allocations;
 //! - a texture or surface object names the session's arrays or memory
-//!   (linear and pitched ranges checked like copies); its value is the
+//!   (the first byte of linear and pitched memory inside one of its
+//!   allocations, as the driver bounds no more); its value is the
 //!   driver's, meaningful only in the session's own context, and only the
 //!   session's objects may be destroyed through it.
 //!
@@ -18,7 +19,7 @@
 //! refuses what it cannot capture).
 
 use super::memory::pinned_async;
-use super::{Io, Session};
+use super::{Io, Session, end_of};
 use crate::exec::array::{ARRAY_FLAGS, format_bytes};
 use crate::exec::{ArrayCopy, ArrayShape, CopySide, CuRes, ExecContext, Executor, Resource, Sampling, View};
 use crate::handles::HandleTable;
@@ -255,10 +256,16 @@ fn resource<E: Executor>(s: &Session<E>, res: &proto::ResourceDesc) -> CuRes<(u6
             let (c, raw) = array(addr, true)?;
             (c, Resource::Mipmapped(raw))
         }
+        // Memory: its first byte must be the session's; the driver does
+        // not bound the extent by the allocation, and programs rely on it
+        // (NVIDIA's FFT convolution sample names padding past its buffer):
+        // the object reads in the session's own context, as its kernels
+        // may.
         proto::RESOURCE_LINEAR => {
             elem()?;
             let bytes = res.bytes.get();
-            (s.range(addr, bytes)?, Resource::Linear { ptr: addr, format, channels, bytes })
+            end_of(addr, bytes)?;
+            (s.range(addr, 1)?, Resource::Linear { ptr: addr, format, channels, bytes })
         }
         _ => {
             let (width, height, pitch) = (res.width.get(), res.height.get(), res.bytes.get());
@@ -266,8 +273,8 @@ fn resource<E: Executor>(s: &Session<E>, res: &proto::ResourceDesc) -> CuRes<(u6
             if height == 0 || row > pitch {
                 return Err(CuError::INVALID_VALUE);
             }
-            let span = pitch.checked_mul(height - 1).and_then(|b| b.checked_add(row)).ok_or(CuError::INVALID_VALUE)?;
-            (s.range(addr, span)?, Resource::Pitch2D { ptr: addr, format, channels, width, height, pitch })
+            pitch.checked_mul(height - 1).and_then(|b| b.checked_add(row)).and_then(|b| addr.checked_add(b)).ok_or(CuError::INVALID_VALUE)?;
+            (s.range(addr, 1)?, Resource::Pitch2D { ptr: addr, format, channels, width, height, pitch })
         }
     })
 }

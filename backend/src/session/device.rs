@@ -5,6 +5,7 @@ use super::{Alloc, AllocKind, CtxEntry, Io, Session, policy};
 use crate::exec::graph::ExecGraph;
 use crate::exec::{CuRes, ExecContext, Executor};
 use pvgpu_ring::CuError;
+use pvgpu_ring::cuda::api::{CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, CU_LIMIT_PERSISTING_L2_CACHE_SIZE};
 use pvgpu_ring::proto::{self, AttrPair, DevicePropsHead, DevicePropsRep, HandleRep, HelloRep, I32Rep, PROTOCOL_VERSION};
 
 /// Most contexts one session may hold at once.
@@ -139,17 +140,24 @@ pub(super) fn ctx_limit<E: Executor>(s: &mut Session<E>, r: proto::CtxLimit, _: 
     if !set {
         return Ok(proto::U64Rep { value: c.get_limit(limit)?.into() });
     }
+    let mut value = r.value.get();
+    if limit == CU_LIMIT_PERSISTING_L2_CACHE_SIZE.0 {
+        let dev = s.ctxs.get(ctx).ok_or(CuError::INVALID_CONTEXT)?.device;
+        let max = s.exec.devices().get(dev).and_then(|d| d.attr(CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE.0 as i32)).unwrap_or(0);
+        value = policy::persisting_l2(value, max.max(0) as u64, s.limits.persisting_l2_percent);
+    }
+    let c = s.enter(ctx)?;
     // What the driver reserves for a limit (a stack for every thread that
     // can be resident, the heap, the printf buffer) counts against the
     // quota: a limit that does not fit is put back.
     let old = c.get_limit(limit)?;
-    c.set_limit(limit, r.value.get())?;
+    c.set_limit(limit, value)?;
     if !s.remeasure() {
         s.enter(ctx)?.set_limit(limit, old)?;
         s.remeasure();
         return Err(CuError::OUT_OF_MEMORY);
     }
-    Ok(proto::U64Rep { value: r.value.get().into() })
+    Ok(proto::U64Rep { value: value.into() })
 }
 
 /// Creates a context, makes it current, and page-locks the data area
@@ -160,7 +168,7 @@ fn new_context<E: Executor>(s: &mut Session<E>, device: usize, flags: u32, prima
     }
     let mut ctx = s.exec.create_context(device, flags)?;
     ctx.attach_host_calls(s.host_calls.clone());
-    let id = s.ctxs.insert(CtxEntry { primary, ctx })?;
+    let id = s.ctxs.insert(CtxEntry { primary, device, ctx })?;
     // Creating a context makes it current on this thread.
     s.current = Some(id);
     // What the driver reserves for a context counts against the quota.

@@ -85,6 +85,8 @@ pub struct Io<'a> {
 
 struct CtxEntry<C> {
     primary: bool,
+    /// The device's ordinal.
+    device: usize,
     ctx: C,
 }
 

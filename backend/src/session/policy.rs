@@ -4,7 +4,7 @@
 //! driver end the worker silently, `CU_CTX_USER_COREDUMP_ENABLE` leaves a
 //! FIFO in the backend's working directory per session, and
 //! `CU_LIMIT_PERSISTING_L2_CACHE_SIZE` sets aside L2 cache of the whole
-//! device.
+//! device (granted up to the session's share, see [`persisting_l2`]).
 
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::*;
@@ -34,7 +34,8 @@ pub(super) fn ctx_flags(flags: u32) -> Result<u32, CuError> {
 
 /// Checks a limit a guest sets: the stack, printf buffer, device heap,
 /// device-runtime depths and L2 fetch granularity act on its own context;
-/// the persisting L2 set-aside acts on the device (`NOT_SUPPORTED`).
+/// the persisting L2 set-aside acts on the device and is cut to the
+/// session's share ([`persisting_l2`]).
 pub(super) fn ctx_limit(limit: u32) -> Result<(), CuError> {
     match CUlimit(limit) {
         CU_LIMIT_STACK_SIZE
@@ -42,10 +43,17 @@ pub(super) fn ctx_limit(limit: u32) -> Result<(), CuError> {
         | CU_LIMIT_MALLOC_HEAP_SIZE
         | CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH
         | CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT
-        | CU_LIMIT_MAX_L2_FETCH_GRANULARITY => Ok(()),
-        CU_LIMIT_PERSISTING_L2_CACHE_SIZE => Err(CuError::NOT_SUPPORTED),
+        | CU_LIMIT_MAX_L2_FETCH_GRANULARITY
+        | CU_LIMIT_PERSISTING_L2_CACHE_SIZE => Ok(()),
         _ => Err(CuError::INVALID_VALUE),
     }
+}
+
+/// The persisting-L2 set-aside a session gets when it asks for `want`
+/// bytes: at most `percent` of the device's largest (`max`). The driver
+/// rounds what it is given to its own granularity.
+pub(super) fn persisting_l2(want: u64, max: u64, percent: u32) -> u64 {
+    want.min(max.saturating_mul(u64::from(percent.min(100))) / 100)
 }
 
 /// Checks a function attribute a guest sets: dynamic shared memory, the
@@ -81,7 +89,10 @@ mod tests {
     #[test]
     fn device_wide_limits_and_read_only_attributes_are_refused() {
         assert_eq!(ctx_limit(0), Ok(()));
-        assert_eq!(ctx_limit(6), Err(CuError::NOT_SUPPORTED));
+        assert_eq!(ctx_limit(6), Ok(()));
+        assert_eq!(persisting_l2(1 << 30, 100 << 20, 25), 25 << 20);
+        assert_eq!(persisting_l2(1 << 20, 100 << 20, 25), 1 << 20);
+        assert_eq!(persisting_l2(1 << 20, 100 << 20, 0), 0);
         assert_eq!(ctx_limit(99), Err(CuError::INVALID_VALUE));
         assert_eq!(func_attribute(8), Ok(()));
         assert_eq!(func_attribute(0), Err(CuError::INVALID_VALUE));

@@ -6,7 +6,10 @@ use super::{Owned, Session};
 use crate::exec::graph::ExecGraph;
 use crate::exec::{CuRes, ExecContext, Executor};
 use pvgpu_ring::CuError;
-use pvgpu_ring::cuda::api::CU_STREAM_CAPTURE_MODE_RELAXED;
+use pvgpu_ring::cuda::api::{
+    CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN, CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP, CU_LAUNCH_ATTRIBUTE_PRIORITY,
+    CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, CU_STREAM_CAPTURE_MODE_RELAXED, CUlaunchAttributeID,
+};
 use pvgpu_ring::proto::{self, ElapsedRep, HandleRep};
 
 pub(super) fn stream_create<E: Executor>(s: &mut Session<E>, r: proto::StreamCreate, _: &mut Io<'_>) -> CuRes<HandleRep> {
@@ -45,6 +48,35 @@ pub(super) fn stream_wait_event<E: Executor>(s: &mut Session<E>, r: proto::Strea
     let (ctx, ev) = event(s, r.event.get())?;
     let st = s.stream(r.stream.get(), ctx)?;
     s.enter(ctx)?.stream_wait_event(st, ev)
+}
+
+/// Attributes a stream may carry: the access-policy window (an L2 hint
+/// over the session's own memory), synchronisation policy, priority and
+/// memory synchronisation domains.
+const STREAM_ATTRS: [CUlaunchAttributeID; 5] = [
+    CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
+    CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY,
+    CU_LAUNCH_ATTRIBUTE_PRIORITY,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
+];
+
+pub(super) fn stream_attr<E: Executor>(s: &mut Session<E>, r: proto::StreamAttr, _: &mut Io<'_>) -> CuRes<proto::AttrValueRep> {
+    let ctx = r.ctx.get();
+    let st = s.stream(r.stream.get(), ctx)?;
+    let mut value = [0u8; 64];
+    if r.op.get() == proto::NODE_ATTR_COPY {
+        let src = s.stream(r.src.get(), ctx)?;
+        s.enter(ctx)?.stream_copy_attrs(st, src)?;
+    } else {
+        let attr = r.attr.get();
+        if !STREAM_ATTRS.contains(&CUlaunchAttributeID(attr)) {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let set = (r.op.get() == proto::NODE_ATTR_SET).then_some(&r.value);
+        value = s.enter(ctx)?.stream_attr(st, attr, set)?;
+    }
+    Ok(proto::AttrValueRep { value })
 }
 
 /// The event `id` and its context.

@@ -60,6 +60,7 @@ pub use api::module::*;
 pub use api::pitched::*;
 pub use api::pointer::*;
 pub use api::pool::*;
+pub use api::stream_attr::*;
 pub use api::texture::*;
 pub use api::user_object::*;
 pub use api::vmm::*;

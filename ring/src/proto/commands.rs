@@ -470,6 +470,8 @@ macro_rules! command_table {
             126 TexObjectCreate(array::tex_object_create) [quiet]: TexObjectCreate => U64Rep;
             /// `cuTexObjectDestroy`, `cuSurfObjectDestroy`.
             127 TexObjectDestroy(array::tex_object_destroy) [quiet]: TexObjectDestroy => ();
+            /// A stream's attributes: get, set, copy from another stream.
+            128 StreamAttr(stream::stream_attr) [quiet]: StreamAttr => AttrValueRep;
         }
     };
 }

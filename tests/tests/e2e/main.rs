@@ -27,6 +27,7 @@ mod memops;
 mod memory;
 mod modules;
 mod node_params;
+mod parity;
 
 use arrays::*;
 use conditional::*;
@@ -41,6 +42,7 @@ use memops::*;
 use memory::*;
 use modules::*;
 use node_params::*;
+use parity::*;
 
 fn shared() -> &'static Harness {
     static H: OnceLock<Harness> = OnceLock::new();
@@ -160,6 +162,7 @@ over_every_transport!(
         layered_and_mipmapped_arrays,
         array_copies_are_checked,
         texture_and_surface_objects,
+        stream_attributes_and_persisting_l2,
         tensor_maps,
         virtual_memory,
         mapped_host_memory,

@@ -305,6 +305,15 @@ impl ExecContext for CudaContext {
         ck(unsafe { sys::cuStreamWaitEvent(raw_stream(s), e.0, 0) })
     }
 
+    fn stream_attr(&mut self, s: Option<CudaStream>, attr: u32, set: Option<&[u8; 64]>) -> CuRes<[u8; 64]> {
+        self.stream_attribute(s, attr, set)
+    }
+
+    fn stream_copy_attrs(&mut self, dst: Option<CudaStream>, src: Option<CudaStream>) -> CuRes<()> {
+        // SAFETY: two streams of this context (or its default stream).
+        ok(unsafe { entry(self.drv.cuStreamCopyAttributes)?(raw_stream(dst) as _, raw_stream(src) as _) })
+    }
+
     fn func_get_attribute(&mut self, f: CudaFunction, attr: i32) -> CuRes<i32> {
         let mut v = 0;
         let get = entry(self.drv.cuFuncGetAttribute)?;

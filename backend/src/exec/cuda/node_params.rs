@@ -149,6 +149,25 @@ impl CudaContext {
         Ok(unsafe { std::mem::transmute::<CUkernelNodeAttrValue, [u8; 64]>(out) })
     }
 
+    pub(super) fn stream_attribute(&mut self, s: Option<super::CudaStream>, attr: u32, value: Option<&[u8; 64]>) -> CuRes<[u8; 64]> {
+        let drv = self.drv;
+        let (st, id) = (super::raw_stream(s) as CUstream, CUlaunchAttributeID(attr));
+        if let Some(v) = value {
+            // SAFETY: the value union is 64 plain bytes (integers, floats,
+            // pointers the driver only records), any of which is valid.
+            let v = unsafe { std::mem::transmute::<[u8; 64], CUstreamAttrValue>(*v) };
+            // SAFETY: a stream of this context (or its default stream); the
+            // value lives through the call; the driver checks the id.
+            ok(unsafe { entry(drv.cuStreamSetAttribute)?(st, id, &v) })?;
+        }
+        // SAFETY: plain integers, zero for each member.
+        let mut out: CUstreamAttrValue = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; a valid out-pointer.
+        ok(unsafe { entry(drv.cuStreamGetAttribute)?(st, id, &mut out) })?;
+        // SAFETY: as above, the other way.
+        Ok(unsafe { std::mem::transmute::<CUstreamAttrValue, [u8; 64]>(out) })
+    }
+
     pub(super) fn copy_node_attrs(&mut self, dst: CudaNode, src: CudaNode) -> CuRes<()> {
         // SAFETY: two live nodes of this context (the driver checks they
         // are kernel nodes).

@@ -1,10 +1,12 @@
 //! CUDA arrays and texture and surface objects in the test double: an
 //! array is a host buffer of its elements, row by row and slice by slice;
-//! an object is a number naming its resource. Kernels of the registry do
-//! not sample them: the double checks what the protocol carries (shapes,
-//! copies, handles), not texturing.
+//! an object is a number naming its resource. Kernels of the registry read
+//! float textures texel by texel (point sampling, unnormalised coordinates,
+//! clamped) and read and write float surfaces: enough to show the objects
+//! reach kernels, not a texture unit.
 
 use super::HostContext;
+use super::kernels::{Fault, Mem};
 use crate::exec::array::{ArrayCopy, ArrayShape, CopySide, Resource, Sampling};
 use crate::exec::CuRes;
 use pvgpu_ring::CuError;
@@ -35,7 +37,7 @@ impl HostContext {
     fn new_array(&mut self, shape: &ArrayShape, level_of: Option<u64>) -> CuRes<u64> {
         let bytes = shape.bytes().filter(|&b| b > 0 && b <= MAX_ARRAY_BYTES).ok_or(CuError::INVALID_VALUE)?;
         let h = self.handle();
-        self.arrays.arrays.insert(h, HostArray { shape: *shape, data: vec![0; bytes as usize], level_of });
+        self.mem.arrays.arrays.insert(h, HostArray { shape: *shape, data: vec![0; bytes as usize], level_of });
         Ok(h)
     }
 
@@ -54,25 +56,25 @@ impl HostContext {
             match self.new_array(&shape.level(l), Some(h)) {
                 Ok(a) => made.push(a),
                 Err(e) => {
-                    made.iter().for_each(|a| drop(self.arrays.arrays.remove(a)));
+                    made.iter().for_each(|a| drop(self.mem.arrays.arrays.remove(a)));
                     return Err(e);
                 }
             }
         }
-        self.arrays.mipmaps.insert(h, made);
+        self.mem.arrays.mipmaps.insert(h, made);
         Ok(h)
     }
 
     pub(super) fn array_free(&mut self, raw: u64, mipmapped: bool) -> CuRes<()> {
         self.ok()?;
         if mipmapped {
-            let levels = self.arrays.mipmaps.remove(&raw).ok_or(CuError::INVALID_HANDLE)?;
-            levels.iter().for_each(|a| drop(self.arrays.arrays.remove(a)));
+            let levels = self.mem.arrays.mipmaps.remove(&raw).ok_or(CuError::INVALID_HANDLE)?;
+            levels.iter().for_each(|a| drop(self.mem.arrays.arrays.remove(a)));
             return Ok(());
         }
-        match self.arrays.arrays.get(&raw) {
+        match self.mem.arrays.arrays.get(&raw) {
             Some(a) if a.level_of.is_none() => {
-                self.arrays.arrays.remove(&raw);
+                self.mem.arrays.arrays.remove(&raw);
                 Ok(())
             }
             _ => Err(CuError::INVALID_HANDLE),
@@ -81,7 +83,7 @@ impl HostContext {
 
     pub(super) fn level(&mut self, raw: u64, level: u32) -> CuRes<u64> {
         self.ok()?;
-        let levels = self.arrays.mipmaps.get(&raw).ok_or(CuError::INVALID_HANDLE)?;
+        let levels = self.mem.arrays.mipmaps.get(&raw).ok_or(CuError::INVALID_HANDLE)?;
         levels.get(level as usize).copied().ok_or(CuError::INVALID_VALUE)
     }
 
@@ -104,7 +106,7 @@ impl HostContext {
                 row.copy_from_slice(unsafe { std::slice::from_raw_parts(p.add(off), len) });
             }
             CopySide::Array { raw, x, y: y0, z: z0 } => {
-                let a = self.arrays.arrays.get(&raw).ok_or(CuError::INVALID_HANDLE)?;
+                let a = self.mem.arrays.arrays.get(&raw).ok_or(CuError::INVALID_HANDLE)?;
                 let off = element_offset(&a.shape, x, y0 + y, z0 + z, len as u64)?;
                 row.copy_from_slice(&a.data[off..off + len]);
             }
@@ -128,7 +130,7 @@ impl HostContext {
                 unsafe { std::slice::from_raw_parts_mut(p.add(off), len) }.copy_from_slice(row);
             }
             CopySide::Array { raw, x, y: y0, z: z0 } => {
-                let a = self.arrays.arrays.get_mut(&raw).ok_or(CuError::INVALID_HANDLE)?;
+                let a = self.mem.arrays.arrays.get_mut(&raw).ok_or(CuError::INVALID_HANDLE)?;
                 let off = element_offset(&a.shape, x, y0 + y, z0 + z, len as u64)?;
                 a.data[off..off + len].copy_from_slice(row);
             }
@@ -159,28 +161,25 @@ impl HostContext {
 
     pub(super) fn object_new(&mut self, res: &Resource, sampling: Option<&Sampling>) -> CuRes<u64> {
         self.ok()?;
-        let known = |a: &u64| self.arrays.arrays.contains_key(a);
+        let known = |a: &u64| self.mem.arrays.arrays.contains_key(a);
         match res {
             Resource::Array(a) if !known(a) => return Err(CuError::INVALID_HANDLE),
-            Resource::Array(a) if sampling.is_none() && self.arrays.arrays[a].shape.flags & super::super::array::ARRAY_SURFACE_LDST == 0 => {
-                return Err(CuError::INVALID_VALUE);
-            }
-            Resource::Mipmapped(m) if !self.arrays.mipmaps.contains_key(m) => return Err(CuError::INVALID_HANDLE),
+            Resource::Mipmapped(m) if !self.mem.arrays.mipmaps.contains_key(m) => return Err(CuError::INVALID_HANDLE),
             Resource::Mipmapped(_) | Resource::Linear { .. } | Resource::Pitch2D { .. } if sampling.is_none() => {
                 return Err(CuError::INVALID_VALUE);
             }
             _ => {}
         }
         let h = self.handle();
-        self.arrays.objects.insert(h, (*res, sampling.is_none()));
+        self.mem.arrays.objects.insert(h, (*res, sampling.is_none()));
         Ok(h)
     }
 
     pub(super) fn object_free(&mut self, object: u64, surface: bool) -> CuRes<()> {
         self.ok()?;
-        match self.arrays.objects.get(&object) {
+        match self.mem.arrays.objects.get(&object) {
             Some(&(_, s)) if s == surface => {
-                self.arrays.objects.remove(&object);
+                self.mem.arrays.objects.remove(&object);
                 Ok(())
             }
             _ => Err(CuError::INVALID_VALUE),
@@ -196,4 +195,54 @@ fn element_offset(s: &ArrayShape, x: u64, y: u64, z: u64, len: u64) -> CuRes<usi
         return Err(CuError::INVALID_VALUE);
     }
     Ok(((z * s.rows() + y) * row + x) as usize)
+}
+
+impl Mem {
+    /// The float at element `(x, y)` of a float resource, clamped to it.
+    fn resource_f32(&self, res: &Resource, x: u64, y: u64) -> Result<f32, Fault> {
+        let (array, ptr, pitch, w, h) = match *res {
+            Resource::Array(a) => {
+                let a = self.arrays.arrays.get(&a).ok_or(Fault)?;
+                (Some(a), 0, 0, a.shape.width, a.shape.rows())
+            }
+            Resource::Pitch2D { ptr, format: 0x20, channels: 1, width, height, pitch } => (None, ptr, pitch, width, height),
+            Resource::Linear { ptr, format: 0x20, channels: 1, bytes } => (None, ptr, bytes, bytes / 4, 1),
+            _ => return Err(Fault),
+        };
+        let (x, y) = (x.min(w.saturating_sub(1)), y.min(h.saturating_sub(1)));
+        let b: [u8; 4] = match array {
+            Some(a) if a.shape.format == 0x20 && a.shape.channels == 1 => {
+                let off = element_offset(&a.shape, x * 4, y, 0, 4).map_err(|_| Fault)?;
+                a.data[off..off + 4].try_into().map_err(|_| Fault)?
+            }
+            Some(_) => return Err(Fault),
+            None => self.bytes(ptr + y * pitch + x * 4, 4)?.try_into().map_err(|_| Fault)?,
+        };
+        Ok(f32::from_le_bytes(b))
+    }
+
+    /// `tex2D<float>` of texture object `tex` at texel `(x, y)`.
+    pub fn texel(&self, tex: u64, x: u64, y: u64) -> Result<f32, Fault> {
+        match self.arrays.objects.get(&tex) {
+            Some((res, false)) => self.resource_f32(res, x, y),
+            _ => Err(Fault),
+        }
+    }
+
+    /// Reads (with `None`) or writes the float at element `(x, y)` of
+    /// surface object `surf`; outside the surface is a fault, as a
+    /// surface access that traps.
+    pub fn surface_f32(&mut self, surf: u64, x: u64, y: u64, v: Option<f32>) -> Result<f32, Fault> {
+        let Some(&(Resource::Array(a), true)) = self.arrays.objects.get(&surf) else { return Err(Fault) };
+        let arr = self.arrays.arrays.get_mut(&a).ok_or(Fault)?;
+        if arr.shape.format != 0x20 || arr.shape.channels != 1 {
+            return Err(Fault);
+        }
+        let off = element_offset(&arr.shape, x * 4, y, 0, 4).map_err(|_| Fault)?;
+        let cell = &mut arr.data[off..off + 4];
+        if let Some(v) = v {
+            cell.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(f32::from_le_bytes(cell.try_into().map_err(|_| Fault)?))
+    }
 }

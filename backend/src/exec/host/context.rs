@@ -299,6 +299,24 @@ impl ExecContext for HostContext {
         Ok((tb.as_secs_f64() - ta.as_secs_f64()) as f32 * 1000.0)
     }
 
+    fn stream_attr(&mut self, s: Option<u64>, attr: u32, set: Option<&[u8; 64]>) -> CuRes<[u8; 64]> {
+        self.ok()?;
+        let key = (s.unwrap_or(0), attr);
+        if let Some(v) = set {
+            self.stream_attrs.insert(key, *v);
+        }
+        Ok(self.stream_attrs.get(&key).copied().unwrap_or([0; 64]))
+    }
+
+    fn stream_copy_attrs(&mut self, dst: Option<u64>, src: Option<u64>) -> CuRes<()> {
+        self.ok()?;
+        let (d, s) = (dst.unwrap_or(0), src.unwrap_or(0));
+        let from: Vec<(u32, [u8; 64])> = self.stream_attrs.iter().filter(|((st, _), _)| *st == s).map(|((_, a), v)| (*a, *v)).collect();
+        self.stream_attrs.retain(|(st, _), _| *st != d);
+        self.stream_attrs.extend(from.into_iter().map(|(a, v)| ((d, a), v)));
+        Ok(())
+    }
+
     fn stream_wait_event(&mut self, s: Option<u64>, e: u64) -> CuRes<()> {
         // Streams run in order and at once: the event is already complete,
         // unless it marks a place in a capture, which `s` then joins.

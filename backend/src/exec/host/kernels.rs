@@ -27,6 +27,8 @@ pub struct Mem {
     pub(super) device_graphs: HashSet<u64>,
     /// Graphs kernels launched since the context last looked.
     pub(super) device_launches: Vec<u64>,
+    /// Arrays and texture and surface objects.
+    pub(super) arrays: super::array::Arrays,
 }
 
 impl Mem {
@@ -215,7 +217,42 @@ pub static KERNELS: &[(&str, HostKernel)] = &[
     ("pvgpu_cond_from_flag", k_cond_from_flag),
     ("pvgpu_cond_count_down", k_cond_count_down),
     ("pvgpu_graph_launch", k_graph_launch),
+    ("pvgpu_tex_read", k_tex_read),
+    ("pvgpu_surf_scale", k_surf_scale),
 ];
+
+/// `pvgpu_tex_read(cudaTextureObject_t tex, float *out, int w, int h)`:
+/// `out[y * w + x] = tex2D<float>(tex, x + 0.5f, y + 0.5f)`, texel `(x,
+/// y)` of a float texture read with point filtering and unnormalised
+/// coordinates. Not in `kernels.cu`: the texture test program
+/// (`tests/runtime/textures.cu`) has it.
+fn k_tex_read(c: &mut Call<'_>) -> Result<(), Fault> {
+    let (tex, out) = (c.args.u64(0)?, c.args.u64(1)?);
+    let (w, h) = (c.args.i32(2)?.max(0) as u64, c.args.i32(3)?.max(0) as u64);
+    let mut v = Vec::with_capacity((w * h) as usize);
+    for y in 0..h {
+        for x in 0..w {
+            v.push(c.mem.texel(tex, x, y)?);
+        }
+    }
+    c.mem.write_f32(out, &v)
+}
+
+/// `pvgpu_surf_scale(cudaSurfaceObject_t surf, int w, int h, float k)`:
+/// every float of a `w` x `h` surface multiplied by `k`
+/// (`surf2Dread`, `surf2Dwrite`). In `tests/runtime/textures.cu`.
+fn k_surf_scale(c: &mut Call<'_>) -> Result<(), Fault> {
+    let surf = c.args.u64(0)?;
+    let (w, h) = (c.args.i32(1)?.max(0) as u64, c.args.i32(2)?.max(0) as u64);
+    let k = f32::from_bits(c.args.i32(3)? as u32);
+    for y in 0..h {
+        for x in 0..w {
+            let v = c.mem.surface_f32(surf, x, y, None)?;
+            c.mem.surface_f32(surf, x, y, Some(v * k))?;
+        }
+    }
+    Ok(())
+}
 
 /// `pvgpu_graph_launch(cudaGraphExec_t exec, int fire_and_forget, int
 /// *status)`: `cudaGraphLaunch(exec, ...)` from the device, a tail launch

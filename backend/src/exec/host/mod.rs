@@ -104,6 +104,7 @@ impl HostExecutor {
             a(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 64 * 1024),
             a(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 16),
             a(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1),
+            a(CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, 4 << 20),
         ];
         // Like a driver, answer every attribute; those not listed are 0.
         let attrs = (1..CU_DEVICE_ATTRIBUTE_MAX.0 as i32).map(|k| attrs.iter().find(|(a, _)| *a == k).copied().unwrap_or((k, 0))).collect();
@@ -167,6 +168,7 @@ impl Executor for HostExecutor {
                 conds: HashMap::new(),
                 device_graphs: HashSet::new(),
                 device_launches: Vec::new(),
+                arrays: array::Arrays::default(),
             },
             total: dev.total_mem,
             used: self.used.clone(),
@@ -180,8 +182,9 @@ impl Executor for HostExecutor {
             events: HashMap::new(),
             next_handle: 1,
             dyn_shared: 48 * 1024,
-            // CU_LIMIT_STACK_SIZE, PRINTF_FIFO_SIZE, MALLOC_HEAP_SIZE.
-            limits: HashMap::from([(0, 1024), (1, 1 << 20), (2, 8 << 20)]),
+            // CU_LIMIT_STACK_SIZE, PRINTF_FIFO_SIZE, MALLOC_HEAP_SIZE,
+            // PERSISTING_L2_CACHE_SIZE.
+            limits: HashMap::from([(0, 1024), (1, 1 << 20), (2, 8 << 20), (6, 0)]),
             pool_attrs: HashMap::new(),
             output: Vec::new(),
             phys: HashMap::new(),
@@ -189,7 +192,7 @@ impl Executor for HostExecutor {
             graphs: graph::Graphs::default(),
             exec_nodes: HashMap::new(),
             host_work: replay::HostWork::default(),
-            arrays: array::Arrays::default(),
+            stream_attrs: HashMap::new(),
         };
         c.recount_reserved();
         Ok(c)
@@ -252,8 +255,8 @@ pub struct HostContext {
     exec_nodes: HashMap<u64, HashMap<u64, u64>>,
     /// Launched work held back behind a host node.
     host_work: replay::HostWork,
-    /// Arrays and texture and surface objects.
-    arrays: array::Arrays,
+    /// Stream attributes set, by stream (0: the default stream) and id.
+    stream_attrs: HashMap<(u64, u32), [u8; 64]>,
 }
 
 impl HostContext {

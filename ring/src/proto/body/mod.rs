@@ -221,6 +221,14 @@ fixed! { checked requests: KernelNodeAttr }
 
 fixed! { replies: AttrValueRep }
 
+impl Validate for StreamAttr {
+    fn validate(&self) -> Result<(), DecodeError> {
+        if self.op.get() <= NODE_ATTR_COPY { Ok(()) } else { Err(DecodeError::BadField("op")) }
+    }
+}
+
+fixed! { checked requests: StreamAttr }
+
 impl Validate for KernelNodeAttr {
     fn validate(&self) -> Result<(), DecodeError> {
         if self.op.get() <= NODE_ATTR_COPY { Ok(()) } else { Err(DecodeError::BadField("op")) }

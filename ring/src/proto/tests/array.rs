@@ -54,7 +54,8 @@ fn array_copy() -> Arb {
         .boxed()
 }
 
-/// One strategy per array and texture-object opcode.
+/// One strategy per array and texture-object opcode, and stream
+/// attributes.
 pub(super) fn requests() -> Vec<Arb> {
     vec![
         (arb::<ArrayCreate>(), prop::sample::select(vec![1u32, 2, 4]))
@@ -77,6 +78,12 @@ pub(super) fn requests() -> Vec<Arb> {
                 r.has_view = v.into();
                 r.res.kind = k.into();
                 (Opcode::TexObjectCreate, r.as_bytes().to_vec())
+            })
+            .boxed(),
+        (arb::<StreamAttr>(), 0u32..=2)
+            .prop_map(|(mut r, op)| {
+                r.op = op.into();
+                (Opcode::StreamAttr, r.as_bytes().to_vec())
             })
             .boxed(),
         (arb::<TexObjectDestroy>(), 0u32..=1)

@@ -233,6 +233,24 @@ wire_structs! {
         /// Reserved, zero.
         pub reserved: U32,
     }
+    /// `cuStreamGetAttribute`, `cuStreamSetAttribute`,
+    /// `cuStreamCopyAttributes`.
+    pub struct StreamAttr {
+        /// Context id (the stream's, or the context whose default stream
+        /// is meant).
+        pub ctx: U64,
+        /// Stream id read or changed, 0 for the default stream.
+        pub stream: U64,
+        /// Stream id copied from (`NODE_ATTR_COPY`), else 0.
+        pub src: U64,
+        /// `CUstreamAttrID` (a `CUlaunchAttributeID`); 0 when copying.
+        pub attr: U32,
+        /// `NODE_ATTR_GET`, `NODE_ATTR_SET` or `NODE_ATTR_COPY`.
+        pub op: U32,
+        /// The value set, laid out as the attribute's member of
+        /// `CUstreamAttrValue`; zero otherwise.
+        pub value: [u8; 64],
+    }
     /// `cuEventCreate`.
     pub struct EventCreate {
         /// Context id.
