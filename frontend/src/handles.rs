@@ -78,8 +78,9 @@ pub struct BackendInfo {
 }
 
 /// Device attributes reported as 0: features of the local driver that pvgpu
-/// does not provide across the connection (managed and mapped host memory,
-/// pageable-memory access, memory-pool IPC and host-located pools, IPC and
+/// does not provide across the connection (mapped host memory, concurrent
+/// and direct access to managed memory (the drop-in library provides
+/// managed memory without them), pageable-memory access, memory-pool IPC and host-located pools, IPC and
 /// interop handles (including shareable handles of virtual memory),
 /// multi-device cooperative launches, multicast). Cooperative and cluster
 /// launches, the default memory pool, virtual memory management, tensor
@@ -87,7 +88,6 @@ pub struct BackendInfo {
 /// read as the GPU reports them.
 pub const MASKED_ATTRS: &[CUdevice_attribute] = &[
     CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY,
-    CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY,
     CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS,
     CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,
     CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,

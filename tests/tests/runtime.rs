@@ -363,3 +363,13 @@ fn textures_over_local() {
 fn textures_over_tcp() {
     worker_run("textures", Transport::Tcp);
 }
+
+#[test]
+fn managed_over_local() {
+    worker_run("managed", Transport::Local);
+}
+
+#[test]
+fn managed_over_tcp() {
+    worker_run("managed", Transport::Tcp);
+}

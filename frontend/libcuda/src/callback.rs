@@ -93,6 +93,7 @@ fn blocks(pending: &Pending, stream: Stream) -> bool {
 /// Waits until no host function that work on `stream` must follow is
 /// pending.
 pub fn gate(stream: Stream) {
+    crate::managed::before_device_work(stream);
     let mut q = queue();
     while q.pending.iter().any(|p| blocks(p, stream)) {
         q = CHANGED.wait(q).unwrap_or_else(|p| p.into_inner());

@@ -32,6 +32,7 @@ pub mod callback;
 pub mod export;
 pub mod image;
 pub mod library;
+pub mod managed;
 pub mod state;
 
 pub use api::array::*;
@@ -53,6 +54,7 @@ pub use api::host::*;
 pub use api::init::*;
 pub use api::launch::*;
 pub use api::library::*;
+pub use api::managed::*;
 pub use api::link::*;
 pub use api::memop::*;
 pub use api::memory::*;

@@ -44,7 +44,7 @@ const ALIGN: u64 = 512;
 const GUARD: u64 = 4096;
 /// Address range given to each context.
 const CTX_SPAN: u64 = 1 << 40;
-const BASE: u64 = 0x7f00_0000_0000 & !(CTX_SPAN - 1);
+const BASE: u64 = 0x2000_0000_0000;
 static NEXT_CTX: AtomicU64 = AtomicU64::new(1);
 
 /// What the double reserves for each context, as a driver does.
@@ -100,7 +100,7 @@ impl HostExecutor {
             a(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 5),
             a(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 64 * 1024),
             a(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, 65536),
-            a(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 0),
+            a(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 1),
             a(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 64 * 1024),
             a(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 16),
             a(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1),

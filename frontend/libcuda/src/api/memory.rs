@@ -66,6 +66,11 @@ pub extern "C" fn cuMemFree_v2(dptr: u64) -> CuResult {
         // A free of an address this process never allocated (or a global)
         // fails at the call, as the driver's does.
         let kind = objects().device.get(&dptr).map(|a| a.kind);
+        if kind == Some(DevKind::Managed) {
+            // Its pages go first: nothing may touch them once freed.
+            crate::callback::gate(Stream::DEFAULT);
+            return super::managed::free(dptr);
+        }
         if !matches!(kind, Some(DevKind::Alloc | DevKind::Graph)) {
             return Err(CuError::INVALID_VALUE);
         }
@@ -160,6 +165,11 @@ fn htod(dst: u64, src: *const c_void, n: usize, s: Stream, is_async: bool) -> Re
     if let Some(a) = captured_host(src as usize, n, s, is_async)? {
         return state::client()?.memcpy_dtod_async(dst, a, n as u64, s).map_err(state::cu);
     }
+    if crate::managed::contains(src as u64, n) {
+        // Managed memory is the device's (its CPU pages were flushed when
+        // the copy was submitted).
+        return state::client()?.memcpy_dtod_async(dst, src as u64, n as u64, s).map_err(state::cu);
+    }
     // SAFETY: the caller of the driver API guarantees `src` holds `n`
     // readable bytes (and, for page-locked memory copied asynchronously,
     // that it stays valid until the stream is synchronised).
@@ -197,6 +207,12 @@ fn dtoh(dst: *mut c_void, src: u64, n: usize, s: Stream, is_async: bool) -> Res 
     }
     if let Some(a) = captured_host(dst as usize, n, s, is_async)? {
         return state::client()?.memcpy_dtod_async(a, src, n as u64, s).map_err(state::cu);
+    }
+    if crate::managed::contains(dst as u64, n) {
+        // Into the device's copy: the CPU's next touch fetches the pages
+        // by a copy ordered after this one on the default stream (work on
+        // other streams the program synchronises with first).
+        return state::client()?.memcpy_dtod_async(dst as u64, src, n as u64, s).map_err(state::cu);
     }
     // SAFETY: the caller of the driver API guarantees `dst` holds `n`
     // writable bytes (as above for page-locked memory).

@@ -20,6 +20,7 @@ pub mod host;
 pub mod init;
 pub mod launch;
 pub mod library;
+pub mod managed;
 pub mod link;
 pub mod memop;
 pub mod memory;

@@ -42,11 +42,13 @@ fn pointer_attribute(data: *mut c_void, attribute: CUpointer_attribute, ptr: u64
             (CU_POINTER_ATTRIBUTE_CONTEXT, None, Some(_)) => put(data.cast::<*mut c_void>(), handle(host_ctx)),
             (CU_POINTER_ATTRIBUTE_DEVICE_POINTER, Some(_), _) => put(data.cast::<u64>(), ptr),
             (CU_POINTER_ATTRIBUTE_HOST_POINTER, None, Some(_)) => put(data.cast::<u64>(), ptr),
+            (CU_POINTER_ATTRIBUTE_HOST_POINTER, Some((_, a)), _) if a.kind == DevKind::Managed => put(data.cast::<u64>(), ptr),
             (CU_POINTER_ATTRIBUTE_DEVICE_POINTER, None, Some(_)) => {
                 drop(o);
                 put(data.cast::<u64>(), host_device_pointer(ptr as usize as *mut c_void)?)
             }
-            (CU_POINTER_ATTRIBUTE_IS_MANAGED, Some(_), _) | (CU_POINTER_ATTRIBUTE_IS_MANAGED, None, Some(_)) => put(data.cast::<u32>(), 0),
+            (CU_POINTER_ATTRIBUTE_IS_MANAGED, Some((_, a)), _) => put(data.cast::<u32>(), u32::from(a.kind == DevKind::Managed)),
+            (CU_POINTER_ATTRIBUTE_IS_MANAGED, None, Some(_)) => put(data.cast::<u32>(), 0),
             (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, Some((_, a)), _) => put(data.cast::<i32>(), ctx::device_of(a.ctx).unwrap_or(0)),
             (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, Some((start, _)), _) => put(data.cast::<u64>(), start),
             (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, None, Some((start, _))) => put(data.cast::<u64>(), start as u64),

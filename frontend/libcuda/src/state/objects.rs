@@ -104,6 +104,9 @@ pub enum DevKind {
     /// captured on a stream): freed by a graph or by the program, and
     /// allocated again by the graph's next launch; the address stays.
     Graph,
+    /// Managed memory (`cuMemAllocManaged`): the CPU's pages at the same
+    /// address are kept coherent by [`crate::managed`].
+    Managed,
 }
 
 /// Everything the library tracks, behind one lock.

@@ -1,0 +1,282 @@
+//! Managed memory (`cuMemAllocManaged`) in a guest, whose pages are not the
+//! GPU's.
+//!
+//! A managed allocation is device memory of the backend, page-aligned, and
+//! pages of this process at the same address, so one pointer serves the
+//! program's CPU code and its kernels. The library keeps the two coherent
+//! the way a driver without concurrent managed access does (the device
+//! reports `CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS` 0, so programs
+//! synchronise before the CPU touches managed memory):
+//!
+//! - each page is *invalid* (no access: the device may hold newer bytes),
+//!   *clean* (read-only: the bytes are the device's) or *dirty* (read-write:
+//!   the CPU changed them);
+//! - the CPU's first touch of an invalid page faults; the fault handler
+//!   fetches it and the pages after it (up to [`FETCH_PAGES`], within the
+//!   allocation) from the device, and makes them clean; a write to a clean
+//!   page faults once more and makes it dirty;
+//! - before any work is submitted to the device ([`before_device_work`],
+//!   from the library's one gate for submitted work), dirty pages are
+//!   copied to the device on that work's stream and every page becomes
+//!   invalid again.
+//!
+//! Cost: one fault and one round trip per fetched run of pages the CPU
+//! touches after device work; one copy per run of dirty pages at the next
+//! submission; nothing while no managed memory is valid on the CPU (one
+//! atomic load per submission). Copies naming managed memory as host
+//! memory are device-to-device copies.
+
+use crate::state;
+use pvgpu_frontend::Stream;
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Once, OnceLock, RwLock};
+
+/// The CPU's page size (4 KiB on every target pvgpu builds for).
+pub const PAGE: usize = 4096;
+/// Most pages one fault fetches.
+const FETCH_PAGES: usize = 64;
+
+const INVALID: u8 = 0;
+const CLEAN: u8 = 1;
+const DIRTY: u8 = 2;
+
+/// One managed allocation.
+pub struct Range {
+    /// The backend allocation it lies in (what is freed).
+    pub base: u64,
+    /// Its first byte, page-aligned: the device address and the CPU's.
+    pub ptr: u64,
+    /// Bytes the program asked for.
+    pub len: usize,
+    /// Per page: invalid, clean or dirty.
+    pages: Vec<AtomicU8>,
+}
+
+impl Range {
+    fn mapped_len(&self) -> usize {
+        self.pages.len() * PAGE
+    }
+}
+
+static RANGES: RwLock<BTreeMap<u64, Arc<Range>>> = RwLock::new(BTreeMap::new());
+/// Pages not invalid, over all ranges (0: nothing to do at submission).
+static VALID: AtomicUsize = AtomicUsize::new(0);
+static HANDLER: Once = Once::new();
+/// The SIGSEGV action before ours, for faults that are not ours.
+static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+
+fn ranges() -> std::sync::RwLockReadGuard<'static, BTreeMap<u64, Arc<Range>>> {
+    RANGES.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The range holding `addr`.
+fn find(addr: u64) -> Option<Arc<Range>> {
+    ranges().range(..=addr).next_back().filter(|(_, r)| addr < r.ptr + r.mapped_len() as u64).map(|(_, r)| r.clone())
+}
+
+/// Whether `[ptr, ptr+len)` lies in managed memory.
+pub fn contains(ptr: u64, len: usize) -> bool {
+    find(ptr).is_some_and(|r| ptr + len as u64 <= r.ptr + r.mapped_len() as u64)
+}
+
+/// The managed allocation starting at `ptr`.
+pub fn get(ptr: u64) -> Option<Arc<Range>> {
+    ranges().get(&ptr).cloned()
+}
+
+fn protect(addr: u64, len: usize, prot: i32) -> bool {
+    // SAFETY: `[addr, addr+len)` is pages of a managed range, mapped by
+    // `map` for as long as the range is registered.
+    unsafe { libc::mprotect(addr as usize as *mut c_void, len, prot) == 0 }
+}
+
+/// Maps `len` bytes (whole pages) at `ptr` for the CPU, inaccessible, and
+/// registers them as managed allocation `base`. False when the address is
+/// taken in this process.
+pub fn map(base: u64, ptr: u64, len: usize) -> bool {
+    install_handler();
+    let pages = len.div_ceil(PAGE).max(1);
+    // SAFETY: a fresh anonymous mapping at a fixed address that must not
+    // replace anything (`MAP_FIXED_NOREPLACE`); checked below.
+    let got = unsafe {
+        libc::mmap(
+            ptr as usize as *mut c_void,
+            pages * PAGE,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if got == libc::MAP_FAILED {
+        return false;
+    }
+    if got as usize as u64 != ptr {
+        // An old kernel that ignores the flag placed it elsewhere.
+        // SAFETY: the mapping just made.
+        unsafe { libc::munmap(got, pages * PAGE) };
+        return false;
+    }
+    let r = Range { base, ptr, len, pages: (0..pages).map(|_| AtomicU8::new(INVALID)).collect() };
+    RANGES.write().unwrap_or_else(|p| p.into_inner()).insert(ptr, Arc::new(r));
+    true
+}
+
+/// Forgets managed allocation `ptr` and unmaps its pages: its backend
+/// allocation (returned) is the caller's to free.
+pub fn unmap(ptr: u64) -> Option<u64> {
+    let r = RANGES.write().unwrap_or_else(|p| p.into_inner()).remove(&ptr)?;
+    let valid = r.pages.iter().filter(|p| p.load(Ordering::Relaxed) != INVALID).count();
+    VALID.fetch_sub(valid, Ordering::Relaxed);
+    // SAFETY: the range's own mapping, no longer registered.
+    unsafe { libc::munmap(ptr as usize as *mut c_void, r.mapped_len()) };
+    Some(r.base)
+}
+
+/// Before work is submitted to the device on `stream`: the CPU's changes
+/// go to the device (ordered before the work), and every page becomes
+/// invalid, so the CPU fetches what the work wrote.
+pub fn before_device_work(stream: Stream) {
+    // Relaxed: a hint; the pages' own states are read under the lock.
+    if VALID.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let all: Vec<Arc<Range>> = ranges().values().cloned().collect();
+    for r in all {
+        flush(&r, stream);
+    }
+}
+
+/// Sends the dirty runs of `r` and invalidates its pages.
+fn flush(r: &Range, stream: Stream) {
+    let n = r.pages.len();
+    let mut i = 0;
+    while i < n {
+        if r.pages[i].load(Ordering::Acquire) != DIRTY {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < n && r.pages[i].load(Ordering::Acquire) == DIRTY {
+            i += 1;
+        }
+        let at = r.ptr + (start * PAGE) as u64;
+        let len = ((i - start) * PAGE).min(r.len.saturating_sub(start * PAGE));
+        // SAFETY: dirty pages are readable and writable, mapped while the
+        // range is registered.
+        let bytes = unsafe { std::slice::from_raw_parts(at as usize as *const u8, len) };
+        if let Ok(c) = state::client() {
+            if let Err(e) = c.memcpy_htod_async(at, bytes, stream) {
+                tracing::warn!(error = %e, "managed memory: the CPU's changes did not reach the device");
+            }
+        }
+    }
+    let valid = r.pages.iter().filter(|p| p.swap(INVALID, Ordering::AcqRel) != INVALID).count();
+    VALID.fetch_sub(valid, Ordering::Relaxed);
+    protect(r.ptr, r.mapped_len(), libc::PROT_NONE);
+}
+
+/// Resolves a CPU fault at `addr` of range `r`: an invalid page is fetched
+/// (with the invalid pages after it), a clean one becomes dirty. False if
+/// the fault is not one the range explains (an access the program may not
+/// make).
+fn resolve(r: &Range, addr: u64) -> bool {
+    let page = ((addr - r.ptr) as usize) / PAGE;
+    match r.pages[page].load(Ordering::Acquire) {
+        INVALID => fetch(r, page),
+        CLEAN => {
+            let at = r.ptr + (page * PAGE) as u64;
+            if !protect(at, PAGE, libc::PROT_READ | libc::PROT_WRITE) {
+                return false;
+            }
+            r.pages[page].store(DIRTY, Ordering::Release);
+            true
+        }
+        // Another thread made it dirty meanwhile: the access goes through.
+        _ => true,
+    }
+}
+
+fn fetch(r: &Range, first: usize) -> bool {
+    let mut end = first + 1;
+    while end < r.pages.len() && end - first < FETCH_PAGES && r.pages[end].load(Ordering::Acquire) == INVALID {
+        end += 1;
+    }
+    let at = r.ptr + (first * PAGE) as u64;
+    let mapped = (end - first) * PAGE;
+    let len = mapped.min(r.len.saturating_sub(first * PAGE));
+    if !protect(at, mapped, libc::PROT_READ | libc::PROT_WRITE) {
+        return false;
+    }
+    if len > 0 {
+        // SAFETY: the pages were just made writable; nothing else holds
+        // them (the program is stopped in its fault).
+        let dst = unsafe { std::slice::from_raw_parts_mut(at as usize as *mut u8, len) };
+        let Ok(c) = state::client() else { return false };
+        if let Err(e) = c.memcpy_dtoh(dst, at) {
+            tracing::error!(error = %e, "managed memory: fetching pages from the device failed");
+            return false;
+        }
+    }
+    for p in &r.pages[first..end] {
+        p.store(CLEAN, Ordering::Release);
+    }
+    VALID.fetch_add(end - first, Ordering::Relaxed);
+    protect(at, mapped, libc::PROT_READ)
+}
+
+fn install_handler() {
+    HANDLER.call_once(|| {
+        // SAFETY: a zeroed sigaction is a valid empty one; the handler has
+        // the SA_SIGINFO signature; the previous action is stored once,
+        // before any fault can reach our handler.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_fault as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+            libc::sigemptyset(&mut sa.sa_mask);
+            let mut old: libc::sigaction = std::mem::zeroed();
+            // The previous action first: a fault may come as soon as ours
+            // is in place.
+            if libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut old) == 0 {
+                let _ = PREVIOUS.set(old);
+                libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut());
+            }
+        }
+    });
+}
+
+/// The SIGSEGV handler: resolves faults in managed memory, hands the rest
+/// to the handler before it (or the default action, which ends the
+/// program as it would have).
+extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize as u64;
+    if let Some(r) = find(addr) {
+        if resolve(&r, addr) {
+            return;
+        }
+    }
+    // SAFETY: the previous action is called as it was registered, or the
+    // default restored so the returning access faults fatally.
+    unsafe {
+        match PREVIOUS.get() {
+            Some(old) if old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN => {
+                if old.sa_flags & libc::SA_SIGINFO != 0 {
+                    let f: extern "C" fn(i32, *mut libc::siginfo_t, *mut c_void) = std::mem::transmute(old.sa_sigaction);
+                    f(sig, info, ctx);
+                } else {
+                    let f: extern "C" fn(i32) = std::mem::transmute(old.sa_sigaction);
+                    f(sig);
+                }
+            }
+            _ => {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut());
+            }
+        }
+    }
+}

@@ -1,0 +1,131 @@
+// Managed memory as the runtime API gives it (cudaMallocManaged): the CPU
+// initialises arrays, a kernel reads and writes them, the CPU reads the
+// results after synchronising, changes a few elements and a second launch
+// sees them; copies, memsets, prefetches and advice on managed memory;
+// many small allocations side by side; pointer attributes. Every result
+// is checked against the CPU; the output is compared line by line with the
+// native run (managed.expected); the last line is PASS.
+//
+// Built by nvcc like any CUDA program; its kernel is one pvgpu's host test
+// double implements (by name), so CI runs it without a GPU.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CHECK(x)                                                               \
+    do {                                                                       \
+        cudaError_t e_ = (x);                                                  \
+        if (e_ != cudaSuccess) {                                               \
+            printf("FAIL: %s at line %d: %s\n", #x, __LINE__,                  \
+                   cudaGetErrorName(e_));                                      \
+            exit(1);                                                           \
+        }                                                                      \
+    } while (0)
+
+extern "C" __global__ void saxpy(float a, const float *x, float *y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+
+static bool all_ok = true;
+
+static void verdict(const char *what, bool ok) {
+    all_ok = all_ok && ok;
+    printf("%-52s %s\n", what, ok ? "ok" : "MISMATCH");
+}
+
+static const int N = 1 << 20;
+
+static void kernels_and_cpu() {
+    float *x, *y;
+    CHECK(cudaMallocManaged(&x, N * sizeof(float)));
+    CHECK(cudaMallocManaged(&y, N * sizeof(float)));
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)(i % 1000);
+        y[i] = 1.0f;
+    }
+    saxpy<<<(N + 255) / 256, 256>>>(2.0f, x, y, N);
+    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
+    bool ok = true;
+    for (int i = 0; i < N; i++) ok = ok && y[i] == 2.0f * (i % 1000) + 1.0f;
+    verdict("kernel sees the CPU's writes, CPU sees the kernel's", ok);
+    // A few changes by the CPU, read by the next launch.
+    y[5] = 100.0f;
+    y[N - 1] = -7.0f;
+    x[3000] = 0.5f;
+    saxpy<<<(N + 255) / 256, 256>>>(1.0f, x, y, N);
+    CHECK(cudaDeviceSynchronize());
+    ok = y[5] == 105.0f && y[N - 1] == -7.0f + 575.0f && y[3000] == 2.0f * 0 + 1.0f + 0.5f && y[7] == 3.0f * 7 + 1.0f;
+    verdict("the next launch sees the CPU's changes", ok);
+    // Copies: managed to ordinary host memory and to device memory.
+    std::vector<float> h(N);
+    CHECK(cudaMemcpy(h.data(), y, N * sizeof(float), cudaMemcpyDefault));
+    ok = true;
+    for (int i = 0; i < N; i++) ok = ok && h[i] == y[i];
+    verdict("cudaMemcpy from managed memory", ok);
+    float *d;
+    CHECK(cudaMalloc(&d, N * sizeof(float)));
+    CHECK(cudaMemcpy(d, x, N * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK(cudaMemset(y, 0, N * sizeof(float)));
+    CHECK(cudaMemcpy(y, d, 16 * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(cudaDeviceSynchronize());
+    ok = y[0] == 0.0f && y[1] == 1.0f && y[15] == 15.0f && y[16] == 0.0f && y[N - 1] == 0.0f;
+    verdict("memset and copies into managed memory", ok);
+    CHECK(cudaFree(d));
+    CHECK(cudaFree(x));
+    CHECK(cudaFree(y));
+}
+
+static void prefetch_advise_attributes() {
+    int dev = 0, managed = 0;
+    CHECK(cudaDeviceGetAttribute(&managed, cudaDevAttrManagedMemory, dev));
+    printf("managed memory supported: %d\n", managed);
+    float *a;
+    CHECK(cudaMallocManaged(&a, 4096 * sizeof(float)));
+    for (int i = 0; i < 4096; i++) a[i] = (float)i;
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    CHECK(cudaStreamAttachMemAsync(s, a, 0, cudaMemAttachGlobal));
+    cudaMemLocation loc;
+    loc.type = cudaMemLocationTypeDevice;
+    loc.id = dev;
+    CHECK(cudaMemAdvise(a, 4096 * sizeof(float), cudaMemAdviseSetReadMostly, loc));
+    CHECK(cudaMemAdvise(a, 4096 * sizeof(float), cudaMemAdviseUnsetReadMostly, loc));
+    CHECK(cudaMemPrefetchAsync(a, 4096 * sizeof(float), loc, 0, s));
+    saxpy<<<16, 256, 0, s>>>(1.0f, a, a, 4096);
+    CHECK(cudaStreamSynchronize(s));
+    bool ok = true;
+    for (int i = 0; i < 4096; i++) ok = ok && a[i] == 2.0f * i;
+    verdict("prefetched, advised, attached, computed on a stream", ok);
+    cudaPointerAttributes pa;
+    CHECK(cudaPointerGetAttributes(&pa, a + 10));
+    printf("pointer type: %d (managed %d), device %d\n", (int)pa.type, (int)cudaMemoryTypeManaged, pa.device);
+    CHECK(cudaStreamDestroy(s));
+    CHECK(cudaFree(a));
+}
+
+static void many_small() {
+    // 64 allocations of 100 bytes each, written by the CPU, one kernel each.
+    float *p[64];
+    for (int k = 0; k < 64; k++) {
+        CHECK(cudaMallocManaged(&p[k], 25 * sizeof(float)));
+        for (int i = 0; i < 25; i++) p[k][i] = (float)(k + i);
+    }
+    for (int k = 0; k < 64; k++) saxpy<<<1, 32>>>(1.0f, p[k], p[k], 25);
+    CHECK(cudaDeviceSynchronize());
+    bool ok = true;
+    for (int k = 0; k < 64; k++)
+        for (int i = 0; i < 25; i++) ok = ok && p[k][i] == 2.0f * (k + i);
+    verdict("64 small allocations side by side", ok);
+    for (int k = 0; k < 64; k++) CHECK(cudaFree(p[k]));
+}
+
+int main() {
+    kernels_and_cpu();
+    prefetch_advise_attributes();
+    many_small();
+    printf("%s\n", all_ok ? "PASS" : "FAIL");
+    return all_ok ? 0 : 1;
+}
