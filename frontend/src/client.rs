@@ -278,6 +278,11 @@ impl Client {
         self.call(&CtxSynchronize { ctx: ctx.0.into() })
     }
 
+    /// `cuCtxResetPersistingL2Cache`.
+    pub fn ctx_reset_persisting_l2(&self, ctx: Context) -> Result<()> {
+        self.call(&CtxResetL2 { ctx: ctx.0.into() })
+    }
+
     /// API version, flags and stream priority range of a context.
     pub fn ctx_info(&self, ctx: Context) -> Result<CtxInfo> {
         Ok(self.call(&CtxGetInfo { ctx: ctx.0.into() })?.into())

@@ -218,6 +218,10 @@ pub trait ExecContext: Send + 'static {
     }
     /// `cuCtxSynchronize`.
     fn synchronize(&mut self) -> CuRes<()>;
+    /// `cuCtxResetPersistingL2Cache` (the default: nothing to reset).
+    fn reset_persisting_l2(&mut self) -> CuRes<()> {
+        Ok(())
+    }
     /// `cuArray3DCreate` (`levels` 0) or `cuMipmappedArrayCreate`: the
     /// executor's handle.
     fn array_create(&mut self, shape: &ArrayShape, levels: u32) -> CuRes<u64>;

@@ -126,6 +126,12 @@ pub(super) fn ctx_synchronize<E: Executor>(s: &mut Session<E>, r: proto::CtxSync
     s.enter(r.ctx.get())?.synchronize()
 }
 
+/// Demotes persisting lines of the L2 cache: the device's, as the driver
+/// does; it undoes only what set-asides asked for, so any session may.
+pub(super) fn ctx_reset_l2<E: Executor>(s: &mut Session<E>, r: proto::CtxResetL2, _: &mut Io<'_>) -> CuRes<()> {
+    s.enter(r.ctx.get())?.reset_persisting_l2()
+}
+
 pub(super) fn ctx_get_info<E: Executor>(s: &mut Session<E>, r: proto::CtxGetInfo, _: &mut Io<'_>) -> CuRes<proto::CtxInfoRep> {
     Ok(s.enter(r.ctx.get())?.info()?.into())
 }

@@ -472,6 +472,8 @@ macro_rules! command_table {
             127 TexObjectDestroy(array::tex_object_destroy) [quiet]: TexObjectDestroy => ();
             /// A stream's attributes: get, set, copy from another stream.
             128 StreamAttr(stream::stream_attr) [quiet]: StreamAttr => AttrValueRep;
+            /// `cuCtxResetPersistingL2Cache`.
+            129 CtxResetL2(device::ctx_reset_l2) [quiet]: CtxResetL2 => ();
         }
     };
 }

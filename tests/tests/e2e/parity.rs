@@ -37,13 +37,16 @@ pub(crate) fn stream_attributes_and_persisting_l2(t: Transport) {
     assert_eq!(code(c.stream_attr(g.ctx, a, 2, None)), CuResult::INVALID_VALUE);
     assert_eq!(code(c.stream_attr(g.ctx, Stream(a.0 + 999), 1, None)), CuResult::INVALID_HANDLE);
 
-    // The set-aside: at most a quarter of the device's largest (the
-    // backend's default share).
+    // The set-aside: a quarter of the device's largest (the backend's
+    // default share), which the driver rounds up to its granularity (on
+    // the H100, 9830400 bytes for 8192000 asked of 32768000).
     let max = c.device_attribute(0, CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE).unwrap() as u64;
     let limit = CU_LIMIT_PERSISTING_L2_CACHE_SIZE.0;
     c.ctx_set_limit(g.ctx, limit, u64::MAX).unwrap();
     let got = c.ctx_get_limit(g.ctx, limit).unwrap();
-    assert!(got <= max / 4, "granted {got} of {max}");
+    assert!(got > 0 || max == 0, "granted nothing of {max}");
+    assert!(got <= max / 4 + max / 8, "granted {got} of {max}");
+    c.ctx_reset_persisting_l2(g.ctx).unwrap();
     c.ctx_set_limit(g.ctx, limit, 0).unwrap();
     assert_eq!(c.ctx_get_limit(g.ctx, limit).unwrap(), 0);
 }

@@ -406,6 +406,11 @@ impl ExecContext for CudaContext {
         self.memset2d(rect, value, elem, s)
     }
 
+    fn reset_persisting_l2(&mut self) -> CuRes<()> {
+        // SAFETY: no arguments; acts on the current context (this one).
+        ok(unsafe { entry(self.drv.cuCtxResetPersistingL2Cache)?() })
+    }
+
     fn array_create(&mut self, shape: &crate::exec::ArrayShape, levels: u32) -> CuRes<u64> {
         self.array_new(shape, levels)
     }

@@ -1,7 +1,8 @@
 //! Stream attributes (`cuStreamGetAttribute`, `cuStreamSetAttribute`,
 //! `cuStreamCopyAttributes`): the access-policy window (an L2 hint over
 //! the program's memory), synchronisation policy, priority and memory
-//! synchronisation domains, held by the backend's stream.
+//! synchronisation domains, held by the backend's stream; and the reset
+//! of the persisting L2 lines those windows made.
 
 use super::exec::stream_info;
 use crate::state::{self, Res, ctx, put, run, stream};
@@ -60,4 +61,10 @@ pub extern "C" fn cuStreamCopyAttributes(dst: CUstream, src: CUstream) -> CuResu
         }
         state::client()?.stream_copy_attrs(c, stream(dst), stream(src)).map_err(state::cu)
     })
+}
+
+/// `cuCtxResetPersistingL2Cache`: of the current context's device.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxResetPersistingL2Cache() -> CuResult {
+    run("cuCtxResetPersistingL2Cache", || state::client()?.ctx_reset_persisting_l2(ctx::current()?).map_err(state::cu))
 }

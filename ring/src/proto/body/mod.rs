@@ -195,7 +195,7 @@ fixed! { requests: HostMirrorUnmap, HostMirrorPull, LinkRead, LinkDestroy, HostC
 
 fixed! { checked requests: HostMirrorMap }
 
-fixed! { requests: MipmapLevel }
+fixed! { requests: MipmapLevel, CtxResetL2 }
 
 fixed! { checked requests: ArrayCreate, ArrayDestroy, TexObjectCreate, TexObjectDestroy }
 

@@ -86,6 +86,7 @@ pub(super) fn requests() -> Vec<Arb> {
                 (Opcode::StreamAttr, r.as_bytes().to_vec())
             })
             .boxed(),
+        arb::<CtxResetL2>().prop_map(|r| (Opcode::CtxResetL2, r.as_bytes().to_vec())).boxed(),
         (arb::<TexObjectDestroy>(), 0u32..=1)
             .prop_map(|(mut r, s)| {
                 r.surface = s.into();

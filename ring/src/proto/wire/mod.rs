@@ -223,6 +223,12 @@ wire_structs! {
         /// Context id.
         pub ctx: U64,
     }
+    /// `cuCtxResetPersistingL2Cache`: every persisting line of the L2
+    /// cache back to normal.
+    pub struct CtxResetL2 {
+        /// Context id.
+        pub ctx: U64,
+    }
     /// Facts about a context (`cuCtxGetApiVersion`, `cuCtxGetFlags`,
     /// `cuCtxGetStreamPriorityRange`).
     pub struct CtxGetInfo {
