@@ -239,7 +239,11 @@ fn secs(n: u64) -> Option<Duration> {
 impl ExecArgs {
     fn session(&self) -> SessionConfig {
         SessionConfig {
-            limits: SessionLimits { mem_quota: self.mem_quota, persisting_l2_percent: self.persisting_l2_percent, ..SessionLimits::default() },
+            limits: SessionLimits {
+                mem_quota: self.mem_quota,
+                persisting_l2_percent: self.persisting_l2_percent,
+                ..SessionLimits::default()
+            },
             max_data_area: self.max_data_area,
             spin: Duration::from_micros(self.spin_us),
             same_address: false,

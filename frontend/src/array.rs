@@ -150,7 +150,16 @@ impl Client {
     /// A host side must be valid for the rows and slices it names
     /// (writable for a destination).
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn array_copy(&self, dst: ArrayEnd, src: ArrayEnd, width: u64, height: u64, depth: u64, stream: Stream, is_async: bool) -> Result<()> {
+    pub unsafe fn array_copy(
+        &self,
+        dst: ArrayEnd,
+        src: ArrayEnd,
+        width: u64,
+        height: u64,
+        depth: u64,
+        stream: Stream,
+        is_async: bool,
+    ) -> Result<()> {
         if width == 0 || height == 0 || depth == 0 {
             return Ok(());
         }

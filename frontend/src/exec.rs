@@ -40,14 +40,28 @@ impl Client {
     /// now holds), as `CUstreamAttrValue` lays it out.
     pub fn stream_attr(&self, ctx: Context, s: Stream, attr: u32, value: Option<[u8; 64]>) -> Result<[u8; 64]> {
         let op = if value.is_some() { NODE_ATTR_SET } else { NODE_ATTR_GET };
-        let r = StreamAttr { ctx: ctx.0.into(), stream: s.0.into(), src: 0.into(), attr: attr.into(), op: op.into(), value: value.unwrap_or([0; 64]) };
+        let r = StreamAttr {
+            ctx: ctx.0.into(),
+            stream: s.0.into(),
+            src: 0.into(),
+            attr: attr.into(),
+            op: op.into(),
+            value: value.unwrap_or([0; 64]),
+        };
         Ok(self.call(&r)?.value)
     }
 
     /// `cuStreamCopyAttributes`: every attribute of stream `src` to stream
     /// `dst`, both of context `ctx`.
     pub fn stream_copy_attrs(&self, ctx: Context, dst: Stream, src: Stream) -> Result<()> {
-        let r = StreamAttr { ctx: ctx.0.into(), stream: dst.0.into(), src: src.0.into(), attr: 0.into(), op: NODE_ATTR_COPY.into(), value: [0; 64] };
+        let r = StreamAttr {
+            ctx: ctx.0.into(),
+            stream: dst.0.into(),
+            src: src.0.into(),
+            attr: 0.into(),
+            op: NODE_ATTR_COPY.into(),
+            value: [0; 64],
+        };
         self.call(&r).map(|_| ())
     }
 

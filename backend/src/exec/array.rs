@@ -65,7 +65,12 @@ impl ArrayShape {
     pub fn level(&self, level: u32) -> ArrayShape {
         let half = |v: u64| if v == 0 { 0 } else { (v >> level.min(63)).max(1) };
         let layered = self.flags & (ARRAY_LAYERED | ARRAY_CUBEMAP) != 0;
-        ArrayShape { width: half(self.width), height: half(self.height), depth: if layered { self.depth } else { half(self.depth) }, ..*self }
+        ArrayShape {
+            width: half(self.width),
+            height: half(self.height),
+            depth: if layered { self.depth } else { half(self.depth) },
+            ..*self
+        }
     }
 }
 

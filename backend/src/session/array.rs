@@ -37,7 +37,10 @@ pub(super) struct Arrays {
 enum Kind {
     Plain,
     /// Levels looked up so far, by level.
-    Mipmapped { levels: u32, looked_up: HashMap<u32, u64> },
+    Mipmapped {
+        levels: u32,
+        looked_up: HashMap<u32, u64>,
+    },
     /// A level of a mipmapped array: goes with it.
     Level,
 }
@@ -209,7 +212,9 @@ pub(super) fn array_copy<E: Executor>(s: &mut Session<E>, r: proto::ArrayCopy<'_
                 io.out.resize(len, 0);
                 io.out.as_mut_ptr()
             }
-            DataLoc::Area { offset } => io.area.ok_or(CuError::INVALID_VALUE)?.ptr(offset, len as u64).map_err(|_| CuError::INVALID_VALUE)?,
+            DataLoc::Area { offset } => {
+                io.area.ok_or(CuError::INVALID_VALUE)?.ptr(offset, len as u64).map_err(|_| CuError::INVALID_VALUE)?
+            }
         }))
     } else {
         None
@@ -273,7 +278,11 @@ fn resource<E: Executor>(s: &Session<E>, res: &proto::ResourceDesc) -> CuRes<(u6
             if height == 0 || row > pitch {
                 return Err(CuError::INVALID_VALUE);
             }
-            pitch.checked_mul(height - 1).and_then(|b| b.checked_add(row)).and_then(|b| addr.checked_add(b)).ok_or(CuError::INVALID_VALUE)?;
+            pitch
+                .checked_mul(height - 1)
+                .and_then(|b| b.checked_add(row))
+                .and_then(|b| addr.checked_add(b))
+                .ok_or(CuError::INVALID_VALUE)?;
             (s.range(addr, 1)?, Resource::Pitch2D { ptr: addr, format, channels, width, height, pitch })
         }
     })

@@ -97,7 +97,9 @@ pub(crate) fn layered_and_mipmapped_arrays(t: Transport) {
     // Layer 2 alone, into the middle of a taller host image.
     let mut one = vec![0u8; 64 * 6];
     // SAFETY: `one` holds 6 rows of 64 bytes; the copy writes 4 from row 1.
-    unsafe { c.array_copy(ArrayEnd::Host { ptr: one[64..].as_mut_ptr(), pitch: 64, rows: 4 }, at(a, 0, 0, 2), 64, 4, 1, s, false).unwrap() };
+    unsafe {
+        c.array_copy(ArrayEnd::Host { ptr: one[64..].as_mut_ptr(), pitch: 64, rows: 4 }, at(a, 0, 0, 2), 64, 4, 1, s, false).unwrap()
+    };
     assert_eq!(&one[64..64 * 5], &src[2 * 256..3 * 256], "one layer");
     assert!(one[..64].iter().chain(&one[64 * 5..]).all(|&v| v == 0), "rows around it untouched");
 
@@ -161,7 +163,9 @@ fn point_sampling() -> TexSampling {
 pub(crate) fn texture_and_surface_objects(t: Transport) {
     let c = shared().client(t);
     let g = Gpu::new(&c).unwrap();
-    let a = c.array_create(g.ctx, &ArrayShape { width: 16, height: 16, format: FLOAT, channels: 1, flags: 2, ..Default::default() }, 0).unwrap();
+    let a = c
+        .array_create(g.ctx, &ArrayShape { width: 16, height: 16, format: FLOAT, channels: 1, flags: 2, ..Default::default() }, 0)
+        .unwrap();
     let plain = c.array_create(g.ctx, &ArrayShape { width: 16, height: 16, format: FLOAT, channels: 1, ..Default::default() }, 0).unwrap();
     let res = |kind: u32, addr: u64| ResourceDesc { kind: kind.into(), addr: addr.into(), ..Default::default() };
     let tex = c.tex_object_create(g.ctx, res(RESOURCE_ARRAY, a), Some(&point_sampling())).unwrap();
@@ -170,7 +174,8 @@ pub(crate) fn texture_and_surface_objects(t: Transport) {
     assert_ne!(surf, 0);
     // Pitched memory: 16 floats a row, 8 rows, 128 bytes apart.
     let d = c.mem_alloc(g.ctx, 128 * 8).unwrap();
-    let mut pitched = ResourceDesc { kind: RESOURCE_PITCH2D.into(), addr: d.into(), format: FLOAT.into(), channels: 1.into(), ..Default::default() };
+    let mut pitched =
+        ResourceDesc { kind: RESOURCE_PITCH2D.into(), addr: d.into(), format: FLOAT.into(), channels: 1.into(), ..Default::default() };
     (pitched.width, pitched.height, pitched.bytes) = (16.into(), 8.into(), 128.into());
     let on_pitched = c.tex_object_create(g.ctx, pitched, Some(&point_sampling())).unwrap();
     pitched.addr = (d + 4096).into();

@@ -7,8 +7,8 @@
 
 use super::HostContext;
 use super::kernels::{Fault, Mem};
-use crate::exec::array::{ArrayCopy, ArrayShape, CopySide, Resource, Sampling};
 use crate::exec::CuRes;
+use crate::exec::array::{ArrayCopy, ArrayShape, CopySide, Resource, Sampling};
 use pvgpu_ring::CuError;
 use std::collections::HashMap;
 

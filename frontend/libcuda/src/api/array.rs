@@ -84,7 +84,8 @@ pub unsafe extern "C" fn cuArrayCreate_v2(p: *mut CUarray, d: *const CUDA_ARRAY_
     run("cuArrayCreate_v2", || {
         // SAFETY: a readable descriptor per the API (null refused).
         let d = unsafe { d.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
-        let shape = ArrayShape { width: d.Width as u64, height: d.Height as u64, depth: 0, format: d.Format.0, channels: d.NumChannels, flags: 0 };
+        let shape =
+            ArrayShape { width: d.Width as u64, height: d.Height as u64, depth: 0, format: d.Format.0, channels: d.NumChannels, flags: 0 };
         create(p, shape, 0)
     })
 }
@@ -181,7 +182,12 @@ fn level_shape(s: &ArrayShape, level: u32) -> ArrayShape {
 pub unsafe extern "C" fn cuArrayGetDescriptor_v2(d: *mut CUDA_ARRAY_DESCRIPTOR, h: CUarray) -> CuResult {
     run("cuArrayGetDescriptor_v2", || {
         let s = array(h)?.1.shape;
-        let v = CUDA_ARRAY_DESCRIPTOR { Width: s.width as usize, Height: s.height as usize, Format: CUarray_format(s.format), NumChannels: s.channels };
+        let v = CUDA_ARRAY_DESCRIPTOR {
+            Width: s.width as usize,
+            Height: s.height as usize,
+            Format: CUarray_format(s.format),
+            NumChannels: s.channels,
+        };
         // SAFETY: writable per the API (null refused).
         unsafe { put(d, v) }
     })
@@ -297,7 +303,17 @@ fn host_side(p: *const c_void) -> Side {
 }
 
 fn device_side(p: u64) -> Side {
-    Side { kind: CU_MEMORYTYPE_DEVICE, host: std::ptr::null(), device: p, array: std::ptr::null_mut(), x: 0, y: 0, z: 0, pitch: 0, height: 0 }
+    Side {
+        kind: CU_MEMORYTYPE_DEVICE,
+        host: std::ptr::null(),
+        device: p,
+        array: std::ptr::null_mut(),
+        x: 0,
+        y: 0,
+        z: 0,
+        pitch: 0,
+        height: 0,
+    }
 }
 
 fn to_array(dst: CUarray, off: usize, src: Side, count: usize, s: Option<CUstream>) -> Res {

@@ -6,8 +6,8 @@ use crate::managed::{self, PAGE};
 use crate::state::objects::{DevAlloc, DevKind};
 use crate::state::{self, Res, objects, put, run};
 use pvgpu_ring::cuda::api::{
-    CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY,
-    CUmem_advise, CUmem_range_attribute, CUmemLocation, CUstream,
+    CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, CUmem_advise,
+    CUmem_range_attribute, CUmemLocation, CUstream,
 };
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_int, c_uint, c_void};
@@ -129,7 +129,13 @@ pub extern "C" fn cuMemAdvise_v2(ptr: u64, count: usize, advice: CUmem_advise, l
 /// # Safety
 /// `data` must hold `size` writable bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemRangeGetAttribute(data: *mut c_void, size: usize, attr: CUmem_range_attribute, ptr: u64, count: usize) -> CuResult {
+pub unsafe extern "C" fn cuMemRangeGetAttribute(
+    data: *mut c_void,
+    size: usize,
+    attr: CUmem_range_attribute,
+    ptr: u64,
+    count: usize,
+) -> CuResult {
     run("cuMemRangeGetAttribute", || {
         managed_range(ptr, count)?;
         if data.is_null() || size < 4 {

@@ -7,7 +7,8 @@ use super::array::{self, Side};
 use crate::state::{self, Res, objects, run};
 use pvgpu_frontend::{Pitched, Stream};
 use pvgpu_ring::cuda::api::{
-    CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED, CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUmemorytype, CUstream,
+    CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED, CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUmemorytype,
+    CUstream,
 };
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::c_void;
@@ -34,8 +35,28 @@ fn copy_2d(p: *const CUDA_MEMCPY2D, s: Option<CUstream>) -> Res {
     // SAFETY: a readable CUDA_MEMCPY2D, per the API.
     let c = unsafe { &*p };
     if c.srcMemoryType == CU_MEMORYTYPE_ARRAY || c.dstMemoryType == CU_MEMORYTYPE_ARRAY {
-        let src = Side { kind: c.srcMemoryType, host: c.srcHost, device: c.srcDevice, array: c.srcArray, x: c.srcXInBytes, y: c.srcY, z: 0, pitch: c.srcPitch, height: 0 };
-        let dst = Side { kind: c.dstMemoryType, host: c.dstHost, device: c.dstDevice, array: c.dstArray, x: c.dstXInBytes, y: c.dstY, z: 0, pitch: c.dstPitch, height: 0 };
+        let src = Side {
+            kind: c.srcMemoryType,
+            host: c.srcHost,
+            device: c.srcDevice,
+            array: c.srcArray,
+            x: c.srcXInBytes,
+            y: c.srcY,
+            z: 0,
+            pitch: c.srcPitch,
+            height: 0,
+        };
+        let dst = Side {
+            kind: c.dstMemoryType,
+            host: c.dstHost,
+            device: c.dstDevice,
+            array: c.dstArray,
+            x: c.dstXInBytes,
+            y: c.dstY,
+            z: 0,
+            pitch: c.dstPitch,
+            height: 0,
+        };
         return array::copy(&dst, &src, c.WidthInBytes, c.Height, 1, s);
     }
     let src = side(c.srcMemoryType, c.srcHost, c.srcDevice, c.srcY * c.srcPitch + c.srcXInBytes, c.srcPitch)?;

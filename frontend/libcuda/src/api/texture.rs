@@ -35,23 +35,27 @@ fn objects() -> MutexGuard<'static, Option<HashMap<u64, Descs>>> {
 /// The wire form of a resource descriptor, its array named by id.
 fn resource(r: &CUDA_RESOURCE_DESC) -> Result<proto::ResourceDesc, CuError> {
     let mut d = proto::ResourceDesc { flags: r.flags.into(), ..Default::default() };
-    // SAFETY (each union read below): the member `resType` names, as the
-    // API defines the descriptor; every member is plain data.
     match r.resType {
         CU_RESOURCE_TYPE_ARRAY => {
             d.kind = proto::RESOURCE_ARRAY.into();
+            // SAFETY: the member `resType` names, as the API defines the
+            // descriptor; every member is plain data.
             d.addr = array::array(unsafe { r.res.array.hArray })?.0.into();
         }
         CU_RESOURCE_TYPE_MIPMAPPED_ARRAY => {
             d.kind = proto::RESOURCE_MIPMAPPED.into();
+            // SAFETY: as above.
             d.addr = array::mipmapped(unsafe { r.res.mipmap.hMipmappedArray })?.0.into();
         }
         CU_RESOURCE_TYPE_LINEAR => {
+            // SAFETY: as above.
             let l = unsafe { r.res.linear };
             d.kind = proto::RESOURCE_LINEAR.into();
-            (d.addr, d.format, d.channels, d.bytes) = (l.devPtr.into(), l.format.0.into(), l.numChannels.into(), (l.sizeInBytes as u64).into());
+            (d.addr, d.format, d.channels, d.bytes) =
+                (l.devPtr.into(), l.format.0.into(), l.numChannels.into(), (l.sizeInBytes as u64).into());
         }
         CU_RESOURCE_TYPE_PITCH2D => {
+            // SAFETY: as above.
             let p = unsafe { r.res.pitch2D };
             d.kind = proto::RESOURCE_PITCH2D.into();
             (d.addr, d.format, d.channels) = (p.devPtr.into(), p.format.0.into(), p.numChannels.into());
@@ -93,7 +97,13 @@ fn sampling(t: &CUDA_TEXTURE_DESC, v: Option<&CUDA_RESOURCE_VIEW_DESC>) -> TexSa
     TexSampling { words, view }
 }
 
-fn create(out: *mut u64, r: *const CUDA_RESOURCE_DESC, t: *const CUDA_TEXTURE_DESC, v: *const CUDA_RESOURCE_VIEW_DESC, surface: bool) -> Res {
+fn create(
+    out: *mut u64,
+    r: *const CUDA_RESOURCE_DESC,
+    t: *const CUDA_TEXTURE_DESC,
+    v: *const CUDA_RESOURCE_VIEW_DESC,
+    surface: bool,
+) -> Res {
     // SAFETY: readable descriptors per the API (null refused; the view
     // and, for a surface, the texture descriptor are optional).
     let (r, t, v) = unsafe { (r.as_ref().ok_or(CuError::INVALID_VALUE)?, t.as_ref(), v.as_ref()) };
