@@ -94,6 +94,13 @@ fn request_decoder() {
     c.src_pitch = 4.into();
     c.data = DataRef::inline(8);
     with("Memcpy2D-inline", Request::Memcpy2D(Memcpy2D { head: c, data: &[3u8; 8] }));
+    let mut a = ArrayCopyHead::new_zeroed();
+    a.dst.kind = SIDE_ARRAY.into();
+    a.dst.addr = 1.into();
+    a.src.kind = SIDE_HOST.into();
+    (a.width, a.height, a.depth) = (4.into(), 2.into(), 1.into());
+    a.data = DataRef::inline(8);
+    with("ArrayCopy-inline", Request::ArrayCopy(ArrayCopy { head: a, data: &[5u8; 8] }));
     let mut m = Memset::new_zeroed();
     m.elem_size = 4.into();
     with("Memset-32", Request::Memset(m));
