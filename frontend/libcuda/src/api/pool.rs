@@ -73,6 +73,11 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, po
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFreeAsync(dptr: u64, s: *mut c_void) -> CuResult {
     run("cuMemFreeAsync", || {
+        // As `cuMemFree`: nothing to free (cuSPARSE frees an ILU0 info's
+        // absent buffer so).
+        if dptr == 0 {
+            return Ok(());
+        }
         let c = state::client()?;
         let kind = objects().device.get(&dptr).map(|a| a.kind);
         if !matches!(kind, Some(DevKind::Alloc | DevKind::Graph)) {

@@ -101,6 +101,7 @@ pub fn cu(e: Error) -> CuError {
 /// Runs an API body: errors become statuses, and a panic becomes
 /// `CUDA_ERROR_UNKNOWN` instead of unwinding into C.
 pub fn run(name: &'static str, f: impl FnOnce() -> Res) -> CuResult {
+    tracing::trace!(call = name, "call");
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => CuResult::SUCCESS,
         Ok(Err(e)) => {
