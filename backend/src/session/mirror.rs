@@ -53,6 +53,10 @@ pub(super) struct Mirror {
 pub(super) struct Mirrors {
     map: BTreeMap<u64, Mirror>,
     bytes: u64,
+    /// Where the last pull stopped for want of room (a mirror's address
+    /// and an offset in it): the next pull goes on from there, so a pull
+    /// of many pieces compares each byte once, not once per piece.
+    cursor: Option<(u64, usize)>,
 }
 
 impl Mirrors {
@@ -197,24 +201,39 @@ pub(super) fn host_mirror_write<E: Executor>(s: &mut Session<E>, r: proto::HostM
     Ok(())
 }
 
+/// Bytes of a mirror one pull compares at a time.
+const PULL_WINDOW: usize = 1 << 20;
+
 pub(super) fn host_mirror_pull<E: Executor>(s: &mut Session<E>, _: proto::HostMirrorPull, _: &mut Io<'_>) -> CuRes<MirrorPullRep> {
     let mut rep = MirrorPullRep::default();
     // Room for the ranges' bytes and heads in one reply.
     let mut room = s.max_reply.min(MAX_PAYLOAD).saturating_sub(64);
     // Each range fits an empty reply, so every pull makes progress.
     let piece = room.saturating_sub(16).max(1);
-    for (&ptr, m) in s.mirrors.map.iter_mut() {
+    let (from, mut skip) = s.mirrors.cursor.take().unwrap_or((0, 0));
+    for (&ptr, m) in s.mirrors.map.range_mut(from..) {
         // SAFETY: a live mirror of the session.
         let now: &[u8] = unsafe { bytes(ptr, m.len) };
-        for (off, len) in changed_runs(now, &m.known, JOIN_GAP, piece) {
-            if len + 16 > room {
-                rep.more = true;
-                return Ok(rep);
+        // Only the mirror the last pull stopped in is resumed mid-way.
+        let start = if ptr == from { skip.min(now.len()) } else { 0 };
+        skip = 0;
+        // A window at a time, so a pull compares about what it can send.
+        let mut at = start;
+        while at < now.len() {
+            let end = now.len().min(at + PULL_WINDOW.max(piece));
+            for (off, len) in changed_runs(&now[at..end], &m.known[at..end], JOIN_GAP, piece) {
+                let off = at + off;
+                if len + 16 > room {
+                    rep.more = true;
+                    s.mirrors.cursor = Some((ptr, off));
+                    return Ok(rep);
+                }
+                room -= len + 16;
+                let piece = now[off..off + len].to_vec();
+                m.known[off..off + len].copy_from_slice(&piece);
+                rep.ranges.push((ptr + off as u64, piece));
             }
-            room -= len + 16;
-            let piece = now[off..off + len].to_vec();
-            m.known[off..off + len].copy_from_slice(&piece);
-            rep.ranges.push((ptr + off as u64, piece));
+            at = end;
         }
     }
     Ok(rep)

@@ -361,6 +361,7 @@ impl<E: Executor> Session<E> {
         }
         // What a failed request asked, for `RUST_LOG=pvgpu_backend::session=trace`.
         let asked = tracing::enabled!(tracing::Level::TRACE).then(|| format!("{req:?}"));
+        tracing::trace!(session = self.id, opcode = ?req.opcode(), "request");
         let r = req.dispatch(self, &mut Io { area, out });
         self.settle();
         if let Err(e) = r {
