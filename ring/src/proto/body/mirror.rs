@@ -64,6 +64,22 @@ mod tests {
         assert_eq!(changed_runs(&all, &known[..10], 64, 4), vec![(0, 4), (4, 4), (8, 2)]);
         assert!(changed_runs(&known, &known, 64, usize::MAX).is_empty());
     }
+
+    /// Every changed byte is found, wherever it falls against the blocks
+    /// equal stretches are skipped by, as a byte-by-byte scan finds it.
+    #[test]
+    fn block_skipping_misses_no_change() {
+        let known = vec![5u8; 1000];
+        for at in [0, 1, 62, 63, 64, 65, 127, 128, 640, 935, 936, 999] {
+            let mut now = known.clone();
+            now[at] = 6;
+            assert_eq!(changed_runs(&now, &known, 0, usize::MAX), vec![(at, 1)], "change at {at}");
+        }
+        let mut now = known.clone();
+        now[63..=64].fill(1);
+        now[999] = 1;
+        assert_eq!(changed_runs(&now, &known, 0, usize::MAX), vec![(63, 2), (999, 1)]);
+    }
 }
 
 /// `HostMirrorWrite`: bytes the program changed in a mirrored range.
