@@ -199,9 +199,10 @@ impl Client {
         Ok(self.call(&req)?.value.get())
     }
 
-    /// `cuTexObjectDestroy` or `cuSurfObjectDestroy`.
-    pub fn tex_object_destroy(&self, object: u64, surface: bool) -> Result<()> {
-        self.call(&TexObjectDestroy { object: object.into(), surface: u32::from(surface).into(), reserved: 0.into() })
+    /// `cuTexObjectDestroy` or `cuSurfObjectDestroy` of an object made in
+    /// context `ctx`.
+    pub fn tex_object_destroy(&self, ctx: Context, object: u64, surface: bool) -> Result<()> {
+        self.call(&TexObjectDestroy { ctx: ctx.0.into(), object: object.into(), surface: u32::from(surface).into(), reserved: 0.into() })
     }
 }
 

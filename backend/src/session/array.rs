@@ -30,8 +30,9 @@ use std::collections::HashMap;
 /// A session's arrays and objects.
 pub(super) struct Arrays {
     table: HandleTable<Entry>,
-    /// Objects by value: their context and whether each is a surface.
-    objects: HashMap<u64, (u64, bool)>,
+    /// Objects by context and value (values are per context): whether
+    /// each is a surface.
+    objects: HashMap<(u64, u64), bool>,
 }
 
 enum Kind {
@@ -308,18 +309,18 @@ pub(super) fn tex_object_create<E: Executor>(s: &mut Session<E>, r: proto::TexOb
         }),
     };
     let object = s.enter(ctx)?.tex_object_create(&res, (!surface).then_some(&sampling))?;
-    s.arrays.objects.insert(object, (ctx, surface));
+    s.arrays.objects.insert((ctx, object), surface);
     Ok(U64Rep { value: object.into() })
 }
 
 pub(super) fn tex_object_destroy<E: Executor>(s: &mut Session<E>, r: proto::TexObjectDestroy, _: &mut Io<'_>) -> CuRes<()> {
-    let (object, surface) = (r.object.get(), r.surface.get() == 1);
-    let &(ctx, is_surface) = s.arrays.objects.get(&object).ok_or(CuError::INVALID_VALUE)?;
-    if is_surface != surface {
+    let key = (r.ctx.get(), r.object.get());
+    let surface = r.surface.get() == 1;
+    if s.arrays.objects.get(&key) != Some(&surface) {
         return Err(CuError::INVALID_VALUE);
     }
-    s.enter(ctx)?.tex_object_destroy(object, surface)?;
-    s.arrays.objects.remove(&object);
+    s.enter(key.0)?.tex_object_destroy(key.1, surface)?;
+    s.arrays.objects.remove(&key);
     Ok(())
 }
 
@@ -327,10 +328,10 @@ pub(super) fn tex_object_destroy<E: Executor>(s: &mut Session<E>, r: proto::TexO
 /// destroying them while the context exists.
 pub(super) fn forget<E: Executor>(s: &mut Session<E>, ctx: Option<u64>) {
     let mine = |c: u64| ctx.is_none_or(|x| x == c);
-    let objects: Vec<(u64, u64, bool)> = s.arrays.objects.iter().filter(|(_, (c, _))| mine(*c)).map(|(&o, &(c, sf))| (o, c, sf)).collect();
-    for (o, c, surface) in objects {
+    let objects: Vec<((u64, u64), bool)> = s.arrays.objects.iter().filter(|((c, _), _)| mine(*c)).map(|(&k, &sf)| (k, sf)).collect();
+    for ((c, o), surface) in objects {
         let _ = s.enter(c).and_then(|x| x.tex_object_destroy(o, surface));
-        s.arrays.objects.remove(&o);
+        s.arrays.objects.remove(&(c, o));
     }
     let owned: Vec<(u64, u64, u64, bool)> = s
         .arrays

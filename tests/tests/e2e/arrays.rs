@@ -187,15 +187,27 @@ pub(crate) fn texture_and_surface_objects(t: Transport) {
     // The driver makes a surface of an array without surface load/store
     // too (measured on the H100); kernels then cannot write it.
     let loose = c.tex_object_create(g.ctx, res(RESOURCE_ARRAY, plain), None).unwrap();
-    c.tex_object_destroy(loose, true).unwrap();
+    c.tex_object_destroy(g.ctx, loose, true).unwrap();
 
     // Another session cannot destroy these objects.
     let other = shared().client(t);
     let _g2 = Gpu::new(&other).unwrap();
-    assert_eq!(code(other.tex_object_destroy(tex, false)), CuResult::INVALID_VALUE);
-    assert_eq!(code(c.tex_object_destroy(tex, true)), CuResult::INVALID_VALUE, "a texture object is not a surface object");
+    assert_eq!(code(other.tex_object_destroy(_g2.ctx, tex, false)), CuResult::INVALID_VALUE);
+    assert_eq!(code(c.tex_object_destroy(g.ctx, tex, true)), CuResult::INVALID_VALUE, "a texture object is not a surface object");
     for (o, surface) in [(tex, false), (surf, true), (on_pitched, false)] {
-        c.tex_object_destroy(o, surface).unwrap();
+        c.tex_object_destroy(g.ctx, o, surface).unwrap();
     }
-    assert_eq!(code(c.tex_object_destroy(tex, false)), CuResult::INVALID_VALUE, "destroyed once");
+    assert_eq!(code(c.tex_object_destroy(g.ctx, tex, false)), CuResult::INVALID_VALUE, "destroyed once");
+
+    // Values are per context: objects of two contexts of one session (which
+    // may have the same value) are each destroyed in their own.
+    let ctx2 = c.ctx_create(0, 0).unwrap();
+    let shape = ArrayShape { width: 4, height: 4, format: FLOAT, channels: 1, ..Default::default() };
+    let (a1, a2) = (c.array_create(g.ctx, &shape, 0).unwrap(), c.array_create(ctx2, &shape, 0).unwrap());
+    let t1 = c.tex_object_create(g.ctx, res(RESOURCE_ARRAY, a1), Some(&point_sampling())).unwrap();
+    let t2 = c.tex_object_create(ctx2, res(RESOURCE_ARRAY, a2), Some(&point_sampling())).unwrap();
+    assert_eq!(code(c.tex_object_create(ctx2, res(RESOURCE_ARRAY, a1), None)), CuResult::INVALID_CONTEXT, "an array of another context");
+    c.tex_object_destroy(ctx2, t2, false).unwrap();
+    c.tex_object_destroy(g.ctx, t1, false).unwrap();
+    c.ctx_destroy(ctx2).unwrap();
 }

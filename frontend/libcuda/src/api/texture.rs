@@ -15,8 +15,9 @@ use pvgpu_ring::{CuError, CuResult};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-/// The descriptors an object was made from.
+/// The descriptors an object was made from, and its context.
 struct Descs {
+    ctx: pvgpu_frontend::Context,
     res: CUDA_RESOURCE_DESC,
     tex: Option<CUDA_TEXTURE_DESC>,
     view: Option<CUDA_RESOURCE_VIEW_DESC>,
@@ -112,14 +113,21 @@ fn create(
     }
     let res = resource(r)?;
     let s = t.map(|t| sampling(t, v));
-    let o = state::client()?.tex_object_create(ctx::current()?, res, if surface { None } else { s.as_ref() }).map_err(state::cu)?;
-    objects().get_or_insert_with(HashMap::new).insert(o, Descs { res: *r, tex: t.copied(), view: v.copied() });
+    let c = ctx::current()?;
+    let o = state::client()?.tex_object_create(c, res, if surface { None } else { s.as_ref() }).map_err(state::cu)?;
+    objects().get_or_insert_with(HashMap::new).insert(o, Descs { ctx: c, res: *r, tex: t.copied(), view: v.copied() });
     // SAFETY: non-null and writable per the API.
     unsafe { put(out, o) }
 }
 
 fn destroy(o: u64, surface: bool) -> Res {
-    state::client()?.tex_object_destroy(o, surface).map_err(state::cu)?;
+    // The context the object was made in (the library's record), else the
+    // current one, whose driver refuses a value it does not know.
+    let c = match objects().as_ref().and_then(|m| m.get(&o)).map(|d| d.ctx) {
+        Some(c) => c,
+        None => ctx::current()?,
+    };
+    state::client()?.tex_object_destroy(c, o, surface).map_err(state::cu)?;
     if let Some(m) = objects().as_mut() {
         m.remove(&o);
     }

@@ -170,6 +170,8 @@ wire_structs! {
     }
     /// `cuTexObjectDestroy` or `cuSurfObjectDestroy`.
     pub struct TexObjectDestroy {
+        /// Context id the object was made in (values are per context).
+        pub ctx: U64,
         /// The object, as `TexObjectCreate` answered.
         pub object: U64,
         /// 0: a texture object; 1: a surface object.
