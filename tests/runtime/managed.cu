@@ -2,7 +2,8 @@
 // initialises arrays, a kernel reads and writes them, the CPU reads the
 // results after synchronising, changes a few elements and a second launch
 // sees them; copies, memsets, prefetches and advice on managed memory;
-// many small allocations side by side; pointer attributes. Every result
+// many small allocations side by side; pointer attributes; __managed__
+// variables written by the CPU and by a kernel. Every result
 // is checked against the CPU; the output is compared line by line with the
 // native run (managed.expected); the last line is PASS.
 //
@@ -27,6 +28,9 @@ extern "C" __global__ void saxpy(float a, const float *x, float *y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + y[i];
 }
+
+__managed__ float factor = 3.0f;
+__managed__ float result[4] = {1.0f, 1.0f, 1.0f, 1.0f};
 
 static bool all_ok = true;
 
@@ -122,7 +126,24 @@ static void many_small() {
     for (int k = 0; k < 64; k++) CHECK(cudaFree(p[k]));
 }
 
+static void managed_variables() {
+    bool ok = factor == 3.0f && result[2] == 1.0f;
+    verdict("__managed__ variables start as the program says", ok);
+    factor = 5.0f;
+    // result[0] = 2 * factor + result[0], on the device.
+    saxpy<<<1, 1>>>(2.0f, &factor, result, 1);
+    CHECK(cudaDeviceSynchronize());
+    ok = result[0] == 11.0f && result[1] == 1.0f;
+    verdict("a kernel reads and writes __managed__ variables", ok);
+    result[3] = 7.0f;
+    saxpy<<<1, 4>>>(1.0f, result, result, 4);
+    CHECK(cudaDeviceSynchronize());
+    ok = result[0] == 22.0f && result[1] == 2.0f && result[3] == 14.0f && factor == 5.0f;
+    verdict("and sees the CPU's later writes", ok);
+}
+
 int main() {
+    managed_variables();
     kernels_and_cpu();
     prefetch_advise_attributes();
     many_small();

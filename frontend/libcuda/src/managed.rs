@@ -20,6 +20,11 @@
 //!   copied to the device on that work's stream and every page becomes
 //!   invalid again.
 //!
+//! `__managed__` variables (`cuLibraryGetManaged`, how NVIDIA's runtime
+//! finds them) are kept the same way: the pages holding a variable are
+//! mapped at its device address, and only the variables' own bytes are
+//! fetched and copied back.
+//!
 //! Cost: one fault and one round trip per fetched run of pages the CPU
 //! touches after device work; one copy per run of dirty pages at the next
 //! submission; nothing while no managed memory is valid on the CPU (one
@@ -42,14 +47,19 @@ const INVALID: u8 = 0;
 const CLEAN: u8 = 1;
 const DIRTY: u8 = 2;
 
-/// One managed allocation.
+/// One managed allocation, or the pages of `__managed__` variables.
 pub struct Range {
-    /// The backend allocation it lies in (what is freed).
+    /// The backend allocation it lies in (what is freed), 0 for variables
+    /// (the module's).
     pub base: u64,
     /// Its first byte, page-aligned: the device address and the CPU's.
     pub ptr: u64,
-    /// Bytes the program asked for.
+    /// Bytes the program asked for (an allocation's), or the pages' bytes.
     pub len: usize,
+    /// The device bytes the pages stand for, `[start, end)` in address
+    /// order: the allocation, or each variable. Only they are fetched and
+    /// copied back (the rest of a variable's page is not the session's).
+    extents: RwLock<Vec<(u64, u64)>>,
     /// Per page: invalid, clean or dirty.
     pages: Vec<AtomicU8>,
 }
@@ -76,9 +86,11 @@ fn find(addr: u64) -> Option<Arc<Range>> {
     ranges().range(..=addr).next_back().filter(|(_, r)| addr < r.ptr + r.mapped_len() as u64).map(|(_, r)| r.clone())
 }
 
-/// Whether `[ptr, ptr+len)` lies in managed memory.
+/// Whether `[ptr, ptr+len)` lies in managed memory (one allocation or
+/// variable).
 pub fn contains(ptr: u64, len: usize) -> bool {
-    find(ptr).is_some_and(|r| ptr + len as u64 <= r.ptr + r.mapped_len() as u64)
+    let end = ptr + len.max(1) as u64;
+    find(ptr).is_some_and(|r| r.extents.read().unwrap_or_else(|p| p.into_inner()).iter().any(|&(a, b)| a <= ptr && end <= b))
 }
 
 /// The managed allocation starting at `ptr`.
@@ -119,9 +131,52 @@ pub fn map(base: u64, ptr: u64, len: usize) -> bool {
         unsafe { libc::munmap(got, pages * PAGE) };
         return false;
     }
-    let r = Range { base, ptr, len, pages: (0..pages).map(|_| AtomicU8::new(INVALID)).collect() };
+    let extents = RwLock::new(vec![(ptr, ptr + len as u64)]);
+    let r = Range { base, ptr, len, extents, pages: (0..pages).map(|_| AtomicU8::new(INVALID)).collect() };
     RANGES.write().unwrap_or_else(|p| p.into_inner()).insert(ptr, Arc::new(r));
     true
+}
+
+/// Makes `__managed__` variable `[ptr, ptr+size)` (device memory of a
+/// module, as `cuLibraryGetManaged` gives it) managed memory of this
+/// process: its pages are mapped where no range has them yet, and the
+/// variable's bytes join the extents of the ranges holding its pages.
+/// False when a page is taken by something else in this process.
+pub fn map_variable(ptr: u64, size: usize) -> bool {
+    install_handler();
+    let end = ptr + size.max(1) as u64;
+    let mut page = ptr & !(PAGE as u64 - 1);
+    while page < end {
+        let next = page + PAGE as u64;
+        let (lo, hi) = (ptr.max(page), end.min(next));
+        let held = find(page);
+        let r = match held {
+            Some(r) => r,
+            None => {
+                if !map(0, page, PAGE) {
+                    return false;
+                }
+                let Some(r) = find(page) else { return false };
+                // A fresh page stands for nothing until a variable joins.
+                r.extents.write().unwrap_or_else(|p| p.into_inner()).clear();
+                r
+            }
+        };
+        let mut ex = r.extents.write().unwrap_or_else(|p| p.into_inner());
+        if !ex.iter().any(|&(a, b)| a <= lo && hi <= b) {
+            ex.push((lo, hi));
+            ex.sort_unstable();
+        }
+        page = next;
+    }
+    true
+}
+
+/// The parts of `[at, at+len)` the range's extents cover.
+fn covered(r: &Range, at: u64, len: usize) -> Vec<(u64, usize)> {
+    let end = at + len as u64;
+    let ex = r.extents.read().unwrap_or_else(|p| p.into_inner());
+    ex.iter().filter_map(|&(a, b)| (a.max(at) < b.min(end)).then(|| (a.max(at), (b.min(end) - a.max(at)) as usize))).collect()
 }
 
 /// Forgets managed allocation `ptr` and unmaps its pages: its backend
@@ -162,14 +217,15 @@ fn flush(r: &Range, stream: Stream) {
         while i < n && r.pages[i].load(Ordering::Acquire) == DIRTY {
             i += 1;
         }
-        let at = r.ptr + (start * PAGE) as u64;
-        let len = ((i - start) * PAGE).min(r.len.saturating_sub(start * PAGE));
-        // SAFETY: dirty pages are readable and writable, mapped while the
-        // range is registered.
-        let bytes = unsafe { std::slice::from_raw_parts(at as usize as *const u8, len) };
-        if let Ok(c) = state::client() {
-            if let Err(e) = c.memcpy_htod_async(at, bytes, stream) {
-                tracing::warn!(error = %e, "managed memory: the CPU's changes did not reach the device");
+        let run = r.ptr + (start * PAGE) as u64;
+        for (at, len) in covered(r, run, (i - start) * PAGE) {
+            // SAFETY: dirty pages are readable and writable, mapped while
+            // the range is registered.
+            let bytes = unsafe { std::slice::from_raw_parts(at as usize as *const u8, len) };
+            if let Ok(c) = state::client() {
+                if let Err(e) = c.memcpy_htod_async(at, bytes, stream) {
+                    tracing::warn!(error = %e, "managed memory: the CPU's changes did not reach the device");
+                }
             }
         }
     }
@@ -206,16 +262,15 @@ fn fetch(r: &Range, first: usize) -> bool {
     }
     let at = r.ptr + (first * PAGE) as u64;
     let mapped = (end - first) * PAGE;
-    let len = mapped.min(r.len.saturating_sub(first * PAGE));
     if !protect(at, mapped, libc::PROT_READ | libc::PROT_WRITE) {
         return false;
     }
-    if len > 0 {
+    for (from, len) in covered(r, at, mapped) {
         // SAFETY: the pages were just made writable; nothing else holds
         // them (the program is stopped in its fault).
-        let dst = unsafe { std::slice::from_raw_parts_mut(at as usize as *mut u8, len) };
+        let dst = unsafe { std::slice::from_raw_parts_mut(from as usize as *mut u8, len) };
         let Ok(c) = state::client() else { return false };
-        if let Err(e) = c.memcpy_dtoh(dst, at) {
+        if let Err(e) = c.memcpy_dtoh(dst, from) {
             tracing::error!(error = %e, "managed memory: fetching pages from the device failed");
             return false;
         }

@@ -142,6 +142,54 @@ pub unsafe extern "C" fn cuLibraryGetGlobal(dptr: *mut u64, bytes: *mut usize, l
     })
 }
 
+/// `cuLibraryGetManaged`: a `__managed__` variable of the library (NVIDIA's
+/// runtime finds them so), in the current context; its pages in this
+/// process are kept coherent with the device ([`crate::managed`]).
+///
+/// # Safety
+/// `name` must be NUL-terminated; `dptr` and `bytes` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLibraryGetManaged(dptr: *mut u64, bytes: *mut usize, lib: *mut c_void, name: *const c_char) -> CuResult {
+    run("cuLibraryGetManaged", || {
+        // SAFETY: NUL-terminated per the API.
+        let n = unsafe { state::name(name) }?;
+        let cur = match state::current_handle() {
+            Some(h) => h,
+            // The runtime asks before any context is current; managed
+            // variables belong to no context natively. Here they live in
+            // device 0's primary context, held for them from now on.
+            None => managed_variables_context()?,
+        };
+        let m = library::module(id(lib), cur)?;
+        let (p, size) = state::client()?.module_get_global(Module(m), n).map_err(state::cu)?;
+        if !crate::managed::map_variable(p, size as usize) {
+            tracing::warn!(name = n, ptr = p, "cuLibraryGetManaged: the variable's address is taken in this process");
+            return Err(CuError::NOT_SUPPORTED);
+        }
+        objects().device.entry(p).or_insert_with(|| DevAlloc::new(size, cur, DevKind::Global(m)));
+        if !dptr.is_null() {
+            // SAFETY: non-null and writable per the API.
+            unsafe { put(dptr, p)? };
+        }
+        if !bytes.is_null() {
+            // SAFETY: non-null and writable per the API.
+            unsafe { put(bytes, size as usize)? };
+        }
+        Ok(())
+    })
+}
+
+/// Device 0's primary context, retained once for the variables of
+/// libraries asked for without a current context.
+fn managed_variables_context() -> Result<u64, CuError> {
+    static HELD: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    if let Some(&h) = HELD.get() {
+        return Ok(h);
+    }
+    let h = state::ctx::primary_retain(0)?;
+    Ok(*HELD.get_or_init(|| h))
+}
+
 /// `cuLibraryGetKernelCount`.
 ///
 /// # Safety
