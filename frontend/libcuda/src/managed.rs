@@ -176,7 +176,7 @@ pub fn map_variable(ptr: u64, size: usize) -> bool {
 fn covered(r: &Range, at: u64, len: usize) -> Vec<(u64, usize)> {
     let end = at + len as u64;
     let ex = r.extents.read().unwrap_or_else(|p| p.into_inner());
-    ex.iter().filter_map(|&(a, b)| (a.max(at) < b.min(end)).then(|| (a.max(at), (b.min(end) - a.max(at)) as usize))).collect()
+    ex.iter().map(|&(a, b)| (a.max(at), b.min(end))).filter(|&(lo, hi)| lo < hi).map(|(lo, hi)| (lo, (hi - lo) as usize)).collect()
 }
 
 /// Forgets managed allocation `ptr` and unmaps its pages: its backend
