@@ -63,26 +63,12 @@ impl ArrayShape {
     /// The shape of mipmap level `level` (each dimension halved per level,
     /// at least 1; layers and faces kept).
     pub fn level(&self, level: u32) -> ArrayShape {
-        let half = |v: u64| if v == 0 { 0 } else { (v >> level.min(63)).max(1) };
-        let layered = self.flags & (ARRAY_LAYERED | ARRAY_CUBEMAP) != 0;
-        ArrayShape {
-            width: half(self.width),
-            height: half(self.height),
-            depth: if layered { self.depth } else { half(self.depth) },
-            ..*self
-        }
+        let [width, height, depth] = pvgpu_ring::proto::mipmap_extent([self.width, self.height, self.depth], self.flags, level);
+        ArrayShape { width, height, depth, ..*self }
     }
 }
 
-/// Bytes of one channel of `CUarray_format` `f`.
-pub fn format_bytes(f: u32) -> Option<u64> {
-    match f {
-        0x01 | 0x08 => Some(1),        // unsigned and signed 8-bit
-        0x02 | 0x09 | 0x10 => Some(2), // 16-bit integers, half
-        0x03 | 0x0a | 0x20 => Some(4), // 32-bit integers, float
-        _ => None,
-    }
-}
+pub use pvgpu_ring::proto::array_format_bytes as format_bytes;
 
 /// One side of a copy with an array, as the executor runs it.
 #[derive(Clone, Copy, Debug)]

@@ -166,12 +166,10 @@ pub unsafe extern "C" fn cuMipmappedArrayGetLevel(p: *mut CUarray, h: CUmipmappe
     })
 }
 
-/// The shape of mipmap level `level`: each dimension halved per level (at
-/// least 1), layers and faces kept.
+/// The shape of mipmap level `level`.
 fn level_shape(s: &ArrayShape, level: u32) -> ArrayShape {
-    let half = |v: u64| if v == 0 { 0 } else { (v >> level.min(63)).max(1) };
-    let layered = s.flags & 0x05 != 0;
-    ArrayShape { width: half(s.width), height: half(s.height), depth: if layered { s.depth } else { half(s.depth) }, ..*s }
+    let [width, height, depth] = pvgpu_ring::proto::mipmap_extent([s.width, s.height, s.depth], s.flags, level);
+    ArrayShape { width, height, depth, ..*s }
 }
 
 /// `cuArrayGetDescriptor_v2`.
@@ -219,13 +217,7 @@ pub(crate) fn descriptor_3d(s: &ArrayShape) -> CUDA_ARRAY3D_DESCRIPTOR {
 
 /// Bytes of one element of an array (0 for a format not offered).
 fn element_bytes(s: &ArrayShape) -> u64 {
-    let b = match s.format {
-        0x01 | 0x08 => 1,
-        0x02 | 0x09 | 0x10 => 2,
-        0x03 | 0x0a | 0x20 => 4,
-        _ => 0,
-    };
-    b * u64::from(s.channels)
+    pvgpu_ring::proto::array_format_bytes(s.format).unwrap_or(0) * u64::from(s.channels)
 }
 
 /// One side of a `CUDA_MEMCPY3D`, its offsets folded in.

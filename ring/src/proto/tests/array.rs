@@ -147,3 +147,13 @@ fn closed_fields_of_arrays_and_objects_are_checked() {
     t.surface = 2.into();
     assert!(TexObjectCreate::decode(Opcode::TexObjectCreate, t.as_bytes()).is_err());
 }
+
+#[test]
+fn mipmap_levels_halve_each_dimension_but_layers() {
+    assert_eq!(mipmap_extent([64, 32, 0], 0, 3), [8, 4, 0]);
+    assert_eq!(mipmap_extent([64, 1, 16], 0, 5), [2, 1, 1]);
+    assert_eq!(mipmap_extent([64, 32, 6], 0x04, 2), [16, 8, 6], "cubemap faces stay");
+    assert_eq!(mipmap_extent([64, 32, 9], 0x01, 9), [1, 1, 9], "layers stay, sides end at 1");
+    assert_eq!(array_format_bytes(0x20), Some(4));
+    assert_eq!(array_format_bytes(0x91), None, "block-compressed formats are not offered");
+}

@@ -25,6 +25,31 @@ pub const RESOURCE_LINEAR: u32 = 2;
 /// `ResourceDesc` kind: pitched device memory.
 pub const RESOURCE_PITCH2D: u32 = 3;
 
+/// `CUDA_ARRAY3D_LAYERED` and `CUDA_ARRAY3D_CUBEMAP`: `depth` counts layers
+/// (or faces), which mipmap levels keep.
+pub const ARRAY_LAYERS: u32 = 0x01 | 0x04;
+
+/// Bytes of one channel of `CUarray_format` `f`: the plain integer and
+/// floating-point formats pvgpu offers (`None` for block-compressed and
+/// packed video formats).
+pub fn array_format_bytes(f: u32) -> Option<u64> {
+    match f {
+        0x01 | 0x08 => Some(1),        // unsigned and signed 8-bit
+        0x02 | 0x09 | 0x10 => Some(2), // 16-bit integers, half
+        0x03 | 0x0a | 0x20 => Some(4), // 32-bit integers, float
+        _ => None,
+    }
+}
+
+/// The extent of mipmap level `level` of an array of `[width, height,
+/// depth]` with `flags`: each dimension halved per level (at least 1; 0
+/// stays 0), layers and faces kept.
+pub fn mipmap_extent(extent: [u64; 3], flags: u32, level: u32) -> [u64; 3] {
+    let half = |v: u64| if v == 0 { 0 } else { (v >> level.min(63)).max(1) };
+    let depth = if flags & ARRAY_LAYERS != 0 { extent[2] } else { half(extent[2]) };
+    [half(extent[0]), half(extent[1]), depth]
+}
+
 wire_structs! {
     /// `cuArray3DCreate` (and `cuArrayCreate`) or `cuMipmappedArrayCreate`
     /// on a context's device.
