@@ -11,27 +11,11 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::handles::{Context, Stream};
 use crate::rpc::Conn;
+pub use pvgpu_ring::proto::ArrayShape;
 use pvgpu_ring::proto::{
     ArrayCopy, ArrayCopyHead, ArrayCreate, ArrayDestroy, ArraySide, COPY_ASYNC, DataRef, FLAG_REPLY, MipmapLevel, Opcode, ResourceDesc,
     ResourceView, SIDE_ARRAY, SIDE_DEVICE, SIDE_HOST, TexObjectCreate, TexObjectDestroy,
 };
-
-/// A CUDA array's shape and format, as `CUDA_ARRAY3D_DESCRIPTOR` gives it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ArrayShape {
-    /// Elements per row.
-    pub width: u64,
-    /// Rows (0: one-dimensional).
-    pub height: u64,
-    /// Slices or layers (0: fewer than three dimensions).
-    pub depth: u64,
-    /// `CUarray_format`.
-    pub format: u32,
-    /// Channels per element.
-    pub channels: u32,
-    /// `CUDA_ARRAY3D_*` flags.
-    pub flags: u32,
-}
 
 /// One end of a copy with an array.
 #[derive(Debug, Clone, Copy)]

@@ -2,7 +2,8 @@
 // initialises arrays, a kernel reads and writes them, the CPU reads the
 // results after synchronising, changes a few elements and a second launch
 // sees them; copies, memsets, prefetches and advice on managed memory;
-// many small allocations side by side; pointer attributes; __managed__
+// 2D copies naming managed memory as host memory; many small allocations
+// side by side; pointer attributes; __managed__
 // variables written by the CPU and by a kernel. Every result
 // is checked against the CPU; the output is compared line by line with the
 // native run (managed.expected); the last line is PASS.
@@ -82,6 +83,26 @@ static void kernels_and_cpu() {
     CHECK(cudaFree(y));
 }
 
+static void pitched_copies() {
+    // Managed memory named as host memory by 2D copies, both ways.
+    float *m, *d;
+    size_t pitch;
+    CHECK(cudaMallocManaged(&m, 64 * sizeof(float)));
+    for (int i = 0; i < 64; i++) m[i] = (float)i;
+    CHECK(cudaMallocPitch(&d, &pitch, 8 * sizeof(float), 8));
+    CHECK(cudaMemcpy2D(d, pitch, m, 8 * sizeof(float), 8 * sizeof(float), 8, cudaMemcpyHostToDevice));
+    std::vector<float> h(64);
+    CHECK(cudaMemcpy2D(h.data(), 8 * sizeof(float), d, pitch, 8 * sizeof(float), 8, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemset(m, 0, 64 * sizeof(float)));
+    CHECK(cudaMemcpy2D(m, 8 * sizeof(float), d, pitch, 8 * sizeof(float), 8, cudaMemcpyDeviceToHost));
+    CHECK(cudaDeviceSynchronize());
+    bool ok = true;
+    for (int i = 0; i < 64; i++) ok = ok && h[i] == (float)i && m[i] == (float)i;
+    verdict("2D copies from and to managed memory", ok);
+    CHECK(cudaFree(d));
+    CHECK(cudaFree(m));
+}
+
 static void prefetch_advise_attributes() {
     int dev = 0, managed = 0;
     CHECK(cudaDeviceGetAttribute(&managed, cudaDevAttrManagedMemory, dev));
@@ -145,6 +166,7 @@ static void managed_variables() {
 int main() {
     managed_variables();
     kernels_and_cpu();
+    pitched_copies();
     prefetch_advise_attributes();
     many_small();
     printf("%s\n", all_ok ? "PASS" : "FAIL");

@@ -20,11 +20,12 @@
 
 use super::memory::pinned_async;
 use super::{Io, Session, end_of};
-use crate::exec::array::{ARRAY_FLAGS, format_bytes};
 use crate::exec::{ArrayCopy, ArrayShape, CopySide, CuRes, ExecContext, Executor, Resource, Sampling, View};
 use crate::handles::HandleTable;
 use pvgpu_ring::CuError;
-use pvgpu_ring::proto::{self, DataLoc, HandleRep, SIDE_ARRAY, SIDE_DEVICE, SIDE_HOST, U64Rep};
+use pvgpu_ring::proto::{
+    self, ARRAY_FLAGS, DataLoc, HandleRep, SIDE_ARRAY, SIDE_DEVICE, SIDE_HOST, U64Rep, array_format_bytes as format_bytes,
+};
 use std::collections::HashMap;
 
 /// A session's arrays and objects.

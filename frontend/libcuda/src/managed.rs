@@ -93,11 +93,6 @@ pub fn contains(ptr: u64, len: usize) -> bool {
     find(ptr).is_some_and(|r| r.extents.read().unwrap_or_else(|p| p.into_inner()).iter().any(|&(a, b)| a <= ptr && end <= b))
 }
 
-/// The managed allocation starting at `ptr`.
-pub fn get(ptr: u64) -> Option<Arc<Range>> {
-    ranges().get(&ptr).cloned()
-}
-
 fn protect(addr: u64, len: usize, prot: i32) -> bool {
     // SAFETY: `[addr, addr+len)` is pages of a managed range, mapped by
     // `map` for as long as the range is registered.

@@ -6,10 +6,10 @@
 //! `cuArray3DGetDescriptor` without a round trip.
 
 use crate::state::{self, Res, ctx, put, run};
-use pvgpu_frontend::{ArrayEnd, ArrayShape, Stream};
+use pvgpu_frontend::{ArrayEnd, ArrayShape, Pitched, Stream};
 use pvgpu_ring::cuda::api::{
-    CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED, CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR,
-    CUarray, CUarray_format, CUmemorytype, CUmipmappedArray, CUstream,
+    CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_MEMCPY3D, CUarray,
+    CUarray_format, CUmemorytype, CUmipmappedArray, CUstream,
 };
 use pvgpu_ring::{CuError, CuResult};
 use std::collections::HashMap;
@@ -159,17 +159,11 @@ pub unsafe extern "C" fn cuMipmappedArrayGetLevel(p: *mut CUarray, h: CUmipmappe
             return Err(CuError::INVALID_VALUE);
         }
         let l = state::client()?.mipmap_level(id, level).map_err(state::cu)?;
-        let shape = level_shape(&m.shape, level);
+        let shape = m.shape.level(level);
         remember(l, ArrayInfo { shape, levels: 0, level_of: Some(id) });
         // SAFETY: non-null and writable per the API.
         unsafe { put(p, state::handle(l)) }
     })
-}
-
-/// The shape of mipmap level `level`.
-fn level_shape(s: &ArrayShape, level: u32) -> ArrayShape {
-    let [width, height, depth] = pvgpu_ring::proto::mipmap_extent([s.width, s.height, s.depth], s.flags, level);
-    ArrayShape { width, height, depth, ..*s }
 }
 
 /// `cuArrayGetDescriptor_v2`.
@@ -215,49 +209,58 @@ pub(crate) fn descriptor_3d(s: &ArrayShape) -> CUDA_ARRAY3D_DESCRIPTOR {
     }
 }
 
-/// Bytes of one element of an array (0 for a format not offered).
-fn element_bytes(s: &ArrayShape) -> u64 {
-    pvgpu_ring::proto::array_format_bytes(s.format).unwrap_or(0) * u64::from(s.channels)
-}
-
-/// One side of a `CUDA_MEMCPY3D`, its offsets folded in.
-pub(crate) struct Side {
-    pub(crate) kind: CUmemorytype,
-    pub(crate) host: *const c_void,
-    pub(crate) device: u64,
-    pub(crate) array: CUarray,
-    pub(crate) x: usize,
-    pub(crate) y: usize,
-    pub(crate) z: usize,
-    pub(crate) pitch: usize,
-    pub(crate) height: usize,
+/// One side of a copy with an array, as a `CUDA_MEMCPY3D` names it.
+struct Side {
+    kind: CUmemorytype,
+    host: *const c_void,
+    device: u64,
+    array: CUarray,
+    x: usize,
+    y: usize,
+    z: usize,
+    pitch: usize,
+    height: usize,
 }
 
 impl Side {
-    /// The end a copy of `width` bytes by `rows` rows names.
+    /// The source side of `c`.
+    fn src(c: &CUDA_MEMCPY3D) -> Side {
+        let (kind, host, device, array) = (c.srcMemoryType, c.srcHost, c.srcDevice, c.srcArray);
+        Side { kind, host, device, array, x: c.srcXInBytes, y: c.srcY, z: c.srcZ, pitch: c.srcPitch, height: c.srcHeight }
+    }
+
+    /// The destination side of `c`.
+    fn dst(c: &CUDA_MEMCPY3D) -> Side {
+        let (kind, host, device, array) = (c.dstMemoryType, c.dstHost as *const c_void, c.dstDevice, c.dstArray);
+        Side { kind, host, device, array, x: c.dstXInBytes, y: c.dstY, z: c.dstZ, pitch: c.dstPitch, height: c.dstHeight }
+    }
+
+    /// The end a copy of `width` bytes by `rows` rows names: an array, or
+    /// the memory [`super::pitched::side`] resolves, offsets folded in.
     fn end(&self, width: usize, rows: usize) -> Result<ArrayEnd, CuError> {
+        if self.kind == CU_MEMORYTYPE_ARRAY {
+            let (id, _) = array(self.array)?;
+            return Ok(ArrayEnd::Array { id, x: self.x as u64, y: self.y as u64, z: self.z as u64 });
+        }
         let pitch = if self.pitch == 0 { width } else { self.pitch };
         let height = if self.height == 0 { rows } else { self.height };
         let off = (self.z * height + self.y) * pitch + self.x;
-        let device = |ptr: u64| ArrayEnd::Device { ptr: ptr + off as u64, pitch: pitch as u64, rows: height as u64 };
-        let host = |ptr: usize| ArrayEnd::Host { ptr: (ptr + off) as *const u8, pitch, rows: height };
-        match self.kind {
-            CU_MEMORYTYPE_ARRAY => {
-                let (id, _) = array(self.array)?;
-                Ok(ArrayEnd::Array { id, x: self.x as u64, y: self.y as u64, z: self.z as u64 })
-            }
-            CU_MEMORYTYPE_DEVICE => Ok(device(self.device)),
-            CU_MEMORYTYPE_HOST => Ok(host(self.host as usize)),
-            CU_MEMORYTYPE_UNIFIED if state::objects().device_range(self.device, 1).is_some() => Ok(device(self.device)),
-            CU_MEMORYTYPE_UNIFIED => Ok(host(self.device as usize)),
-            _ => Err(CuError::INVALID_VALUE),
-        }
+        Ok(match super::pitched::side(self.kind, self.host, self.device, off, pitch)? {
+            Pitched::Device { ptr, pitch } => ArrayEnd::Device { ptr, pitch, rows: height as u64 },
+            Pitched::Host { ptr, pitch } => ArrayEnd::Host { ptr, pitch, rows: height },
+        })
     }
+}
+
+/// A `cuMemcpy3D` (or a `cuMemcpy2D` as one slice) with an array on either
+/// side.
+pub(crate) fn copy_3d(c: &CUDA_MEMCPY3D, s: Option<CUstream>) -> Res {
+    copy(&Side::dst(c), &Side::src(c), c.WidthInBytes, c.Height, c.Depth, s)
 }
 
 /// A copy of `depth` slices of `height` rows of `width` bytes with an
 /// array on at least one side.
-pub(crate) fn copy(dst: &Side, src: &Side, width: usize, height: usize, depth: usize, s: Option<CUstream>) -> Res {
+fn copy(dst: &Side, src: &Side, width: usize, height: usize, depth: usize, s: Option<CUstream>) -> Res {
     let (d, sr) = (dst.end(width, height)?, src.end(width, height)?);
     let stream = s.map_or(Stream::DEFAULT, state::ordered);
     if s.is_none() {
@@ -273,7 +276,7 @@ pub(crate) fn copy(dst: &Side, src: &Side, width: usize, height: usize, depth: u
 /// row, or whole rows of one slice.
 fn linear(h: CUarray, offset: usize, count: usize) -> Result<(Side, usize, usize), CuError> {
     let (_, a) = array(h)?;
-    let row = (element_bytes(&a.shape) * a.shape.width) as usize;
+    let row = a.shape.row_bytes().unwrap_or(0) as usize;
     if row == 0 {
         return Err(CuError::INVALID_VALUE);
     }

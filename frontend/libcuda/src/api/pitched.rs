@@ -3,7 +3,7 @@
 //! supported here; a copy naming a CUDA array goes to [`super::array`]. A
 //! 3D copy without arrays is a 2D copy per depth slice.
 
-use super::array::{self, Side};
+use super::array;
 use crate::state::{self, Res, objects, run};
 use pvgpu_frontend::{Pitched, Stream};
 use pvgpu_ring::cuda::api::{
@@ -14,11 +14,17 @@ use pvgpu_ring::{CuError, CuResult};
 use std::ffi::c_void;
 
 /// One side of a copy: its memory type, host and device pointers, and the
-/// byte offset of its first byte from them.
+/// byte offset of its first byte from them. Managed memory named as host
+/// memory is the device's (its pages in the program were flushed when the
+/// copy was submitted).
 pub(crate) fn side(kind: CUmemorytype, host: *const c_void, device: u64, offset: usize, pitch: usize) -> Result<Pitched, CuError> {
     let unified_is_device = |p: u64| objects().device_range(p, 1).is_some();
+    let managed = |p: usize| crate::managed::contains(p as u64, 1);
     match kind {
         CU_MEMORYTYPE_DEVICE => Ok(Pitched::Device { ptr: device + offset as u64, pitch: pitch as u64 }),
+        CU_MEMORYTYPE_HOST if managed(host as usize + offset) => {
+            Ok(Pitched::Device { ptr: (host as usize + offset) as u64, pitch: pitch as u64 })
+        }
         CU_MEMORYTYPE_HOST => Ok(Pitched::Host { ptr: (host as usize + offset) as *const u8, pitch }),
         CU_MEMORYTYPE_UNIFIED if unified_is_device(device) => Ok(Pitched::Device { ptr: device + offset as u64, pitch: pitch as u64 }),
         CU_MEMORYTYPE_UNIFIED => Ok(Pitched::Host { ptr: (device as usize + offset) as *const u8, pitch }),
@@ -28,6 +34,19 @@ pub(crate) fn side(kind: CUmemorytype, host: *const c_void, device: u64, offset:
     }
 }
 
+/// A 2D copy as the one slice of a 3D copy.
+fn as_3d(c: &CUDA_MEMCPY2D) -> CUDA_MEMCPY3D {
+    // SAFETY: CUDA_MEMCPY3D is integers, pointers and transparent
+    // memory-type numbers; zero is a valid value of each.
+    let mut d: CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+    (d.srcMemoryType, d.srcHost, d.srcDevice, d.srcArray) = (c.srcMemoryType, c.srcHost, c.srcDevice, c.srcArray);
+    (d.srcXInBytes, d.srcY, d.srcPitch) = (c.srcXInBytes, c.srcY, c.srcPitch);
+    (d.dstMemoryType, d.dstHost, d.dstDevice, d.dstArray) = (c.dstMemoryType, c.dstHost, c.dstDevice, c.dstArray);
+    (d.dstXInBytes, d.dstY, d.dstPitch) = (c.dstXInBytes, c.dstY, c.dstPitch);
+    (d.WidthInBytes, d.Height, d.Depth) = (c.WidthInBytes, c.Height, 1);
+    d
+}
+
 fn copy_2d(p: *const CUDA_MEMCPY2D, s: Option<CUstream>) -> Res {
     if p.is_null() {
         return Err(CuError::INVALID_VALUE);
@@ -35,29 +54,7 @@ fn copy_2d(p: *const CUDA_MEMCPY2D, s: Option<CUstream>) -> Res {
     // SAFETY: a readable CUDA_MEMCPY2D, per the API.
     let c = unsafe { &*p };
     if c.srcMemoryType == CU_MEMORYTYPE_ARRAY || c.dstMemoryType == CU_MEMORYTYPE_ARRAY {
-        let src = Side {
-            kind: c.srcMemoryType,
-            host: c.srcHost,
-            device: c.srcDevice,
-            array: c.srcArray,
-            x: c.srcXInBytes,
-            y: c.srcY,
-            z: 0,
-            pitch: c.srcPitch,
-            height: 0,
-        };
-        let dst = Side {
-            kind: c.dstMemoryType,
-            host: c.dstHost,
-            device: c.dstDevice,
-            array: c.dstArray,
-            x: c.dstXInBytes,
-            y: c.dstY,
-            z: 0,
-            pitch: c.dstPitch,
-            height: 0,
-        };
-        return array::copy(&dst, &src, c.WidthInBytes, c.Height, 1, s);
+        return array::copy_3d(&as_3d(c), s);
     }
     let src = side(c.srcMemoryType, c.srcHost, c.srcDevice, c.srcY * c.srcPitch + c.srcXInBytes, c.srcPitch)?;
     let dst = side(c.dstMemoryType, c.dstHost, c.dstDevice, c.dstY * c.dstPitch + c.dstXInBytes, c.dstPitch)?;
@@ -107,29 +104,7 @@ fn copy_3d(p: *const CUDA_MEMCPY3D, s: Option<CUstream>) -> Res {
         return Err(CuError::INVALID_VALUE);
     }
     if c.srcMemoryType == CU_MEMORYTYPE_ARRAY || c.dstMemoryType == CU_MEMORYTYPE_ARRAY {
-        let src = Side {
-            kind: c.srcMemoryType,
-            host: c.srcHost,
-            device: c.srcDevice,
-            array: c.srcArray,
-            x: c.srcXInBytes,
-            y: c.srcY,
-            z: c.srcZ,
-            pitch: c.srcPitch,
-            height: c.srcHeight,
-        };
-        let dst = Side {
-            kind: c.dstMemoryType,
-            host: c.dstHost,
-            device: c.dstDevice,
-            array: c.dstArray,
-            x: c.dstXInBytes,
-            y: c.dstY,
-            z: c.dstZ,
-            pitch: c.dstPitch,
-            height: c.dstHeight,
-        };
-        return array::copy(&dst, &src, c.WidthInBytes, c.Height, c.Depth, s);
+        return array::copy_3d(c, s);
     }
     let stream = s.map_or(Stream::DEFAULT, state::ordered);
     let client = state::client()?;

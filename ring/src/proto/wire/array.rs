@@ -25,9 +25,17 @@ pub const RESOURCE_LINEAR: u32 = 2;
 /// `ResourceDesc` kind: pitched device memory.
 pub const RESOURCE_PITCH2D: u32 = 3;
 
-/// `CUDA_ARRAY3D_LAYERED` and `CUDA_ARRAY3D_CUBEMAP`: `depth` counts layers
-/// (or faces), which mipmap levels keep.
-pub const ARRAY_LAYERS: u32 = 0x01 | 0x04;
+/// `CUDA_ARRAY3D_LAYERED`: `depth` counts layers.
+pub const ARRAY_LAYERED: u32 = 0x01;
+/// `CUDA_ARRAY3D_SURFACE_LDST`: surface objects may be made of it.
+pub const ARRAY_SURFACE_LDST: u32 = 0x02;
+/// `CUDA_ARRAY3D_CUBEMAP`: six faces (or six per layer).
+pub const ARRAY_CUBEMAP: u32 = 0x04;
+/// `CUDA_ARRAY3D_TEXTURE_GATHER`.
+pub const ARRAY_TEXTURE_GATHER: u32 = 0x08;
+/// Array flags pvgpu offers; sparse, deferred-mapping and depth-texture
+/// arrays are not.
+pub const ARRAY_FLAGS: u32 = ARRAY_LAYERED | ARRAY_SURFACE_LDST | ARRAY_CUBEMAP | ARRAY_TEXTURE_GATHER;
 
 /// Bytes of one channel of `CUarray_format` `f`: the plain integer and
 /// floating-point formats pvgpu offers (`None` for block-compressed and
@@ -46,8 +54,61 @@ pub fn array_format_bytes(f: u32) -> Option<u64> {
 /// stays 0), layers and faces kept.
 pub fn mipmap_extent(extent: [u64; 3], flags: u32, level: u32) -> [u64; 3] {
     let half = |v: u64| if v == 0 { 0 } else { (v >> level.min(63)).max(1) };
-    let depth = if flags & ARRAY_LAYERS != 0 { extent[2] } else { half(extent[2]) };
+    let depth = if flags & (ARRAY_LAYERED | ARRAY_CUBEMAP) != 0 { extent[2] } else { half(extent[2]) };
     [half(extent[0]), half(extent[1]), depth]
+}
+
+/// A CUDA array's shape and format (`CUDA_ARRAY3D_DESCRIPTOR`), as the
+/// library, the client and the backend hold it: a height or depth of 0
+/// means fewer dimensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ArrayShape {
+    /// Elements per row.
+    pub width: u64,
+    /// Rows (0: one-dimensional).
+    pub height: u64,
+    /// Slices or layers (0: fewer than three dimensions).
+    pub depth: u64,
+    /// `CUarray_format`.
+    pub format: u32,
+    /// Channels per element.
+    pub channels: u32,
+    /// `CUDA_ARRAY3D_*` flags.
+    pub flags: u32,
+}
+
+impl ArrayShape {
+    /// Bytes of one element, `None` for a format pvgpu does not offer.
+    pub fn element_bytes(&self) -> Option<u64> {
+        array_format_bytes(self.format).map(|b| b * u64::from(self.channels))
+    }
+
+    /// Bytes per row.
+    pub fn row_bytes(&self) -> Option<u64> {
+        self.element_bytes()?.checked_mul(self.width)
+    }
+
+    /// Rows per slice (at least one).
+    pub fn rows(&self) -> u64 {
+        self.height.max(1)
+    }
+
+    /// Slices or layers (at least one).
+    pub fn slices(&self) -> u64 {
+        self.depth.max(1)
+    }
+
+    /// Bytes of the elements (what a session's quota counts; the driver
+    /// may round up).
+    pub fn bytes(&self) -> Option<u64> {
+        self.row_bytes()?.checked_mul(self.rows())?.checked_mul(self.slices())
+    }
+
+    /// The shape of mipmap level `level` ([`mipmap_extent`]).
+    pub fn level(&self, level: u32) -> ArrayShape {
+        let [width, height, depth] = mipmap_extent([self.width, self.height, self.depth], self.flags, level);
+        ArrayShape { width, height, depth, ..*self }
+    }
 }
 
 wire_structs! {
