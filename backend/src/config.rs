@@ -65,6 +65,9 @@ pub struct SessionLimits {
     /// Percent of a device's largest persisting-L2 set-aside a session may
     /// ask for; more is cut to it.
     pub persisting_l2_percent: u32,
+    /// The session's way to the handles other processes of its guest
+    /// exported (`None`: interprocess handles are not offered).
+    pub ipc: Option<std::sync::Arc<crate::ipc::Broker>>,
 }
 
 impl Default for SessionLimits {
@@ -76,6 +79,7 @@ impl Default for SessionLimits {
             footprint: false,
             peer_ledger: None,
             persisting_l2_percent: 25,
+            ipc: None,
         }
     }
 }

@@ -45,6 +45,7 @@ pub mod exec;
 mod handles;
 pub mod handover;
 pub mod image_cache;
+pub mod ipc;
 pub mod ledger;
 pub mod listener;
 pub mod log_limit;

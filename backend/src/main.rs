@@ -337,6 +337,9 @@ enum Cmd {
         /// The session's seat in its peer's memory ledger (on fd 6).
         #[arg(long)]
         ledger_seat: Option<usize>,
+        /// The backend's handle registry is on fd 7 (interprocess handles).
+        #[arg(long)]
+        ipc: bool,
         #[command(flatten)]
         exec: ExecArgs,
         #[command(flatten)]
@@ -372,7 +375,7 @@ fn main() -> Result<()> {
 
 /// Serves the one session a worker process was started for.
 fn worker(cmd: &Cmd) -> Result<()> {
-    let Cmd::Worker { conn, session, domid, devid, peer, xen_ring, report_fd, local_hello, ledger_seat, exec, sandbox } = cmd;
+    let Cmd::Worker { conn, session, domid, devid, peer, xen_ring, report_fd, local_hello, ledger_seat, ipc, exec, sandbox } = cmd;
     let w = worker_process::WorkerSession {
         conn,
         xen: domid.zip(*devid),
@@ -382,6 +385,7 @@ fn worker(cmd: &Cmd) -> Result<()> {
         report_fd: *report_fd,
         local_hello: local_hello.as_deref(),
         ledger_seat: *ledger_seat,
+        ipc: *ipc,
     };
     worker_process::run_worker(&w, &exec.executor(), &exec.session(), &sandbox.confinement())?;
     Ok(())

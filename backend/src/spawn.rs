@@ -14,6 +14,7 @@ use crate::admission::Slot;
 use crate::config::{SessionConfig, WorkerCommand};
 use crate::exec::Executor;
 use crate::handover::Handover;
+use crate::ipc::{Broker, Registry};
 use crate::ledger::Seat;
 use crate::session_loop::{Report, open_connection, serve_opened};
 use std::fs::File;
@@ -33,6 +34,9 @@ pub const REPORT_FD: i32 = 4;
 pub const MEMFD_FD: i32 = 5;
 /// File descriptor a worker finds its peer's memory ledger on.
 pub const LEDGER_FD: i32 = 6;
+/// File descriptor a worker reaches the supervisor's handle registry on
+/// ([`crate::ipc`]).
+pub const BROKER_FD: i32 = 7;
 /// The line a worker reports once its connection is set up.
 pub const REPORT_READY: &str = "ready";
 
@@ -74,6 +78,8 @@ pub trait Spawner: Send + Sync {
 /// Sessions on threads of this process.
 pub struct ThreadSpawner<E: Executor> {
     exec: Arc<E>,
+    /// Handles the sessions exported to other processes of their guest.
+    ipc: Arc<Registry>,
     cfg: SessionConfig,
     grace: Duration,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -84,7 +90,7 @@ pub struct ThreadSpawner<E: Executor> {
 impl<E: Executor> ThreadSpawner<E> {
     /// Sessions on `exec`.
     pub fn new(exec: Arc<E>, cfg: SessionConfig, grace: Duration) -> Self {
-        ThreadSpawner { exec, cfg, grace, threads: Mutex::new(Vec::new()), stops: Default::default() }
+        ThreadSpawner { exec, ipc: Arc::default(), cfg, grace, threads: Mutex::new(Vec::new()), stops: Default::default() }
     }
 }
 
@@ -93,6 +99,8 @@ impl<E: Executor> Spawner for ThreadSpawner<E> {
         let (exec, mut cfg) = (self.exec.clone(), self.cfg.clone());
         let Start { handover, id, slot, seat, on_ready, on_end } = s;
         cfg.limits.peer_ledger = seat.as_ref().map(Seat::view);
+        let scope: Arc<str> = handover.owner().0.into();
+        cfg.limits.ipc = Some(Arc::new(Broker::Direct { registry: self.ipc.clone(), scope, session: id }));
         // The session's own flag: set by `end`, and by `shutdown` for all.
         let mine = Arc::new(AtomicBool::new(stop.load(Ordering::SeqCst)));
         self.stops.lock().unwrap_or_else(|p| p.into_inner()).insert(id, mine.clone());
@@ -178,6 +186,8 @@ struct Worker {
 /// Sessions in worker processes.
 pub struct ProcessSpawner {
     cmd: WorkerCommand,
+    /// Handles the sessions exported to other processes of their guest.
+    ipc: Arc<Registry>,
     grace: Duration,
     workers: Mutex<Vec<Worker>>,
     forker: Mutex<std::sync::mpsc::Sender<Fork>>,
@@ -234,6 +244,13 @@ fn place_fds(cmd: &mut Command, fds: Vec<(std::os::fd::RawFd, i32)>) {
     }
 }
 
+/// The supervisor's and a worker's ends of a socket pair to the handle
+/// registry.
+fn broker_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+    socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).map_err(io::Error::from)
+}
+
 /// Whether a socket's peer has hung up, without reading from it.
 fn hung_up(fd: &OwnedFd) -> bool {
     let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
@@ -246,7 +263,7 @@ impl ProcessSpawner {
     /// Workers started with `cmd`; a worker whose peer is gone is killed
     /// after `grace`.
     pub fn new(cmd: WorkerCommand, grace: Duration) -> Self {
-        ProcessSpawner { cmd, grace, workers: Mutex::new(Vec::new()), forker: Mutex::new(forker()) }
+        ProcessSpawner { cmd, ipc: Arc::default(), grace, workers: Mutex::new(Vec::new()), forker: Mutex::new(forker()) }
     }
 
     /// Reads what the worker reported since the last call (without
@@ -279,6 +296,7 @@ impl ProcessSpawner {
 impl Spawner for ProcessSpawner {
     fn spawn(&self, s: Start, _stop: Arc<AtomicBool>) -> io::Result<()> {
         let Start { handover, id, slot, seat, on_ready, on_end } = s;
+        let scope: Arc<str> = handover.owner().0.into();
         let mut cmd = Command::new(&self.cmd.exe);
         cmd.arg("worker").arg("--conn").arg(handover.transport().name()).arg("--session").arg(id.to_string()).args(&self.cmd.args);
         // Descriptors the worker finds at fixed numbers.
@@ -304,6 +322,9 @@ impl Spawner for ProcessSpawner {
             cmd.arg("--ledger-seat").arg(seat.index().to_string());
             fds.push((seat.fd().try_clone_to_owned()?, LEDGER_FD));
         }
+        let (broker, broker_worker) = broker_pair()?;
+        cmd.arg("--ipc");
+        fds.push((broker_worker, BROKER_FD));
         let (report_rd, report_wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
         cmd.arg("--report-fd").arg(REPORT_FD.to_string());
         fds.push((report_wr, REPORT_FD));
@@ -318,6 +339,15 @@ impl Spawner for ProcessSpawner {
         // so what it wrote is all there is).
         nix::fcntl::fcntl(&report, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK)).map_err(io::Error::from)?;
         tracing::debug!(session = id, pid = child.id(), "session worker started");
+        let registry = self.ipc.clone();
+        // Serves the worker's exports and imports until it exits.
+        let served = std::thread::Builder::new()
+            .name(format!("pvgpu-ipc-{id}"))
+            .spawn(move || crate::ipc::serve_worker(&registry, &scope, id, &broker));
+        if let Err(e) = served {
+            // The session goes on; its interprocess handles fail.
+            tracing::warn!(session = id, error = %e, "cannot start the session's handle broker");
+        }
         self.workers.lock().unwrap_or_else(|p| p.into_inner()).push(Worker {
             id,
             child,

@@ -9,7 +9,7 @@ use crate::exec::host::HostExecutor;
 use crate::handover::Handover;
 use crate::sandbox::{Confinement, SandboxError, confine};
 use crate::session_loop::{Ended, open_connection, serve_opened};
-use crate::spawn::{LEDGER_FD, MEMFD_FD, WORKER_FD};
+use crate::spawn::{BROKER_FD, LEDGER_FD, MEMFD_FD, WORKER_FD};
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
@@ -69,6 +69,8 @@ pub struct WorkerSession<'a> {
     pub local_hello: Option<&'a str>,
     /// The session's seat in its peer's memory ledger (on [`LEDGER_FD`]).
     pub ledger_seat: Option<usize>,
+    /// Whether the supervisor's handle registry is on [`BROKER_FD`].
+    pub ipc: bool,
 }
 
 /// Parses `--local-hello`.
@@ -85,7 +87,7 @@ fn parse_hello(arg: &str, memfd: OwnedFd) -> Option<pvgpu_ring::local::Hello> {
 /// context. How the session ended goes to `report_fd`, for the supervisor
 /// to log.
 pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionConfig, confinement: &Confinement) -> Result<(), WorkerError> {
-    let WorkerSession { conn, xen, xen_ring, id: session, peer, report_fd, local_hello, ledger_seat } = *w;
+    let WorkerSession { conn, xen, xen_ring, id: session, peer, report_fd, local_hello, ledger_seat, ipc } = *w;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(WorkerError::Signals)?;
@@ -101,6 +103,13 @@ pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionCon
         // before exec, and nothing else in this process owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(LEDGER_FD) };
         cfg.limits.peer_ledger = Some(crate::ledger::LedgerView::map(fd, seat).map_err(WorkerError::Ledger)?);
+    }
+    if ipc {
+        // SAFETY: the supervisor placed this worker's end of the handle
+        // registry's socket pair on BROKER_FD before exec, and nothing else
+        // in this process owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(BROKER_FD) };
+        cfg.limits.ipc = Some(Arc::new(crate::ipc::Broker::Remote(std::sync::Mutex::new(fd))));
     }
     // This process serves one session: its frontend may know where its
     // shared memory lies here.

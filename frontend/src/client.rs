@@ -35,6 +35,10 @@ pub struct Client {
     /// call waits, so that a call capture refuses fails itself (as the
     /// driver's do) instead of a later one.
     captures: AtomicU32,
+    /// Interprocess events, made here or opened: recording one waits until
+    /// the backend has it, because another process may wait for it as soon
+    /// as this one's call returns.
+    pub(crate) interprocess: Mutex<std::collections::HashSet<u64>>,
 }
 
 /// Images at least this long are first named by their hash, in case the
@@ -96,6 +100,7 @@ impl Client {
             sync_spin: opts.sync_spin,
             sync_calls: opts.sync_calls,
             captures: AtomicU32::new(0),
+            interprocess: Mutex::default(),
         })
     }
 

@@ -67,12 +67,20 @@ impl Client {
 
     /// `cuEventCreate`.
     pub fn event_create(&self, ctx: Context, flags: u32) -> Result<Event> {
-        Ok(Event(self.call(&EventCreate { ctx: ctx.0.into(), flags: flags.into(), reserved: 0.into() })?.handle.get()))
+        let e = Event(self.call(&EventCreate { ctx: ctx.0.into(), flags: flags.into(), reserved: 0.into() })?.handle.get());
+        if flags & crate::ipc::EVENT_INTERPROCESS != 0 {
+            self.interprocess.lock().unwrap_or_else(|p| p.into_inner()).insert(e.0);
+        }
+        Ok(e)
     }
 
-    /// `cuEventRecord` (sent without waiting).
+    /// `cuEventRecord`: sent without waiting, but for an interprocess
+    /// event, which another process may wait for once this call returns
+    /// (the record, and the work before it, must have reached the backend
+    /// by then, as they reach the GPU natively).
     pub fn event_record(&self, e: Event, s: Stream) -> Result<()> {
-        self.post(&EventRecord { event: e.0.into(), stream: s.0.into() })
+        let r = EventRecord { event: e.0.into(), stream: s.0.into() };
+        if self.interprocess.lock().unwrap_or_else(|p| p.into_inner()).contains(&e.0) { self.call(&r) } else { self.post(&r) }
     }
 
     /// `cuEventQuery`: `Ok(true)` when complete.
@@ -104,6 +112,7 @@ impl Client {
 
     /// `cuEventDestroy` (sent without waiting).
     pub fn event_destroy(&self, e: Event) -> Result<()> {
+        self.interprocess.lock().unwrap_or_else(|p| p.into_inner()).remove(&e.0);
         self.post(&EventDestroy { event: e.0.into() })
     }
 

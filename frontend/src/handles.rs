@@ -80,8 +80,8 @@ pub struct BackendInfo {
 /// Device attributes reported as 0: features of the local driver that pvgpu
 /// does not provide across the connection (mapped host memory, concurrent
 /// and direct access to managed memory (the drop-in library provides
-/// managed memory without them), pageable-memory access, memory-pool IPC and host-located pools, IPC and
-/// interop handles (including shareable handles of virtual memory),
+/// managed memory without them), pageable-memory access, memory-pool IPC and host-located pools, interop
+/// handles (including shareable handles of virtual memory),
 /// multi-device cooperative launches, multicast). Cooperative and cluster
 /// launches, the default memory pool, virtual memory management, tensor
 /// maps and stream memory operations are provided, so their attributes
@@ -108,7 +108,6 @@ pub const MASKED_ATTRS: &[CUdevice_attribute] = &[
     CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES,
     CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED,
     CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
-    CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED,
     CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED,
     CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED,
     CU_DEVICE_ATTRIBUTE_D3D12_CIG_SUPPORTED,

@@ -43,6 +43,7 @@ mod graph;
 mod graph_params;
 mod handles;
 mod host_call;
+mod ipc;
 mod link;
 pub mod log;
 mod memo;

@@ -243,6 +243,19 @@ pub trait ExecContext: Send + 'static {
     fn tex_object_create(&mut self, res: &Resource, sampling: Option<&Sampling>) -> CuRes<u64>;
     /// `cuTexObjectDestroy` or `cuSurfObjectDestroy`.
     fn tex_object_destroy(&mut self, object: u64, surface: bool) -> CuRes<()>;
+    /// `cuIpcGetMemHandle` of the allocation at `ptr`: what another
+    /// process of the guest opens.
+    fn ipc_export_mem(&mut self, ptr: u64) -> CuRes<crate::ipc::IpcObject>;
+    /// `cuIpcOpenMemHandle`: the `size` bytes another session exported,
+    /// mapped here; their address.
+    fn ipc_open_mem(&mut self, o: &crate::ipc::IpcObject, size: u64, flags: u32) -> CuRes<u64>;
+    /// `cuIpcCloseMemHandle` of an address `ipc_open_mem` returned.
+    fn ipc_close_mem(&mut self, ptr: u64) -> CuRes<()>;
+    /// `cuIpcGetEventHandle`.
+    fn ipc_export_event(&mut self, e: Self::Event) -> CuRes<crate::ipc::IpcObject>;
+    /// `cuIpcOpenEventHandle`: another session's event, as an event of
+    /// this context (destroyed with `event_destroy`).
+    fn ipc_open_event(&mut self, o: &crate::ipc::IpcObject) -> CuRes<Self::Event>;
     /// `cuMemAlloc`.
     fn mem_alloc(&mut self, size: u64) -> CuRes<u64>;
     /// `cuMemFree` of an address `mem_alloc` returned.

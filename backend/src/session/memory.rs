@@ -64,6 +64,7 @@ fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> C
     if a.kind == AllocKind::Memory {
         s.allocs.remove(&dptr);
         s.mem_used -= a.len;
+        super::ipc::memory_freed(s, dptr);
     } else {
         // The address stays the graph's: its next launch maps it again.
         s.remeasure();

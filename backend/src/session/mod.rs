@@ -29,6 +29,7 @@ mod array;
 mod device;
 mod graph;
 mod handler;
+mod ipc;
 mod launch;
 mod link;
 mod memop;
@@ -129,6 +130,9 @@ enum AllocKind {
     Area,
     /// Mirrored host memory ([`mirror`]), counted in `mem_used`.
     Mirror,
+    /// Another process's memory, opened through its interprocess handle
+    /// (counted in its exporter's quota).
+    Opened,
     /// Graph memory: the address of an allocation node, or of an
     /// allocation captured on a stream. The driver maps it while a graph
     /// runs (and until it is freed); counted through the session's
@@ -164,6 +168,8 @@ pub struct Session<E: Executor> {
     vmm: vmm::Vmm,
     /// CUDA arrays, texture and surface objects.
     arrays: array::Arrays,
+    /// What the session exported to, and opened from, other processes.
+    ipc: ipc::Ipc,
     mem_used: u64,
     /// Device memory the session holds besides its allocations (what the
     /// driver reserved for its contexts, limits and modules), as last
@@ -219,6 +225,7 @@ impl<E: Executor> Session<E> {
             allocs: BTreeMap::new(),
             vmm: vmm::Vmm::new(n),
             arrays: array::Arrays::new(n),
+            ipc: ipc::Ipc::default(),
             mem_used: 0,
             overhead: 0,
             baseline: None,
@@ -477,6 +484,7 @@ impl<E: Executor> Drop for Session<E> {
         graph::forget(self, None);
         vmm::forget(self, None);
         array::forget(self, None);
+        ipc::forget(self, None);
         mirror::forget(self);
         // Forget handles before their contexts go: dropping a context frees
         // everything made in it.

@@ -88,7 +88,10 @@ pub(super) fn event_create<E: Executor>(s: &mut Session<E>, r: proto::EventCreat
     let ctx = r.ctx.get();
     let ev = s.enter(ctx)?.event_create(r.flags.get())?;
     match s.events.insert(Owned { ctx, value: ev }) {
-        Ok(id) => Ok(HandleRep { handle: id.into() }),
+        Ok(id) => {
+            super::ipc::event_made(s, id, r.flags.get());
+            Ok(HandleRep { handle: id.into() })
+        }
         Err(e) => {
             let _ = s.enter(ctx)?.event_destroy(ev);
             Err(e)
@@ -142,6 +145,7 @@ pub(super) fn event_elapsed_time<E: Executor>(s: &mut Session<E>, r: proto::Even
 
 pub(super) fn event_destroy<E: Executor>(s: &mut Session<E>, r: proto::EventDestroy, _: &mut Io<'_>) -> CuRes<()> {
     let ev = s.events.remove(r.event.get()).ok_or(CuError::INVALID_HANDLE)?;
+    super::ipc::event_gone(s, r.event.get());
     s.enter(ev.ctx)?.event_destroy(ev.value)
 }
 

@@ -52,6 +52,7 @@ pub use api::graph_node::*;
 pub use api::graph_params::*;
 pub use api::host::*;
 pub use api::init::*;
+pub use api::ipc::*;
 pub use api::launch::*;
 pub use api::library::*;
 pub use api::link::*;

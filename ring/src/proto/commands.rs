@@ -474,6 +474,16 @@ macro_rules! command_table {
             128 StreamAttr(stream::stream_attr) [quiet]: StreamAttr => AttrValueRep;
             /// `cuCtxResetPersistingL2Cache`.
             129 CtxResetL2(device::ctx_reset_l2) [quiet]: CtxResetL2 => ();
+            /// `cuIpcGetMemHandle`.
+            130 IpcGetMemHandle(ipc::ipc_get_mem_handle) [quiet]: IpcGetMemHandle => IpcHandleRep;
+            /// `cuIpcOpenMemHandle`.
+            131 IpcOpenMemHandle(ipc::ipc_open_mem_handle) [quiet]: IpcOpenMemHandle => IpcOpenRep;
+            /// `cuIpcCloseMemHandle`.
+            132 IpcCloseMemHandle(ipc::ipc_close_mem_handle) []: IpcCloseMemHandle => ();
+            /// `cuIpcGetEventHandle`.
+            133 IpcGetEventHandle(ipc::ipc_get_event_handle) [quiet]: IpcGetEventHandle => IpcHandleRep;
+            /// `cuIpcOpenEventHandle`.
+            134 IpcOpenEventHandle(ipc::ipc_open_event_handle) [quiet]: IpcOpenEventHandle => HandleRep;
         }
     };
 }

@@ -22,6 +22,7 @@ mod execution;
 mod graph_memory;
 mod graphs;
 mod host_nodes;
+mod ipc;
 mod lifecycle;
 mod memops;
 mod memory;
@@ -37,6 +38,7 @@ use execution::*;
 use graph_memory::*;
 use graphs::*;
 use host_nodes::*;
+use ipc::*;
 use lifecycle::*;
 use memops::*;
 use memory::*;
@@ -163,6 +165,7 @@ over_every_transport!(
         array_copies_are_checked,
         texture_and_surface_objects,
         stream_attributes_and_persisting_l2,
+        interprocess_handles,
         tensor_maps,
         virtual_memory,
         mapped_host_memory,
@@ -170,5 +173,5 @@ over_every_transport!(
         image_cache,
         kernel_output,
     ],
-    own_backend: [memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
+    own_backend: [interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
 );

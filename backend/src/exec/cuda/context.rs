@@ -436,6 +436,26 @@ impl ExecContext for CudaContext {
         self.object_free(object, surface)
     }
 
+    fn ipc_export_mem(&mut self, ptr: u64) -> CuRes<crate::ipc::IpcObject> {
+        self.ipc_mem_export(ptr)
+    }
+
+    fn ipc_open_mem(&mut self, o: &crate::ipc::IpcObject, _size: u64, flags: u32) -> CuRes<u64> {
+        self.ipc_mem_open(o, flags)
+    }
+
+    fn ipc_close_mem(&mut self, ptr: u64) -> CuRes<()> {
+        self.ipc_mem_close(ptr)
+    }
+
+    fn ipc_export_event(&mut self, e: CudaEvent) -> CuRes<crate::ipc::IpcObject> {
+        self.ipc_event_export(e)
+    }
+
+    fn ipc_open_event(&mut self, o: &crate::ipc::IpcObject) -> CuRes<CudaEvent> {
+        self.ipc_event_open(o)
+    }
+
     fn stream_mem_ops(&mut self, ops: &[crate::exec::MemOp], s: Option<CudaStream>) -> CuRes<()> {
         self.mem_ops(ops, s)
     }

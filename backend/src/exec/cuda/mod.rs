@@ -17,6 +17,7 @@ mod ext;
 mod graph;
 mod graph_mem;
 mod host_node;
+mod ipc;
 mod link;
 mod memop;
 mod node_params;

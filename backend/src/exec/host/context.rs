@@ -454,6 +454,27 @@ impl ExecContext for HostContext {
         self.object_free(object, surface)
     }
 
+    fn ipc_export_mem(&mut self, ptr: u64) -> CuRes<crate::ipc::IpcObject> {
+        self.export_mem(ptr)
+    }
+
+    fn ipc_open_mem(&mut self, o: &crate::ipc::IpcObject, size: u64, _flags: u32) -> CuRes<u64> {
+        self.open_mem(o, size)
+    }
+
+    fn ipc_close_mem(&mut self, ptr: u64) -> CuRes<()> {
+        self.close_mem(ptr)
+    }
+
+    fn ipc_export_event(&mut self, e: u64) -> CuRes<crate::ipc::IpcObject> {
+        self.events.get(&e).ok_or(CuError::INVALID_HANDLE)?;
+        Ok(crate::ipc::IpcObject::default())
+    }
+
+    fn ipc_open_event(&mut self, _o: &crate::ipc::IpcObject) -> CuRes<u64> {
+        self.event_create(0)
+    }
+
     fn memset_2d(&mut self, rect: Rect, value: u32, elem: u32, s: Option<u64>) -> CuRes<()> {
         if self.captured(s, || Op::Memset { rect, value, elem })? {
             return Ok(());

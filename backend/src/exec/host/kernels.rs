@@ -14,7 +14,7 @@ pub struct Fault;
 /// of the process registered for the device at its own address (as a GPU
 /// with unified addressing maps page-locked memory).
 pub struct Mem {
-    pub(super) allocs: BTreeMap<u64, Vec<u8>>,
+    pub(super) allocs: BTreeMap<u64, super::ipc::Buf>,
     /// Registered host memory: address to length.
     pub(super) host: BTreeMap<u64, usize>,
     pub(super) next: u64,
@@ -117,7 +117,7 @@ impl Mem {
         let mut v = Vec::new();
         v.try_reserve_exact(len).ok()?;
         v.resize(len, 0);
-        self.allocs.insert(addr, v);
+        self.allocs.insert(addr, v.into());
         self.next = next;
         Some(addr)
     }

@@ -21,6 +21,7 @@ mod context;
 mod device_launch;
 mod ext;
 mod graph;
+mod ipc;
 mod kernels;
 mod memop;
 mod node_params;
@@ -189,6 +190,7 @@ impl Executor for HostExecutor {
             output: Vec::new(),
             phys: HashMap::new(),
             mapped: HashMap::new(),
+            opened: HashSet::new(),
             graphs: graph::Graphs::default(),
             exec_nodes: HashMap::new(),
             host_work: replay::HostWork::default(),
@@ -248,6 +250,8 @@ pub struct HostContext {
     phys: HashMap<u64, vmm::Phys>,
     /// Mappings: address to physical handle.
     mapped: HashMap<u64, u64>,
+    /// Addresses of memory opened from another session.
+    opened: HashSet<u64>,
     /// Graphs, executable graphs and captures.
     graphs: graph::Graphs,
     /// For each executable graph, its nodes by the nodes of the graphs it

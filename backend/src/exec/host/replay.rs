@@ -491,7 +491,7 @@ impl HostContext {
             if size > self.free_bytes() {
                 return Err(CuError::OUT_OF_MEMORY);
             }
-            self.mem.allocs.insert(dptr, vec![0; size as usize]);
+            self.mem.allocs.insert(dptr, vec![0; size as usize].into());
             self.used.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
             self.held += size;
             self.note_graph_high();

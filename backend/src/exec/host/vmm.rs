@@ -20,7 +20,7 @@ pub const GRANULARITY: u64 = 2 << 20;
 pub struct Phys {
     size: u64,
     /// The bytes, while not mapped.
-    bytes: Option<Vec<u8>>,
+    bytes: Option<super::ipc::Buf>,
     /// Released while mapped: freed at unmap.
     released: bool,
 }
@@ -56,7 +56,7 @@ impl HostContext {
         self.used.fetch_add(size, Ordering::Relaxed);
         self.held += size;
         let h = self.handle();
-        self.phys.insert(h, Phys { size, bytes: Some(v), released: false });
+        self.phys.insert(h, Phys { size, bytes: Some(v.into()), released: false });
         Ok(h)
     }
 

@@ -18,6 +18,7 @@ pub mod graph_node;
 pub mod graph_params;
 pub mod host;
 pub mod init;
+pub mod ipc;
 pub mod launch;
 pub mod library;
 pub mod link;

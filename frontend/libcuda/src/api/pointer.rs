@@ -64,11 +64,14 @@ fn pointer_attribute(data: *mut c_void, attribute: CUpointer_attribute, ptr: u64
                 let flags = if let DevKind::Mapped(access) = a.kind { access } else { READWRITE };
                 put(data.cast::<u32>(), flags)
             }
-            // IPC, shareable handles, GPUDirect RDMA and decompression are
-            // not offered through pvgpu (see docs/compatibility.md).
+            // `cuMemAlloc` memory has interprocess handles.
+            (CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, Some((_, a)), _) => {
+                put(data.cast::<u32>(), u32::from(a.kind == DevKind::Alloc))
+            }
+            // Shareable handles, GPUDirect RDMA and decompression are not
+            // offered through pvgpu (see docs/compatibility.md).
             (
-                CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
-                | CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES
+                CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES
                 | CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE
                 | CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE,
                 Some(_),

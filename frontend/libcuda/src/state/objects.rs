@@ -107,6 +107,9 @@ pub enum DevKind {
     /// Managed memory (`cuMemAllocManaged`): the CPU's pages at the same
     /// address are kept coherent by [`crate::managed`].
     Managed,
+    /// Another process's memory (`cuIpcOpenMemHandle`), opened this many
+    /// times: the last `cuIpcCloseMemHandle` unmaps it.
+    Opened(u32),
 }
 
 /// Everything the library tracks, behind one lock.

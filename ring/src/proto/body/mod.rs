@@ -197,6 +197,22 @@ fixed! { checked requests: HostMirrorMap }
 
 fixed! { requests: MipmapLevel, CtxResetL2 }
 
+fixed! { requests: IpcGetMemHandle, IpcCloseMemHandle, IpcGetEventHandle, IpcOpenEventHandle }
+
+fixed! { checked requests: IpcOpenMemHandle }
+
+fixed! { replies: IpcHandleRep, IpcOpenRep }
+
+impl Validate for IpcOpenMemHandle {
+    fn validate(&self) -> Result<(), DecodeError> {
+        flag(self.flags.get(), "flags")?;
+        if self.reserved.get() != 0 {
+            return Err(DecodeError::BadField("reserved"));
+        }
+        Ok(())
+    }
+}
+
 fixed! { checked requests: ArrayCreate, ArrayDestroy, TexObjectCreate, TexObjectDestroy }
 
 impl Validate for HostMirrorMap {

@@ -54,8 +54,8 @@ fn array_copy() -> Arb {
         .boxed()
 }
 
-/// One strategy per array and texture-object opcode, and stream
-/// attributes.
+/// One strategy per array and texture-object opcode, stream attributes,
+/// and the interprocess opcodes.
 pub(super) fn requests() -> Vec<Arb> {
     vec![
         (arb::<ArrayCreate>(), prop::sample::select(vec![1u32, 2, 4]))
@@ -87,6 +87,17 @@ pub(super) fn requests() -> Vec<Arb> {
             })
             .boxed(),
         arb::<CtxResetL2>().prop_map(|r| (Opcode::CtxResetL2, r.as_bytes().to_vec())).boxed(),
+        arb::<IpcGetMemHandle>().prop_map(|r| (Opcode::IpcGetMemHandle, r.as_bytes().to_vec())).boxed(),
+        (arb::<IpcOpenMemHandle>(), 0u32..=1)
+            .prop_map(|(mut r, f)| {
+                r.flags = f.into();
+                r.reserved = 0.into();
+                (Opcode::IpcOpenMemHandle, r.as_bytes().to_vec())
+            })
+            .boxed(),
+        arb::<IpcCloseMemHandle>().prop_map(|r| (Opcode::IpcCloseMemHandle, r.as_bytes().to_vec())).boxed(),
+        arb::<IpcGetEventHandle>().prop_map(|r| (Opcode::IpcGetEventHandle, r.as_bytes().to_vec())).boxed(),
+        arb::<IpcOpenEventHandle>().prop_map(|r| (Opcode::IpcOpenEventHandle, r.as_bytes().to_vec())).boxed(),
         (arb::<TexObjectDestroy>(), 0u32..=1)
             .prop_map(|(mut r, s)| {
                 r.surface = s.into();

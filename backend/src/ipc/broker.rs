@@ -1,0 +1,269 @@
+//! How a session reaches the registry: directly, or from a worker process
+//! over a socket pair with the supervisor.
+//!
+//! One message each way per call, on a `SOCK_SEQPACKET` pair (message
+//! boundaries kept, descriptors passed with `SCM_RIGHTS`): a [`Msg`], and
+//! at most one descriptor. The supervisor serves each worker's end on a
+//! thread of its own ([`serve_worker`]), knows the worker's session and
+//! scope itself (nothing the worker says changes them), and forgets the
+//! session's exports when the worker's end closes.
+
+use super::registry::{Registry, Token};
+use super::{IpcError, IpcObject};
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex};
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+const OP_EXPORT: u32 = 1;
+const OP_IMPORT: u32 = 2;
+const OP_REVOKE: u32 = 3;
+
+const OK: u32 = 0;
+const UNKNOWN: u32 = 1;
+const FULL: u32 = 2;
+const BAD: u32 = 3;
+
+/// A request (op, kind, size, object bytes) or a reply (status in `op`,
+/// size, token, object bytes).
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy)]
+#[repr(C)]
+struct Msg {
+    op: U32,
+    kind: U32,
+    size: U64,
+    token: Token,
+    bytes: [u8; 64],
+}
+
+impl Default for Msg {
+    fn default() -> Self {
+        <Self as zerocopy::FromZeros>::new_zeroed()
+    }
+}
+
+/// A session's way to the registry.
+#[derive(Debug)]
+pub enum Broker {
+    /// The registry of this process (thread isolation).
+    Direct {
+        /// The registry.
+        registry: Arc<Registry>,
+        /// Who the session's peer is.
+        scope: Arc<str>,
+        /// The session's number.
+        session: u64,
+    },
+    /// The supervisor, over this worker's end of a socket pair.
+    Remote(Mutex<OwnedFd>),
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        // A worker's exports go when its socket closes (the supervisor's
+        // thread sees it); a thread's when its broker goes.
+        if let Broker::Direct { registry, session, .. } = self {
+            registry.end_session(*session);
+        }
+    }
+}
+
+impl Broker {
+    /// Exports `object`, `size` bytes of `kind`: its token.
+    pub fn export(&self, kind: u32, size: u64, object: IpcObject) -> Result<Token, IpcError> {
+        match self {
+            Broker::Direct { registry, scope, session } => registry.export(scope, *session, kind, size, object),
+            Broker::Remote(sock) => {
+                let m = Msg { op: OP_EXPORT.into(), kind: kind.into(), size: size.into(), bytes: object.bytes, ..Default::default() };
+                let (r, _) = call(sock, &m, object.fd.as_deref())?;
+                Ok(r.token)
+            }
+        }
+    }
+
+    /// The object of `kind` exported under `token` by another session of
+    /// this one's scope, and its size.
+    pub fn import(&self, kind: u32, token: &Token) -> Result<(u64, IpcObject), IpcError> {
+        match self {
+            Broker::Direct { registry, scope, session } => registry.import(scope, *session, kind, token),
+            Broker::Remote(sock) => {
+                let m = Msg { op: OP_IMPORT.into(), kind: kind.into(), token: *token, ..Default::default() };
+                let (r, fd) = call(sock, &m, None)?;
+                Ok((r.size.get(), IpcObject { bytes: r.bytes, fd: fd.map(Arc::new) }))
+            }
+        }
+    }
+
+    /// Withdraws an export of this session (what it named was freed).
+    pub fn revoke(&self, token: &Token) {
+        match self {
+            Broker::Direct { registry, session, .. } => registry.revoke(*session, token),
+            Broker::Remote(sock) => {
+                let m = Msg { op: OP_REVOKE.into(), token: *token, ..Default::default() };
+                if let Err(e) = call(sock, &m, None) {
+                    tracing::debug!(error = %e, "revoking an export failed");
+                }
+            }
+        }
+    }
+}
+
+/// Sends `m` (with `fd`) and waits for the reply: one call at a time.
+fn call(sock: &Mutex<OwnedFd>, m: &Msg, fd: Option<&OwnedFd>) -> Result<(Msg, Option<OwnedFd>), IpcError> {
+    let sock = sock.lock().unwrap_or_else(|p| p.into_inner());
+    send(&sock, m, fd).map_err(|_| IpcError::Unreachable)?;
+    let (r, fd) = recv(&sock).map_err(|_| IpcError::Unreachable)?.ok_or(IpcError::Unreachable)?;
+    match r.op.get() {
+        OK => Ok((r, fd)),
+        UNKNOWN => Err(IpcError::Unknown),
+        FULL => Err(IpcError::Full),
+        _ => Err(IpcError::Unreachable),
+    }
+}
+
+fn send(sock: &OwnedFd, m: &Msg, fd: Option<&OwnedFd>) -> nix::Result<()> {
+    let raw: Vec<RawFd> = fd.map(|f| f.as_raw_fd()).into_iter().collect();
+    let cmsg: Vec<ControlMessage<'_>> = if raw.is_empty() { vec![] } else { vec![ControlMessage::ScmRights(&raw)] };
+    loop {
+        match sendmsg::<()>(sock.as_raw_fd(), &[IoSlice::new(m.as_bytes())], &cmsg, MsgFlags::MSG_NOSIGNAL, None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            r => return r.map(|_| ()),
+        }
+    }
+}
+
+/// The next message and its descriptor; `None` at end of file. A message
+/// of the wrong size, or with more than one descriptor, is an error.
+fn recv(sock: &OwnedFd) -> nix::Result<Option<(Msg, Option<OwnedFd>)>> {
+    let mut m = Msg::default();
+    let mut cmsg = nix::cmsg_space!([RawFd; 4]);
+    let (n, mut fds, truncated) = loop {
+        let mut iov = [IoSliceMut::new(m.as_mut_bytes())];
+        match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e),
+            Ok(msg) => {
+                let mut fds = Vec::new();
+                for c in msg.cmsgs()? {
+                    if let ControlMessageOwned::ScmRights(raw) = c {
+                        // SAFETY: the kernel just installed these descriptors
+                        // in this process for us; nothing else owns them.
+                        fds.extend(raw.into_iter().map(|r| unsafe { OwnedFd::from_raw_fd(r) }));
+                    }
+                }
+                let truncated = msg.flags.intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
+                break (msg.bytes, fds, truncated);
+            }
+        }
+    };
+    if n == 0 && fds.is_empty() {
+        return Ok(None);
+    }
+    if n != size_of::<Msg>() || fds.len() > 1 || truncated {
+        return Err(nix::errno::Errno::EBADMSG);
+    }
+    Ok(Some((m, fds.pop())))
+}
+
+/// Serves worker `session` of `scope` on the supervisor's end of its
+/// socket pair until the worker closes it, then forgets the session's
+/// exports. A message that makes no sense ends the service (the worker's
+/// later calls fail; its session goes on).
+pub fn serve_worker(registry: &Registry, scope: &Arc<str>, session: u64, sock: &OwnedFd) {
+    loop {
+        let (m, fd) = match recv(sock) {
+            Ok(Some(x)) => x,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::debug!(session, error = %e, "handle broker: bad message; no more service for this worker");
+                break;
+            }
+        };
+        let mut reply = Msg::default();
+        let mut out_fd = None;
+        let status = match m.op.get() {
+            OP_EXPORT => {
+                let object = IpcObject { bytes: m.bytes, fd: fd.map(Arc::new) };
+                registry.export(scope, session, m.kind.get(), m.size.get(), object).map(|t| reply.token = t)
+            }
+            OP_IMPORT => registry.import(scope, session, m.kind.get(), &m.token).map(|(size, o)| {
+                reply.size = size.into();
+                reply.bytes = o.bytes;
+                out_fd = o.fd;
+            }),
+            OP_REVOKE => {
+                registry.revoke(session, &m.token);
+                Ok(())
+            }
+            _ => Err(IpcError::Unreachable),
+        };
+        reply.op = match status {
+            Ok(()) => OK,
+            Err(IpcError::Unknown) => UNKNOWN,
+            Err(IpcError::Full) => FULL,
+            Err(IpcError::Unreachable) => BAD,
+        }
+        .into();
+        if send(sock, &reply, out_fd.as_deref()).is_err() {
+            break;
+        }
+    }
+    registry.end_session(session);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+    use std::io::{Read, Seek, Write};
+
+    fn pair() -> (OwnedFd, OwnedFd) {
+        socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap()
+    }
+
+    #[test]
+    fn a_worker_exports_and_another_imports_a_descriptor_through_the_supervisor() {
+        let reg = Arc::new(Registry::default());
+        let scope: Arc<str> = "uid:1000".into();
+        let (w1, s1) = pair();
+        let (w2, s2) = pair();
+        let (r1, sc1) = (reg.clone(), scope.clone());
+        let t1 = std::thread::spawn(move || serve_worker(&r1, &sc1, 1, &s1));
+        let (r2, sc2) = (reg.clone(), scope.clone());
+        let t2 = std::thread::spawn(move || serve_worker(&r2, &sc2, 2, &s2));
+        let a = Broker::Remote(Mutex::new(w1));
+        let b = Broker::Remote(Mutex::new(w2));
+
+        let mut f = tempfile_with(b"shared bytes");
+        let object = IpcObject { bytes: [7; 64], fd: Some(Arc::new(OwnedFd::from(f.try_clone().unwrap()))) };
+        let token = a.export(1, 12, object).unwrap();
+        assert_eq!(a.import(1, &token).map(|x| x.0), Err(IpcError::Unknown), "not by the exporter");
+        let (size, got) = b.import(1, &token).unwrap();
+        assert_eq!((size, got.bytes), (12, [7; 64]));
+        let mut g = std::fs::File::from(Arc::try_unwrap(got.fd.unwrap()).unwrap());
+        let mut s = String::new();
+        g.rewind().unwrap();
+        g.read_to_string(&mut s).unwrap();
+        assert_eq!(s, "shared bytes");
+        f.write_all(b"!").unwrap();
+
+        a.revoke(&token);
+        assert_eq!(b.import(1, &token).map(|x| x.0), Err(IpcError::Unknown));
+        let again = a.export(2, 0, IpcObject::default()).unwrap();
+        drop(a);
+        t1.join().unwrap();
+        assert_eq!(b.import(2, &again).map(|x| x.0), Err(IpcError::Unknown), "gone with its session");
+        drop(b);
+        t2.join().unwrap();
+        assert!(reg.is_empty());
+    }
+
+    fn tempfile_with(b: &[u8]) -> std::fs::File {
+        let fd = nix::sys::memfd::memfd_create("pvgpu-test", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap();
+        let mut f = std::fs::File::from(fd);
+        f.write_all(b).unwrap();
+        f
+    }
+}

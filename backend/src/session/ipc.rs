@@ -1,0 +1,179 @@
+//! Interprocess handles: memory and events another session of the same
+//! guest may open ([`crate::ipc`]).
+//!
+//! Rules enforced here, besides the registry's scope:
+//! - only memory the session allocated with `cuMemAlloc` is exported, and
+//!   as a whole allocation (an address inside one names it); exporting it
+//!   again gives the same handle, as the driver does;
+//! - only events made with `CU_EVENT_INTERPROCESS` are exported;
+//! - an export is withdrawn when what it names is freed or destroyed, or
+//!   its context goes, so a handle never outlives its memory;
+//! - opened memory is a range copies and kernels may touch until it is
+//!   closed; it counts against the exporter's quota, not the opener's;
+//!   opening a handle again in the same context gives the same address
+//!   and needs as many closes.
+
+use super::{Alloc, AllocKind, Io, Owned, Session};
+use crate::exec::{CuRes, ExecContext, Executor};
+use crate::ipc::Token;
+use pvgpu_ring::CuError;
+use pvgpu_ring::proto::{self, HandleRep, IPC_EVENT, IPC_MEMORY, IpcHandle, IpcHandleRep, IpcOpenRep};
+use std::collections::{HashMap, HashSet};
+
+/// `CU_EVENT_INTERPROCESS`.
+const EVENT_INTERPROCESS: u32 = 0x4;
+
+/// What a session exported and opened.
+#[derive(Default)]
+pub(super) struct Ipc {
+    /// Allocations exported, by address: their token.
+    exported: HashMap<u64, Token>,
+    /// Events exported, by id: their token.
+    events: HashMap<u64, Token>,
+    /// Events made interprocess.
+    interprocess: HashSet<u64>,
+    /// Memory opened, by address: its context, token and open count.
+    opened: HashMap<u64, Opened>,
+}
+
+struct Opened {
+    ctx: u64,
+    token: Token,
+    count: u32,
+}
+
+fn broker<E: Executor>(s: &Session<E>) -> CuRes<std::sync::Arc<crate::ipc::Broker>> {
+    s.limits.ipc.clone().ok_or(CuError::NOT_SUPPORTED)
+}
+
+fn handle(kind: u32, token: Token, size: u64) -> IpcHandleRep {
+    IpcHandleRep { handle: IpcHandle::new(kind, token, size) }
+}
+
+pub(super) fn ipc_get_mem_handle<E: Executor>(s: &mut Session<E>, r: proto::IpcGetMemHandle, _: &mut Io<'_>) -> CuRes<IpcHandleRep> {
+    let broker = broker(s)?;
+    let ptr = r.ptr.get();
+    let (&base, &a) = s.allocs.range(..=ptr).next_back().filter(|(b, a)| ptr < *b + a.len).ok_or(CuError::INVALID_VALUE)?;
+    if a.kind != AllocKind::Memory {
+        return Err(CuError::INVALID_VALUE);
+    }
+    if let Some(t) = s.ipc.exported.get(&base) {
+        return Ok(handle(IPC_MEMORY, *t, a.len));
+    }
+    let object = s.enter(a.ctx)?.ipc_export_mem(base)?;
+    let token = broker.export(IPC_MEMORY, a.len, object)?;
+    s.ipc.exported.insert(base, token);
+    Ok(handle(IPC_MEMORY, token, a.len))
+}
+
+pub(super) fn ipc_open_mem_handle<E: Executor>(s: &mut Session<E>, r: proto::IpcOpenMemHandle, _: &mut Io<'_>) -> CuRes<IpcOpenRep> {
+    let broker = broker(s)?;
+    let ctx = r.ctx.get();
+    s.enter(ctx)?;
+    let token = r.handle.token(IPC_MEMORY).ok_or(CuError::INVALID_VALUE)?;
+    if let Some((&ptr, o)) = s.ipc.opened.iter_mut().find(|(_, o)| o.token == token && o.ctx == ctx) {
+        o.count += 1;
+        let size = s.allocs.get(&ptr).map_or(0, |a| a.len);
+        return Ok(IpcOpenRep { ptr: ptr.into(), size: size.into() });
+    }
+    if s.ipc.opened.len() >= s.limits.max_objects {
+        return Err(CuError::OUT_OF_MEMORY);
+    }
+    let (size, object) = broker.import(IPC_MEMORY, &token)?;
+    let ptr = s.enter(ctx)?.ipc_open_mem(&object, size, r.flags.get())?;
+    s.allocs.insert(ptr, Alloc { len: size, ctx, kind: AllocKind::Opened });
+    s.ipc.opened.insert(ptr, Opened { ctx, token, count: 1 });
+    Ok(IpcOpenRep { ptr: ptr.into(), size: size.into() })
+}
+
+pub(super) fn ipc_close_mem_handle<E: Executor>(s: &mut Session<E>, r: proto::IpcCloseMemHandle, _: &mut Io<'_>) -> CuRes<()> {
+    let ptr = r.ptr.get();
+    let o = s.ipc.opened.get_mut(&ptr).ok_or(CuError::INVALID_VALUE)?;
+    if o.count > 1 {
+        o.count -= 1;
+        return Ok(());
+    }
+    let ctx = o.ctx;
+    s.enter(ctx)?.ipc_close_mem(ptr)?;
+    s.ipc.opened.remove(&ptr);
+    s.allocs.remove(&ptr);
+    Ok(())
+}
+
+pub(super) fn ipc_get_event_handle<E: Executor>(s: &mut Session<E>, r: proto::IpcGetEventHandle, _: &mut Io<'_>) -> CuRes<IpcHandleRep> {
+    let broker = broker(s)?;
+    let id = r.event.get();
+    let ev = s.events.get(id).map(|e| (e.ctx, e.value)).ok_or(CuError::INVALID_HANDLE)?;
+    if !s.ipc.interprocess.contains(&id) {
+        return Err(CuError::INVALID_VALUE);
+    }
+    if let Some(t) = s.ipc.events.get(&id) {
+        return Ok(handle(IPC_EVENT, *t, 0));
+    }
+    let object = s.enter(ev.0)?.ipc_export_event(ev.1)?;
+    let token = broker.export(IPC_EVENT, 0, object)?;
+    s.ipc.events.insert(id, token);
+    Ok(handle(IPC_EVENT, token, 0))
+}
+
+pub(super) fn ipc_open_event_handle<E: Executor>(s: &mut Session<E>, r: proto::IpcOpenEventHandle, _: &mut Io<'_>) -> CuRes<HandleRep> {
+    let broker = broker(s)?;
+    let ctx = r.ctx.get();
+    s.enter(ctx)?;
+    let token = r.handle.token(IPC_EVENT).ok_or(CuError::INVALID_VALUE)?;
+    let (_, object) = broker.import(IPC_EVENT, &token)?;
+    let ev = s.enter(ctx)?.ipc_open_event(&object)?;
+    match s.events.insert(Owned { ctx, value: ev }) {
+        Ok(id) => Ok(HandleRep { handle: id.into() }),
+        Err(e) => {
+            let _ = s.enter(ctx)?.event_destroy(ev);
+            Err(e)
+        }
+    }
+}
+
+/// An event was made: whether it may be exported.
+pub(super) fn event_made<E: Executor>(s: &mut Session<E>, id: u64, flags: u32) {
+    if flags & EVENT_INTERPROCESS != 0 {
+        s.ipc.interprocess.insert(id);
+    }
+}
+
+/// Event `id` was destroyed: its export goes.
+pub(super) fn event_gone<E: Executor>(s: &mut Session<E>, id: u64) {
+    s.ipc.interprocess.remove(&id);
+    if let Some(t) = s.ipc.events.remove(&id)
+        && let Some(b) = &s.limits.ipc
+    {
+        b.revoke(&t);
+    }
+}
+
+/// Allocation `ptr` was freed: its export goes.
+pub(super) fn memory_freed<E: Executor>(s: &mut Session<E>, ptr: u64) {
+    if let Some(t) = s.ipc.exported.remove(&ptr)
+        && let Some(b) = &s.limits.ipc
+    {
+        b.revoke(&t);
+    }
+}
+
+/// Context `ctx` is going (every context when `None`): exports of what it
+/// held go, and what it opened is closed.
+pub(super) fn forget<E: Executor>(s: &mut Session<E>, ctx: Option<u64>) {
+    let mine = |c: u64| ctx.is_none_or(|x| x == c);
+    let gone: Vec<u64> = s.ipc.exported.keys().copied().filter(|p| s.allocs.get(p).is_none_or(|a| mine(a.ctx))).collect();
+    for p in gone {
+        memory_freed(s, p);
+    }
+    let events: Vec<u64> = s.ipc.events.keys().copied().filter(|id| s.events.get(*id).is_none_or(|e| mine(e.ctx))).collect();
+    for id in events {
+        event_gone(s, id);
+    }
+    let opened: Vec<(u64, u64)> = s.ipc.opened.iter().filter(|(_, o)| mine(o.ctx)).map(|(&p, o)| (p, o.ctx)).collect();
+    for (p, c) in opened {
+        let _ = s.enter(c).and_then(|x| x.ipc_close_mem(p));
+        s.ipc.opened.remove(&p);
+        s.allocs.remove(&p);
+    }
+}

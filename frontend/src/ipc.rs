@@ -1,0 +1,54 @@
+//! Interprocess handles: memory and events shared with another process of
+//! the same guest. The 64 bytes of a handle are the backend's, opaque here.
+
+use crate::client::Client;
+use crate::error::Result;
+use crate::handles::*;
+use pvgpu_ring::proto::*;
+use zerocopy::{FromBytes, IntoBytes};
+
+/// `CU_EVENT_INTERPROCESS`.
+pub(crate) const EVENT_INTERPROCESS: u32 = 0x4;
+
+fn parse(bytes: &[u8; 64]) -> IpcHandle {
+    // Any 64 bytes are an `IpcHandle`; the backend judges them.
+    IpcHandle::read_from_bytes(bytes).unwrap_or_default()
+}
+
+impl Client {
+    /// `cuIpcGetMemHandle` of the allocation holding `ptr`.
+    pub fn ipc_get_mem_handle(&self, ctx: Context, ptr: u64) -> Result<[u8; 64]> {
+        let r = self.call(&IpcGetMemHandle { ctx: ctx.0.into(), ptr: ptr.into() })?;
+        let mut out = [0u8; 64];
+        out.copy_from_slice(r.handle.as_bytes());
+        Ok(out)
+    }
+
+    /// `cuIpcOpenMemHandle`: the address the memory is mapped at in `ctx`,
+    /// and its size.
+    pub fn ipc_open_mem_handle(&self, ctx: Context, handle: &[u8; 64], flags: u32) -> Result<(u64, u64)> {
+        let r = self.call(&IpcOpenMemHandle { ctx: ctx.0.into(), handle: parse(handle), flags: flags.into(), reserved: 0.into() })?;
+        Ok((r.ptr.get(), r.size.get()))
+    }
+
+    /// `cuIpcCloseMemHandle`.
+    pub fn ipc_close_mem_handle(&self, ctx: Context, ptr: u64) -> Result<()> {
+        self.call(&IpcCloseMemHandle { ctx: ctx.0.into(), ptr: ptr.into() })
+    }
+
+    /// `cuIpcGetEventHandle` of an event made with `CU_EVENT_INTERPROCESS`.
+    pub fn ipc_get_event_handle(&self, e: Event) -> Result<[u8; 64]> {
+        let r = self.call(&IpcGetEventHandle { event: e.0.into() })?;
+        let mut out = [0u8; 64];
+        out.copy_from_slice(r.handle.as_bytes());
+        Ok(out)
+    }
+
+    /// `cuIpcOpenEventHandle`: the other process's event, as an event of
+    /// `ctx`.
+    pub fn ipc_open_event_handle(&self, ctx: Context, handle: &[u8; 64]) -> Result<Event> {
+        let e = Event(self.call(&IpcOpenEventHandle { ctx: ctx.0.into(), handle: parse(handle) })?.handle.get());
+        self.interprocess.lock().unwrap_or_else(|p| p.into_inner()).insert(e.0);
+        Ok(e)
+    }
+}

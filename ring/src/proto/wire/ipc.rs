@@ -1,0 +1,99 @@
+//! Requests of interprocess sharing: memory and event handles
+//! (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle`, `cuIpcGetEventHandle`, ...).
+//!
+//! The 64 bytes a program receives as a handle are made by the backend
+//! ([`IpcHandle`]): a random token the backend looks up, never the driver's
+//! own handle, so a guest learns nothing about the host and cannot forge a
+//! handle of another guest's memory.
+
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+/// [`IpcHandle::kind`]: device memory (`CUipcMemHandle`).
+pub const IPC_MEMORY: u32 = 1;
+/// [`IpcHandle::kind`]: an event (`CUipcEventHandle`).
+pub const IPC_EVENT: u32 = 2;
+
+/// [`IpcHandle::magic`]: "pvgpuIPC" as a little-endian word.
+pub const IPC_MAGIC: u64 = u64::from_le_bytes(*b"pvgpuIPC");
+
+wire_structs! {
+    /// A handle as the program holds it: the 64 bytes of a
+    /// `CUipcMemHandle` or `CUipcEventHandle`.
+    pub struct IpcHandle {
+        /// [`IPC_MAGIC`].
+        pub magic: U64,
+        /// [`IPC_MEMORY`] or [`IPC_EVENT`].
+        pub kind: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+        /// The backend's token: random, looked up by the backend.
+        pub token: [u8; 16],
+        /// Bytes of the memory named (0 for an event).
+        pub size: U64,
+        /// Reserved, zero.
+        pub pad: [u8; 24],
+    }
+    /// `cuIpcGetMemHandle`: a handle of the allocation holding `ptr`.
+    pub struct IpcGetMemHandle {
+        /// Context id (the current one).
+        pub ctx: U64,
+        /// A device address of one of the session's allocations.
+        pub ptr: U64,
+    }
+    /// `cuIpcOpenMemHandle`: another process's memory, mapped in `ctx`.
+    pub struct IpcOpenMemHandle {
+        /// Context id (the current one).
+        pub ctx: U64,
+        /// The handle, as the program received it.
+        pub handle: IpcHandle,
+        /// `CUipcMem_flags`.
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// `cuIpcOpenMemHandle` reply: where the memory is mapped, and its size.
+    pub struct IpcOpenRep {
+        /// Device address of the first byte.
+        pub ptr: U64,
+        /// Bytes mapped.
+        pub size: U64,
+    }
+    /// `cuIpcCloseMemHandle`.
+    pub struct IpcCloseMemHandle {
+        /// Context id (the current one).
+        pub ctx: U64,
+        /// The address `cuIpcOpenMemHandle` returned.
+        pub ptr: U64,
+    }
+    /// `cuIpcGetEventHandle`: a handle of an interprocess event.
+    pub struct IpcGetEventHandle {
+        /// Event id.
+        pub event: U64,
+    }
+    /// `cuIpcOpenEventHandle`: another process's event, as an event of
+    /// `ctx`.
+    pub struct IpcOpenEventHandle {
+        /// Context id (the current one).
+        pub ctx: U64,
+        /// The handle, as the program received it.
+        pub handle: IpcHandle,
+    }
+    /// A handle made by the backend.
+    pub struct IpcHandleRep {
+        /// The handle.
+        pub handle: IpcHandle,
+    }
+}
+
+impl IpcHandle {
+    /// A handle of `kind` with `token`, naming `size` bytes.
+    pub fn new(kind: u32, token: [u8; 16], size: u64) -> Self {
+        IpcHandle { magic: IPC_MAGIC.into(), kind: kind.into(), token, size: size.into(), ..Default::default() }
+    }
+
+    /// The token, if these bytes are a handle of `kind` made by a backend.
+    pub fn token(&self, kind: u32) -> Option<[u8; 16]> {
+        (self.magic.get() == IPC_MAGIC && self.kind.get() == kind).then_some(self.token)
+    }
+}

@@ -1,0 +1,94 @@
+//! Interprocess handles: memory and an event of one session opened by
+//! another session of the same guest (two programs of one user, one
+//! address, one domain), and refused everywhere else.
+
+use super::*;
+
+/// `CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS`.
+const IPC_EVENT: u32 = 0x2 | 0x4;
+
+pub(crate) fn interprocess_handles(t: Transport) {
+    let (a, b) = (shared().client(t), shared().client(t));
+    let (ga, gb) = (Gpu::new(&a).unwrap(), Gpu::new(&b).unwrap());
+    let n = 1 << 20;
+    let d = a.mem_alloc(ga.ctx, n).unwrap();
+    a.memcpy_htod(d, &vec![5u8; n as usize]).unwrap();
+    let h = a.ipc_get_mem_handle(ga.ctx, d + 4096).unwrap();
+    assert_eq!(a.ipc_get_mem_handle(ga.ctx, d).unwrap(), h, "one handle per allocation");
+
+    // The other program sees the bytes, writes, and the first sees that.
+    let (p, size) = b.ipc_open_mem_handle(gb.ctx, &h, 1).unwrap();
+    assert_eq!(size, n);
+    let mut got = vec![0u8; n as usize];
+    b.memcpy_dtoh(&mut got, p).unwrap();
+    assert!(got.iter().all(|&x| x == 5), "the exporter's bytes");
+    b.memset(p + 100, 9, 1, 10, Stream::DEFAULT).unwrap();
+    b.ctx_synchronize(gb.ctx).unwrap();
+    let mut back = [0u8; 16];
+    a.memcpy_dtoh(&mut back, d + 96).unwrap();
+    assert_eq!(back, [5, 5, 5, 5, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 5, 5], "the opener's writes");
+    assert_eq!(code(b.memcpy_dtoh(&mut back, p + n - 8)), CuResult::INVALID_VALUE, "no further than the allocation");
+    // Opened twice: the same address, closed twice.
+    assert_eq!(b.ipc_open_mem_handle(gb.ctx, &h, 1).unwrap().0, p);
+    b.ipc_close_mem_handle(gb.ctx, p).unwrap();
+    b.memcpy_dtoh(&mut back, p).unwrap();
+    b.ipc_close_mem_handle(gb.ctx, p).unwrap();
+    assert_eq!(code(b.memcpy_dtoh(&mut back, p)), CuResult::INVALID_VALUE, "closed");
+    assert_eq!(code(b.ipc_close_mem_handle(gb.ctx, p)), CuResult::INVALID_VALUE);
+
+    // An event recorded by one program, waited for by the other.
+    let e = a.event_create(ga.ctx, IPC_EVENT).unwrap();
+    let eh = a.ipc_get_event_handle(e).unwrap();
+    let plain = a.event_create(ga.ctx, 0).unwrap();
+    assert_eq!(code(a.ipc_get_event_handle(plain)), CuResult::INVALID_VALUE, "only interprocess events");
+    a.memset(d, 1, 1, n, Stream::DEFAULT).unwrap();
+    a.event_record(e, Stream::DEFAULT).unwrap();
+    let eb = b.ipc_open_event_handle(gb.ctx, &eh).unwrap();
+    let s = b.stream_create(gb.ctx, 1, 0).unwrap();
+    b.stream_wait_event(s, eb).unwrap();
+    b.event_synchronize(eb).unwrap();
+    let (p, _) = b.ipc_open_mem_handle(gb.ctx, &h, 1).unwrap();
+    b.memcpy_dtoh(&mut back, p).unwrap();
+    assert_eq!(back, [1; 16], "after the exporter's event");
+    b.ipc_close_mem_handle(gb.ctx, p).unwrap();
+    b.event_destroy(eb).unwrap();
+
+    // Handles the backend did not make, or the exporter's own, open
+    // nowhere; a freed allocation's handle no longer opens.
+    let mut forged = h;
+    forged[20] ^= 1;
+    assert_eq!(code(b.ipc_open_mem_handle(gb.ctx, &forged, 1)), CuResult::INVALID_VALUE, "a forged handle");
+    assert_eq!(code(b.ipc_open_mem_handle(gb.ctx, &[0; 64], 1)), CuResult::INVALID_VALUE, "zeros");
+    assert_eq!(code(b.ipc_open_event_handle(gb.ctx, &h)), CuResult::INVALID_VALUE, "a memory handle is no event's");
+    assert_eq!(code(a.ipc_open_mem_handle(ga.ctx, &h, 1)), CuResult::INVALID_VALUE, "not in the exporting program");
+    a.mem_free(d).unwrap();
+    a.ctx_synchronize(ga.ctx).unwrap();
+    assert_eq!(code(b.ipc_open_mem_handle(gb.ctx, &h, 1)), CuResult::INVALID_VALUE, "freed");
+    a.event_destroy(e).unwrap();
+    a.ctx_synchronize(ga.ctx).unwrap();
+    assert_eq!(code(b.ipc_open_event_handle(gb.ctx, &eh)), CuResult::INVALID_VALUE, "destroyed");
+}
+
+/// A handle of a local program opens in another local program of its user,
+/// and not over TCP (another peer: another guest), nor once its session
+/// has ended.
+pub(crate) fn interprocess_handles_stay_in_their_guest(_: Transport) {
+    let (a, b, far) = (shared().client(Transport::Local), shared().client(Transport::Local), shared().client(Transport::Tcp));
+    let (ga, gb, gf) = (Gpu::new(&a).unwrap(), Gpu::new(&b).unwrap(), Gpu::new(&far).unwrap());
+    let d = a.mem_alloc(ga.ctx, 4096).unwrap();
+    let h = a.ipc_get_mem_handle(ga.ctx, d).unwrap();
+    let e = a.event_create(ga.ctx, IPC_EVENT).unwrap();
+    let eh = a.ipc_get_event_handle(e).unwrap();
+    assert_eq!(code(far.ipc_open_mem_handle(gf.ctx, &h, 1)), CuResult::INVALID_VALUE, "another guest's memory");
+    assert_eq!(code(far.ipc_open_event_handle(gf.ctx, &eh)), CuResult::INVALID_VALUE, "another guest's event");
+    let (p, _) = b.ipc_open_mem_handle(gb.ctx, &h, 1).unwrap();
+    b.ipc_close_mem_handle(gb.ctx, p).unwrap();
+    drop(a);
+    // The exporter's session ends once the backend sees it gone.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Ok((p, _)) = b.ipc_open_mem_handle(gb.ctx, &h, 1) {
+        b.ipc_close_mem_handle(gb.ctx, p).unwrap();
+        assert!(Instant::now() < deadline, "the handle outlived its session");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
