@@ -80,12 +80,14 @@ pub struct BackendInfo {
 /// Device attributes reported as 0: features of the local driver that pvgpu
 /// does not provide across the connection (mapped host memory, concurrent
 /// and direct access to managed memory (the drop-in library provides
-/// managed memory without them), pageable-memory access, memory-pool IPC and host-located pools, interop
-/// handles (including shareable handles of virtual memory),
-/// multi-device cooperative launches, multicast). Cooperative and cluster
-/// launches, the default memory pool, virtual memory management, tensor
-/// maps and stream memory operations are provided, so their attributes
-/// read as the GPU reports them.
+/// managed memory without them), pageable-memory access, memory-pool IPC
+/// and host-located pools, Windows, fabric and interop handles, GPUDirect
+/// RDMA, multi-device cooperative launches, multicast). Cooperative and
+/// cluster launches, the default memory pool, virtual memory management
+/// (with compressible memory and file-descriptor shareable handles),
+/// interprocess memory and events, tensor maps and stream memory
+/// operations are provided, so their attributes read as the GPU reports
+/// them.
 pub const MASKED_ATTRS: &[CUdevice_attribute] = &[
     CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY,
     CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS,
@@ -94,10 +96,8 @@ pub const MASKED_ATTRS: &[CUdevice_attribute] = &[
     CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH,
     CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES,
     CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST,
-    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
     CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED,
     CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED,
-    CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED,
     CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
     CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED,
     CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,

@@ -1,6 +1,7 @@
 //! Interprocess handles: memory and events shared with another process of
 //! the same guest. The 64 bytes of a handle are the backend's, opaque here.
 
+use crate::PhysMem;
 use crate::client::Client;
 use crate::error::Result;
 use crate::handles::*;
@@ -50,5 +51,43 @@ impl Client {
         let e = Event(self.call(&IpcOpenEventHandle { ctx: ctx.0.into(), handle: parse(handle) })?.handle.get());
         self.interprocess.lock().unwrap_or_else(|p| p.into_inner()).insert(e.0);
         Ok(e)
+    }
+}
+
+/// Physical memory as `MemCreateWith` or `MemImport` gave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PhysInfo {
+    /// Its handle.
+    pub mem: PhysMem,
+    /// Bytes.
+    pub size: u64,
+    /// `MEM_COMPRESSIBLE`, `MEM_SHAREABLE`, as the device gave them.
+    pub flags: u32,
+}
+
+impl From<MemCreateRep> for PhysInfo {
+    fn from(r: MemCreateRep) -> Self {
+        PhysInfo { mem: PhysMem(r.handle.get()), size: r.size.get(), flags: r.flags.get() }
+    }
+}
+
+impl Client {
+    /// `cuMemCreate` with `flags` (`MEM_COMPRESSIBLE`, `MEM_SHAREABLE`).
+    pub fn mem_create_with(&self, ctx: Context, size: u64, flags: u32) -> Result<PhysInfo> {
+        Ok(self.call(&MemCreateWith { ctx: ctx.0.into(), size: size.into(), flags: flags.into(), reserved: 0.into() })?.into())
+    }
+
+    /// `cuMemExportToShareableHandle`: what the shareable handle's file
+    /// holds.
+    pub fn mem_export(&self, mem: PhysMem) -> Result<[u8; 64]> {
+        let r = self.call(&MemExport { handle: mem.0.into() })?;
+        let mut out = [0u8; 64];
+        out.copy_from_slice(r.handle.as_bytes());
+        Ok(out)
+    }
+
+    /// `cuMemImportFromShareableHandle`, in `ctx`.
+    pub fn mem_import(&self, ctx: Context, handle: &[u8; 64]) -> Result<PhysInfo> {
+        Ok(self.call(&MemImport { ctx: ctx.0.into(), handle: parse(handle) })?.into())
     }
 }

@@ -65,6 +65,7 @@ pub use graph::{CaptureInfo, Graph, GraphExec, GraphNode, KernelNode, NodeInfo};
 pub use graph_params::NodeParams;
 pub use handles::*;
 pub use host_call::HostFn;
+pub use ipc::PhysInfo;
 pub use link::Linked;
 pub use options::{BackendAddr, DEFAULT_SOCKET, Options, backend_from_env};
 pub use output::set_output_handler;

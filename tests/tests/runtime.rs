@@ -373,3 +373,13 @@ fn managed_over_local() {
 fn managed_over_tcp() {
     worker_run("managed", Transport::Tcp);
 }
+
+#[test]
+fn ipc_over_local() {
+    worker_run("ipc", Transport::Local);
+}
+
+#[test]
+fn ipc_over_tcp() {
+    worker_run("ipc", Transport::Tcp);
+}

@@ -341,8 +341,15 @@ pub trait ExecContext: Send + 'static {
     /// `cuMemAddressFree` of a whole reservation without mappings.
     fn vmm_free(&mut self, ptr: u64, size: u64) -> CuRes<()>;
     /// `cuMemCreate`: `size` bytes of physical memory on this context's
-    /// device; returns its handle.
-    fn vmm_create(&mut self, size: u64) -> CuRes<u64>;
+    /// device, with `flags` (`MEM_COMPRESSIBLE`, `MEM_SHAREABLE`); returns
+    /// its handle and the flags it has.
+    fn vmm_create(&mut self, size: u64, flags: u32) -> CuRes<(u64, u32)>;
+    /// `cuMemExportToShareableHandle` of physical memory made with
+    /// `MEM_SHAREABLE`: what another session imports.
+    fn vmm_export(&mut self, handle: u64) -> CuRes<crate::ipc::IpcObject>;
+    /// `cuMemImportFromShareableHandle`: another session's physical memory
+    /// of `size` bytes, as a handle of this context.
+    fn vmm_import(&mut self, o: &crate::ipc::IpcObject, size: u64) -> CuRes<u64>;
     /// `cuMemRelease`: the memory goes when its last mapping does.
     fn vmm_release(&mut self, handle: u64) -> CuRes<()>;
     /// `cuMemMap` of `size` bytes of `handle` from `offset` at `ptr`, in a

@@ -25,6 +25,7 @@ const OK: u32 = 0;
 const UNKNOWN: u32 = 1;
 const FULL: u32 = 2;
 const BAD: u32 = 3;
+const OWN: u32 = 4;
 
 /// A request (op, kind, size, object bytes) or a reply (status in `op`,
 /// size, token, object bytes).
@@ -119,6 +120,7 @@ fn call(sock: &Mutex<OwnedFd>, m: &Msg, fd: Option<&OwnedFd>) -> Result<(Msg, Op
         OK => Ok((r, fd)),
         UNKNOWN => Err(IpcError::Unknown),
         FULL => Err(IpcError::Full),
+        OWN => Err(IpcError::Own),
         _ => Err(IpcError::Unreachable),
     }
 }
@@ -203,6 +205,7 @@ pub fn serve_worker(registry: &Registry, scope: &Arc<str>, session: u64, sock: &
             Ok(()) => OK,
             Err(IpcError::Unknown) => UNKNOWN,
             Err(IpcError::Full) => FULL,
+            Err(IpcError::Own) => OWN,
             Err(IpcError::Unreachable) => BAD,
         }
         .into();
@@ -239,7 +242,7 @@ mod tests {
         let mut f = tempfile_with(b"shared bytes");
         let object = IpcObject { bytes: [7; 64], fd: Some(Arc::new(OwnedFd::from(f.try_clone().unwrap()))) };
         let token = a.export(1, 12, object).unwrap();
-        assert_eq!(a.import(1, &token).map(|x| x.0), Err(IpcError::Unknown), "not by the exporter");
+        assert_eq!(a.import(1, &token).map(|x| x.0), Err(IpcError::Own), "not by the exporter");
         let (size, got) = b.import(1, &token).unwrap();
         assert_eq!((size, got.bytes), (12, [7; 64]));
         let mut g = std::fs::File::from(Arc::try_unwrap(got.fd.unwrap()).unwrap());

@@ -68,12 +68,13 @@ impl Registry {
     }
 
     /// The object of `kind` under `token`, for session `session` of `scope`:
-    /// refused (as if unknown) to other scopes and to the exporting session
-    /// itself.
+    /// refused as unknown to other scopes, and as its own to the exporting
+    /// session.
     pub fn import(&self, scope: &str, session: u64, kind: u32, token: &Token) -> Result<(u64, IpcObject), IpcError> {
         let e = self.lock();
         match e.get(token) {
-            Some(x) if &*x.scope == scope && x.kind == kind && x.session != session => Ok((x.size, x.object.clone())),
+            Some(x) if &*x.scope == scope && x.kind == kind && x.session == session => Err(IpcError::Own),
+            Some(x) if &*x.scope == scope && x.kind == kind => Ok((x.size, x.object.clone())),
             _ => Err(IpcError::Unknown),
         }
     }
@@ -113,7 +114,7 @@ mod tests {
         let t = r.export(&a, 1, 1, 4096, IpcObject::default()).unwrap();
         assert_eq!(r.import("xen:3", 2, 1, &t).map(|x| x.0), Ok(4096));
         assert_eq!(r.import("xen:4", 3, 1, &t).map(|x| x.0), Err(IpcError::Unknown));
-        assert_eq!(r.import("xen:3", 1, 1, &t).map(|x| x.0), Err(IpcError::Unknown));
+        assert_eq!(r.import("xen:3", 1, 1, &t).map(|x| x.0), Err(IpcError::Own));
         assert_eq!(r.import("xen:3", 2, 2, &t).map(|x| x.0), Err(IpcError::Unknown));
         r.revoke(2, &t);
         assert!(r.import("xen:3", 2, 1, &t).is_ok(), "only the exporter revokes");

@@ -17,7 +17,9 @@ use super::{Alloc, AllocKind, Io, Owned, Session};
 use crate::exec::{CuRes, ExecContext, Executor};
 use crate::ipc::Token;
 use pvgpu_ring::CuError;
-use pvgpu_ring::proto::{self, HandleRep, IPC_EVENT, IPC_MEMORY, IpcHandle, IpcHandleRep, IpcOpenRep};
+use pvgpu_ring::proto::{
+    self, HandleRep, IPC_EVENT, IPC_MEMORY, IPC_PHYSICAL, IpcHandle, IpcHandleRep, IpcOpenRep, MEM_SHAREABLE, MemCreateRep,
+};
 use std::collections::{HashMap, HashSet};
 
 /// `CU_EVENT_INTERPROCESS`.
@@ -34,6 +36,8 @@ pub(super) struct Ipc {
     interprocess: HashSet<u64>,
     /// Memory opened, by address: its context, token and open count.
     opened: HashMap<u64, Opened>,
+    /// Physical memory exported, by id: its token.
+    physical: HashMap<u64, Token>,
 }
 
 struct Opened {
@@ -105,7 +109,8 @@ pub(super) fn ipc_get_event_handle<E: Executor>(s: &mut Session<E>, r: proto::Ip
     let id = r.event.get();
     let ev = s.events.get(id).map(|e| (e.ctx, e.value)).ok_or(CuError::INVALID_HANDLE)?;
     if !s.ipc.interprocess.contains(&id) {
-        return Err(CuError::INVALID_VALUE);
+        // As the driver answers.
+        return Err(CuError::INVALID_HANDLE);
     }
     if let Some(t) = s.ipc.events.get(&id) {
         return Ok(handle(IPC_EVENT, *t, 0));
@@ -129,6 +134,44 @@ pub(super) fn ipc_open_event_handle<E: Executor>(s: &mut Session<E>, r: proto::I
             let _ = s.enter(ctx)?.event_destroy(ev);
             Err(e)
         }
+    }
+}
+
+pub(super) fn mem_export<E: Executor>(s: &mut Session<E>, r: proto::MemExport, _: &mut Io<'_>) -> CuRes<IpcHandleRep> {
+    let broker = broker(s)?;
+    let id = r.handle.get();
+    let (ctx, raw, size, flags) = super::vmm::phys(s, id).ok_or(CuError::INVALID_VALUE)?;
+    if flags & MEM_SHAREABLE == 0 {
+        // Made without a shareable handle type, as the driver refuses it.
+        return Err(CuError::INVALID_VALUE);
+    }
+    if let Some(t) = s.ipc.physical.get(&id) {
+        return Ok(handle(IPC_PHYSICAL, *t, size));
+    }
+    let object = s.enter(ctx)?.vmm_export(raw)?;
+    let token = broker.export(IPC_PHYSICAL, size, object)?;
+    s.ipc.physical.insert(id, token);
+    Ok(handle(IPC_PHYSICAL, token, size))
+}
+
+pub(super) fn mem_import<E: Executor>(s: &mut Session<E>, r: proto::MemImport, _: &mut Io<'_>) -> CuRes<MemCreateRep> {
+    let broker = broker(s)?;
+    let ctx = r.ctx.get();
+    s.enter(ctx)?;
+    let token = r.handle.token(IPC_PHYSICAL).ok_or(CuError::INVALID_VALUE)?;
+    let (size, object) = broker.import(IPC_PHYSICAL, &token)?;
+    let raw = s.enter(ctx)?.vmm_import(&object, size)?;
+    // Counted in the exporter's quota, as opened memory is.
+    let id = super::vmm::adopt(s, ctx, size, raw, MEM_SHAREABLE, false)?;
+    Ok(MemCreateRep { handle: id.into(), size: size.into(), flags: MEM_SHAREABLE.into(), reserved: 0.into() })
+}
+
+/// Physical memory `id` is gone: its export goes.
+pub(super) fn physical_gone<E: Executor>(s: &mut Session<E>, id: u64) {
+    if let Some(t) = s.ipc.physical.remove(&id)
+        && let Some(b) = &s.limits.ipc
+    {
+        b.revoke(&t);
     }
 }
 
@@ -169,6 +212,10 @@ pub(super) fn forget<E: Executor>(s: &mut Session<E>, ctx: Option<u64>) {
     let events: Vec<u64> = s.ipc.events.keys().copied().filter(|id| s.events.get(*id).is_none_or(|e| mine(e.ctx))).collect();
     for id in events {
         event_gone(s, id);
+    }
+    let physical: Vec<u64> = s.ipc.physical.keys().copied().filter(|id| super::vmm::phys(s, *id).is_none_or(|p| mine(p.0))).collect();
+    for id in physical {
+        physical_gone(s, id);
     }
     let opened: Vec<(u64, u64)> = s.ipc.opened.iter().filter(|(_, o)| mine(o.ctx)).map(|(&p, o)| (p, o.ctx)).collect();
     for (p, c) in opened {

@@ -51,6 +51,11 @@ struct Phys {
     maps: u32,
     /// `cuMemRelease` was called; it goes with its last mapping.
     released: bool,
+    /// `MEM_COMPRESSIBLE`, `MEM_SHAREABLE`, as the device gave them.
+    flags: u32,
+    /// Counted in `mem_used` (made here, not imported from another
+    /// session, whose quota counts it).
+    counted: bool,
 }
 
 struct Mapping {
@@ -120,19 +125,29 @@ pub(super) fn mem_address_free<E: Executor>(s: &mut Session<E>, r: proto::MemAdd
     Ok(())
 }
 
-pub(super) fn mem_create<E: Executor>(s: &mut Session<E>, r: proto::MemCreate, _: &mut Io<'_>) -> CuRes<HandleRep> {
-    let (ctx, size) = (r.ctx.get(), r.size.get());
+/// Physical memory of `size` bytes with `flags` in `ctx`: its id and the
+/// flags it has.
+fn create<E: Executor>(s: &mut Session<E>, ctx: u64, size: u64, flags: u32) -> CuRes<(u64, u32)> {
     if size == 0 {
         return Err(CuError::INVALID_VALUE);
     }
     if s.over_quota(size) {
         return Err(CuError::OUT_OF_MEMORY);
     }
-    let raw = s.enter(ctx)?.vmm_create(size)?;
-    match s.vmm.phys.insert(Phys { ctx, size, raw, maps: 0, released: false }) {
+    let (raw, flags) = s.enter(ctx)?.vmm_create(size, flags)?;
+    let id = adopt(s, ctx, size, raw, flags, true)?;
+    Ok((id, flags))
+}
+
+/// Enters physical memory the executor made (or imported) in the table:
+/// its id. On failure the executor's handle is released.
+pub(super) fn adopt<E: Executor>(s: &mut Session<E>, ctx: u64, size: u64, raw: u64, flags: u32, counted: bool) -> CuRes<u64> {
+    match s.vmm.phys.insert(Phys { ctx, size, raw, maps: 0, released: false, flags, counted }) {
         Ok(id) => {
-            s.mem_used += size;
-            Ok(HandleRep { handle: id.into() })
+            if counted {
+                s.mem_used += size;
+            }
+            Ok(id)
         }
         Err(e) => {
             let _ = s.enter(ctx).and_then(|c| c.vmm_release(raw));
@@ -141,11 +156,31 @@ pub(super) fn mem_create<E: Executor>(s: &mut Session<E>, r: proto::MemCreate, _
     }
 }
 
+/// Context, executor handle, size and flags of physical memory `id`, while
+/// not released.
+pub(super) fn phys<E: Executor>(s: &Session<E>, id: u64) -> Option<(u64, u64, u64, u32)> {
+    s.vmm.phys.get(id).filter(|p| !p.released).map(|p| (p.ctx, p.raw, p.size, p.flags))
+}
+
+pub(super) fn mem_create<E: Executor>(s: &mut Session<E>, r: proto::MemCreate, _: &mut Io<'_>) -> CuRes<HandleRep> {
+    let (id, _) = create(s, r.ctx.get(), r.size.get(), 0)?;
+    Ok(HandleRep { handle: id.into() })
+}
+
+pub(super) fn mem_create_with<E: Executor>(s: &mut Session<E>, r: proto::MemCreateWith, _: &mut Io<'_>) -> CuRes<proto::MemCreateRep> {
+    let size = r.size.get();
+    let (id, flags) = create(s, r.ctx.get(), size, r.flags.get())?;
+    Ok(proto::MemCreateRep { handle: id.into(), size: size.into(), flags: flags.into(), reserved: 0.into() })
+}
+
 /// Forgets physical allocation `id` once it is released and unmapped.
 fn settle<E: Executor>(s: &mut Session<E>, id: u64) {
     if s.vmm.phys.get(id).is_some_and(|p| p.released && p.maps == 0) {
         if let Some(p) = s.vmm.phys.remove(id) {
-            s.mem_used -= p.size;
+            if p.counted {
+                s.mem_used -= p.size;
+            }
+            super::ipc::physical_gone(s, id);
         }
     }
 }
@@ -240,7 +275,9 @@ pub(super) fn forget<E: Executor>(s: &mut Session<E>, ctx: Option<u64>) {
         if !p.released {
             let _ = s.enter(p.ctx).and_then(|c| c.vmm_release(p.raw));
         }
-        s.mem_used -= p.size;
+        if p.counted {
+            s.mem_used -= p.size;
+        }
     }
     let reserved: Vec<(u64, u64, u64)> = s.vmm.reservations.iter().filter(|(_, r)| mine(r.ctx)).map(|(&p, r)| (p, r.size, r.ctx)).collect();
     for (ptr, size, c) in reserved {

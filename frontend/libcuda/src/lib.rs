@@ -63,6 +63,7 @@ pub use api::module::*;
 pub use api::pitched::*;
 pub use api::pointer::*;
 pub use api::pool::*;
+pub use api::shareable::*;
 pub use api::stream_attr::*;
 pub use api::texture::*;
 pub use api::user_object::*;

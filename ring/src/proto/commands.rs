@@ -484,6 +484,12 @@ macro_rules! command_table {
             133 IpcGetEventHandle(ipc::ipc_get_event_handle) [quiet]: IpcGetEventHandle => IpcHandleRep;
             /// `cuIpcOpenEventHandle`.
             134 IpcOpenEventHandle(ipc::ipc_open_event_handle) [quiet]: IpcOpenEventHandle => HandleRep;
+            /// `cuMemCreate` of compressible or shareable memory.
+            135 MemCreateWith(vmm::mem_create_with) []: MemCreateWith => MemCreateRep;
+            /// `cuMemExportToShareableHandle`.
+            136 MemExport(ipc::mem_export) [quiet]: MemExport => IpcHandleRep;
+            /// `cuMemImportFromShareableHandle`.
+            137 MemImport(ipc::mem_import) [quiet]: MemImport => MemCreateRep;
         }
     };
 }

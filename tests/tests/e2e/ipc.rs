@@ -1,6 +1,6 @@
-//! Interprocess handles: memory and an event of one session opened by
-//! another session of the same guest (two programs of one user, one
-//! address, one domain), and refused everywhere else.
+//! Interprocess handles: memory, an event and shareable physical memory of
+//! one session opened by another session of the same guest (two programs
+//! of one user, one address, one domain), and refused everywhere else.
 
 use super::*;
 
@@ -40,7 +40,7 @@ pub(crate) fn interprocess_handles(t: Transport) {
     let e = a.event_create(ga.ctx, IPC_EVENT).unwrap();
     let eh = a.ipc_get_event_handle(e).unwrap();
     let plain = a.event_create(ga.ctx, 0).unwrap();
-    assert_eq!(code(a.ipc_get_event_handle(plain)), CuResult::INVALID_VALUE, "only interprocess events");
+    assert_eq!(code(a.ipc_get_event_handle(plain)), CuResult::INVALID_HANDLE, "only interprocess events");
     a.memset(d, 1, 1, n, Stream::DEFAULT).unwrap();
     a.event_record(e, Stream::DEFAULT).unwrap();
     let eb = b.ipc_open_event_handle(gb.ctx, &eh).unwrap();
@@ -60,7 +60,7 @@ pub(crate) fn interprocess_handles(t: Transport) {
     assert_eq!(code(b.ipc_open_mem_handle(gb.ctx, &forged, 1)), CuResult::INVALID_VALUE, "a forged handle");
     assert_eq!(code(b.ipc_open_mem_handle(gb.ctx, &[0; 64], 1)), CuResult::INVALID_VALUE, "zeros");
     assert_eq!(code(b.ipc_open_event_handle(gb.ctx, &h)), CuResult::INVALID_VALUE, "a memory handle is no event's");
-    assert_eq!(code(a.ipc_open_mem_handle(ga.ctx, &h, 1)), CuResult::INVALID_VALUE, "not in the exporting program");
+    assert_eq!(code(a.ipc_open_mem_handle(ga.ctx, &h, 1)), CuResult::INVALID_CONTEXT, "not in the exporting program");
     a.mem_free(d).unwrap();
     a.ctx_synchronize(ga.ctx).unwrap();
     assert_eq!(code(b.ipc_open_mem_handle(gb.ctx, &h, 1)), CuResult::INVALID_VALUE, "freed");
@@ -81,6 +81,11 @@ pub(crate) fn interprocess_handles_stay_in_their_guest(_: Transport) {
     let eh = a.ipc_get_event_handle(e).unwrap();
     assert_eq!(code(far.ipc_open_mem_handle(gf.ctx, &h, 1)), CuResult::INVALID_VALUE, "another guest's memory");
     assert_eq!(code(far.ipc_open_event_handle(gf.ctx, &eh)), CuResult::INVALID_VALUE, "another guest's event");
+    let gran = a.mem_granularity(0, false).unwrap();
+    let phys = a.mem_create_with(ga.ctx, gran, pvgpu_ring::proto::MEM_SHAREABLE).unwrap();
+    let ph = a.mem_export(phys.mem).unwrap();
+    assert_eq!(code(far.mem_import(gf.ctx, &ph)), CuResult::INVALID_VALUE, "another guest's physical memory");
+    b.mem_release(b.mem_import(gb.ctx, &ph).unwrap().mem).unwrap();
     let (p, _) = b.ipc_open_mem_handle(gb.ctx, &h, 1).unwrap();
     b.ipc_close_mem_handle(gb.ctx, p).unwrap();
     drop(a);
@@ -91,4 +96,51 @@ pub(crate) fn interprocess_handles_stay_in_their_guest(_: Transport) {
         assert!(Instant::now() < deadline, "the handle outlived its session");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Physical memory made shareable, exported by one program and imported
+/// by another of the same guest: both map it and see each other's writes;
+/// memory made without a shareable handle type is not exported, and an
+/// import does not count against the importer's quota.
+pub(crate) fn shareable_physical_memory(t: Transport) {
+    use pvgpu_frontend::Access;
+    use pvgpu_ring::proto::{MEM_COMPRESSIBLE, MEM_SHAREABLE};
+    let (a, b) = (shared().client(t), shared().client(t));
+    let (ga, gb) = (Gpu::new(&a).unwrap(), Gpu::new(&b).unwrap());
+    let gran = a.mem_granularity(0, false).unwrap();
+    let p = a.mem_create_with(ga.ctx, gran, MEM_SHAREABLE | MEM_COMPRESSIBLE).unwrap();
+    assert_eq!((p.size, p.flags & MEM_SHAREABLE), (gran, MEM_SHAREABLE));
+    let va = a.mem_address_reserve(ga.ctx, gran, 0, 0).unwrap();
+    a.mem_map(va, gran, 0, p.mem).unwrap();
+    a.mem_set_access(va, gran, Access::ReadWrite).unwrap();
+    a.memcpy_htod(va, &[3u8; 4096]).unwrap();
+    let h = a.mem_export(p.mem).unwrap();
+    assert_eq!(a.mem_export(p.mem).unwrap(), h, "one handle per allocation");
+    let plain = a.mem_create_with(ga.ctx, gran, 0).unwrap();
+    assert_eq!(code(a.mem_export(plain.mem)), CuResult::INVALID_VALUE, "not made shareable");
+    a.mem_release(plain.mem).unwrap();
+
+    let free_before = b.mem_get_info(gb.ctx).unwrap().0;
+    let q = b.mem_import(gb.ctx, &h).unwrap();
+    assert_eq!((q.size, q.flags), (gran, MEM_SHAREABLE));
+    let vb = b.mem_address_reserve(gb.ctx, gran, 0, 0).unwrap();
+    b.mem_map(vb, gran, 0, q.mem).unwrap();
+    b.mem_set_access(vb, gran, Access::ReadWrite).unwrap();
+    let mut got = [0u8; 4096];
+    b.memcpy_dtoh(&mut got, vb).unwrap();
+    assert_eq!(got, [3u8; 4096], "the exporter's bytes");
+    b.memset(vb + 8, 7, 1, 8, Stream::DEFAULT).unwrap();
+    b.ctx_synchronize(gb.ctx).unwrap();
+    let mut back = [0u8; 24];
+    a.memcpy_dtoh(&mut back, va).unwrap();
+    assert_eq!(back[..16], [3, 3, 3, 3, 3, 3, 3, 3, 7, 7, 7, 7, 7, 7, 7, 7], "the importer's writes");
+    assert!(b.mem_get_info(gb.ctx).unwrap().0 + gran / 2 > free_before, "the import is the exporter's to count");
+    assert_eq!(code(a.mem_import(ga.ctx, &h)), CuResult::INVALID_CONTEXT, "not in the exporting program");
+    b.mem_unmap(vb, gran).unwrap();
+    b.mem_release(q.mem).unwrap();
+    b.mem_address_free(vb, gran).unwrap();
+    a.mem_unmap(va, gran).unwrap();
+    a.mem_release(p.mem).unwrap();
+    a.mem_address_free(va, gran).unwrap();
+    assert_eq!(code(b.mem_import(gb.ctx, &h)), CuResult::INVALID_VALUE, "released and unmapped");
 }

@@ -166,6 +166,7 @@ over_every_transport!(
         texture_and_surface_objects,
         stream_attributes_and_persisting_l2,
         interprocess_handles,
+        shareable_physical_memory,
         tensor_maps,
         virtual_memory,
         mapped_host_memory,

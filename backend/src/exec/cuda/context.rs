@@ -472,8 +472,16 @@ impl ExecContext for CudaContext {
         self.address_free(ptr, size)
     }
 
-    fn vmm_create(&mut self, size: u64) -> CuRes<u64> {
-        self.create(size)
+    fn vmm_create(&mut self, size: u64, flags: u32) -> CuRes<(u64, u32)> {
+        self.create(size, flags)
+    }
+
+    fn vmm_export(&mut self, handle: u64) -> CuRes<crate::ipc::IpcObject> {
+        self.export(handle)
+    }
+
+    fn vmm_import(&mut self, o: &crate::ipc::IpcObject, _size: u64) -> CuRes<u64> {
+        self.import(o)
     }
 
     fn vmm_release(&mut self, handle: u64) -> CuRes<()> {

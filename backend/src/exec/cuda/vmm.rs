@@ -1,16 +1,22 @@
 //! Virtual memory management on the GPU: reservations, physical
 //! allocations, mappings and access, for the session's own context and
-//! device. Physical memory is plain device memory of the context's device,
-//! with no shareable handle (nothing leaves the session).
+//! device. Physical memory is device memory of the context's device,
+//! compressible where asked and the device gives it, and with a file
+//! descriptor as its shareable handle where asked: the descriptor goes to
+//! the supervisor's registry, never to a guest ([`crate::ipc`]).
 
 use super::CudaContext;
 use super::driver::{entry, ok};
 use crate::exec::CuRes;
+use crate::ipc::IpcObject;
 use cudarc::driver::sys;
 use pvgpu_ring::cuda::api::{
-    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationGranularity_flags,
-    CUmemAllocationProp, CUmemLocation, Driver,
+    CU_MEM_ALLOCATION_COMP_GENERIC, CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, CU_MEM_LOCATION_TYPE_DEVICE,
+    CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationGranularity_flags, CUmemAllocationProp, CUmemLocation, Driver,
 };
+use pvgpu_ring::proto::{MEM_COMPRESSIBLE, MEM_SHAREABLE};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::Arc;
 
 /// Device memory of `dev`, no shareable handle.
 fn prop(dev: sys::CUdevice) -> CUmemAllocationProp {
@@ -48,11 +54,62 @@ impl CudaContext {
         ok(unsafe { entry(self.drv.cuMemAddressFree)?(ptr, size as usize) })
     }
 
-    pub(super) fn create(&mut self, size: u64) -> CuRes<u64> {
+    /// Physical memory with `flags` (`MEM_COMPRESSIBLE`, `MEM_SHAREABLE`):
+    /// its handle and the flags it has (the driver may give memory that is
+    /// not compressible).
+    pub(super) fn create(&mut self, size: u64, flags: u32) -> CuRes<(u64, u32)> {
         let mut h = 0u64;
-        let prop = prop(self.dev);
+        let mut prop = prop(self.dev);
+        if flags & MEM_COMPRESSIBLE != 0 {
+            prop.allocFlags.compressionType = CU_MEM_ALLOCATION_COMP_GENERIC.0 as u8;
+        }
+        if flags & MEM_SHAREABLE != 0 {
+            prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        }
         // SAFETY: valid out-pointer and property.
         ok(unsafe { entry(self.drv.cuMemCreate)?(&mut h, size as usize, &prop, 0) })?;
+        if flags & MEM_COMPRESSIBLE == 0 {
+            return Ok((h, flags));
+        }
+        let mut got = prop;
+        // SAFETY: valid out-pointer; a handle just made.
+        ok(unsafe { entry(self.drv.cuMemGetAllocationPropertiesFromHandle)?(&mut got, h) })?;
+        let compressed = got.allocFlags.compressionType == CU_MEM_ALLOCATION_COMP_GENERIC.0 as u8;
+        Ok((h, if compressed { flags } else { flags & !MEM_COMPRESSIBLE }))
+    }
+
+    /// The file descriptor of shareable physical memory.
+    pub(super) fn export(&mut self, handle: u64) -> CuRes<IpcObject> {
+        let mut fd: i32 = -1;
+        // SAFETY: a POSIX descriptor is an int, written to `fd`; a handle of
+        // this session made shareable (the session checked).
+        ok(unsafe {
+            entry(self.drv.cuMemExportToShareableHandle)?((&raw mut fd).cast(), handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
+        })?;
+        if fd < 0 {
+            return Err(pvgpu_ring::CuError::UNKNOWN);
+        }
+        // SAFETY: the driver just opened this descriptor for us.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(IpcObject { bytes: [0; 64], fd: Some(Arc::new(fd)) })
+    }
+
+    /// Physical memory another session exported: its handle here.
+    pub(super) fn import(&mut self, o: &IpcObject) -> CuRes<u64> {
+        use std::os::fd::AsRawFd;
+        let fd = o.fd.as_ref().ok_or(pvgpu_ring::CuError::INVALID_VALUE)?;
+        let mut h = 0u64;
+        // SAFETY: valid out-pointer; a POSIX handle is the descriptor as a
+        // pointer-sized value; the descriptor is one the driver made in
+        // another session's worker (the registry's, never the guest's), and
+        // stays open during the call (the driver takes its own reference).
+        ok(unsafe {
+            entry(self.drv.cuMemImportFromShareableHandle)?(
+                &mut h,
+                fd.as_raw_fd() as usize as *mut std::ffi::c_void,
+                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            )
+        })?;
         Ok(h)
     }
 

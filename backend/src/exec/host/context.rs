@@ -494,8 +494,17 @@ impl ExecContext for HostContext {
         self.ok()
     }
 
-    fn vmm_create(&mut self, size: u64) -> CuRes<u64> {
-        self.create(size)
+    fn vmm_create(&mut self, size: u64, flags: u32) -> CuRes<(u64, u32)> {
+        // Host memory has no compression.
+        Ok((self.create(size)?, flags & !pvgpu_ring::proto::MEM_COMPRESSIBLE))
+    }
+
+    fn vmm_export(&mut self, handle: u64) -> CuRes<crate::ipc::IpcObject> {
+        self.export_phys(handle)
+    }
+
+    fn vmm_import(&mut self, o: &crate::ipc::IpcObject, size: u64) -> CuRes<u64> {
+        self.import_phys(o, size)
     }
 
     fn vmm_release(&mut self, handle: u64) -> CuRes<()> {

@@ -116,6 +116,29 @@ impl HostContext {
         Ok(addr)
     }
 
+    /// The memfd of physical memory `handle`, wherever its bytes are now
+    /// (with the handle, or at the address it is mapped at).
+    pub(super) fn export_phys(&mut self, handle: u64) -> CuRes<IpcObject> {
+        self.ok()?;
+        let at = self.mapped.iter().find(|(_, h)| **h == handle).map(|(p, _)| *p);
+        let buf = match at {
+            Some(p) => self.mem.allocs.get_mut(&p),
+            None => self.phys.get_mut(&handle).and_then(|p| p.bytes_mut()),
+        };
+        Ok(IpcObject { bytes: [0; 64], fd: Some(buf.ok_or(CuError::INVALID_VALUE)?.share()?) })
+    }
+
+    /// Physical memory of another session: its memfd, mapped, as a handle
+    /// of this context (not counted here: it is the exporter's).
+    pub(super) fn import_phys(&mut self, o: &IpcObject, size: u64) -> CuRes<u64> {
+        self.ok()?;
+        let fd = o.fd.clone().ok_or(CuError::INVALID_VALUE)?;
+        let shared = Shared::open(fd, size)?;
+        let h = self.handle();
+        self.phys.insert(h, super::vmm::Phys::imported(size, Buf::Shared(shared)));
+        Ok(h)
+    }
+
     pub(super) fn close_mem(&mut self, ptr: u64) -> CuRes<()> {
         if !self.opened.remove(&ptr) {
             return Err(CuError::INVALID_VALUE);

@@ -23,6 +23,20 @@ pub struct Phys {
     bytes: Option<super::ipc::Buf>,
     /// Released while mapped: freed at unmap.
     released: bool,
+    /// Another session's (imported): not counted in this context's use.
+    imported: bool,
+}
+
+impl Phys {
+    /// Another session's memory, imported.
+    pub(super) fn imported(size: u64, bytes: super::ipc::Buf) -> Phys {
+        Phys { size, bytes: Some(bytes), released: false, imported: true }
+    }
+
+    /// The bytes, while not mapped.
+    pub(super) fn bytes_mut(&mut self) -> Option<&mut super::ipc::Buf> {
+        self.bytes.as_mut()
+    }
 }
 
 impl HostContext {
@@ -56,12 +70,14 @@ impl HostContext {
         self.used.fetch_add(size, Ordering::Relaxed);
         self.held += size;
         let h = self.handle();
-        self.phys.insert(h, Phys { size, bytes: Some(v.into()), released: false });
+        self.phys.insert(h, Phys { size, bytes: Some(v.into()), released: false, imported: false });
         Ok(h)
     }
 
     fn forget(&mut self, handle: u64) {
-        if let Some(p) = self.phys.remove(&handle) {
+        if let Some(p) = self.phys.remove(&handle)
+            && !p.imported
+        {
             self.used.fetch_sub(p.size, Ordering::Relaxed);
             self.held -= p.size;
         }

@@ -281,6 +281,28 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, s: *mut c_v
     run("cuMemcpyDtoDAsync_v2", || dtod(dst, src, n, Some(state::ordered(s))))
 }
 
+/// A copy between the memory of two contexts (`cuMemcpyPeer`): the
+/// backend holds both in one address space, where a device-to-device copy
+/// reaches either side.
+fn peer(dst: u64, dst_ctx: *mut c_void, src: u64, src_ctx: *mut c_void, n: usize, s: Option<Stream>) -> Res {
+    if !state::ctx::is_live(state::id(dst_ctx)) || !state::ctx::is_live(state::id(src_ctx)) {
+        return Err(CuError::INVALID_CONTEXT);
+    }
+    dtod(dst, src, n, s)
+}
+
+/// `cuMemcpyPeer`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyPeer(dst: u64, dst_ctx: *mut c_void, src: u64, src_ctx: *mut c_void, n: usize) -> CuResult {
+    run("cuMemcpyPeer", || peer(dst, dst_ctx, src, src_ctx, n, None))
+}
+
+/// `cuMemcpyPeerAsync`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyPeerAsync(dst: u64, dst_ctx: *mut c_void, src: u64, src_ctx: *mut c_void, n: usize, s: *mut c_void) -> CuResult {
+    run("cuMemcpyPeerAsync", || peer(dst, dst_ctx, src, src_ctx, n, Some(state::ordered(s))))
+}
+
 /// A unified-addressing copy: each side is device memory if it lies in an
 /// allocation this process made, host memory otherwise.
 fn unified(dst: u64, src: u64, n: usize, s: Option<Stream>) -> Res {

@@ -29,6 +29,7 @@ pub mod module;
 pub mod pitched;
 pub mod pointer;
 pub mod pool;
+pub mod shareable;
 pub mod stream_attr;
 pub mod texture;
 pub mod user_object;

@@ -4,9 +4,9 @@
 //!
 //! Physical memory is device memory of the current context's device; the
 //! backend ties each reservation, allocation and mapping to that context.
-//! Shareable handles (`requestedHandleTypes`) are accepted but none can be
-//! exported: memory does not leave the session. Mappings are recorded here
-//! as device memory, so `cuMemcpy` and pointer queries know them.
+//! Compressible memory and file-descriptor shareable handles are in
+//! [`super::shareable`]. Mappings are recorded here as device memory, so
+//! `cuMemcpy` and pointer queries know them.
 
 use crate::state::objects::Objects;
 use crate::state::objects::{DevAlloc, DevKind};
@@ -48,7 +48,7 @@ fn context_on(dev: c_int) -> Result<u64, CuError> {
 
 /// The context an address reservation is made in: the current one, else
 /// the first device's primary context if it is active.
-fn any_context() -> Result<u64, CuError> {
+pub(super) fn any_context() -> Result<u64, CuError> {
     state::current_handle().map_or_else(|| context_on(0), Ok)
 }
 
@@ -106,21 +106,35 @@ pub extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> CuResult {
 pub unsafe extern "C" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const CUmemAllocationProp, flags: u64) -> CuResult {
     run("cuMemCreate", || {
         // SAFETY: per the caller.
-        let h = context_on(unsafe { device_of(prop) }?)?;
+        let dev = unsafe { device_of(prop) }?;
+        let h = context_on(dev)?;
         if flags != 0 || handle.is_null() {
             return Err(CuError::INVALID_VALUE);
         }
-        let m = state::client()?.mem_create(ctx::backend(h)?, size as u64).map_err(state::cu)?;
-        tracing::debug!(size, handle = m.0, "cuMemCreate");
+        // SAFETY: `device_of` read it: non-null and readable.
+        let wanted = super::shareable::flags_of(unsafe { &*prop })?;
+        let c = state::client()?;
+        let p = if wanted == 0 {
+            let mem = c.mem_create(ctx::backend(h)?, size as u64).map_err(state::cu)?;
+            pvgpu_frontend::PhysInfo { mem, size: size as u64, flags: 0 }
+        } else {
+            c.mem_create_with(ctx::backend(h)?, size as u64, wanted).map_err(state::cu)?
+        };
+        super::shareable::made(&p, dev);
+        tracing::debug!(size, handle = p.mem.0, flags = p.flags, "cuMemCreate");
         // SAFETY: non-null and writable per the API.
-        unsafe { put(handle, m.0) }
+        unsafe { put(handle, p.mem.0) }
     })
 }
 
 /// `cuMemRelease`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemRelease(handle: u64) -> CuResult {
-    run("cuMemRelease", || state::client()?.mem_release(PhysMem(handle)).map_err(state::cu))
+    run("cuMemRelease", || {
+        state::client()?.mem_release(PhysMem(handle)).map_err(state::cu)?;
+        super::shareable::released(handle);
+        Ok(())
+    })
 }
 
 /// `cuMemMap`.

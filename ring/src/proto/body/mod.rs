@@ -197,11 +197,20 @@ fixed! { checked requests: HostMirrorMap }
 
 fixed! { requests: MipmapLevel, CtxResetL2 }
 
-fixed! { requests: IpcGetMemHandle, IpcCloseMemHandle, IpcGetEventHandle, IpcOpenEventHandle }
+fixed! { requests: IpcGetMemHandle, IpcCloseMemHandle, IpcGetEventHandle, IpcOpenEventHandle, MemExport, MemImport }
 
-fixed! { checked requests: IpcOpenMemHandle }
+fixed! { checked requests: IpcOpenMemHandle, MemCreateWith }
 
-fixed! { replies: IpcHandleRep, IpcOpenRep }
+fixed! { replies: IpcHandleRep, IpcOpenRep, MemCreateRep }
+
+impl Validate for MemCreateWith {
+    fn validate(&self) -> Result<(), DecodeError> {
+        if self.flags.get() & !(MEM_COMPRESSIBLE | MEM_SHAREABLE) != 0 || self.reserved.get() != 0 {
+            return Err(DecodeError::BadField("flags"));
+        }
+        Ok(())
+    }
+}
 
 impl Validate for IpcOpenMemHandle {
     fn validate(&self) -> Result<(), DecodeError> {

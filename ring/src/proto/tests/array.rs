@@ -98,6 +98,15 @@ pub(super) fn requests() -> Vec<Arb> {
         arb::<IpcCloseMemHandle>().prop_map(|r| (Opcode::IpcCloseMemHandle, r.as_bytes().to_vec())).boxed(),
         arb::<IpcGetEventHandle>().prop_map(|r| (Opcode::IpcGetEventHandle, r.as_bytes().to_vec())).boxed(),
         arb::<IpcOpenEventHandle>().prop_map(|r| (Opcode::IpcOpenEventHandle, r.as_bytes().to_vec())).boxed(),
+        (arb::<MemCreateWith>(), 0u32..=3)
+            .prop_map(|(mut r, f)| {
+                r.flags = f.into();
+                r.reserved = 0.into();
+                (Opcode::MemCreateWith, r.as_bytes().to_vec())
+            })
+            .boxed(),
+        arb::<MemExport>().prop_map(|r| (Opcode::MemExport, r.as_bytes().to_vec())).boxed(),
+        arb::<MemImport>().prop_map(|r| (Opcode::MemImport, r.as_bytes().to_vec())).boxed(),
         (arb::<TexObjectDestroy>(), 0u32..=1)
             .prop_map(|(mut r, s)| {
                 r.surface = s.into();

@@ -1,5 +1,8 @@
 //! Requests of interprocess sharing: memory and event handles
-//! (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle`, `cuIpcGetEventHandle`, ...).
+//! (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle`, `cuIpcGetEventHandle`, ...),
+//! and physical memory made shareable and passed to another process
+//! (`cuMemCreate` with a shareable handle type,
+//! `cuMemExportToShareableHandle`, `cuMemImportFromShareableHandle`).
 //!
 //! The 64 bytes a program receives as a handle are made by the backend
 //! ([`IpcHandle`]): a random token the backend looks up, never the driver's
@@ -14,16 +17,28 @@ pub const IPC_MEMORY: u32 = 1;
 /// [`IpcHandle::kind`]: an event (`CUipcEventHandle`).
 pub const IPC_EVENT: u32 = 2;
 
+/// [`IpcHandle::kind`]: physical memory of the virtual memory API, as a
+/// shareable handle names it.
+pub const IPC_PHYSICAL: u32 = 3;
+
+/// [`MemCreateWith::flags`]: generic compression
+/// (`CU_MEM_ALLOCATION_COMP_GENERIC`).
+pub const MEM_COMPRESSIBLE: u32 = 1;
+/// [`MemCreateWith::flags`]: exportable to another process of the guest
+/// (`CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`).
+pub const MEM_SHAREABLE: u32 = 2;
+
 /// [`IpcHandle::magic`]: "pvgpuIPC" as a little-endian word.
 pub const IPC_MAGIC: u64 = u64::from_le_bytes(*b"pvgpuIPC");
 
 wire_structs! {
     /// A handle as the program holds it: the 64 bytes of a
-    /// `CUipcMemHandle` or `CUipcEventHandle`.
+    /// `CUipcMemHandle` or `CUipcEventHandle`, or what the file of a
+    /// shareable handle of physical memory holds.
     pub struct IpcHandle {
         /// [`IPC_MAGIC`].
         pub magic: U64,
-        /// [`IPC_MEMORY`] or [`IPC_EVENT`].
+        /// [`IPC_MEMORY`], [`IPC_EVENT`] or [`IPC_PHYSICAL`].
         pub kind: U32,
         /// Reserved, zero.
         pub reserved: U32,
@@ -77,6 +92,43 @@ wire_structs! {
         /// Context id (the current one).
         pub ctx: U64,
         /// The handle, as the program received it.
+        pub handle: IpcHandle,
+    }
+    /// `cuMemCreate` of memory with properties: compressible, shareable.
+    pub struct MemCreateWith {
+        /// Context id.
+        pub ctx: U64,
+        /// Bytes, a multiple of the granularity.
+        pub size: U64,
+        /// [`MEM_COMPRESSIBLE`], [`MEM_SHAREABLE`].
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// The physical allocation `MemCreateWith` or `MemImport` made.
+    pub struct MemCreateRep {
+        /// Its id.
+        pub handle: U64,
+        /// Bytes.
+        pub size: U64,
+        /// The properties it has: [`MEM_COMPRESSIBLE`] only where the
+        /// device gave compressible memory, [`MEM_SHAREABLE`].
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// `cuMemExportToShareableHandle` of a physical allocation made
+    /// shareable: the content of the file the program passes on.
+    pub struct MemExport {
+        /// Physical allocation id.
+        pub handle: U64,
+    }
+    /// `cuMemImportFromShareableHandle`: a physical allocation of another
+    /// process, as one of this session made in `ctx`.
+    pub struct MemImport {
+        /// Context id (the current one).
+        pub ctx: U64,
+        /// What the shareable handle's file holds.
         pub handle: IpcHandle,
     }
     /// A handle made by the backend.
