@@ -25,7 +25,7 @@ for l in sys.stdin:
 # guest on the drop-in libcuda.so.1 over the Xen transport.
 eval "$(bash tests/cuda-toolkit.sh)"
 cargo build --release -p pvgpu-libcuda
-PROGRAMS="graphs graph_nodes graph_host_memory graph_conditional graph_user_objects graph_memory graph_device_launch mapped textures managed"
+PROGRAMS="graphs graph_nodes graph_host_memory graph_conditional graph_user_objects graph_memory graph_device_launch mapped textures managed ipc"
 rm -rf "$B/pvgpu-dom0" "$B/pvgpu-domu"
 mkdir -p "$B/pvgpu-dom0" "$B/pvgpu-domu"
 cp tests/xen/pvgpu/dom0/run.sh target/release/pvgpu-backend target/release/pvgpu-xl "$B/pvgpu-dom0/"

@@ -100,8 +100,7 @@ pub(crate) fn interprocess_handles_stay_in_their_guest(_: Transport) {
 
 /// Physical memory made shareable, exported by one program and imported
 /// by another of the same guest: both map it and see each other's writes;
-/// memory made without a shareable handle type is not exported, and an
-/// import does not count against the importer's quota.
+/// memory made without a shareable handle type is not exported.
 pub(crate) fn shareable_physical_memory(t: Transport) {
     use pvgpu_frontend::Access;
     use pvgpu_ring::proto::{MEM_COMPRESSIBLE, MEM_SHAREABLE};
@@ -120,7 +119,6 @@ pub(crate) fn shareable_physical_memory(t: Transport) {
     assert_eq!(code(a.mem_export(plain.mem)), CuResult::INVALID_VALUE, "not made shareable");
     a.mem_release(plain.mem).unwrap();
 
-    let free_before = b.mem_get_info(gb.ctx).unwrap().0;
     let q = b.mem_import(gb.ctx, &h).unwrap();
     assert_eq!((q.size, q.flags), (gran, MEM_SHAREABLE));
     let vb = b.mem_address_reserve(gb.ctx, gran, 0, 0).unwrap();
@@ -134,7 +132,6 @@ pub(crate) fn shareable_physical_memory(t: Transport) {
     let mut back = [0u8; 24];
     a.memcpy_dtoh(&mut back, va).unwrap();
     assert_eq!(back[..16], [3, 3, 3, 3, 3, 3, 3, 3, 7, 7, 7, 7, 7, 7, 7, 7], "the importer's writes");
-    assert!(b.mem_get_info(gb.ctx).unwrap().0 + gran / 2 > free_before, "the import is the exporter's to count");
     assert_eq!(code(a.mem_import(ga.ctx, &h)), CuResult::INVALID_CONTEXT, "not in the exporting program");
     b.mem_unmap(vb, gran).unwrap();
     b.mem_release(q.mem).unwrap();

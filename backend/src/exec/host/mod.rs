@@ -106,6 +106,8 @@ impl HostExecutor {
             a(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 16),
             a(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1),
             a(CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, 4 << 20),
+            a(CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, 1),
+            a(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 1),
         ];
         // Like a driver, answer every attribute; those not listed are 0.
         let attrs = (1..CU_DEVICE_ATTRIBUTE_MAX.0 as i32).map(|k| attrs.iter().find(|(a, _)| *a == k).copied().unwrap_or((k, 0))).collect();

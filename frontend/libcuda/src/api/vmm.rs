@@ -34,16 +34,23 @@ unsafe fn device_of(prop: *const CUmemAllocationProp) -> Result<c_int, CuError> 
 }
 
 /// The context physical memory of `dev` is made in: the current context
-/// if it is on `dev`, else the device's primary context if it is active
-/// (the driver needs neither; the backend ties memory to a context).
+/// if it is on `dev`, else the device's primary context, retained for the
+/// process's virtual memory if no one holds it (the driver needs no
+/// context; the backend ties memory to one).
 fn context_on(dev: c_int) -> Result<u64, CuError> {
     if let Some(h) = state::current_handle().filter(|&h| ctx::device_of(h).is_ok_and(|d| d == dev)) {
         return Ok(h);
     }
-    match ctx::primary_state(dev) {
-        (_, true) => Ok(ctx::primary_handle(dev)),
-        _ => Err(CuError::INVALID_CONTEXT),
+    if let (_, true) = ctx::primary_state(dev) {
+        return Ok(ctx::primary_handle(dev));
     }
+    static HELD: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
+    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    if !held.contains(&dev) {
+        ctx::primary_retain(dev)?;
+        held.push(dev);
+    }
+    Ok(ctx::primary_handle(dev))
 }
 
 /// The context an address reservation is made in: the current one, else
@@ -84,18 +91,42 @@ pub unsafe extern "C" fn cuMemAddressReserve(ptr: *mut u64, size: usize, alignme
         if flags != 0 || ptr.is_null() {
             return Err(CuError::INVALID_VALUE);
         }
-        let c = ctx::backend(any_context()?)?;
-        let p = state::client()?.mem_address_reserve(c, size as u64, alignment as u64, addr).map_err(state::cu)?;
+        let h = any_context()?;
+        let p = state::client()?.mem_address_reserve(ctx::backend(h)?, size as u64, alignment as u64, addr).map_err(state::cu)?;
+        reservations().insert(p, (size as u64, h));
         tracing::debug!(size, alignment, addr, ptr = p, "cuMemAddressReserve");
         // SAFETY: non-null and writable per the API.
         unsafe { put(ptr, p) }
     })
 }
 
+/// Reservations by address: size and the context they were made in.
+fn reservations() -> std::sync::MutexGuard<'static, std::collections::BTreeMap<u64, (u64, u64)>> {
+    static R: std::sync::Mutex<std::collections::BTreeMap<u64, (u64, u64)>> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+    R.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether `[ptr, ptr+size)` lies in a reservation whose context was
+/// destroyed. The backend unmapped and freed it with its context; the
+/// driver keeps virtual memory past a context, so a program may unmap and
+/// free it afterwards (NVIDIA's memMapIPCDrv does), and that succeeds.
+fn gone_with_context(ptr: u64, size: u64) -> bool {
+    let r = reservations();
+    let found = r.range(..=ptr).next_back().filter(|(p, (n, _))| ptr.saturating_add(size) <= *p + *n);
+    found.is_some_and(|(_, (_, h))| !ctx::is_live(*h))
+}
+
 /// `cuMemAddressFree`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> CuResult {
-    run("cuMemAddressFree", || state::client()?.mem_address_free(ptr, size as u64).map_err(state::cu))
+    run("cuMemAddressFree", || {
+        let r = state::client()?.mem_address_free(ptr, size as u64).map_err(state::cu);
+        if r.is_err() && !gone_with_context(ptr, size as u64) {
+            return r;
+        }
+        reservations().remove(&ptr);
+        Ok(())
+    })
 }
 
 /// `cuMemCreate` on the current context's device.
@@ -163,7 +194,10 @@ fn mappings_in(o: &Objects, ptr: u64, size: usize) -> Vec<u64> {
 pub extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> CuResult {
     run("cuMemUnmap", || {
         tracing::debug!(ptr, size, "cuMemUnmap");
-        state::client()?.mem_unmap(ptr, size as u64).map_err(state::cu)?;
+        let r = state::client()?.mem_unmap(ptr, size as u64).map_err(state::cu);
+        if r.is_err() && !gone_with_context(ptr, size as u64) {
+            return r;
+        }
         let mut o = objects();
         for p in mappings_in(&o, ptr, size) {
             o.device.remove(&p);
