@@ -1,15 +1,17 @@
-//! Interprocess handles: memory and events another session of the same
-//! guest may open ([`crate::ipc`]).
+//! Interprocess handles: memory, events and shareable physical memory
+//! another session of the same guest may open ([`crate::ipc`]).
 //!
 //! Rules enforced here, besides the registry's scope:
 //! - only memory the session allocated with `cuMemAlloc` is exported, and
 //!   as a whole allocation (an address inside one names it); exporting it
 //!   again gives the same handle, as the driver does;
-//! - only events made with `CU_EVENT_INTERPROCESS` are exported;
+//! - only events made with `CU_EVENT_INTERPROCESS` are exported, and only
+//!   physical memory made with a shareable handle type;
 //! - an export is withdrawn when what it names is freed or destroyed, or
 //!   its context goes, so a handle never outlives its memory;
 //! - opened memory is a range copies and kernels may touch until it is
-//!   closed; it counts against the exporter's quota, not the opener's;
+//!   closed; it (and imported physical memory) counts against the
+//!   exporter's quota, not the opener's;
 //!   opening a handle again in the same context gives the same address
 //!   and needs as many closes.
 
