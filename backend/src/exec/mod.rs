@@ -173,6 +173,11 @@ pub trait Executor: Send + Sync + 'static {
     fn devices(&self) -> &[DeviceInfo];
     /// Creates a context on `device` (an index into [`Executor::devices`]).
     fn create_context(&self, device: usize, flags: u32) -> CuRes<Self::Context>;
+    /// `cuDeviceCanAccessPeer` between two devices (indices into
+    /// [`Executor::devices`]).
+    fn can_access_peer(&self, device: usize, peer: usize) -> CuRes<i32>;
+    /// `cuDeviceGetP2PAttribute` of the link from `src` to `dst`.
+    fn p2p_attribute(&self, attr: u32, src: usize, dst: usize) -> CuRes<i32>;
     /// The gauges of `device`.
     fn gauges(&self, device: usize) -> CuRes<Gauges>;
     /// `cuMemGetAllocationGranularity` of device memory on `device`:
@@ -201,6 +206,11 @@ pub trait ExecContext: Send + 'static {
 
     /// Makes this context current on the calling thread.
     fn make_current(&mut self) -> CuRes<()>;
+    /// What names this context to another's `peer_access`.
+    fn peer_id(&self) -> u64;
+    /// `cuCtxEnablePeerAccess` (`enable`) or `cuCtxDisablePeerAccess` of
+    /// the context `peer_id` names, from this one.
+    fn peer_access(&mut self, peer: u64, enable: bool, flags: u32) -> CuRes<()>;
     /// Page-locks host memory shared with the frontend (the data area) so
     /// copies from and to it run at pinned-memory speed, and maps it for the
     /// device where it can: returns the device address of `ptr` then.

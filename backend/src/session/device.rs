@@ -126,6 +126,34 @@ pub(super) fn ctx_synchronize<E: Executor>(s: &mut Session<E>, r: proto::CtxSync
     s.enter(r.ctx.get())?.synchronize()
 }
 
+/// Peer access between the backend's devices. Enabling or disabling
+/// names two contexts of the session on different devices (the same
+/// device: `CUDA_ERROR_INVALID_DEVICE`, as the driver answers).
+pub(super) fn peer_access<E: Executor>(s: &mut Session<E>, r: proto::PeerAccess, _: &mut Io<'_>) -> CuRes<I32Rep> {
+    let v = match r.op.get() {
+        proto::PEER_CAN_ACCESS => {
+            let (d, p) = (s.device(r.dev.get())?, s.device(r.peer.get())?);
+            s.exec.can_access_peer(d, p)?
+        }
+        proto::PEER_ATTRIBUTE => {
+            let (d, p) = (s.device(r.dev.get())?, s.device(r.peer.get())?);
+            s.exec.p2p_attribute(r.attr.get(), d, p)?
+        }
+        op => {
+            let (ctx, peer) = (r.ctx.get(), r.peer_ctx.get());
+            let pe = s.ctxs.get(peer).ok_or(CuError::INVALID_CONTEXT)?;
+            let (peer_dev, peer_id) = (pe.device, pe.ctx.peer_id());
+            let dev = s.ctxs.get(ctx).ok_or(CuError::INVALID_CONTEXT)?.device;
+            if dev == peer_dev {
+                return Err(CuError::INVALID_DEVICE);
+            }
+            s.enter(ctx)?.peer_access(peer_id, op == proto::PEER_ENABLE, r.flags.get())?;
+            0
+        }
+    };
+    Ok(I32Rep { value: v.into() })
+}
+
 /// Demotes persisting lines of the L2 cache: the device's, as the driver
 /// does; it undoes only what set-asides asked for, so any session may.
 pub(super) fn ctx_reset_l2<E: Executor>(s: &mut Session<E>, r: proto::CtxResetL2, _: &mut Io<'_>) -> CuRes<()> {

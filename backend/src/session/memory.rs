@@ -180,7 +180,14 @@ pub(super) fn memcpy_dtod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoD,
     if len == 0 {
         return Ok(());
     }
-    let ctx = s.device_ranges(&[(dst, len), (src, len)], r.stream.get())?;
+    let ranges = s.device_ranges(&[(dst, len), (src, len)], r.stream.get())?;
+    // A copy between the memory of two contexts (`cuMemcpyPeerAsync`) may
+    // run on a stream of either, or of a third: the stream's context runs
+    // it (the backend's address space holds every side).
+    let ctx = match r.stream.get() {
+        0 => ranges,
+        id => s.streams.get(id).map(|st| st.ctx).ok_or(CuError::INVALID_HANDLE)?,
+    };
     let st = s.stream(r.stream.get(), ctx)?;
     let is_async = r.flags.get() & proto::COPY_ASYNC != 0;
     let n = usize::try_from(len).map_err(|_| CuError::INVALID_VALUE)?;

@@ -490,6 +490,9 @@ macro_rules! command_table {
             136 MemExport(ipc::mem_export) [quiet]: MemExport => IpcHandleRep;
             /// `cuMemImportFromShareableHandle`.
             137 MemImport(ipc::mem_import) [quiet]: MemImport => MemCreateRep;
+            /// Peer access between devices: asked, enabled, disabled, its
+            /// attributes.
+            138 PeerAccess(device::peer_access) [quiet]: PeerAccess => I32Rep;
         }
     };
 }

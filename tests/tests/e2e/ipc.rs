@@ -141,3 +141,53 @@ pub(crate) fn shareable_physical_memory(t: Transport) {
     a.mem_address_free(va, gran).unwrap();
     assert_eq!(code(b.mem_import(gb.ctx, &h)), CuResult::INVALID_VALUE, "released and unmapped");
 }
+
+/// Peer access as the backend's driver answers it: a device and itself
+/// are no peers; contexts of one device cannot enable access to each
+/// other. With two devices (the two-GPU machine): access enabled both
+/// ways, peer copies in both directions (also on a stream of the other
+/// device's context), access disabled.
+pub(crate) fn peer_access(t: Transport) {
+    let c = shared().client(t);
+    let g = Gpu::new(&c).unwrap();
+    assert!(!c.can_access_peer(0, 0).unwrap(), "a device is not its own peer");
+    assert_eq!(code(c.can_access_peer(0, 99)), CuResult::INVALID_DEVICE);
+    // CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED of a device and itself.
+    assert_eq!(code(c.p2p_attribute(2, 0, 0)), CuResult::INVALID_DEVICE);
+    let other = c.ctx_create(0, 0).unwrap();
+    assert_eq!(code(c.peer_access(g.ctx, other, true, 0)), CuResult::INVALID_DEVICE, "same device");
+    assert_eq!(code(c.peer_access(g.ctx, pvgpu_frontend::Context(other.0 + 999), true, 0)), CuResult::INVALID_CONTEXT);
+    c.ctx_destroy(other).unwrap();
+    if c.device_count().unwrap() < 2 || !c.can_access_peer(0, 1).unwrap() {
+        return;
+    }
+    let p1 = c.primary_ctx_retain(1).unwrap();
+    assert!(c.p2p_attribute(2, 0, 1).unwrap() == 1, "access supported");
+    c.peer_access(g.ctx, p1, true, 0).unwrap();
+    c.peer_access(p1, g.ctx, true, 0).unwrap();
+    let n = 4 << 20;
+    let (a, b) = (c.mem_alloc(g.ctx, n).unwrap(), c.mem_alloc(p1, n).unwrap());
+    c.memcpy_htod(a, &vec![9u8; n as usize]).unwrap();
+    c.memcpy_dtod(b, a, n).unwrap();
+    let mut got = vec![0u8; n as usize];
+    c.memcpy_dtoh(&mut got, b).unwrap();
+    assert!(got.iter().all(|&x| x == 9), "device 0 to device 1");
+    c.memset(b, 4, 1, n, Stream::DEFAULT).unwrap();
+    c.memcpy_dtod(a, b, n).unwrap();
+    c.memcpy_dtoh(&mut got, a).unwrap();
+    assert!(got.iter().all(|&x| x == 4), "device 1 to device 0");
+    // On a stream of the source's context, as `cudaMemcpyPeerAsync` is
+    // commonly asked (the host double has one device and cannot show it).
+    let s = c.stream_create(g.ctx, 1, 0).unwrap();
+    c.memset(a, 2, 1, n, Stream::DEFAULT).unwrap();
+    c.memcpy_dtod_async(b, a, n, s).unwrap();
+    c.stream_synchronize(s).unwrap();
+    c.memcpy_dtoh(&mut got, b).unwrap();
+    assert!(got.iter().all(|&x| x == 2), "on the other device's stream");
+    c.stream_destroy(s).unwrap();
+    c.peer_access(g.ctx, p1, false, 0).unwrap();
+    c.peer_access(p1, g.ctx, false, 0).unwrap();
+    c.mem_free(a).unwrap();
+    c.mem_free(b).unwrap();
+    c.primary_ctx_release(1).unwrap();
+}

@@ -167,6 +167,7 @@ over_every_transport!(
         stream_attributes_and_persisting_l2,
         interprocess_handles,
         shareable_physical_memory,
+        peer_access,
         tensor_maps,
         virtual_memory,
         mapped_host_memory,

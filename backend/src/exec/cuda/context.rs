@@ -18,6 +18,17 @@ impl ExecContext for CudaContext {
         ck(unsafe { sys::cuCtxSetCurrent(self.raw) })
     }
 
+    fn peer_id(&self) -> u64 {
+        self.raw as usize as u64
+    }
+
+    fn peer_access(&mut self, peer: u64, enable: bool, flags: u32) -> CuRes<()> {
+        let peer = peer as usize as sys::CUcontext;
+        // SAFETY: `peer` is the raw handle of another live context of the
+        // session (`peer_id`); this one is current.
+        ck(unsafe { if enable { sys::cuCtxEnablePeerAccess(peer, flags) } else { sys::cuCtxDisablePeerAccess(peer) } })
+    }
+
     unsafe fn register_host(&mut self, ptr: *mut u8, len: usize) -> CuRes<Option<u64>> {
         let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
         // SAFETY: the caller keeps the range mapped while this context

@@ -234,6 +234,24 @@ impl Executor for CudaExecutor {
         self.nvml.as_ref()?.process_used()
     }
 
+    fn can_access_peer(&self, device: usize, peer: usize) -> CuRes<i32> {
+        let (d, p) = (*self.raw.get(device).ok_or(CuError::INVALID_DEVICE)?, *self.raw.get(peer).ok_or(CuError::INVALID_DEVICE)?);
+        let mut v = 0;
+        // SAFETY: valid out-pointer; devices of this driver.
+        ck(unsafe { sys::cuDeviceCanAccessPeer(&mut v, d, p) })?;
+        Ok(v)
+    }
+
+    fn p2p_attribute(&self, attr: u32, src: usize, dst: usize) -> CuRes<i32> {
+        let (s, d) = (*self.raw.get(src).ok_or(CuError::INVALID_DEVICE)?, *self.raw.get(dst).ok_or(CuError::INVALID_DEVICE)?);
+        let mut v = 0;
+        let call = driver::entry(self.drv.cuDeviceGetP2PAttribute)?;
+        // SAFETY: valid out-pointer; devices of this driver; the driver
+        // checks the attribute.
+        driver::ok(unsafe { call(&mut v, CUdevice_P2PAttribute(attr), s, d) })?;
+        Ok(v)
+    }
+
     fn create_context(&self, device: usize, flags: u32) -> CuRes<CudaContext> {
         let dev = *self.raw.get(device).ok_or(CuError::INVALID_DEVICE)?;
         let mut raw = ptr::null_mut();

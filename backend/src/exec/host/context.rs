@@ -16,6 +16,16 @@ impl ExecContext for HostContext {
         Ok(())
     }
 
+    fn peer_id(&self) -> u64 {
+        0
+    }
+
+    fn peer_access(&mut self, _peer: u64, _enable: bool, _flags: u32) -> CuRes<()> {
+        // One device: every context is on it (the session refuses a peer
+        // on the same device first).
+        Err(CuError::INVALID_DEVICE)
+    }
+
     unsafe fn register_host(&mut self, ptr: *mut u8, len: usize) -> CuRes<Option<u64>> {
         // Refused during a capture that forbids unsafe calls, as the
         // driver refuses it.

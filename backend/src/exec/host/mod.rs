@@ -141,6 +141,18 @@ impl Executor for HostExecutor {
         &self.devices
     }
 
+    fn can_access_peer(&self, device: usize, peer: usize) -> CuRes<i32> {
+        self.devices.get(device).and(self.devices.get(peer)).ok_or(CuError::INVALID_DEVICE)?;
+        // One device: no peer, as a driver answers for a device and itself.
+        Ok(0)
+    }
+
+    fn p2p_attribute(&self, _attr: u32, src: usize, dst: usize) -> CuRes<i32> {
+        self.devices.get(src).and(self.devices.get(dst)).ok_or(CuError::INVALID_DEVICE)?;
+        // The driver refuses a device and itself.
+        Err(CuError::INVALID_DEVICE)
+    }
+
     fn gauges(&self, device: usize) -> CuRes<super::Gauges> {
         self.devices.get(device).ok_or(CuError::INVALID_DEVICE)?;
         // Nothing runs in the background of the double: idle, and no sensors.

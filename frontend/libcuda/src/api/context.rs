@@ -203,6 +203,25 @@ fn synchronize(c: *mut c_void) -> Res {
     crate::callback::wait_all()
 }
 
+fn peer(peer_ctx: *mut c_void, enable: bool, flags: u32) -> Res {
+    let me = ctx::current()?;
+    let peer = ctx::backend(id(peer_ctx)).map_err(|_| CuError::INVALID_HANDLE)?;
+    state::client()?.peer_access(me, peer, enable, flags).map_err(state::cu)
+}
+
+/// `cuCtxEnablePeerAccess`: the current context reaches `peer_ctx`'s
+/// memory (contexts of the same backend on different devices).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxEnablePeerAccess(peer_ctx: *mut c_void, flags: c_uint) -> CuResult {
+    run("cuCtxEnablePeerAccess", || peer(peer_ctx, true, flags))
+}
+
+/// `cuCtxDisablePeerAccess`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxDisablePeerAccess(peer_ctx: *mut c_void) -> CuResult {
+    run("cuCtxDisablePeerAccess", || peer(peer_ctx, false, 0))
+}
+
 /// `cuCtxSynchronize`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSynchronize() -> CuResult {

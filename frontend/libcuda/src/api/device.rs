@@ -214,19 +214,36 @@ pub unsafe extern "C" fn cuDeviceGetByPCIBusId(dev: *mut c_int, pci_bus_id: *con
     })
 }
 
-/// `cuDeviceCanAccessPeer`: peer access between remote devices is not
-/// offered.
+/// `cuDeviceCanAccessPeer`: as the backend's driver answers for its
+/// devices.
 ///
 /// # Safety
 /// `can_access` must be writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceCanAccessPeer(can_access: *mut c_int, dev: c_int, peer: c_int) -> CuResult {
     run("cuDeviceCanAccessPeer", || {
-        let c = state::client()?;
-        c.device_props(dev).map_err(state::cu)?;
-        c.device_props(peer).map_err(state::cu)?;
+        if can_access.is_null() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let can = state::client()?.can_access_peer(dev, peer).map_err(state::cu)?;
         // SAFETY: writable per the API.
-        unsafe { put(can_access, 0) }
+        unsafe { put(can_access, c_int::from(can)) }
+    })
+}
+
+/// `cuDeviceGetP2PAttribute`.
+///
+/// # Safety
+/// `value` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetP2PAttribute(value: *mut c_int, attr: CUdevice_P2PAttribute, src: c_int, dst: c_int) -> CuResult {
+    run("cuDeviceGetP2PAttribute", || {
+        if value.is_null() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let v = state::client()?.p2p_attribute(attr.0, src, dst).map_err(state::cu)?;
+        // SAFETY: writable per the API.
+        unsafe { put(value, v) }
     })
 }
 

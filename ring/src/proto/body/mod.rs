@@ -199,9 +199,18 @@ fixed! { requests: MipmapLevel, CtxResetL2 }
 
 fixed! { requests: IpcGetMemHandle, IpcCloseMemHandle, IpcGetEventHandle, IpcOpenEventHandle, MemExport, MemImport }
 
-fixed! { checked requests: IpcOpenMemHandle, MemCreateWith }
+fixed! { checked requests: IpcOpenMemHandle, MemCreateWith, PeerAccess }
 
 fixed! { replies: IpcHandleRep, IpcOpenRep, MemCreateRep }
+
+impl Validate for PeerAccess {
+    fn validate(&self) -> Result<(), DecodeError> {
+        if self.op.get() > PEER_ATTRIBUTE || self.reserved.get() != 0 {
+            return Err(DecodeError::BadField("op"));
+        }
+        Ok(())
+    }
+}
 
 impl Validate for MemCreateWith {
     fn validate(&self) -> Result<(), DecodeError> {

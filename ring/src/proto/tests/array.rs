@@ -105,6 +105,13 @@ pub(super) fn requests() -> Vec<Arb> {
                 (Opcode::MemCreateWith, r.as_bytes().to_vec())
             })
             .boxed(),
+        (arb::<PeerAccess>(), 0u32..=3)
+            .prop_map(|(mut r, op)| {
+                r.op = op.into();
+                r.reserved = 0.into();
+                (Opcode::PeerAccess, r.as_bytes().to_vec())
+            })
+            .boxed(),
         arb::<MemExport>().prop_map(|r| (Opcode::MemExport, r.as_bytes().to_vec())).boxed(),
         arb::<MemImport>().prop_map(|r| (Opcode::MemImport, r.as_bytes().to_vec())).boxed(),
         (arb::<TexObjectDestroy>(), 0u32..=1)

@@ -9,7 +9,7 @@
 //! own handle, so a guest learns nothing about the host and cannot forge a
 //! handle of another guest's memory.
 
-use zerocopy::little_endian::{U32, U64};
+use zerocopy::little_endian::{I32, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 /// [`IpcHandle::kind`]: device memory (`CUipcMemHandle`).
@@ -27,6 +27,15 @@ pub const MEM_COMPRESSIBLE: u32 = 1;
 /// [`MemCreateWith::flags`]: exportable to another process of the guest
 /// (`CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`).
 pub const MEM_SHAREABLE: u32 = 2;
+
+/// [`PeerAccess::op`]: whether `dev` can reach `peer`'s memory.
+pub const PEER_CAN_ACCESS: u32 = 0;
+/// [`PeerAccess::op`]: `ctx` gains access to `peer_ctx`'s memory.
+pub const PEER_ENABLE: u32 = 1;
+/// [`PeerAccess::op`]: `ctx` loses it.
+pub const PEER_DISABLE: u32 = 2;
+/// [`PeerAccess::op`]: a P2P attribute of the link from `dev` to `peer`.
+pub const PEER_ATTRIBUTE: u32 = 3;
 
 /// [`IpcHandle::magic`]: "pvgpuIPC" as a little-endian word.
 pub const IPC_MAGIC: u64 = u64::from_le_bytes(*b"pvgpuIPC");
@@ -130,6 +139,29 @@ wire_structs! {
         pub ctx: U64,
         /// What the shareable handle's file holds.
         pub handle: IpcHandle,
+    }
+    /// Peer access between the backend's devices: `cuDeviceCanAccessPeer`
+    /// ([`PEER_CAN_ACCESS`]), `cuCtxEnablePeerAccess` ([`PEER_ENABLE`]),
+    /// `cuCtxDisablePeerAccess` ([`PEER_DISABLE`]),
+    /// `cuDeviceGetP2PAttribute` ([`PEER_ATTRIBUTE`]).
+    pub struct PeerAccess {
+        /// What is asked.
+        pub op: U32,
+        /// `CUdevice_P2PAttribute` ([`PEER_ATTRIBUTE`]).
+        pub attr: U32,
+        /// Device ordinal (asking, or the source).
+        pub dev: I32,
+        /// Peer device ordinal (or the destination).
+        pub peer: I32,
+        /// Context id that gains or loses access ([`PEER_ENABLE`],
+        /// [`PEER_DISABLE`]).
+        pub ctx: U64,
+        /// Context id whose memory it reaches.
+        pub peer_ctx: U64,
+        /// `cuCtxEnablePeerAccess` flags (0).
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
     }
     /// A handle made by the backend.
     pub struct IpcHandleRep {
