@@ -93,34 +93,25 @@ impl Client {
 }
 
 impl Client {
-    fn peer(&self, op: u32, attr: u32, dev: i32, peer: i32, ctx: u64, peer_ctx: u64, flags: u32) -> Result<i32> {
-        let r = PeerAccess {
-            op: op.into(),
-            attr: attr.into(),
-            dev: dev.into(),
-            peer: peer.into(),
-            ctx: ctx.into(),
-            peer_ctx: peer_ctx.into(),
-            flags: flags.into(),
-            reserved: 0.into(),
-        };
+    fn peer(&self, r: PeerAccess) -> Result<i32> {
         Ok(self.call(&r)?.value.get())
     }
 
     /// `cuDeviceCanAccessPeer`.
     pub fn can_access_peer(&self, dev: i32, peer: i32) -> Result<bool> {
-        Ok(self.peer(PEER_CAN_ACCESS, 0, dev, peer, 0, 0, 0)? != 0)
+        Ok(self.peer(PeerAccess { op: PEER_CAN_ACCESS.into(), dev: dev.into(), peer: peer.into(), ..Default::default() })? != 0)
     }
 
     /// `cuDeviceGetP2PAttribute` of the link from `src` to `dst`.
     pub fn p2p_attribute(&self, attr: u32, src: i32, dst: i32) -> Result<i32> {
-        self.peer(PEER_ATTRIBUTE, attr, src, dst, 0, 0, 0)
+        self.peer(PeerAccess { op: PEER_ATTRIBUTE.into(), attr: attr.into(), dev: src.into(), peer: dst.into(), ..Default::default() })
     }
 
     /// `cuCtxEnablePeerAccess` (`enable`) or `cuCtxDisablePeerAccess`:
     /// `ctx` reaching `peer`'s memory.
     pub fn peer_access(&self, ctx: Context, peer: Context, enable: bool, flags: u32) -> Result<()> {
         let op = if enable { PEER_ENABLE } else { PEER_DISABLE };
-        self.peer(op, 0, 0, 0, ctx.0, peer.0, flags).map(|_| ())
+        let r = PeerAccess { op: op.into(), ctx: ctx.0.into(), peer_ctx: peer.0.into(), flags: flags.into(), ..Default::default() };
+        self.peer(r).map(|_| ())
     }
 }
