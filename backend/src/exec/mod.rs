@@ -257,8 +257,9 @@ pub trait ExecContext: Send + 'static {
     /// process of the guest opens.
     fn ipc_export_mem(&mut self, ptr: u64) -> CuRes<crate::ipc::IpcObject>;
     /// `cuIpcOpenMemHandle`: the `size` bytes another session exported,
-    /// mapped here; their address.
-    fn ipc_open_mem(&mut self, o: &crate::ipc::IpcObject, size: u64, flags: u32) -> CuRes<u64>;
+    /// mapped here; their address and the size actually mapped (the
+    /// driver's word, not the exporter's, where the executor can tell).
+    fn ipc_open_mem(&mut self, o: &crate::ipc::IpcObject, size: u64, flags: u32) -> CuRes<(u64, u64)>;
     /// `cuIpcCloseMemHandle` of an address `ipc_open_mem` returned.
     fn ipc_close_mem(&mut self, ptr: u64) -> CuRes<()>;
     /// `cuIpcGetEventHandle`.

@@ -85,8 +85,9 @@ pub(super) fn ipc_open_mem_handle<E: Executor>(s: &mut Session<E>, r: proto::Ipc
     if s.ipc.opened.len() >= s.limits.max_objects {
         return Err(CuError::OUT_OF_MEMORY);
     }
-    let (size, object) = broker.import(IPC_MEMORY, &token)?;
-    let ptr = s.enter(ctx)?.ipc_open_mem(&object, size, r.flags.get())?;
+    let (claimed, object) = broker.import(IPC_MEMORY, &token)?;
+    let (ptr, mapped) = s.enter(ctx)?.ipc_open_mem(&object, claimed, r.flags.get())?;
+    let size = claimed.min(mapped);
     s.allocs.insert(ptr, Alloc { len: size, ctx, kind: AllocKind::Opened });
     s.ipc.opened.insert(ptr, Opened { ctx, token, count: 1 });
     Ok(IpcOpenRep { ptr: ptr.into(), size: size.into() })

@@ -451,8 +451,8 @@ impl ExecContext for CudaContext {
         self.ipc_mem_export(ptr)
     }
 
-    fn ipc_open_mem(&mut self, o: &crate::ipc::IpcObject, _size: u64, flags: u32) -> CuRes<u64> {
-        self.ipc_mem_open(o, flags)
+    fn ipc_open_mem(&mut self, o: &crate::ipc::IpcObject, size: u64, flags: u32) -> CuRes<(u64, u64)> {
+        self.ipc_mem_open(o, size, flags)
     }
 
     fn ipc_close_mem(&mut self, ptr: u64) -> CuRes<()> {

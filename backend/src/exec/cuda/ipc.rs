@@ -23,13 +23,21 @@ impl CudaContext {
         Ok(IpcObject { bytes: bytes(&h.reserved), fd: None })
     }
 
-    pub(super) fn ipc_mem_open(&mut self, o: &IpcObject, flags: u32) -> CuRes<u64> {
+    /// The address and size of the memory mapped: the size as the driver
+    /// knows it (an exporting worker cannot make a range look longer), or
+    /// `claimed` where the driver does not say.
+    pub(super) fn ipc_mem_open(&mut self, o: &IpcObject, claimed: u64, flags: u32) -> CuRes<(u64, u64)> {
         let h = sys::CUipcMemHandle_st { reserved: raw(&o.bytes) };
         let mut p = 0;
         // SAFETY: valid out-pointer; the handle is one the driver made in
         // another session's worker (the registry's, never the guest's).
         ck(unsafe { sys::cuIpcOpenMemHandle_v2(&mut p, h, flags) })?;
-        Ok(p)
+        let (mut base, mut size) = (0, 0usize);
+        // SAFETY: valid out-pointers; `p` was just mapped.
+        if ck(unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, p) }).is_err() {
+            return Ok((p, claimed));
+        }
+        Ok((p, (base + size as u64).saturating_sub(p)))
     }
 
     pub(super) fn ipc_mem_close(&mut self, ptr: u64) -> CuRes<()> {

@@ -468,8 +468,9 @@ impl ExecContext for HostContext {
         self.export_mem(ptr)
     }
 
-    fn ipc_open_mem(&mut self, o: &crate::ipc::IpcObject, size: u64, _flags: u32) -> CuRes<u64> {
-        self.open_mem(o, size)
+    fn ipc_open_mem(&mut self, o: &crate::ipc::IpcObject, size: u64, _flags: u32) -> CuRes<(u64, u64)> {
+        // The memfd is checked to hold `size` bytes.
+        Ok((self.open_mem(o, size)?, size))
     }
 
     fn ipc_close_mem(&mut self, ptr: u64) -> CuRes<()> {
