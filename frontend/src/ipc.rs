@@ -11,6 +11,13 @@ use zerocopy::{FromBytes, IntoBytes};
 /// `CU_EVENT_INTERPROCESS`.
 pub(crate) const EVENT_INTERPROCESS: u32 = 0x4;
 
+/// A handle's 64 bytes, as the program holds them.
+fn bytes(h: &IpcHandle) -> [u8; 64] {
+    let mut out = [0u8; 64];
+    out.copy_from_slice(h.as_bytes());
+    out
+}
+
 fn parse(bytes: &[u8; 64]) -> IpcHandle {
     // Any 64 bytes are an `IpcHandle`; the backend judges them.
     IpcHandle::read_from_bytes(bytes).unwrap_or_default()
@@ -20,9 +27,7 @@ impl Client {
     /// `cuIpcGetMemHandle` of the allocation holding `ptr`.
     pub fn ipc_get_mem_handle(&self, ctx: Context, ptr: u64) -> Result<[u8; 64]> {
         let r = self.call(&IpcGetMemHandle { ctx: ctx.0.into(), ptr: ptr.into() })?;
-        let mut out = [0u8; 64];
-        out.copy_from_slice(r.handle.as_bytes());
-        Ok(out)
+        Ok(bytes(&r.handle))
     }
 
     /// `cuIpcOpenMemHandle`: the address the memory is mapped at in `ctx`,
@@ -40,9 +45,7 @@ impl Client {
     /// `cuIpcGetEventHandle` of an event made with `CU_EVENT_INTERPROCESS`.
     pub fn ipc_get_event_handle(&self, e: Event) -> Result<[u8; 64]> {
         let r = self.call(&IpcGetEventHandle { event: e.0.into() })?;
-        let mut out = [0u8; 64];
-        out.copy_from_slice(r.handle.as_bytes());
-        Ok(out)
+        Ok(bytes(&r.handle))
     }
 
     /// `cuIpcOpenEventHandle`: the other process's event, as an event of
@@ -81,9 +84,7 @@ impl Client {
     /// holds.
     pub fn mem_export(&self, mem: PhysMem) -> Result<[u8; 64]> {
         let r = self.call(&MemExport { handle: mem.0.into() })?;
-        let mut out = [0u8; 64];
-        out.copy_from_slice(r.handle.as_bytes());
-        Ok(out)
+        Ok(bytes(&r.handle))
     }
 
     /// `cuMemImportFromShareableHandle`, in `ctx`.

@@ -30,16 +30,13 @@ const EVENT_INTERPROCESS: u32 = 0x4;
 /// What a session exported and opened.
 #[derive(Default)]
 pub(super) struct Ipc {
-    /// Allocations exported, by address: their token.
-    exported: HashMap<u64, Token>,
-    /// Events exported, by id: their token.
-    events: HashMap<u64, Token>,
+    /// Exports by kind (`IPC_MEMORY`: an allocation's address, `IPC_EVENT`:
+    /// an event id, `IPC_PHYSICAL`: a physical allocation id): their token.
+    exported: HashMap<(u32, u64), Token>,
     /// Events made interprocess.
     interprocess: HashSet<u64>,
     /// Memory opened, by address: its context, token and open count.
     opened: HashMap<u64, Opened>,
-    /// Physical memory exported, by id: its token.
-    physical: HashMap<u64, Token>,
 }
 
 struct Opened {
@@ -56,20 +53,40 @@ fn handle(kind: u32, token: Token, size: u64) -> IpcHandleRep {
     IpcHandleRep { handle: IpcHandle::new(kind, token, size) }
 }
 
-pub(super) fn ipc_get_mem_handle<E: Executor>(s: &mut Session<E>, r: proto::IpcGetMemHandle, _: &mut Io<'_>) -> CuRes<IpcHandleRep> {
+/// The handle of `size` bytes of `kind` named by `key`: the one given
+/// before, or a new export of what `object` makes.
+fn export<E: Executor>(
+    s: &mut Session<E>,
+    kind: u32,
+    key: u64,
+    size: u64,
+    object: impl FnOnce(&mut Session<E>) -> CuRes<crate::ipc::IpcObject>,
+) -> CuRes<IpcHandleRep> {
     let broker = broker(s)?;
+    if let Some(t) = s.ipc.exported.get(&(kind, key)) {
+        return Ok(handle(kind, *t, size));
+    }
+    let token = broker.export(kind, size, object(s)?)?;
+    s.ipc.exported.insert((kind, key), token);
+    Ok(handle(kind, token, size))
+}
+
+/// What `key` of `kind` named is gone: its export, if any, goes.
+pub(super) fn withdraw<E: Executor>(s: &mut Session<E>, kind: u32, key: u64) {
+    if let Some(t) = s.ipc.exported.remove(&(kind, key))
+        && let Some(b) = &s.limits.ipc
+    {
+        b.revoke(&t);
+    }
+}
+
+pub(super) fn ipc_get_mem_handle<E: Executor>(s: &mut Session<E>, r: proto::IpcGetMemHandle, _: &mut Io<'_>) -> CuRes<IpcHandleRep> {
     let ptr = r.ptr.get();
     let (&base, &a) = s.allocs.range(..=ptr).next_back().filter(|(b, a)| ptr < *b + a.len).ok_or(CuError::INVALID_VALUE)?;
     if a.kind != AllocKind::Memory {
         return Err(CuError::INVALID_VALUE);
     }
-    if let Some(t) = s.ipc.exported.get(&base) {
-        return Ok(handle(IPC_MEMORY, *t, a.len));
-    }
-    let object = s.enter(a.ctx)?.ipc_export_mem(base)?;
-    let token = broker.export(IPC_MEMORY, a.len, object)?;
-    s.ipc.exported.insert(base, token);
-    Ok(handle(IPC_MEMORY, token, a.len))
+    export(s, IPC_MEMORY, base, a.len, |s| s.enter(a.ctx)?.ipc_export_mem(base))
 }
 
 pub(super) fn ipc_open_mem_handle<E: Executor>(s: &mut Session<E>, r: proto::IpcOpenMemHandle, _: &mut Io<'_>) -> CuRes<IpcOpenRep> {
@@ -108,20 +125,13 @@ pub(super) fn ipc_close_mem_handle<E: Executor>(s: &mut Session<E>, r: proto::Ip
 }
 
 pub(super) fn ipc_get_event_handle<E: Executor>(s: &mut Session<E>, r: proto::IpcGetEventHandle, _: &mut Io<'_>) -> CuRes<IpcHandleRep> {
-    let broker = broker(s)?;
     let id = r.event.get();
-    let ev = s.events.get(id).map(|e| (e.ctx, e.value)).ok_or(CuError::INVALID_HANDLE)?;
+    let (ctx, ev) = s.events.get(id).map(|e| (e.ctx, e.value)).ok_or(CuError::INVALID_HANDLE)?;
     if !s.ipc.interprocess.contains(&id) {
         // As the driver answers.
         return Err(CuError::INVALID_HANDLE);
     }
-    if let Some(t) = s.ipc.events.get(&id) {
-        return Ok(handle(IPC_EVENT, *t, 0));
-    }
-    let object = s.enter(ev.0)?.ipc_export_event(ev.1)?;
-    let token = broker.export(IPC_EVENT, 0, object)?;
-    s.ipc.events.insert(id, token);
-    Ok(handle(IPC_EVENT, token, 0))
+    export(s, IPC_EVENT, id, 0, |s| s.enter(ctx)?.ipc_export_event(ev))
 }
 
 pub(super) fn ipc_open_event_handle<E: Executor>(s: &mut Session<E>, r: proto::IpcOpenEventHandle, _: &mut Io<'_>) -> CuRes<HandleRep> {
@@ -141,20 +151,13 @@ pub(super) fn ipc_open_event_handle<E: Executor>(s: &mut Session<E>, r: proto::I
 }
 
 pub(super) fn mem_export<E: Executor>(s: &mut Session<E>, r: proto::MemExport, _: &mut Io<'_>) -> CuRes<IpcHandleRep> {
-    let broker = broker(s)?;
     let id = r.handle.get();
     let (ctx, raw, size, flags) = super::vmm::phys(s, id).ok_or(CuError::INVALID_VALUE)?;
     if flags & MEM_SHAREABLE == 0 {
         // Made without a shareable handle type, as the driver refuses it.
         return Err(CuError::INVALID_VALUE);
     }
-    if let Some(t) = s.ipc.physical.get(&id) {
-        return Ok(handle(IPC_PHYSICAL, *t, size));
-    }
-    let object = s.enter(ctx)?.vmm_export(raw)?;
-    let token = broker.export(IPC_PHYSICAL, size, object)?;
-    s.ipc.physical.insert(id, token);
-    Ok(handle(IPC_PHYSICAL, token, size))
+    export(s, IPC_PHYSICAL, id, size, |s| s.enter(ctx)?.vmm_export(raw))
 }
 
 pub(super) fn mem_import<E: Executor>(s: &mut Session<E>, r: proto::MemImport, _: &mut Io<'_>) -> CuRes<MemCreateRep> {
@@ -169,15 +172,6 @@ pub(super) fn mem_import<E: Executor>(s: &mut Session<E>, r: proto::MemImport, _
     Ok(MemCreateRep { handle: id.into(), size: size.into(), flags: MEM_SHAREABLE.into(), reserved: 0.into() })
 }
 
-/// Physical memory `id` is gone: its export goes.
-pub(super) fn physical_gone<E: Executor>(s: &mut Session<E>, id: u64) {
-    if let Some(t) = s.ipc.physical.remove(&id)
-        && let Some(b) = &s.limits.ipc
-    {
-        b.revoke(&t);
-    }
-}
-
 /// An event was made: whether it may be exported.
 pub(super) fn event_made<E: Executor>(s: &mut Session<E>, id: u64, flags: u32) {
     if flags & EVENT_INTERPROCESS != 0 {
@@ -188,38 +182,25 @@ pub(super) fn event_made<E: Executor>(s: &mut Session<E>, id: u64, flags: u32) {
 /// Event `id` was destroyed: its export goes.
 pub(super) fn event_gone<E: Executor>(s: &mut Session<E>, id: u64) {
     s.ipc.interprocess.remove(&id);
-    if let Some(t) = s.ipc.events.remove(&id)
-        && let Some(b) = &s.limits.ipc
-    {
-        b.revoke(&t);
-    }
-}
-
-/// Allocation `ptr` was freed: its export goes.
-pub(super) fn memory_freed<E: Executor>(s: &mut Session<E>, ptr: u64) {
-    if let Some(t) = s.ipc.exported.remove(&ptr)
-        && let Some(b) = &s.limits.ipc
-    {
-        b.revoke(&t);
-    }
+    withdraw(s, IPC_EVENT, id);
 }
 
 /// Context `ctx` is going (every context when `None`): exports of what it
 /// held go, and what it opened is closed.
 pub(super) fn forget<E: Executor>(s: &mut Session<E>, ctx: Option<u64>) {
     let mine = |c: u64| ctx.is_none_or(|x| x == c);
-    let gone: Vec<u64> = s.ipc.exported.keys().copied().filter(|p| s.allocs.get(p).is_none_or(|a| mine(a.ctx))).collect();
-    for p in gone {
-        memory_freed(s, p);
+    // The context each export's object lives in (`None`: already gone).
+    let owner = |kind: u32, key: u64| match kind {
+        IPC_MEMORY => s.allocs.get(&key).map(|a| a.ctx),
+        IPC_EVENT => s.events.get(key).map(|e| e.ctx),
+        _ => super::vmm::phys(s, key).map(|p| p.0),
+    };
+    let gone: Vec<(u32, u64)> = s.ipc.exported.keys().copied().filter(|&(k, key)| owner(k, key).is_none_or(mine)).collect();
+    for (kind, key) in gone {
+        withdraw(s, kind, key);
     }
-    let events: Vec<u64> = s.ipc.events.keys().copied().filter(|id| s.events.get(*id).is_none_or(|e| mine(e.ctx))).collect();
-    for id in events {
-        event_gone(s, id);
-    }
-    let physical: Vec<u64> = s.ipc.physical.keys().copied().filter(|id| super::vmm::phys(s, *id).is_none_or(|p| mine(p.0))).collect();
-    for id in physical {
-        physical_gone(s, id);
-    }
+    let events = &s.events;
+    s.ipc.interprocess.retain(|id| events.get(*id).is_some_and(|e| !mine(e.ctx)));
     let opened: Vec<(u64, u64)> = s.ipc.opened.iter().filter(|(_, o)| mine(o.ctx)).map(|(&p, o)| (p, o.ctx)).collect();
     for (p, c) in opened {
         let _ = s.enter(c).and_then(|x| x.ipc_close_mem(p));

@@ -64,7 +64,7 @@ fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> C
     if a.kind == AllocKind::Memory {
         s.allocs.remove(&dptr);
         s.mem_used -= a.len;
-        super::ipc::memory_freed(s, dptr);
+        super::ipc::withdraw(s, pvgpu_ring::proto::IPC_MEMORY, dptr);
     } else {
         // The address stays the graph's: its next launch maps it again.
         s.remeasure();

@@ -180,7 +180,7 @@ fn settle<E: Executor>(s: &mut Session<E>, id: u64) {
             if p.counted {
                 s.mem_used -= p.size;
             }
-            super::ipc::physical_gone(s, id);
+            super::ipc::withdraw(s, pvgpu_ring::proto::IPC_PHYSICAL, id);
         }
     }
 }

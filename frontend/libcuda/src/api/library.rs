@@ -158,7 +158,7 @@ pub unsafe extern "C" fn cuLibraryGetManaged(dptr: *mut u64, bytes: *mut usize, 
             // The runtime asks before any context is current; managed
             // variables belong to no context natively. Here they live in
             // device 0's primary context, held for them from now on.
-            None => managed_variables_context()?,
+            None => state::ctx::primary_held(0)?,
         };
         let m = library::module(id(lib), cur)?;
         let (p, size) = state::client()?.module_get_global(Module(m), n).map_err(state::cu)?;
@@ -177,17 +177,6 @@ pub unsafe extern "C" fn cuLibraryGetManaged(dptr: *mut u64, bytes: *mut usize, 
         }
         Ok(())
     })
-}
-
-/// Device 0's primary context, retained once for the variables of
-/// libraries asked for without a current context.
-fn managed_variables_context() -> Result<u64, CuError> {
-    static HELD: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    if let Some(&h) = HELD.get() {
-        return Ok(h);
-    }
-    let h = state::ctx::primary_retain(0)?;
-    Ok(*HELD.get_or_init(|| h))
 }
 
 /// `cuLibraryGetKernelCount`.

@@ -41,16 +41,10 @@ fn context_on(dev: c_int) -> Result<u64, CuError> {
     if let Some(h) = state::current_handle().filter(|&h| ctx::device_of(h).is_ok_and(|d| d == dev)) {
         return Ok(h);
     }
-    if let (_, true) = ctx::primary_state(dev) {
-        return Ok(ctx::primary_handle(dev));
+    match ctx::primary_state(dev) {
+        (_, true) => Ok(ctx::primary_handle(dev)),
+        _ => ctx::primary_held(dev),
     }
-    static HELD: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
-    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
-    if !held.contains(&dev) {
-        ctx::primary_retain(dev)?;
-        held.push(dev);
-    }
-    Ok(ctx::primary_handle(dev))
 }
 
 /// The context an address reservation is made in: the current one, else

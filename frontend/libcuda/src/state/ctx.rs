@@ -175,6 +175,19 @@ pub fn primary_retain(dev: i32) -> Result<u64, CuError> {
     Ok(primary_handle(dev))
 }
 
+/// `dev`'s primary context, retained once for the life of the process by
+/// the library itself: for what the driver keeps outside any context
+/// (managed variables, virtual memory) and the backend ties to one.
+pub fn primary_held(dev: i32) -> Result<u64, CuError> {
+    static HELD: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    if !held.contains(&dev) {
+        primary_retain(dev)?;
+        held.push(dev);
+    }
+    Ok(primary_handle(dev))
+}
+
 /// `cuDevicePrimaryCtxRelease`: the last release destroys the context and
 /// everything in it (its local storage destructors first).
 pub fn primary_release(dev: i32) -> Result<(), CuError> {
