@@ -136,6 +136,22 @@ pub struct Config {
     pub session: SessionConfig,
     /// Who may open a session, how many, and how quickly they must.
     pub admission: AdmissionConfig,
+    /// Where the control socket is served.
+    pub control: ControlSocket,
+}
+
+/// Where the control socket ([`crate::control`]) is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlSocket {
+    /// Nowhere.
+    Off,
+    /// At the default path ([`pvgpu_ctl::default_socket`]); if another
+    /// backend serves it, this one goes on without a control socket (and
+    /// says so).
+    Default(PathBuf),
+    /// At this path (`--control unix:PATH`); failing to open it stops the
+    /// backend.
+    At(PathBuf),
 }
 
 /// Who may open sessions and how many; what a peer must do before the

@@ -1,9 +1,11 @@
-//! What one peer holds across all its sessions (`--peer-mem-quota`).
+//! What one peer holds across all its sessions (`--peer-mem-quota`), and
+//! what each of its sessions holds (read by the control socket).
 //!
 //! Sessions run in separate worker processes, so a peer's total lives in
 //! shared memory: one small memfd per peer, made by the supervisor and
-//! mapped by each of the peer's sessions. It holds the cap, the peer's
-//! total, and one *seat* per session: what that session holds now. A
+//! mapped by each of the peer's sessions. It holds the cap (`u64::MAX`
+//! without a quota), the peer's total, and one *seat* per session: what
+//! that session holds now and which devices it has contexts on. A
 //! session changes only its own seat and moves the total by the same
 //! amount with a compare-and-swap that refuses to pass the cap, so two
 //! sessions of one peer allocating at once cannot both pass it. When a
@@ -13,7 +15,8 @@
 //! ```text
 //! offset 0: cap    (u64, written once by the supervisor)
 //!        8: total  (AtomicU64)
-//!       16: seat 0 (AtomicU64), seat 1, ...
+//!       16: seat 0: held (AtomicU64), devices (AtomicU64, bit n: device n)
+//!       32: seat 1 ...
 //! ```
 
 use std::collections::HashMap;
@@ -25,6 +28,8 @@ use std::sync::{Arc, Mutex, Weak};
 const CAP: usize = 0;
 const TOTAL: usize = 8;
 const SEATS: usize = 16;
+/// Bytes of one seat: what the session holds, then its devices.
+const SEAT: usize = 16;
 
 /// A peer's ledger, mapped.
 struct Mem {
@@ -42,7 +47,11 @@ impl Mem {
     }
 
     fn seat(&self, index: usize) -> &AtomicU64 {
-        self.word(SEATS + 8 * index)
+        self.word(SEATS + SEAT * index)
+    }
+
+    fn devices(&self, index: usize) -> &AtomicU64 {
+        self.word(SEATS + SEAT * index + 8)
     }
 
     fn cap(&self) -> u64 {
@@ -51,7 +60,7 @@ impl Mem {
 }
 
 fn len_for(seats: usize) -> usize {
-    SEATS + 8 * seats
+    SEATS + SEAT * seats
 }
 
 /// A session's view of its peer's ledger: it moves its own seat.
@@ -72,11 +81,11 @@ impl LedgerView {
     pub fn map(fd: OwnedFd, index: usize) -> io::Result<LedgerView> {
         let file = std::fs::File::from(fd);
         let len = usize::try_from(file.metadata()?.len()).map_err(io::Error::other)?;
-        if len < SEATS || index >= (len - SEATS) / 8 {
+        if len < SEATS || index >= (len - SEATS) / SEAT {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "ledger seat out of range"));
         }
         let map = memmap2::MmapOptions::new().len(len).map_raw(&file)?;
-        Ok(LedgerView { mem: Arc::new(Mem { map, seats: (len - SEATS) / 8 }), index })
+        Ok(LedgerView { mem: Arc::new(Mem { map, seats: (len - SEATS) / SEAT }), index })
     }
 
     /// Sets this session's holding to `amount` if the peer's total stays
@@ -121,6 +130,24 @@ impl LedgerView {
     pub fn peer_total(&self) -> (u64, u64) {
         (self.mem.word(TOTAL).load(Ordering::Acquire), self.mem.cap())
     }
+
+    /// What this session holds now.
+    pub fn held(&self) -> u64 {
+        self.mem.seat(self.index).load(Ordering::Acquire)
+    }
+
+    /// Notes that the session has a context on device `ordinal` (devices
+    /// past 63 are not told apart).
+    pub fn note_device(&self, ordinal: usize) {
+        // A report for operators: no other memory is ordered by it.
+        self.mem.devices(self.index).fetch_or(1 << ordinal.min(63), Ordering::Relaxed);
+    }
+
+    /// The devices the session has had contexts on, lowest first.
+    pub fn devices(&self) -> Vec<usize> {
+        let bits = self.mem.devices(self.index).load(Ordering::Relaxed);
+        (0..64).filter(|n| bits & (1 << n) != 0).collect()
+    }
 }
 
 /// One peer's ledger, as the supervisor holds it.
@@ -160,6 +187,7 @@ impl Drop for Seat {
         // The session has ended: nothing else writes this seat now.
         let held = seat.swap(0, Ordering::AcqRel);
         self.ledger.mem.word(TOTAL).fetch_sub(held, Ordering::AcqRel);
+        self.ledger.mem.devices(self.index).store(0, Ordering::Relaxed);
         if let Some(t) = self.ledger.taken.lock().unwrap_or_else(|p| p.into_inner()).get_mut(self.index) {
             *t = false;
         }
@@ -233,6 +261,11 @@ mod tests {
         assert!(vb.reserve(90));
         va.settle(0);
         assert_eq!(va.peer_total(), (90, 100));
+        assert_eq!((va.held(), vb.held()), (0, 90));
+        vb.note_device(1);
+        vb.note_device(3);
+        assert_eq!(vb.devices(), [1, 3]);
+        assert!(va.devices().is_empty(), "a session's devices are its own");
         // A session that ends gives back what its seat held, even if it
         // never settled (a killed worker).
         drop(b);

@@ -9,6 +9,9 @@
 //!   session limits);
 //! - [`supervisor`]: the listeners, one session per connection, clean
 //!   shutdown;
+//! - [`roster`]: the supervisor's list of live sessions;
+//! - [`control`]: the control socket (`pvgpu-ctl`'s API) above the
+//!   supervisor;
 //! - [`listener`]: the bound listeners and the connections they accept;
 //! - [`admission`]: what a peer must do before it gets a worker (hello,
 //!   key check, under a total deadline in a bounded pool) and how many
@@ -41,6 +44,7 @@ pub mod admission;
 pub mod affinity;
 pub mod config;
 pub mod conn;
+pub mod control;
 pub mod exec;
 mod handles;
 pub mod handover;
@@ -49,6 +53,7 @@ pub mod ipc;
 pub mod ledger;
 pub mod listener;
 pub mod log_limit;
+pub mod roster;
 pub mod sandbox;
 pub mod session;
 pub mod session_loop;

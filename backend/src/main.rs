@@ -5,7 +5,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use pvgpu_backend::Backend;
 use pvgpu_backend::config::{
-    AdmissionConfig, Config, ExecutorConfig, ExecutorKind, Isolation, Listen, SessionConfig, SessionLimits, WorkerCommand, parse_bytes,
+    AdmissionConfig, Config, ControlSocket, ExecutorConfig, ExecutorKind, Isolation, Listen, SessionConfig, SessionLimits, WorkerCommand,
+    parse_bytes,
 };
 use pvgpu_backend::exec::cuda::CudaExecutor;
 use pvgpu_backend::exec::host::HostExecutor;
@@ -24,6 +25,12 @@ struct Cli {
     /// Where to listen: local:PATH (shared-memory transport), tcp:HOST:PORT, or xen (vgpu devices of Xen guests). Repeatable.
     #[arg(long = "listen", value_name = "ADDR")]
     listen: Vec<Listen>,
+    /// The control socket pvgpu-ctl talks to: unix:PATH, or off. Default:
+    /// $XDG_RUNTIME_DIR/pvgpu/control.sock, /run/pvgpu/control.sock as
+    /// root, else /tmp/pvgpu-UID/control.sock (left out, with a warning,
+    /// when another backend serves it).
+    #[arg(long, value_name = "unix:PATH|off", value_parser = parse_control)]
+    control: Option<ControlSocket>,
     /// How sessions are separated: a worker process each (a GPU fault then
     /// ends only the faulting session) or a thread each.
     #[arg(long, value_enum, default_value = "process")]
@@ -224,6 +231,13 @@ struct ExecArgs {
     session_cpus: Option<CpuList>,
 }
 
+fn parse_control(s: &str) -> Result<ControlSocket, String> {
+    if s == "off" {
+        return Ok(ControlSocket::Off);
+    }
+    pvgpu_ctl::parse_address(s).map(ControlSocket::At)
+}
+
 /// A parsed `--session-cpus` list.
 #[derive(Debug, Clone)]
 struct CpuList(Vec<usize>);
@@ -398,7 +412,12 @@ fn start(cli: &Cli) -> Result<Backend> {
             "nothing to listen on: pass --listen local:/run/pvgpu/pvgpu.sock, --listen tcp:HOST:7300 (with --tcp-key FILE) and/or --listen xen"
         );
     }
-    let cfg = Config { listen: cli.listen.clone(), session: cli.exec.session(), admission: cli.admission.config()? };
+    let cfg = Config {
+        listen: cli.listen.clone(),
+        session: cli.exec.session(),
+        admission: cli.admission.config()?,
+        control: cli.control.clone().unwrap_or_else(|| ControlSocket::Default(pvgpu_ctl::default_socket())),
+    };
     let worker_user = match &cli.worker_user {
         Some(name) => Some(WorkerUser::lookup(name).with_context(|| format!("--worker-user {name}"))?),
         None => None,

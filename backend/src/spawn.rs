@@ -52,7 +52,7 @@ pub struct Start {
     /// Its slot, held until it has ended.
     pub slot: Slot,
     /// Its seat in its peer's memory ledger, held until it has ended.
-    pub seat: Option<Seat>,
+    pub seat: Seat,
     /// What to do once its connection is set up (a Xen device is then
     /// marked `Connected`).
     pub on_ready: Option<OnEnd>,
@@ -98,7 +98,7 @@ impl<E: Executor> Spawner for ThreadSpawner<E> {
     fn spawn(&self, s: Start, stop: Arc<AtomicBool>) -> io::Result<()> {
         let (exec, mut cfg) = (self.exec.clone(), self.cfg.clone());
         let Start { handover, id, slot, seat, on_ready, on_end } = s;
-        cfg.limits.peer_ledger = seat.as_ref().map(Seat::view);
+        cfg.limits.peer_ledger = Some(seat.view());
         let scope: Arc<str> = handover.owner().0.into();
         cfg.limits.ipc = Some(Arc::new(Broker::Direct { registry: self.ipc.clone(), scope, session: id }));
         // The session's own flag: set by `end`, and by `shutdown` for all.
@@ -167,7 +167,7 @@ struct Worker {
     _slot: Slot,
     /// Dropped once the worker has exited: what it held leaves its peer's
     /// total then, however it ended.
-    _seat: Option<Seat>,
+    _seat: Seat,
     on_end: Option<OnEnd>,
     /// The session's socket (a duplicate), watched for the peer leaving.
     peer: Option<OwnedFd>,
@@ -318,10 +318,8 @@ impl Spawner for ProcessSpawner {
             }
         }
         let peer = fds.iter().find(|(_, n)| *n == WORKER_FD).map(|(f, _)| f.try_clone()).transpose()?;
-        if let Some(seat) = &seat {
-            cmd.arg("--ledger-seat").arg(seat.index().to_string());
-            fds.push((seat.fd().try_clone_to_owned()?, LEDGER_FD));
-        }
+        cmd.arg("--ledger-seat").arg(seat.index().to_string());
+        fds.push((seat.fd().try_clone_to_owned()?, LEDGER_FD));
         let (broker, broker_worker) = broker_pair()?;
         cmd.arg("--ipc");
         fds.push((broker_worker, BROKER_FD));

@@ -11,11 +11,13 @@
 //! its GPU memory).
 
 use crate::admission::{self, Pools, Slots};
-use crate::config::{AdmissionConfig, Config, Listen, SessionConfig, WorkerCommand};
+use crate::config::{AdmissionConfig, Config, ControlSocket, Listen, SessionConfig, WorkerCommand};
+use crate::control::{ControlServer, Sessions, SocketError};
 use crate::exec::Executor;
 use crate::handover::{Handover, Transport};
 use crate::listener::{Accepted, ListenError, Listener, bind};
 use crate::log_limit;
+use crate::roster::Roster;
 use crate::spawn::{OnEnd, ProcessSpawner, Spawner, Start, ThreadSpawner};
 use pvgpu_ring::local::{self, Refusal};
 use std::io;
@@ -34,6 +36,9 @@ pub enum BackendError {
     /// A listener could not be opened.
     #[error(transparent)]
     Listen(#[from] ListenError),
+    /// The control socket asked for could not be opened.
+    #[error(transparent)]
+    Control(#[from] SocketError),
     /// A thread of the supervisor could not be started.
     #[error("Cannot start the {0} thread")]
     Thread(&'static str, #[source] io::Error),
@@ -69,6 +74,7 @@ pub struct Backend {
     spawner: Arc<dyn Spawner>,
     tcp_addrs: Vec<SocketAddr>,
     local_paths: Vec<PathBuf>,
+    control: Option<ControlServer>,
 }
 
 /// What every listener thread shares.
@@ -79,6 +85,46 @@ struct Shared {
     spawner: Arc<dyn Spawner>,
     admission: AdmissionConfig,
     session: SessionConfig,
+    roster: Arc<Roster>,
+}
+
+/// What the control socket may ask of the supervisor.
+struct Supervised {
+    roster: Arc<Roster>,
+    spawner: Arc<dyn Spawner>,
+}
+
+impl Sessions for Supervised {
+    fn list(&self) -> Vec<pvgpu_ctl::api::Session> {
+        self.roster.list()
+    }
+
+    fn get(&self, id: u64) -> Option<pvgpu_ctl::api::Session> {
+        self.roster.get(id)
+    }
+
+    fn end(&self, id: u64) -> Option<pvgpu_ctl::api::Session> {
+        let s = self.roster.get(id)?;
+        tracing::info!(session = id, peer = %s.peer, "ending a session (control socket)");
+        self.spawner.end(id);
+        Some(s)
+    }
+}
+
+/// Opens the control socket `cfg` asks for; one at the default path that
+/// another backend serves is left out with a warning.
+fn open_control(cfg: &ControlSocket, sessions: Arc<dyn Sessions>) -> Result<Option<ControlServer>, SocketError> {
+    match cfg {
+        ControlSocket::Off => Ok(None),
+        ControlSocket::At(path) => ControlServer::start(path, sessions).map(Some),
+        ControlSocket::Default(path) => match ControlServer::start(path, sessions) {
+            Ok(c) => Ok(Some(c)),
+            Err(e) => {
+                tracing::warn!(error = %e, "no control socket for this backend");
+                Ok(None)
+            }
+        },
+    }
 }
 
 impl Backend {
@@ -104,7 +150,10 @@ impl Backend {
             spawner: spawner.clone(),
             admission: cfg.admission.clone(),
             session: cfg.session.clone(),
+            roster: Arc::default(),
         });
+        let supervised = Arc::new(Supervised { roster: shared.roster.clone(), spawner: spawner.clone() });
+        let control = open_control(&cfg.control, supervised)?;
         let mut bound = Vec::new();
         let mut tcp_addrs = Vec::new();
         let mut local_paths = Vec::new();
@@ -133,7 +182,7 @@ impl Backend {
                 .map_err(|e| BackendError::Thread("listener", e))?;
             listeners.push(h);
         }
-        Ok(Backend { stop: shared.stop.clone(), stats, listeners, spawner, tcp_addrs, local_paths })
+        Ok(Backend { stop: shared.stop.clone(), stats, listeners, spawner, tcp_addrs, local_paths, control })
     }
 
     /// Bound TCP addresses (useful with port 0).
@@ -156,7 +205,13 @@ impl Backend {
         self.stop_all();
     }
 
+    /// The control socket's path, if it has one.
+    pub fn control_path(&self) -> Option<&std::path::Path> {
+        self.control.as_ref().map(ControlServer::path)
+    }
+
     fn stop_all(&mut self) {
+        self.control = None;
         self.stop.store(true, Ordering::SeqCst);
         for l in self.listeners.drain(..) {
             let _ = l.join();
@@ -231,8 +286,10 @@ fn admit(acc: Accepted, pending: admission::pending::Pending, sh: &Shared) {
     match admission::open(acc, pending, &sh.admission, &sh.pools, sh.session.max_data_area) {
         Ok(admission::Admitted { handover, slot, seat, relay }) => {
             let id = sh.stats.next_id();
-            let start = Start { handover, id, slot, seat, on_ready: None, on_end: None };
+            let on_end = enroll(sh, id, &handover, &seat, None);
+            let start = Start { handover, id, slot, seat, on_ready: None, on_end: Some(on_end) };
             if let Err(e) = sh.spawner.spawn(start, sh.stop.clone()) {
+                sh.roster.remove(id);
                 tracing::error!(session = id, error = %e, "cannot start a session");
                 return;
             }
@@ -242,6 +299,19 @@ fn admit(acc: Accepted, pending: admission::pending::Pending, sh: &Shared) {
         }
         Err(why) => admission::log_refusal(&peer, transport, &why),
     }
+}
+
+/// Puts session `id` on the roster; returns what runs when it has ended:
+/// `then`, and taking it off the roster.
+fn enroll(sh: &Shared, id: u64, handover: &Handover, seat: &crate::ledger::Seat, then: Option<OnEnd>) -> OnEnd {
+    sh.roster.add(id, handover.owner().0, handover.transport(), seat.view());
+    let roster = sh.roster.clone();
+    Box::new(move || {
+        roster.remove(id);
+        if let Some(f) = then {
+            f();
+        }
+    })
 }
 
 /// Serves Xen guests: rescans the vgpu devices whenever XenStore changes
@@ -319,17 +389,19 @@ fn start_xen_session(xs: &mut pvgpu_xen::XenStore, sh: &Shared, active: &crate::
     };
     let id = sh.stats.next_id();
     let set = active.clone();
-    let on_end: OnEnd = Box::new(move || {
+    let close: OnEnd = Box::new(move || {
         // The device's XenStore side is the supervisor's: the worker holds
         // none once it serves.
         crate::xen::close_device(domid, devid);
         set.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
     });
+    let on_end = enroll(sh, id, &handover, &seat, Some(close));
     let on_ready: OnEnd = Box::new(move || crate::xen::connect_device(domid, devid));
     let start = Start { handover, id, slot, seat, on_ready: Some(on_ready), on_end: Some(on_end) };
     match sh.spawner.spawn(start, sh.stop.clone()) {
         Ok(()) => Some(id),
         Err(e) => {
+            sh.roster.remove(id);
             tracing::error!(session = id, error = %e, "cannot start a session");
             None
         }

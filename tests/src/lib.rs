@@ -21,7 +21,7 @@ mod workloads;
 
 pub use workloads::*;
 
-use pvgpu_backend::config::AdmissionConfig;
+use pvgpu_backend::config::{AdmissionConfig, ControlSocket};
 use pvgpu_backend::exec::host::HostExecutor;
 use pvgpu_backend::{Backend, Config, Listen, SessionConfig};
 use pvgpu_frontend::{BackendAddr, Client, Options};
@@ -52,6 +52,18 @@ pub enum Transport {
     /// Grant-table ring between a Xen guest and its backend domain (the
     /// backend runs elsewhere: see [`Harness::external`]).
     Xen,
+}
+
+impl Transport {
+    /// The name the backend gives it (`local`, `tcp`, `tls`, `xen`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Local => "local",
+            Transport::Tcp => "tcp",
+            Transport::Tls => "tls",
+            Transport::Xen => "xen",
+        }
+    }
 }
 
 /// Which executor the backend under test uses.
@@ -284,6 +296,7 @@ impl Harness {
                 cmd.arg("--mem-quota").arg(q.to_string());
             }
             cmd.arg("--image-cache").arg(dir.0.join("images"));
+            cmd.arg("--control").arg(format!("unix:{}", dir.0.join("control.sock").display()));
             cmd.arg("--tcp-key").arg(&tcp_key);
             // Every test of the suite is the same local user and TCP peer.
             for limit in
@@ -311,7 +324,7 @@ impl Harness {
                 ..AdmissionConfig::default()
             };
             let listen = vec![Listen::Local(socket.clone()), Listen::Tcp("127.0.0.1:0".into()), Listen::Tls("127.0.0.1:0".into())];
-            let cfg = Config { listen, session, admission };
+            let cfg = Config { listen, session, admission, control: ControlSocket::At(dir.0.join("control.sock")) };
             let backend = Backend::start_threads(host.clone(), cfg).expect("cannot start the embedded backend");
             let tcp = backend.tcp_addrs()[0].to_string();
             let tls = backend.tcp_addrs()[1].to_string();
@@ -362,6 +375,14 @@ impl Harness {
     /// The suite's client options with this backend's TCP key.
     pub fn options(&self) -> Options {
         Options { tcp_key: Some(self.tcp_key.clone()), tls_ca: Some(self.tls_ca.clone()), ..test_options() }
+    }
+
+    /// The backend's control socket (none for an external backend).
+    pub fn control(&self) -> Option<pvgpu_ctl::client::Control> {
+        match self.running {
+            Running::External => None,
+            _ => Some(pvgpu_ctl::client::Control::new(self._dir.0.join("control.sock"))),
+        }
     }
 
     /// A new client (session) over `t`.

@@ -35,8 +35,10 @@ pub struct Pools {
     pub pending: [Arc<PendingPool>; 3],
     /// Sessions being served.
     pub sessions: Arc<Slots>,
-    /// What each peer holds across its sessions (`--peer-mem-quota`).
-    pub ledgers: Option<Ledgers>,
+    /// What each peer holds across its sessions, capped by
+    /// `--peer-mem-quota` where set (the control socket reads it either
+    /// way).
+    pub ledgers: Ledgers,
 }
 
 impl Pools {
@@ -51,7 +53,7 @@ impl Pools {
         Pools {
             pending: [pending(Transport::Local), pending(Transport::Tcp), pending(Transport::Tls)],
             sessions: Slots::new(SlotLimits { total: cfg.max_sessions, per_transport }),
-            ledgers: cfg.peer_mem_quota.map(|cap| Ledgers::new(cap, seats)),
+            ledgers: Ledgers::new(cfg.peer_mem_quota.unwrap_or(u64::MAX), seats),
         }
     }
 
@@ -66,9 +68,9 @@ impl Pools {
     }
 
     /// A session slot and ledger seat for `peer`.
-    pub fn session(&self, t: Transport, peer: &str) -> Result<(Slot, Option<Seat>), Refused> {
+    pub fn session(&self, t: Transport, peer: &str) -> Result<(Slot, Seat), Refused> {
         let slot = self.sessions.acquire(t, peer)?;
-        let seat = self.ledgers.as_ref().map(|l| l.seat(peer)).transpose().map_err(Refused::Ledger)?;
+        let seat = self.ledgers.seat(peer).map_err(Refused::Ledger)?;
         Ok((slot, seat))
     }
 }
@@ -112,7 +114,7 @@ pub struct Admitted {
     /// Its session slot.
     pub slot: Slot,
     /// Its seat in its peer's memory ledger.
-    pub seat: Option<Seat>,
+    pub seat: Seat,
     /// TLS: the peer's side of the relay, and the session's other end.
     pub relay: Option<(crate::tls::TlsStream, std::os::unix::net::UnixStream)>,
 }
@@ -174,7 +176,7 @@ fn key_check<S: Read + Write>(
     pools: &Pools,
     transport: Transport,
     peer: &str,
-) -> Result<(Slot, Option<Seat>), Refused> {
+) -> Result<(Slot, Seat), Refused> {
     let key = cfg.tcp_key.as_ref();
     let opened = match tcp_auth::server_open(s, key) {
         Ok(o) => o,

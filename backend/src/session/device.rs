@@ -203,6 +203,9 @@ fn new_context<E: Executor>(s: &mut Session<E>, device: usize, flags: u32, prima
     let mut ctx = s.exec.create_context(device, flags)?;
     ctx.attach_host_calls(s.host_calls.clone());
     let id = s.ctxs.insert(CtxEntry { primary, device, ctx })?;
+    if let Some(l) = &s.limits.peer_ledger {
+        l.note_device(device);
+    }
     // Creating a context makes it current on this thread.
     s.current = Some(id);
     // What the driver reserves for a context counts against the quota.

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 mod arrays;
 mod conditional;
+mod control;
 mod copy_nodes;
 mod devices;
 mod execution;
@@ -32,6 +33,7 @@ mod parity;
 
 use arrays::*;
 use conditional::*;
+use control::*;
 use copy_nodes::*;
 use devices::*;
 use execution::*;
@@ -175,5 +177,5 @@ over_every_transport!(
         image_cache,
         kernel_output,
     ],
-    own_backend: [interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
+    own_backend: [control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
 );

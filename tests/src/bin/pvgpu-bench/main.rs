@@ -27,7 +27,7 @@ use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use pinning::Pins;
-use pvgpu_backend::config::AdmissionConfig;
+use pvgpu_backend::config::{AdmissionConfig, ControlSocket};
 use pvgpu_backend::exec::cuda::CudaExecutor;
 use pvgpu_backend::exec::host::HostExecutor;
 use pvgpu_backend::{Backend, Config, Listen, SessionConfig};
@@ -112,7 +112,7 @@ struct Args {
 fn start_backend(gpu: bool, listen: Vec<Listen>, cpus: Option<Vec<usize>>, key_file: &Path) -> Result<Backend> {
     let session = SessionConfig { cpus, ..SessionConfig::default() };
     let admission = AdmissionConfig { tcp_key: Some(TcpKey::from_file(key_file)?), ..AdmissionConfig::default() };
-    let cfg = Config { listen, session, admission };
+    let cfg = Config { listen, session, admission, control: ControlSocket::Off };
     Ok(if gpu {
         Backend::start_threads(Arc::new(CudaExecutor::new()?), cfg)?
     } else {

@@ -1,0 +1,84 @@
+//! The control socket: the backend's control API (HTTP/1.1 and JSON, see
+//! [`pvgpu_ctl`]) on a Unix socket only the backend's user may open.
+//!
+//! This room sits above the supervisor and reaches it through one narrow
+//! trait, [`Sessions`]; it parses nothing a guest sends. Requests come
+//! from the host's operator (or root), one at a time on the control
+//! thread, and each is answered and its connection closed.
+
+mod routes;
+mod socket;
+
+use pvgpu_ctl::api::Session;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use socket::SocketError;
+
+/// What the control API may ask of the supervisor.
+pub trait Sessions: Send + Sync {
+    /// The live sessions, lowest number first.
+    fn list(&self) -> Vec<Session>;
+    /// Session `id`, if live.
+    fn get(&self, id: u64) -> Option<Session>;
+    /// Ends session `id`; returns it as it was, or `None` if not live.
+    fn end(&self, id: u64) -> Option<Session>;
+}
+
+/// How often the control thread looks at the backend's stop flag.
+const TICK: Duration = Duration::from_millis(100);
+
+/// A control socket being served; dropping it stops it and removes the
+/// socket file.
+pub struct ControlServer {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ControlServer {
+    /// Binds the control socket at `path` and serves `sessions` on a thread
+    /// of its own until the server is dropped.
+    pub fn start(path: &Path, sessions: Arc<dyn Sessions>) -> Result<ControlServer, SocketError> {
+        let server = socket::bind(path)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mine = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("pvgpu-control".into())
+            .spawn(move || serve(&server, sessions.as_ref(), &mine))
+            .map_err(|e| SocketError::Io { path: path.to_path_buf(), source: e })?;
+        tracing::info!(path = %path.display(), "control socket (pvgpu-ctl --control unix:PATH)");
+        Ok(ControlServer { path: path.to_path_buf(), stop, thread: Some(thread) })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn serve(server: &tiny_http::Server, sessions: &dyn Sessions, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        match server.recv_timeout(TICK) {
+            Ok(Some(request)) => routes::answer(request, sessions),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "control socket: receiving a request failed");
+                std::thread::sleep(TICK);
+            }
+        }
+    }
+}
