@@ -68,6 +68,10 @@ pub struct SessionLimits {
     /// The session's way to the handles other processes of its guest
     /// exported (`None`: interprocess handles are not offered).
     pub ipc: Option<std::sync::Arc<crate::ipc::Broker>>,
+    /// Set when a checkpoint is ordered for the session (the supervisor's
+    /// nudge): the session looks at its order at its next waited call
+    /// ([`crate::checkpoints`]).
+    pub checkpoint: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Default for SessionLimits {
@@ -80,6 +84,7 @@ impl Default for SessionLimits {
             peer_ledger: None,
             persisting_l2_percent: 25,
             ipc: None,
+            checkpoint: None,
         }
     }
 }

@@ -54,6 +54,30 @@ impl<T> HandleTable<T> {
         Ok(((s.generation as u64) << 32) | (slot as u64 + 1))
     }
 
+    /// Stores `value` under `id`, an id a table handed out before (a
+    /// restored session keeps its guest's handles): `INVALID_VALUE` for an
+    /// id no table hands out or one in use, `OUT_OF_MEMORY` when full.
+    pub fn insert_at(&mut self, id: u64, value: T) -> Result<(), CuError> {
+        let (slot, generation) = Self::split(id).ok_or(CuError::INVALID_VALUE)?;
+        if generation == 0 || slot >= self.max {
+            return Err(CuError::INVALID_VALUE);
+        }
+        if self.len >= self.max {
+            return Err(CuError::OUT_OF_MEMORY);
+        }
+        while self.slots.len() <= slot {
+            self.free.push(self.slots.len() as u32);
+            self.slots.push(Slot { generation: 1, value: None });
+        }
+        if self.slots[slot].value.is_some() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        self.free.retain(|f| *f as usize != slot);
+        self.slots[slot] = Slot { generation, value: Some(value) };
+        self.len += 1;
+        Ok(())
+    }
+
     /// The object with id `id`, if live.
     pub fn get(&self, id: u64) -> Option<&T> {
         let (slot, generation) = Self::split(id)?;
@@ -127,5 +151,24 @@ mod tests {
         assert_eq!(t.drain_where(|v| *v == "b"), vec!["b"]);
         assert_eq!(t.get(b), None);
         assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn restored_ids_are_the_same_ids() {
+        let mut a = HandleTable::new(8);
+        let ids: Vec<u64> = (0..4).map(|i| a.insert(i).unwrap()).collect();
+        a.remove(ids[1]);
+        let again = a.insert(9).unwrap();
+        let mut b = HandleTable::new(8);
+        for (id, v) in a.iter() {
+            b.insert_at(id, *v).unwrap();
+        }
+        assert_eq!(b.get(again), Some(&9));
+        assert_eq!(b.get(ids[3]), Some(&3));
+        assert_eq!(b.insert_at(again, 1), Err(CuError::INVALID_VALUE), "an id in use");
+        assert_eq!(b.insert_at(0, 1), Err(CuError::INVALID_VALUE));
+        assert_eq!(b.insert_at(u64::MAX, 1), Err(CuError::INVALID_VALUE));
+        let fresh = b.insert(7).unwrap();
+        assert!(b.get(fresh) == Some(&7) && b.len() == 5, "free slots stay usable");
     }
 }

@@ -41,6 +41,7 @@
 //! else.
 
 pub mod admission;
+pub mod checkpoints;
 pub mod affinity;
 pub mod config;
 pub mod conn;

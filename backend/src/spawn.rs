@@ -14,6 +14,7 @@ use crate::admission::Slot;
 use crate::config::{SessionConfig, WorkerCommand};
 use crate::exec::Executor;
 use crate::handover::Handover;
+use crate::checkpoints::Desk;
 use crate::ipc::{Broker, Registry};
 use crate::ledger::Seat;
 use crate::session_loop::{Report, open_connection, serve_opened};
@@ -71,6 +72,10 @@ pub trait Spawner: Send + Sync {
     /// Ends session `id` (its guest went away): it has the grace period to
     /// exit, then is killed.
     fn end(&self, _id: u64) {}
+    /// Checkpoint orders and parked snapshots of these sessions.
+    fn desk(&self) -> &Arc<Desk>;
+    /// Tells session `id` a checkpoint is ordered; whether it runs.
+    fn nudge(&self, id: u64) -> bool;
     /// Ends every session and waits (at most the grace period for each).
     fn shutdown(&self) {}
 }
@@ -80,17 +85,29 @@ pub struct ThreadSpawner<E: Executor> {
     exec: Arc<E>,
     /// Handles the sessions exported to other processes of their guest.
     ipc: Arc<Registry>,
+    desk: Arc<Desk>,
     cfg: SessionConfig,
     grace: Duration,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Each running session's stop flag, by session number.
     stops: Arc<Mutex<std::collections::HashMap<u64, Arc<AtomicBool>>>>,
+    /// Each running session's checkpoint flag, by session number.
+    nudges: Arc<Mutex<std::collections::HashMap<u64, Arc<AtomicBool>>>>,
 }
 
 impl<E: Executor> ThreadSpawner<E> {
     /// Sessions on `exec`.
     pub fn new(exec: Arc<E>, cfg: SessionConfig, grace: Duration) -> Self {
-        ThreadSpawner { exec, ipc: Arc::default(), cfg, grace, threads: Mutex::new(Vec::new()), stops: Default::default() }
+        ThreadSpawner {
+            exec,
+            ipc: Arc::default(),
+            desk: Arc::default(),
+            cfg,
+            grace,
+            threads: Mutex::new(Vec::new()),
+            stops: Default::default(),
+            nudges: Default::default(),
+        }
     }
 }
 
@@ -100,7 +117,11 @@ impl<E: Executor> Spawner for ThreadSpawner<E> {
         let Start { handover, id, slot, seat, on_ready, on_end } = s;
         cfg.limits.peer_ledger = Some(seat.view());
         let scope: Arc<str> = handover.owner().0.into();
-        cfg.limits.ipc = Some(Arc::new(Broker::Direct { registry: self.ipc.clone(), scope, session: id }));
+        cfg.limits.ipc = Some(Arc::new(Broker::Direct { registry: self.ipc.clone(), scope, session: id, desk: self.desk.clone() }));
+        let nudge = Arc::new(AtomicBool::new(false));
+        cfg.limits.checkpoint = Some(nudge.clone());
+        self.nudges.lock().unwrap_or_else(|p| p.into_inner()).insert(id, nudge);
+        let nudges = self.nudges.clone();
         // The session's own flag: set by `end`, and by `shutdown` for all.
         let mine = Arc::new(AtomicBool::new(stop.load(Ordering::SeqCst)));
         self.stops.lock().unwrap_or_else(|p| p.into_inner()).insert(id, mine.clone());
@@ -117,6 +138,7 @@ impl<E: Executor> Spawner for ThreadSpawner<E> {
                 Err(ended) => ended,
             };
             stops.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            nudges.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             ended.log(id, t.elapsed().as_secs_f64());
             drop((slot, seat));
             if let Some(f) = on_end {
@@ -131,6 +153,15 @@ impl<E: Executor> Spawner for ThreadSpawner<E> {
 
     fn executor(&self) -> &str {
         self.exec.kind()
+    }
+
+    fn desk(&self) -> &Arc<Desk> {
+        &self.desk
+    }
+
+    fn nudge(&self, id: u64) -> bool {
+        let nudges = self.nudges.lock().unwrap_or_else(|p| p.into_inner());
+        nudges.get(&id).map(|f| f.store(true, Ordering::SeqCst)).is_some()
     }
 
     fn end(&self, id: u64) {
@@ -188,6 +219,7 @@ pub struct ProcessSpawner {
     cmd: WorkerCommand,
     /// Handles the sessions exported to other processes of their guest.
     ipc: Arc<Registry>,
+    desk: Arc<Desk>,
     grace: Duration,
     workers: Mutex<Vec<Worker>>,
     forker: Mutex<std::sync::mpsc::Sender<Fork>>,
@@ -263,7 +295,7 @@ impl ProcessSpawner {
     /// Workers started with `cmd`; a worker whose peer is gone is killed
     /// after `grace`.
     pub fn new(cmd: WorkerCommand, grace: Duration) -> Self {
-        ProcessSpawner { cmd, ipc: Arc::default(), grace, workers: Mutex::new(Vec::new()), forker: Mutex::new(forker()) }
+        ProcessSpawner { cmd, ipc: Arc::default(), desk: Arc::default(), grace, workers: Mutex::new(Vec::new()), forker: Mutex::new(forker()) }
     }
 
     /// Reads what the worker reported since the last call (without
@@ -337,11 +369,12 @@ impl Spawner for ProcessSpawner {
         // so what it wrote is all there is).
         nix::fcntl::fcntl(&report, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK)).map_err(io::Error::from)?;
         tracing::debug!(session = id, pid = child.id(), "session worker started");
-        let registry = self.ipc.clone();
-        // Serves the worker's exports and imports until it exits.
+        let (registry, desk) = (self.ipc.clone(), self.desk.clone());
+        // Serves the worker's exports, imports and checkpoint orders until
+        // it exits.
         let served = std::thread::Builder::new()
             .name(format!("pvgpu-ipc-{id}"))
-            .spawn(move || crate::ipc::serve_worker(&registry, &scope, id, &broker));
+            .spawn(move || crate::ipc::serve_worker(&registry, &desk, &scope, id, &broker));
         if let Err(e) = served {
             // The session goes on; its interprocess handles fail.
             tracing::warn!(session = id, error = %e, "cannot start the session's handle broker");
@@ -403,6 +436,18 @@ impl Spawner for ProcessSpawner {
         for f in ended {
             f();
         }
+    }
+
+    fn desk(&self) -> &Arc<Desk> {
+        &self.desk
+    }
+
+    fn nudge(&self, id: u64) -> bool {
+        let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(w) = workers.iter().find(|w| w.id == id && w.ending_since.is_none()) else { return false };
+        // SAFETY: signalling our own child by pid; it has not been reaped
+        // (it is still in the list), so the pid is its.
+        unsafe { libc::kill(w.child.id() as i32, libc::SIGUSR1) == 0 }
     }
 
     fn end(&self, id: u64) {

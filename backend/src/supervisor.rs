@@ -12,7 +12,7 @@
 
 use crate::admission::{self, Pools, Slots};
 use crate::config::{AdmissionConfig, Config, ControlSocket, Listen, SessionConfig, WorkerCommand};
-use crate::control::{ControlServer, Sessions, SocketError};
+use crate::control::{ControlServer, Sessions, SocketError, Supervised};
 use crate::exec::Executor;
 use crate::handover::{Handover, Transport};
 use crate::listener::{Accepted, ListenError, Listener, bind};
@@ -88,29 +88,6 @@ struct Shared {
     roster: Arc<Roster>,
 }
 
-/// What the control socket may ask of the supervisor.
-struct Supervised {
-    roster: Arc<Roster>,
-    spawner: Arc<dyn Spawner>,
-}
-
-impl Sessions for Supervised {
-    fn list(&self) -> Vec<pvgpu_ctl::api::Session> {
-        self.roster.list()
-    }
-
-    fn get(&self, id: u64) -> Option<pvgpu_ctl::api::Session> {
-        self.roster.get(id)
-    }
-
-    fn end(&self, id: u64) -> Option<pvgpu_ctl::api::Session> {
-        let s = self.roster.get(id)?;
-        tracing::info!(session = id, peer = %s.peer, "ending a session (control socket)");
-        self.spawner.end(id);
-        Some(s)
-    }
-}
-
 /// Opens the control socket `cfg` asks for; one at the default path that
 /// another backend serves is left out with a warning.
 fn open_control(cfg: &ControlSocket, sessions: Arc<dyn Sessions>) -> Result<Option<ControlServer>, SocketError> {
@@ -152,7 +129,7 @@ impl Backend {
             session: cfg.session.clone(),
             roster: Arc::default(),
         });
-        let supervised = Arc::new(Supervised { roster: shared.roster.clone(), spawner: spawner.clone() });
+        let supervised = Arc::new(Supervised::new(shared.roster.clone(), spawner.clone()));
         let control = open_control(&cfg.control, supervised)?;
         let mut bound = Vec::new();
         let mut tcp_addrs = Vec::new();

@@ -92,6 +92,9 @@ pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionCon
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(WorkerError::Signals)?;
     }
+    // The supervisor's nudge: a checkpoint is ordered for this session.
+    let nudge = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, nudge.clone()).map_err(WorkerError::Signals)?;
     // The supervisor placed the write end of this session's report pipe on
     // `report_fd` before exec (spawn::ProcessSpawner).
     // SAFETY: that descriptor is open, and nothing else in this process owns it.
@@ -111,6 +114,7 @@ pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionCon
         let fd = unsafe { OwnedFd::from_raw_fd(BROKER_FD) };
         cfg.limits.ipc = Some(Arc::new(crate::ipc::Broker::Remote(std::sync::Mutex::new(fd))));
     }
+    cfg.limits.checkpoint = Some(nudge);
     // This process serves one session: its frontend may know where its
     // shared memory lies here.
     cfg.same_address = true;

@@ -29,3 +29,58 @@ pub struct ErrorBody {
     /// What went wrong and what to do.
     pub error: String,
 }
+
+/// `POST /v1/sessions/ID/checkpoint`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointRequest {
+    /// Where to write the snapshot: an absolute path the backend creates
+    /// (owner-only); it must not exist.
+    pub file: String,
+    /// Keep the session running on this backend afterwards (otherwise it
+    /// leaves, and its guest waits for a restore).
+    #[serde(default)]
+    pub leave_running: bool,
+    /// How long to wait for the session's next call that waits for a
+    /// reply (where a checkpoint is taken); 60 s when absent.
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+}
+
+/// What a checkpoint wrote.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointReport {
+    /// The session.
+    pub session: u64,
+    /// The snapshot file.
+    pub file: String,
+    /// Bytes of device state in it.
+    pub state_bytes: u64,
+    /// Bytes of the file.
+    pub file_bytes: u64,
+    /// Seconds from the order to the report (waiting for the session's
+    /// call, then writing).
+    pub seconds: f64,
+    /// Whether the session still runs here.
+    pub left_running: bool,
+}
+
+/// `POST /v1/restore`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreRequest {
+    /// The snapshot file (absolute path).
+    pub file: String,
+}
+
+/// A snapshot accepted for restore: its guest's next connection that
+/// presents the session's token takes it back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RestoreReport {
+    /// The session's number where it was checkpointed.
+    pub session: u64,
+    /// Whose it is.
+    pub peer: String,
+    /// Bytes of device state.
+    pub state_bytes: u64,
+    /// The devices it used.
+    pub devices: Vec<String>,
+}

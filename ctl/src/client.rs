@@ -1,7 +1,8 @@
 //! A client of the backend's control API: one HTTP/1.1 request per
 //! connection on the control socket.
 
-use crate::api::{ErrorBody, Session};
+use crate::api::{CheckpointReport, CheckpointRequest, ErrorBody, RestoreReport, RestoreRequest, Session};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -86,9 +87,29 @@ impl Control {
         self.call("DELETE", &format!("/v1/sessions/{id}"))
     }
 
+    /// Checkpoints session `id` as `req` says; waits for the session's
+    /// next call that waits (at most the request's timeout).
+    pub fn checkpoint(&self, id: u64, req: &CheckpointRequest) -> Result<CheckpointReport, CtlError> {
+        let wait = Duration::from_secs(req.timeout_seconds.unwrap_or(60) + 30);
+        let c = Control { timeout: self.timeout.max(wait), ..self.clone() };
+        c.call_with("POST", &format!("/v1/sessions/{id}/checkpoint"), Some(req))
+    }
+
+    /// Hands a snapshot file to the backend for its guest to take back.
+    pub fn restore(&self, req: &RestoreRequest) -> Result<RestoreReport, CtlError> {
+        self.call_with("POST", "/v1/restore", Some(req))
+    }
+
     /// Sends `method path` and decodes a success's body as `T`.
     pub fn call<T: DeserializeOwned>(&self, method: &str, path: &str) -> Result<T, CtlError> {
-        let (status, body) = self.request(method, path)?;
+        self.call_with::<T, ()>(method, path, None)
+    }
+
+    /// Sends `method path` with `body` as JSON, and decodes a success's
+    /// body as `T`.
+    pub fn call_with<T: DeserializeOwned, B: Serialize>(&self, method: &str, path: &str, body: Option<&B>) -> Result<T, CtlError> {
+        let body = body.map(serde_json::to_vec).transpose().map_err(|e| CtlError::Answer(format!("cannot encode the request: {e}")))?;
+        let (status, body) = self.request(method, path, body.as_deref().unwrap_or_default())?;
         if !(200..300).contains(&status) {
             let message =
                 serde_json::from_slice::<ErrorBody>(&body).map(|e| e.error).unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
@@ -97,14 +118,17 @@ impl Control {
         serde_json::from_slice(&body).map_err(|e| CtlError::Answer(format!("{e}")))
     }
 
-    /// Sends one request without a body; returns the status and body.
-    pub fn request(&self, method: &str, path: &str) -> Result<(u16, Vec<u8>), CtlError> {
+    /// Sends one request with `body` (JSON, or empty); returns the status
+    /// and body.
+    pub fn request(&self, method: &str, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), CtlError> {
         let io = |source| CtlError::Io { path: self.path.clone(), source };
         let mut s = UnixStream::connect(&self.path).map_err(|source| CtlError::Connect { path: self.path.clone(), source })?;
         s.set_read_timeout(Some(self.timeout)).map_err(io)?;
         s.set_write_timeout(Some(self.timeout)).map_err(io)?;
-        let head = format!("{method} {path} HTTP/1.1\r\nHost: pvgpu\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+        let kind = if body.is_empty() { "" } else { "Content-Type: application/json\r\n" };
+        let head = format!("{method} {path} HTTP/1.1\r\nHost: pvgpu\r\nConnection: close\r\n{kind}Content-Length: {}\r\n\r\n", body.len());
         s.write_all(head.as_bytes()).map_err(io)?;
+        s.write_all(body).map_err(io)?;
         let mut raw = Vec::new();
         s.take(MAX_ANSWER).read_to_end(&mut raw).map_err(io)?;
         parse_answer(&raw)

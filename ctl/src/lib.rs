@@ -17,6 +17,7 @@
 
 pub mod api;
 pub mod client;
+pub mod snapshot;
 
 use std::path::PathBuf;
 

@@ -1,13 +1,15 @@
 //! `pvgpu-ctl`: talks to a running `pvgpu-backend` over its control socket.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use pvgpu_ctl::api::Session;
+use pvgpu_ctl::api::{CheckpointRequest, RestoreRequest, Session};
+use pvgpu_ctl::snapshot;
+use std::io::Seek;
 use pvgpu_ctl::client::Control;
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(name = "pvgpu-ctl", version, about = "Controls a running pvgpu backend: lists and ends its sessions")]
+#[command(name = "pvgpu-ctl", version, about = "Controls a running pvgpu backend: lists, ends, checkpoints and restores its sessions")]
 struct Cli {
     /// The backend's control socket, unix:PATH (default: the backend's default, see docs/operations.md).
     #[arg(long, value_name = "unix:PATH", value_parser = pvgpu_ctl::parse_address, global = true)]
@@ -36,6 +38,40 @@ enum Cmd {
     End {
         /// The session's number.
         session: u64,
+    },
+    /// Writes a session's state to FILE at its next call that waits, then
+    /// detaches it from this backend (its program waits for a restore)
+    /// unless --leave-running.
+    Checkpoint {
+        /// The session's number.
+        session: u64,
+        /// The snapshot to write (a new file, owner-only).
+        file: PathBuf,
+        /// Keep the session running here too.
+        #[arg(long)]
+        leave_running: bool,
+        /// Seconds to wait for the session's next call that waits.
+        #[arg(long, default_value = "60")]
+        timeout: u64,
+        /// Prints the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Hands a snapshot to this backend: its program's next connection takes the session back.
+    Restore {
+        /// The snapshot file.
+        file: PathBuf,
+        /// Prints the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Checks a snapshot file and describes it (no backend needed).
+    Inspect {
+        /// The snapshot file.
+        file: PathBuf,
+        /// Prints its whole description as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -70,7 +106,69 @@ fn run(cli: Cli) -> Result<()> {
             let s = control.end(session)?;
             println!("session {} ({}, {}) is ending", s.id, s.peer, s.transport);
         }
+        Cmd::Checkpoint { session, file, leave_running, timeout, json } => {
+            let req = CheckpointRequest { file: absolute(&file)?, leave_running, timeout_seconds: Some(timeout) };
+            let r = control.checkpoint(session, &req)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                let how = if r.left_running { "still runs here" } else { "left this backend; its program waits for `pvgpu-ctl restore`" };
+                println!(
+                    "session {} checkpointed to {}: {} of device state, {} file, {:.3} s; it {how}",
+                    r.session,
+                    r.file,
+                    bytes(r.state_bytes),
+                    bytes(r.file_bytes),
+                    r.seconds
+                );
+            }
+        }
+        Cmd::Restore { file, json } => {
+            let r = control.restore(&RestoreRequest { file: absolute(&file)? })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "session {} of {} ({} of device state on {}) is ready; its program takes it back at its next call",
+                    r.session,
+                    r.peer,
+                    bytes(r.state_bytes),
+                    r.devices.join(", ")
+                );
+            }
+        }
+        Cmd::Inspect { file, json } => inspect(&file, json)?,
     }
+    Ok(())
+}
+
+fn absolute(p: &std::path::Path) -> Result<String> {
+    Ok(std::path::absolute(p).with_context(|| format!("cannot make {} absolute", p.display()))?.display().to_string())
+}
+
+fn inspect(path: &std::path::Path, json: bool) -> Result<()> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let len = f.metadata()?.len();
+    snapshot::verify(std::io::BufReader::new(&mut f), len)?;
+    f.seek(std::io::SeekFrom::Start(0))?;
+    let (_, mut meta) = snapshot::Reader::open(std::io::BufReader::new(&mut f), len)?;
+    meta.token = "(hidden)".into();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&meta)?);
+        return Ok(());
+    }
+    let s = &meta.state;
+    println!("snapshot of session {} of {}, format {}, checksum good", meta.session, meta.peer, snapshot::VERSION);
+    println!("  executor {}, devices: {}", meta.executor, meta.devices.iter().map(|d| format!("{} {}", d.ordinal, d.name)).collect::<Vec<_>>().join(", "));
+    println!("  {} of device state in a {} file", bytes(meta.state_bytes), bytes(len));
+    println!(
+        "  {} contexts, {} allocations, {} modules, {} streams, {} events",
+        s.contexts.len(),
+        s.allocations.len(),
+        s.modules.len(),
+        s.streams.len(),
+        s.events.len()
+    );
     Ok(())
 }
 

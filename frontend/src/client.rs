@@ -54,17 +54,9 @@ impl Client {
 
     /// Connects to `addr`.
     pub fn connect(addr: &BackendAddr, opts: &Options) -> Result<Client> {
-        let t: Box<dyn Transport> = match addr {
-            BackendAddr::Tcp(a) => Box::new(transport::tcp::TcpTransport::connect(a, None, opts.tcp_key.as_deref(), opts.timeout)?),
-            BackendAddr::Tls(a) => {
-                let ca = opts.tls_ca.as_deref().ok_or(TransportError::Tls { why: "no CA: set PVGPU_TLS_CA".into() })?;
-                let tls = transport::tcp::TlsClient::from_ca_file(ca)?;
-                Box::new(transport::tcp::TcpTransport::connect(a, Some(&tls), opts.tcp_key.as_deref(), opts.timeout)?)
-            }
-            BackendAddr::Local(p) => Box::new(transport::local::connect(p, opts)?),
-            BackendAddr::Xen(d) => Box::new(transport::xen::connect(*d, opts)?),
-        };
-        Client::over(t, opts)
+        let c = Client::over(open_transport(addr, opts)?, opts)?;
+        c.conn().reattach = Some(crate::reattach::Reattach { addr: addr.clone(), opts: opts.clone() });
+        Ok(c)
     }
 
     /// Whether calls that may synchronise with the device block soon
@@ -84,6 +76,7 @@ impl Client {
         conn.sync_spin = Some(opts.sync_spin);
         let hello = Hello { min_version: PROTOCOL_VERSION.into(), max_version: PROTOCOL_VERSION.into(), reserved: 0.into() };
         let rep = conn.call(&hello)?;
+        conn.token = rep.resume_token;
         let info = BackendInfo {
             session_id: rep.session_id.get(),
             executor: proto::str_from_fixed(&rep.executor),
@@ -102,6 +95,13 @@ impl Client {
             captures: AtomicU32::new(0),
             interprocess: Mutex::default(),
         })
+    }
+
+    /// Whether the backend checkpointed this session and it left the
+    /// connection: the next call first waits for it to come back (a
+    /// restore, [`Options::resume_timeout`]).
+    pub fn detached(&self) -> bool {
+        self.conn().detached
     }
 
     /// What the backend said about itself.
@@ -407,4 +407,18 @@ impl Drop for Client {
             let _ = c.send(&Goodbye {}, 0);
         }
     }
+}
+
+/// A new connection to `addr`.
+pub(crate) fn open_transport(addr: &BackendAddr, opts: &Options) -> Result<Box<dyn Transport>> {
+    Ok(match addr {
+        BackendAddr::Tcp(a) => Box::new(transport::tcp::TcpTransport::connect(a, None, opts.tcp_key.as_deref(), opts.timeout)?),
+        BackendAddr::Tls(a) => {
+            let ca = opts.tls_ca.as_deref().ok_or(TransportError::Tls { why: "no CA: set PVGPU_TLS_CA".into() })?;
+            let tls = transport::tcp::TlsClient::from_ca_file(ca)?;
+            Box::new(transport::tcp::TcpTransport::connect(a, Some(&tls), opts.tcp_key.as_deref(), opts.timeout)?)
+        }
+        BackendAddr::Local(p) => Box::new(transport::local::connect(p, opts)?),
+        BackendAddr::Xen(d) => Box::new(transport::xen::connect(*d, opts)?),
+    })
 }

@@ -157,7 +157,8 @@ impl Client {
 
     /// Frees memory from [`Client::host_alloc`]; false if `ptr` is not one.
     pub fn host_free(&self, ptr: *mut u8) -> bool {
-        self.conn().t.host_free(ptr)
+        let mut c = self.conn();
+        c.t.host_free(ptr) || c.retired.iter_mut().any(|t| t.host_free(ptr))
     }
 
     /// Whether `[ptr, ptr+len)` lies inside one [`Client::host_alloc`]

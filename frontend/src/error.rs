@@ -20,6 +20,14 @@ pub enum TransportError {
     /// The backend closed the connection or died.
     #[error("The pvgpu backend went away; restart the program once the backend is back")]
     BackendGone,
+    /// The backend checkpointed the session and it did not come back.
+    #[error(
+        "The pvgpu backend checkpointed this session and it was not restored within {secs} s (pvgpu-ctl restore FILE; PVGPU_RESUME_TIMEOUT_S sets the wait)"
+    )]
+    NotResumed {
+        /// How long the frontend waited.
+        secs: u64,
+    },
     /// The backend's address cannot be reached.
     #[error("Cannot connect to the pvgpu backend at {addr}")]
     Connect {

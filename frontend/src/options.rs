@@ -58,6 +58,10 @@ pub struct Options {
     /// PEM file of the certificate (or its authority) a `tls:` backend
     /// must present (`PVGPU_TLS_CA`).
     pub tls_ca: Option<PathBuf>,
+    /// How long a session the backend checkpointed and detached may take
+    /// to come back (a restore) before its next call fails
+    /// (`PVGPU_RESUME_TIMEOUT_S`, default 300 s).
+    pub resume_timeout: Duration,
 }
 
 impl Default for Options {
@@ -74,6 +78,7 @@ impl Default for Options {
             stats: false,
             tcp_key: None,
             tls_ca: None,
+            resume_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -85,7 +90,8 @@ fn env_u64(name: &str) -> Option<u64> {
 impl Options {
     /// Defaults, overridden by `PVGPU_DATA_AREA_MB`, `PVGPU_PINNED_MB`,
     /// `PVGPU_XEN_DATA_AREA_KB`, `PVGPU_XEN_PINNED_KB`, `PVGPU_SPIN_US`,
-    /// `PVGPU_SYNC_SPIN_US`, `PVGPU_TIMEOUT_MS`, `PVGPU_SYNC`, `PVGPU_STATS`, `PVGPU_TCP_KEY` and `PVGPU_TLS_CA`.
+    /// `PVGPU_SYNC_SPIN_US`, `PVGPU_TIMEOUT_MS`, `PVGPU_SYNC`, `PVGPU_STATS`, `PVGPU_TCP_KEY`, `PVGPU_TLS_CA`
+    /// and `PVGPU_RESUME_TIMEOUT_S`.
     pub fn from_env() -> Self {
         let mut o = Options::default();
         if let Some(mb) = env_u64("PVGPU_DATA_AREA_MB") {
@@ -113,6 +119,9 @@ impl Options {
         o.stats = std::env::var("PVGPU_STATS").is_ok_and(|v| v == "1");
         o.tcp_key = std::env::var_os("PVGPU_TCP_KEY").filter(|v| !v.is_empty()).map(PathBuf::from);
         o.tls_ca = std::env::var_os("PVGPU_TLS_CA").filter(|v| !v.is_empty()).map(PathBuf::from);
+        if let Some(s) = env_u64("PVGPU_RESUME_TIMEOUT_S") {
+            o.resume_timeout = Duration::from_secs(s);
+        }
         o
     }
 }

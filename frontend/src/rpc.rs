@@ -13,7 +13,18 @@ use pvgpu_ring::proto::{Command, FLAG_REPLY, Header, HostMirrorPull, MirrorPullR
 pub(crate) struct Conn {
     pub(crate) t: Box<dyn Transport>,
     next_id: u64,
-    dead: bool,
+    pub(crate) dead: bool,
+    /// The backend checkpointed the session and it left this connection:
+    /// the next request goes on a new one ([`crate::reattach`]).
+    pub(crate) detached: bool,
+    /// How to open that new connection (clients made by
+    /// [`crate::Client::connect`]).
+    pub(crate) reattach: Option<crate::reattach::Reattach>,
+    /// Connections left behind, kept for the page-locked memory the
+    /// program holds in them.
+    pub(crate) retired: Vec<Box<dyn Transport>>,
+    /// The session's token, from its hello.
+    pub(crate) token: [u8; 16],
     /// Payload of the last reply.
     pub(crate) buf: Vec<u8>,
     /// Counts by command, when asked for ([`crate::Options::stats`]).
@@ -50,7 +61,7 @@ fn mirror_op(op: u16) -> bool {
 /// [`crate::capture_mode`]).
 fn mode_free(op: u16) -> bool {
     mirror_op(op)
-        || [Opcode::Hello, Opcode::Nop, Opcode::CaptureModeExchange, Opcode::HostFnEvent, Opcode::HostCallWait, Opcode::HostCallDone]
+        || [Opcode::Hello, Opcode::Resume, Opcode::Nop, Opcode::CaptureModeExchange, Opcode::HostFnEvent, Opcode::HostCallWait, Opcode::HostCallDone]
             .iter()
             .any(|o| *o as u16 == op)
 }
@@ -73,6 +84,10 @@ impl Conn {
             t,
             next_id: 0,
             dead: false,
+            detached: false,
+            reattach: None,
+            retired: Vec::new(),
+            token: [0; 16],
             buf: Vec::new(),
             stats: None,
             mirrors: Mirrors::default(),
@@ -101,6 +116,9 @@ impl Conn {
 
     /// Sends a request made of `parts` under `opcode`; returns its id.
     pub(crate) fn send_raw(&mut self, opcode: u16, flags: u32, parts: &[&[u8]]) -> Result<u64> {
+        if self.detached {
+            self.reattach()?;
+        }
         self.check()?;
         if self.host.pending && !crate::host_call::passes_pending(opcode) && !mirror_op(opcode) {
             self.wait_host_calls()?;
@@ -219,6 +237,9 @@ impl Conn {
             return self.fail(TransportError::Protocol(e));
         }
         self.awaiting = self.awaiting.saturating_sub(1);
+        if h.is_detached() {
+            self.detached = true;
+        }
         if opcode == Opcode::CtxSynchronize as u16 && h.status.get() == 0 {
             self.in_flight = false;
         }

@@ -159,7 +159,17 @@ pub struct Harness {
     pub tcp_key: PathBuf,
     /// The certificate authority TLS clients trust (`PVGPU_TLS_CA`).
     pub tls_ca: PathBuf,
+    /// How the backend is started (none: an external backend).
+    launch: Option<Launch>,
     _dir: TempDir,
+}
+
+/// How a harness starts its backend, again after a restart.
+struct Launch {
+    process: bool,
+    mem_quota: Option<u64>,
+    tls_cert: PathBuf,
+    tls_key: PathBuf,
 }
 
 /// PEM files of a TLS set-up made for the tests in `dir`: an authority
@@ -267,6 +277,7 @@ impl Harness {
             tls: String::new(),
             tcp_key,
             tls_ca: dir.0.join("none"),
+            launch: None,
             _dir: dir,
         }
     }
@@ -279,25 +290,45 @@ impl Harness {
         let tcp_key = dir.0.join("tcp.key");
         write_key_file(&tcp_key);
         let (tls_ca, tls_cert, tls_key) = write_tls_files(&dir.0);
-        let use_process = opts.process || process_isolation();
-        if use_process {
-            let bin = backend_bin();
-            let port = free_tcp_port();
-            let tcp = format!("127.0.0.1:{port}");
-            let tls = format!("127.0.0.1:{}", free_tcp_port());
-            let mut cmd = Command::new(bin);
-            cmd.arg("--listen").arg(format!("local:{}", socket.display())).arg("--listen").arg(format!("tcp:{tcp}"));
-            cmd.arg("--listen").arg(format!("tls:{tls}")).arg("--tls-cert").arg(&tls_cert).arg("--tls-key").arg(&tls_key);
-            cmd.arg("--executor").arg(if exec == ExecKind::Cuda { "cuda" } else { "host" }).arg("--spin-us").arg("20");
+        let tcp = format!("127.0.0.1:{}", free_tcp_port());
+        let tls = format!("127.0.0.1:{}", free_tcp_port());
+        let launch = Launch { process: opts.process || process_isolation(), mem_quota: opts.mem_quota, tls_cert, tls_key };
+        let mut h = Harness { running: Running::External, exec, socket, tcp, tls, tcp_key, tls_ca, launch: Some(launch), _dir: dir };
+        h.running = h.launch();
+        if h.is_process() {
+            h.wait_ready();
+        }
+        h
+    }
+
+    /// Stops the backend (as [`Harness::stop`]) and starts a new one at the
+    /// same addresses, with the same keys, control socket and image cache.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.running = self.launch();
+        if self.is_process() {
+            self.wait_ready();
+        }
+    }
+
+    /// Starts the backend this harness describes.
+    fn launch(&self) -> Running {
+        let l = self.launch.as_ref().expect("an external backend is not started here");
+        let dir = &self._dir.0;
+        if l.process {
+            let mut cmd = Command::new(backend_bin());
+            cmd.arg("--listen").arg(format!("local:{}", self.socket.display())).arg("--listen").arg(format!("tcp:{}", self.tcp));
+            cmd.arg("--listen").arg(format!("tls:{}", self.tls)).arg("--tls-cert").arg(&l.tls_cert).arg("--tls-key").arg(&l.tls_key);
+            cmd.arg("--executor").arg(if self.exec == ExecKind::Cuda { "cuda" } else { "host" }).arg("--spin-us").arg("20");
             if std::env::var_os("RUST_LOG").is_none() {
                 cmd.env("RUST_LOG", "warn");
             }
-            if let Some(q) = opts.mem_quota {
+            if let Some(q) = l.mem_quota {
                 cmd.arg("--mem-quota").arg(q.to_string());
             }
-            cmd.arg("--image-cache").arg(dir.0.join("images"));
-            cmd.arg("--control").arg(format!("unix:{}", dir.0.join("control.sock").display()));
-            cmd.arg("--tcp-key").arg(&tcp_key);
+            cmd.arg("--image-cache").arg(dir.join("images"));
+            cmd.arg("--control").arg(format!("unix:{}", dir.join("control.sock").display()));
+            cmd.arg("--tcp-key").arg(&self.tcp_key);
             // Every test of the suite is the same local user and TCP peer.
             for limit in
                 ["--max-sessions", "--max-local-sessions", "--max-tcp-sessions", "--max-sessions-per-peer", "--max-pending-per-peer"]
@@ -305,39 +336,26 @@ impl Harness {
                 cmd.arg(limit).arg("256");
             }
             let (child, keeper) = spawn_kept(cmd);
-            let h = Harness { running: Running::Process { child, _keeper: keeper }, exec, socket, tcp, tls, tcp_key, tls_ca, _dir: dir };
-            h.wait_ready();
-            h
+            Running::Process { child, _keeper: keeper }
         } else {
             let host = Arc::new(HostExecutor::new(8 << 30));
             let mut session =
-                SessionConfig { spin: Duration::from_micros(20), image_cache: Some(dir.0.join("images")), ..SessionConfig::default() };
-            session.limits.mem_quota = opts.mem_quota;
+                SessionConfig { spin: Duration::from_micros(20), image_cache: Some(dir.join("images")), ..SessionConfig::default() };
+            session.limits.mem_quota = l.mem_quota;
             let admission = AdmissionConfig {
                 max_sessions: 256,
                 max_local: 256,
                 max_tcp: 256,
                 max_per_peer: Some(256),
                 max_pending_per_peer: Some(64),
-                tcp_key: Some(TcpKey::from_file(&tcp_key).expect("cannot read the key file")),
-                tls: Some(pvgpu_backend::tls::server_config(&tls_cert, &tls_key).expect("cannot load the TLS files")),
+                tcp_key: Some(TcpKey::from_file(&self.tcp_key).expect("cannot read the key file")),
+                tls: Some(pvgpu_backend::tls::server_config(&l.tls_cert, &l.tls_key).expect("cannot load the TLS files")),
                 ..AdmissionConfig::default()
             };
-            let listen = vec![Listen::Local(socket.clone()), Listen::Tcp("127.0.0.1:0".into()), Listen::Tls("127.0.0.1:0".into())];
-            let cfg = Config { listen, session, admission, control: ControlSocket::At(dir.0.join("control.sock")) };
+            let listen = vec![Listen::Local(self.socket.clone()), Listen::Tcp(self.tcp.clone()), Listen::Tls(self.tls.clone())];
+            let cfg = Config { listen, session, admission, control: ControlSocket::At(dir.join("control.sock")) };
             let backend = Backend::start_threads(host.clone(), cfg).expect("cannot start the embedded backend");
-            let tcp = backend.tcp_addrs()[0].to_string();
-            let tls = backend.tcp_addrs()[1].to_string();
-            Harness {
-                running: Running::Embedded { backend: Some(backend), exec: host },
-                exec,
-                socket,
-                tcp,
-                tls,
-                tcp_key,
-                tls_ca,
-                _dir: dir,
-            }
+            Running::Embedded { backend: Some(backend), exec: host }
         }
     }
 

@@ -8,8 +8,9 @@
 
 mod routes;
 mod socket;
+mod supervised;
 
-use pvgpu_ctl::api::Session;
+use pvgpu_ctl::api::{CheckpointReport, CheckpointRequest, RestoreReport, RestoreRequest, Session};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +18,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use socket::SocketError;
+pub use supervised::Supervised;
 
 /// What the control API may ask of the supervisor.
 pub trait Sessions: Send + Sync {
@@ -26,6 +28,27 @@ pub trait Sessions: Send + Sync {
     fn get(&self, id: u64) -> Option<Session>;
     /// Ends session `id`; returns it as it was, or `None` if not live.
     fn end(&self, id: u64) -> Option<Session>;
+    /// Checkpoints session `id`; waits for it.
+    fn checkpoint(&self, id: u64, req: CheckpointRequest) -> Result<CheckpointReport, Refusal>;
+    /// Parks a snapshot for its guest to take back.
+    fn restore(&self, req: RestoreRequest) -> Result<RestoreReport, Refusal>;
+}
+
+/// A request the supervisor would not or could not carry out: the HTTP
+/// status and what to tell the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The HTTP status.
+    pub status: u16,
+    /// What happened and what to do.
+    pub message: String,
+}
+
+impl Refusal {
+    /// A refusal with `status`.
+    pub fn new(status: u16, message: String) -> Refusal {
+        Refusal { status, message }
+    }
 }
 
 /// How often the control thread looks at the backend's stop flag.
@@ -48,7 +71,7 @@ impl ControlServer {
         let mine = stop.clone();
         let thread = std::thread::Builder::new()
             .name("pvgpu-control".into())
-            .spawn(move || serve(&server, sessions.as_ref(), &mine))
+            .spawn(move || serve(&server, sessions, &mine))
             .map_err(|e| SocketError::Io { path: path.to_path_buf(), source: e })?;
         tracing::info!(path = %path.display(), "control socket (pvgpu-ctl --control unix:PATH)");
         Ok(ControlServer { path: path.to_path_buf(), stop, thread: Some(thread) })
@@ -70,10 +93,18 @@ impl Drop for ControlServer {
     }
 }
 
-fn serve(server: &tiny_http::Server, sessions: &dyn Sessions, stop: &AtomicBool) {
+fn serve(server: &tiny_http::Server, sessions: Arc<dyn Sessions>, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
         match server.recv_timeout(TICK) {
-            Ok(Some(request)) => routes::answer(request, sessions),
+            Ok(Some(request)) => {
+                // A checkpoint waits for its session: each request has a
+                // thread of its own (only the operator can connect).
+                let sessions = sessions.clone();
+                let r = std::thread::Builder::new().name("pvgpu-control-req".into()).spawn(move || routes::answer(request, sessions.as_ref()));
+                if let Err(e) = r {
+                    tracing::warn!(error = %e, "control socket: cannot start a thread for a request");
+                }
+            }
             Ok(None) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "control socket: receiving a request failed");

@@ -2,16 +2,26 @@
 //! JSON.
 
 use super::Sessions;
-use pvgpu_ctl::api::ErrorBody;
+use pvgpu_ctl::api::{CheckpointRequest, ErrorBody, RestoreRequest};
+use std::io::Read;
 use serde::Serialize;
 use tiny_http::{Header, Method, Request, Response};
 
 /// An answer: status and JSON body.
 type Answer = (u16, Vec<u8>);
 
+/// The largest request body read.
+const MAX_BODY: u64 = 64 << 10;
+
 /// Answers one request.
-pub(super) fn answer(request: Request, sessions: &dyn Sessions) {
-    let (status, body) = route(request.method(), request.url(), sessions);
+pub(super) fn answer(mut request: Request, sessions: &dyn Sessions) {
+    let mut body = Vec::new();
+    let read = request.as_reader().take(MAX_BODY + 1).read_to_end(&mut body);
+    let (status, body) = if read.is_err() || body.len() as u64 > MAX_BODY {
+        error(413, format!("A request body must be at most {MAX_BODY} bytes of JSON"))
+    } else {
+        route(request.method(), request.url(), &body, sessions)
+    };
     let mut response = Response::from_data(body).with_status_code(status);
     if let Ok(json) = Header::from_bytes("Content-Type", "application/json") {
         response.add_header(json);
@@ -21,13 +31,22 @@ pub(super) fn answer(request: Request, sessions: &dyn Sessions) {
     }
 }
 
-fn route(method: &Method, url: &str, sessions: &dyn Sessions) -> Answer {
+fn route(method: &Method, url: &str, body: &[u8], sessions: &dyn Sessions) -> Answer {
     let path = url.split('?').next().unwrap_or("");
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method, parts.as_slice()) {
         (Method::Get, ["v1", "sessions"]) => ok(&sessions.list()),
         (Method::Get, ["v1", "sessions", id]) => with_session(id, |id| sessions.get(id)),
         (Method::Delete, ["v1", "sessions", id]) => with_session(id, |id| sessions.end(id)),
+        (Method::Post, ["v1", "sessions", id, "checkpoint"]) => match (id.parse::<u64>(), parse::<CheckpointRequest>(body)) {
+            (Err(_), _) => error(400, format!("{id:?} is not a session number")),
+            (_, Err(e)) => e,
+            (Ok(n), Ok(req)) => done(sessions.checkpoint(n, req)),
+        },
+        (Method::Post, ["v1", "restore"]) => match parse::<RestoreRequest>(body) {
+            Ok(req) => done(sessions.restore(req)),
+            Err(e) => e,
+        },
         (_, ["v1", "sessions"] | ["v1", "sessions", _]) => error(405, format!("{method} is not allowed on {path}")),
         _ => error(404, format!("No such resource: {path} (see `pvgpu-ctl --help`)")),
     }
@@ -40,6 +59,17 @@ fn with_session(id: &str, f: impl FnOnce(u64) -> Option<pvgpu_ctl::api::Session>
     match f(n) {
         Some(s) => ok(&s),
         None => error(404, format!("No live session {n} (`pvgpu-ctl sessions` lists them)")),
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Answer> {
+    serde_json::from_slice(body).map_err(|e| error(400, format!("The request body is not the JSON expected: {e}")))
+}
+
+fn done<T: Serialize>(r: Result<T, super::Refusal>) -> Answer {
+    match r {
+        Ok(v) => ok(&v),
+        Err(r) => error(r.status, r.message),
     }
 }
 
@@ -79,15 +109,21 @@ mod tests {
         fn end(&self, id: u64) -> Option<Session> {
             self.get(id)
         }
+        fn checkpoint(&self, id: u64, _: CheckpointRequest) -> Result<pvgpu_ctl::api::CheckpointReport, super::super::Refusal> {
+            Err(super::super::Refusal::new(409, format!("no checkpoint of {id} here")))
+        }
+        fn restore(&self, _: RestoreRequest) -> Result<pvgpu_ctl::api::RestoreReport, super::super::Refusal> {
+            Err(super::super::Refusal::new(422, "no".into()))
+        }
     }
 
     fn status(method: Method, url: &str) -> u16 {
-        route(&method, url, &One).0
+        route(&method, url, b"", &One).0
     }
 
     #[test]
     fn routes_answer_by_method_and_path() {
-        let (s, body) = route(&Method::Get, "/v1/sessions", &One);
+        let (s, body) = route(&Method::Get, "/v1/sessions", b"", &One);
         assert_eq!(s, 200);
         let list: Vec<Session> = serde_json::from_slice(&body).unwrap();
         assert_eq!(list.len(), 1);
@@ -98,8 +134,12 @@ mod tests {
         assert_eq!(status(Method::Delete, "/v1/sessions/x"), 400);
         assert_eq!(status(Method::Post, "/v1/sessions"), 405);
         assert_eq!(status(Method::Get, "/v2"), 404);
-        let (_, body) = route(&Method::Get, "/nothing", &One);
+        let (_, body) = route(&Method::Get, "/nothing", b"", &One);
         let e: ErrorBody = serde_json::from_slice(&body).unwrap();
         assert!(e.error.contains("/nothing"));
+        let req = br#"{"file": "/tmp/x"}"#;
+        assert_eq!(route(&Method::Post, "/v1/sessions/7/checkpoint", req, &One).0, 409, "the supervisor's refusal");
+        assert_eq!(route(&Method::Post, "/v1/sessions/7/checkpoint", b"{", &One).0, 400);
+        assert_eq!(route(&Method::Post, "/v1/restore", req, &One).0, 422);
     }
 }

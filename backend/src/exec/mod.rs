@@ -298,6 +298,19 @@ pub trait ExecContext: Send + 'static {
     fn dtod(&mut self, dst: u64, src: u64, len: u64, stream: Option<Self::Stream>, is_async: bool) -> CuRes<()>;
     /// Loads a module from PTX, cubin or fatbin bytes.
     fn module_load(&mut self, image: &[u8]) -> CuRes<Self::Module>;
+    /// Loads a module being restored, with its globals placed at the
+    /// addresses `globals` names where the executor places them itself
+    /// (the host double); a driver places them as it does for any load,
+    /// and the caller checks where they landed.
+    fn module_load_placed(&mut self, image: &[u8], globals: &[(String, u64)]) -> CuRes<Self::Module> {
+        let _ = globals;
+        self.module_load(image)
+    }
+    /// Device memory at the addresses of a checkpoint: `ranges` are the
+    /// (address, length) of allocations of this context, each freed later
+    /// with `mem_free(address)` as if `mem_alloc` had returned it. All or
+    /// nothing; `CUDA_ERROR_ALREADY_MAPPED` when an address is taken.
+    fn restore_memory(&mut self, ranges: &[(u64, u64)]) -> CuRes<()>;
     /// Links `spec`'s inputs into one image (`cuLinkCreate` ..
     /// `cuLinkComplete`). The caller checked the options (plain values
     /// only), the input types (PTX, cubin, fatbin), NUL-terminated every

@@ -9,6 +9,7 @@
 //! session's exports when the worker's end closes.
 
 use super::registry::{Registry, Token};
+use crate::checkpoints::Desk;
 use super::{IpcError, IpcObject};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use std::io::{IoSlice, IoSliceMut};
@@ -20,6 +21,14 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 const OP_EXPORT: u32 = 1;
 const OP_IMPORT: u32 = 2;
 const OP_REVOKE: u32 = 3;
+/// The worker's checkpoint order ([`crate::checkpoints`]): the file, and
+/// in `kind` whether the session stays.
+const OP_ORDER: u32 = 4;
+/// The worker's checkpoint report: `kind` 0 and the bytes in `size`, or
+/// `kind` 1 (the reason is in the file).
+const OP_REPORT: u32 = 5;
+/// A parked snapshot for the token in `token`.
+const OP_CLAIM: u32 = 6;
 
 const OK: u32 = 0;
 const UNKNOWN: u32 = 1;
@@ -56,6 +65,8 @@ pub enum Broker {
         scope: Arc<str>,
         /// The session's number.
         session: u64,
+        /// Checkpoint orders and parked snapshots.
+        desk: Arc<Desk>,
     },
     /// The supervisor, over this worker's end of a socket pair.
     Remote(Mutex<OwnedFd>),
@@ -75,7 +86,7 @@ impl Broker {
     /// Exports `object`, `size` bytes of `kind`: its token.
     pub fn export(&self, kind: u32, size: u64, object: IpcObject) -> Result<Token, IpcError> {
         match self {
-            Broker::Direct { registry, scope, session } => registry.export(scope, *session, kind, size, object),
+            Broker::Direct { registry, scope, session, .. } => registry.export(scope, *session, kind, size, object),
             Broker::Remote(sock) => {
                 let m = Msg { op: OP_EXPORT.into(), kind: kind.into(), size: size.into(), bytes: object.bytes, ..Default::default() };
                 let (r, _) = call(sock, &m, object.fd.as_deref())?;
@@ -88,11 +99,56 @@ impl Broker {
     /// this one's scope, and its size.
     pub fn import(&self, kind: u32, token: &Token) -> Result<(u64, IpcObject), IpcError> {
         match self {
-            Broker::Direct { registry, scope, session } => registry.import(scope, *session, kind, token),
+            Broker::Direct { registry, scope, session, .. } => registry.import(scope, *session, kind, token),
             Broker::Remote(sock) => {
                 let m = Msg { op: OP_IMPORT.into(), kind: kind.into(), token: *token, ..Default::default() };
                 let (r, fd) = call(sock, &m, None)?;
                 Ok((r.size.get(), IpcObject { bytes: r.bytes, fd: fd.map(Arc::new) }))
+            }
+        }
+    }
+
+    /// The checkpoint ordered for this session, if any: the file to write,
+    /// and whether the session stays.
+    pub fn checkpoint_order(&self) -> Option<(std::fs::File, bool)> {
+        match self {
+            Broker::Direct { desk, session, .. } => {
+                let (fd, stay) = desk.take_order(*session)?;
+                Some((std::fs::File::from(fd.try_clone().ok()?), stay))
+            }
+            Broker::Remote(sock) => {
+                let m = Msg { op: OP_ORDER.into(), ..Default::default() };
+                let (r, fd) = call(sock, &m, None).ok()?;
+                Some((std::fs::File::from(fd?), r.kind.get() != 0))
+            }
+        }
+    }
+
+    /// Reports the checkpoint: the bytes of device state written, or a
+    /// failure whose reason the session wrote into the file.
+    pub fn checkpoint_report(&self, written: Option<u64>) {
+        match self {
+            Broker::Direct { desk, session, .. } => desk.report(*session, written.ok_or_else(String::new)),
+            Broker::Remote(sock) => {
+                let m = Msg { op: OP_REPORT.into(), kind: u32::from(written.is_none()).into(), size: written.unwrap_or(0).into(), ..Default::default() };
+                if let Err(e) = call(sock, &m, None) {
+                    tracing::warn!(error = %e, "reporting a checkpoint failed");
+                }
+            }
+        }
+    }
+
+    /// The snapshot parked under `token` for this session's peer.
+    pub fn claim(&self, token: &Token) -> Result<std::fs::File, IpcError> {
+        match self {
+            Broker::Direct { desk, scope, .. } => {
+                let fd = desk.claim(scope, token)?;
+                fd.try_clone().map(std::fs::File::from).map_err(|_| IpcError::Unreachable)
+            }
+            Broker::Remote(sock) => {
+                let m = Msg { op: OP_CLAIM.into(), token: *token, ..Default::default() };
+                let (_, fd) = call(sock, &m, None)?;
+                fd.map(std::fs::File::from).ok_or(IpcError::Unreachable)
             }
         }
     }
@@ -173,7 +229,7 @@ fn recv(sock: &OwnedFd) -> nix::Result<Option<(Msg, Option<OwnedFd>)>> {
 /// socket pair until the worker closes it, then forgets the session's
 /// exports. A message that makes no sense ends the service (the worker's
 /// later calls fail; its session goes on).
-pub fn serve_worker(registry: &Registry, scope: &Arc<str>, session: u64, sock: &OwnedFd) {
+pub fn serve_worker(registry: &Registry, desk: &Desk, scope: &Arc<str>, session: u64, sock: &OwnedFd) {
     loop {
         let (m, fd) = match recv(sock) {
             Ok(Some(x)) => x,
@@ -199,6 +255,15 @@ pub fn serve_worker(registry: &Registry, scope: &Arc<str>, session: u64, sock: &
                 registry.revoke(session, &m.token);
                 Ok(())
             }
+            OP_ORDER => desk.take_order(session).ok_or(IpcError::Unknown).map(|(fd, stay)| {
+                reply.kind = u32::from(stay).into();
+                out_fd = Some(fd);
+            }),
+            OP_REPORT => {
+                desk.report(session, if m.kind.get() == 0 { Ok(m.size.get()) } else { Err(String::new()) });
+                Ok(())
+            }
+            OP_CLAIM => desk.claim(scope, &m.token).map(|fd| out_fd = Some(fd)),
             _ => Err(IpcError::Unreachable),
         };
         reply.op = match status {
@@ -233,9 +298,9 @@ mod tests {
         let (w1, s1) = pair();
         let (w2, s2) = pair();
         let (r1, sc1) = (reg.clone(), scope.clone());
-        let t1 = std::thread::spawn(move || serve_worker(&r1, &sc1, 1, &s1));
+        let t1 = std::thread::spawn(move || serve_worker(&r1, &Desk::default(), &sc1, 1, &s1));
         let (r2, sc2) = (reg.clone(), scope.clone());
-        let t2 = std::thread::spawn(move || serve_worker(&r2, &sc2, 2, &s2));
+        let t2 = std::thread::spawn(move || serve_worker(&r2, &Desk::default(), &sc2, 2, &s2));
         let a = Broker::Remote(Mutex::new(w1));
         let b = Broker::Remote(Mutex::new(w2));
 

@@ -22,6 +22,7 @@ mod broker;
 mod registry;
 
 pub use broker::{Broker, serve_worker};
+pub(crate) use registry::random_token;
 pub use registry::{Registry, Token};
 
 use std::os::fd::OwnedFd;

@@ -32,7 +32,8 @@ impl std::fmt::Debug for Registry {
     }
 }
 
-fn random_token() -> Result<Token, IpcError> {
+/// 128 random bits from the kernel.
+pub(crate) fn random_token() -> Result<Token, IpcError> {
     let mut t = [0u8; 16];
     let mut got = 0;
     while got < t.len() {

@@ -36,6 +36,13 @@ pub(super) struct Arrays {
     objects: HashMap<(u64, u64), bool>,
 }
 
+impl Arrays {
+    /// Whether it holds nothing (a checkpoint covers only such sessions).
+    pub(super) fn is_empty(&self) -> bool {
+        self.table.len() == 0 && self.objects.is_empty()
+    }
+}
+
 enum Kind {
     Plain,
     /// Levels looked up so far, by level.

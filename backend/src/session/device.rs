@@ -26,13 +26,28 @@ pub(super) fn hello<E: Executor>(s: &mut Session<E>, r: proto::Hello, _: &mut Io
         return Err(CuError::NOT_SUPPORTED);
     }
     s.hello = true;
-    Ok(HelloRep {
-        version: PROTOCOL_VERSION.into(),
-        reserved: 0.into(),
-        driver_version: s.exec.driver_version().into(),
-        session_id: s.id.into(),
-        executor: proto::fixed_str(s.exec.kind()),
-    })
+    Ok(s.hello_rep())
+}
+
+/// A resume reaches a session only after its first request: the serving
+/// loop takes a connection's opening `Resume` itself
+/// ([`crate::session_loop`]).
+pub(super) fn resume<E: Executor>(_: &mut Session<E>, _: proto::Resume, _: &mut Io<'_>) -> CuRes<HelloRep> {
+    Err(CuError::INVALID_VALUE)
+}
+
+impl<E: Executor> Session<E> {
+    /// What a hello (or a resume) is answered with.
+    pub fn hello_rep(&self) -> HelloRep {
+        HelloRep {
+            version: PROTOCOL_VERSION.into(),
+            reserved: 0.into(),
+            driver_version: self.exec.driver_version().into(),
+            session_id: self.id.into(),
+            executor: proto::fixed_str(self.exec.kind()),
+            resume_token: self.token,
+        }
+    }
 }
 
 pub(super) fn init<E: Executor>(s: &mut Session<E>, _: proto::Init, _: &mut Io<'_>) -> CuRes<()> {
@@ -202,7 +217,7 @@ fn new_context<E: Executor>(s: &mut Session<E>, device: usize, flags: u32, prima
     }
     let mut ctx = s.exec.create_context(device, flags)?;
     ctx.attach_host_calls(s.host_calls.clone());
-    let id = s.ctxs.insert(CtxEntry { primary, device, ctx })?;
+    let id = s.ctxs.insert(CtxEntry { primary, device, flags, ctx })?;
     if let Some(l) = &s.limits.peer_ledger {
         l.note_device(device);
     }
@@ -213,7 +228,15 @@ fn new_context<E: Executor>(s: &mut Session<E>, device: usize, flags: u32, prima
         destroy_context(s, id)?;
         return Err(CuError::OUT_OF_MEMORY);
     }
-    if let (None, Some(area), Some(entry)) = (s.area_pinned_by, io.area, s.ctxs.get_mut(id)) {
+    pin_area(s, id, io.area);
+    super::mirror::register_all(s, id);
+    Ok(id)
+}
+
+/// Page-locks the data area through context `id` if no context of the
+/// session has yet.
+pub(super) fn pin_area<E: Executor>(s: &mut Session<E>, id: u64, area: Option<&pvgpu_ring::region::DataArea>) {
+    if let (None, Some(area), Some(entry)) = (s.area_pinned_by, area, s.ctxs.get_mut(id)) {
         // SAFETY: the connection owns the data area's mapping and outlives
         // the session, so the range stays mapped longer than any context of
         // the session.
@@ -231,8 +254,6 @@ fn new_context<E: Executor>(s: &mut Session<E>, device: usize, flags: u32, prima
             Err(e) => tracing::debug!(session = s.id, error = %e, "data area not page-locked; copies go through the driver's staging"),
         }
     }
-    super::mirror::register_all(s, id);
-    Ok(id)
 }
 
 /// Forgets everything of context `id`, then destroys it (which frees all

@@ -39,6 +39,13 @@ pub(super) struct Ipc {
     opened: HashMap<u64, Opened>,
 }
 
+impl Ipc {
+    /// Whether it holds nothing (a checkpoint covers only such sessions).
+    pub(super) fn is_empty(&self) -> bool {
+        self.exported.is_empty() && self.interprocess.is_empty() && self.opened.is_empty()
+    }
+}
+
 struct Opened {
     ctx: u64,
     token: Token,
@@ -141,7 +148,7 @@ pub(super) fn ipc_open_event_handle<E: Executor>(s: &mut Session<E>, r: proto::I
     let token = r.handle.token(IPC_EVENT).ok_or(CuError::INVALID_VALUE)?;
     let (_, object) = broker.import(IPC_EVENT, &token)?;
     let ev = s.enter(ctx)?.ipc_open_event(&object)?;
-    match s.events.insert(Owned { ctx, value: ev }) {
+    match s.events.insert(Owned { ctx, value: ev, flags: 0, priority: 0 }) {
         Ok(id) => Ok(HandleRep { handle: id.into() }),
         Err(e) => {
             let _ = s.enter(ctx)?.event_destroy(ev);

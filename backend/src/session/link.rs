@@ -48,6 +48,13 @@ pub(super) struct Links {
     next: u64,
 }
 
+impl Links {
+    /// Whether it holds nothing (a checkpoint covers only such sessions).
+    pub(super) fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+}
+
 /// Whether the guest may link inputs of this type: PTX, cubin and fatbin
 /// (checked like module images). Host objects and libraries hold host
 /// code pvgpu cannot check.

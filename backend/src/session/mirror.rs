@@ -60,6 +60,13 @@ pub(super) struct Mirrors {
 }
 
 impl Mirrors {
+    /// Whether it holds nothing (a checkpoint covers only such sessions).
+    pub(super) fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+impl Mirrors {
     /// Whether `[ptr, ptr+len)` lies in a mirror of ordinary memory: copies
     /// name it as host memory (a node of the driver that named it as device
     /// memory would not survive the mirror being mapped again, larger, when

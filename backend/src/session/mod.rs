@@ -26,6 +26,7 @@
 //! protocol's table to one of them.
 
 mod array;
+mod checkpoint;
 mod device;
 mod graph;
 mod handler;
@@ -38,8 +39,12 @@ mod mirror;
 mod module;
 mod pitched;
 mod policy;
+mod restore;
 mod stream;
 mod vmm;
+
+pub use checkpoint::CheckpointError;
+pub use restore::RestoreError;
 
 use crate::config::SessionLimits;
 use crate::exec::graph::ExecGraph;
@@ -88,17 +93,27 @@ struct CtxEntry<C> {
     primary: bool,
     /// The device's ordinal.
     device: usize,
+    /// The flags it was made with.
+    flags: u32,
     ctx: C,
 }
 
 struct Owned<T> {
     ctx: u64,
     value: T,
+    /// Creation flags and priority (priority: streams only), for a
+    /// checkpoint.
+    flags: u32,
+    priority: i32,
 }
 
 struct ModEntry<M> {
     ctx: u64,
     module: Option<M>,
+    /// The image as loaded (NUL-terminated), for a checkpoint.
+    image: Arc<[u8]>,
+    /// Globals the guest looked up: name, address, size.
+    globals: Vec<(String, u64, u64)>,
 }
 
 struct FnEntry<F> {
@@ -195,6 +210,10 @@ pub struct Session<E: Executor> {
     host_calls: Arc<HostCalls>,
     /// Largest reply payload the connection carries.
     max_reply: usize,
+    /// What a new connection presents to take this session back after a
+    /// checkpoint (all zero: the kernel gave no random bytes, and the
+    /// session cannot be checkpointed).
+    token: [u8; 16],
 }
 
 /// Device-side range to check.
@@ -238,6 +257,7 @@ impl<E: Executor> Session<E> {
             param_buf: Vec::new(),
             host_calls: Arc::default(),
             max_reply: pvgpu_ring::proto::MAX_PAYLOAD,
+            token: crate::ipc::random_token().unwrap_or_default(),
         }
     }
 
@@ -269,6 +289,11 @@ impl<E: Executor> Session<E> {
             pending |= self.enter(id).and_then(|c| c.host_work_pending()).unwrap_or(false);
         }
         pending
+    }
+
+    /// Whether the connection opened (hello or resume).
+    pub fn greeted(&self) -> bool {
+        self.hello
     }
 
     /// Session number.

@@ -39,7 +39,7 @@ fn load_image<E: Executor>(s: &mut Session<E>, ctx: u64, image: &[u8]) -> CuRes<
         s.remeasure();
         return Err(CuError::OUT_OF_MEMORY);
     }
-    s.modules.insert(ModEntry { ctx, module: Some(m) })
+    s.modules.insert(ModEntry { ctx, module: Some(m), image: image.into(), globals: Vec::new() })
 }
 
 /// A module from the image cache: only an image this guest sent before,
@@ -135,6 +135,11 @@ pub(super) fn module_get_global<E: Executor>(s: &mut Session<E>, r: proto::Modul
             return Err(CuError::OUT_OF_MEMORY);
         }
         s.allocs.insert(dptr, Alloc { len: size, ctx, kind: AllocKind::Global(module) });
+    }
+    if let Some(m) = s.modules.get_mut(module)
+        && !m.globals.iter().any(|(n, ..)| n == r.name)
+    {
+        m.globals.push((r.name.to_string(), dptr, size));
     }
     Ok(GlobalRep { dptr: dptr.into(), size: size.into() })
 }

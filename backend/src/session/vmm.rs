@@ -37,6 +37,13 @@ pub(super) struct Vmm {
     mappings: BTreeMap<u64, Mapping>,
 }
 
+impl Vmm {
+    /// Whether it holds nothing (a checkpoint covers only such sessions).
+    pub(super) fn is_empty(&self) -> bool {
+        self.reservations.is_empty() && self.phys.len() == 0 && self.mappings.is_empty()
+    }
+}
+
 struct Reservation {
     size: u64,
     ctx: u64,

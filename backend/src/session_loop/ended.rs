@@ -59,6 +59,14 @@ pub enum Ended {
     /// The backend is shutting down.
     #[error("shutdown")]
     Shutdown,
+    /// The session was checkpointed and left this backend; its guest
+    /// takes it back from a restore.
+    #[error("checkpointed and detached")]
+    Detached,
+    /// The connection asked for a checkpointed session that is not (or
+    /// no longer) parked here, or whose restore failed.
+    #[error("resume refused ({0:?})")]
+    NotResumed(pvgpu_ring::CuError),
     /// The frontend broke something.
     #[error("broken")]
     Broken(#[source] Broken),

@@ -3,12 +3,13 @@
 //! release and reply until the session ends. Runs on a thread of the
 //! supervisor ([`crate::Isolation::Thread`]) or in a worker process.
 
+mod detach;
 mod ended;
 mod host_calls;
 
 pub use ended::{Broken, Ended, Report};
 
-use crate::config::SessionConfig;
+use crate::config::{SessionConfig, SessionLimits};
 use crate::conn::{Conn, RingConn, TcpConn};
 use crate::exec::Executor;
 use crate::handover::Handover;
@@ -74,6 +75,7 @@ pub fn serve_opened<E: Executor>(exec: Arc<E>, opened: Opened, cfg: &SessionConf
 /// Serves one session until it ends. Everything the session made is freed
 /// before this returns.
 pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, owner: Owner, cfg: &SessionConfig, stop: &AtomicBool) -> Ended {
+    let peer = owner.0.clone();
     let mut session = Session::new(exec, id, cfg.limits.clone());
     session.set_max_reply(conn.max_reply());
     if let Some(dir) = &cfg.image_cache {
@@ -90,7 +92,7 @@ pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, owner: Own
         if stop.load(Ordering::Relaxed) {
             return Ended::Shutdown;
         }
-        if let Err(ended) = serve_one(&mut session, conn, &mut io, stop) {
+        if let Err(ended) = serve_one(&mut session, conn, &mut io, stop, &cfg.limits, &peer) {
             return ended;
         }
     }
@@ -111,9 +113,22 @@ struct Buffers {
 
 /// Receives, processes, releases and answers one request; `Err` ends the
 /// session (a goodbye included).
-fn serve_one<E: Executor>(session: &mut Session<E>, conn: &mut dyn Conn, b: &mut Buffers, stop: &AtomicBool) -> Result<(), Ended> {
+fn serve_one<E: Executor>(
+    session: &mut Session<E>,
+    conn: &mut dyn Conn,
+    b: &mut Buffers,
+    stop: &AtomicBool,
+    limits: &SessionLimits,
+    peer: &str,
+) -> Result<(), Ended> {
     conn.recv(&mut b.req, stop)?;
     let h = Header::parse(&b.req).map_err(Broken::Header)?;
+    if !session.greeted() && h.opcode.get() == pvgpu_ring::proto::Opcode::Resume as u16 {
+        let payload = &b.req[HEADER_LEN.min(b.req.len())..];
+        let r = detach::resume(session, conn, limits, &h, payload, stop);
+        conn.release()?;
+        return r;
+    }
     if h.opcode.get() == pvgpu_ring::proto::Opcode::HostCallWait as u16 {
         host_calls::serve(session, conn, &mut b.answers, stop)?;
     }
@@ -125,6 +140,9 @@ fn serve_one<E: Executor>(session: &mut Session<E>, conn: &mut dyn Conn, b: &mut
         Outcome::Reply(s) => (s, false),
         Outcome::Goodbye(s) => (s, true),
     };
+    // A checkpoint is taken where the program waits for a reply: everything
+    // it sent before is done, and it sends nothing until this reply.
+    let detached = h.wants_reply() && detach::checkpoint_if_ordered(session, limits, peer);
     if h.wants_reply() {
         // What kernels printed goes first, as it appears before the
         // synchronising call returns on a GPU. Calls that cannot make the
@@ -153,8 +171,15 @@ fn serve_one<E: Executor>(session: &mut Session<E>, conn: &mut dyn Conn, b: &mut
             let refused = pvgpu_ring::CuResult::from(pvgpu_ring::CuError::NOT_SUPPORTED);
             conn.send(&h.reply(refused, 0), &b.out, stop)?;
         } else {
-            conn.send(&h.reply(status, b.out.len()), &b.out, stop)?;
+            let mut reply = h.reply(status, b.out.len());
+            if detached {
+                reply.flags = (reply.flags.get() | pvgpu_ring::proto::FLAG_DETACHED).into();
+            }
+            conn.send(&reply, &b.out, stop)?;
         }
+    }
+    if detached {
+        return Err(Ended::Detached);
     }
     if last { Err(Ended::Goodbye) } else { Ok(()) }
 }

@@ -493,6 +493,10 @@ macro_rules! command_table {
             /// Peer access between devices: asked, enabled, disabled, its
             /// attributes.
             138 PeerAccess(device::peer_access) [quiet]: PeerAccess => I32Rep;
+            /// First message of a connection that takes back a checkpointed
+            /// session (instead of `Hello`); answered as `Hello` is, or with
+            /// `CUDA_ERROR_NOT_FOUND` while the session is not back yet.
+            139 Resume(device::resume) [quiet, local]: Resume => HelloRep;
         }
     };
 }

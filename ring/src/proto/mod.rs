@@ -86,6 +86,10 @@ pub const FLAG_OUTPUT: u32 = 4;
 /// the program ([`HostCallMsg`]), sent only while the program waits in
 /// `HostCallWait`. Its request id is 0 and its opcode 0.
 pub const FLAG_HOST_CALL: u32 = 8;
+/// Reply flag: the session was checkpointed at this call and left this
+/// backend; the frontend sends its next request on a new connection that
+/// opens with [`Resume`] (the session's token from [`HelloRep`]).
+pub const FLAG_DETACHED: u32 = 16;
 
 /// Copy flag: the copy is ordered on its stream and need not be complete
 /// when the backend moves on (the `*Async` driver calls).
@@ -173,6 +177,12 @@ impl Header {
     /// Whether this is an output message.
     pub fn is_output(&self) -> bool {
         self.flags.get() & FLAG_OUTPUT != 0
+    }
+
+    /// Whether this reply says the session left the connection
+    /// ([`FLAG_DETACHED`]).
+    pub fn is_detached(&self) -> bool {
+        self.flags.get() & FLAG_DETACHED != 0
     }
 
     /// Whether the sender waits for a reply.

@@ -539,7 +539,8 @@ fn the_table_says_who_waits_prints_and_reports() {
             Opcode::DriverGetVersion,
             Opcode::HostMirrorPull,
             Opcode::HostCallWait,
-            Opcode::HostCallDone
+            Opcode::HostCallDone,
+            Opcode::Resume
         ]
     );
     assert_eq!(Opcode::TensorMapEncode.handler(), "launch::tensor_map_encode");

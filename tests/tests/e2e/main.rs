@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 mod arrays;
+mod checkpoint;
 mod conditional;
 mod control;
 mod copy_nodes;
@@ -32,6 +33,7 @@ mod node_params;
 mod parity;
 
 use arrays::*;
+use checkpoint::*;
 use conditional::*;
 use control::*;
 use copy_nodes::*;
@@ -177,5 +179,5 @@ over_every_transport!(
         image_cache,
         kernel_output,
     ],
-    own_backend: [control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
+    own_backend: [checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
 );

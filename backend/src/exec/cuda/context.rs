@@ -62,8 +62,15 @@ impl ExecContext for CudaContext {
     }
 
     fn mem_free(&mut self, dptr: u64) -> CuRes<()> {
+        if let Some(r) = self.free_restored(dptr) {
+            return r;
+        }
         // SAFETY: the session only frees addresses this context allocated.
         ck(unsafe { sys::cuMemFree_v2(dptr) })
+    }
+
+    fn restore_memory(&mut self, ranges: &[(u64, u64)]) -> CuRes<()> {
+        self.restore_ranges(ranges)
     }
 
     fn mem_get_info(&mut self) -> CuRes<(u64, u64)> {
@@ -401,6 +408,9 @@ impl ExecContext for CudaContext {
     }
 
     fn mem_free_async(&mut self, dptr: u64, stream: Option<CudaStream>) -> CuRes<()> {
+        if let Some(r) = self.free_restored(dptr) {
+            return r;
+        }
         self.free_async(dptr, stream)
     }
 

@@ -22,6 +22,7 @@ mod link;
 mod memop;
 mod node_params;
 mod nvml;
+mod restore;
 pub mod output;
 mod vmm;
 
@@ -257,7 +258,7 @@ impl Executor for CudaExecutor {
         let mut raw = ptr::null_mut();
         // SAFETY: valid out-pointer; null create-params asks for defaults.
         ck(unsafe { sys::cuCtxCreate_v4(&mut raw, ptr::null_mut(), flags, dev) })?;
-        Ok(CudaContext { raw, dev, drv: self.drv, host: host_node::HostNodes::default() })
+        Ok(CudaContext { raw, dev, drv: self.drv, host: host_node::HostNodes::default(), restored: Default::default() })
     }
 }
 
@@ -269,6 +270,8 @@ pub struct CudaContext {
     /// Host nodes' targets and fences: dropped after the context is
     /// destroyed (fields drop after `Drop::drop`).
     host: host_node::HostNodes,
+    /// Device memory put back at checkpointed addresses.
+    restored: restore::Restored,
 }
 
 // SAFETY: a CUDA context may be used from any thread once made current
@@ -277,6 +280,8 @@ unsafe impl Send for CudaContext {}
 
 impl Drop for CudaContext {
     fn drop(&mut self) {
+        // Reservations and mappings belong to the process, not the context.
+        self.drop_restored();
         // SAFETY: we created this context and destroy it once; the driver
         // frees everything made in it.
         let r = unsafe { sys::cuCtxDestroy_v2(self.raw) };

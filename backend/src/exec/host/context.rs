@@ -174,6 +174,51 @@ impl ExecContext for HostContext {
         crate::exec::Linked { image, info_log, error_log, wall_ms: 0.0 }
     }
 
+    fn module_load_placed(&mut self, img: &[u8], placed: &[(String, u64)]) -> CuRes<HostModule> {
+        let m = self.module_load(img)?;
+        for (name, addr) in placed {
+            let Some(&now) = self.modules.get(&m.id).and_then(|st| st.globals.get(name)) else { continue };
+            if now == *addr {
+                continue;
+            }
+            let buf = self.mem.allocs.remove(&now).ok_or(CuError::INVALID_HANDLE)?;
+            if !self.mem.is_free(*addr, buf.len() as u64) {
+                self.mem.allocs.insert(now, buf);
+                self.module_unload(m)?;
+                return Err(CuError::ALREADY_MAPPED);
+            }
+            self.mem.place(*addr, buf);
+            if let Some(st) = self.modules.get_mut(&m.id) {
+                st.globals.insert(name.clone(), *addr);
+            }
+        }
+        Ok(m)
+    }
+
+    fn restore_memory(&mut self, ranges: &[(u64, u64)]) -> CuRes<()> {
+        self.ok()?;
+        let total = ranges.iter().try_fold(0u64, |t, (_, len)| t.checked_add(*len)).ok_or(CuError::INVALID_VALUE)?;
+        if total > self.free_bytes() {
+            return Err(CuError::OUT_OF_MEMORY);
+        }
+        let mut sorted = ranges.to_vec();
+        sorted.sort_unstable();
+        let clear = sorted.windows(2).all(|w| w[0].0.saturating_add(w[0].1) < w[1].0);
+        if !clear || sorted.iter().any(|&(a, len)| len == 0 || !self.mem.is_free(a, len)) {
+            return Err(CuError::ALREADY_MAPPED);
+        }
+        for (addr, len) in sorted {
+            let len = usize::try_from(len).map_err(|_| CuError::OUT_OF_MEMORY)?;
+            let mut v = Vec::new();
+            v.try_reserve_exact(len).map_err(|_| CuError::OUT_OF_MEMORY)?;
+            v.resize(len, 0);
+            self.mem.place(addr, v.into());
+        }
+        self.used.fetch_add(total, Ordering::Relaxed);
+        self.held += total;
+        Ok(())
+    }
+
     fn module_unload(&mut self, m: HostModule) -> CuRes<()> {
         let st = self.modules.remove(&m.id).ok_or(CuError::INVALID_HANDLE)?;
         for addr in st.globals.values() {

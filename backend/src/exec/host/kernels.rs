@@ -122,6 +122,25 @@ impl Mem {
         Some(addr)
     }
 
+    /// Whether `[addr, addr+size)` (with the guard after it) is clear of
+    /// every allocation.
+    pub(super) fn is_free(&self, addr: u64, size: u64) -> bool {
+        let Some(end) = addr.checked_add(size).and_then(|e| e.checked_add(GUARD)) else { return false };
+        let before = self.allocs.range(..=addr).next_back().is_none_or(|(&a, b)| a + b.len() as u64 + GUARD <= addr);
+        let after = self.allocs.range(addr..).next().is_none_or(|(&a, _)| a >= end);
+        addr != 0 && before && after
+    }
+
+    /// Places `buf` at `addr` (checked free by the caller), and hands out
+    /// no address inside it later.
+    pub(super) fn place(&mut self, addr: u64, buf: super::ipc::Buf) {
+        let end = addr.saturating_add(buf.len() as u64).saturating_add(GUARD);
+        if (self.next..self.end).contains(&addr) || (self.next..self.end).contains(&end) {
+            self.next = end.checked_next_multiple_of(ALIGN).unwrap_or(self.end).min(self.end);
+        }
+        self.allocs.insert(addr, buf);
+    }
+
     /// Reserves `size` bytes of addresses without backing them (graph
     /// memory, backed while a graph holds it); never handed out again.
     pub(super) fn reserve(&mut self, size: u64) -> Option<u64> {

@@ -112,6 +112,11 @@ pub(super) struct Graphs<E: Executor> {
 }
 
 impl<E: Executor> Graphs<E> {
+    /// Whether it holds nothing (a checkpoint covers only such sessions).
+    pub(in crate::session) fn is_empty(&self) -> bool {
+        self.graphs.len() == 0 && self.execs.len() == 0 && self.nodes.len() == 0
+    }
+
     pub(super) fn new(max: usize) -> Self {
         Graphs {
             graphs: HandleTable::new(max),

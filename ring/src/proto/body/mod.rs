@@ -195,7 +195,7 @@ fixed! { requests: HostMirrorUnmap, HostMirrorPull, LinkRead, LinkDestroy, HostC
 
 fixed! { checked requests: HostMirrorMap }
 
-fixed! { requests: MipmapLevel, CtxResetL2 }
+fixed! { requests: MipmapLevel, CtxResetL2, Resume }
 
 fixed! { requests: IpcGetMemHandle, IpcCloseMemHandle, IpcGetEventHandle, IpcOpenEventHandle, MemExport, MemImport }
 

@@ -113,6 +113,7 @@ pub(super) fn requests() -> Vec<Arb> {
             })
             .boxed(),
         arb::<MemExport>().prop_map(|r| (Opcode::MemExport, r.as_bytes().to_vec())).boxed(),
+        arb::<Resume>().prop_map(|r| (Opcode::Resume, r.as_bytes().to_vec())).boxed(),
         arb::<MemImport>().prop_map(|r| (Opcode::MemImport, r.as_bytes().to_vec())).boxed(),
         (arb::<TexObjectDestroy>(), 0u32..=1)
             .prop_map(|(mut r, s)| {

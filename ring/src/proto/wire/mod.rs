@@ -181,6 +181,18 @@ wire_structs! {
         /// Reserved, zero.
         pub reserved: U32,
     }
+    /// First message of a connection that takes back a checkpointed
+    /// session: its token, and the versions the frontend speaks.
+    pub struct Resume {
+        /// The token from the session's `HelloRep`.
+        pub token: [u8; 16],
+        /// Oldest protocol version the frontend speaks.
+        pub min_version: U16,
+        /// Newest protocol version the frontend speaks.
+        pub max_version: U16,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
     /// `cuDeviceGet`.
     pub struct DeviceGet {
         /// Device ordinal.

@@ -17,6 +17,10 @@ wire_structs! {
         pub session_id: U64,
         /// Executor name, NUL-padded (`cuda`, `host`).
         pub executor: [u8; 16],
+        /// The session's token: a new connection that opens with
+        /// `Resume` and this token takes the session back after a
+        /// checkpoint (the backend's peer check applies too).
+        pub resume_token: [u8; 16],
     }
     /// `DeviceStatus` reply: memory as the session sees it, and the
     /// device's own gauges. A gauge the backend cannot read is `u32::MAX`.

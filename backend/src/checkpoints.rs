@@ -1,0 +1,141 @@
+//! The supervisor's desk for checkpoints and restores.
+//!
+//! A checkpoint is *ordered* here (the file the supervisor opened, owner
+//! only, and whether the session stays) and the session is nudged; at its
+//! next call that waits for a reply, the session takes its order through
+//! its broker ([`crate::ipc::Broker`]), writes the snapshot into the file
+//! it was handed (a sandboxed worker opens no path itself), and reports.
+//! A restored snapshot is *parked* here under its session's token until a
+//! connection of the same peer presents that token (`Resume`); its worker
+//! then claims the file.
+
+use crate::ipc::{IpcError, Token};
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+
+/// How a checkpoint went, as the session reports it: the bytes of device
+/// state written, or why not.
+pub type Done = Result<u64, String>;
+
+struct Order {
+    file: Arc<OwnedFd>,
+    leave_running: bool,
+    done: Sender<Done>,
+}
+
+struct Parked {
+    peer: String,
+    file: Arc<OwnedFd>,
+    path: PathBuf,
+}
+
+/// Orders and parked snapshots.
+#[derive(Default)]
+pub struct Desk {
+    orders: Mutex<HashMap<u64, Order>>,
+    parked: Mutex<HashMap<Token, Parked>>,
+}
+
+impl std::fmt::Debug for Desk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Desk").finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Desk {
+    /// Orders session `id` to checkpoint into `file`; its report comes on
+    /// the receiver. A second order replaces the first (whose receiver
+    /// then hears nothing).
+    pub fn order(&self, id: u64, file: File, leave_running: bool) -> Receiver<Done> {
+        let (done, rx) = channel();
+        lock(&self.orders).insert(id, Order { file: Arc::new(file.into()), leave_running, done });
+        rx
+    }
+
+    /// Withdraws session `id`'s order (it timed out, or the session ended).
+    pub fn withdraw(&self, id: u64) {
+        lock(&self.orders).remove(&id);
+    }
+
+    /// Session `id`'s order, if any: the file and whether it stays.
+    pub fn take_order(&self, id: u64) -> Option<(Arc<OwnedFd>, bool)> {
+        lock(&self.orders).get(&id).map(|o| (o.file.clone(), o.leave_running))
+    }
+
+    /// Session `id` reports its checkpoint.
+    pub fn report(&self, id: u64, done: Done) {
+        if let Some(o) = lock(&self.orders).remove(&id) {
+            let _ = o.done.send(done);
+        }
+    }
+
+    /// Parks the snapshot at `path` (opened as `file`) of `peer`'s session
+    /// under `token`; a snapshot parked under the same token before is
+    /// replaced.
+    pub fn park(&self, token: Token, peer: String, file: File, path: PathBuf) {
+        lock(&self.parked).insert(token, Parked { peer, file: Arc::new(file.into()), path });
+    }
+
+    /// The parked snapshots: token-free descriptions for operators.
+    pub fn parked(&self) -> Vec<(String, PathBuf)> {
+        lock(&self.parked).values().map(|p| (p.peer.clone(), p.path.clone())).collect()
+    }
+
+    /// Hands the snapshot parked under `token` to a session of `scope`,
+    /// once: `Unknown` for another peer's token (as for none).
+    pub fn claim(&self, scope: &str, token: &Token) -> Result<Arc<OwnedFd>, IpcError> {
+        let mut parked = lock(&self.parked);
+        match parked.get(token) {
+            Some(p) if p.peer == scope => {
+                let p = parked.remove(token).ok_or(IpcError::Unknown)?;
+                tracing::info!(peer = scope, path = %p.path.display(), "a guest took back its checkpointed session");
+                Ok(p.file)
+            }
+            Some(p) => {
+                if crate::log_limit::peer_triggered() {
+                    tracing::warn!(peer = scope, owner = %p.peer, "a resume presented another peer's session token; refused");
+                }
+                Err(IpcError::Unknown)
+            }
+            None => Err(IpcError::Unknown),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memfile() -> File {
+        File::from(nix::sys::memfd::memfd_create("pvgpu-test", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap())
+    }
+
+    #[test]
+    fn a_parked_snapshot_goes_to_its_own_peer_once() {
+        let desk = Desk::default();
+        desk.park([1; 16], "uid:1000".into(), memfile(), "/x".into());
+        assert!(desk.claim("uid:1001", &[1; 16]).is_err(), "another peer");
+        assert!(desk.claim("uid:1000", &[2; 16]).is_err(), "another token");
+        assert!(desk.claim("uid:1000", &[1; 16]).is_ok());
+        assert!(desk.claim("uid:1000", &[1; 16]).is_err(), "once");
+    }
+
+    #[test]
+    fn an_order_is_taken_then_reported() {
+        let desk = Desk::default();
+        assert!(desk.take_order(3).is_none());
+        let rx = desk.order(3, memfile(), true);
+        assert!(desk.take_order(3).is_some_and(|(_, stay)| stay));
+        desk.report(3, Ok(42));
+        assert_eq!(rx.recv().unwrap(), Ok(42));
+        assert!(desk.take_order(3).is_none());
+    }
+}

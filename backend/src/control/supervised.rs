@@ -1,0 +1,131 @@
+//! What the control API asks of the supervisor, done through the roster
+//! and the spawner: listing and ending sessions, ordering checkpoints and
+//! parking snapshots for restore ([`crate::checkpoints`]).
+
+use super::{Refusal, Sessions};
+use crate::roster::Roster;
+use crate::spawn::Spawner;
+use pvgpu_ctl::api::{CheckpointReport, CheckpointRequest, RestoreReport, RestoreRequest, Session};
+use pvgpu_ctl::snapshot::{self, Reader};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The supervisor, as the control API sees it.
+pub struct Supervised {
+    roster: Arc<Roster>,
+    spawner: Arc<dyn Spawner>,
+}
+
+impl Supervised {
+    /// The sessions of `roster`, run by `spawner`.
+    pub fn new(roster: Arc<Roster>, spawner: Arc<dyn Spawner>) -> Supervised {
+        Supervised { roster, spawner }
+    }
+}
+
+fn absolute(file: &str) -> Result<PathBuf, Refusal> {
+    let p = PathBuf::from(file);
+    if p.is_absolute() { Ok(p) } else { Err(Refusal::new(400, format!("{file:?} is not an absolute path"))) }
+}
+
+impl Sessions for Supervised {
+    fn list(&self) -> Vec<Session> {
+        self.roster.list()
+    }
+
+    fn get(&self, id: u64) -> Option<Session> {
+        self.roster.get(id)
+    }
+
+    fn end(&self, id: u64) -> Option<Session> {
+        let s = self.roster.get(id)?;
+        tracing::info!(session = id, peer = %s.peer, "ending a session (control socket)");
+        self.spawner.end(id);
+        Some(s)
+    }
+
+    fn checkpoint(&self, id: u64, req: CheckpointRequest) -> Result<CheckpointReport, Refusal> {
+        self.roster.get(id).ok_or_else(|| Refusal::new(404, format!("No live session {id} (`pvgpu-ctl sessions` lists them)")))?;
+        let path = absolute(&req.file)?;
+        let file = OpenOptions::new().write(true).read(true).create_new(true).mode(0o600).open(&path).map_err(|e| {
+            let status = if e.kind() == std::io::ErrorKind::AlreadyExists { 409 } else { 400 };
+            Refusal::new(status, format!("Cannot create {}: {e} (a checkpoint writes a new file)", path.display()))
+        })?;
+        let keep = file.try_clone().map_err(|e| Refusal::new(500, format!("cannot duplicate the file: {e}")))?;
+        let t = Instant::now();
+        let desk = self.spawner.desk();
+        let done = desk.order(id, file, req.leave_running);
+        if !self.spawner.nudge(id) {
+            desk.withdraw(id);
+            let _ = std::fs::remove_file(&path);
+            return Err(Refusal::new(404, format!("Session {id} is ending")));
+        }
+        let wait = Duration::from_secs(req.timeout_seconds.unwrap_or(60));
+        tracing::info!(session = id, file = %path.display(), stay = req.leave_running, "checkpoint ordered");
+        match done.recv_timeout(wait) {
+            Ok(Ok(state_bytes)) => Ok(CheckpointReport {
+                session: id,
+                file: path.display().to_string(),
+                state_bytes,
+                file_bytes: keep.metadata().map_or(0, |m| m.len()),
+                seconds: t.elapsed().as_secs_f64(),
+                left_running: req.leave_running,
+            }),
+            Ok(Err(_)) => {
+                let mut why = String::new();
+                let _ = (&keep).rewind().and_then(|()| (&keep).take(4096).read_to_string(&mut why));
+                let _ = std::fs::remove_file(&path);
+                Err(Refusal::new(409, format!("Session {id} was not checkpointed: {why}")))
+            }
+            Err(_) => {
+                desk.withdraw(id);
+                let _ = std::fs::remove_file(&path);
+                Err(Refusal::new(
+                    504,
+                    format!(
+                        "Session {id} made no call that waits for a reply within {} s (a checkpoint is taken at one); nothing was written and it goes on. Retry with a longer --timeout.",
+                        wait.as_secs()
+                    ),
+                ))
+            }
+        }
+    }
+
+    fn restore(&self, req: RestoreRequest) -> Result<RestoreReport, Refusal> {
+        let path = absolute(&req.file)?;
+        let (file, meta) = open_snapshot(&path)?;
+        if meta.executor != self.spawner.executor() {
+            return Err(Refusal::new(409, format!("{} ran on the {} executor; this backend runs {}", path.display(), meta.executor, self.spawner.executor())));
+        }
+        let token = snapshot::token_from_hex(&meta.token).ok_or_else(|| Refusal::new(400, format!("{}: a malformed session token", path.display())))?;
+        let report = RestoreReport {
+            session: meta.session,
+            peer: meta.peer.clone(),
+            state_bytes: meta.state_bytes,
+            devices: meta.devices.iter().map(|d| format!("{}: {}", d.ordinal, d.name)).collect(),
+        };
+        tracing::info!(file = %path.display(), peer = %meta.peer, session = meta.session, "snapshot parked until its guest comes back");
+        self.spawner.desk().park(token, meta.peer, file, path);
+        Ok(report)
+    }
+}
+
+/// Opens a snapshot for restore: a file only its owner may change, whole
+/// (digest checked), with a description that parses.
+fn open_snapshot(path: &Path) -> Result<(File, snapshot::Meta), Refusal> {
+    let bad = |status, why: String| Refusal::new(status, format!("{}: {why}; nothing was restored", path.display()));
+    let mut file = File::open(path).map_err(|e| bad(400, e.to_string()))?;
+    let md = file.metadata().map_err(|e| bad(400, e.to_string()))?;
+    if md.mode() & 0o022 != 0 {
+        return Err(bad(403, "others may write it (a snapshot must be its owner's only: chmod 600)".into()));
+    }
+    let len = md.len();
+    snapshot::verify(std::io::BufReader::new(&mut file), len).map_err(|e| bad(422, e.to_string()))?;
+    file.rewind().map_err(|e| bad(400, e.to_string()))?;
+    let (_, meta) = Reader::open(std::io::BufReader::new(&mut file), len).map_err(|e| bad(422, e.to_string()))?;
+    Ok((file, meta))
+}

@@ -1,0 +1,236 @@
+//! A session rebuilt from a snapshot ([`super::checkpoint`]): the same
+//! handles as the guest holds them, device memory and module globals at
+//! the same addresses with the same bytes, streams and events made as
+//! they were. Anything that cannot be had again as it was (another GPU
+//! model, an address taken, a global the driver placed elsewhere) fails
+//! the restore by name; the session is then dropped, which frees what was
+//! rebuilt.
+
+use super::{Alloc, AllocKind, CtxEntry, FnEntry, ModEntry, Owned, Session};
+use crate::exec::{ExecContext, Executor};
+use pvgpu_ctl::snapshot::{Meta, Reader, SnapshotError};
+use pvgpu_ring::CuError;
+use pvgpu_ring::region::DataArea;
+use std::collections::BTreeMap;
+use std::io::Read;
+
+/// Why a snapshot could not be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// It ran on another executor.
+    #[error("the snapshot ran on the {want} executor; this backend runs {have}")]
+    Executor {
+        /// The snapshot's.
+        want: String,
+        /// This backend's.
+        have: String,
+    },
+    /// A device it used is missing here, or another model.
+    #[error("the snapshot used device {ordinal}, a {want}; here it is {have}")]
+    Device {
+        /// The ordinal.
+        ordinal: usize,
+        /// The snapshot's model.
+        want: String,
+        /// This backend's, or "missing".
+        have: String,
+    },
+    /// An address could not be had again.
+    #[error("{what} at {address:#x} cannot be restored at that address ({error}); the snapshot is kept")]
+    Address {
+        /// What it is.
+        what: String,
+        /// The address.
+        address: u64,
+        /// What the executor said.
+        error: CuError,
+    },
+    /// The driver placed a module global elsewhere.
+    #[error("module global {name} was at {from:#x} and the driver placed it at {to:#x} now; the snapshot is kept")]
+    Moved {
+        /// The global.
+        name: String,
+        /// Where it was.
+        from: u64,
+        /// Where it is now.
+        to: u64,
+    },
+    /// Rebuilding an object failed.
+    #[error("restoring {what} failed: {error}")]
+    Rebuild {
+        /// What.
+        what: String,
+        /// The executor's error.
+        error: CuError,
+    },
+    /// The snapshot names something impossible.
+    #[error("the snapshot is inconsistent: {0}")]
+    Inconsistent(String),
+    /// Reading it failed.
+    #[error(transparent)]
+    File(#[from] SnapshotError),
+    /// It does not fit the session's quota here.
+    #[error("the snapshot's {0} bytes of device memory do not fit this session's quota here")]
+    Quota(u64),
+}
+
+fn rebuild(what: impl Into<String>) -> impl FnOnce(CuError) -> RestoreError {
+    let what = what.into();
+    move |error| RestoreError::Rebuild { what, error }
+}
+
+/// Reads blobs in the order the snapshot names them.
+struct Blobs<'r, R: Read> {
+    reader: &'r mut Reader<R>,
+    next: u32,
+}
+
+impl<R: Read> Blobs<'_, R> {
+    fn take(&mut self, index: u32) -> Result<Vec<u8>, RestoreError> {
+        if index != self.next {
+            return Err(RestoreError::Inconsistent(format!("blob {index} named where blob {} comes", self.next)));
+        }
+        self.next += 1;
+        Ok(self.reader.blob()?)
+    }
+}
+
+impl<E: Executor> Session<E> {
+    /// Rebuilds, in this new session, the state `meta` describes, reading
+    /// its blobs from `reader`; `area` is the connection's data area.
+    pub fn restore<R: Read>(&mut self, meta: &Meta, reader: &mut Reader<R>, area: Option<&DataArea>) -> Result<(), RestoreError> {
+        self.check_devices(meta)?;
+        self.token = pvgpu_ctl::snapshot::token_from_hex(&meta.token).ok_or_else(|| RestoreError::Inconsistent("a token that is not 32 hex digits".into()))?;
+        let state = &meta.state;
+        let mut blobs = Blobs { reader, next: 0 };
+        self.hello = true;
+        self.initialized = state.initialized;
+        for c in &state.contexts {
+            let ctx = self.exec.create_context(c.device, c.flags).map_err(rebuild(format!("context {:#x}", c.id)))?;
+            self.ctxs.insert_at(c.id, CtxEntry { primary: c.primary, device: c.device, flags: c.flags, ctx }).map_err(bad_id("context", c.id))?;
+            self.current = Some(c.id);
+            if c.primary {
+                self.primary.insert(c.device, (c.id, c.retains));
+            }
+            if let Some(l) = &self.limits.peer_ledger {
+                l.note_device(c.device);
+            }
+        }
+        if let Some(first) = state.contexts.first() {
+            super::device::pin_area(self, first.id, area);
+        }
+        for m in &state.modules {
+            self.restore_module(m, &mut blobs)?;
+        }
+        self.restore_memory(&state.allocations, &mut blobs)?;
+        for s in &state.streams {
+            let st = self.enter(s.ctx).and_then(|c| c.stream_create(s.flags, s.priority)).map_err(rebuild(format!("stream {:#x}", s.id)))?;
+            self.streams.insert_at(s.id, Owned { ctx: s.ctx, value: st, flags: s.flags, priority: s.priority }).map_err(bad_id("stream", s.id))?;
+        }
+        for e in &state.events {
+            let ev = self.enter(e.ctx).and_then(|c| c.event_create(e.flags)).map_err(rebuild(format!("event {:#x}", e.id)))?;
+            self.events.insert_at(e.id, Owned { ctx: e.ctx, value: ev, flags: e.flags, priority: 0 }).map_err(bad_id("event", e.id))?;
+        }
+        if let Some(c) = state.current {
+            self.enter(c).map_err(rebuild("the current context"))?;
+        }
+        self.pending = state.pending_error.and_then(CuError::new);
+        self.remeasure();
+        if self.over_quota(0) {
+            return Err(RestoreError::Quota(self.charged()));
+        }
+        self.settle();
+        Ok(())
+    }
+
+    fn check_devices(&self, meta: &Meta) -> Result<(), RestoreError> {
+        if meta.executor != self.exec.kind() {
+            return Err(RestoreError::Executor { want: meta.executor.clone(), have: self.exec.kind().into() });
+        }
+        let here = self.exec.devices();
+        for d in &meta.devices {
+            let have = here.get(d.ordinal);
+            if have.is_none_or(|h| h.name != d.name || h.total_mem != d.total_memory_bytes) {
+                let have = have.map_or("missing".into(), |h| format!("{} with {} bytes", h.name, h.total_mem));
+                return Err(RestoreError::Device { ordinal: d.ordinal, want: format!("{} with {} bytes", d.name, d.total_memory_bytes), have });
+            }
+        }
+        for c in &meta.state.contexts {
+            if !meta.devices.iter().any(|d| d.ordinal == c.device) {
+                return Err(RestoreError::Inconsistent(format!("context {:#x} on device {}, which the snapshot does not describe", c.id, c.device)));
+            }
+        }
+        Ok(())
+    }
+
+    fn restore_module<R: Read>(&mut self, m: &pvgpu_ctl::snapshot::Module, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
+        let image = blobs.take(m.image)?;
+        if image.len() > self.limits.max_image + 1 || image.last() != Some(&0) {
+            return Err(RestoreError::Inconsistent(format!("module {:#x}: an image the backend would not load", m.id)));
+        }
+        crate::exec::image::check_bounds(&image[..image.len() - 1]).map_err(rebuild(format!("module {:#x}", m.id)))?;
+        let placed: Vec<(String, u64)> = m.globals.iter().map(|g| (g.name.clone(), g.address)).collect();
+        let module = self.enter(m.ctx).and_then(|c| c.module_load_placed(&image, &placed)).map_err(rebuild(format!("module {:#x}", m.id)))?;
+        let globals = m.globals.iter().map(|g| (g.name.clone(), g.address, g.length)).collect();
+        let entry = ModEntry { ctx: m.ctx, module: Some(module), image: image.into(), globals };
+        self.modules.insert_at(m.id, entry).map_err(bad_id("module", m.id))?;
+        for f in &m.functions {
+            let mentry = self.modules.get(m.id).and_then(|e| e.module.as_ref()).ok_or_else(|| RestoreError::Inconsistent("module gone".into()))?;
+            let c = self.ctxs.get_mut(m.ctx).ok_or_else(|| RestoreError::Inconsistent(format!("module {:#x} in no context", m.id)))?;
+            let (func, layout) = c.ctx.function(mentry, &f.name).map_err(rebuild(format!("function {}", f.name)))?;
+            let param_bytes = layout.iter().map(|p| p.offset as usize + p.size as usize).max().unwrap_or(0);
+            let fe = FnEntry { ctx: m.ctx, module: m.id, func, layout: layout.into(), param_bytes };
+            self.functions.insert_at(f.id, fe).map_err(bad_id("function", f.id))?;
+            self.function_ids.insert((m.id, f.name.clone()), f.id);
+        }
+        for g in &m.globals {
+            let mentry = self.modules.get(m.id).and_then(|e| e.module.as_ref()).ok_or_else(|| RestoreError::Inconsistent("module gone".into()))?;
+            let c = self.ctxs.get_mut(m.ctx).ok_or_else(|| RestoreError::Inconsistent(format!("module {:#x} in no context", m.id)))?;
+            let (addr, len) = c.ctx.global(mentry, &g.name).map_err(rebuild(format!("global {}", g.name)))?;
+            if addr != g.address || len != g.length {
+                return Err(RestoreError::Moved { name: g.name.clone(), from: g.address, to: addr });
+            }
+            let bytes = blobs.take(g.blob)?;
+            self.write_device(m.ctx, addr, &bytes, &g.name)?;
+            self.allocs.insert(addr, Alloc { len, ctx: m.ctx, kind: AllocKind::Global(m.id) });
+        }
+        Ok(())
+    }
+
+    fn restore_memory<R: Read>(&mut self, allocations: &[pvgpu_ctl::snapshot::Allocation], blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
+        let mut by_ctx: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
+        for a in allocations {
+            by_ctx.entry(a.ctx).or_default().push((a.address, a.length));
+        }
+        for (ctx, ranges) in &by_ctx {
+            let c = self.enter(*ctx).map_err(rebuild(format!("context {ctx:#x}")))?;
+            if let Err(error) = c.restore_memory(ranges) {
+                let (address, _) = ranges.first().copied().unwrap_or_default();
+                return Err(RestoreError::Address { what: format!("device memory of context {ctx:#x} ({} allocations)", ranges.len()), address, error });
+            }
+            for &(addr, len) in ranges {
+                self.allocs.insert(addr, Alloc { len, ctx: *ctx, kind: AllocKind::Memory });
+                self.mem_used += len;
+            }
+        }
+        for a in allocations {
+            let bytes = blobs.take(a.blob)?;
+            if bytes.len() as u64 != a.length {
+                return Err(RestoreError::Inconsistent(format!("allocation {:#x}: {} bytes for {}", a.address, bytes.len(), a.length)));
+            }
+            self.write_device(a.ctx, a.address, &bytes, "device memory")?;
+        }
+        Ok(())
+    }
+
+    fn write_device(&mut self, ctx: u64, addr: u64, bytes: &[u8], what: &str) -> Result<(), RestoreError> {
+        let c = self.enter(ctx).map_err(rebuild(format!("context {ctx:#x}")))?;
+        // SAFETY: `bytes` is readable for its length and the copy waits; the
+        // range was just made at this address for these bytes.
+        unsafe { c.htod(addr, bytes.as_ptr(), bytes.len(), None, true) }.map_err(rebuild(format!("{what} at {addr:#x}")))
+    }
+}
+
+fn bad_id(what: &'static str, id: u64) -> impl FnOnce(CuError) -> RestoreError {
+    move |_| RestoreError::Inconsistent(format!("{what} handle {id:#x} is not one a backend hands out, or comes twice"))
+}

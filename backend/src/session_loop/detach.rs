@@ -1,0 +1,111 @@
+//! Checkpoints and resumes as the serving loop sees them: a session
+//! checkpointed at a call that waits (the reply then says the session
+//! left, unless it stays), and a connection that opens by taking back a
+//! parked snapshot ([`crate::checkpoints`]).
+
+use super::{Broken, Ended};
+use crate::config::SessionLimits;
+use crate::conn::Conn;
+use crate::exec::Executor;
+use crate::session::Session;
+use pvgpu_ctl::snapshot::{self, Reader};
+use pvgpu_ring::proto::{Body, Header, Opcode, Resume};
+use pvgpu_ring::{CuError, CuResult};
+use std::io::{BufWriter, Seek, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Takes the checkpoint ordered for the session, if the supervisor nudged
+/// it and an order is there; whether the session leaves this backend.
+pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limits: &SessionLimits, peer: &str) -> bool {
+    let Some(nudge) = &limits.checkpoint else { return false };
+    if !nudge.swap(false, Ordering::SeqCst) {
+        return false;
+    }
+    let Some(broker) = &limits.ipc else { return false };
+    let Some((mut file, stay)) = broker.checkpoint_order() else { return false };
+    let t = Instant::now();
+    let written = session.checkpoint(BufWriter::with_capacity(8 << 20, &mut file), peer).and_then(|n| {
+        file.sync_all().map_err(|e| crate::session::CheckpointError::File(e.into()))?;
+        Ok(n)
+    });
+    match written {
+        Ok(bytes) => {
+            tracing::info!(session = session.id(), bytes, secs = t.elapsed().as_secs_f64(), stay, "session checkpointed");
+            broker.checkpoint_report(Some(bytes));
+            !stay
+        }
+        Err(e) => {
+            tracing::warn!(session = session.id(), error = %e, "checkpoint failed; the session goes on");
+            // The reason travels in the file the supervisor handed over.
+            let _ = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| file.write_all(e.to_string().as_bytes()));
+            broker.checkpoint_report(None);
+            false
+        }
+    }
+}
+
+/// Serves a connection's opening `Resume` (header `h`, `payload`): the
+/// session parked under its token, rebuilt in `session`, answered as a
+/// hello is. A token no parked session of this peer holds is answered
+/// `CUDA_ERROR_NOT_FOUND` (the frontend retries while its session is on
+/// its way back) and ends the connection.
+pub(super) fn resume<E: Executor>(
+    session: &mut Session<E>,
+    conn: &mut dyn Conn,
+    limits: &SessionLimits,
+    h: &Header,
+    payload: &[u8],
+    stop: &AtomicBool,
+) -> Result<(), Ended> {
+    let r = Resume::decode(Opcode::Resume, payload).map_err(|e| Broken::Session(e.into()))?;
+    let proto = pvgpu_ring::proto::PROTOCOL_VERSION;
+    let outcome = if r.min_version.get() > proto || r.max_version.get() < proto {
+        Err(CuError::NOT_SUPPORTED)
+    } else {
+        take_back(session, conn, limits, &r.token)
+    };
+    match outcome {
+        Ok(()) => {
+            use zerocopy::IntoBytes;
+            let rep = session.hello_rep();
+            conn.send(&h.reply(CuResult::SUCCESS, rep.as_bytes().len()), rep.as_bytes(), stop)?;
+            tracing::info!(session = session.id(), "session resumed from its checkpoint");
+            Ok(())
+        }
+        Err(e) => {
+            conn.send(&h.reply(e.into(), 0), &[], stop)?;
+            Err(Ended::NotResumed(e))
+        }
+    }
+}
+
+fn take_back<E: Executor>(session: &mut Session<E>, conn: &dyn Conn, limits: &SessionLimits, token: &[u8; 16]) -> Result<(), CuError> {
+    let broker = limits.ipc.as_ref().ok_or(CuError::NOT_FOUND)?;
+    let mut file = broker.claim(token).map_err(|_| CuError::NOT_FOUND)?;
+    let restored = (|| {
+        let len = file.metadata()?.len();
+        file.rewind()?;
+        snapshot::verify(std::io::BufReader::new(&mut file), len)?;
+        file.rewind()?;
+        let (mut reader, meta) = Reader::open(std::io::BufReader::with_capacity(8 << 20, &mut file), len)?;
+        session.restore(&meta, &mut reader, conn.area())?;
+        reader.finish()?;
+        Ok::<_, RestoreFailure>(())
+    })();
+    restored.map_err(|e| {
+        tracing::error!(session = session.id(), error = %e, "restoring a checkpointed session failed; its snapshot file is kept");
+        CuError::DEVICE_UNAVAILABLE
+    })
+}
+
+/// Why a claimed snapshot could not be restored.
+#[derive(Debug, thiserror::Error)]
+enum RestoreFailure {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Snapshot(#[from] snapshot::SnapshotError),
+    #[error(transparent)]
+    Restore(#[from] crate::session::RestoreError),
+}

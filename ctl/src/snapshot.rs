@@ -1,0 +1,437 @@
+//! The session snapshot file: what `pvgpu-ctl checkpoint` writes and
+//! `pvgpu-ctl restore` reads, in one place for the backend and the tool.
+//!
+//! ```text
+//! magic    8 bytes   "PVGPUSNP"
+//! version  u32 LE    [`VERSION`]
+//! meta     u64 LE length, then that many bytes of JSON ([`Meta`])
+//! blobs    u32 LE count, then per blob: u64 LE length and its bytes
+//! digest   32 bytes  SHA-256 of everything before it
+//! ```
+//!
+//! The JSON says what the session held and names its bytes (device
+//! memory, module images, globals) by blob index; it is self-describing
+//! and readable with `pvgpu-ctl inspect`. Blobs follow in the order they
+//! are named. A reader checks the digest over the whole file before it
+//! trusts any of it ([`verify`]), and every length against what is left of
+//! the file, so a corrupt or hostile file is an error, never a crash or a
+//! huge allocation.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::io::{self, Read, Write};
+
+/// The file's first bytes.
+pub const MAGIC: &[u8; 8] = b"PVGPUSNP";
+/// The format this crate writes and reads.
+pub const VERSION: u32 = 1;
+/// The longest description accepted.
+pub const MAX_META: u64 = 64 << 20;
+/// The most blobs accepted.
+pub const MAX_BLOBS: u32 = 1 << 22;
+const DIGEST: usize = 32;
+
+/// Why a snapshot could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// Reading or writing failed.
+    #[error("snapshot file I/O failed: {0}")]
+    Io(#[from] io::Error),
+    /// Not a pvgpu snapshot.
+    #[error("not a pvgpu session snapshot (bad magic)")]
+    Magic,
+    /// A format this build does not read.
+    #[error("snapshot format version {0}; this pvgpu reads version {VERSION}")]
+    Version(u32),
+    /// The digest does not match: the file was cut or changed.
+    #[error("the snapshot's checksum does not match: the file is truncated or corrupt, and nothing of it was used")]
+    Digest,
+    /// A length or count inside the file is impossible.
+    #[error("the snapshot is malformed: {0}")]
+    Malformed(String),
+    /// The description is not the JSON expected.
+    #[error("the snapshot's description does not parse: {0}")]
+    Meta(#[from] serde_json::Error),
+}
+
+/// A device the session used, as it was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Device {
+    /// Its ordinal in the backend.
+    pub ordinal: usize,
+    /// `cuDeviceGetName`.
+    pub name: String,
+    /// Total memory in bytes.
+    pub total_memory_bytes: u64,
+}
+
+/// A context.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Context {
+    /// The handle the guest holds.
+    pub id: u64,
+    /// Its device's ordinal.
+    pub device: usize,
+    /// `cuCtxCreate` flags.
+    pub flags: u32,
+    /// A primary context (retained, not created).
+    pub primary: bool,
+    /// How many retains the guest holds (primary contexts).
+    pub retains: u32,
+}
+
+/// Device memory from `cuMemAlloc` (or an asynchronous allocation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// Its context.
+    pub ctx: u64,
+    /// Its device address (kept on restore).
+    pub address: u64,
+    /// Its length.
+    pub length: u64,
+    /// The blob with its bytes.
+    pub blob: u32,
+}
+
+/// A module global the guest looked up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Global {
+    /// Its name.
+    pub name: String,
+    /// Its device address (the same again after restore, or the restore
+    /// fails).
+    pub address: u64,
+    /// Its size.
+    pub length: u64,
+    /// The blob with its bytes.
+    pub blob: u32,
+}
+
+/// A function the guest looked up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Function {
+    /// The handle the guest holds.
+    pub id: u64,
+    /// Its name.
+    pub name: String,
+}
+
+/// A loaded module.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Module {
+    /// The handle the guest holds.
+    pub id: u64,
+    /// Its context.
+    pub ctx: u64,
+    /// The blob with its image, as loaded.
+    pub image: u32,
+    /// Its functions the guest looked up.
+    pub functions: Vec<Function>,
+    /// Its globals the guest looked up.
+    pub globals: Vec<Global>,
+}
+
+/// A stream or an event: its handle, context and creation flags.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Queue {
+    /// The handle the guest holds.
+    pub id: u64,
+    /// Its context.
+    pub ctx: u64,
+    /// Creation flags.
+    pub flags: u32,
+    /// Priority (streams).
+    pub priority: i32,
+}
+
+/// What a session held at its checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    /// Whether the guest had called `cuInit`.
+    pub initialized: bool,
+    /// Contexts, in the order they were made.
+    pub contexts: Vec<Context>,
+    /// The context current on the session's thread.
+    pub current: Option<u64>,
+    /// Device memory.
+    pub allocations: Vec<Allocation>,
+    /// Modules, with functions and globals.
+    pub modules: Vec<Module>,
+    /// Streams.
+    pub streams: Vec<Queue>,
+    /// Events.
+    pub events: Vec<Queue>,
+    /// An error of work sent without waiting, not yet reported.
+    pub pending_error: Option<u32>,
+}
+
+/// The description at the head of a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// When it was taken, seconds since the Unix epoch.
+    pub created_unix_seconds: u64,
+    /// The session's number in the backend that took it.
+    pub session: u64,
+    /// Whose session it is (`uid:N`, `tcp:ADDRESS`, `xen:DOMID`): only that
+    /// peer may take it back.
+    pub peer: String,
+    /// The session's resume token, in hex: the guest's new connection
+    /// presents it to take the session back.
+    pub token: String,
+    /// The executor it ran on (`cuda`, `host`); a restore needs the same.
+    pub executor: String,
+    /// The devices it used; a restore needs the same models.
+    pub devices: Vec<Device>,
+    /// The bytes of device state the blobs hold.
+    pub state_bytes: u64,
+    /// The session's objects.
+    pub state: State,
+}
+
+/// Writes a snapshot: [`Writer::new`] with the description, one
+/// [`Writer::blob`] per blob in order, then [`Writer::finish`].
+pub struct Writer<W: Write> {
+    out: W,
+    hash: Sha256,
+    left: u32,
+}
+
+impl<W: Write> Writer<W> {
+    /// Starts a snapshot of `meta` with `blobs` blobs to follow.
+    pub fn new(out: W, meta: &Meta, blobs: u32) -> Result<Self, SnapshotError> {
+        let json = serde_json::to_vec(meta)?;
+        let mut w = Writer { out, hash: Sha256::new(), left: blobs };
+        w.put(MAGIC)?;
+        w.put(&VERSION.to_le_bytes())?;
+        w.put(&(json.len() as u64).to_le_bytes())?;
+        w.put(&json)?;
+        w.put(&blobs.to_le_bytes())?;
+        Ok(w)
+    }
+
+    /// Appends the next blob.
+    pub fn blob(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        self.left = self.left.checked_sub(1).ok_or_else(|| SnapshotError::Malformed("more blobs than announced".into()))?;
+        self.put(&(bytes.len() as u64).to_le_bytes())?;
+        self.put(bytes)
+    }
+
+    /// Appends the digest; returns the output.
+    pub fn finish(mut self) -> Result<W, SnapshotError> {
+        if self.left != 0 {
+            return Err(SnapshotError::Malformed(format!("{} blobs announced but not written", self.left)));
+        }
+        let digest = self.hash.finalize();
+        self.out.write_all(&digest)?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+
+    fn put(&mut self, b: &[u8]) -> Result<(), SnapshotError> {
+        self.hash.update(b);
+        self.out.write_all(b)?;
+        Ok(())
+    }
+}
+
+/// Checks the digest of a whole snapshot of `len` bytes read from `r`.
+pub fn verify(mut r: impl Read, len: u64) -> Result<(), SnapshotError> {
+    let body = len.checked_sub(DIGEST as u64).ok_or(SnapshotError::Digest)?;
+    let mut hash = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = body;
+    while left > 0 {
+        let n = (left.min(buf.len() as u64)) as usize;
+        r.read_exact(&mut buf[..n]).map_err(|_| SnapshotError::Digest)?;
+        hash.update(&buf[..n]);
+        left -= n as u64;
+    }
+    let mut digest = [0u8; DIGEST];
+    r.read_exact(&mut digest).map_err(|_| SnapshotError::Digest)?;
+    if hash.finalize().as_slice() != digest {
+        return Err(SnapshotError::Digest);
+    }
+    Ok(())
+}
+
+/// Reads a snapshot already [`verify`]-ed: the description, then its blobs
+/// in order.
+pub struct Reader<R: Read> {
+    input: R,
+    /// Bytes left before the digest.
+    left: u64,
+    blobs: u32,
+}
+
+impl<R: Read> Reader<R> {
+    /// Reads the head of a snapshot of `len` bytes.
+    pub fn open(mut input: R, len: u64) -> Result<(Reader<R>, Meta), SnapshotError> {
+        let mut left = len.checked_sub(DIGEST as u64).ok_or_else(|| SnapshotError::Malformed("shorter than its digest".into()))?;
+        let mut head = [0u8; 20];
+        take(&mut left, head.len() as u64)?;
+        input.read_exact(&mut head)?;
+        if &head[..8] != MAGIC {
+            return Err(SnapshotError::Magic);
+        }
+        let version = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+        if version != VERSION {
+            return Err(SnapshotError::Version(version));
+        }
+        let meta_len = u64::from_le_bytes(head[12..20].try_into().unwrap_or_default());
+        if meta_len > MAX_META {
+            return Err(SnapshotError::Malformed(format!("a description of {meta_len} bytes")));
+        }
+        take(&mut left, meta_len)?;
+        let mut json = vec![0u8; meta_len as usize];
+        input.read_exact(&mut json)?;
+        let meta: Meta = serde_json::from_slice(&json)?;
+        take(&mut left, 4)?;
+        let mut count = [0u8; 4];
+        input.read_exact(&mut count)?;
+        let blobs = u32::from_le_bytes(count);
+        if blobs > MAX_BLOBS {
+            return Err(SnapshotError::Malformed(format!("{blobs} blobs")));
+        }
+        Ok((Reader { input, left, blobs }, meta))
+    }
+
+    /// Blobs not yet read.
+    pub fn blobs_left(&self) -> u32 {
+        self.blobs
+    }
+
+    /// The next blob.
+    pub fn blob(&mut self) -> Result<Vec<u8>, SnapshotError> {
+        self.blobs = self.blobs.checked_sub(1).ok_or_else(|| SnapshotError::Malformed("a blob past the last".into()))?;
+        take(&mut self.left, 8)?;
+        let mut n = [0u8; 8];
+        self.input.read_exact(&mut n)?;
+        let n = u64::from_le_bytes(n);
+        take(&mut self.left, n)?;
+        let n = usize::try_from(n).map_err(|_| SnapshotError::Malformed("a blob larger than memory".into()))?;
+        let mut b = Vec::new();
+        b.try_reserve_exact(n).map_err(|_| SnapshotError::Malformed(format!("a blob of {n} bytes does not fit in memory")))?;
+        b.resize(n, 0);
+        self.input.read_exact(&mut b)?;
+        Ok(b)
+    }
+
+    /// Checks that every blob was read and nothing follows them.
+    pub fn finish(self) -> Result<(), SnapshotError> {
+        if self.blobs != 0 || self.left != 0 {
+            return Err(SnapshotError::Malformed(format!("{} blobs and {} bytes left unread", self.blobs, self.left)));
+        }
+        Ok(())
+    }
+}
+
+/// A token as the snapshot spells it (lowercase hex).
+pub fn token_hex(t: &[u8; 16]) -> String {
+    t.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A token from its spelling in a snapshot.
+pub fn token_from_hex(s: &str) -> Option<[u8; 16]> {
+    if s.len() != 32 || !s.is_ascii() {
+        return None;
+    }
+    let mut t = [0u8; 16];
+    for (i, b) in t.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(t)
+}
+
+fn take(left: &mut u64, n: u64) -> Result<(), SnapshotError> {
+    *left = left.checked_sub(n).ok_or_else(|| SnapshotError::Malformed("a length past the end of the file".into()))?;
+    Ok(())
+}
+
+/// Checks and reads a whole snapshot held in memory: its description and
+/// blobs (for tests, fuzzing and small files).
+pub fn decode(bytes: &[u8]) -> Result<(Meta, Vec<Vec<u8>>), SnapshotError> {
+    verify(bytes, bytes.len() as u64)?;
+    let (mut r, meta) = Reader::open(bytes, bytes.len() as u64)?;
+    let mut blobs = Vec::new();
+    while r.blobs_left() > 0 {
+        blobs.push(r.blob()?);
+    }
+    r.finish()?;
+    Ok((meta, blobs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Meta {
+        Meta {
+            created_unix_seconds: 1,
+            session: 3,
+            peer: "uid:1000".into(),
+            token: "00".repeat(16),
+            executor: "host".into(),
+            devices: vec![Device { ordinal: 0, name: "pvgpu host double".into(), total_memory_bytes: 1 << 30 }],
+            state_bytes: 5,
+            state: State {
+                allocations: vec![Allocation { ctx: 1, address: 0x1000, length: 5, blob: 0 }],
+                ..State::default()
+            },
+        }
+    }
+
+    fn encode(meta: &Meta, blobs: &[&[u8]]) -> Vec<u8> {
+        let mut w = Writer::new(Vec::new(), meta, blobs.len() as u32).unwrap();
+        for b in blobs {
+            w.blob(b).unwrap();
+        }
+        w.finish().unwrap()
+    }
+
+    #[test]
+    fn a_snapshot_reads_back_as_written() {
+        let file = encode(&sample(), &[b"hello", b""]);
+        let (meta, blobs) = decode(&file).unwrap();
+        assert_eq!(meta, sample());
+        assert_eq!(blobs, vec![b"hello".to_vec(), vec![]]);
+    }
+
+    #[test]
+    fn any_change_or_cut_is_refused_before_use() {
+        let file = encode(&sample(), &[b"hello"]);
+        for i in 0..file.len() {
+            let mut bad = file.clone();
+            bad[i] ^= 0x40;
+            assert!(matches!(decode(&bad), Err(SnapshotError::Digest)), "a flipped byte {i} passed");
+        }
+        for n in 0..file.len() {
+            assert!(decode(&file[..n]).is_err(), "a file cut at {n} passed");
+        }
+    }
+
+    #[test]
+    fn lengths_past_the_end_are_errors_even_with_a_good_digest() {
+        // A hostile writer computes a good digest over impossible lengths.
+        let json = serde_json::to_vec(&sample()).unwrap();
+        let mut body = Vec::new();
+        body.extend_from_slice(MAGIC);
+        body.extend_from_slice(&VERSION.to_le_bytes());
+        body.extend_from_slice(&(json.len() as u64).to_le_bytes());
+        body.extend_from_slice(&json);
+        body.extend_from_slice(&1u32.to_le_bytes());
+        body.extend_from_slice(&u64::MAX.to_le_bytes());
+        let digest = Sha256::digest(&body);
+        body.extend_from_slice(&digest);
+        assert!(matches!(decode(&body), Err(SnapshotError::Malformed(_))));
+    }
+
+    #[test]
+    fn another_version_is_named() {
+        let mut file = encode(&sample(), &[b"x"]);
+        file[8] = 9;
+        let body = file.len() - DIGEST;
+        let digest = Sha256::digest(&file[..body]);
+        file[body..].copy_from_slice(&digest);
+        assert!(matches!(decode(&file), Err(SnapshotError::Version(9))));
+    }
+}

@@ -1,0 +1,156 @@
+//! Checkpoint and restore as an operator runs them: a program's session
+//! written to a file at one of its calls, its backend restarted, the file
+//! restored, and the program going on with the same handles, addresses
+//! and bytes, as if nothing had happened.
+
+use super::*;
+use pvgpu_ctl::api::{CheckpointRequest, RestoreRequest};
+use pvgpu_ctl::client::CtlError;
+
+/// Keeps making calls that wait until the session has left (the call
+/// that finds the checkpoint ordered takes it).
+fn call_until_detached(c: &Client, ctx: pvgpu_frontend::Context) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.detached() {
+        assert!(Instant::now() < deadline, "the session was not checkpointed within 30 s");
+        c.ctx_synchronize(ctx).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
+    let mut h = Harness::start();
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    let (matsum_f, scale_f) = (g.func("mat_sum").unwrap(), g.func("scale_by_global").unwrap());
+    let (scale, _) = c.module_get_global(g.module, "pvgpu_scale").unwrap();
+    c.memcpy_htod(scale, &2.5f32.to_le_bytes()).unwrap();
+    let n = 3000usize;
+    let (a, b) = matsum_inputs(n);
+    let bytes = (n * 4) as u64;
+    let (da, db, dc) = (c.mem_alloc(g.ctx, bytes).unwrap(), c.mem_alloc(g.ctx, bytes).unwrap(), c.mem_alloc(g.ctx, bytes).unwrap());
+    let small = c.mem_alloc(g.ctx, 64).unwrap();
+    c.memcpy_htod(da, &f32_bytes(&a)).unwrap();
+    c.memcpy_htod(db, &f32_bytes(&b)).unwrap();
+    c.memcpy_htod(small, &[7u8; 64]).unwrap();
+    let stream = c.stream_create(g.ctx, 1, 0).unwrap();
+    let event = c.event_create(g.ctx, 0).unwrap();
+    let n32 = n as i32;
+    let blocks = (n as u32).div_ceil(256);
+    c.launch(&matsum_f, [blocks, 1, 1], [256, 1, 1], 0, stream, &[arg(&da), arg(&db), arg(&dc), arg(&n32)]).unwrap();
+
+    // A checkpoint the session cannot take yet is refused by name; the
+    // session goes on.
+    let ctl = h.control().unwrap();
+    let id = ctl.sessions().unwrap()[0].id;
+    let dir = TempDir::new("checkpoint");
+    let file = dir.0.join("session.pvgpu");
+    let req = |stay| CheckpointRequest { file: file.display().to_string(), leave_running: stay, timeout_seconds: Some(30) };
+    let graph = c.graph_create(g.ctx).unwrap();
+    std::thread::scope(|s| {
+        let refused = s.spawn(|| ctl.checkpoint(id, &req(false)));
+        while !refused.is_finished() {
+            c.ctx_synchronize(g.ctx).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        match refused.join().unwrap() {
+            Err(CtlError::Refused { status: 409, message }) => assert!(message.contains("graphs"), "{message}"),
+            other => panic!("a checkpoint of a session with a graph: {other:?}"),
+        }
+    });
+    assert!(!file.exists(), "a refused checkpoint leaves no file");
+    assert!(!c.detached());
+    c.graph_destroy(graph).unwrap();
+
+    // The checkpoint, at the program's next call that waits.
+    let report = std::thread::scope(|s| {
+        let taken = s.spawn(|| ctl.checkpoint(id, &req(false)));
+        call_until_detached(&c, g.ctx);
+        taken.join().unwrap().expect("the checkpoint")
+    });
+    assert!(report.state_bytes >= 3 * bytes + 64, "{report:?}");
+    assert!(!report.left_running);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600, "a snapshot is its owner's only");
+
+    // The backend goes and comes back; the snapshot is handed to it.
+    h.restart();
+    let ctl = h.control().unwrap();
+    assert!(ctl.sessions().unwrap().is_empty());
+    let mut corrupt = std::fs::read(&file).unwrap();
+    let mid = corrupt.len() / 2;
+    corrupt[mid] ^= 1;
+    let bad = dir.0.join("corrupt.pvgpu");
+    std::fs::write(&bad, &corrupt).unwrap();
+    std::fs::set_permissions(&bad, std::fs::Permissions::from_mode(0o600)).unwrap();
+    match ctl.restore(&RestoreRequest { file: bad.display().to_string() }) {
+        Err(CtlError::Refused { status: 422, message }) => assert!(message.contains("checksum"), "{message}"),
+        other => panic!("a corrupt snapshot: {other:?}"),
+    }
+    let restored = ctl.restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
+    assert_eq!((restored.session, restored.state_bytes), (id, report.state_bytes));
+
+    // The program goes on: the kernel's result, the global, the handles.
+    let mut out = vec![0u8; bytes as usize];
+    c.memcpy_dtoh(&mut out, dc).unwrap();
+    assert!(!c.detached());
+    assert_same(&bytes_f32(&out), &matsum_cpu(&a, &b), "MatSum computed before the checkpoint");
+    let mut seven = [0u8; 64];
+    c.memcpy_dtoh(&mut seven, small).unwrap();
+    assert_eq!(seven, [7u8; 64]);
+    let m = 100i32;
+    c.launch(&scale_f, [1, 1, 1], [128, 1, 1], 0, stream, &[arg(&da), arg(&m)]).unwrap();
+    c.event_record(event, stream).unwrap();
+    c.event_synchronize(event).unwrap();
+    c.memcpy_dtoh(&mut out[..400], da).unwrap();
+    let want: Vec<f32> = a[..100].iter().map(|x| x * 2.5).collect();
+    assert_same(&bytes_f32(&out[..400]), &want, "a kernel reading the restored global, on the restored stream");
+    c.launch(&matsum_f, [blocks, 1, 1], [256, 1, 1], 0, Stream::DEFAULT, &[arg(&da), arg(&db), arg(&dc), arg(&n32)]).unwrap();
+    c.ctx_synchronize(g.ctx).unwrap();
+    for p in [da, db, dc, small] {
+        c.mem_free(p).unwrap();
+    }
+    let again = c.mem_alloc(g.ctx, 1 << 20).unwrap();
+    c.mem_free(again).unwrap();
+    let live = ctl.sessions().unwrap();
+    assert_eq!(live.len(), 1, "the program's session is back: {live:?}");
+    assert_eq!(live[0].devices, [0]);
+}
+
+/// `--leave-running`: the snapshot is written and the program never
+/// notices; a snapshot is taken back only by its own peer, once.
+pub(crate) fn checkpoint_leaving_the_session_running(t: Transport) {
+    let h = Harness::start();
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    let buf = c.mem_alloc(g.ctx, 4096).unwrap();
+    c.memcpy_htod(buf, &[3u8; 4096]).unwrap();
+    let ctl = h.control().unwrap();
+    let id = ctl.sessions().unwrap()[0].id;
+    let dir = TempDir::new("checkpoint");
+    let file = dir.0.join("kept.pvgpu");
+    let req = CheckpointRequest { file: file.display().to_string(), leave_running: true, timeout_seconds: Some(30) };
+    let report = std::thread::scope(|s| {
+        let taken = s.spawn(|| ctl.checkpoint(id, &req));
+        while !taken.is_finished() {
+            c.ctx_synchronize(g.ctx).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        taken.join().unwrap().unwrap()
+    });
+    assert!(report.left_running && report.state_bytes >= 4096);
+    assert!(!c.detached());
+    let mut back = [0u8; 4096];
+    c.memcpy_dtoh(&mut back, buf).unwrap();
+    assert_eq!(back, [3u8; 4096]);
+    match ctl.checkpoint(id, &req) {
+        Err(CtlError::Refused { status: 409, message }) => assert!(message.contains("Cannot create"), "{message}"),
+        other => panic!("a checkpoint over an existing file: {other:?}"),
+    }
+    let none = CheckpointRequest { file: dir.0.join("never.pvgpu").display().to_string(), leave_running: true, timeout_seconds: Some(1) };
+    match ctl.checkpoint(id, &none) {
+        Err(CtlError::Refused { status: 504, .. }) => {}
+        other => panic!("a checkpoint of a session making no call: {other:?}"),
+    }
+    assert!(!dir.0.join("never.pvgpu").exists());
+}
