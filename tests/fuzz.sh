@@ -25,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${PVGPU_FUZZ_SECONDS:-30}
-targets=(${PVGPU_FUZZ_TARGETS:-request_decoder ring_consumer module_image local_handshake xenstore_reply tcp_opening tcp_stream})
+targets=(${PVGPU_FUZZ_TARGETS:-request_decoder ring_consumer module_image local_handshake xenstore_reply tcp_opening tcp_stream snapshot_file})
 cargo_fuzz=0.13.2
 
 # Longest input per target: a request with a modest tail; a program of ring

@@ -41,8 +41,8 @@
 //! else.
 
 pub mod admission;
-pub mod checkpoints;
 pub mod affinity;
+pub mod checkpoints;
 pub mod config;
 pub mod conn;
 pub mod control;

@@ -11,10 +11,10 @@
 //! for ever). Threads cannot be killed: thread isolation is for tests.
 
 use crate::admission::Slot;
+use crate::checkpoints::Desk;
 use crate::config::{SessionConfig, WorkerCommand};
 use crate::exec::Executor;
 use crate::handover::Handover;
-use crate::checkpoints::Desk;
 use crate::ipc::{Broker, Registry};
 use crate::ledger::Seat;
 use crate::session_loop::{Report, open_connection, serve_opened};
@@ -295,7 +295,14 @@ impl ProcessSpawner {
     /// Workers started with `cmd`; a worker whose peer is gone is killed
     /// after `grace`.
     pub fn new(cmd: WorkerCommand, grace: Duration) -> Self {
-        ProcessSpawner { cmd, ipc: Arc::default(), desk: Arc::default(), grace, workers: Mutex::new(Vec::new()), forker: Mutex::new(forker()) }
+        ProcessSpawner {
+            cmd,
+            ipc: Arc::default(),
+            desk: Arc::default(),
+            grace,
+            workers: Mutex::new(Vec::new()),
+            forker: Mutex::new(forker()),
+        }
     }
 
     /// Reads what the worker reported since the last call (without

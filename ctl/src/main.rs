@@ -3,9 +3,9 @@
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use pvgpu_ctl::api::{CheckpointRequest, RestoreRequest, Session};
+use pvgpu_ctl::client::Control;
 use pvgpu_ctl::snapshot;
 use std::io::Seek;
-use pvgpu_ctl::client::Control;
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
@@ -159,7 +159,11 @@ fn inspect(path: &std::path::Path, json: bool) -> Result<()> {
     }
     let s = &meta.state;
     println!("snapshot of session {} of {}, format {}, checksum good", meta.session, meta.peer, snapshot::VERSION);
-    println!("  executor {}, devices: {}", meta.executor, meta.devices.iter().map(|d| format!("{} {}", d.ordinal, d.name)).collect::<Vec<_>>().join(", "));
+    println!(
+        "  executor {}, devices: {}",
+        meta.executor,
+        meta.devices.iter().map(|d| format!("{} {}", d.ordinal, d.name)).collect::<Vec<_>>().join(", ")
+    );
     println!("  {} of device state in a {} file", bytes(meta.state_bytes), bytes(len));
     println!(
         "  {} contexts, {} allocations, {} modules, {} streams, {} events",

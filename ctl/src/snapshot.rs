@@ -194,13 +194,15 @@ pub struct Writer<W: Write> {
     out: W,
     hash: Sha256,
     left: u32,
+    /// Bytes still owed to the blob being written in parts.
+    owed: u64,
 }
 
 impl<W: Write> Writer<W> {
     /// Starts a snapshot of `meta` with `blobs` blobs to follow.
     pub fn new(out: W, meta: &Meta, blobs: u32) -> Result<Self, SnapshotError> {
         let json = serde_json::to_vec(meta)?;
-        let mut w = Writer { out, hash: Sha256::new(), left: blobs };
+        let mut w = Writer { out, hash: Sha256::new(), left: blobs, owed: 0 };
         w.put(MAGIC)?;
         w.put(&VERSION.to_le_bytes())?;
         w.put(&(json.len() as u64).to_le_bytes())?;
@@ -211,14 +213,30 @@ impl<W: Write> Writer<W> {
 
     /// Appends the next blob.
     pub fn blob(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        self.blob_start(bytes.len() as u64)?;
+        self.blob_part(bytes)
+    }
+
+    /// Starts the next blob, of `len` bytes given by [`Writer::blob_part`].
+    pub fn blob_start(&mut self, len: u64) -> Result<(), SnapshotError> {
+        if self.owed != 0 {
+            return Err(SnapshotError::Malformed(format!("a blob left {} bytes short", self.owed)));
+        }
         self.left = self.left.checked_sub(1).ok_or_else(|| SnapshotError::Malformed("more blobs than announced".into()))?;
-        self.put(&(bytes.len() as u64).to_le_bytes())?;
+        self.owed = len;
+        self.put(&len.to_le_bytes())
+    }
+
+    /// Appends bytes of the blob being written.
+    pub fn blob_part(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        self.owed =
+            self.owed.checked_sub(bytes.len() as u64).ok_or_else(|| SnapshotError::Malformed("a blob longer than it said".into()))?;
         self.put(bytes)
     }
 
     /// Appends the digest; returns the output.
     pub fn finish(mut self) -> Result<W, SnapshotError> {
-        if self.left != 0 {
+        if self.left != 0 || self.owed != 0 {
             return Err(SnapshotError::Malformed(format!("{} blobs announced but not written", self.left)));
         }
         let digest = self.hash.finalize();
@@ -373,10 +391,7 @@ mod tests {
             executor: "host".into(),
             devices: vec![Device { ordinal: 0, name: "pvgpu host double".into(), total_memory_bytes: 1 << 30 }],
             state_bytes: 5,
-            state: State {
-                allocations: vec![Allocation { ctx: 1, address: 0x1000, length: 5, blob: 0 }],
-                ..State::default()
-            },
+            state: State { allocations: vec![Allocation { ctx: 1, address: 0x1000, length: 5, blob: 0 }], ..State::default() },
         }
     }
 

@@ -403,7 +403,9 @@ impl Client {
 impl Drop for Client {
     fn drop(&mut self) {
         let mut c = self.conn();
-        if !c.is_dead() {
+        // A session that left with a checkpoint is not brought back only to
+        // say goodbye.
+        if !c.is_dead() && !c.detached {
             let _ = c.send(&Goodbye {}, 0);
         }
     }

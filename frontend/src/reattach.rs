@@ -45,7 +45,12 @@ impl Conn {
                 }
                 self.detached = false;
                 self.dead = false;
-                let resume = Resume { token: self.token, min_version: PROTOCOL_VERSION.into(), max_version: PROTOCOL_VERSION.into(), reserved: 0.into() };
+                let resume = Resume {
+                    token: self.token,
+                    min_version: PROTOCOL_VERSION.into(),
+                    max_version: PROTOCOL_VERSION.into(),
+                    reserved: 0.into(),
+                };
                 match self.call(&resume) {
                     Ok(rep) => {
                         self.token = rep.resume_token;

@@ -61,9 +61,17 @@ fn mirror_op(op: u16) -> bool {
 /// [`crate::capture_mode`]).
 fn mode_free(op: u16) -> bool {
     mirror_op(op)
-        || [Opcode::Hello, Opcode::Resume, Opcode::Nop, Opcode::CaptureModeExchange, Opcode::HostFnEvent, Opcode::HostCallWait, Opcode::HostCallDone]
-            .iter()
-            .any(|o| *o as u16 == op)
+        || [
+            Opcode::Hello,
+            Opcode::Resume,
+            Opcode::Nop,
+            Opcode::CaptureModeExchange,
+            Opcode::HostFnEvent,
+            Opcode::HostCallWait,
+            Opcode::HostCallDone,
+        ]
+        .iter()
+        .any(|o| *o as u16 == op)
 }
 
 /// Whether `op` may let a graph read the program's pageable memory: a

@@ -395,7 +395,43 @@ fn tcp_stream() {
     write("tcp_stream", "large-claim", &claim);
 }
 
+/// Snapshots as a checkpoint writes them: an empty session, and one with
+/// a context, an allocation, a module and a stream.
+fn snapshot_file() {
+    use pvgpu_ctl::snapshot::{Allocation, Context, Device, Meta, Module, Queue, State, Writer};
+    let meta = |state: State, bytes: u64| Meta {
+        created_unix_seconds: 1_800_000_000,
+        session: 7,
+        peer: "uid:1000".into(),
+        token: "0f".repeat(16),
+        executor: "host".into(),
+        devices: vec![Device { ordinal: 0, name: "pvgpu host double".into(), total_memory_bytes: 1 << 30 }],
+        state_bytes: bytes,
+        state,
+    };
+    let encode = |m: &Meta, blobs: &[&[u8]]| {
+        let mut w = Writer::new(Vec::new(), m, blobs.len() as u32).unwrap();
+        for b in blobs {
+            w.blob(b).unwrap();
+        }
+        w.finish().unwrap()
+    };
+    write("snapshot_file", "empty", &encode(&meta(State::default(), 0), &[]));
+    let state = State {
+        initialized: true,
+        contexts: vec![Context { id: 0x1_0000_0001, device: 0, flags: 0, primary: true, retains: 1 }],
+        current: Some(0x1_0000_0001),
+        allocations: vec![Allocation { ctx: 0x1_0000_0001, address: 0x7f00_0000_1000, length: 16, blob: 0 }],
+        modules: vec![Module { id: 0x1_0000_0001, ctx: 0x1_0000_0001, image: 1, functions: vec![], globals: vec![] }],
+        streams: vec![Queue { id: 0x1_0000_0001, ctx: 0x1_0000_0001, flags: 1, priority: 0 }],
+        events: vec![],
+        pending_error: None,
+    };
+    write("snapshot_file", "session", &encode(&meta(state, 16), &[&[7; 16], b".version 8.0\n\0"]));
+}
+
 fn main() {
+    snapshot_file();
     tcp_opening();
     tcp_stream();
     request_decoder();

@@ -16,7 +16,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pvgpu_ring::tcp_auth::{TcpKey, client_open, refuse, server_open, Status};
+use pvgpu_ring::tcp_auth::{Status, TcpKey, client_open, refuse, server_open};
 use std::io::{Read, Write};
 
 /// A peer that has sent `input`, in pieces of at most `piece` bytes, and

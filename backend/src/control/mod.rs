@@ -100,7 +100,8 @@ fn serve(server: &tiny_http::Server, sessions: Arc<dyn Sessions>, stop: &AtomicB
                 // A checkpoint waits for its session: each request has a
                 // thread of its own (only the operator can connect).
                 let sessions = sessions.clone();
-                let r = std::thread::Builder::new().name("pvgpu-control-req".into()).spawn(move || routes::answer(request, sessions.as_ref()));
+                let r =
+                    std::thread::Builder::new().name("pvgpu-control-req".into()).spawn(move || routes::answer(request, sessions.as_ref()));
                 if let Err(e) = r {
                     tracing::warn!(error = %e, "control socket: cannot start a thread for a request");
                 }

@@ -3,8 +3,8 @@
 
 use super::Sessions;
 use pvgpu_ctl::api::{CheckpointRequest, ErrorBody, RestoreRequest};
-use std::io::Read;
 use serde::Serialize;
+use std::io::Read;
 use tiny_http::{Header, Method, Request, Response};
 
 /// An answer: status and JSON body.

@@ -99,9 +99,13 @@ impl Sessions for Supervised {
         let path = absolute(&req.file)?;
         let (file, meta) = open_snapshot(&path)?;
         if meta.executor != self.spawner.executor() {
-            return Err(Refusal::new(409, format!("{} ran on the {} executor; this backend runs {}", path.display(), meta.executor, self.spawner.executor())));
+            return Err(Refusal::new(
+                409,
+                format!("{} ran on the {} executor; this backend runs {}", path.display(), meta.executor, self.spawner.executor()),
+            ));
         }
-        let token = snapshot::token_from_hex(&meta.token).ok_or_else(|| Refusal::new(400, format!("{}: a malformed session token", path.display())))?;
+        let token = snapshot::token_from_hex(&meta.token)
+            .ok_or_else(|| Refusal::new(400, format!("{}: a malformed session token", path.display())))?;
         let report = RestoreReport {
             session: meta.session,
             peer: meta.peer.clone(),

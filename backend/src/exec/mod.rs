@@ -191,6 +191,14 @@ pub trait Executor: Send + Sync + 'static {
     fn process_footprint(&self) -> Option<u64> {
         None
     }
+    /// Whether a session restored from a checkpoint gets every device
+    /// address back (allocations and module globals,
+    /// [`ExecContext::restore_memory`], [`ExecContext::module_load_placed`]).
+    /// Where not, a checkpoint may not take a session away from its
+    /// backend (one that leaves it running may).
+    fn restores_addresses(&self) -> bool {
+        false
+    }
 }
 
 /// One context: dropping it frees everything made in it.

@@ -9,8 +9,8 @@
 //! session's exports when the worker's end closes.
 
 use super::registry::{Registry, Token};
-use crate::checkpoints::Desk;
 use super::{IpcError, IpcObject};
+use crate::checkpoints::Desk;
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -130,7 +130,12 @@ impl Broker {
         match self {
             Broker::Direct { desk, session, .. } => desk.report(*session, written.ok_or_else(String::new)),
             Broker::Remote(sock) => {
-                let m = Msg { op: OP_REPORT.into(), kind: u32::from(written.is_none()).into(), size: written.unwrap_or(0).into(), ..Default::default() };
+                let m = Msg {
+                    op: OP_REPORT.into(),
+                    kind: u32::from(written.is_none()).into(),
+                    size: written.unwrap_or(0).into(),
+                    ..Default::default()
+                };
                 if let Err(e) = call(sock, &m, None) {
                     tracing::warn!(error = %e, "reporting a checkpoint failed");
                 }

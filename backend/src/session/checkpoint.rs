@@ -1,8 +1,9 @@
 //! A session's state written to a snapshot ([`pvgpu_ctl::snapshot`]), at a
-//! command boundary: every context synchronised, then contexts, modules
-//! (images, looked-up functions and globals with their bytes), device
-//! memory with its bytes, streams and events, with the handles the guest
-//! holds.
+//! command boundary: every context synchronised, then contexts, device
+//! memory with its bytes, modules (images, looked-up functions and globals
+//! with their bytes), streams and events, with the handles the guest
+//! holds. Device memory comes before modules, so that a restore reserves
+//! the session's addresses before the driver places module memory.
 //!
 //! What a checkpoint does not cover yet is refused by name before
 //! anything is read, and the session goes on as if nothing had been asked:
@@ -22,6 +23,12 @@ pub enum CheckpointError {
     /// It holds something a checkpoint does not cover yet.
     #[error("the session holds {0}, which checkpoints do not cover yet; it goes on running")]
     Unsupported(&'static str),
+    /// The session may not leave: the executor cannot give a restored
+    /// session its device addresses back.
+    #[error(
+        "this GPU's driver does not give another process the device addresses the session holds (cuMemAlloc's heap), so it could not be restored elsewhere; it goes on running here (--leave-running writes a snapshot and keeps it running)"
+    )]
+    CannotLeave,
     /// The session has no resume token.
     #[error("the session has no resume token (the kernel gave no random bytes); it goes on running")]
     NoToken,
@@ -31,6 +38,15 @@ pub enum CheckpointError {
     /// The file could not be written.
     #[error(transparent)]
     File(#[from] SnapshotError),
+}
+
+/// What a checkpoint wrote.
+#[derive(Debug, Clone, Copy)]
+pub struct Taken {
+    /// Bytes of device state.
+    pub bytes: u64,
+    /// Seconds spent copying them off the device.
+    pub device_secs: f64,
 }
 
 /// Where a blob's bytes come from.
@@ -58,12 +74,16 @@ impl Plan {
 
 impl<E: Executor> Session<E> {
     /// Writes the session's state to `out` as a snapshot for `peer`;
-    /// returns the bytes of device state written.
-    pub fn checkpoint(&mut self, out: impl Write, peer: &str) -> Result<u64, CheckpointError> {
+    /// returns the bytes of device state written. `leaving`: the session
+    /// then leaves this backend, so it must be restorable.
+    pub fn checkpoint(&mut self, out: impl Write + Send, peer: &str, leaving: bool) -> Result<Taken, CheckpointError> {
         if self.token == [0; 16] {
             return Err(CheckpointError::NoToken);
         }
         self.coverable()?;
+        if leaving && !self.exec.restores_addresses() {
+            return Err(CheckpointError::CannotLeave);
+        }
         let ids: Vec<u64> = self.ctxs.iter().map(|(id, _)| id).collect();
         for id in &ids {
             self.enter(*id).and_then(|c| c.synchronize()).map_err(CheckpointError::Device)?;
@@ -79,19 +99,65 @@ impl<E: Executor> Session<E> {
             state_bytes: plan.bytes,
             state: plan.state,
         };
-        let mut w = snapshot::Writer::new(out, &meta, plan.sources.len() as u32)?;
-        let mut buf = Vec::new();
-        for s in &plan.sources {
-            match s {
-                Source::Image(image) => w.blob(image)?,
-                Source::Device { ctx, addr, len } => {
-                    self.read_device(*ctx, *addr, *len, &mut buf)?;
-                    w.blob(&buf)?;
+        let w = snapshot::Writer::new(out, &meta, plan.sources.len() as u32)?;
+        // Device reads here, hashing and writing on a thread of its own,
+        // through a few page-locked chunks that go back and forth.
+        let (to_writer, parts) = std::sync::mpsc::sync_channel::<Part>(CHUNKS);
+        let (give_back, returned) = std::sync::mpsc::channel::<memmap2::MmapMut>();
+        std::thread::scope(|scope| {
+            let writer = scope.spawn(move || write_parts(w, parts, give_back));
+            let read = self.send_parts(&plan.sources, &to_writer, &returned);
+            drop(to_writer);
+            let written = writer.join().unwrap_or_else(|_| Err(SnapshotError::Malformed("the snapshot writer failed".into())));
+            let device = read?;
+            written?;
+            Ok(Taken { bytes: plan.bytes, device_secs: device })
+        })
+    }
+
+    /// Reads every blob's bytes in order and sends them to the writer;
+    /// returns the seconds spent reading the device.
+    fn send_parts(
+        &mut self,
+        sources: &[Source],
+        to_writer: &std::sync::mpsc::SyncSender<Part>,
+        returned: &std::sync::mpsc::Receiver<memmap2::MmapMut>,
+    ) -> Result<f64, CheckpointError> {
+        let mut staging = Staging::default();
+        let r = (|| {
+            let mut device = std::time::Duration::ZERO;
+            let gone = || CheckpointError::File(SnapshotError::Malformed("the snapshot writer stopped".into()));
+            for s in sources {
+                match s {
+                    Source::Image(image) => to_writer.send(Part::Image(image.clone())).map_err(|_| gone())?,
+                    Source::Device { ctx, addr, len } => {
+                        to_writer.send(Part::Start(*len)).map_err(|_| gone())?;
+                        let mut off = 0;
+                        while off < *len {
+                            let n = (*len - off).min(CHUNK as u64) as usize;
+                            let mut buf = match returned.try_recv() {
+                                Ok(b) => b,
+                                Err(_) if staging.made < CHUNKS + 1 => staging.make()?,
+                                Err(_) => returned.recv().map_err(|_| gone())?,
+                            };
+                            let t = std::time::Instant::now();
+                            staging.pin(self, *ctx, &mut buf)?;
+                            let c = self.enter(*ctx).map_err(CheckpointError::Device)?;
+                            // SAFETY: `buf` holds CHUNK >= n writable bytes and
+                            // the copy waits; the range lies in one of the
+                            // session's allocations.
+                            unsafe { c.dtoh(buf.as_mut_ptr(), addr + off, n, None, true) }.map_err(CheckpointError::Device)?;
+                            device += t.elapsed();
+                            to_writer.send(Part::Bytes(buf, n)).map_err(|_| gone())?;
+                            off += n as u64;
+                        }
+                    }
                 }
             }
-        }
-        w.finish()?;
-        Ok(plan.bytes)
+            Ok(device.as_secs_f64())
+        })();
+        staging.unpin(self);
+        r
     }
 
     /// Refuses, by name, what a checkpoint does not cover.
@@ -140,10 +206,18 @@ impl<E: Executor> Session<E> {
             let retains = self.primary.get(&c.device).filter(|(pid, _)| *pid == id).map_or(0, |(_, n)| *n);
             p.state.contexts.push(Context { id, device: c.device, flags: c.flags, primary: c.primary, retains });
         }
+        for (&addr, a) in self.allocs.iter().filter(|(_, a)| a.kind == AllocKind::Memory) {
+            let blob = p.blob(Source::Device { ctx: a.ctx, addr, len: a.len });
+            p.state.allocations.push(Allocation { ctx: a.ctx, address: addr, length: a.len, blob });
+        }
         for (id, m) in self.modules.iter() {
             let image = p.blob(Source::Image(m.image.clone()));
-            let mut functions: Vec<Function> =
-                self.function_ids.iter().filter(|((mid, _), _)| *mid == id).map(|((_, name), fid)| Function { id: *fid, name: name.clone() }).collect();
+            let mut functions: Vec<Function> = self
+                .function_ids
+                .iter()
+                .filter(|((mid, _), _)| *mid == id)
+                .map(|((_, name), fid)| Function { id: *fid, name: name.clone() })
+                .collect();
             functions.sort_by_key(|f| f.id);
             let globals = m
                 .globals
@@ -157,10 +231,6 @@ impl<E: Executor> Session<E> {
                 .collect();
             p.state.modules.push(Module { id, ctx: m.ctx, image, functions, globals });
         }
-        for (&addr, a) in self.allocs.iter().filter(|(_, a)| a.kind == AllocKind::Memory) {
-            let blob = p.blob(Source::Device { ctx: a.ctx, addr, len: a.len });
-            p.state.allocations.push(Allocation { ctx: a.ctx, address: addr, length: a.len, blob });
-        }
         for (id, s) in self.streams.iter() {
             p.state.streams.push(Queue { id, ctx: s.ctx, flags: s.flags, priority: s.priority });
         }
@@ -169,16 +239,75 @@ impl<E: Executor> Session<E> {
         }
         p
     }
+}
 
-    /// Reads `len` bytes of device memory at `addr` into `buf`.
-    fn read_device(&mut self, ctx: u64, addr: u64, len: u64, buf: &mut Vec<u8>) -> Result<(), CheckpointError> {
-        let n = usize::try_from(len).map_err(|_| CheckpointError::Device(CuError::OUT_OF_MEMORY))?;
-        buf.clear();
-        buf.try_reserve_exact(n).map_err(|_| CheckpointError::Device(CuError::OUT_OF_MEMORY))?;
-        buf.resize(n, 0);
-        let c = self.enter(ctx).map_err(CheckpointError::Device)?;
-        // SAFETY: `buf` holds `n` writable bytes until the copy is done
-        // (it waits); the range is one of the session's allocations.
-        unsafe { c.dtoh(buf.as_mut_ptr(), addr, n, None, true) }.map_err(CheckpointError::Device)
+/// Bytes copied off the device at a time.
+const CHUNK: usize = 32 << 20;
+/// Chunks on their way to the writer at most.
+const CHUNKS: usize = 3;
+
+/// What the reading side sends the writer.
+enum Part {
+    Image(Arc<[u8]>),
+    Start(u64),
+    Bytes(memmap2::MmapMut, usize),
+}
+
+/// Writes the parts in order, giving each chunk back; returns when the
+/// reading side hangs up.
+fn write_parts<W: Write>(
+    mut w: snapshot::Writer<W>,
+    parts: std::sync::mpsc::Receiver<Part>,
+    give_back: std::sync::mpsc::Sender<memmap2::MmapMut>,
+) -> Result<(), SnapshotError> {
+    for p in parts {
+        match p {
+            Part::Image(image) => w.blob(&image)?,
+            Part::Start(len) => w.blob_start(len)?,
+            Part::Bytes(buf, n) => {
+                w.blob_part(&buf[..n])?;
+                let _ = give_back.send(buf);
+            }
+        }
+    }
+    w.finish().map(drop)
+}
+
+/// The page-locked chunks, and the contexts each is registered with.
+#[derive(Default)]
+struct Staging {
+    made: usize,
+    pinned: Vec<(u64, *mut u8)>,
+}
+
+impl Staging {
+    fn make(&mut self) -> Result<memmap2::MmapMut, CheckpointError> {
+        self.made += 1;
+        memmap2::MmapMut::map_anon(CHUNK).map_err(|e| CheckpointError::File(e.into()))
+    }
+
+    /// Page-locks `buf` through context `ctx` once (copies run at
+    /// page-locked speed; where the executor cannot, they run anyway).
+    fn pin<E: Executor>(&mut self, s: &mut Session<E>, ctx: u64, buf: &mut memmap2::MmapMut) -> Result<(), CheckpointError> {
+        let p = buf.as_mut_ptr();
+        if self.pinned.contains(&(ctx, p)) {
+            return Ok(());
+        }
+        let c = s.enter(ctx).map_err(CheckpointError::Device)?;
+        // SAFETY: the mapping outlives the registration: `unpin` undoes it
+        // before the chunks are dropped (they are dropped after
+        // `send_parts` returns).
+        if unsafe { c.register_host(p, CHUNK) }.is_ok() {
+            self.pinned.push((ctx, p));
+        }
+        Ok(())
+    }
+
+    fn unpin<E: Executor>(&mut self, s: &mut Session<E>) {
+        for (ctx, p) in self.pinned.drain(..) {
+            if let Ok(c) = s.enter(ctx) {
+                let _ = c.unregister_host(p);
+            }
+        }
     }
 }

@@ -43,7 +43,7 @@ mod restore;
 mod stream;
 mod vmm;
 
-pub use checkpoint::CheckpointError;
+pub use checkpoint::{CheckpointError, Taken};
 pub use restore::RestoreError;
 
 use crate::config::SessionLimits;

@@ -100,14 +100,17 @@ impl<E: Executor> Session<E> {
     /// its blobs from `reader`; `area` is the connection's data area.
     pub fn restore<R: Read>(&mut self, meta: &Meta, reader: &mut Reader<R>, area: Option<&DataArea>) -> Result<(), RestoreError> {
         self.check_devices(meta)?;
-        self.token = pvgpu_ctl::snapshot::token_from_hex(&meta.token).ok_or_else(|| RestoreError::Inconsistent("a token that is not 32 hex digits".into()))?;
+        self.token = pvgpu_ctl::snapshot::token_from_hex(&meta.token)
+            .ok_or_else(|| RestoreError::Inconsistent("a token that is not 32 hex digits".into()))?;
         let state = &meta.state;
         let mut blobs = Blobs { reader, next: 0 };
         self.hello = true;
         self.initialized = state.initialized;
         for c in &state.contexts {
             let ctx = self.exec.create_context(c.device, c.flags).map_err(rebuild(format!("context {:#x}", c.id)))?;
-            self.ctxs.insert_at(c.id, CtxEntry { primary: c.primary, device: c.device, flags: c.flags, ctx }).map_err(bad_id("context", c.id))?;
+            self.ctxs
+                .insert_at(c.id, CtxEntry { primary: c.primary, device: c.device, flags: c.flags, ctx })
+                .map_err(bad_id("context", c.id))?;
             self.current = Some(c.id);
             if c.primary {
                 self.primary.insert(c.device, (c.id, c.retains));
@@ -119,13 +122,17 @@ impl<E: Executor> Session<E> {
         if let Some(first) = state.contexts.first() {
             super::device::pin_area(self, first.id, area);
         }
+        // The session's addresses first, then what the driver places.
+        self.restore_memory(&state.allocations, &mut blobs)?;
         for m in &state.modules {
             self.restore_module(m, &mut blobs)?;
         }
-        self.restore_memory(&state.allocations, &mut blobs)?;
         for s in &state.streams {
-            let st = self.enter(s.ctx).and_then(|c| c.stream_create(s.flags, s.priority)).map_err(rebuild(format!("stream {:#x}", s.id)))?;
-            self.streams.insert_at(s.id, Owned { ctx: s.ctx, value: st, flags: s.flags, priority: s.priority }).map_err(bad_id("stream", s.id))?;
+            let st =
+                self.enter(s.ctx).and_then(|c| c.stream_create(s.flags, s.priority)).map_err(rebuild(format!("stream {:#x}", s.id)))?;
+            self.streams
+                .insert_at(s.id, Owned { ctx: s.ctx, value: st, flags: s.flags, priority: s.priority })
+                .map_err(bad_id("stream", s.id))?;
         }
         for e in &state.events {
             let ev = self.enter(e.ctx).and_then(|c| c.event_create(e.flags)).map_err(rebuild(format!("event {:#x}", e.id)))?;
@@ -152,12 +159,19 @@ impl<E: Executor> Session<E> {
             let have = here.get(d.ordinal);
             if have.is_none_or(|h| h.name != d.name || h.total_mem != d.total_memory_bytes) {
                 let have = have.map_or("missing".into(), |h| format!("{} with {} bytes", h.name, h.total_mem));
-                return Err(RestoreError::Device { ordinal: d.ordinal, want: format!("{} with {} bytes", d.name, d.total_memory_bytes), have });
+                return Err(RestoreError::Device {
+                    ordinal: d.ordinal,
+                    want: format!("{} with {} bytes", d.name, d.total_memory_bytes),
+                    have,
+                });
             }
         }
         for c in &meta.state.contexts {
             if !meta.devices.iter().any(|d| d.ordinal == c.device) {
-                return Err(RestoreError::Inconsistent(format!("context {:#x} on device {}, which the snapshot does not describe", c.id, c.device)));
+                return Err(RestoreError::Inconsistent(format!(
+                    "context {:#x} on device {}, which the snapshot does not describe",
+                    c.id, c.device
+                )));
             }
         }
         Ok(())
@@ -170,12 +184,14 @@ impl<E: Executor> Session<E> {
         }
         crate::exec::image::check_bounds(&image[..image.len() - 1]).map_err(rebuild(format!("module {:#x}", m.id)))?;
         let placed: Vec<(String, u64)> = m.globals.iter().map(|g| (g.name.clone(), g.address)).collect();
-        let module = self.enter(m.ctx).and_then(|c| c.module_load_placed(&image, &placed)).map_err(rebuild(format!("module {:#x}", m.id)))?;
+        let module =
+            self.enter(m.ctx).and_then(|c| c.module_load_placed(&image, &placed)).map_err(rebuild(format!("module {:#x}", m.id)))?;
         let globals = m.globals.iter().map(|g| (g.name.clone(), g.address, g.length)).collect();
         let entry = ModEntry { ctx: m.ctx, module: Some(module), image: image.into(), globals };
         self.modules.insert_at(m.id, entry).map_err(bad_id("module", m.id))?;
         for f in &m.functions {
-            let mentry = self.modules.get(m.id).and_then(|e| e.module.as_ref()).ok_or_else(|| RestoreError::Inconsistent("module gone".into()))?;
+            let mentry =
+                self.modules.get(m.id).and_then(|e| e.module.as_ref()).ok_or_else(|| RestoreError::Inconsistent("module gone".into()))?;
             let c = self.ctxs.get_mut(m.ctx).ok_or_else(|| RestoreError::Inconsistent(format!("module {:#x} in no context", m.id)))?;
             let (func, layout) = c.ctx.function(mentry, &f.name).map_err(rebuild(format!("function {}", f.name)))?;
             let param_bytes = layout.iter().map(|p| p.offset as usize + p.size as usize).max().unwrap_or(0);
@@ -184,7 +200,8 @@ impl<E: Executor> Session<E> {
             self.function_ids.insert((m.id, f.name.clone()), f.id);
         }
         for g in &m.globals {
-            let mentry = self.modules.get(m.id).and_then(|e| e.module.as_ref()).ok_or_else(|| RestoreError::Inconsistent("module gone".into()))?;
+            let mentry =
+                self.modules.get(m.id).and_then(|e| e.module.as_ref()).ok_or_else(|| RestoreError::Inconsistent("module gone".into()))?;
             let c = self.ctxs.get_mut(m.ctx).ok_or_else(|| RestoreError::Inconsistent(format!("module {:#x} in no context", m.id)))?;
             let (addr, len) = c.ctx.global(mentry, &g.name).map_err(rebuild(format!("global {}", g.name)))?;
             if addr != g.address || len != g.length {
@@ -197,7 +214,11 @@ impl<E: Executor> Session<E> {
         Ok(())
     }
 
-    fn restore_memory<R: Read>(&mut self, allocations: &[pvgpu_ctl::snapshot::Allocation], blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
+    fn restore_memory<R: Read>(
+        &mut self,
+        allocations: &[pvgpu_ctl::snapshot::Allocation],
+        blobs: &mut Blobs<'_, R>,
+    ) -> Result<(), RestoreError> {
         let mut by_ctx: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
         for a in allocations {
             by_ctx.entry(a.ctx).or_default().push((a.address, a.length));
@@ -206,7 +227,11 @@ impl<E: Executor> Session<E> {
             let c = self.enter(*ctx).map_err(rebuild(format!("context {ctx:#x}")))?;
             if let Err(error) = c.restore_memory(ranges) {
                 let (address, _) = ranges.first().copied().unwrap_or_default();
-                return Err(RestoreError::Address { what: format!("device memory of context {ctx:#x} ({} allocations)", ranges.len()), address, error });
+                return Err(RestoreError::Address {
+                    what: format!("device memory of context {ctx:#x} ({} allocations)", ranges.len()),
+                    address,
+                    error,
+                });
             }
             for &(addr, len) in ranges {
                 self.allocs.insert(addr, Alloc { len, ctx: *ctx, kind: AllocKind::Memory });

@@ -25,13 +25,23 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
     let Some(broker) = &limits.ipc else { return false };
     let Some((mut file, stay)) = broker.checkpoint_order() else { return false };
     let t = Instant::now();
-    let written = session.checkpoint(BufWriter::with_capacity(8 << 20, &mut file), peer).and_then(|n| {
+    let written = session.checkpoint(BufWriter::with_capacity(8 << 20, &mut file), peer, !stay).and_then(|n| {
+        let written = t.elapsed().as_secs_f64();
         file.sync_all().map_err(|e| crate::session::CheckpointError::File(e.into()))?;
-        Ok(n)
+        Ok((n, written))
     });
     match written {
-        Ok(bytes) => {
-            tracing::info!(session = session.id(), bytes, secs = t.elapsed().as_secs_f64(), stay, "session checkpointed");
+        Ok((taken, written)) => {
+            let bytes = taken.bytes;
+            tracing::info!(
+                session = session.id(),
+                bytes,
+                device_secs = taken.device_secs,
+                written_secs = written,
+                synced_secs = t.elapsed().as_secs_f64(),
+                stay,
+                "session checkpointed"
+            );
             broker.checkpoint_report(Some(bytes));
             !stay
         }
@@ -60,6 +70,7 @@ pub(super) fn resume<E: Executor>(
 ) -> Result<(), Ended> {
     let r = Resume::decode(Opcode::Resume, payload).map_err(|e| Broken::Session(e.into()))?;
     let proto = pvgpu_ring::proto::PROTOCOL_VERSION;
+    let t = Instant::now();
     let outcome = if r.min_version.get() > proto || r.max_version.get() < proto {
         Err(CuError::NOT_SUPPORTED)
     } else {
@@ -70,7 +81,7 @@ pub(super) fn resume<E: Executor>(
             use zerocopy::IntoBytes;
             let rep = session.hello_rep();
             conn.send(&h.reply(CuResult::SUCCESS, rep.as_bytes().len()), rep.as_bytes(), stop)?;
-            tracing::info!(session = session.id(), "session resumed from its checkpoint");
+            tracing::info!(session = session.id(), secs = t.elapsed().as_secs_f64(), "session resumed from its checkpoint");
             Ok(())
         }
         Err(e) => {

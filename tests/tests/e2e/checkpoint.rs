@@ -23,6 +23,9 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     let c = h.client(t);
     let g = Gpu::new(&c).unwrap();
     let (matsum_f, scale_f) = (g.func("mat_sum").unwrap(), g.func("scale_by_global").unwrap());
+    if h.exec == ExecKind::Cuda {
+        return a_gpu_session_does_not_leave(&h, &c, g.ctx);
+    }
     let (scale, _) = c.module_get_global(g.module, "pvgpu_scale").unwrap();
     c.memcpy_htod(scale, &2.5f32.to_le_bytes()).unwrap();
     let n = 3000usize;
@@ -115,6 +118,30 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     let live = ctl.sessions().unwrap();
     assert_eq!(live.len(), 1, "the program's session is back: {live:?}");
     assert_eq!(live[0].devices, [0]);
+}
+
+/// On the GPU the driver does not give a new process the device addresses
+/// of another (its `cuMemAlloc` heap), so a session may not leave: the
+/// checkpoint is refused by name and the session goes on.
+fn a_gpu_session_does_not_leave(h: &Harness, c: &Client, ctx: pvgpu_frontend::Context) {
+    let ctl = h.control().unwrap();
+    let id = ctl.sessions().unwrap()[0].id;
+    let dir = TempDir::new("checkpoint");
+    let req = CheckpointRequest { file: dir.0.join("gone.pvgpu").display().to_string(), leave_running: false, timeout_seconds: Some(30) };
+    let r = std::thread::scope(|s| {
+        let taken = s.spawn(|| ctl.checkpoint(id, &req));
+        while !taken.is_finished() && !c.detached() {
+            c.ctx_synchronize(ctx).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        taken.join().unwrap()
+    });
+    match r {
+        Err(CtlError::Refused { status: 409, message }) => assert!(message.contains("does not give another process"), "{message}"),
+        other => panic!("a GPU session leaving its backend: {other:?}"),
+    }
+    assert!(!c.detached());
+    c.ctx_synchronize(ctx).unwrap();
 }
 
 /// `--leave-running`: the snapshot is written and the program never

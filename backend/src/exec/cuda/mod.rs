@@ -22,8 +22,8 @@ mod link;
 mod memop;
 mod node_params;
 mod nvml;
-mod restore;
 pub mod output;
+mod restore;
 mod vmm;
 
 use super::{Copy2D, CtxInfo, CuRes, DeviceInfo, Executor, LaunchAttr, LaunchDims, Param, Rect, TensorMapEncode};

@@ -1,7 +1,11 @@
 //! Device memory put back at the addresses a checkpoint recorded.
 //!
-//! `cuMemAlloc` gives no choice of address, so restored allocations are
-//! virtual-memory mappings: a reservation at the recorded address, device
+//! First as it was made: `cuMemAlloc` of each size, lowest address first;
+//! in a worker laid out as the one that made them (`--worker-fixed-layout`)
+//! the driver's allocator hands out the same addresses again where the
+//! session made them in that order. What comes back elsewhere is freed and
+//! made as a virtual-memory mapping instead: a reservation at the recorded
+//! address, device
 //! memory of the context's device mapped there, read-write access. The
 //! driver packs small allocations into one granule (2 MiB on an H100), so
 //! allocations whose granules touch share one *group*, reserved and mapped
@@ -35,7 +39,7 @@ fn group(ranges: &[(u64, u64)], gran: u64) -> CuRes<Vec<(u64, u64, Vec<u64>)>> {
         let start = addr / gran * gran;
         let end = addr.checked_add(len.max(1)).and_then(|e| e.checked_next_multiple_of(gran)).ok_or(CuError::INVALID_VALUE)?;
         match out.last_mut() {
-            Some((s, l, m)) if start <= *s + *l => {
+            Some((s, l, m)) if start < *s + *l => {
                 *l = end.max(*s + *l) - *s;
                 m.push(addr);
             }
@@ -50,6 +54,31 @@ impl CudaContext {
     /// was mapped is given back. An address the driver will not give is
     /// `CUDA_ERROR_ALREADY_MAPPED`.
     pub(super) fn restore_ranges(&mut self, ranges: &[(u64, u64)]) -> CuRes<()> {
+        let mut sorted = ranges.to_vec();
+        sorted.sort_unstable();
+        let mut allocated = Vec::new();
+        let mut mapped = Vec::new();
+        for (addr, len) in sorted {
+            match crate::exec::ExecContext::mem_alloc(self, len) {
+                Ok(p) if p == addr => allocated.push(p),
+                Ok(p) => {
+                    let _ = crate::exec::ExecContext::mem_free(self, p);
+                    mapped.push((addr, len));
+                }
+                Err(_) => mapped.push((addr, len)),
+            }
+        }
+        let r = self.map_ranges(&mapped);
+        if r.is_err() {
+            for p in allocated {
+                let _ = crate::exec::ExecContext::mem_free(self, p);
+            }
+        }
+        tracing::debug!(allocated = ranges.len() - mapped.len(), mapped = mapped.len(), "restored device memory");
+        r
+    }
+
+    fn map_ranges(&mut self, ranges: &[(u64, u64)]) -> CuRes<()> {
         let gran = granularity(self.drv, self.dev, 0)?.max(1);
         let mut made = Vec::new();
         for (start, len, members) in group(ranges, gran)? {
@@ -138,11 +167,12 @@ mod tests {
     fn allocations_sharing_granules_share_a_group() {
         const G: u64 = 2 << 20;
         let base = 0x7f00_0000_0000;
-        let ranges = [(base + 512, 256), (base, 256), (base + G + 4096, G), (base + 8 * G, 1)];
+        let ranges = [(base + 512, 256), (base, 256), (base + G - 16, G), (base + 8 * G, 1), (base + 9 * G, G)];
         let groups = group(&ranges, G).unwrap();
-        assert_eq!(groups.len(), 2);
-        assert_eq!(groups[0], (base, 3 * G, vec![base, base + 512, base + G + 4096]));
-        assert_eq!(groups[1], (base + 8 * G, G, vec![base + 8 * G]));
+        assert_eq!(groups.len(), 3, "{groups:?}");
+        assert_eq!(groups[0], (base, 2 * G, vec![base, base + 512, base + G - 16]));
+        assert_eq!(groups[1], (base + 8 * G, G, vec![base + 8 * G]), "a neighbour that shares no granule is apart");
+        assert_eq!(groups[2], (base + 9 * G, G, vec![base + 9 * G]));
         assert!(group(&[(u64::MAX - 1, 16)], G).is_err());
     }
 }

@@ -164,6 +164,10 @@ impl Executor for HostExecutor {
         Ok(vmm::GRANULARITY)
     }
 
+    fn restores_addresses(&self) -> bool {
+        true
+    }
+
     fn process_footprint(&self) -> Option<u64> {
         Some(self.used_bytes() + self.reserved.load(Ordering::Relaxed))
     }

@@ -1,0 +1,39 @@
+//! Session snapshot files as `pvgpu-ctl restore` and a resuming worker read
+//! them (`pvgpu_ctl::snapshot`).
+//!
+//! A file may be corrupt or written by someone hostile who computed a good
+//! digest, so the input goes through both readers: `decode` (digest first,
+//! then everything), and `Reader` on the bytes as they are, past the digest
+//! check, so that the description and every length are fuzzed too.
+//!
+//! Checked besides "no panic": nothing read is longer than the input; a
+//! file that decodes encodes again to the same bytes.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use pvgpu_ctl::snapshot::{self, Reader, Writer};
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok((meta, blobs)) = snapshot::decode(data) {
+        assert!(blobs.iter().map(Vec::len).sum::<usize>() <= data.len());
+        let mut w = Writer::new(Vec::new(), &meta, blobs.len() as u32).expect("a decoded description encodes");
+        for b in &blobs {
+            w.blob(b).expect("a blob writes");
+        }
+        let again = w.finish().expect("a snapshot finishes");
+        // The description is JSON: equal content, possibly other spelling.
+        assert_eq!(snapshot::decode(&again).expect("its own output decodes").1, blobs);
+    }
+    if let Ok((mut r, _meta)) = Reader::open(data, data.len() as u64) {
+        let mut read = 0usize;
+        while r.blobs_left() > 0 {
+            match r.blob() {
+                Ok(b) => read += b.len(),
+                Err(_) => break,
+            }
+        }
+        assert!(read <= data.len());
+        let _ = r.finish();
+    }
+});
