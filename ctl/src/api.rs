@@ -84,3 +84,12 @@ pub struct RestoreReport {
     /// The devices it used.
     pub devices: Vec<String>,
 }
+
+/// A restored snapshot waiting for its guest (`GET /v1/restores`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waiting {
+    /// Whose session it is.
+    pub peer: String,
+    /// The snapshot file.
+    pub file: String,
+}

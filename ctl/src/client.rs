@@ -1,7 +1,7 @@
 //! A client of the backend's control API: one HTTP/1.1 request per
 //! connection on the control socket.
 
-use crate::api::{CheckpointReport, CheckpointRequest, ErrorBody, RestoreReport, RestoreRequest, Session};
+use crate::api::{CheckpointReport, CheckpointRequest, ErrorBody, RestoreReport, RestoreRequest, Session, Waiting};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::io::{Read, Write};
@@ -98,6 +98,11 @@ impl Control {
     /// Hands a snapshot file to the backend for its guest to take back.
     pub fn restore(&self, req: &RestoreRequest) -> Result<RestoreReport, CtlError> {
         self.call_with("POST", "/v1/restore", Some(req))
+    }
+
+    /// The restored snapshots whose guests have not taken them back yet.
+    pub fn waiting(&self) -> Result<Vec<Waiting>, CtlError> {
+        self.call("GET", "/v1/restores")
     }
 
     /// Sends `method path` and decodes a success's body as `T`.

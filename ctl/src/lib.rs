@@ -12,6 +12,9 @@
 //! | `GET /v1/sessions`         | the live sessions ([`api::Session`])   |
 //! | `GET /v1/sessions/ID`      | one session                            |
 //! | `DELETE /v1/sessions/ID`   | ends a session (its worker is given the grace period, then killed) |
+//! | `POST /v1/sessions/ID/checkpoint` | writes a snapshot at the session's next waited call ([`api::CheckpointRequest`]) |
+//! | `POST /v1/restore`         | parks a snapshot for its guest ([`api::RestoreRequest`]) |
+//! | `GET /v1/restores`         | snapshots waiting for their guests ([`api::Waiting`]) |
 //!
 //! See `docs/operations.md` ("The control socket").
 

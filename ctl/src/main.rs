@@ -65,6 +65,8 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Lists restored snapshots whose programs have not taken them back yet.
+    Restores,
     /// Checks a snapshot file and describes it (no backend needed).
     Inspect {
         /// The snapshot file.
@@ -135,6 +137,11 @@ fn run(cli: Cli) -> Result<()> {
                     bytes(r.state_bytes),
                     r.devices.join(", ")
                 );
+            }
+        }
+        Cmd::Restores => {
+            for w in control.waiting()? {
+                println!("{}  {}", w.peer, w.file);
             }
         }
         Cmd::Inspect { file, json } => inspect(&file, json)?,

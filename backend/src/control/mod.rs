@@ -32,6 +32,10 @@ pub trait Sessions: Send + Sync {
     fn checkpoint(&self, id: u64, req: CheckpointRequest) -> Result<CheckpointReport, Refusal>;
     /// Parks a snapshot for its guest to take back.
     fn restore(&self, req: RestoreRequest) -> Result<RestoreReport, Refusal>;
+    /// The parked snapshots.
+    fn waiting(&self) -> Vec<pvgpu_ctl::api::Waiting> {
+        Vec::new()
+    }
 }
 
 /// A request the supervisor would not or could not carry out: the HTTP

@@ -43,6 +43,7 @@ fn route(method: &Method, url: &str, body: &[u8], sessions: &dyn Sessions) -> An
             (_, Err(e)) => e,
             (Ok(n), Ok(req)) => done(sessions.checkpoint(n, req)),
         },
+        (Method::Get, ["v1", "restores"]) => ok(&sessions.waiting()),
         (Method::Post, ["v1", "restore"]) => match parse::<RestoreRequest>(body) {
             Ok(req) => done(sessions.restore(req)),
             Err(e) => e,

@@ -49,7 +49,16 @@ impl Sessions for Supervised {
     }
 
     fn checkpoint(&self, id: u64, req: CheckpointRequest) -> Result<CheckpointReport, Refusal> {
-        self.roster.get(id).ok_or_else(|| Refusal::new(404, format!("No live session {id} (`pvgpu-ctl sessions` lists them)")))?;
+        let session =
+            self.roster.get(id).ok_or_else(|| Refusal::new(404, format!("No live session {id} (`pvgpu-ctl sessions` lists them)")))?;
+        if session.transport == "xen" && !req.leave_running {
+            return Err(Refusal::new(
+                409,
+                format!(
+                    "Session {id} is a Xen guest's, and Xen guests do not reconnect after a checkpoint yet; --leave-running writes a snapshot and keeps it running"
+                ),
+            ));
+        }
         let path = absolute(&req.file)?;
         let file = OpenOptions::new().write(true).read(true).create_new(true).mode(0o600).open(&path).map_err(|e| {
             let status = if e.kind() == std::io::ErrorKind::AlreadyExists { 409 } else { 400 };
@@ -93,6 +102,11 @@ impl Sessions for Supervised {
                 ))
             }
         }
+    }
+
+    fn waiting(&self) -> Vec<pvgpu_ctl::api::Waiting> {
+        let parked = self.spawner.desk().parked();
+        parked.into_iter().map(|(peer, path)| pvgpu_ctl::api::Waiting { peer, file: path.display().to_string() }).collect()
     }
 
     fn restore(&self, req: RestoreRequest) -> Result<RestoreReport, Refusal> {

@@ -92,6 +92,9 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     }
     let restored = ctl.restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
     assert_eq!((restored.session, restored.state_bytes), (id, report.state_bytes));
+    let waiting = ctl.waiting().unwrap();
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    assert_eq!(waiting[0].file, file.display().to_string());
 
     // The program goes on: the kernel's result, the global, the handles.
     let mut out = vec![0u8; bytes as usize];
@@ -117,6 +120,7 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     c.mem_free(again).unwrap();
     let live = ctl.sessions().unwrap();
     assert_eq!(live.len(), 1, "the program's session is back: {live:?}");
+    assert!(ctl.waiting().unwrap().is_empty(), "taken back once");
     assert_eq!(live[0].devices, [0]);
 }
 
