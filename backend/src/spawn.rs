@@ -244,12 +244,15 @@ fn forker() -> std::sync::mpsc::Sender<Fork> {
     tx
 }
 
-/// Makes the child find each `(fd, number)` of `fds` at `number`, and
-/// sets it to end when the backend dies.
+/// Makes the child find each `(fd, number)` of `fds` at `number`, sets it
+/// to end when the backend dies, and starts it with SIGUSR1 (a checkpoint
+/// nudge) blocked until it has its handler (`worker_process`), so that an
+/// early nudge waits instead of killing it.
 fn place_fds(cmd: &mut Command, fds: Vec<(std::os::fd::RawFd, i32)>) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the child between fork and exec and
-    // calls only async-signal-safe functions (fcntl, dup2, close, prctl);
+    // calls only async-signal-safe functions (fcntl, dup2, close, prctl,
+    // sigemptyset, sigaddset, sigprocmask);
     // it allocates nothing (the list was made before the fork).
     unsafe {
         cmd.pre_exec(move || {
@@ -271,6 +274,12 @@ fn place_fds(cmd: &mut Command, fds: Vec<(std::os::fd::RawFd, i32)>) {
             }
             // The worker ends if the backend dies.
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            let mut usr1: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut usr1);
+            libc::sigaddset(&mut usr1, libc::SIGUSR1);
+            if libc::sigprocmask(libc::SIG_BLOCK, &usr1, std::ptr::null_mut()) < 0 {
+                return Err(io::Error::last_os_error());
+            }
             Ok(())
         });
     }

@@ -95,6 +95,10 @@ pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionCon
     // The supervisor's nudge: a checkpoint is ordered for this session.
     let nudge = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, nudge.clone()).map_err(WorkerError::Signals)?;
+    // The supervisor started this process with it blocked (a nudge before
+    // the handler would have ended it); one that came meanwhile arrives now.
+    let usr1 = nix::sys::signal::SigSet::from(nix::sys::signal::Signal::SIGUSR1);
+    usr1.thread_unblock().map_err(|e| WorkerError::Signals(e.into()))?;
     // The supervisor placed the write end of this session's report pipe on
     // `report_fd` before exec (spawn::ProcessSpawner).
     // SAFETY: that descriptor is open, and nothing else in this process owns it.
