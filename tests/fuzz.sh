@@ -30,8 +30,9 @@ cargo_fuzz=0.13.2
 
 # Longest input per target: a request with a modest tail; a program of ring
 # operations; the committed test kernels (a 20 KiB cubin and fatbin) with
-# room to grow; a hello and its fd choices; a XenStore session's replies.
-declare -A max_len=([request_decoder]=8192 [ring_consumer]=4096 [module_image]=65536 [local_handshake]=512 [xenstore_reply]=8192 [tcp_opening]=512 [tcp_stream]=16384)
+# room to grow; a hello and its fd choices; a XenStore session's replies;
+# a snapshot of a small session.
+declare -A max_len=([request_decoder]=8192 [ring_consumer]=4096 [module_image]=65536 [local_handshake]=512 [xenstore_reply]=8192 [tcp_opening]=512 [tcp_stream]=16384 [snapshot_file]=8192)
 
 if ! cargo fuzz --version 2>/dev/null | grep -q " $cargo_fuzz\$"; then
   cargo install cargo-fuzz --locked --version "$cargo_fuzz"
