@@ -274,6 +274,8 @@ fn place_fds(cmd: &mut Command, fds: Vec<(std::os::fd::RawFd, i32)>) {
             }
             // The worker ends if the backend dies.
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            // SAFETY: sigset_t is plain integers, and sigemptyset sets
+            // it before use; the set lives on this stack frame.
             let mut usr1: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut usr1);
             libc::sigaddset(&mut usr1, libc::SIGUSR1);

@@ -182,11 +182,6 @@ impl Backend {
         self.stop_all();
     }
 
-    /// The control socket's path, if it has one.
-    pub fn control_path(&self) -> Option<&std::path::Path> {
-        self.control.as_ref().map(ControlServer::path)
-    }
-
     fn stop_all(&mut self) {
         self.control = None;
         self.stop.store(true, Ordering::SeqCst);

@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The most of an answer the client reads.
@@ -59,17 +59,6 @@ impl Control {
     /// The control socket at `path`.
     pub fn new(path: impl Into<PathBuf>) -> Control {
         Control { path: path.into(), timeout: Duration::from_secs(30) }
-    }
-
-    /// How long to wait for an answer (30 s unless set).
-    pub fn with_timeout(mut self, timeout: Duration) -> Control {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The socket's path.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// The live sessions, lowest number first.

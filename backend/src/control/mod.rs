@@ -80,11 +80,6 @@ impl ControlServer {
         tracing::info!(path = %path.display(), "control socket (pvgpu-ctl --control unix:PATH)");
         Ok(ControlServer { path: path.to_path_buf(), stop, thread: Some(thread) })
     }
-
-    /// The socket's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 impl Drop for ControlServer {

@@ -2,8 +2,8 @@
 //! command boundary: every context synchronised, then contexts, device
 //! memory with its bytes, modules (images, looked-up functions and globals
 //! with their bytes), streams and events, with the handles the guest
-//! holds. Device memory comes before modules, so that a restore reserves
-//! the session's addresses before the driver places module memory.
+//! holds. Device memory comes before modules, so that a restore has the
+//! session's addresses back before any module is loaded.
 //!
 //! What a checkpoint does not cover yet is refused by name before
 //! anything is read, and the session goes on as if nothing had been asked:

@@ -19,7 +19,8 @@ use std::time::Instant;
 /// it and an order is there; whether the session leaves this backend.
 pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limits: &SessionLimits, peer: &str) -> bool {
     let Some(nudge) = &limits.checkpoint else { return false };
-    if !nudge.swap(false, Ordering::SeqCst) {
+    // A plain load on every waited call; the swap only once nudged.
+    if !nudge.load(Ordering::Relaxed) || !nudge.swap(false, Ordering::SeqCst) {
         return false;
     }
     let Some(broker) = &limits.ipc else { return false };

@@ -62,15 +62,18 @@ impl ExecContext for CudaContext {
     }
 
     fn mem_free(&mut self, dptr: u64) -> CuRes<()> {
-        if let Some(r) = self.free_restored(dptr) {
-            return r;
-        }
         // SAFETY: the session only frees addresses this context allocated.
         ck(unsafe { sys::cuMemFree_v2(dptr) })
     }
 
-    fn restore_memory(&mut self, ranges: &[(u64, u64)]) -> CuRes<()> {
-        self.restore_ranges(ranges)
+    /// Not on the GPU: the driver gives `cuMemAlloc` memory out of a heap
+    /// whose addresses another process cannot reserve (measured on the
+    /// H100, driver 580: `cuMemAddressReserve` at such an address returns
+    /// another, and `cuMemAlloc` of the same sizes in a fresh process lands
+    /// elsewhere), so a session on this executor never leaves its backend
+    /// ([`crate::exec::Executor::restores_addresses`]).
+    fn restore_memory(&mut self, _ranges: &[(u64, u64)]) -> CuRes<()> {
+        Err(CuError::NOT_SUPPORTED)
     }
 
     fn mem_get_info(&mut self) -> CuRes<(u64, u64)> {
@@ -408,9 +411,6 @@ impl ExecContext for CudaContext {
     }
 
     fn mem_free_async(&mut self, dptr: u64, stream: Option<CudaStream>) -> CuRes<()> {
-        if let Some(r) = self.free_restored(dptr) {
-            return r;
-        }
         self.free_async(dptr, stream)
     }
 

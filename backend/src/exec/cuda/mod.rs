@@ -23,7 +23,6 @@ mod memop;
 mod node_params;
 mod nvml;
 pub mod output;
-mod restore;
 mod vmm;
 
 use super::{Copy2D, CtxInfo, CuRes, DeviceInfo, Executor, LaunchAttr, LaunchDims, Param, Rect, TensorMapEncode};
@@ -258,7 +257,7 @@ impl Executor for CudaExecutor {
         let mut raw = ptr::null_mut();
         // SAFETY: valid out-pointer; null create-params asks for defaults.
         ck(unsafe { sys::cuCtxCreate_v4(&mut raw, ptr::null_mut(), flags, dev) })?;
-        Ok(CudaContext { raw, dev, drv: self.drv, host: host_node::HostNodes::default(), restored: Default::default() })
+        Ok(CudaContext { raw, dev, drv: self.drv, host: host_node::HostNodes::default() })
     }
 }
 
@@ -270,8 +269,6 @@ pub struct CudaContext {
     /// Host nodes' targets and fences: dropped after the context is
     /// destroyed (fields drop after `Drop::drop`).
     host: host_node::HostNodes,
-    /// Device memory put back at checkpointed addresses.
-    restored: restore::Restored,
 }
 
 // SAFETY: a CUDA context may be used from any thread once made current
@@ -280,8 +277,6 @@ unsafe impl Send for CudaContext {}
 
 impl Drop for CudaContext {
     fn drop(&mut self) {
-        // Reservations and mappings belong to the process, not the context.
-        self.drop_restored();
         // SAFETY: we created this context and destroy it once; the driver
         // frees everything made in it.
         let r = unsafe { sys::cuCtxDestroy_v2(self.raw) };
