@@ -191,6 +191,9 @@ pub struct AdmissionConfig {
     pub tcp_key: Option<pvgpu_ring::tcp_auth::TcpKey>,
     /// Serve TCP without a key (a network where every host is trusted).
     pub tcp_trusted_network: bool,
+    /// Tenants and their keys (`--state-dir`): a TCP peer holding a
+    /// tenant key is that tenant, under its quotas.
+    pub tenants: Option<std::sync::Arc<crate::tenants::Tenants>>,
     /// Certificate and key of `tls:` listeners.
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
     /// Local users (uids) who may connect; `None`: whoever can open the
@@ -217,6 +220,7 @@ impl Default for AdmissionConfig {
             handshake_timeout: Duration::from_secs(5),
             tcp_key: None,
             tcp_trusted_network: false,
+            tenants: None,
             tls: None,
             allow_uids: None,
             socket_mode: 0o660,

@@ -13,7 +13,8 @@
 //! the total.
 //!
 //! ```text
-//! offset 0: cap    (u64, written once by the supervisor)
+//! offset 0: cap    (AtomicU64, written by the supervisor: a tenant's
+//!                  quota may change while its sessions run)
 //!        8: total  (AtomicU64)
 //!       16: seat 0: held (AtomicU64), devices (AtomicU64, bit n: device n)
 //!       32: seat 1 ...
@@ -211,6 +212,13 @@ impl Ledgers {
 
     /// A seat for a new session of `peer`.
     pub fn seat(&self, peer: &str) -> io::Result<Seat> {
+        self.seat_capped(peer, self.cap)
+    }
+
+    /// A seat for a new session of `peer`, whose sessions together may
+    /// hold `cap` bytes (a tenant's quota: it replaces the cap its live
+    /// sessions had).
+    pub fn seat_capped(&self, peer: &str, cap: u64) -> io::Result<Seat> {
         let mut by_peer = self.by_peer.lock().unwrap_or_else(|p| p.into_inner());
         by_peer.retain(|_, l| l.strong_count() > 0);
         let ledger = match by_peer.get(peer).and_then(Weak::upgrade) {
@@ -221,6 +229,9 @@ impl Ledgers {
                 l
             }
         };
+        // Sessions read the cap at each reservation; what they hold
+        // already stays (a lower cap stops them growing).
+        ledger.mem.word(CAP).store(cap, Ordering::Relaxed);
         let index = {
             let mut taken = ledger.taken.lock().unwrap_or_else(|p| p.into_inner());
             let i = taken.iter().position(|t| !t).ok_or_else(|| io::Error::other("every seat of the peer's ledger is taken"))?;
@@ -228,6 +239,22 @@ impl Ledgers {
             i
         };
         Ok(Seat { ledger, index })
+    }
+
+    /// Sets the cap of `peer`'s sessions, if it has any now; says whether
+    /// it had.
+    pub fn set_cap(&self, peer: &str, cap: u64) -> bool {
+        let by_peer = self.by_peer.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(ledger) = by_peer.get(peer).and_then(Weak::upgrade) else { return false };
+        ledger.mem.word(CAP).store(cap, Ordering::Relaxed);
+        true
+    }
+
+    /// What `peer`'s sessions hold together now, and its cap.
+    pub fn total(&self, peer: &str) -> Option<(u64, u64)> {
+        let by_peer = self.by_peer.lock().unwrap_or_else(|p| p.into_inner());
+        let ledger = by_peer.get(peer).and_then(Weak::upgrade)?;
+        Some((ledger.mem.word(TOTAL).load(Ordering::Acquire), ledger.mem.cap()))
     }
 
     fn make(&self) -> io::Result<Ledger> {
@@ -286,6 +313,22 @@ mod tests {
         assert!(bad.is_err());
         drop(seat);
         assert_eq!(v.peer_total(), (0, 1 << 20));
+    }
+
+    /// A tenant's quota changes under its live sessions: a lower cap stops
+    /// them growing, a higher one lets them.
+    #[test]
+    fn a_cap_can_change_while_sessions_run() {
+        let ledgers = Ledgers::new(u64::MAX, 4);
+        let a = ledgers.seat_capped("tenant:a", 100).unwrap();
+        assert!(a.view().reserve(80));
+        assert!(ledgers.set_cap("tenant:a", 50));
+        assert!(!a.view().reserve(90), "past the lowered cap");
+        assert!(a.view().reserve(40), "shrinking is allowed");
+        let b = ledgers.seat_capped("tenant:a", 200).unwrap();
+        assert!(b.view().reserve(150));
+        assert_eq!(ledgers.total("tenant:a"), Some((190, 200)));
+        assert!(!ledgers.set_cap("tenant:nobody", 1));
     }
 
     #[test]

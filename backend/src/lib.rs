@@ -60,6 +60,7 @@ pub mod session;
 pub mod session_loop;
 pub mod spawn;
 pub mod supervisor;
+pub mod tenants;
 pub mod tls;
 pub mod worker_process;
 pub mod xen;

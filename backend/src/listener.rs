@@ -27,7 +27,7 @@ pub enum ListenError {
     InUse(PathBuf),
     /// TCP without a key, and the network not declared trusted.
     #[error(
-        "Refusing to serve TCP without a key: pass --tcp-key FILE (clients set PVGPU_TCP_KEY to a copy), or --tcp-trusted-network if every host that can reach the port is trusted"
+        "Refusing to serve TCP without a key: pass --tcp-key FILE (clients set PVGPU_TCP_KEY to a copy), or --state-dir DIR to serve tenant keys (`pvgpu-ctl key issue`), or --tcp-trusted-network if every host that can reach the port is trusted"
     )]
     TcpWithoutKey,
     /// A TLS listener without a certificate.
@@ -117,7 +117,7 @@ pub fn bind(l: &Listen, adm: &AdmissionConfig) -> Result<(Listener, Option<Socke
         }
         Listen::Tcp(a) | Listen::Tls(a) => {
             let tls = matches!(l, Listen::Tls(_));
-            if adm.tcp_key.is_none() && !adm.tcp_trusted_network {
+            if adm.tcp_key.is_none() && adm.tenants.is_none() && !adm.tcp_trusted_network {
                 return Err(ListenError::TcpWithoutKey);
             }
             if tls && adm.tls.is_none() {

@@ -95,6 +95,11 @@ struct AdmissionArgs {
     /// Serve TCP without a key: every host that can reach the port is trusted.
     #[arg(long)]
     tcp_trusted_network: bool,
+    /// Directory of the backend's lasting state: tenants, their quotas and
+    /// their keys (an SQLite database, made owner-only). With it, TCP
+    /// clients may open with tenant keys (`pvgpu-ctl key issue`).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<std::path::PathBuf>,
     /// Certificate chain (PEM) of tls: listeners.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     tls_cert: Option<std::path::PathBuf>,
@@ -137,6 +142,10 @@ impl AdmissionArgs {
             handshake_timeout: Duration::from_secs(self.handshake_timeout.max(1)),
             tcp_key,
             tcp_trusted_network: self.tcp_trusted_network,
+            tenants: match &self.state_dir {
+                Some(dir) => Some(Arc::new(pvgpu_backend::tenants::Tenants::open(dir)?)),
+                None => None,
+            },
             tls: match (&self.tls_cert, &self.tls_key) {
                 (Some(c), Some(k)) => Some(pvgpu_backend::tls::server_config(c, k)?),
                 _ => None,

@@ -5,12 +5,15 @@
 use crate::handover::Transport;
 use crate::ledger::LedgerView;
 use pvgpu_ctl::api;
+use pvgpu_ring::tcp_auth::KeyId;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime};
 
 struct Entry {
     peer: String,
+    /// The tenant and key a TCP peer opened with.
+    tenant: Option<(String, KeyId)>,
     transport: Transport,
     started: SystemTime,
     since: Instant,
@@ -23,6 +26,8 @@ impl Entry {
             id,
             peer: self.peer.clone(),
             transport: self.transport.name().into(),
+            tenant: self.tenant.as_ref().map(|(name, _)| name.clone()),
+            key: self.tenant.as_ref().map(|(_, key)| key.to_string()),
             devices: self.seat.devices(),
             memory_bytes: self.seat.held(),
             age_seconds: self.since.elapsed().as_secs_f64(),
@@ -39,8 +44,8 @@ pub struct Roster {
 
 impl Roster {
     /// Enters session `id`, admitted now.
-    pub fn add(&self, id: u64, peer: String, transport: Transport, seat: LedgerView) {
-        let entry = Entry { peer, transport, started: SystemTime::now(), since: Instant::now(), seat };
+    pub fn add(&self, id: u64, peer: String, transport: Transport, seat: LedgerView, tenant: Option<(String, KeyId)>) {
+        let entry = Entry { peer, tenant, transport, started: SystemTime::now(), since: Instant::now(), seat };
         self.lock().insert(id, entry);
     }
 
@@ -57,6 +62,24 @@ impl Roster {
     /// Session `id`, if it is live.
     pub fn get(&self, id: u64) -> Option<api::Session> {
         self.lock().get(&id).map(|e| e.describe(id))
+    }
+
+    /// The sessions opened with any of `keys`.
+    pub fn opened_with(&self, keys: &[String]) -> Vec<u64> {
+        let is_one = |k: &KeyId| keys.iter().any(|s| *s == k.to_string());
+        self.lock().iter().filter(|(_, e)| e.tenant.as_ref().is_some_and(|(_, k)| is_one(k))).map(|(id, _)| *id).collect()
+    }
+
+    /// Tenant `name`'s sessions.
+    pub fn of_tenant(&self, name: &str) -> Vec<u64> {
+        self.lock().iter().filter(|(_, e)| e.tenant.as_ref().is_some_and(|(t, _)| t == name)).map(|(id, _)| *id).collect()
+    }
+
+    /// Tenant `name`'s sessions now, and the device memory they hold.
+    pub fn tenant_usage(&self, name: &str) -> (usize, u64) {
+        let live = self.lock();
+        let mine = live.values().filter(|e| e.tenant.as_ref().is_some_and(|(t, _)| t == name));
+        mine.fold((0, 0), |(n, bytes), e| (n + 1, bytes + e.seat.held()))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Entry>> {

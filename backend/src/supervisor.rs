@@ -129,7 +129,14 @@ impl Backend {
             session: cfg.session.clone(),
             roster: Arc::default(),
         });
-        let supervised = Arc::new(Supervised::new(shared.roster.clone(), spawner.clone()));
+        let tenants = cfg.admission.tenants.clone().map(|tenants| crate::control::TenantDesk {
+            tenants,
+            roster: shared.roster.clone(),
+            spawner: spawner.clone(),
+            ledgers: shared.pools.ledgers.clone(),
+            default_cap: cfg.admission.peer_mem_quota.unwrap_or(u64::MAX),
+        });
+        let supervised = Arc::new(Supervised::new(shared.roster.clone(), spawner.clone(), tenants));
         let control = open_control(&cfg.control, supervised)?;
         let mut bound = Vec::new();
         let mut tcp_addrs = Vec::new();
@@ -256,9 +263,9 @@ fn enter(acc: Accepted, sh: &Arc<Shared>) {
 fn admit(acc: Accepted, pending: admission::pending::Pending, sh: &Shared) {
     let (peer, transport) = (acc.peer(), acc.transport());
     match admission::open(acc, pending, &sh.admission, &sh.pools, sh.session.max_data_area) {
-        Ok(admission::Admitted { handover, slot, seat, relay }) => {
+        Ok(admission::Admitted { handover, slot, seat, relay, tenant }) => {
             let id = sh.stats.next_id();
-            let on_end = enroll(sh, id, &handover, &seat, None);
+            let on_end = enroll(sh, id, &handover, &seat, tenant, None);
             let start = Start { handover, id, slot, seat, on_ready: None, on_end: Some(on_end) };
             if let Err(e) = sh.spawner.spawn(start, sh.stop.clone()) {
                 sh.roster.remove(id);
@@ -275,8 +282,15 @@ fn admit(acc: Accepted, pending: admission::pending::Pending, sh: &Shared) {
 
 /// Puts session `id` on the roster; returns what runs when it has ended:
 /// `then`, and taking it off the roster.
-fn enroll(sh: &Shared, id: u64, handover: &Handover, seat: &crate::ledger::Seat, then: Option<OnEnd>) -> OnEnd {
-    sh.roster.add(id, handover.owner().0, handover.transport(), seat.view());
+fn enroll(
+    sh: &Shared,
+    id: u64,
+    handover: &Handover,
+    seat: &crate::ledger::Seat,
+    tenant: Option<(String, pvgpu_ring::tcp_auth::KeyId)>,
+    then: Option<OnEnd>,
+) -> OnEnd {
+    sh.roster.add(id, handover.owner().0, handover.transport(), seat.view(), tenant);
     let roster = sh.roster.clone();
     Box::new(move || {
         roster.remove(id);
@@ -367,7 +381,7 @@ fn start_xen_session(xs: &mut pvgpu_xen::XenStore, sh: &Shared, active: &crate::
         crate::xen::close_device(domid, devid);
         set.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
     });
-    let on_end = enroll(sh, id, &handover, &seat, Some(close));
+    let on_end = enroll(sh, id, &handover, &seat, None, Some(close));
     let on_ready: OnEnd = Box::new(move || crate::xen::connect_device(domid, devid));
     let start = Start { handover, id, slot, seat, on_ready: Some(on_ready), on_end: Some(on_end) };
     match sh.spawner.spawn(start, sh.stop.clone()) {

@@ -13,6 +13,12 @@ pub struct Session {
     pub peer: String,
     /// `local`, `tcp`, `tls` or `xen`.
     pub transport: String,
+    /// The tenant whose key opened it (TCP and TLS with a tenant key).
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// The id of that key.
+    #[serde(default)]
+    pub key: Option<String>,
     /// The ordinals of the devices it has made contexts on.
     pub devices: Vec<usize>,
     /// Device memory it holds now, as its quota counts it.
@@ -92,4 +98,88 @@ pub struct Waiting {
     pub peer: String,
     /// The snapshot file.
     pub file: String,
+}
+
+/// What a tenant may hold across all its sessions; `None`: no limit of
+/// its own (the backend's limits still hold).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quota {
+    /// Device memory, in bytes.
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+    /// Sessions at once.
+    #[serde(default)]
+    pub max_sessions: Option<u32>,
+}
+
+/// `POST /v1/tenants`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewTenant {
+    /// Its name: letters, digits, `.`, `_` and `-`, at most 64.
+    pub name: String,
+    /// What it may hold.
+    #[serde(default)]
+    pub quota: Quota,
+}
+
+/// A tenant: a name that keys belong to and quotas hold for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tenant {
+    /// Its name.
+    pub name: String,
+    /// What it may hold.
+    pub quota: Quota,
+    /// When it was made, in seconds since the Unix epoch.
+    pub created_unix_seconds: u64,
+    /// Keys that open sessions now (not revoked).
+    pub live_keys: usize,
+    /// Its sessions now.
+    pub sessions: usize,
+    /// Device memory its sessions hold now.
+    pub memory_bytes: u64,
+}
+
+/// `POST /v1/tenants/NAME/keys`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssueKey {
+    /// Revoke the tenant's other keys for new connections (their live
+    /// sessions go on).
+    #[serde(default)]
+    pub rotate: bool,
+}
+
+/// A key just issued: the only time its secret leaves the backend, which
+/// keeps a verifier of it, not the key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuedKey {
+    /// The key's public id.
+    pub id: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// What the key file holds (`PVGPU_TCP_KEY` names such a file).
+    pub key_file: String,
+    /// Keys revoked by a rotation.
+    pub revoked: Vec<String>,
+}
+
+/// A key as the backend keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Key {
+    /// Its public id.
+    pub id: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// When it was issued, in seconds since the Unix epoch.
+    pub created_unix_seconds: u64,
+    /// When it was revoked.
+    pub revoked_unix_seconds: Option<u64>,
+}
+
+/// What a revocation did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revoked {
+    /// Keys revoked now.
+    pub keys: Vec<String>,
+    /// Sessions opened with them, ended.
+    pub sessions_ended: Vec<u64>,
 }

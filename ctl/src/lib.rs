@@ -15,6 +15,13 @@
 //! | `POST /v1/sessions/ID/checkpoint` | writes a snapshot at the session's next waited call ([`api::CheckpointRequest`]) |
 //! | `POST /v1/restore`         | parks a snapshot for its guest ([`api::RestoreRequest`]) |
 //! | `GET /v1/restores`         | snapshots waiting for their guests ([`api::Waiting`]) |
+//! | `GET /v1/tenants`          | the tenants ([`api::Tenant`]), with `--state-dir` |
+//! | `POST /v1/tenants`         | adds one ([`api::NewTenant`])          |
+//! | `GET`, `DELETE /v1/tenants/NAME` | one tenant; removing it revokes its keys and ends its sessions |
+//! | `PUT /v1/tenants/NAME/quota` | sets its quota ([`api::Quota`])      |
+//! | `GET /v1/tenants/NAME/keys` | its keys ([`api::Key`])               |
+//! | `POST /v1/tenants/NAME/keys` | issues a key ([`api::IssueKey`], [`api::IssuedKey`]) |
+//! | `DELETE /v1/tenants/NAME/keys[/ID]` | revokes its keys, or one ([`api::Revoked`]); their sessions end |
 //!
 //! See `docs/operations.md` ("The control socket").
 
@@ -44,5 +51,42 @@ pub fn parse_address(s: &str) -> Result<PathBuf, String> {
     match s.strip_prefix("unix:") {
         Some(p) if !p.is_empty() => Ok(PathBuf::from(p)),
         _ => Err(format!("{s:?} is not a control address: expected unix:PATH")),
+    }
+}
+
+/// A size as operators write it: `64MiB`, `64M`, `1.5GiB`, `4096`;
+/// `K`, `M`, `G` and `T` are powers of 1024, with or without `iB`/`B`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => return Err(format!("{s:?}: unknown unit (use B, KiB, MiB, GiB or TiB)")),
+    };
+    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a size like 64MiB"))?;
+    let bytes = n * (1u64 << shift) as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_parse_as_operators_write_them() {
+        use super::parse_size;
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("2 TB"), Ok(2 << 40));
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("MiB").is_err());
     }
 }

@@ -8,8 +8,14 @@ use pvgpu_ctl::snapshot;
 use std::io::Seek;
 use std::path::PathBuf;
 
+mod tenant_cmds;
+
 #[derive(Parser, Debug)]
-#[command(name = "pvgpu-ctl", version, about = "Controls a running pvgpu backend: lists, ends, checkpoints and restores its sessions")]
+#[command(
+    name = "pvgpu-ctl",
+    version,
+    about = "Controls a running pvgpu backend: its sessions (list, end, checkpoint, restore), tenants and keys"
+)]
 struct Cli {
     /// The backend's control socket, unix:PATH (default: the backend's default, see docs/operations.md).
     #[arg(long, value_name = "unix:PATH", value_parser = pvgpu_ctl::parse_address, global = true)]
@@ -67,6 +73,16 @@ enum Cmd {
     },
     /// Lists restored snapshots whose programs have not taken them back yet.
     Restores,
+    /// Tenants: names that keys belong to and quotas hold for (a backend with --state-dir).
+    Tenant {
+        #[command(subcommand)]
+        cmd: tenant_cmds::TenantCmd,
+    },
+    /// Tenants' keys: issue, rotate, revoke, list.
+    Key {
+        #[command(subcommand)]
+        cmd: tenant_cmds::KeyCmd,
+    },
     /// Checks a snapshot file and describes it (no backend needed).
     Inspect {
         /// The snapshot file.
@@ -145,6 +161,8 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Inspect { file, json } => inspect(&file, json)?,
+        Cmd::Tenant { cmd } => tenant_cmds::tenant(&control, cmd)?,
+        Cmd::Key { cmd } => tenant_cmds::key(&control, cmd)?,
     }
     Ok(())
 }
@@ -184,11 +202,21 @@ fn inspect(path: &std::path::Path, json: bool) -> Result<()> {
 }
 
 fn print_table(sessions: &[Session]) {
-    println!("{:>6}  {:<24} {:<9} {:<8} {:>12}  {:>9}", "ID", "PEER", "TRANSPORT", "DEVICES", "MEMORY", "AGE");
+    println!("{:>6}  {:<24} {:<9} {:<16} {:<8} {:>12}  {:>9}", "ID", "PEER", "TRANSPORT", "TENANT", "DEVICES", "MEMORY", "AGE");
     for s in sessions {
         let devices =
             if s.devices.is_empty() { "-".to_string() } else { s.devices.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",") };
-        println!("{:>6}  {:<24} {:<9} {:<8} {:>12}  {:>9}", s.id, s.peer, s.transport, devices, bytes(s.memory_bytes), age(s.age_seconds));
+        let tenant = s.tenant.as_deref().unwrap_or("-");
+        println!(
+            "{:>6}  {:<24} {:<9} {:<16} {:<8} {:>12}  {:>9}",
+            s.id,
+            s.peer,
+            s.transport,
+            tenant,
+            devices,
+            bytes(s.memory_bytes),
+            age(s.age_seconds)
+        );
     }
 }
 

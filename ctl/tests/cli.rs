@@ -93,3 +93,58 @@ fn an_operator_lists_and_ends_sessions() {
     assert!(String::from_utf8_lossy(&gone.stderr).contains("Is the backend running"));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The tenant commands as an operator types them, against a backend with
+/// a state directory and a TCP listener: a tenant with a memory quota, a
+/// key file that opens a session held to it, the key revoked.
+#[test]
+fn an_operator_adds_a_tenant_and_issues_and_revokes_its_key() {
+    let dir = std::env::temp_dir().join(format!("pvgpu-ctl-tenants-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let control = dir.join("control.sock");
+    let tenants = pvgpu_backend::tenants::Tenants::open(&dir.join("state")).unwrap();
+    let admission = pvgpu_backend::config::AdmissionConfig { tenants: Some(Arc::new(tenants)), ..Default::default() };
+    let cfg = Config {
+        listen: vec![Listen::Tcp("127.0.0.1:0".into())],
+        session: SessionConfig::default(),
+        admission,
+        control: ControlSocket::At(control.clone()),
+    };
+    let backend = Backend::start_threads(Arc::new(HostExecutor::new(1 << 30)), cfg).unwrap();
+    let tcp = backend.tcp_addrs()[0].to_string();
+
+    let added = stdout(&ctl(&control, &["tenant", "add", "lab-a", "--memory", "64MiB", "--sessions", "4"]));
+    assert!(added.contains("tenant lab-a added (memory 64.0 MiB, 4 sessions)"), "{added}");
+    let key = dir.join("lab-a.key");
+    let issued = stdout(&ctl(&control, &["key", "issue", "lab-a", "--out", key.to_str().unwrap()]));
+    assert!(issued.contains("PVGPU_TCP_KEY="), "{issued}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600, "a key file is its owner's only");
+    let again = ctl(&control, &["key", "issue", "lab-a", "--out", key.to_str().unwrap()]);
+    assert!(!again.status.success(), "an existing key file is not overwritten");
+
+    let opts = Options { tcp_key: Some(key.clone()), ..Options::default() };
+    let client = Client::connect(&BackendAddr::Tcp(tcp.clone()), &opts).unwrap();
+    client.init().unwrap();
+    let ctx = client.primary_ctx_retain(0).unwrap();
+    client.mem_alloc(ctx, 60 << 20).unwrap();
+    assert!(client.mem_alloc(ctx, 8 << 20).is_err(), "past the tenant's 64 MiB");
+    let listed = stdout(&ctl(&control, &["tenant", "list"]));
+    assert!(listed.lines().any(|l| l.starts_with("lab-a") && l.contains("64.0 MiB")), "{listed}");
+    let sessions = stdout(&ctl(&control, &["sessions"]));
+    assert!(sessions.contains("lab-a"), "{sessions}");
+
+    let revoked = stdout(&ctl(&control, &["key", "revoke", "lab-a"]));
+    assert!(revoked.contains("keys revoked") && revoked.contains("sessions ended"), "{revoked}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while client.nop().is_ok() {
+        assert!(Instant::now() < deadline, "a revoked key's session still serves");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(Client::connect(&BackendAddr::Tcp(tcp), &opts).is_err(), "a revoked key opens nothing");
+    let keys = stdout(&ctl(&control, &["key", "list", "lab-a"]));
+    assert_eq!(keys.lines().count(), 2, "{keys}");
+    drop(backend);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -5,7 +5,8 @@
 //!
 //! Input: one byte of choices (bit 0: the side under test holds a key;
 //! bit 1: test the client instead of the backend; bits 2-4: how many
-//! bytes each read returns at most, less one, 0 meaning all), then the
+//! bytes each read returns at most, less one, 0 meaning all; bit 5: the
+//! key is a tenant key, which the backend knows by its verifier), then the
 //! peer's bytes.
 //!
 //! Checked: no panic; a peer that must prove a key never passes without
@@ -16,7 +17,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pvgpu_ring::tcp_auth::{Status, TcpKey, client_open, refuse, server_open};
+use pvgpu_ring::tcp_auth::{Accepting, ClientKey, KeyId, Status, TcpKey, TenantKey, client_open, refuse, server_open};
 use std::io::{Read, Write};
 
 /// A peer that has sent `input`, in pieces of at most `piece` bytes, and
@@ -48,7 +49,9 @@ impl Write for Peer<'_> {
 
 fuzz_target!(|data: &[u8]| {
     let Some((&choice, input)) = data.split_first() else { return };
-    let key = (choice & 1 != 0).then(|| TcpKey::new(&[0x5a; 32]).expect("a 32-byte key"));
+    let holds_key = choice & 1 != 0;
+    let tenant = (holds_key && choice & 0x20 != 0).then(|| TenantKey::generate().expect("the kernel's random source"));
+    let shared = (holds_key && tenant.is_none()).then(|| TcpKey::new(&[0x5a; 32]).expect("a 32-byte key"));
     let piece = match (choice >> 2) & 7 {
         0 => usize::MAX,
         n => n as usize,
@@ -56,13 +59,16 @@ fuzz_target!(|data: &[u8]| {
     let mut peer = Peer { input, piece, heard: Vec::new() };
     if choice & 2 != 0 {
         // A hostile backend: a client with a key never accepts it.
+        let key = shared.clone().map(ClientKey::Shared).or_else(|| tenant.clone().map(ClientKey::Tenant));
         let r = client_open(&mut peer, key.as_ref());
         assert!(key.is_none() || r.is_err(), "a client accepted a backend that cannot know its key");
         return;
     }
-    match server_open(&mut peer, key.as_ref()) {
+    let lookup = |id: KeyId| tenant.as_ref().filter(|k| k.id() == id).map(TenantKey::verifier);
+    let accepting = Accepting { shared: shared.as_ref(), tenants: Some(&lookup), keyless: !holds_key };
+    match server_open(&mut peer, &accepting) {
         Ok(opened) => {
-            assert!(key.is_none() && !opened.authenticated(), "a stranger passed the key check");
+            assert!(!holds_key && !opened.authenticated(), "a stranger passed the key check");
             let _ = refuse(&mut peer, Status::Busy);
             // The challenge (48 bytes) and one verdict (48 bytes).
             assert_eq!(peer.heard.len(), 96);

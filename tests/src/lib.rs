@@ -167,6 +167,7 @@ pub struct Harness {
 /// How a harness starts its backend, again after a restart.
 struct Launch {
     process: bool,
+    state_dir: Option<PathBuf>,
     mem_quota: Option<u64>,
     tls_cert: PathBuf,
     tls_key: PathBuf,
@@ -211,6 +212,9 @@ pub struct HarnessOptions {
     /// Run the backend binary in its own process (sessions in worker
     /// processes) whatever the environment says.
     pub process: bool,
+    /// Keep tenants and keys in a state directory of the harness's own
+    /// (`--state-dir`), kept across [`Harness::restart`].
+    pub state_dir: bool,
 }
 
 fn free_tcp_port() -> u16 {
@@ -292,7 +296,8 @@ impl Harness {
         let (tls_ca, tls_cert, tls_key) = write_tls_files(&dir.0);
         let tcp = format!("127.0.0.1:{}", free_tcp_port());
         let tls = format!("127.0.0.1:{}", free_tcp_port());
-        let launch = Launch { process: opts.process || process_isolation(), mem_quota: opts.mem_quota, tls_cert, tls_key };
+        let state_dir = opts.state_dir.then(|| dir.0.join("state"));
+        let launch = Launch { process: opts.process || process_isolation(), state_dir, mem_quota: opts.mem_quota, tls_cert, tls_key };
         let mut h = Harness { running: Running::External, exec, socket, tcp, tls, tcp_key, tls_ca, launch: Some(launch), _dir: dir };
         h.running = h.launch();
         if h.is_process() {
@@ -329,6 +334,9 @@ impl Harness {
             cmd.arg("--image-cache").arg(dir.join("images"));
             cmd.arg("--control").arg(format!("unix:{}", dir.join("control.sock").display()));
             cmd.arg("--tcp-key").arg(&self.tcp_key);
+            if let Some(d) = &l.state_dir {
+                cmd.arg("--state-dir").arg(d);
+            }
             // Every test of the suite is the same local user and TCP peer.
             for limit in
                 ["--max-sessions", "--max-local-sessions", "--max-tcp-sessions", "--max-sessions-per-peer", "--max-pending-per-peer"]
@@ -350,6 +358,10 @@ impl Harness {
                 max_pending_per_peer: Some(64),
                 tcp_key: Some(TcpKey::from_file(&self.tcp_key).expect("cannot read the key file")),
                 tls: Some(pvgpu_backend::tls::server_config(&l.tls_cert, &l.tls_key).expect("cannot load the TLS files")),
+                tenants: l
+                    .state_dir
+                    .as_ref()
+                    .map(|d| Arc::new(pvgpu_backend::tenants::Tenants::open(d).expect("cannot open the state directory"))),
                 ..AdmissionConfig::default()
             };
             let listen = vec![Listen::Local(self.socket.clone()), Listen::Tcp(self.tcp.clone()), Listen::Tls(self.tls.clone())];

@@ -36,9 +36,14 @@ pub struct Pools {
     /// Sessions being served.
     pub sessions: Arc<Slots>,
     /// What each peer holds across its sessions, capped by
-    /// `--peer-mem-quota` where set (the control socket reads it either
-    /// way).
-    pub ledgers: Ledgers,
+    /// `--peer-mem-quota` where set, or a tenant's memory quota (the
+    /// control socket reads it either way).
+    pub ledgers: Arc<Ledgers>,
+    /// Sessions of one transport at most (a tenant without a session
+    /// limit of its own may have them all).
+    transport_totals: [usize; 3],
+    /// `--peer-mem-quota`, or none.
+    peer_cap: u64,
 }
 
 impl Pools {
@@ -49,12 +54,26 @@ impl Pools {
             PendingPool::new(t.name(), PendingLimits { capacity: cfg.max_pending, per_peer, deadline: cfg.handshake_timeout })
         };
         let per_transport = [cfg.max_local, cfg.max_tcp, cfg.max_xen].map(|n| TransportLimit::new(n, cfg.max_per_peer));
-        let seats = per_transport.iter().map(|l| l.per_peer).max().unwrap_or(1);
+        // A tenant may hold every session of a transport.
+        let seats = per_transport.iter().map(|l| l.total.max(l.per_peer)).max().unwrap_or(1);
+        let peer_cap = cfg.peer_mem_quota.unwrap_or(u64::MAX);
         Pools {
             pending: [pending(Transport::Local), pending(Transport::Tcp), pending(Transport::Tls)],
             sessions: Slots::new(SlotLimits { total: cfg.max_sessions, per_transport }),
-            ledgers: Ledgers::new(cfg.peer_mem_quota.unwrap_or(u64::MAX), seats),
+            ledgers: Arc::new(Ledgers::new(peer_cap, seats)),
+            transport_totals: per_transport.map(|l| l.total),
+            peer_cap,
         }
+    }
+
+    /// A session slot and ledger seat for tenant `name` over `t`, under its
+    /// quota.
+    pub fn tenant_session(&self, t: Transport, name: &str, quota: &pvgpu_ctl::api::Quota) -> Result<(Slot, Seat), Refused> {
+        let peer = crate::tenants::peer_of(name);
+        let per_peer = quota.max_sessions.map_or(self.transport_totals[t.session_class()], |n| n as usize);
+        let slot = self.sessions.acquire_within(t, &peer, Some(per_peer))?;
+        let seat = self.ledgers.seat_capped(&peer, quota.memory_bytes.unwrap_or(self.peer_cap)).map_err(Refused::Ledger)?;
+        Ok((slot, seat))
     }
 
     /// The pool of openings of `t` (none for Xen).
@@ -106,9 +125,11 @@ pub enum Refused {
 }
 
 /// An admitted connection: what its session serves, its slot and ledger
-/// seat, and, for TLS, the relay the supervisor runs between the peer and
-/// the session.
+/// seat, its tenant, and, for TLS, the relay the supervisor runs between
+/// the peer and the session.
 pub struct Admitted {
+    /// The tenant and key a TCP or TLS peer opened with.
+    pub tenant: Option<(String, pvgpu_ring::tcp_auth::KeyId)>,
     /// The connection the session serves.
     pub handover: Handover,
     /// Its session slot.
@@ -141,7 +162,7 @@ pub fn open(acc: Accepted, pending: Pending, cfg: &AdmissionConfig, pools: &Pool
             let hello = local::read_hello(&sock, max_data).map_err(|e| give_up(e.into()))?;
             pending.finish()?;
             match pools.session(transport, &peer) {
-                Ok((slot, seat)) => Ok(Admitted { handover: Handover::Local { sock, hello, uid }, slot, seat, relay: None }),
+                Ok((slot, seat)) => Ok(Admitted { handover: Handover::Local { sock, hello, uid }, slot, seat, relay: None, tenant: None }),
                 Err(why) => {
                     local::refuse(&sock, Refusal::Busy, max_data);
                     Err(why)
@@ -151,24 +172,30 @@ pub fn open(acc: Accepted, pending: Pending, cfg: &AdmissionConfig, pools: &Pool
         Accepted::Tcp(mut s) => {
             s.set_read_timeout(Some(cfg.handshake_timeout))?;
             s.set_write_timeout(Some(cfg.handshake_timeout))?;
-            let (slot, seat) = key_check(&mut s, pending, cfg, pools, transport, &peer)?;
-            Ok(Admitted { handover: Handover::Tcp(s), slot, seat, relay: None })
+            let (slot, seat, tenant) = key_check(&mut s, pending, cfg, pools, transport, &peer)?;
+            Ok(Admitted { handover: Handover::Tcp(s), slot, seat, relay: None, tenant })
         }
         Accepted::Tls(s) => {
             s.set_read_timeout(Some(cfg.handshake_timeout))?;
             s.set_write_timeout(Some(cfg.handshake_timeout))?;
             let tls = cfg.tls.as_ref().ok_or(Refused::NoTls)?;
             let mut s = crate::tls::accept(tls, s).map_err(|e| give_up(e.into()))?;
-            let (slot, seat) = key_check(&mut s, pending, cfg, pools, transport, &peer)?;
+            let (slot, seat, tenant) = key_check(&mut s, pending, cfg, pools, transport, &peer)?;
             let (worker_end, relay_end) = std::os::unix::net::UnixStream::pair()?;
-            Ok(Admitted { handover: Handover::Relayed { sock: worker_end, peer }, slot, seat, relay: Some((s, relay_end)) })
+            Ok(Admitted { handover: Handover::Relayed { sock: worker_end, peer }, slot, seat, relay: Some((s, relay_end)), tenant })
         }
     }
 }
 
+/// What a TCP or TLS peer's key check gives: its slot, its ledger seat,
+/// and the tenant and key it opened with.
+type KeyChecked = (Slot, Seat, Option<(String, pvgpu_ring::tcp_auth::KeyId)>);
+
 /// The key check of a TCP or TLS connection, with a session slot taken
 /// between the peer's proof and the backend's answer, so that a peer told
-/// "busy" has proved its key and one told "welcome" has its slot.
+/// "busy" has proved its key and one told "welcome" has its slot. A peer
+/// that opened with a tenant key counts as its tenant, under the tenant's
+/// quota.
 fn key_check<S: Read + Write>(
     s: &mut S,
     pending: Pending,
@@ -176,14 +203,36 @@ fn key_check<S: Read + Write>(
     pools: &Pools,
     transport: Transport,
     peer: &str,
-) -> Result<(Slot, Seat), Refused> {
-    let key = cfg.tcp_key.as_ref();
-    let opened = match tcp_auth::server_open(s, key) {
+) -> Result<KeyChecked, Refused> {
+    let tenants = cfg.tenants.as_deref();
+    let lookup = |id| tenants.and_then(|t| t.verifier(id));
+    let accepting = tcp_auth::Accepting {
+        shared: cfg.tcp_key.as_ref(),
+        tenants: tenants.is_some().then_some(&lookup as &dyn Fn(_) -> _),
+        keyless: cfg.tcp_trusted_network || (cfg.tcp_key.is_none() && tenants.is_none()),
+    };
+    let opened = match tcp_auth::server_open(s, &accepting) {
         Ok(o) => o,
         Err(e) => return Err(pending.cut().map_or(Refused::Auth(e), Refused::Cut)),
     };
     pending.finish()?;
-    let (slot, seat) = match pools.session(transport, peer) {
+    // The key may have been revoked since its proof was checked: then the
+    // tenant is gone from the lookup and the peer is refused.
+    let tenant = match opened.tenant_key() {
+        Some(id) => match tenants.and_then(|t| t.of_key(id)) {
+            Some((name, quota)) => Some((name, id, quota)),
+            None => {
+                let _ = tcp_auth::refuse(s, Status::WrongKey);
+                return Err(Refused::Auth(AuthError::WrongKey));
+            }
+        },
+        None => None,
+    };
+    let held = match &tenant {
+        Some((name, _, quota)) => pools.tenant_session(transport, name, quota),
+        None => pools.session(transport, peer),
+    };
+    let (slot, seat) = match held {
         Ok(held) => held,
         Err(why) => {
             let _ = tcp_auth::refuse(s, Status::Busy);
@@ -191,9 +240,9 @@ fn key_check<S: Read + Write>(
             return Err(why);
         }
     };
-    tcp_auth::accept(s, &opened, key)?;
+    tcp_auth::accept(s, &opened)?;
     s.flush()?;
-    Ok((slot, seat))
+    Ok((slot, seat, tenant.map(|(name, id, _)| (name, id))))
 }
 
 /// Logs a refusal, within the backend's limit for peer-triggered lines.

@@ -84,8 +84,18 @@ impl Slots {
 
     /// Takes a slot for `peer` over `transport`.
     pub fn acquire(self: &Arc<Self>, transport: Transport, peer: &str) -> Result<Slot, Full> {
+        self.acquire_within(transport, peer, None)
+    }
+
+    /// Takes a slot for `peer` over `transport`, where the peer may hold
+    /// `per_peer` sessions of the transport (a tenant's own limit) instead
+    /// of the transport's default.
+    pub fn acquire_within(self: &Arc<Self>, transport: Transport, peer: &str, per_peer: Option<usize>) -> Result<Slot, Full> {
         let class = transport.session_class();
-        let limit = self.limits.per_transport[class];
+        let mut limit = self.limits.per_transport[class];
+        if let Some(n) = per_peer {
+            limit.per_peer = n;
+        }
         let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         if c.total >= self.limits.total {
             return Err(Full::Total(self.limits.total));

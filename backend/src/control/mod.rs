@@ -9,8 +9,10 @@
 mod routes;
 mod socket;
 mod supervised;
+mod tenant_admin;
+mod tenant_routes;
 
-use pvgpu_ctl::api::{CheckpointReport, CheckpointRequest, RestoreReport, RestoreRequest, Session};
+use pvgpu_ctl::api::{self, CheckpointReport, CheckpointRequest, RestoreReport, RestoreRequest, Session};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +21,7 @@ use std::time::Duration;
 
 pub use socket::SocketError;
 pub use supervised::Supervised;
+pub use tenant_admin::TenantDesk;
 
 /// What the control API may ask of the supervisor.
 pub trait Sessions: Send + Sync {
@@ -36,6 +39,32 @@ pub trait Sessions: Send + Sync {
     fn waiting(&self) -> Vec<pvgpu_ctl::api::Waiting> {
         Vec::new()
     }
+    /// Tenants and keys, where the backend keeps them (`--state-dir`).
+    fn tenants(&self) -> Option<&dyn TenantAdmin> {
+        None
+    }
+}
+
+/// What the control API may ask about tenants and their keys.
+pub trait TenantAdmin: Send + Sync {
+    /// Every tenant, by name, with what it holds now.
+    fn list(&self) -> Vec<api::Tenant>;
+    /// Tenant `name`.
+    fn get(&self, name: &str) -> Result<api::Tenant, Refusal>;
+    /// Adds a tenant.
+    fn add(&self, req: api::NewTenant) -> Result<api::Tenant, Refusal>;
+    /// Sets a tenant's quota; its live sessions are held to it from their
+    /// next allocation.
+    fn set_quota(&self, name: &str, quota: api::Quota) -> Result<api::Tenant, Refusal>;
+    /// Removes a tenant: its keys are revoked and its sessions ended.
+    fn remove(&self, name: &str) -> Result<api::Revoked, Refusal>;
+    /// Issues a key.
+    fn issue(&self, name: &str, req: api::IssueKey) -> Result<api::IssuedKey, Refusal>;
+    /// A tenant's keys.
+    fn keys(&self, name: &str) -> Result<Vec<api::Key>, Refusal>;
+    /// Revokes key `id` of tenant `name` (or all its keys): new
+    /// connections with it are refused and its live sessions end.
+    fn revoke(&self, name: &str, id: Option<&str>) -> Result<api::Revoked, Refusal>;
 }
 
 /// A request the supervisor would not or could not carry out: the HTTP

@@ -8,7 +8,7 @@ use std::io::Read;
 use tiny_http::{Header, Method, Request, Response};
 
 /// An answer: status and JSON body.
-type Answer = (u16, Vec<u8>);
+pub(super) type Answer = (u16, Vec<u8>);
 
 /// The largest request body read.
 const MAX_BODY: u64 = 64 << 10;
@@ -48,12 +48,13 @@ fn route(method: &Method, url: &str, body: &[u8], sessions: &dyn Sessions) -> An
             Ok(req) => done(sessions.restore(req)),
             Err(e) => e,
         },
+        (_, ["v1", "tenants", ..]) => super::tenant_routes::route(method, &parts[1..], body, sessions.tenants()),
         (_, ["v1", "sessions"] | ["v1", "sessions", _]) => error(405, format!("{method} is not allowed on {path}")),
         _ => error(404, format!("No such resource: {path} (see `pvgpu-ctl --help`)")),
     }
 }
 
-fn with_session(id: &str, f: impl FnOnce(u64) -> Option<pvgpu_ctl::api::Session>) -> Answer {
+pub(super) fn with_session(id: &str, f: impl FnOnce(u64) -> Option<pvgpu_ctl::api::Session>) -> Answer {
     let Ok(n) = id.parse::<u64>() else {
         return error(400, format!("{id:?} is not a session number"));
     };
@@ -63,25 +64,25 @@ fn with_session(id: &str, f: impl FnOnce(u64) -> Option<pvgpu_ctl::api::Session>
     }
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Answer> {
+pub(super) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Answer> {
     serde_json::from_slice(body).map_err(|e| error(400, format!("The request body is not the JSON expected: {e}")))
 }
 
-fn done<T: Serialize>(r: Result<T, super::Refusal>) -> Answer {
+pub(super) fn done<T: Serialize>(r: Result<T, super::Refusal>) -> Answer {
     match r {
         Ok(v) => ok(&v),
         Err(r) => error(r.status, r.message),
     }
 }
 
-fn ok<T: Serialize>(value: &T) -> Answer {
+pub(super) fn ok<T: Serialize>(value: &T) -> Answer {
     match serde_json::to_vec(value) {
         Ok(body) => (200, body),
         Err(e) => error(500, format!("cannot encode the answer: {e}")),
     }
 }
 
-fn error(status: u16, error: String) -> Answer {
+pub(super) fn error(status: u16, error: String) -> Answer {
     let body = serde_json::to_vec(&ErrorBody { error }).unwrap_or_default();
     (status, body)
 }
@@ -101,6 +102,8 @@ mod tests {
                 id,
                 peer: "uid:1000".into(),
                 transport: "local".into(),
+                tenant: None,
+                key: None,
                 devices: vec![0],
                 memory_bytes: 4096,
                 age_seconds: 1.5,

@@ -2,7 +2,8 @@
 //! and the spawner: listing and ending sessions, ordering checkpoints and
 //! parking snapshots for restore ([`crate::checkpoints`]).
 
-use super::{Refusal, Sessions};
+use super::tenant_admin::TenantDesk;
+use super::{Refusal, Sessions, TenantAdmin};
 use crate::roster::Roster;
 use crate::spawn::Spawner;
 use pvgpu_ctl::api::{CheckpointReport, CheckpointRequest, RestoreReport, RestoreRequest, Session};
@@ -18,12 +19,14 @@ use std::time::{Duration, Instant};
 pub struct Supervised {
     roster: Arc<Roster>,
     spawner: Arc<dyn Spawner>,
+    tenants: Option<TenantDesk>,
 }
 
 impl Supervised {
-    /// The sessions of `roster`, run by `spawner`.
-    pub fn new(roster: Arc<Roster>, spawner: Arc<dyn Spawner>) -> Supervised {
-        Supervised { roster, spawner }
+    /// The sessions of `roster`, run by `spawner`, and the tenants where
+    /// the backend keeps them.
+    pub fn new(roster: Arc<Roster>, spawner: Arc<dyn Spawner>, tenants: Option<TenantDesk>) -> Supervised {
+        Supervised { roster, spawner, tenants }
     }
 }
 
@@ -102,6 +105,10 @@ impl Sessions for Supervised {
                 ))
             }
         }
+    }
+
+    fn tenants(&self) -> Option<&dyn TenantAdmin> {
+        self.tenants.as_ref().map(|t| t as &dyn TenantAdmin)
     }
 
     fn waiting(&self) -> Vec<pvgpu_ctl::api::Waiting> {

@@ -6,7 +6,7 @@ use super::{Staged, Transport};
 use crate::error::{ProtocolError, TransportError};
 use pvgpu_ring::frame::{FrameError, FrameReader, write_frame};
 use pvgpu_ring::proto::{DataRef, Header};
-use pvgpu_ring::tcp_auth::{self, TcpKey};
+use pvgpu_ring::tcp_auth::{self, ClientKey};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use std::io::{self, Read, Write};
@@ -64,7 +64,7 @@ impl TcpTransport {
         let kind = if tls.is_some() { "tls" } else { "tcp" };
         let name = || format!("{kind}:{addr}");
         let auth = |source| TransportError::Auth { addr: name(), source };
-        let key = key.map(TcpKey::from_file).transpose().map_err(auth)?;
+        let key = key.map(ClientKey::from_file).transpose().map_err(auth)?;
         let sock = TcpStream::connect(addr).map_err(|source| TransportError::Connect { addr: name(), source })?;
         sock.set_nodelay(true)?;
         sock.set_read_timeout(Some(OPEN_TIMEOUT))?;

@@ -51,7 +51,7 @@ pub(crate) fn memory_quota(t: Transport) {
 /// (worker processes, where graph memory is offered).
 pub(crate) fn graph_memory_quota(t: Transport) {
     const MIB: u64 = 1 << 20;
-    let h = Harness::with(HarnessOptions { mem_quota: Some(64 * MIB), process: true });
+    let h = Harness::with(HarnessOptions { mem_quota: Some(64 * MIB), process: true, ..Default::default() });
     let c = h.client(t);
     c.init().unwrap();
     let ctx = c.primary_ctx_retain(0).unwrap();

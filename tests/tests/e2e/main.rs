@@ -31,6 +31,7 @@ mod memory;
 mod modules;
 mod node_params;
 mod parity;
+mod tenants;
 
 use arrays::*;
 use checkpoint::*;

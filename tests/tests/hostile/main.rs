@@ -221,7 +221,7 @@ fn the_socket_mode_and_allowed_users_decide_who_connects() {
 fn a_stalled_frame_loses_only_its_session() {
     let b = Backend::start(&[]);
     let mut s = TcpStream::connect(&b.tcp).unwrap();
-    let key = pvgpu_ring::tcp_auth::TcpKey::from_file(&b.key).unwrap();
+    let key = pvgpu_ring::tcp_auth::ClientKey::from_file(&b.key).unwrap();
     pvgpu_ring::tcp_auth::client_open(&mut s, Some(&key)).unwrap();
     let h = pvgpu_ring::proto::Header::request(pvgpu_ring::proto::Opcode::Nop, 1, 0, pvgpu_ring::proto::MAX_PAYLOAD);
     s.write_all(zerocopy::IntoBytes::as_bytes(&h)).unwrap();

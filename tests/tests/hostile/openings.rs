@@ -204,7 +204,7 @@ fn slow_openings_lock_nobody_out() {
 #[test]
 fn one_keyed_address_at_its_most_leaves_others_room() {
     let b = Backend::start(&["--max-tcp-sessions", "8"]);
-    let key = pvgpu_ring::tcp_auth::TcpKey::from_file(&b.key).unwrap();
+    let key = pvgpu_ring::tcp_auth::ClientKey::from_file(&b.key).unwrap();
     let open = |src: Ipv4Addr| {
         let mut s = tcp_from(src, &b.tcp).unwrap();
         pvgpu_ring::tcp_auth::client_open(&mut s, Some(&key)).map(|()| s)

@@ -13,6 +13,11 @@
 //!    `HMAC-SHA256(key, "pvgpu-tcp-v1 server" ‖ server nonce ‖ client nonce)`),
 //!    or why not (wrong key, key required, busy).
 //!
+//! A *tenant* key (issued by `pvgpu-ctl key issue`, [`TenantKey`]) opens
+//! the same way, except that the client also names the key and the backend
+//! checks the proof against a verifier instead of the key itself
+//! ([`keys`] says how); the key decides the session's tenant.
+//!
 //! Nonces on both sides make every exchange unique, so a recorded one
 //! cannot be replayed to either side. A client that holds a key insists on
 //! the backend's proof, so a man in the middle cannot downgrade it to an
@@ -21,10 +26,14 @@
 //! read it, or inject into it); on networks where that matters, carry the
 //! connection over a tunnel that provides them (`docs/operations.md`).
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+mod keys;
+
+pub use keys::{ClientKey, KeyId, KeyVerifier, MAX_KEY_LEN, MIN_KEY_LEN, TENANT_KEY_TAG, TcpKey, TenantKey, write_key_file};
+
+use hmac::Mac;
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use subtle::ConstantTimeEq;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -33,10 +42,6 @@ const CLIENT_MAGIC: u64 = u64::from_le_bytes(*b"PVGPUTC1");
 const VERDICT_MAGIC: u64 = u64::from_le_bytes(*b"PVGPUTV1");
 /// Version of the opening exchange.
 pub const AUTH_VERSION: u32 = 1;
-/// Shortest key accepted, in bytes.
-pub const MIN_KEY_LEN: usize = 16;
-/// Largest key file read, in bytes.
-pub const MAX_KEY_LEN: usize = 4096;
 const CLIENT_LABEL: &[u8] = b"pvgpu-tcp-v1 client";
 const SERVER_LABEL: &[u8] = b"pvgpu-tcp-v1 server";
 const FLAG_KEY: u32 = 1;
@@ -125,7 +130,9 @@ pub enum AuthError {
         why: &'static str,
     },
     /// The backend refused the client's key.
-    #[error("The backend refused our key (PVGPU_TCP_KEY names a file whose key differs from the backend's --tcp-key)")]
+    #[error(
+        "The backend refused our key (PVGPU_TCP_KEY names a file whose key is not the backend's --tcp-key, or a tenant key it does not know or has revoked)"
+    )]
     WrongKey,
     /// The backend requires a key and the client has none.
     #[error("The backend requires a key: set PVGPU_TCP_KEY to the path of a file holding the backend's key")]
@@ -142,74 +149,6 @@ pub enum AuthError {
     /// The OS failed us, or the peer went away or took too long.
     #[error("The TCP opening failed")]
     Io(#[from] io::Error),
-}
-
-/// A key shared by a backend and its TCP clients. Its bytes are locked
-/// in memory where the platform allows (kept out of swap) and zeroed when
-/// the last copy is dropped.
-#[derive(Clone)]
-pub struct TcpKey(std::sync::Arc<Secret>);
-
-/// Bytes of a key, in an allocation of their own.
-struct Secret(Box<[u8]>);
-
-impl Secret {
-    fn new(bytes: &[u8]) -> Secret {
-        let s = Secret(bytes.into());
-        // SAFETY: locks the pages of our own live allocation; failure (a
-        // low RLIMIT_MEMLOCK) only leaves them swappable.
-        let _ = unsafe { libc::mlock(s.0.as_ptr().cast(), s.0.len()) };
-        s
-    }
-}
-
-impl Drop for Secret {
-    fn drop(&mut self) {
-        zeroize::Zeroize::zeroize(&mut *self.0);
-        // SAFETY: unlocks the range locked in `new` (harmless if it was not).
-        let _ = unsafe { libc::munlock(self.0.as_ptr().cast(), self.0.len()) };
-    }
-}
-
-impl std::fmt::Debug for TcpKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TcpKey(..)")
-    }
-}
-
-impl TcpKey {
-    /// A key from bytes (at least [`MIN_KEY_LEN`]).
-    pub fn new(bytes: &[u8]) -> Option<TcpKey> {
-        (bytes.len() >= MIN_KEY_LEN).then(|| TcpKey(std::sync::Arc::new(Secret::new(bytes))))
-    }
-
-    /// Reads a key file: its contents, less trailing white space, are the
-    /// key. Like ssh with its keys, a file that others can read is refused.
-    pub fn from_file(path: &Path) -> Result<TcpKey, AuthError> {
-        use std::os::unix::fs::MetadataExt;
-        let err = |source| AuthError::KeyFile { path: path.to_path_buf(), source };
-        let bad = |why| AuthError::BadKeyFile { path: path.to_path_buf(), why };
-        let meta = std::fs::metadata(path).map_err(err)?;
-        if meta.mode() & 0o077 != 0 {
-            return Err(bad("group or others may read it; make it private (chmod 600)"));
-        }
-        if meta.len() > MAX_KEY_LEN as u64 {
-            return Err(bad("larger than 4 KiB; a key is a short random string"));
-        }
-        let mut raw = zeroize::Zeroizing::new(std::fs::read(path).map_err(err)?);
-        while raw.last().is_some_and(u8::is_ascii_whitespace) {
-            raw.pop();
-        }
-        TcpKey::new(&raw).ok_or_else(|| bad("shorter than 16 bytes; make one with: head -c 32 /dev/urandom | base64 > FILE"))
-    }
-
-    fn mac(&self, label: &[u8], server: &[u8; 32], client: &[u8; 32]) -> Hmac<Sha256> {
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0.0).expect("HMAC takes keys of any length");
-        m.update(label);
-        m.update(server);
-        m.update(client);
-        m
-    }
 }
 
 fn nonce() -> io::Result<[u8; 32]> {
@@ -237,32 +176,92 @@ fn read_msg<T: FromBytes + KnownLayout + Immutable>(s: &mut impl Read) -> Result
     T::read_from_bytes(&b).map_err(|_| AuthError::Malformed)
 }
 
+/// Bit 1 of [`ClientHello::flags`]: a tenant key's id ([`KeyIdMsg`])
+/// follows, and `mac` is the tenant proof.
+const FLAG_KEY_ID: u32 = 2;
+const TENANT_CLIENT_LABEL: &[u8] = b"pvgpu-tcp-v1 tenant client";
+const TENANT_SERVER_LABEL: &[u8] = b"pvgpu-tcp-v1 tenant server";
+
+/// Client to backend, after a [`ClientHello`] with [`FLAG_KEY_ID`]: which
+/// tenant key the proof is made with.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
+#[repr(C)]
+pub struct KeyIdMsg {
+    id: [u8; 8],
+    reserved: [u8; 8],
+}
+
+/// What a backend accepts in the opening.
+pub struct Accepting<'a> {
+    /// The operator's shared key (`--tcp-key`).
+    pub shared: Option<&'a TcpKey>,
+    /// Tenant keys: the verifier of a live key by its id.
+    pub tenants: Option<&'a dyn Fn(KeyId) -> Option<KeyVerifier>>,
+    /// Clients without a key are served too (a trusted network).
+    pub keyless: bool,
+}
+
+impl Accepting<'_> {
+    /// Every client, no key asked (a trusted network).
+    pub const OPEN: Accepting<'static> = Accepting { shared: None, tenants: None, keyless: true };
+
+    /// Clients holding `key` only.
+    pub fn shared(key: &TcpKey) -> Accepting<'_> {
+        Accepting { shared: Some(key), tenants: None, keyless: false }
+    }
+}
+
+/// How a client proved itself.
+#[derive(Debug)]
+enum Proof {
+    None,
+    Shared(TcpKey),
+    Tenant(KeyId, KeyVerifier),
+}
+
 /// A client that passed (or did not need) the key check, waiting for the
 /// backend's decision to serve it.
 #[derive(Debug)]
 pub struct Opened {
     server: [u8; 32],
     client: [u8; 32],
-    authenticated: bool,
+    proof: Proof,
 }
 
 impl Opened {
-    /// Whether the client proved it holds the key.
+    /// Whether the client proved it holds a key.
     pub fn authenticated(&self) -> bool {
-        self.authenticated
+        !matches!(self.proof, Proof::None)
+    }
+
+    /// The tenant key the client proved it holds.
+    pub fn tenant_key(&self) -> Option<KeyId> {
+        match self.proof {
+            Proof::Tenant(id, _) => Some(id),
+            _ => None,
+        }
     }
 }
 
+/// The transcript a tenant proof covers.
+fn transcript<'a>(server: &'a [u8; 32], client: &'a [u8; 32], id: &'a KeyId) -> [&'a [u8]; 3] {
+    [server, client, &id.0]
+}
+
+fn xor(a: [u8; 32], b: [u8; 32]) -> [u8; 32] {
+    std::array::from_fn(|i| a[i] ^ b[i])
+}
+
 /// Backend side, steps 1 and 2: challenges the client and checks its
-/// response. With `key`, a client without the right key is told so and
-/// refused; without, every client is accepted. The caller bounds the time
-/// this takes (socket timeouts), then answers with [`accept`] or [`refuse`].
-pub fn server_open<S: Read + Write>(s: &mut S, key: Option<&TcpKey>) -> Result<Opened, AuthError> {
+/// response against what `accepting` accepts. A client without a key it
+/// accepts is told so and refused. The caller bounds the time this takes
+/// (socket timeouts), then answers with [`accept`] or [`refuse`].
+pub fn server_open<S: Read + Write>(s: &mut S, accepting: &Accepting<'_>) -> Result<Opened, AuthError> {
     let server = nonce()?;
     let hello = ServerHello {
         magic: SERVER_MAGIC.into(),
         version: AUTH_VERSION.into(),
-        flags: if key.is_some() { FLAG_KEY } else { 0 }.into(),
+        flags: if accepting.keyless { 0 } else { FLAG_KEY }.into(),
         nonce: server,
     };
     s.write_all(hello.as_bytes())?;
@@ -271,27 +270,50 @@ pub fn server_open<S: Read + Write>(s: &mut S, key: Option<&TcpKey>) -> Result<O
         let _ = refuse(s, Status::Malformed);
         return Err(AuthError::Malformed);
     }
-    let Some(key) = key else {
-        return Ok(Opened { server, client: c.nonce, authenticated: false });
+    let flags = c.flags.get();
+    let refused = |s: &mut S, status, e| {
+        let _ = refuse(s, status);
+        Err(e)
     };
-    if c.flags.get() & FLAG_KEY == 0 {
-        let _ = refuse(s, Status::KeyRequired);
-        return Err(AuthError::KeyRequired);
-    }
-    // verify_slice compares in constant time.
-    if key.mac(CLIENT_LABEL, &server, &c.nonce).verify_slice(&c.mac).is_err() {
-        let _ = refuse(s, Status::WrongKey);
-        return Err(AuthError::WrongKey);
-    }
-    Ok(Opened { server, client: c.nonce, authenticated: true })
+    let proof = if flags & FLAG_KEY_ID != 0 {
+        let m: KeyIdMsg = read_msg(s)?;
+        let id = KeyId(m.id);
+        let verifier = accepting.tenants.and_then(|lookup| lookup(id));
+        match verifier {
+            Some(v) if tenant_proof_holds(&v, &server, &c, &id) => Proof::Tenant(id, v),
+            _ => return refused(s, Status::WrongKey, AuthError::WrongKey),
+        }
+    } else if flags & FLAG_KEY != 0 {
+        match accepting.shared {
+            // verify_slice compares in constant time.
+            Some(key) if key.mac(CLIENT_LABEL, &[&server, &c.nonce]).verify_slice(&c.mac).is_ok() => Proof::Shared(key.clone()),
+            _ if accepting.keyless && accepting.shared.is_none() => Proof::None,
+            _ => return refused(s, Status::WrongKey, AuthError::WrongKey),
+        }
+    } else if accepting.keyless {
+        Proof::None
+    } else {
+        return refused(s, Status::KeyRequired, AuthError::KeyRequired);
+    };
+    Ok(Opened { server, client: c.nonce, proof })
+}
+
+/// Whether `c.mac` proves the client holds the tenant key `v` verifies.
+fn tenant_proof_holds(v: &KeyVerifier, server: &[u8; 32], c: &ClientHello, id: &KeyId) -> bool {
+    use sha2::Digest;
+    let mask = keys::mac32(&v.stored_key, TENANT_CLIENT_LABEL, &transcript(server, &c.nonce, id));
+    let client_key = xor(c.mac, mask);
+    let hashed: [u8; 32] = sha2::Sha256::digest(client_key).into();
+    hashed.ct_eq(&v.stored_key).into()
 }
 
 /// Backend side, step 3: the session starts.
-pub fn accept<S: Write>(s: &mut S, opened: &Opened, key: Option<&TcpKey>) -> Result<(), AuthError> {
-    let mut mac = [0u8; 32];
-    if let (Some(key), true) = (key, opened.authenticated) {
-        mac.copy_from_slice(&key.mac(SERVER_LABEL, &opened.server, &opened.client).finalize().into_bytes());
-    }
+pub fn accept<S: Write>(s: &mut S, opened: &Opened) -> Result<(), AuthError> {
+    let mac = match &opened.proof {
+        Proof::None => [0; 32],
+        Proof::Shared(key) => key.mac(SERVER_LABEL, &[&opened.server, &opened.client]).finalize().into_bytes().into(),
+        Proof::Tenant(id, v) => keys::mac32(&v.server_key, TENANT_SERVER_LABEL, &transcript(&opened.server, &opened.client, id)),
+    };
     let v = Verdict { magic: VERDICT_MAGIC.into(), status: (Status::Accepted as u32).into(), reserved: 0.into(), mac };
     s.write_all(v.as_bytes())?;
     Ok(())
@@ -306,18 +328,32 @@ pub fn refuse<S: Write>(s: &mut S, status: Status) -> Result<(), AuthError> {
 
 /// Client side: answers the backend's challenge with `key` (if any) and
 /// checks the backend's proof. Returns once the backend accepted.
-pub fn client_open<S: Read + Write>(s: &mut S, key: Option<&TcpKey>) -> Result<(), AuthError> {
+pub fn client_open<S: Read + Write>(s: &mut S, key: Option<&ClientKey>) -> Result<(), AuthError> {
     let h: ServerHello = read_msg(s)?;
     if h.magic.get() != SERVER_MAGIC || h.version.get() != AUTH_VERSION {
         return Err(AuthError::Malformed);
     }
     let client = nonce()?;
     let mut reply = ClientHello { magic: CLIENT_MAGIC.into(), version: AUTH_VERSION.into(), flags: 0.into(), nonce: client, mac: [0; 32] };
-    if let Some(key) = key {
-        reply.flags = FLAG_KEY.into();
-        reply.mac.copy_from_slice(&key.mac(CLIENT_LABEL, &h.nonce, &client).finalize().into_bytes());
+    match key {
+        None => s.write_all(reply.as_bytes())?,
+        Some(ClientKey::Shared(k)) => {
+            reply.flags = FLAG_KEY.into();
+            reply.mac = k.mac(CLIENT_LABEL, &[&h.nonce, &client]).finalize().into_bytes().into();
+            s.write_all(reply.as_bytes())?;
+        }
+        Some(ClientKey::Tenant(k)) => {
+            let id = k.id();
+            let stored = k.verifier().stored_key;
+            let mask = keys::mac32(&stored, TENANT_CLIENT_LABEL, &transcript(&h.nonce, &client, &id));
+            reply.flags = (FLAG_KEY | FLAG_KEY_ID).into();
+            reply.mac = xor(k.client_key(), mask);
+            let m = KeyIdMsg { id: id.0, reserved: [0; 8] };
+            let mut both = reply.as_bytes().to_vec();
+            both.extend_from_slice(m.as_bytes());
+            s.write_all(&both)?;
+        }
     }
-    s.write_all(reply.as_bytes())?;
     let v: Verdict = read_msg(s)?;
     if v.magic.get() != VERDICT_MAGIC {
         return Err(AuthError::Malformed);
@@ -329,12 +365,18 @@ pub fn client_open<S: Read + Write>(s: &mut S, key: Option<&TcpKey>) -> Result<(
         Status::Busy => return Err(AuthError::Busy),
         Status::Malformed => return Err(AuthError::Malformed),
     }
-    if let Some(key) = key {
-        // Without this a man in the middle could pose as a backend that
-        // requires no key.
-        if key.mac(SERVER_LABEL, &h.nonce, &client).verify_slice(&v.mac).is_err() {
-            return Err(AuthError::BackendNotAuthenticated);
+    // Without this a man in the middle could pose as a backend that
+    // requires no key.
+    let proven = match key {
+        None => true,
+        Some(ClientKey::Shared(k)) => k.mac(SERVER_LABEL, &[&h.nonce, &client]).verify_slice(&v.mac).is_ok(),
+        Some(ClientKey::Tenant(k)) => {
+            let expect = keys::mac32(&k.server_key(), TENANT_SERVER_LABEL, &transcript(&h.nonce, &client, &k.id()));
+            expect.ct_eq(&v.mac).into()
         }
+    };
+    if !proven {
+        return Err(AuthError::BackendNotAuthenticated);
     }
     Ok(())
 }
@@ -350,14 +392,75 @@ mod tests {
 
     /// Runs both sides; the backend accepts whatever passes its check.
     fn open(server_key: Option<TcpKey>, client_key: Option<TcpKey>) -> (Result<bool, AuthError>, Result<(), AuthError>) {
+        let (s, c) = open_with(server_key, vec![], client_key.map(ClientKey::Shared));
+        (s.map(|o| o.is_some()), c)
+    }
+
+    /// What the backend's side of a test opening says: which key the
+    /// client proved (`None`: none; `Some(None)`: the shared key).
+    type Proved = Result<Option<Option<KeyId>>, AuthError>;
+
+    /// Runs both sides with tenant keys `tenants` known to the backend.
+    fn open_with(server_key: Option<TcpKey>, tenants: Vec<TenantKey>, client_key: Option<ClientKey>) -> (Proved, Result<(), AuthError>) {
         let (mut a, mut b) = UnixStream::pair().unwrap();
         let t = std::thread::spawn(move || {
-            let o = server_open(&mut b, server_key.as_ref())?;
-            accept(&mut b, &o, server_key.as_ref())?;
-            Ok(o.authenticated())
+            let lookup = |id: KeyId| tenants.iter().find(|k| k.id() == id).map(TenantKey::verifier);
+            let accepting =
+                Accepting { shared: server_key.as_ref(), tenants: Some(&lookup), keyless: server_key.is_none() && tenants.is_empty() };
+            let o = server_open(&mut b, &accepting)?;
+            accept(&mut b, &o)?;
+            Ok(o.authenticated().then(|| o.tenant_key()))
         });
         let c = client_open(&mut a, client_key.as_ref());
         (t.join().unwrap(), c)
+    }
+
+    #[test]
+    fn a_tenant_key_opens_and_names_itself() {
+        let (k1, k2) = (TenantKey::generate().unwrap(), TenantKey::generate().unwrap());
+        let (s, c) = open_with(Some(key(7)), vec![k1.clone(), k2.clone()], Some(ClientKey::Tenant(k2.clone())));
+        assert_eq!(s.unwrap(), Some(Some(k2.id())));
+        c.unwrap();
+        // The shared key still opens beside tenant keys.
+        let (s, c) = open_with(Some(key(7)), vec![k1.clone()], Some(ClientKey::Shared(key(7))));
+        assert_eq!(s.unwrap(), Some(None));
+        c.unwrap();
+        // A key the backend does not know (revoked, or never issued).
+        let (s, c) = open_with(None, vec![k1.clone()], Some(ClientKey::Tenant(k2)));
+        assert!(matches!(s, Err(AuthError::WrongKey)));
+        assert!(matches!(c, Err(AuthError::WrongKey)));
+        // Keyless clients are refused once tenant keys are asked for.
+        let (s, c) = open_with(None, vec![k1], None);
+        assert!(matches!(s, Err(AuthError::KeyRequired)));
+        assert!(matches!(c, Err(AuthError::KeyRequired)));
+    }
+
+    /// A proof made with the verifier alone (what a stolen database
+    /// holds) does not open: it takes the client key.
+    #[test]
+    fn the_backends_verifier_cannot_open_a_session() {
+        let k = TenantKey::generate().unwrap();
+        let v = k.verifier();
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let kc = k.clone();
+        let t = std::thread::spawn(move || {
+            let lookup = |id: KeyId| (id == kc.id()).then(|| kc.verifier());
+            server_open(&mut b, &Accepting { shared: None, tenants: Some(&lookup), keyless: false }).map(|_| ())
+        });
+        let h: ServerHello = read_msg(&mut a).unwrap();
+        let client = [3u8; 32];
+        // The best a thief can do: a proof keyed by what the backend keeps.
+        let mask = keys::mac32(&v.stored_key, TENANT_CLIENT_LABEL, &transcript(&h.nonce, &client, &k.id()));
+        let forged = ClientHello {
+            magic: CLIENT_MAGIC.into(),
+            version: AUTH_VERSION.into(),
+            flags: (FLAG_KEY | FLAG_KEY_ID).into(),
+            nonce: client,
+            mac: xor(v.stored_key, mask),
+        };
+        a.write_all(forged.as_bytes()).unwrap();
+        a.write_all(KeyIdMsg { id: k.id().0, reserved: [0; 8] }.as_bytes()).unwrap();
+        assert!(matches!(t.join().unwrap(), Err(AuthError::WrongKey)));
     }
 
     #[test]
@@ -395,17 +498,17 @@ mod tests {
         let k = key(7);
         let (mut a, mut b) = UnixStream::pair().unwrap();
         let kc = k.clone();
-        let t = std::thread::spawn(move || server_open(&mut b, Some(&kc)).map(|_| ()));
+        let t = std::thread::spawn(move || server_open(&mut b, &Accepting::shared(&kc)).map(|_| ()));
         let h: ServerHello = read_msg(&mut a).unwrap();
         let client = [9u8; 32];
         let mut mac = [0u8; 32];
-        mac.copy_from_slice(&k.mac(CLIENT_LABEL, &h.nonce, &client).finalize().into_bytes());
+        mac.copy_from_slice(&k.mac(CLIENT_LABEL, &[&h.nonce, &client]).finalize().into_bytes());
         let recorded = ClientHello { magic: CLIENT_MAGIC.into(), version: AUTH_VERSION.into(), flags: FLAG_KEY.into(), nonce: client, mac };
         a.write_all(recorded.as_bytes()).unwrap();
         t.join().unwrap().unwrap();
         // Replay it to a new exchange.
         let (mut a, mut b) = UnixStream::pair().unwrap();
-        let t = std::thread::spawn(move || server_open(&mut b, Some(&k)).map(|_| ()));
+        let t = std::thread::spawn(move || server_open(&mut b, &Accepting::shared(&k)).map(|_| ()));
         let _: ServerHello = read_msg(&mut a).unwrap();
         a.write_all(recorded.as_bytes()).unwrap();
         assert!(matches!(t.join().unwrap(), Err(AuthError::WrongKey)));
