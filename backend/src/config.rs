@@ -72,6 +72,9 @@ pub struct SessionLimits {
     /// nudge): the session looks at its order at its next waited call
     /// ([`crate::checkpoints`]).
     pub checkpoint: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Where the session counts what it does, for `/metrics`
+    /// ([`crate::meter`]).
+    pub meter: Option<crate::meter::MeterView>,
 }
 
 impl Default for SessionLimits {
@@ -85,6 +88,7 @@ impl Default for SessionLimits {
             persisting_l2_percent: 25,
             ipc: None,
             checkpoint: None,
+            meter: None,
         }
     }
 }
@@ -143,6 +147,9 @@ pub struct Config {
     pub admission: AdmissionConfig,
     /// Where the control socket is served.
     pub control: ControlSocket,
+    /// A TCP address serving `/metrics` to Prometheus (the control socket
+    /// serves it too).
+    pub metrics: Option<String>,
 }
 
 /// Where the control socket ([`crate::control`]) is served.

@@ -54,6 +54,8 @@ pub mod ipc;
 pub mod ledger;
 pub mod listener;
 pub mod log_limit;
+pub mod meter;
+pub mod metrics;
 pub mod roster;
 pub mod sandbox;
 pub mod session;

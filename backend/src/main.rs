@@ -31,6 +31,11 @@ struct Cli {
     /// when another backend serves it).
     #[arg(long, value_name = "unix:PATH|off", value_parser = parse_control)]
     control: Option<ControlSocket>,
+    /// Serve Prometheus' /metrics over plain HTTP at HOST:PORT (the control
+    /// socket serves it too). It tells who uses the GPUs and how much: bind
+    /// it where only the monitoring network reaches.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics: Option<String>,
     /// How sessions are separated: a worker process each (a GPU fault then
     /// ends only the faulting session) or a thread each.
     #[arg(long, value_enum, default_value = "process")]
@@ -363,6 +368,9 @@ enum Cmd {
         /// The backend's handle registry is on fd 7 (interprocess handles).
         #[arg(long)]
         ipc: bool,
+        /// The session's meter is on fd 8.
+        #[arg(long)]
+        meter: bool,
         #[command(flatten)]
         exec: ExecArgs,
         #[command(flatten)]
@@ -398,7 +406,7 @@ fn main() -> Result<()> {
 
 /// Serves the one session a worker process was started for.
 fn worker(cmd: &Cmd) -> Result<()> {
-    let Cmd::Worker { conn, session, domid, devid, peer, xen_ring, report_fd, local_hello, ledger_seat, ipc, exec, sandbox } = cmd;
+    let Cmd::Worker { conn, session, domid, devid, peer, xen_ring, report_fd, local_hello, ledger_seat, ipc, meter, exec, sandbox } = cmd;
     let w = worker_process::WorkerSession {
         conn,
         xen: domid.zip(*devid),
@@ -409,6 +417,7 @@ fn worker(cmd: &Cmd) -> Result<()> {
         local_hello: local_hello.as_deref(),
         ledger_seat: *ledger_seat,
         ipc: *ipc,
+        meter: *meter,
     };
     worker_process::run_worker(&w, &exec.executor(), &exec.session(), &sandbox.confinement())?;
     Ok(())
@@ -426,6 +435,7 @@ fn start(cli: &Cli) -> Result<Backend> {
         session: cli.exec.session(),
         admission: cli.admission.config()?,
         control: cli.control.clone().unwrap_or_else(|| ControlSocket::Default(pvgpu_ctl::default_socket())),
+        metrics: cli.metrics.clone(),
     };
     let worker_user = match &cli.worker_user {
         Some(name) => Some(WorkerUser::lookup(name).with_context(|| format!("--worker-user {name}"))?),

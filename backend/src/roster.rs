@@ -4,9 +4,12 @@
 
 use crate::handover::Transport;
 use crate::ledger::LedgerView;
+use crate::meter::{Meter, Reading};
 use pvgpu_ctl::api;
 use pvgpu_ring::tcp_auth::KeyId;
 use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime};
 
@@ -18,6 +21,7 @@ struct Entry {
     started: SystemTime,
     since: Instant,
     seat: LedgerView,
+    meter: Option<Arc<Meter>>,
 }
 
 impl Entry {
@@ -36,22 +40,75 @@ impl Entry {
     }
 }
 
-/// Every session from its admission until it has ended.
+/// Whom sessions are counted under in the backend's totals: their tenant
+/// (none for sessions without one) and transport.
+pub type Group = (Option<String>, Transport);
+
+/// Every session from its admission until it has ended, and the totals of
+/// those that ended.
 #[derive(Default)]
 pub struct Roster {
     live: Mutex<BTreeMap<u64, Entry>>,
+    /// What ended sessions counted, by group.
+    retired: Mutex<HashMap<Group, Reading>>,
+    /// Sessions admitted since the backend started, by group.
+    started: Mutex<HashMap<Group, u64>>,
+}
+
+/// A live session as `/metrics` reports it.
+pub struct LiveSession {
+    /// Its number.
+    pub id: u64,
+    /// Its group.
+    pub group: Group,
+    /// Device memory it holds.
+    pub memory_bytes: u64,
 }
 
 impl Roster {
     /// Enters session `id`, admitted now.
-    pub fn add(&self, id: u64, peer: String, transport: Transport, seat: LedgerView, tenant: Option<(String, KeyId)>) {
-        let entry = Entry { peer, tenant, transport, started: SystemTime::now(), since: Instant::now(), seat };
+    pub fn add(
+        &self,
+        id: u64,
+        peer: String,
+        transport: Transport,
+        seat: LedgerView,
+        tenant: Option<(String, KeyId)>,
+        meter: Option<Arc<Meter>>,
+    ) {
+        let group = (tenant.as_ref().map(|(t, _)| t.clone()), transport);
+        *lock(&self.started).entry(group).or_default() += 1;
+        let entry = Entry { peer, tenant, transport, started: SystemTime::now(), since: Instant::now(), seat, meter };
         self.lock().insert(id, entry);
     }
 
-    /// Takes session `id` off (it has ended, or never started).
+    /// Takes session `id` off (it has ended, or never started); what its
+    /// meter counted joins its group's totals.
     pub fn remove(&self, id: u64) {
-        self.lock().remove(&id);
+        let Some(e) = self.lock().remove(&id) else { return };
+        if let Some(m) = &e.meter {
+            let group = (e.tenant.map(|(t, _)| t), e.transport);
+            lock(&self.retired).entry(group).or_default().add(&m.read());
+        }
+    }
+
+    /// What every group's sessions counted, ended and live, with the
+    /// sessions admitted per group; and each live session.
+    pub fn totals(&self) -> (HashMap<Group, Reading>, HashMap<Group, u64>, Vec<LiveSession>) {
+        // The live list first: a session ending meanwhile is then counted
+        // in its retired totals or not at all, never twice.
+        let live = self.lock();
+        let mut totals = lock(&self.retired).clone();
+        let mut sessions = Vec::with_capacity(live.len());
+        for (id, e) in live.iter() {
+            let group = (e.tenant.as_ref().map(|(t, _)| t.clone()), e.transport);
+            if let Some(m) = &e.meter {
+                totals.entry(group.clone()).or_default().add(&m.read());
+            }
+            sessions.push(LiveSession { id: *id, group, memory_bytes: e.seat.held() });
+        }
+        drop(live);
+        (totals, lock(&self.started).clone(), sessions)
     }
 
     /// The live sessions, lowest number first.
@@ -83,6 +140,10 @@ impl Roster {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Entry>> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.live)
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }

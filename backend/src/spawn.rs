@@ -38,6 +38,9 @@ pub const LEDGER_FD: i32 = 6;
 /// File descriptor a worker reaches the supervisor's handle registry on
 /// ([`crate::ipc`]).
 pub const BROKER_FD: i32 = 7;
+/// File descriptor a worker finds its session's meter on
+/// ([`crate::meter`]).
+pub const METER_FD: i32 = 8;
 /// The line a worker reports once its connection is set up.
 pub const REPORT_READY: &str = "ready";
 
@@ -59,6 +62,8 @@ pub struct Start {
     pub on_ready: Option<OnEnd>,
     /// What to do once it has ended.
     pub on_end: Option<OnEnd>,
+    /// Where it counts what it does.
+    pub meter: Option<Arc<crate::meter::Meter>>,
 }
 
 /// How sessions get run once admitted.
@@ -114,8 +119,9 @@ impl<E: Executor> ThreadSpawner<E> {
 impl<E: Executor> Spawner for ThreadSpawner<E> {
     fn spawn(&self, s: Start, stop: Arc<AtomicBool>) -> io::Result<()> {
         let (exec, mut cfg) = (self.exec.clone(), self.cfg.clone());
-        let Start { handover, id, slot, seat, on_ready, on_end } = s;
+        let Start { handover, id, slot, seat, on_ready, on_end, meter } = s;
         cfg.limits.peer_ledger = Some(seat.view());
+        cfg.limits.meter = meter.map(|m| m.view());
         let scope: Arc<str> = handover.owner().0.into();
         cfg.limits.ipc = Some(Arc::new(Broker::Direct { registry: self.ipc.clone(), scope, session: id, desk: self.desk.clone() }));
         let nudge = Arc::new(AtomicBool::new(false));
@@ -345,7 +351,7 @@ impl ProcessSpawner {
 
 impl Spawner for ProcessSpawner {
     fn spawn(&self, s: Start, _stop: Arc<AtomicBool>) -> io::Result<()> {
-        let Start { handover, id, slot, seat, on_ready, on_end } = s;
+        let Start { handover, id, slot, seat, on_ready, on_end, meter } = s;
         let scope: Arc<str> = handover.owner().0.into();
         let mut cmd = Command::new(&self.cmd.exe);
         cmd.arg("worker").arg("--conn").arg(handover.transport().name()).arg("--session").arg(id.to_string()).args(&self.cmd.args);
@@ -370,6 +376,10 @@ impl Spawner for ProcessSpawner {
         let peer = fds.iter().find(|(_, n)| *n == WORKER_FD).map(|(f, _)| f.try_clone()).transpose()?;
         cmd.arg("--ledger-seat").arg(seat.index().to_string());
         fds.push((seat.fd().try_clone_to_owned()?, LEDGER_FD));
+        if let Some(m) = &meter {
+            cmd.arg("--meter");
+            fds.push((m.fd().try_clone_to_owned()?, METER_FD));
+        }
         let (broker, broker_worker) = broker_pair()?;
         cmd.arg("--ipc");
         fds.push((broker_worker, BROKER_FD));

@@ -39,6 +39,9 @@ pub enum BackendError {
     /// The control socket asked for could not be opened.
     #[error(transparent)]
     Control(#[from] SocketError),
+    /// `/metrics` could not be served where asked.
+    #[error(transparent)]
+    Metrics(#[from] crate::control::MetricsError),
     /// A thread of the supervisor could not be started.
     #[error("Cannot start the {0} thread")]
     Thread(&'static str, #[source] io::Error),
@@ -75,6 +78,7 @@ pub struct Backend {
     tcp_addrs: Vec<SocketAddr>,
     local_paths: Vec<PathBuf>,
     control: Option<ControlServer>,
+    metrics: Option<crate::control::MetricsServer>,
 }
 
 /// What every listener thread shares.
@@ -136,7 +140,14 @@ impl Backend {
             ledgers: shared.pools.ledgers.clone(),
             default_cap: cfg.admission.peer_mem_quota.unwrap_or(u64::MAX),
         });
-        let supervised = Arc::new(Supervised::new(shared.roster.clone(), spawner.clone(), tenants));
+        let gpus = (spawner.executor() == "cuda").then(crate::exec::cuda::gpu_gauges).flatten();
+        let metrics =
+            crate::metrics::Metrics::new(shared.roster.clone(), cfg.admission.tenants.clone(), shared.pools.ledgers.clone(), gpus);
+        let metrics_server = match &cfg.metrics {
+            Some(addr) => Some(crate::control::MetricsServer::start(addr, metrics.clone())?),
+            None => None,
+        };
+        let supervised = Arc::new(Supervised::new(shared.roster.clone(), spawner.clone(), tenants, metrics));
         let control = open_control(&cfg.control, supervised)?;
         let mut bound = Vec::new();
         let mut tcp_addrs = Vec::new();
@@ -166,7 +177,7 @@ impl Backend {
                 .map_err(|e| BackendError::Thread("listener", e))?;
             listeners.push(h);
         }
-        Ok(Backend { stop: shared.stop.clone(), stats, listeners, spawner, tcp_addrs, local_paths, control })
+        Ok(Backend { stop: shared.stop.clone(), stats, listeners, spawner, tcp_addrs, local_paths, control, metrics: metrics_server })
     }
 
     /// Bound TCP addresses (useful with port 0).
@@ -189,8 +200,14 @@ impl Backend {
         self.stop_all();
     }
 
+    /// Where `/metrics` is served over TCP (`--metrics`), if it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr())
+    }
+
     fn stop_all(&mut self) {
         self.control = None;
+        self.metrics = None;
         self.stop.store(true, Ordering::SeqCst);
         for l in self.listeners.drain(..) {
             let _ = l.join();
@@ -265,8 +282,8 @@ fn admit(acc: Accepted, pending: admission::pending::Pending, sh: &Shared) {
     match admission::open(acc, pending, &sh.admission, &sh.pools, sh.session.max_data_area) {
         Ok(admission::Admitted { handover, slot, seat, relay, tenant }) => {
             let id = sh.stats.next_id();
-            let on_end = enroll(sh, id, &handover, &seat, tenant, None);
-            let start = Start { handover, id, slot, seat, on_ready: None, on_end: Some(on_end) };
+            let (on_end, meter) = enroll(sh, id, &handover, &seat, tenant, None);
+            let start = Start { handover, id, slot, seat, on_ready: None, on_end: Some(on_end), meter };
             if let Err(e) = sh.spawner.spawn(start, sh.stop.clone()) {
                 sh.roster.remove(id);
                 tracing::error!(session = id, error = %e, "cannot start a session");
@@ -280,8 +297,9 @@ fn admit(acc: Accepted, pending: admission::pending::Pending, sh: &Shared) {
     }
 }
 
-/// Puts session `id` on the roster; returns what runs when it has ended:
-/// `then`, and taking it off the roster.
+/// Puts session `id` on the roster with a meter of its own; returns what
+/// runs when it has ended (`then`, and taking it off the roster) and the
+/// meter.
 fn enroll(
     sh: &Shared,
     id: u64,
@@ -289,15 +307,23 @@ fn enroll(
     seat: &crate::ledger::Seat,
     tenant: Option<(String, pvgpu_ring::tcp_auth::KeyId)>,
     then: Option<OnEnd>,
-) -> OnEnd {
-    sh.roster.add(id, handover.owner().0, handover.transport(), seat.view(), tenant);
+) -> (OnEnd, Option<Arc<crate::meter::Meter>>) {
+    let meter = match crate::meter::Meter::new() {
+        Ok(m) => Some(Arc::new(m)),
+        Err(e) => {
+            tracing::warn!(session = id, error = %e, "no meter for this session: /metrics leaves it out");
+            None
+        }
+    };
+    sh.roster.add(id, handover.owner().0, handover.transport(), seat.view(), tenant, meter.clone());
     let roster = sh.roster.clone();
-    Box::new(move || {
+    let on_end: OnEnd = Box::new(move || {
         roster.remove(id);
         if let Some(f) = then {
             f();
         }
-    })
+    });
+    (on_end, meter)
 }
 
 /// Serves Xen guests: rescans the vgpu devices whenever XenStore changes
@@ -381,9 +407,9 @@ fn start_xen_session(xs: &mut pvgpu_xen::XenStore, sh: &Shared, active: &crate::
         crate::xen::close_device(domid, devid);
         set.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
     });
-    let on_end = enroll(sh, id, &handover, &seat, None, Some(close));
+    let (on_end, meter) = enroll(sh, id, &handover, &seat, None, Some(close));
     let on_ready: OnEnd = Box::new(move || crate::xen::connect_device(domid, devid));
-    let start = Start { handover, id, slot, seat, on_ready: Some(on_ready), on_end: Some(on_end) };
+    let start = Start { handover, id, slot, seat, on_ready: Some(on_ready), on_end: Some(on_end), meter };
     match sh.spawner.spawn(start, sh.stop.clone()) {
         Ok(()) => Some(id),
         Err(e) => {

@@ -9,7 +9,7 @@ use crate::exec::host::HostExecutor;
 use crate::handover::Handover;
 use crate::sandbox::{Confinement, SandboxError, confine};
 use crate::session_loop::{Ended, open_connection, serve_opened};
-use crate::spawn::{BROKER_FD, LEDGER_FD, MEMFD_FD, WORKER_FD};
+use crate::spawn::{BROKER_FD, LEDGER_FD, MEMFD_FD, METER_FD, WORKER_FD};
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
@@ -28,6 +28,9 @@ pub enum WorkerError {
     /// The peer's memory ledger cannot be mapped.
     #[error("Cannot map the peer's memory ledger")]
     Ledger(#[source] std::io::Error),
+    /// The session's meter cannot be mapped.
+    #[error("Cannot map the session's meter")]
+    Meter(#[source] std::io::Error),
     /// Signal handlers could not be installed.
     #[error("Cannot install signal handlers")]
     Signals(#[source] std::io::Error),
@@ -69,6 +72,8 @@ pub struct WorkerSession<'a> {
     pub local_hello: Option<&'a str>,
     /// The session's seat in its peer's memory ledger (on [`LEDGER_FD`]).
     pub ledger_seat: Option<usize>,
+    /// The session's meter is on [`METER_FD`].
+    pub meter: bool,
     /// Whether the supervisor's handle registry is on [`BROKER_FD`].
     pub ipc: bool,
 }
@@ -87,7 +92,7 @@ fn parse_hello(arg: &str, memfd: OwnedFd) -> Option<pvgpu_ring::local::Hello> {
 /// context. How the session ended goes to `report_fd`, for the supervisor
 /// to log.
 pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionConfig, confinement: &Confinement) -> Result<(), WorkerError> {
-    let WorkerSession { conn, xen, xen_ring, id: session, peer, report_fd, local_hello, ledger_seat, ipc } = *w;
+    let WorkerSession { conn, xen, xen_ring, id: session, peer, report_fd, local_hello, ledger_seat, ipc, meter } = *w;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(WorkerError::Signals)?;
@@ -110,6 +115,12 @@ pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionCon
         // before exec, and nothing else in this process owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(LEDGER_FD) };
         cfg.limits.peer_ledger = Some(crate::ledger::LedgerView::map(fd, seat).map_err(WorkerError::Ledger)?);
+    }
+    if meter {
+        // SAFETY: the supervisor placed the session's meter memfd on
+        // METER_FD before exec, and nothing else in this process owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(METER_FD) };
+        cfg.limits.meter = Some(crate::meter::MeterView::map(fd).map_err(WorkerError::Meter)?);
     }
     if ipc {
         // SAFETY: the supervisor placed this worker's end of the handle

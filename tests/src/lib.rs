@@ -365,7 +365,7 @@ impl Harness {
                 ..AdmissionConfig::default()
             };
             let listen = vec![Listen::Local(self.socket.clone()), Listen::Tcp(self.tcp.clone()), Listen::Tls(self.tls.clone())];
-            let cfg = Config { listen, session, admission, control: ControlSocket::At(dir.join("control.sock")) };
+            let cfg = Config { listen, session, admission, control: ControlSocket::At(dir.join("control.sock")), metrics: None };
             let backend = Backend::start_threads(host.clone(), cfg).expect("cannot start the embedded backend");
             Running::Embedded { backend: Some(backend), exec: host }
         }

@@ -6,6 +6,7 @@
 //! from the host's operator (or root), one at a time on the control
 //! thread, and each is answered and its connection closed.
 
+mod metrics_http;
 mod routes;
 mod socket;
 mod supervised;
@@ -19,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use metrics_http::{MetricsError, MetricsServer};
 pub use socket::SocketError;
 pub use supervised::Supervised;
 pub use tenant_admin::TenantDesk;
@@ -41,6 +43,10 @@ pub trait Sessions: Send + Sync {
     }
     /// Tenants and keys, where the backend keeps them (`--state-dir`).
     fn tenants(&self) -> Option<&dyn TenantAdmin> {
+        None
+    }
+    /// What `/metrics` reports.
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
         None
     }
 }

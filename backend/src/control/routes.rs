@@ -17,17 +17,33 @@ const MAX_BODY: u64 = 64 << 10;
 pub(super) fn answer(mut request: Request, sessions: &dyn Sessions) {
     let mut body = Vec::new();
     let read = request.as_reader().take(MAX_BODY + 1).read_to_end(&mut body);
-    let (status, body) = if read.is_err() || body.len() as u64 > MAX_BODY {
-        error(413, format!("A request body must be at most {MAX_BODY} bytes of JSON"))
+    let path = request.url().split('?').next().unwrap_or("");
+    let (status, body, kind) = if read.is_err() || body.len() as u64 > MAX_BODY {
+        with_json(error(413, format!("A request body must be at most {MAX_BODY} bytes of JSON")))
+    } else if (request.method(), path) == (&Method::Get, "/metrics") {
+        metrics(sessions)
     } else {
-        route(request.method(), request.url(), &body, sessions)
+        with_json(route(request.method(), request.url(), &body, sessions))
     };
     let mut response = Response::from_data(body).with_status_code(status);
-    if let Ok(json) = Header::from_bytes("Content-Type", "application/json") {
-        response.add_header(json);
+    if let Ok(h) = Header::from_bytes("Content-Type", kind) {
+        response.add_header(h);
     }
     if let Err(e) = request.respond(response) {
         tracing::debug!(error = %e, "control socket: the client left before its answer");
+    }
+}
+
+fn with_json((status, body): Answer) -> (u16, Vec<u8>, &'static str) {
+    (status, body, "application/json")
+}
+
+/// `GET /metrics`: Prometheus' text.
+pub(super) fn metrics(sessions: &dyn Sessions) -> (u16, Vec<u8>, &'static str) {
+    match sessions.metrics().map(|m| m.render()) {
+        Some(Ok(text)) => (200, text.into_bytes(), crate::metrics::CONTENT_TYPE),
+        Some(Err(_)) => (500, b"cannot encode the metrics\n".to_vec(), "text/plain"),
+        None => (404, b"this backend keeps no metrics\n".to_vec(), "text/plain"),
     }
 }
 

@@ -20,13 +20,19 @@ pub struct Supervised {
     roster: Arc<Roster>,
     spawner: Arc<dyn Spawner>,
     tenants: Option<TenantDesk>,
+    metrics: crate::metrics::Metrics,
 }
 
 impl Supervised {
     /// The sessions of `roster`, run by `spawner`, and the tenants where
     /// the backend keeps them.
-    pub fn new(roster: Arc<Roster>, spawner: Arc<dyn Spawner>, tenants: Option<TenantDesk>) -> Supervised {
-        Supervised { roster, spawner, tenants }
+    pub fn new(
+        roster: Arc<Roster>,
+        spawner: Arc<dyn Spawner>,
+        tenants: Option<TenantDesk>,
+        metrics: crate::metrics::Metrics,
+    ) -> Supervised {
+        Supervised { roster, spawner, tenants, metrics }
     }
 }
 
@@ -105,6 +111,10 @@ impl Sessions for Supervised {
                 ))
             }
         }
+    }
+
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        Some(&self.metrics)
     }
 
     fn tenants(&self) -> Option<&dyn TenantAdmin> {

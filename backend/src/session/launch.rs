@@ -87,6 +87,9 @@ fn launch_with<E: Executor>(
     buf.as_mut_bytes()[..params.len()].copy_from_slice(params);
     let r = s.enter(ctx).and_then(|c| c.launch(func, dims, &buf.as_bytes()[..params.len()], &layout, attrs, st));
     s.param_buf = buf;
+    if let (Ok(()), Some(m)) = (&r, s.meter()) {
+        m.kernel();
+    }
     r
 }
 

@@ -3,6 +3,7 @@
 
 use super::{Alloc, AllocKind, Io, Session};
 use crate::exec::{CuRes, ExecContext, Executor};
+use crate::meter::Direction;
 use pvgpu_ring::CuError;
 use pvgpu_ring::proto::{self, DataLoc, DataRef, DptrRep, MemInfoRep, U64Rep};
 
@@ -143,7 +144,9 @@ pub(super) fn memcpy_htod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyHtoD<
     // SAFETY: `source` checked [p, p+len) lies in the request or the data
     // area. Without `wait` it is page-locked memory the program owns in the
     // data area, which stays mapped until the session's contexts are gone.
-    unsafe { c.htod(dst, p, len, st, wait) }
+    unsafe { c.htod(dst, p, len, st, wait) }?;
+    s.count_copy(Direction::HostToDevice, len as u64);
+    Ok(())
 }
 
 pub(super) fn memcpy_dtoh<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoH, io: &mut Io<'_>) -> CuRes<proto::Bulk> {
@@ -172,6 +175,7 @@ pub(super) fn memcpy_dtoh<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoH,
             unsafe { c.dtoh(p, src, len, st, wait)? };
         }
     }
+    s.count_copy(Direction::DeviceToHost, len as u64);
     Ok(proto::Bulk)
 }
 
@@ -191,17 +195,28 @@ pub(super) fn memcpy_dtod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoD,
     let st = s.stream(r.stream.get(), ctx)?;
     let is_async = r.flags.get() & proto::COPY_ASYNC != 0;
     let n = usize::try_from(len).map_err(|_| CuError::INVALID_VALUE)?;
-    match (s.mirrors.pageable(dst, len), s.mirrors.pageable(src, len)) {
-        (false, false) => s.enter(ctx)?.dtod(dst, src, len, st, is_async),
+    let dir = match (s.mirrors.pageable(dst, len), s.mirrors.pageable(src, len)) {
+        (false, false) => {
+            s.enter(ctx)?.dtod(dst, src, len, st, is_async)?;
+            Direction::DeviceToDevice
+        }
         // A mirror of ordinary memory is copied as host memory (a graph
         // records it so when the copy is captured).
         // SAFETY: the mirror is mapped until the program unmaps it; a copy
         // still running then faults this session's worker only.
-        (false, true) => unsafe { s.enter(ctx)?.htod(dst, src as usize as *const u8, n, st, !is_async) },
+        (false, true) => unsafe {
+            s.enter(ctx)?.htod(dst, src as usize as *const u8, n, st, !is_async)?;
+            Direction::HostToDevice
+        },
         // SAFETY: as above.
-        (true, false) => unsafe { s.enter(ctx)?.dtoh(dst as usize as *mut u8, src, n, st, !is_async) },
-        (true, true) => Err(CuError::INVALID_VALUE),
-    }
+        (true, false) => unsafe {
+            s.enter(ctx)?.dtoh(dst as usize as *mut u8, src, n, st, !is_async)?;
+            Direction::DeviceToHost
+        },
+        (true, true) => return Err(CuError::INVALID_VALUE),
+    };
+    s.count_copy(dir, len);
+    Ok(())
 }
 
 /// An asynchronous copy to or from page-locked memory the program owns in

@@ -355,6 +355,18 @@ impl<E: Executor> Session<E> {
         !self.over_quota(0)
     }
 
+    /// The session's meter, where it counts what it does.
+    pub(crate) fn meter(&self) -> Option<&crate::meter::MeterView> {
+        self.limits.meter.as_ref()
+    }
+
+    /// Counts `bytes` copied `dir`.
+    pub(crate) fn count_copy(&self, dir: crate::meter::Direction, bytes: u64) {
+        if let Some(m) = &self.limits.meter {
+            m.copied(dir, bytes);
+        }
+    }
+
     /// Moves what the session's kernels printed since the last call into
     /// `out`, for the program's standard output.
     pub fn take_output(&mut self, out: &mut Vec<u8>) {

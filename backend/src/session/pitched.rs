@@ -68,6 +68,12 @@ pub(super) fn memcpy_2d<E: Executor>(s: &mut Session<E>, r: proto::Memcpy2D<'_>,
     // area, which stays mapped until the session's contexts are gone; the
     // reply buffer is only used after a waiting copy.
     unsafe { cx.copy_2d(c, w, ht, st, wait)? };
+    let dir = match kind {
+        COPY_2D_HTOD => crate::meter::Direction::HostToDevice,
+        COPY_2D_DTOH => crate::meter::Direction::DeviceToHost,
+        _ => crate::meter::Direction::DeviceToDevice,
+    };
+    s.count_copy(dir, len as u64);
     Ok(proto::Bulk)
 }
 

@@ -122,6 +122,11 @@ fn serve_one<E: Executor>(
     peer: &str,
 ) -> Result<(), Ended> {
     conn.recv(&mut b.req, stop)?;
+    // Service time runs from here to the reply's send.
+    let arrived = limits.meter.as_ref().map(|m| {
+        m.command();
+        std::time::Instant::now()
+    });
     let h = Header::parse(&b.req).map_err(Broken::Header)?;
     if !session.greeted() && h.opcode.get() == pvgpu_ring::proto::Opcode::Resume as u16 {
         let payload = &b.req[HEADER_LEN.min(b.req.len())..];
@@ -176,6 +181,9 @@ fn serve_one<E: Executor>(
                 reply.flags = (reply.flags.get() | pvgpu_ring::proto::FLAG_DETACHED).into();
             }
             conn.send(&reply, &b.out, stop)?;
+        }
+        if let (Some(m), Some(t)) = (&limits.meter, arrived) {
+            m.replied(t.elapsed(), status.0);
         }
     }
     if detached {

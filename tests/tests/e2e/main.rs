@@ -28,6 +28,7 @@ mod ipc;
 mod lifecycle;
 mod memops;
 mod memory;
+mod metrics;
 mod modules;
 mod node_params;
 mod parity;
@@ -47,6 +48,7 @@ use ipc::*;
 use lifecycle::*;
 use memops::*;
 use memory::*;
+use metrics::*;
 use modules::*;
 use node_params::*;
 use parity::*;
@@ -180,5 +182,5 @@ over_every_transport!(
         image_cache,
         kernel_output,
     ],
-    own_backend: [checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
+    own_backend: [metrics_follow_a_running_program, checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
 );

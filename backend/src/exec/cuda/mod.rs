@@ -22,6 +22,16 @@ mod link;
 mod memop;
 mod node_params;
 mod nvml;
+
+/// The GPUs' gauges for `/metrics`, read with NVML (no CUDA context);
+/// `None` where NVML or GPUs are missing.
+pub fn gpu_gauges() -> Option<std::sync::Arc<dyn crate::metrics::GpuSource>> {
+    let boards = nvml::Boards::load();
+    if boards.is_none() {
+        tracing::info!("no NVML: /metrics has no per-GPU gauges");
+    }
+    boards.map(|b| std::sync::Arc::new(b) as std::sync::Arc<dyn crate::metrics::GpuSource>)
+}
 pub mod output;
 mod vmm;
 

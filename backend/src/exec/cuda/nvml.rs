@@ -35,6 +35,21 @@ struct Fns {
     temperature: unsafe extern "C" fn(Handle, u32, *mut c_uint) -> u32,
     power: unsafe extern "C" fn(Handle, *mut c_uint) -> u32,
     driver_version: unsafe extern "C" fn(*mut c_char, c_uint) -> u32,
+    /// For the supervisor's `/metrics`: devices by NVML's index.
+    count: Option<unsafe extern "C" fn(*mut c_uint) -> u32>,
+    by_index: Option<unsafe extern "C" fn(c_uint, *mut Handle) -> u32>,
+    name: Option<unsafe extern "C" fn(Handle, *mut c_char, c_uint) -> u32>,
+    uuid: Option<unsafe extern "C" fn(Handle, *mut c_char, c_uint) -> u32>,
+    memory: Option<unsafe extern "C" fn(Handle, *mut MemoryInfo) -> u32>,
+}
+
+/// `nvmlMemory_t`.
+#[repr(C)]
+#[derive(Default)]
+struct MemoryInfo {
+    total: u64,
+    free: u64,
+    used: u64,
 }
 
 /// NVML, loaded and initialised, with a handle per device.
@@ -69,6 +84,11 @@ impl Nvml {
                 temperature: *lib.get(b"nvmlDeviceGetTemperature").ok()?,
                 power: *lib.get(b"nvmlDeviceGetPowerUsage").ok()?,
                 driver_version: *lib.get(b"nvmlSystemGetDriverVersion").ok()?,
+                count: lib.get(b"nvmlDeviceGetCount_v2").ok().map(|f| *f),
+                by_index: lib.get(b"nvmlDeviceGetHandleByIndex_v2").ok().map(|f| *f),
+                name: lib.get(b"nvmlDeviceGetName").ok().map(|f| *f),
+                uuid: lib.get(b"nvmlDeviceGetUUID").ok().map(|f| *f),
+                memory: lib.get(b"nvmlDeviceGetMemoryInfo").ok().map(|f| *f),
             };
             (init, fns)
         };
@@ -142,5 +162,78 @@ impl Nvml {
             }
         }
         g
+    }
+}
+
+/// Every GPU NVML sees, by its index, for the supervisor's `/metrics`
+/// (which does not start CUDA).
+pub struct Boards {
+    nvml: Nvml,
+    /// Index, UUID and model of each.
+    info: Vec<(u32, String, String)>,
+}
+
+fn text(f: impl FnOnce(*mut c_char, c_uint) -> u32) -> String {
+    let mut buf = [0 as c_char; 96];
+    if f(buf.as_mut_ptr(), buf.len() as c_uint) != 0 {
+        return String::new();
+    }
+    buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8 as char).collect()
+}
+
+impl Boards {
+    /// Loads NVML and lists its devices; `None` without NVML or devices.
+    pub fn load() -> Option<Boards> {
+        let mut nvml = Nvml::load(&[])?;
+        let (count, by_index) = (nvml.fns.count?, nvml.fns.by_index?);
+        let mut n = 0;
+        // SAFETY: a valid out-pointer.
+        if unsafe { count(&mut n) } != 0 || n == 0 {
+            return None;
+        }
+        let mut info = Vec::new();
+        for i in 0..n {
+            let mut h = std::ptr::null_mut();
+            // SAFETY: an index below NVML's count, a valid out-pointer.
+            if unsafe { by_index(i, &mut h) } != 0 {
+                nvml.devices.push(None);
+                continue;
+            }
+            // SAFETY: a handle NVML gave; buffers of the lengths passed.
+            let name = nvml.fns.name.map_or_else(String::new, |f| text(|b, l| unsafe { f(h, b, l) }));
+            // SAFETY: as above.
+            let uuid = nvml.fns.uuid.map_or_else(String::new, |f| text(|b, l| unsafe { f(h, b, l) }));
+            nvml.devices.push(Some(h));
+            info.push((i, uuid, name));
+        }
+        Some(Boards { nvml, info })
+    }
+}
+
+impl crate::metrics::GpuSource for Boards {
+    fn read(&self) -> Vec<crate::metrics::GpuReading> {
+        self.info
+            .iter()
+            .map(|(index, uuid, name)| {
+                let g = self.nvml.gauges(*index as usize);
+                let mut r = crate::metrics::GpuReading {
+                    index: *index,
+                    uuid: uuid.clone(),
+                    name: name.clone(),
+                    utilization: g.gpu_util.map(|u| f64::from(u) / 100.0),
+                    temperature: g.temperature.map(f64::from),
+                    power: g.power_mw.map(|p| f64::from(p) / 1000.0),
+                    ..Default::default()
+                };
+                if let (Some(f), Some(Some(h))) = (self.nvml.fns.memory, self.nvml.devices.get(*index as usize)) {
+                    let mut m = MemoryInfo::default();
+                    // SAFETY: a handle NVML gave, a valid out-pointer.
+                    if unsafe { f(*h, &mut m) } == 0 {
+                        (r.memory_used, r.memory_total) = (Some(m.used), Some(m.total));
+                    }
+                }
+                r
+            })
+            .collect()
     }
 }

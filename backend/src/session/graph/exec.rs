@@ -50,6 +50,9 @@ pub(in crate::session) fn graph_launch<E: Executor>(s: &mut Session<E>, r: proto
     let upload = r.upload.get() == 1;
     super::memory::check_launch(s, ctx, alloc_bytes)?;
     s.enter(ctx)?.graph_launch(e, st, upload)?;
+    if let (false, Some(m)) = (upload, s.meter()) {
+        m.graph_launch();
+    }
     if alloc_bytes > 0 {
         s.remeasure();
     }

@@ -1,0 +1,89 @@
+//! `/metrics` over TCP (`--metrics HOST:PORT`), where Prometheus scrapes
+//! it: only `GET /metrics` is answered; the rest of the control API stays
+//! on the owner-only socket.
+
+use crate::metrics::{CONTENT_TYPE, Metrics};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tiny_http::{Header, Method, Response};
+
+/// Why `/metrics` cannot be served where asked.
+#[derive(Debug, thiserror::Error)]
+#[error("Cannot serve /metrics at {addr}: {why}")]
+pub struct MetricsError {
+    addr: String,
+    why: String,
+}
+
+/// A `/metrics` listener; dropping it stops it.
+pub struct MetricsServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Serves `metrics` at `addr` (`host:port`, port 0 picks one).
+    pub fn start(addr: &str, metrics: Metrics) -> Result<MetricsServer, MetricsError> {
+        let err = |why: String| MetricsError { addr: addr.to_string(), why };
+        let server = tiny_http::Server::http(addr).map_err(|e| err(e.to_string()))?;
+        let bound = server.server_addr().to_ip().ok_or_else(|| err("not an IP address".into()))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mine = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("pvgpu-metrics".into())
+            .spawn(move || serve(&server, &metrics, &mine))
+            .map_err(|e| err(e.to_string()))?;
+        tracing::info!(address = %bound, "serving /metrics");
+        Ok(MetricsServer { addr: bound, stop, thread: Some(thread) })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(server: &tiny_http::Server, metrics: &Metrics, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        let request = match server.recv_timeout(Duration::from_millis(100)) {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "/metrics: receiving a request failed");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        let path = request.url().split('?').next().unwrap_or("");
+        let response = match (request.method(), path) {
+            (Method::Get, "/metrics") => match metrics.render() {
+                Ok(text) => {
+                    let mut r = Response::from_string(text);
+                    if let Ok(h) = Header::from_bytes("Content-Type", CONTENT_TYPE) {
+                        r.add_header(h);
+                    }
+                    r
+                }
+                Err(_) => Response::from_string("cannot encode the metrics\n").with_status_code(500),
+            },
+            _ => Response::from_string("only GET /metrics is served here\n").with_status_code(404),
+        };
+        // One scrape at a time: a slow scraper delays only the next scrape.
+        if let Err(e) = request.respond(response) {
+            tracing::debug!(error = %e, "/metrics: the scraper left before its answer");
+        }
+    }
+}

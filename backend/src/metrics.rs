@@ -1,0 +1,249 @@
+//! `/metrics`: the backend in Prometheus' text format (prometheus-client),
+//! read at each scrape from the roster (sessions and their meters,
+//! [`crate::meter`]), the tenants and, on the GPU, NVML.
+//!
+//! Names follow Prometheus' conventions (base units, `_total` on
+//! counters); the per-GPU gauges carry the labels NVIDIA's DCGM exporter
+//! uses (`gpu`, `UUID`, `modelName`). Counters are labelled by `tenant`
+//! (empty for sessions without one) and `transport`, which keeps their
+//! number bounded by what the operator configures; only the live
+//! sessions' memory carries a `session` label.
+
+use crate::meter::{BUCKETS_NS, Direction, Reading};
+use crate::roster::{Group, Roster};
+use crate::tenants::{Tenants, peer_of};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::HashMap;
+use std::fmt::Error;
+use std::sync::Arc;
+
+/// One GPU's gauges at a scrape.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuReading {
+    /// NVML's index.
+    pub index: u32,
+    /// Its UUID (`GPU-...`).
+    pub uuid: String,
+    /// Its model.
+    pub name: String,
+    /// Fraction of the last sample period a kernel ran.
+    pub utilization: Option<f64>,
+    /// Device memory in use, and in all.
+    pub memory_used: Option<u64>,
+    /// See `memory_used`.
+    pub memory_total: Option<u64>,
+    /// Degrees Celsius.
+    pub temperature: Option<f64>,
+    /// Watts.
+    pub power: Option<f64>,
+}
+
+/// Where per-GPU gauges come from (NVML on the GPU host).
+pub trait GpuSource: Send + Sync {
+    /// Every GPU's gauges now.
+    fn read(&self) -> Vec<GpuReading>;
+}
+
+/// What `/metrics` reads.
+#[derive(Clone)]
+pub struct Metrics {
+    roster: Arc<Roster>,
+    tenants: Option<Arc<Tenants>>,
+    ledgers: Arc<crate::ledger::Ledgers>,
+    gpus: Option<Arc<dyn GpuSource>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+/// The content type of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+impl Metrics {
+    /// Metrics of the sessions on `roster`, the tenants and the GPUs.
+    pub fn new(
+        roster: Arc<Roster>,
+        tenants: Option<Arc<Tenants>>,
+        ledgers: Arc<crate::ledger::Ledgers>,
+        gpus: Option<Arc<dyn GpuSource>>,
+    ) -> Metrics {
+        Metrics { roster, tenants, ledgers, gpus }
+    }
+
+    /// The text a scrape gets (OpenMetrics, which Prometheus reads).
+    pub fn render(&self) -> Result<String, Error> {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self.clone()));
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry)?;
+        Ok(out)
+    }
+}
+
+fn group_labels((tenant, transport): &Group) -> Vec<(&'static str, String)> {
+    vec![("tenant", tenant.clone().unwrap_or_default()), ("transport", transport.name().to_string())]
+}
+
+/// Encodes a counter family: one sample per label set.
+fn counters(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    rows: &[(Vec<(&'static str, String)>, u64)],
+) -> Result<(), Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut family = enc.encode_descriptor(name, help, unit, MetricType::Counter)?;
+    for (labels, v) in rows {
+        ConstCounter::new(*v).encode(family.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+/// Encodes a gauge family.
+fn gauges(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    rows: &[(Vec<(&'static str, String)>, f64)],
+) -> Result<(), Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut family = enc.encode_descriptor(name, help, unit, MetricType::Gauge)?;
+    for (labels, v) in rows {
+        ConstGauge::new(*v).encode(family.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for Metrics {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), Error> {
+        let (totals, started, live) = self.roster.totals();
+        let mut groups: Vec<&Group> = totals.keys().collect();
+        groups.sort_by(|a, b| (&a.0, a.1.name()).cmp(&(&b.0, b.1.name())));
+        let each = |f: &dyn Fn(&Reading) -> u64| -> Vec<_> { groups.iter().map(|g| (group_labels(g), f(&totals[*g]))).collect() };
+
+        let mut by_group: HashMap<&Group, usize> = HashMap::new();
+        for s in &live {
+            *by_group.entry(&s.group).or_default() += 1;
+        }
+        let mut sessions: Vec<_> = started.keys().map(|g| (group_labels(g), by_group.get(g).copied().unwrap_or(0) as f64)).collect();
+        sessions.sort_by(|a, b| a.0.cmp(&b.0));
+        gauges(&mut enc, "pvgpu_sessions", "Sessions being served.", None, &sessions)?;
+        let mut admitted: Vec<_> = started.iter().map(|(g, n)| (group_labels(g), *n)).collect();
+        admitted.sort_by(|a, b| a.0.cmp(&b.0));
+        counters(&mut enc, "pvgpu_sessions_started", "Sessions admitted since the backend started.", None, &admitted)?;
+        let memory: Vec<_> = live
+            .iter()
+            .map(|s| {
+                let mut l = group_labels(&s.group);
+                l.insert(0, ("session", s.id.to_string()));
+                (l, s.memory_bytes as f64)
+            })
+            .collect();
+        gauges(&mut enc, "pvgpu_session_memory", "Device memory a live session holds.", Some(&Unit::Bytes), &memory)?;
+
+        counters(&mut enc, "pvgpu_commands", "Commands received.", None, &each(&|r| r.commands))?;
+        counters(&mut enc, "pvgpu_kernel_launches", "Kernels launched.", None, &each(&|r| r.kernels))?;
+        counters(&mut enc, "pvgpu_graph_launches", "CUDA graphs launched.", None, &each(&|r| r.graph_launches))?;
+        let mut copied = Vec::new();
+        for g in &groups {
+            for d in Direction::ALL {
+                let mut l = group_labels(g);
+                l.push(("direction", d.label().into()));
+                copied.push((l, totals[*g].bytes[d as usize]));
+            }
+        }
+        counters(&mut enc, "pvgpu_copy", "Bytes copied by copy commands, by direction.", Some(&Unit::Bytes), &copied)?;
+        let mut errors = Vec::new();
+        for g in &groups {
+            let mut codes = totals[*g].codes.clone();
+            codes.sort();
+            for (code, n) in codes {
+                let mut l = group_labels(g);
+                l.push(("code", code.map_or("other".into(), |c| c.to_string())));
+                errors.push((l, n));
+            }
+        }
+        counters(&mut enc, "pvgpu_command_errors", "Waited calls that failed, by CUDA error code.", None, &errors)?;
+        self.latency(&mut enc, &groups, &totals)?;
+        self.tenant_gauges(&mut enc)?;
+        self.gpu_gauges(&mut enc)
+    }
+}
+
+impl Metrics {
+    fn latency(&self, enc: &mut DescriptorEncoder, groups: &[&Group], totals: &HashMap<Group, Reading>) -> Result<(), Error> {
+        if groups.is_empty() {
+            return Ok(());
+        }
+        let mut family = enc.encode_descriptor(
+            "pvgpu_command_duration",
+            "Time from a waited call's arrival to its reply, in the backend.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for g in groups {
+            let r = &totals[*g];
+            let mut cumulative = 0;
+            let mut buckets: Vec<(f64, u64)> = Vec::with_capacity(BUCKETS_NS.len() + 1);
+            for (i, bound) in BUCKETS_NS.iter().enumerate() {
+                cumulative += r.buckets[i];
+                buckets.push((*bound as f64 / 1e9, cumulative));
+            }
+            buckets.push((f64::MAX, cumulative + r.buckets[BUCKETS_NS.len()]));
+            let labels = group_labels(g);
+            family.encode_family(&labels)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                r.latency_sum_ns as f64 / 1e9,
+                r.replies,
+                &buckets,
+                None,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn tenant_gauges(&self, enc: &mut DescriptorEncoder) -> Result<(), Error> {
+        let Some(tenants) = &self.tenants else { return Ok(()) };
+        let (mut held, mut quota) = (Vec::new(), Vec::new());
+        for t in tenants.list() {
+            let total = self.ledgers.total(&peer_of(&t.name)).map_or(0, |(total, _)| total);
+            held.push((vec![("tenant", t.name.clone())], total as f64));
+            if let Some(q) = t.quota.memory_bytes {
+                quota.push((vec![("tenant", t.name.clone())], q as f64));
+            }
+        }
+        gauges(enc, "pvgpu_tenant_memory", "Device memory a tenant's sessions hold together.", Some(&Unit::Bytes), &held)?;
+        gauges(enc, "pvgpu_tenant_memory_quota", "A tenant's device-memory quota.", Some(&Unit::Bytes), &quota)
+    }
+
+    fn gpu_gauges(&self, enc: &mut DescriptorEncoder) -> Result<(), Error> {
+        let Some(src) = &self.gpus else { return Ok(()) };
+        let gpus = src.read();
+        let labels = |g: &GpuReading| vec![("gpu", g.index.to_string()), ("UUID", g.uuid.clone()), ("modelName", g.name.clone())];
+        let rows = |f: &dyn Fn(&GpuReading) -> Option<f64>| -> Vec<_> { gpus.iter().filter_map(|g| Some((labels(g), f(g)?))).collect() };
+        gauges(
+            enc,
+            "pvgpu_gpu_utilization",
+            "Fraction of the last sample period a kernel ran.",
+            Some(&Unit::Ratios),
+            &rows(&|g| g.utilization),
+        )?;
+        gauges(enc, "pvgpu_gpu_memory_used", "Device memory in use.", Some(&Unit::Bytes), &rows(&|g| g.memory_used.map(|b| b as f64)))?;
+        gauges(enc, "pvgpu_gpu_memory_total", "Device memory in all.", Some(&Unit::Bytes), &rows(&|g| g.memory_total.map(|b| b as f64)))?;
+        gauges(enc, "pvgpu_gpu_temperature", "GPU temperature.", Some(&Unit::Celsius), &rows(&|g| g.temperature))?;
+        gauges(enc, "pvgpu_gpu_power", "Power drawn.", Some(&Unit::Other("watts".into())), &rows(&|g| g.power))
+    }
+}
