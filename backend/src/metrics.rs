@@ -191,23 +191,20 @@ impl Metrics {
         }
         let mut family = enc.encode_descriptor(
             "pvgpu_command_duration",
-            "Time from a waited call's arrival to its reply, in the backend.",
+            "Time from a waited call's arrival to its reply, in the backend (one waited call in eight is timed).",
             Some(&Unit::Seconds),
             MetricType::Histogram,
         )?;
         for g in groups {
             let r = &totals[*g];
-            let mut cumulative = 0;
-            let mut buckets: Vec<(f64, u64)> = Vec::with_capacity(BUCKETS_NS.len() + 1);
-            for (i, bound) in BUCKETS_NS.iter().enumerate() {
-                cumulative += r.buckets[i];
-                buckets.push((*bound as f64 / 1e9, cumulative));
-            }
-            buckets.push((f64::MAX, cumulative + r.buckets[BUCKETS_NS.len()]));
+            // Per bucket, not cumulative: the encoder adds them up, and
+            // writes f64::MAX as +Inf.
+            let mut buckets: Vec<(f64, u64)> = BUCKETS_NS.iter().zip(r.buckets).map(|(b, n)| (*b as f64 / 1e9, n)).collect();
+            buckets.push((f64::MAX, r.buckets[BUCKETS_NS.len()]));
             let labels = group_labels(g);
             family.encode_family(&labels)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
                 r.latency_sum_ns as f64 / 1e9,
-                r.replies,
+                r.timed,
                 &buckets,
                 None,
             )?;

@@ -203,7 +203,7 @@ fn issue(control: &Control, tenant: &str, out: &std::path::Path, rotate: bool) -
         }
     };
     file.write_all(issued.key_file.as_bytes()).and_then(|()| file.sync_all()).with_context(|| format!("cannot write {}", out.display()))?;
-    println!("key {} of tenant {} written to {} (programs set PVGPU_TCP_KEY={0})", issued.id, issued.tenant, out.display());
+    println!("key {} of tenant {} written to {} (programs set PVGPU_TCP_KEY={})", issued.id, issued.tenant, out.display(), out.display());
     if !issued.revoked.is_empty() {
         println!("revoked for new connections: {}", issued.revoked.join(", "));
     }

@@ -121,7 +121,7 @@ fn an_operator_adds_a_tenant_and_issues_and_revokes_its_key() {
     assert!(added.contains("tenant lab-a added (memory 64.0 MiB, 4 sessions)"), "{added}");
     let key = dir.join("lab-a.key");
     let issued = stdout(&ctl(&control, &["key", "issue", "lab-a", "--out", key.to_str().unwrap()]));
-    assert!(issued.contains("PVGPU_TCP_KEY="), "{issued}");
+    assert!(issued.contains(&format!("PVGPU_TCP_KEY={}", key.display())), "{issued}");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600, "a key file is its owner's only");
     let again = ctl(&control, &["key", "issue", "lab-a", "--out", key.to_str().unwrap()]);

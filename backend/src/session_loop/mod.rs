@@ -122,12 +122,13 @@ fn serve_one<E: Executor>(
     peer: &str,
 ) -> Result<(), Ended> {
     conn.recv(&mut b.req, stop)?;
-    // Service time runs from here to the reply's send.
-    let arrived = limits.meter.as_ref().map(|m| {
-        m.command();
-        std::time::Instant::now()
-    });
     let h = Header::parse(&b.req).map_err(Broken::Header)?;
+    // Service time runs from here to the reply's send, taken for one
+    // waited call in a few (crate::meter).
+    let arrived = limits.meter.as_ref().and_then(|m| {
+        m.command();
+        (h.wants_reply() && m.time_this()).then(std::time::Instant::now)
+    });
     if !session.greeted() && h.opcode.get() == pvgpu_ring::proto::Opcode::Resume as u16 {
         let payload = &b.req[HEADER_LEN.min(b.req.len())..];
         let r = detach::resume(session, conn, limits, &h, payload, stop);
@@ -182,8 +183,8 @@ fn serve_one<E: Executor>(
             }
             conn.send(&reply, &b.out, stop)?;
         }
-        if let (Some(m), Some(t)) = (&limits.meter, arrived) {
-            m.replied(t.elapsed(), status.0);
+        if let Some(m) = &limits.meter {
+            m.replied(arrived.map(|t| t.elapsed()), status.0);
         }
     }
     if detached {

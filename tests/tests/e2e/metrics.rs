@@ -49,7 +49,19 @@ pub(crate) fn metrics_follow_a_running_program(t: Transport) {
     assert_eq!(v("pvgpu_copy_bytes_total", &[("direction", "host_to_device")]), 2.0 * bytes);
     assert_eq!(v("pvgpu_copy_bytes_total", &[("direction", "device_to_host")]), bytes);
     assert_eq!(v("pvgpu_command_errors_total", &[("code", "1")]), 1.0, "the unknown limit (CUDA_ERROR_INVALID_VALUE)");
-    assert!(v("pvgpu_command_duration_seconds_count", &[]) >= 3.0);
+    // One waited call in eight is timed; the +Inf bucket holds them all.
+    let timed = v("pvgpu_command_duration_seconds_count", &[]);
+    assert!(timed >= 1.0);
+    let histogram =
+        after.samples.iter().find(|s| s.metric == "pvgpu_command_duration_seconds" && s.labels.get("transport") == Some(t.name()));
+    match histogram.map(|s| &s.value) {
+        Some(Value::Histogram(buckets)) => {
+            let inf = buckets.iter().find(|b| b.less_than.is_infinite()).expect("a +Inf bucket");
+            assert_eq!(inf.count, timed, "{buckets:?}");
+            assert!(buckets.windows(2).all(|w| w[0].count <= w[1].count), "cumulative: {buckets:?}");
+        }
+        other => panic!("no service-time histogram: {other:?}"),
+    }
     let held = after.samples.iter().find(|s| s.metric == "pvgpu_session_memory_bytes").expect("the session's memory");
     assert!(matches!(held.value, Value::Gauge(b) if b >= (3 << 20) as f64), "{held:?}");
 
