@@ -5,18 +5,30 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
 # What a fresh Debian machine lacks, installed here so that this command
-# works on one: rustfmt and clippy (when the toolchain came without them)
-# and libxen-dev (the Xen headers the /dev/xen layer is checked against).
+# works on one: rustfmt and clippy (when the toolchain came without them),
+# libxen-dev (the Xen headers the /dev/xen layer is checked against), and
+# Chromium with its WebDriver (the dashboard is tested in a real browser).
 # The Xen lab at the end installs its own (QEMU, busybox, Xen, a kernel).
 step "toolchain components and Debian packages the build needs"
 for c in clippy rustfmt; do
   rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
 done
-if ! dpkg -s libxen-dev > /dev/null 2>&1; then
+missing=()
+for p in libxen-dev chromium chromium-driver; do
+  dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends libxen-dev > /dev/null
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
+fi
+
+step "Selenium (PyPI), which drives Chromium in the dashboard's test"
+selenium=4.27.1
+if [ ! -d "target/selenium/selenium-$selenium.dist-info" ]; then
+  rm -rf target/selenium
+  python3 -m pip install --quiet --disable-pip-version-check --target target/selenium "selenium==$selenium"
 fi
 
 step "NVIDIA's cuda.h for the C program the drop-in libcuda is tested with"

@@ -150,6 +150,9 @@ pub struct Config {
     /// A TCP address serving `/metrics` to Prometheus (the control socket
     /// serves it too).
     pub metrics: Option<String>,
+    /// The control API and the web dashboard over HTTP: an address and the
+    /// bearer token requests must carry.
+    pub control_http: Option<(String, pvgpu_ring::tcp_auth::TcpKey)>,
 }
 
 /// Where the control socket ([`crate::control`]) is served.

@@ -36,6 +36,17 @@ struct Cli {
     /// it where only the monitoring network reaches.
     #[arg(long, value_name = "HOST:PORT")]
     metrics: Option<String>,
+    /// Serve the control API and the web dashboard over HTTP at HOST:PORT;
+    /// every API request must carry the token of --control-token. Plain
+    /// HTTP: bind it to localhost and reach it through ssh, or put it
+    /// behind a TLS proxy.
+    #[arg(long, value_name = "HOST:PORT", requires = "control_token")]
+    control_http: Option<String>,
+    /// File holding the dashboard's and HTTP API's bearer token (at least
+    /// 16 bytes, owner-only). Make one with:
+    /// head -c 24 /dev/urandom | base64 > FILE; chmod 600 FILE.
+    #[arg(long, value_name = "FILE", requires = "control_http")]
+    control_token: Option<std::path::PathBuf>,
     /// How sessions are separated: a worker process each (a GPU fault then
     /// ends only the faulting session) or a thread each.
     #[arg(long, value_enum, default_value = "process")]
@@ -436,6 +447,10 @@ fn start(cli: &Cli) -> Result<Backend> {
         admission: cli.admission.config()?,
         control: cli.control.clone().unwrap_or_else(|| ControlSocket::Default(pvgpu_ctl::default_socket())),
         metrics: cli.metrics.clone(),
+        control_http: match (&cli.control_http, &cli.control_token) {
+            (Some(addr), Some(token)) => Some((addr.clone(), TcpKey::from_file(token).context("cannot read --control-token")?)),
+            _ => None,
+        },
     };
     let worker_user = match &cli.worker_user {
         Some(name) => Some(WorkerUser::lookup(name).with_context(|| format!("--worker-user {name}"))?),

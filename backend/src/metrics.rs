@@ -23,25 +23,7 @@ use std::fmt::Error;
 use std::sync::Arc;
 
 /// One GPU's gauges at a scrape.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct GpuReading {
-    /// NVML's index.
-    pub index: u32,
-    /// Its UUID (`GPU-...`).
-    pub uuid: String,
-    /// Its model.
-    pub name: String,
-    /// Fraction of the last sample period a kernel ran.
-    pub utilization: Option<f64>,
-    /// Device memory in use, and in all.
-    pub memory_used: Option<u64>,
-    /// See `memory_used`.
-    pub memory_total: Option<u64>,
-    /// Degrees Celsius.
-    pub temperature: Option<f64>,
-    /// Watts.
-    pub power: Option<f64>,
-}
+pub use pvgpu_ctl::api::Gpu as GpuReading;
 
 /// Where per-GPU gauges come from (NVML on the GPU host).
 pub trait GpuSource: Send + Sync {
@@ -76,6 +58,31 @@ impl Metrics {
         gpus: Option<Arc<dyn GpuSource>>,
     ) -> Metrics {
         Metrics { roster, tenants, ledgers, gpus }
+    }
+
+    /// Every GPU's gauges now (none without NVML).
+    pub fn gpus(&self) -> Vec<GpuReading> {
+        self.gpus.as_ref().map(|g| g.read()).unwrap_or_default()
+    }
+
+    /// What every session has done since the backend started.
+    pub fn summary(&self) -> pvgpu_ctl::api::Summary {
+        let (totals, _, live) = self.roster.totals();
+        let mut all = Reading::default();
+        for r in totals.values() {
+            all.add(r);
+        }
+        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        pvgpu_ctl::api::Summary {
+            at_unix_seconds: at,
+            sessions: live.len(),
+            commands: all.commands,
+            replies: all.replies,
+            timed_replies: all.timed,
+            service_seconds: all.latency_sum_ns as f64 / 1e9,
+            kernels: all.kernels,
+            copy_bytes: all.bytes,
+        }
     }
 
     /// The text a scrape gets (OpenMetrics, which Prometheus reads).
@@ -236,11 +243,23 @@ impl Metrics {
             "pvgpu_gpu_utilization",
             "Fraction of the last sample period a kernel ran.",
             Some(&Unit::Ratios),
-            &rows(&|g| g.utilization),
+            &rows(&|g| g.utilization_ratio),
         )?;
-        gauges(enc, "pvgpu_gpu_memory_used", "Device memory in use.", Some(&Unit::Bytes), &rows(&|g| g.memory_used.map(|b| b as f64)))?;
-        gauges(enc, "pvgpu_gpu_memory_total", "Device memory in all.", Some(&Unit::Bytes), &rows(&|g| g.memory_total.map(|b| b as f64)))?;
-        gauges(enc, "pvgpu_gpu_temperature", "GPU temperature.", Some(&Unit::Celsius), &rows(&|g| g.temperature))?;
-        gauges(enc, "pvgpu_gpu_power", "Power drawn.", Some(&Unit::Other("watts".into())), &rows(&|g| g.power))
+        gauges(
+            enc,
+            "pvgpu_gpu_memory_used",
+            "Device memory in use.",
+            Some(&Unit::Bytes),
+            &rows(&|g| g.memory_used_bytes.map(|b| b as f64)),
+        )?;
+        gauges(
+            enc,
+            "pvgpu_gpu_memory_total",
+            "Device memory in all.",
+            Some(&Unit::Bytes),
+            &rows(&|g| g.memory_total_bytes.map(|b| b as f64)),
+        )?;
+        gauges(enc, "pvgpu_gpu_temperature", "GPU temperature.", Some(&Unit::Celsius), &rows(&|g| g.temperature_celsius))?;
+        gauges(enc, "pvgpu_gpu_power", "Power drawn.", Some(&Unit::Other("watts".into())), &rows(&|g| g.power_watts))
     }
 }

@@ -78,6 +78,7 @@ pub struct Backend {
     tcp_addrs: Vec<SocketAddr>,
     local_paths: Vec<PathBuf>,
     control: Option<ControlServer>,
+    control_http: Option<ControlServer>,
     metrics: Option<crate::control::MetricsServer>,
 }
 
@@ -147,8 +148,12 @@ impl Backend {
             Some(addr) => Some(crate::control::MetricsServer::start(addr, metrics.clone())?),
             None => None,
         };
-        let supervised = Arc::new(Supervised::new(shared.roster.clone(), spawner.clone(), tenants, metrics));
-        let control = open_control(&cfg.control, supervised)?;
+        let supervised: Arc<dyn Sessions> = Arc::new(Supervised::new(shared.roster.clone(), spawner.clone(), tenants, metrics));
+        let control = open_control(&cfg.control, supervised.clone())?;
+        let control_http = match &cfg.control_http {
+            Some((addr, token)) => Some(ControlServer::start_http(addr, token.clone(), supervised)?),
+            None => None,
+        };
         let mut bound = Vec::new();
         let mut tcp_addrs = Vec::new();
         let mut local_paths = Vec::new();
@@ -177,7 +182,17 @@ impl Backend {
                 .map_err(|e| BackendError::Thread("listener", e))?;
             listeners.push(h);
         }
-        Ok(Backend { stop: shared.stop.clone(), stats, listeners, spawner, tcp_addrs, local_paths, control, metrics: metrics_server })
+        Ok(Backend {
+            stop: shared.stop.clone(),
+            stats,
+            listeners,
+            spawner,
+            tcp_addrs,
+            local_paths,
+            control,
+            control_http,
+            metrics: metrics_server,
+        })
     }
 
     /// Bound TCP addresses (useful with port 0).
@@ -205,8 +220,14 @@ impl Backend {
         self.metrics.as_ref().map(|m| m.addr())
     }
 
+    /// Where the control API and dashboard are served over HTTP, if they are.
+    pub fn control_http_addr(&self) -> Option<SocketAddr> {
+        self.control_http.as_ref().and_then(|c| c.addr())
+    }
+
     fn stop_all(&mut self) {
         self.control = None;
+        self.control_http = None;
         self.metrics = None;
         self.stop.store(true, Ordering::SeqCst);
         for l in self.listeners.drain(..) {

@@ -183,3 +183,47 @@ pub struct Revoked {
     /// Sessions opened with them, ended.
     pub sessions_ended: Vec<u64>,
 }
+
+/// A GPU's gauges, as NVML reads them (`GET /v1/devices`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    /// NVML's index.
+    pub index: u32,
+    /// Its UUID (`GPU-...`).
+    pub uuid: String,
+    /// Its model.
+    pub name: String,
+    /// Fraction of the last sample period a kernel ran.
+    pub utilization_ratio: Option<f64>,
+    /// Device memory in use.
+    pub memory_used_bytes: Option<u64>,
+    /// Device memory in all.
+    pub memory_total_bytes: Option<u64>,
+    /// Degrees Celsius.
+    pub temperature_celsius: Option<f64>,
+    /// Power drawn.
+    pub power_watts: Option<f64>,
+}
+
+/// What every session has done since the backend started (`GET
+/// /v1/summary`): the dashboard's charts take rates from two of these.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Seconds since the Unix epoch when it was read.
+    pub at_unix_seconds: f64,
+    /// Sessions being served.
+    pub sessions: usize,
+    /// Commands received.
+    pub commands: u64,
+    /// Waited calls answered.
+    pub replies: u64,
+    /// Waited calls whose service time was taken, and the sum of those
+    /// times.
+    pub timed_replies: u64,
+    /// See `timed_replies`.
+    pub service_seconds: f64,
+    /// Kernels launched.
+    pub kernels: u64,
+    /// Bytes copied host to device, device to host, device to device.
+    pub copy_bytes: [u64; 3],
+}

@@ -41,6 +41,7 @@ fn an_operator_lists_and_ends_sessions() {
         admission: Default::default(),
         control: ControlSocket::At(control.clone()),
         metrics: None,
+        control_http: None,
     };
     let backend = Backend::start_threads(Arc::new(HostExecutor::new(1 << 30)), cfg).unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -84,6 +85,7 @@ fn an_operator_lists_and_ends_sessions() {
         admission: Default::default(),
         control: ControlSocket::At(control.clone()),
         metrics: None,
+        control_http: None,
     };
     let refused = Backend::start_threads(Arc::new(HostExecutor::new(1 << 20)), cfg2).err().expect("a second backend on a served socket");
     assert!(refused.to_string().contains("Another pvgpu backend"), "{refused}");
@@ -113,6 +115,7 @@ fn an_operator_adds_a_tenant_and_issues_and_revokes_its_key() {
         admission,
         control: ControlSocket::At(control.clone()),
         metrics: None,
+        control_http: None,
     };
     let backend = Backend::start_threads(Arc::new(HostExecutor::new(1 << 30)), cfg).unwrap();
     let tcp = backend.tcp_addrs()[0].to_string();

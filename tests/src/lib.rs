@@ -108,7 +108,7 @@ impl Drop for TempDir {
 }
 
 enum Running {
-    Embedded { backend: Option<Backend>, exec: Arc<HostExecutor> },
+    Embedded { backend: Option<Box<Backend>>, exec: Arc<HostExecutor> },
     External,
     Process { child: Child, _keeper: Keeper },
 }
@@ -365,9 +365,16 @@ impl Harness {
                 ..AdmissionConfig::default()
             };
             let listen = vec![Listen::Local(self.socket.clone()), Listen::Tcp(self.tcp.clone()), Listen::Tls(self.tls.clone())];
-            let cfg = Config { listen, session, admission, control: ControlSocket::At(dir.join("control.sock")), metrics: None };
+            let cfg = Config {
+                listen,
+                session,
+                admission,
+                control: ControlSocket::At(dir.join("control.sock")),
+                metrics: None,
+                control_http: None,
+            };
             let backend = Backend::start_threads(host.clone(), cfg).expect("cannot start the embedded backend");
-            Running::Embedded { backend: Some(backend), exec: host }
+            Running::Embedded { backend: Some(Box::new(backend)), exec: host }
         }
     }
 
@@ -444,7 +451,7 @@ impl Harness {
         match &mut self.running {
             Running::Embedded { backend, .. } => {
                 if let Some(b) = backend.take() {
-                    b.shutdown();
+                    (*b).shutdown();
                 }
             }
             Running::Process { child, .. } => {

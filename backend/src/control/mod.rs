@@ -6,6 +6,7 @@
 //! from the host's operator (or root), one at a time on the control
 //! thread, and each is answered and its connection closed.
 
+mod dashboard;
 mod metrics_http;
 mod routes;
 mod socket;
@@ -96,7 +97,10 @@ const TICK: Duration = Duration::from_millis(100);
 /// A control socket being served; dropping it stops it and removes the
 /// socket file.
 pub struct ControlServer {
-    path: PathBuf,
+    /// The socket file (none for HTTP over TCP).
+    path: Option<PathBuf>,
+    /// The TCP address (HTTP over TCP).
+    addr: Option<std::net::SocketAddr>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -110,10 +114,34 @@ impl ControlServer {
         let mine = stop.clone();
         let thread = std::thread::Builder::new()
             .name("pvgpu-control".into())
-            .spawn(move || serve(&server, sessions, &mine))
+            .spawn(move || serve(&server, sessions, None, &mine))
             .map_err(|e| SocketError::Io { path: path.to_path_buf(), source: e })?;
         tracing::info!(path = %path.display(), "control socket (pvgpu-ctl --control unix:PATH)");
-        Ok(ControlServer { path: path.to_path_buf(), stop, thread: Some(thread) })
+        Ok(ControlServer { path: Some(path.to_path_buf()), addr: None, stop, thread: Some(thread) })
+    }
+
+    /// Serves the control API and the web dashboard over HTTP at `addr`
+    /// (`host:port`, port 0 picks one): every API request must carry
+    /// `Authorization: Bearer TOKEN` with `token`'s bytes; the dashboard's
+    /// page asks for it.
+    pub fn start_http(addr: &str, token: pvgpu_ring::tcp_auth::TcpKey, sessions: Arc<dyn Sessions>) -> Result<ControlServer, SocketError> {
+        let err = |message: String| SocketError::Serve { path: PathBuf::from(addr), message };
+        let server = tiny_http::Server::http(addr).map_err(|e| err(e.to_string()))?;
+        let bound = server.server_addr().to_ip().ok_or_else(|| err("not an IP address".into()))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mine = stop.clone();
+        let token = Arc::new(token);
+        let thread = std::thread::Builder::new()
+            .name("pvgpu-control-http".into())
+            .spawn(move || serve(&server, sessions, Some(token), &mine))
+            .map_err(|e| err(e.to_string()))?;
+        tracing::info!(address = %bound, "control API and dashboard over HTTP (a bearer token is required)");
+        Ok(ControlServer { path: None, addr: Some(bound), stop, thread: Some(thread) })
+    }
+
+    /// The TCP address of an HTTP control server.
+    pub fn addr(&self) -> Option<std::net::SocketAddr> {
+        self.addr
     }
 }
 
@@ -123,19 +151,28 @@ impl Drop for ControlServer {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.path);
+        if let Some(p) = &self.path {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
 
-fn serve(server: &tiny_http::Server, sessions: Arc<dyn Sessions>, stop: &AtomicBool) {
+/// The bearer token HTTP requests must carry (none on the Unix socket,
+/// which only the backend's user can open).
+type Guard = Option<Arc<pvgpu_ring::tcp_auth::TcpKey>>;
+
+fn serve(server: &tiny_http::Server, sessions: Arc<dyn Sessions>, guard: Guard, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
         match server.recv_timeout(TICK) {
             Ok(Some(request)) => {
                 // A checkpoint waits for its session: each request has a
-                // thread of its own (only the operator can connect).
+                // thread of its own (only the operator, or a holder of the
+                // token over HTTP, gets past the first check).
                 let sessions = sessions.clone();
-                let r =
-                    std::thread::Builder::new().name("pvgpu-control-req".into()).spawn(move || routes::answer(request, sessions.as_ref()));
+                let guard = guard.clone();
+                let r = std::thread::Builder::new()
+                    .name("pvgpu-control-req".into())
+                    .spawn(move || routes::answer(request, sessions.as_ref(), guard.as_deref()));
                 if let Err(e) = r {
                     tracing::warn!(error = %e, "control socket: cannot start a thread for a request");
                 }

@@ -13,12 +13,19 @@ pub(super) type Answer = (u16, Vec<u8>);
 /// The largest request body read.
 const MAX_BODY: u64 = 64 << 10;
 
-/// Answers one request.
-pub(super) fn answer(mut request: Request, sessions: &dyn Sessions) {
+/// Answers one request. Over HTTP (`guard`), the dashboard's files are
+/// served to anyone and everything else needs the bearer token.
+pub(super) fn answer(mut request: Request, sessions: &dyn Sessions, guard: Option<&pvgpu_ring::tcp_auth::TcpKey>) {
     let mut body = Vec::new();
     let read = request.as_reader().take(MAX_BODY + 1).read_to_end(&mut body);
     let path = request.url().split('?').next().unwrap_or("");
-    let (status, body, kind) = if read.is_err() || body.len() as u64 > MAX_BODY {
+    let asset = guard.and_then(|_| super::dashboard::asset(request.method(), path));
+    let authorized = guard.is_none_or(|token| bearer(&request).is_some_and(|b| token.matches(b.as_bytes())));
+    let (status, body, kind) = if let Some((body, kind)) = asset {
+        (200, body.as_bytes().to_vec(), kind)
+    } else if !authorized {
+        with_json(error(401, "This API needs the header Authorization: Bearer TOKEN (the file given to --control-token)".into()))
+    } else if read.is_err() || body.len() as u64 > MAX_BODY {
         with_json(error(413, format!("A request body must be at most {MAX_BODY} bytes of JSON")))
     } else if (request.method(), path) == (&Method::Get, "/metrics") {
         metrics(sessions)
@@ -32,6 +39,12 @@ pub(super) fn answer(mut request: Request, sessions: &dyn Sessions) {
     if let Err(e) = request.respond(response) {
         tracing::debug!(error = %e, "control socket: the client left before its answer");
     }
+}
+
+/// The bearer token a request carries.
+fn bearer(request: &Request) -> Option<String> {
+    let h = request.headers().iter().find(|h| h.field.equiv("Authorization"))?;
+    h.value.as_str().strip_prefix("Bearer ").map(|t| t.trim().to_string())
 }
 
 fn with_json((status, body): Answer) -> (u16, Vec<u8>, &'static str) {
@@ -60,6 +73,11 @@ fn route(method: &Method, url: &str, body: &[u8], sessions: &dyn Sessions) -> An
             (Ok(n), Ok(req)) => done(sessions.checkpoint(n, req)),
         },
         (Method::Get, ["v1", "restores"]) => ok(&sessions.waiting()),
+        (Method::Get, ["v1", "devices"]) => ok(&sessions.metrics().map(|m| m.gpus()).unwrap_or_default()),
+        (Method::Get, ["v1", "summary"]) => match sessions.metrics() {
+            Some(m) => ok(&m.summary()),
+            None => error(404, "This backend keeps no metrics".into()),
+        },
         (Method::Post, ["v1", "restore"]) => match parse::<RestoreRequest>(body) {
             Ok(req) => done(sessions.restore(req)),
             Err(e) => e,

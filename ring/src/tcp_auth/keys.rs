@@ -80,6 +80,13 @@ impl TcpKey {
         TcpKey::new(&raw).ok_or_else(|| bad(path, "shorter than 16 bytes; make one with: head -c 32 /dev/urandom | base64 > FILE"))
     }
 
+    /// Whether `other` is this key's bytes, compared in constant time (a
+    /// bearer token).
+    pub fn matches(&self, other: &[u8]) -> bool {
+        use subtle::ConstantTimeEq;
+        self.0.0.ct_eq(other).into()
+    }
+
     pub(super) fn mac(&self, label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
         mac(&self.0.0, label, parts)
     }

@@ -220,16 +220,16 @@ impl crate::metrics::GpuSource for Boards {
                     index: *index,
                     uuid: uuid.clone(),
                     name: name.clone(),
-                    utilization: g.gpu_util.map(|u| f64::from(u) / 100.0),
-                    temperature: g.temperature.map(f64::from),
-                    power: g.power_mw.map(|p| f64::from(p) / 1000.0),
+                    utilization_ratio: g.gpu_util.map(|u| f64::from(u) / 100.0),
+                    temperature_celsius: g.temperature.map(f64::from),
+                    power_watts: g.power_mw.map(|p| f64::from(p) / 1000.0),
                     ..Default::default()
                 };
                 if let (Some(f), Some(Some(h))) = (self.nvml.fns.memory, self.nvml.devices.get(*index as usize)) {
                     let mut m = MemoryInfo::default();
                     // SAFETY: a handle NVML gave, a valid out-pointer.
                     if unsafe { f(*h, &mut m) } == 0 {
-                        (r.memory_used, r.memory_total) = (Some(m.used), Some(m.total));
+                        (r.memory_used_bytes, r.memory_total_bytes) = (Some(m.used), Some(m.total));
                     }
                 }
                 r

@@ -112,7 +112,7 @@ struct Args {
 fn start_backend(gpu: bool, listen: Vec<Listen>, cpus: Option<Vec<usize>>, key_file: &Path) -> Result<Backend> {
     let session = SessionConfig { cpus, ..SessionConfig::default() };
     let admission = AdmissionConfig { tcp_key: Some(TcpKey::from_file(key_file)?), ..AdmissionConfig::default() };
-    let cfg = Config { listen, session, admission, control: ControlSocket::Off, metrics: None };
+    let cfg = Config { listen, session, admission, control: ControlSocket::Off, metrics: None, control_http: None };
     Ok(if gpu {
         Backend::start_threads(Arc::new(CudaExecutor::new()?), cfg)?
     } else {
