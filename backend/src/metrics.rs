@@ -242,7 +242,7 @@ impl Metrics {
             enc,
             "pvgpu_gpu_utilization",
             "Fraction of the last sample period a kernel ran.",
-            Some(&Unit::Ratios),
+            Some(&Unit::Other("ratio".into())),
             &rows(&|g| g.utilization_ratio),
         )?;
         gauges(
