@@ -80,6 +80,9 @@ cargo test --workspace
 step "end-to-end suite again, every session in its own worker process"
 PVGPU_TEST_ISOLATION=process cargo test -p pvgpu-tests --test e2e
 
+step "Debian packages: built, installed, the service started, an unmodified program through pvgpu-run, purged"
+bash tests/packages.sh
+
 step "loom model of the ring's index protocol"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p pvgpu-ring --test loom --release
 

@@ -44,6 +44,7 @@ pub mod admission;
 pub mod affinity;
 pub mod checkpoints;
 pub mod config;
+pub mod config_file;
 pub mod conn;
 pub mod control;
 pub mod exec;

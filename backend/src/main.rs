@@ -22,6 +22,11 @@ use std::time::Duration;
 struct Cli {
     #[command(subcommand)]
     command: Option<Cmd>,
+    /// Read options from a TOML file: each key a long option without its
+    /// dashes (`listen = ["tcp:0.0.0.0:7300"]`, `state-dir = "/var/lib/pvgpu"`,
+    /// `no-seccomp = true`); options on the command line win.
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
     /// Where to listen: local:PATH (shared-memory transport), tcp:HOST:PORT, or xen (vgpu devices of Xen guests). Repeatable.
     #[arg(long = "listen", value_name = "ADDR")]
     listen: Vec<Listen>,
@@ -394,7 +399,8 @@ fn main() -> Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let args = pvgpu_backend::config_file::expand(std::env::args_os().collect())?;
+    let cli = Cli::parse_from(args);
     if let Some(cmd @ Cmd::Worker { .. }) = &cli.command {
         return worker(cmd);
     }
