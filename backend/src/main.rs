@@ -387,6 +387,10 @@ enum Cmd {
         /// The session's meter is on fd 8.
         #[arg(long)]
         meter: bool,
+        /// Whom the session belongs to when not its connection's peer (a
+        /// tenant).
+        #[arg(long)]
+        scope: Option<String>,
         #[command(flatten)]
         exec: ExecArgs,
         #[command(flatten)]
@@ -423,7 +427,8 @@ fn main() -> Result<()> {
 
 /// Serves the one session a worker process was started for.
 fn worker(cmd: &Cmd) -> Result<()> {
-    let Cmd::Worker { conn, session, domid, devid, peer, xen_ring, report_fd, local_hello, ledger_seat, ipc, meter, exec, sandbox } = cmd;
+    let Cmd::Worker { conn, session, domid, devid, peer, xen_ring, report_fd, local_hello, ledger_seat, ipc, meter, scope, exec, sandbox } =
+        cmd;
     let w = worker_process::WorkerSession {
         conn,
         xen: domid.zip(*devid),
@@ -435,6 +440,7 @@ fn worker(cmd: &Cmd) -> Result<()> {
         ledger_seat: *ledger_seat,
         ipc: *ipc,
         meter: *meter,
+        scope: scope.as_deref(),
     };
     worker_process::run_worker(&w, &exec.executor(), &exec.session(), &sandbox.confinement())?;
     Ok(())

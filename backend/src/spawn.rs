@@ -64,6 +64,10 @@ pub struct Start {
     pub on_end: Option<OnEnd>,
     /// Where it counts what it does.
     pub meter: Option<Arc<crate::meter::Meter>>,
+    /// Whom it belongs to when not its connection's peer: a tenant
+    /// (`tenant:NAME`). Its snapshots and interprocess handles are scoped
+    /// to it.
+    pub scope: Option<String>,
 }
 
 /// How sessions get run once admitted.
@@ -119,10 +123,10 @@ impl<E: Executor> ThreadSpawner<E> {
 impl<E: Executor> Spawner for ThreadSpawner<E> {
     fn spawn(&self, s: Start, stop: Arc<AtomicBool>) -> io::Result<()> {
         let (exec, mut cfg) = (self.exec.clone(), self.cfg.clone());
-        let Start { handover, id, slot, seat, on_ready, on_end, meter } = s;
+        let Start { handover, id, slot, seat, on_ready, on_end, meter, scope: owner } = s;
         cfg.limits.peer_ledger = Some(seat.view());
         cfg.limits.meter = meter.map(|m| m.view());
-        let scope: Arc<str> = handover.owner().0.into();
+        let scope: Arc<str> = owner.clone().unwrap_or_else(|| handover.owner().0).into();
         cfg.limits.ipc = Some(Arc::new(Broker::Direct { registry: self.ipc.clone(), scope, session: id, desk: self.desk.clone() }));
         let nudge = Arc::new(AtomicBool::new(false));
         cfg.limits.checkpoint = Some(nudge.clone());
@@ -136,6 +140,10 @@ impl<E: Executor> Spawner for ThreadSpawner<E> {
             let t = Instant::now();
             let ended = match open_connection(handover, &cfg, id) {
                 Ok(opened) => {
+                    let opened = match owner {
+                        Some(o) => opened.owned_by(crate::image_cache::Owner(o)),
+                        None => opened,
+                    };
                     if let Some(f) = on_ready {
                         f();
                     }
@@ -351,8 +359,8 @@ impl ProcessSpawner {
 
 impl Spawner for ProcessSpawner {
     fn spawn(&self, s: Start, _stop: Arc<AtomicBool>) -> io::Result<()> {
-        let Start { handover, id, slot, seat, on_ready, on_end, meter } = s;
-        let scope: Arc<str> = handover.owner().0.into();
+        let Start { handover, id, slot, seat, on_ready, on_end, meter, scope: owner } = s;
+        let scope: Arc<str> = owner.clone().unwrap_or_else(|| handover.owner().0).into();
         let mut cmd = Command::new(&self.cmd.exe);
         cmd.arg("worker").arg("--conn").arg(handover.transport().name()).arg("--session").arg(id.to_string()).args(&self.cmd.args);
         // Descriptors the worker finds at fixed numbers.
@@ -376,6 +384,9 @@ impl Spawner for ProcessSpawner {
         let peer = fds.iter().find(|(_, n)| *n == WORKER_FD).map(|(f, _)| f.try_clone()).transpose()?;
         cmd.arg("--ledger-seat").arg(seat.index().to_string());
         fds.push((seat.fd().try_clone_to_owned()?, LEDGER_FD));
+        if let Some(o) = &owner {
+            cmd.arg("--scope").arg(o);
+        }
         if let Some(m) = &meter {
             cmd.arg("--meter");
             fds.push((m.fd().try_clone_to_owned()?, METER_FD));

@@ -303,8 +303,9 @@ fn admit(acc: Accepted, pending: admission::pending::Pending, sh: &Shared) {
     match admission::open(acc, pending, &sh.admission, &sh.pools, sh.session.max_data_area) {
         Ok(admission::Admitted { handover, slot, seat, relay, tenant }) => {
             let id = sh.stats.next_id();
+            let scope = tenant.as_ref().map(|(name, _)| crate::tenants::peer_of(name));
             let (on_end, meter) = enroll(sh, id, &handover, &seat, tenant, None);
-            let start = Start { handover, id, slot, seat, on_ready: None, on_end: Some(on_end), meter };
+            let start = Start { handover, id, slot, seat, on_ready: None, on_end: Some(on_end), meter, scope };
             if let Err(e) = sh.spawner.spawn(start, sh.stop.clone()) {
                 sh.roster.remove(id);
                 tracing::error!(session = id, error = %e, "cannot start a session");
@@ -430,7 +431,7 @@ fn start_xen_session(xs: &mut pvgpu_xen::XenStore, sh: &Shared, active: &crate::
     });
     let (on_end, meter) = enroll(sh, id, &handover, &seat, None, Some(close));
     let on_ready: OnEnd = Box::new(move || crate::xen::connect_device(domid, devid));
-    let start = Start { handover, id, slot, seat, on_ready: Some(on_ready), on_end: Some(on_end), meter };
+    let start = Start { handover, id, slot, seat, on_ready: Some(on_ready), on_end: Some(on_end), meter, scope: None };
     match sh.spawner.spawn(start, sh.stop.clone()) {
         Ok(()) => Some(id),
         Err(e) => {

@@ -74,6 +74,8 @@ pub struct WorkerSession<'a> {
     pub ledger_seat: Option<usize>,
     /// The session's meter is on [`METER_FD`].
     pub meter: bool,
+    /// Whom the session belongs to when not its connection's peer.
+    pub scope: Option<&'a str>,
     /// Whether the supervisor's handle registry is on [`BROKER_FD`].
     pub ipc: bool,
 }
@@ -92,7 +94,7 @@ fn parse_hello(arg: &str, memfd: OwnedFd) -> Option<pvgpu_ring::local::Hello> {
 /// context. How the session ended goes to `report_fd`, for the supervisor
 /// to log.
 pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionConfig, confinement: &Confinement) -> Result<(), WorkerError> {
-    let WorkerSession { conn, xen, xen_ring, id: session, peer, report_fd, local_hello, ledger_seat, ipc, meter } = *w;
+    let WorkerSession { conn, xen, xen_ring, id: session, peer, report_fd, local_hello, ledger_seat, ipc, meter, scope } = *w;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(WorkerError::Signals)?;
@@ -136,7 +138,11 @@ pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionCon
     // Everything this process holds on the device is the session's.
     cfg.limits.footprint = true;
     let cfg = &cfg;
-    let ended = match open_connection(handover, cfg, session) {
+    let opened = open_connection(handover, cfg, session).map(|o| match scope {
+        Some(s) => o.owned_by(crate::image_cache::Owner(s.to_string())),
+        None => o,
+    });
+    let ended = match opened {
         Err(ended) => ended,
         Ok(opened) => {
             // The supervisor marks a Xen device `Connected` on this.

@@ -55,6 +55,16 @@ pub fn open_connection(handover: Handover, cfg: &SessionConfig, id: u64) -> Resu
     Ok(Opened { conn, xen_hold, owner, kind })
 }
 
+impl Opened {
+    /// The session belongs to `owner` rather than its connection's peer
+    /// (a tenant's session): its snapshots, interprocess handles and cached
+    /// images are scoped to it.
+    pub fn owned_by(mut self, owner: Owner) -> Opened {
+        self.owner = owner;
+        self
+    }
+}
+
 /// Serves an opened connection with `exec` until the session ends.
 pub fn serve_opened<E: Executor>(exec: Arc<E>, opened: Opened, cfg: &SessionConfig, id: u64, stop: &AtomicBool) -> Ended {
     let Opened { mut conn, xen_hold, owner, kind } = opened;

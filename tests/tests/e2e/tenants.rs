@@ -127,3 +127,48 @@ fn tenant_keys_over_tcp() {
 fn tenant_keys_over_tls() {
     tenant_keys(Transport::Tls);
 }
+
+/// A tenant's session checkpointed, its backend restarted and the snapshot
+/// restored comes back under its tenant: the snapshot belongs to the
+/// tenant (not the address), and the program goes on with its bytes.
+#[cfg(not(feature = "xen"))]
+#[test]
+fn a_tenant_session_comes_back_under_its_tenant() {
+    use pvgpu_ctl::api::{CheckpointRequest, RestoreRequest};
+    let mut h = Harness::with(HarnessOptions { state_dir: true, ..Default::default() });
+    if h.exec == ExecKind::Cuda {
+        // On the GPU a session cannot leave its backend yet (checkpoint.rs
+        // checks the refusal).
+        return;
+    }
+    let keys = TempDir::new("tenant-resume");
+    let ctl = h.control().unwrap();
+    let _: Tenant = ctl.call_with("POST", "/v1/tenants", Some(&NewTenant { name: "bob".into(), quota: Quota::default() })).unwrap();
+    let (_, key_file) = issue(&ctl, &keys.0, "bob", false);
+    let (c, ctx) = open(&h, Transport::Tcp, &key_file);
+    let buf = c.mem_alloc(ctx, 4096).unwrap();
+    c.memcpy_htod(buf, &[5u8; 4096]).unwrap();
+    let id = ctl.sessions().unwrap()[0].id;
+    let file = keys.0.join("bob.pvgpu");
+    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
+    std::thread::scope(|s| {
+        let taken = s.spawn(|| ctl.checkpoint(id, &req));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !c.detached() {
+            assert!(Instant::now() < deadline, "the session was not checkpointed within 30 s");
+            c.ctx_synchronize(ctx).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        taken.join().unwrap().expect("the checkpoint");
+    });
+    h.restart();
+    let ctl = h.control().unwrap();
+    let restored = ctl.restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
+    assert_eq!(restored.peer, "tenant:bob", "the snapshot is the tenant's");
+    let mut back = vec![0u8; 4096];
+    c.memcpy_dtoh(&mut back, buf).unwrap();
+    assert_eq!(back, [5u8; 4096]);
+    let live = ctl.sessions().unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].tenant.as_deref(), Some("bob"), "{live:?}");
+}
