@@ -172,3 +172,50 @@ fn lost_backend_is_an_error_not_a_hang() {
         assert!(t0.elapsed() < Duration::from_secs(10));
     }
 }
+
+/// `CUDA_VISIBLE_DEVICES` as NVIDIA's driver reads it, through the library
+/// from an unmodified program (Python calling the driver API by ctypes):
+/// indices and UUIDs list devices; an entry naming no device ends the list;
+/// none visible is `CUDA_ERROR_NO_DEVICE` at `cuInit`.
+#[test]
+fn cuda_visible_devices_is_honoured() {
+    const PROBE: &str = r#"
+import ctypes
+cuda = ctypes.CDLL("libcuda.so.1")
+r = cuda.cuInit(0)
+n = ctypes.c_int(-1)
+if r == 0:
+    cuda.cuDeviceGetCount(ctypes.byref(n))
+u = (ctypes.c_ubyte * 16)()
+dev = ctypes.c_int(-1)
+if n.value > 0:
+    cuda.cuDeviceGet(ctypes.byref(dev), 0)
+    cuda.cuDeviceGetUuid(u, dev)
+print("init %d count %d uuid %s" % (r, n.value, bytes(u).hex()))
+"#;
+    let h = shared();
+    let probe = |visible: Option<&str>| {
+        let mut cmd = Command::new("python3");
+        cmd.arg("-c")
+            .arg(PROBE)
+            .env("LD_LIBRARY_PATH", shim_dir())
+            .env("PVGPU_BACKEND", h.addr(Transport::Local).to_string())
+            .env_remove("PVGPU_LOG");
+        match visible {
+            Some(v) => cmd.env("CUDA_VISIBLE_DEVICES", v),
+            None => cmd.env_remove("CUDA_VISIBLE_DEVICES"),
+        };
+        let out = cmd.output().expect("cannot run python3");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let all = probe(None);
+    assert!(all.starts_with("init 0 count 1 uuid "), "{all}");
+    let uuid = all.rsplit(' ').next().unwrap().to_string();
+    assert_eq!(probe(Some("0")), all);
+    assert_eq!(probe(Some(&format!("GPU-{}", &uuid[..8]))), all, "a UUID prefix names the device");
+    assert_eq!(probe(Some("0,0")), all, "a device listed twice ends the list after it");
+    for none in ["", "1", "7,0", "GPU-ffffffff"] {
+        assert!(probe(Some(none)).starts_with("init 100 count -1"), "CUDA_VISIBLE_DEVICES={none:?}: {}", probe(Some(none)));
+    }
+}

@@ -34,6 +34,7 @@ pub mod image;
 pub mod library;
 pub mod managed;
 pub mod state;
+pub mod visible;
 
 pub use api::array::*;
 pub use api::capture::*;

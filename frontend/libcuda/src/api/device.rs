@@ -18,6 +18,8 @@ fn props(dev: c_int) -> Result<std::sync::Arc<pvgpu_frontend::DeviceProps>, CuEr
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> CuResult {
     run("cuDeviceGet", || {
+        // CUDA_VISIBLE_DEVICES: the program's ordinal names a backend device.
+        let ordinal = crate::visible::backend_ordinal(ordinal).ok_or(CuError::INVALID_DEVICE)?;
         let d = state::client()?.device_get(ordinal).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(device, d) }
@@ -33,7 +35,7 @@ pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CuResult {
     run("cuDeviceGetCount", || {
         let n = state::client()?.device_count().map_err(state::cu)?;
         // SAFETY: writable per the API.
-        unsafe { put(count, n) }
+        unsafe { put(count, crate::visible::count(n)) }
     })
 }
 
@@ -203,7 +205,7 @@ pub unsafe extern "C" fn cuDeviceGetByPCIBusId(dev: *mut c_int, pci_bus_id: *con
         // SAFETY: NUL-terminated per the API.
         let want = unsafe { state::name(pci_bus_id) }?.to_ascii_uppercase();
         let n = state::client()?.device_count().map_err(state::cu)?;
-        for d in 0..n {
+        for d in (0..n).filter(|d| crate::visible::sees(*d)) {
             let id = bus_id(d)?;
             if id == want || id.ends_with(&want) {
                 // SAFETY: writable per the API.

@@ -22,6 +22,10 @@ pub extern "C" fn cuInit(flags: c_uint) -> CuResult {
         }
         let c = state::connect()?;
         c.init().map_err(state::cu)?;
+        // As NVIDIA's driver: no device left visible is an error of cuInit.
+        if crate::visible::init(c).map_err(state::cu)? == Some(0) {
+            return Err(CuError::NO_DEVICE);
+        }
         let _ = state::INITIALIZED.set(());
         Ok(())
     })

@@ -49,7 +49,9 @@ fn pointer_attribute(data: *mut c_void, attribute: CUpointer_attribute, ptr: u64
             }
             (CU_POINTER_ATTRIBUTE_IS_MANAGED, Some((_, a)), _) => put(data.cast::<u32>(), u32::from(a.kind == DevKind::Managed)),
             (CU_POINTER_ATTRIBUTE_IS_MANAGED, None, Some(_)) => put(data.cast::<u32>(), 0),
-            (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, Some((_, a)), _) => put(data.cast::<i32>(), ctx::device_of(a.ctx).unwrap_or(0)),
+            (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, Some((_, a)), _) => {
+                put(data.cast::<i32>(), ctx::device_of(a.ctx).ok().and_then(crate::visible::program_ordinal).unwrap_or(0))
+            }
             (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, Some((start, _)), _) => put(data.cast::<u64>(), start),
             (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, None, Some((start, _))) => put(data.cast::<u64>(), start as u64),
             (CU_POINTER_ATTRIBUTE_RANGE_SIZE, Some((_, a)), _) => put(data.cast::<usize>(), a.size as usize),
