@@ -24,6 +24,8 @@ install -D -m 0755 "$bin/pvgpu-backend" "$b/usr/bin/pvgpu-backend"
 install -D -m 0755 "$bin/pvgpu-ctl" "$b/usr/bin/pvgpu-ctl"
 install -D -m 0644 packaging/pvgpu-backend.service "$b/lib/systemd/system/pvgpu-backend.service"
 install -D -m 0640 packaging/backend.toml "$b/etc/pvgpu/backend.toml"
+for s in pvgpu-slurm-prolog pvgpu-slurm-taskprolog pvgpu-slurm-epilog; do install -D -m 0755 "packaging/slurm/$s" "$b/usr/lib/pvgpu/slurm/$s"; done
+install -D -m 0644 packaging/slurm/slurm.env "$b/etc/pvgpu/slurm.env"
 for d in operations.md architecture.md protocol.md; do install -D -m 0644 "docs/$d" "$b/usr/share/doc/pvgpu-backend/$d"; done
 install -D -m 0644 LICENSE-MIT "$b/usr/share/doc/pvgpu-backend/copyright"
 mkdir -p "$b/DEBIAN"
@@ -41,7 +43,7 @@ Description: paravirtual GPU backend: CUDA for Xen guests and remote programs
  local programs, TCP) on this host's NVIDIA GPUs, one worker process per
  session. pvgpu-ctl manages sessions, tenants, keys and checkpoints.
 CTL
-echo /etc/pvgpu/backend.toml > "$b/DEBIAN/conffiles"
+printf '%s\n' /etc/pvgpu/backend.toml /etc/pvgpu/slurm.env > "$b/DEBIAN/conffiles"
 cat > "$b/DEBIAN/postinst" <<'SH'
 #!/bin/sh
 set -e

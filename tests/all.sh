@@ -6,15 +6,16 @@ step() { printf '\n==> %s\n' "$*"; }
 
 # What a fresh Debian machine lacks, installed here so that this command
 # works on one: rustfmt and clippy (when the toolchain came without them),
-# libxen-dev (the Xen headers the /dev/xen layer is checked against), and
-# Chromium with its WebDriver (the dashboard is tested in a real browser).
+# libxen-dev (the Xen headers the /dev/xen layer is checked against),
+# Chromium with its WebDriver (the dashboard is tested in a real browser),
+# and Slurm with munge (a one-node cluster runs jobs on pvgpu GPUs).
 # The Xen lab at the end installs its own (QEMU, busybox, Xen, a kernel).
 step "toolchain components and Debian packages the build needs"
 for c in clippy rustfmt; do
   rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
 done
 missing=()
-for p in libxen-dev chromium chromium-driver; do
+for p in libxen-dev chromium chromium-driver slurm-wlm munge; do
   dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -82,6 +83,9 @@ PVGPU_TEST_ISOLATION=process cargo test -p pvgpu-tests --test e2e
 
 step "Debian packages: built, installed, the service started, an unmodified program through pvgpu-run, purged"
 bash tests/packages.sh
+
+step "Slurm: srun --gres=pvgpu:1 on a one-node cluster, a tenant and key per job"
+bash tests/slurm.sh
 
 step "loom model of the ring's index protocol"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p pvgpu-ring --test loom --release
