@@ -165,14 +165,18 @@ fn serve(server: &tiny_http::Server, sessions: Arc<dyn Sessions>, guard: Guard, 
     while !stop.load(Ordering::SeqCst) {
         match server.recv_timeout(TICK) {
             Ok(Some(request)) => {
-                // A checkpoint waits for its session: each request has a
-                // thread of its own (only the operator, or a holder of the
-                // token over HTTP, gets past the first check).
+                // Over HTTP, the page's files and refusals are answered on
+                // this thread: a stranger's requests start no thread.
+                let request = match routes::answer_unless_authorized(request, guard.as_deref()) {
+                    Some(r) => r,
+                    None => continue,
+                };
+                // A checkpoint waits for its session: each request that
+                // passed has a thread of its own (only the operator, or a
+                // holder of the token over HTTP, gets here).
                 let sessions = sessions.clone();
-                let guard = guard.clone();
-                let r = std::thread::Builder::new()
-                    .name("pvgpu-control-req".into())
-                    .spawn(move || routes::answer(request, sessions.as_ref(), guard.as_deref()));
+                let r =
+                    std::thread::Builder::new().name("pvgpu-control-req".into()).spawn(move || routes::answer(request, sessions.as_ref()));
                 if let Err(e) = r {
                     tracing::warn!(error = %e, "control socket: cannot start a thread for a request");
                 }

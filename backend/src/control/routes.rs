@@ -13,25 +13,24 @@ pub(super) type Answer = (u16, Vec<u8>);
 /// The largest request body read.
 const MAX_BODY: u64 = 64 << 10;
 
-/// Answers one request. Over HTTP (`guard`), the dashboard's files are
-/// served to anyone and everything else needs the bearer token.
-pub(super) fn answer(mut request: Request, sessions: &dyn Sessions, guard: Option<&pvgpu_ring::tcp_auth::TcpKey>) {
-    let mut body = Vec::new();
-    let read = request.as_reader().take(MAX_BODY + 1).read_to_end(&mut body);
+/// Over HTTP (`guard`): answers a request for one of the dashboard's
+/// files, or one without the bearer token (401), and gives back the others
+/// to be answered by [`answer`]. On the Unix socket every request passes.
+pub(super) fn answer_unless_authorized(request: Request, guard: Option<&pvgpu_ring::tcp_auth::TcpKey>) -> Option<Request> {
+    let Some(token) = guard else { return Some(request) };
     let path = request.url().split('?').next().unwrap_or("");
-    let asset = guard.and_then(|_| super::dashboard::asset(request.method(), path));
-    let authorized = guard.is_none_or(|token| bearer(&request).is_some_and(|b| token.matches(b.as_bytes())));
-    let (status, body, kind) = if let Some((body, kind)) = asset {
+    let (status, body, kind) = if let Some((body, kind)) = super::dashboard::asset(request.method(), path) {
         (200, body.as_bytes().to_vec(), kind)
-    } else if !authorized {
-        with_json(error(401, "This API needs the header Authorization: Bearer TOKEN (the file given to --control-token)".into()))
-    } else if read.is_err() || body.len() as u64 > MAX_BODY {
-        with_json(error(413, format!("A request body must be at most {MAX_BODY} bytes of JSON")))
-    } else if (request.method(), path) == (&Method::Get, "/metrics") {
-        metrics(sessions)
+    } else if bearer(&request).is_some_and(|b| token.matches(b.as_bytes())) {
+        return Some(request);
     } else {
-        with_json(route(request.method(), request.url(), &body, sessions))
+        with_json(error(401, "This API needs the header Authorization: Bearer TOKEN (the file given to --control-token)".into()))
     };
+    respond(request, status, body, kind);
+    None
+}
+
+fn respond(request: Request, status: u16, body: Vec<u8>, kind: &str) {
     let mut response = Response::from_data(body).with_status_code(status);
     if let Ok(h) = Header::from_bytes("Content-Type", kind) {
         response.add_header(h);
@@ -39,6 +38,21 @@ pub(super) fn answer(mut request: Request, sessions: &dyn Sessions, guard: Optio
     if let Err(e) = request.respond(response) {
         tracing::debug!(error = %e, "control socket: the client left before its answer");
     }
+}
+
+/// Answers one request that may be answered ([`answer_unless_authorized`]).
+pub(super) fn answer(mut request: Request, sessions: &dyn Sessions) {
+    let mut body = Vec::new();
+    let read = request.as_reader().take(MAX_BODY + 1).read_to_end(&mut body);
+    let path = request.url().split('?').next().unwrap_or("");
+    let (status, body, kind) = if read.is_err() || body.len() as u64 > MAX_BODY {
+        with_json(error(413, format!("A request body must be at most {MAX_BODY} bytes of JSON")))
+    } else if (request.method(), path) == (&Method::Get, "/metrics") {
+        metrics(sessions)
+    } else {
+        with_json(route(request.method(), request.url(), &body, sessions))
+    };
+    respond(request, status, body, kind);
 }
 
 /// The bearer token a request carries.
@@ -88,7 +102,7 @@ fn route(method: &Method, url: &str, body: &[u8], sessions: &dyn Sessions) -> An
     }
 }
 
-pub(super) fn with_session(id: &str, f: impl FnOnce(u64) -> Option<pvgpu_ctl::api::Session>) -> Answer {
+fn with_session(id: &str, f: impl FnOnce(u64) -> Option<pvgpu_ctl::api::Session>) -> Answer {
     let Ok(n) = id.parse::<u64>() else {
         return error(400, format!("{id:?} is not a session number"));
     };
