@@ -172,3 +172,37 @@ fn a_tenant_session_comes_back_under_its_tenant() {
     assert_eq!(live.len(), 1);
     assert_eq!(live[0].tenant.as_deref(), Some("bob"), "{live:?}");
 }
+
+/// Interprocess handles belong to the tenant: two programs with the
+/// tenant's keys (two keys, so two sessions of it) share memory and events
+/// by handle; a program of another tenant, from the same address, cannot
+/// open them.
+#[cfg(not(feature = "xen"))]
+#[test]
+fn interprocess_handles_stay_in_their_tenant() {
+    let h = Harness::with(HarnessOptions { state_dir: true, ..Default::default() });
+    let keys = TempDir::new("tenant-ipc");
+    let ctl = h.control().unwrap();
+    for name in ["carol", "dave"] {
+        let _: Tenant = ctl.call_with("POST", "/v1/tenants", Some(&NewTenant { name: name.into(), quota: Quota::default() })).unwrap();
+    }
+    let (_, carol1) = issue(&ctl, &keys.0, "carol", false);
+    let (_, carol2) = issue(&ctl, &keys.0, "carol", false);
+    let (_, dave) = issue(&ctl, &keys.0, "dave", false);
+    let (a, actx) = open(&h, Transport::Tcp, &carol1);
+    let (b, bctx) = open(&h, Transport::Tcp, &carol2);
+    let (d, dctx) = open(&h, Transport::Tcp, &dave);
+    let mem = a.mem_alloc(actx, 4096).unwrap();
+    a.memcpy_htod(mem, &[9u8; 4096]).unwrap();
+    let handle = a.ipc_get_mem_handle(actx, mem).unwrap();
+    let event = a.event_create(actx, 0x2 | 0x4).unwrap(); // disable timing, interprocess
+    let event_handle = a.ipc_get_event_handle(event).unwrap();
+    assert_eq!(code(d.ipc_open_mem_handle(dctx, &handle, 1)), CuResult::INVALID_VALUE, "another tenant's memory");
+    assert_eq!(code(d.ipc_open_event_handle(dctx, &event_handle)), CuResult::INVALID_VALUE, "another tenant's event");
+    let (p, _) = b.ipc_open_mem_handle(bctx, &handle, 1).unwrap();
+    let mut back = vec![0u8; 4096];
+    b.memcpy_dtoh(&mut back, p).unwrap();
+    assert_eq!(back, [9u8; 4096], "the tenant's other program reads it");
+    b.ipc_close_mem_handle(bctx, p).unwrap();
+    b.ipc_open_event_handle(bctx, &event_handle).unwrap();
+}
