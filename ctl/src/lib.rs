@@ -22,6 +22,13 @@
 //! | `GET /v1/tenants/NAME/keys` | its keys ([`api::Key`])               |
 //! | `POST /v1/tenants/NAME/keys` | issues a key ([`api::IssueKey`], [`api::IssuedKey`]) |
 //! | `DELETE /v1/tenants/NAME/keys[/ID]` | revokes its keys, or one ([`api::Revoked`]); their sessions end |
+//! | `GET /v1/devices`          | the GPUs' gauges ([`api::Gpu`])        |
+//! | `GET /v1/summary`          | what every session has done ([`api::Summary`]) |
+//! | `GET /metrics`             | Prometheus' text format                |
+//!
+//! `pvgpu-backend --control-http HOST:PORT --control-token FILE` serves the
+//! same API over HTTP (every request with `Authorization: Bearer TOKEN`)
+//! and the web dashboard at `/`.
 //!
 //! See `docs/operations.md` ("The control socket").
 
