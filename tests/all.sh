@@ -90,7 +90,7 @@ bash tests/slurm.sh
 step "loom model of the ring's index protocol"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p pvgpu-ring --test loom --release
 
-step "fuzzing: the request decoder, the ring under a hostile peer, module images, the local handshake and XenStore replies (${PVGPU_FUZZ_SECONDS:-30} s each)"
+step "fuzzing: the request decoder, the ring under a hostile peer, module images, the local handshake and XenStore replies (${PVGPU_FUZZ_SECONDS:-20} s each)"
 bash tests/fuzz.sh
 
 step "two domains on a real Xen (under QEMU): the suite over grant pages, xen vs tcp, a backend killed and a guest destroyed mid-session"

@@ -24,7 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=${PVGPU_FUZZ_SECONDS:-30}
+seconds=${PVGPU_FUZZ_SECONDS:-20}
 targets=(${PVGPU_FUZZ_TARGETS:-request_decoder ring_consumer module_image local_handshake xenstore_reply tcp_opening tcp_stream snapshot_file})
 cargo_fuzz=0.13.2
 
