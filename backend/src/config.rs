@@ -279,39 +279,9 @@ pub struct WorkerCommand {
     pub executor: String,
 }
 
-/// A byte count that does not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ByteCountError {
-    /// The suffix is not one of K, M, G, T.
-    #[error("Unknown size suffix in '{0}' (use K, M, G or T)")]
-    Suffix(String),
-    /// No number before the suffix.
-    #[error("'{0}' is not a byte count")]
-    NotANumber(String),
-    /// More than 2^64 - 1 bytes.
-    #[error("'{0}' is too large")]
-    TooLarge(String),
-}
-
-/// Parses a byte count with an optional K, M, G or T suffix (powers of 1024).
-pub fn parse_bytes(s: &str) -> Result<u64, ByteCountError> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m = match c.to_ascii_uppercase() {
-                'K' => 1u64 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                _ => return Err(ByteCountError::Suffix(s.to_string())),
-            };
-            (&s[..i], m)
-        }
-        _ => (s, 1),
-    };
-    let n: u64 = num.trim().parse().map_err(|_| ByteCountError::NotANumber(s.to_string()))?;
-    n.checked_mul(mult).ok_or_else(|| ByteCountError::TooLarge(s.to_string()))
-}
+/// Parses a byte count as operators write it (`64M`, `2G`, `1.5GiB`,
+/// `4096`; powers of 1024), as `pvgpu-ctl` does.
+pub use pvgpu_ctl::parse_size as parse_bytes;
 
 #[cfg(test)]
 mod tests {

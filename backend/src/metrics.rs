@@ -95,44 +95,38 @@ impl Metrics {
     }
 }
 
-fn group_labels((tenant, transport): &Group) -> Vec<(&'static str, String)> {
+fn group_labels((tenant, transport): &Group) -> Labels {
     vec![("tenant", tenant.clone().unwrap_or_default()), ("transport", transport.name().to_string())]
 }
 
-/// Encodes a counter family: one sample per label set.
-fn counters(
+/// A sample's labels.
+type Labels = Vec<(&'static str, String)>;
+
+/// Encodes a family of `kind`: one sample per label set (none: left out).
+fn family<M: EncodeMetric>(
     enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    rows: &[(Vec<(&'static str, String)>, u64)],
+    (name, help, unit): (&str, &str, Option<&Unit>),
+    kind: MetricType,
+    samples: impl ExactSizeIterator<Item = (Labels, M)>,
 ) -> Result<(), Error> {
-    if rows.is_empty() {
+    if samples.len() == 0 {
         return Ok(());
     }
-    let mut family = enc.encode_descriptor(name, help, unit, MetricType::Counter)?;
-    for (labels, v) in rows {
-        ConstCounter::new(*v).encode(family.encode_family(labels)?)?;
+    let mut family = enc.encode_descriptor(name, help, unit, kind)?;
+    for (labels, m) in samples {
+        m.encode(family.encode_family(&labels)?)?;
     }
     Ok(())
 }
 
+/// Encodes a counter family.
+fn counters(enc: &mut DescriptorEncoder, name: &str, help: &str, unit: Option<&Unit>, rows: &[(Labels, u64)]) -> Result<(), Error> {
+    family(enc, (name, help, unit), MetricType::Counter, rows.iter().map(|(l, v)| (l.clone(), ConstCounter::new(*v))))
+}
+
 /// Encodes a gauge family.
-fn gauges(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    rows: &[(Vec<(&'static str, String)>, f64)],
-) -> Result<(), Error> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let mut family = enc.encode_descriptor(name, help, unit, MetricType::Gauge)?;
-    for (labels, v) in rows {
-        ConstGauge::new(*v).encode(family.encode_family(labels)?)?;
-    }
-    Ok(())
+fn gauges(enc: &mut DescriptorEncoder, name: &str, help: &str, unit: Option<&Unit>, rows: &[(Labels, f64)]) -> Result<(), Error> {
+    family(enc, (name, help, unit), MetricType::Gauge, rows.iter().map(|(l, v)| (l.clone(), ConstGauge::new(*v))))
 }
 
 impl Collector for Metrics {

@@ -2,13 +2,12 @@
 //! it: only `GET /metrics` is answered; the rest of the control API stays
 //! on the owner-only socket.
 
-use crate::metrics::{CONTENT_TYPE, Metrics};
+use crate::metrics::Metrics;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
-use tiny_http::{Header, Method, Response};
+use tiny_http::Method;
 
 /// Why `/metrics` cannot be served where asked.
 #[derive(Debug, thiserror::Error)]
@@ -57,33 +56,13 @@ impl Drop for MetricsServer {
 }
 
 fn serve(server: &tiny_http::Server, metrics: &Metrics, stop: &AtomicBool) {
-    while !stop.load(Ordering::SeqCst) {
-        let request = match server.recv_timeout(Duration::from_millis(100)) {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "/metrics: receiving a request failed");
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
-            }
-        };
+    // One scrape at a time: a slow scraper delays only the next scrape.
+    super::each_request(server, stop, "/metrics", |request| {
         let path = request.url().split('?').next().unwrap_or("");
-        let response = match (request.method(), path) {
-            (Method::Get, "/metrics") => match metrics.render() {
-                Ok(text) => {
-                    let mut r = Response::from_string(text);
-                    if let Ok(h) = Header::from_bytes("Content-Type", CONTENT_TYPE) {
-                        r.add_header(h);
-                    }
-                    r
-                }
-                Err(_) => Response::from_string("cannot encode the metrics\n").with_status_code(500),
-            },
-            _ => Response::from_string("only GET /metrics is served here\n").with_status_code(404),
+        let (status, body, kind) = match (request.method(), path) {
+            (Method::Get, "/metrics") => super::routes::render_metrics(metrics),
+            _ => (404, b"only GET /metrics is served here\n".to_vec(), "text/plain"),
         };
-        // One scrape at a time: a slow scraper delays only the next scrape.
-        if let Err(e) = request.respond(response) {
-            tracing::debug!(error = %e, "/metrics: the scraper left before its answer");
-        }
-    }
+        super::routes::respond(request, status, body, kind);
+    });
 }

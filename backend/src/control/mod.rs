@@ -162,28 +162,30 @@ impl Drop for ControlServer {
 type Guard = Option<Arc<pvgpu_ring::tcp_auth::TcpKey>>;
 
 fn serve(server: &tiny_http::Server, sessions: Arc<dyn Sessions>, guard: Guard, stop: &AtomicBool) {
+    each_request(server, stop, "control socket", |request| {
+        // Over HTTP, the page's files and refusals are answered on this
+        // thread: a stranger's requests start no thread.
+        let Some(request) = routes::answer_unless_authorized(request, guard.as_deref()) else { return };
+        // A checkpoint waits for its session: each request that passed has
+        // a thread of its own (only the operator, or a holder of the token
+        // over HTTP, gets here).
+        let sessions = sessions.clone();
+        let r = std::thread::Builder::new().name("pvgpu-control-req".into()).spawn(move || routes::answer(request, sessions.as_ref()));
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "control socket: cannot start a thread for a request");
+        }
+    });
+}
+
+/// Hands each request `server` receives to `handle` until `stop` is set
+/// (looked at every [`TICK`]); `what` names the server in logs.
+fn each_request(server: &tiny_http::Server, stop: &AtomicBool, what: &str, mut handle: impl FnMut(tiny_http::Request)) {
     while !stop.load(Ordering::SeqCst) {
         match server.recv_timeout(TICK) {
-            Ok(Some(request)) => {
-                // Over HTTP, the page's files and refusals are answered on
-                // this thread: a stranger's requests start no thread.
-                let request = match routes::answer_unless_authorized(request, guard.as_deref()) {
-                    Some(r) => r,
-                    None => continue,
-                };
-                // A checkpoint waits for its session: each request that
-                // passed has a thread of its own (only the operator, or a
-                // holder of the token over HTTP, gets here).
-                let sessions = sessions.clone();
-                let r =
-                    std::thread::Builder::new().name("pvgpu-control-req".into()).spawn(move || routes::answer(request, sessions.as_ref()));
-                if let Err(e) = r {
-                    tracing::warn!(error = %e, "control socket: cannot start a thread for a request");
-                }
-            }
+            Ok(Some(request)) => handle(request),
             Ok(None) => {}
             Err(e) => {
-                tracing::warn!(error = %e, "control socket: receiving a request failed");
+                tracing::warn!(error = %e, "{what}: receiving a request failed");
                 std::thread::sleep(TICK);
             }
         }

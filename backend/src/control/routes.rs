@@ -30,7 +30,8 @@ pub(super) fn answer_unless_authorized(request: Request, guard: Option<&pvgpu_ri
     None
 }
 
-fn respond(request: Request, status: u16, body: Vec<u8>, kind: &str) {
+/// Sends `request` its answer.
+pub(super) fn respond(request: Request, status: u16, body: Vec<u8>, kind: &str) {
     let mut response = Response::from_data(body).with_status_code(status);
     if let Ok(h) = Header::from_bytes("Content-Type", kind) {
         response.add_header(h);
@@ -66,11 +67,18 @@ fn with_json((status, body): Answer) -> (u16, Vec<u8>, &'static str) {
 }
 
 /// `GET /metrics`: Prometheus' text.
-pub(super) fn metrics(sessions: &dyn Sessions) -> (u16, Vec<u8>, &'static str) {
-    match sessions.metrics().map(|m| m.render()) {
-        Some(Ok(text)) => (200, text.into_bytes(), crate::metrics::CONTENT_TYPE),
-        Some(Err(_)) => (500, b"cannot encode the metrics\n".to_vec(), "text/plain"),
+fn metrics(sessions: &dyn Sessions) -> (u16, Vec<u8>, &'static str) {
+    match sessions.metrics() {
+        Some(m) => render_metrics(m),
         None => (404, b"this backend keeps no metrics\n".to_vec(), "text/plain"),
+    }
+}
+
+/// The answer to a scrape of `m`.
+pub(super) fn render_metrics(m: &crate::metrics::Metrics) -> (u16, Vec<u8>, &'static str) {
+    match m.render() {
+        Ok(text) => (200, text.into_bytes(), crate::metrics::CONTENT_TYPE),
+        Err(_) => (500, b"cannot encode the metrics\n".to_vec(), "text/plain"),
     }
 }
 

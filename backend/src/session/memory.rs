@@ -202,17 +202,19 @@ pub(super) fn memcpy_dtod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoD,
         }
         // A mirror of ordinary memory is copied as host memory (a graph
         // records it so when the copy is captured).
-        // SAFETY: the mirror is mapped until the program unmaps it; a copy
-        // still running then faults this session's worker only.
-        (false, true) => unsafe {
-            s.enter(ctx)?.htod(dst, src as usize as *const u8, n, st, !is_async)?;
+        (false, true) => {
+            let c = s.enter(ctx)?;
+            // SAFETY: the mirror is mapped until the program unmaps it; a
+            // copy still running then faults this session's worker only.
+            unsafe { c.htod(dst, src as usize as *const u8, n, st, !is_async) }?;
             Direction::HostToDevice
-        },
-        // SAFETY: as above.
-        (true, false) => unsafe {
-            s.enter(ctx)?.dtoh(dst as usize as *mut u8, src, n, st, !is_async)?;
+        }
+        (true, false) => {
+            let c = s.enter(ctx)?;
+            // SAFETY: as above.
+            unsafe { c.dtoh(dst as usize as *mut u8, src, n, st, !is_async) }?;
             Direction::DeviceToHost
-        },
+        }
         (true, true) => return Err(CuError::INVALID_VALUE),
     };
     s.count_copy(dir, len);
