@@ -75,6 +75,11 @@ pub struct SessionLimits {
     /// Where the session counts what it does, for `/metrics`
     /// ([`crate::meter`]).
     pub meter: Option<crate::meter::MeterView>,
+    /// The backend's devices this session may use, in the order it
+    /// numbers them (`None`: all of them). A tenant's GPUs less those
+    /// drained ([`crate::devices`]); ordinals the executor lacks are left
+    /// out.
+    pub gpus: Option<Vec<usize>>,
 }
 
 impl Default for SessionLimits {
@@ -89,6 +94,7 @@ impl Default for SessionLimits {
             ipc: None,
             checkpoint: None,
             meter: None,
+            gpus: None,
         }
     }
 }
@@ -265,6 +271,8 @@ pub struct ExecutorConfig {
     pub kind: ExecutorKind,
     /// Bytes of fake device memory of the host executor.
     pub host_mem: u64,
+    /// Devices of the host executor.
+    pub host_devices: usize,
 }
 
 /// The command that starts a worker process: the `pvgpu-backend` binary and
@@ -277,6 +285,8 @@ pub struct WorkerCommand {
     pub args: Vec<String>,
     /// Name of the executor the workers run (`cuda`, `host`).
     pub executor: String,
+    /// How many devices that executor has (found at start-up).
+    pub devices: usize,
 }
 
 /// Parses a byte count as operators write it (`64M`, `2G`, `1.5GiB`,

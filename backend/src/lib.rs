@@ -47,6 +47,7 @@ pub mod config;
 pub mod config_file;
 pub mod conn;
 pub mod control;
+pub mod devices;
 pub mod exec;
 mod handles;
 pub mod handover;

@@ -240,6 +240,9 @@ struct ExecArgs {
     /// Fake device memory of the host executor.
     #[arg(long, value_parser = parse_bytes, default_value = "4G")]
     host_mem: u64,
+    /// Devices of the host executor (the test double), 1 to 16.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
+    host_devices: u16,
     /// Where module images are kept between sessions, so a guest's next
     /// program names them instead of sending them; `off` keeps none.
     /// Default: $XDG_CACHE_HOME/pvgpu/images (else ~/.cache/pvgpu/images).
@@ -267,6 +270,9 @@ fn parse_control(s: &str) -> Result<ControlSocket, String> {
     }
     pvgpu_ctl::parse_address(s).map(ControlSocket::At)
 }
+
+/// A worker's `--gpus` list (clap takes a `Vec` value for many values).
+type GpuList = Vec<usize>;
 
 /// A parsed `--session-cpus` list.
 #[derive(Debug, Clone)]
@@ -313,7 +319,7 @@ impl ExecArgs {
     }
 
     fn executor(&self) -> ExecutorConfig {
-        ExecutorConfig { kind: self.executor, host_mem: self.host_mem }
+        ExecutorConfig { kind: self.executor, host_mem: self.host_mem, host_devices: self.host_devices.into() }
     }
 
     fn to_args(&self) -> Vec<String> {
@@ -326,6 +332,8 @@ impl ExecArgs {
             self.spin_us.to_string(),
             "--host-mem".into(),
             self.host_mem.to_string(),
+            "--host-devices".into(),
+            self.host_devices.to_string(),
         ];
         if let Some(q) = self.mem_quota {
             a.push("--mem-quota".into());
@@ -391,6 +399,10 @@ enum Cmd {
         /// tenant).
         #[arg(long)]
         scope: Option<String>,
+        /// The backend's devices the session may use, in its order (`none`:
+        /// no device). Default: all.
+        #[arg(long, value_parser = pvgpu_backend::devices::parse_list_arg)]
+        gpus: Option<GpuList>,
         #[command(flatten)]
         exec: ExecArgs,
         #[command(flatten)]
@@ -427,8 +439,23 @@ fn main() -> Result<()> {
 
 /// Serves the one session a worker process was started for.
 fn worker(cmd: &Cmd) -> Result<()> {
-    let Cmd::Worker { conn, session, domid, devid, peer, xen_ring, report_fd, local_hello, ledger_seat, ipc, meter, scope, exec, sandbox } =
-        cmd;
+    let Cmd::Worker {
+        conn,
+        session,
+        domid,
+        devid,
+        peer,
+        xen_ring,
+        report_fd,
+        local_hello,
+        ledger_seat,
+        ipc,
+        meter,
+        scope,
+        gpus,
+        exec,
+        sandbox,
+    } = cmd;
     let w = worker_process::WorkerSession {
         conn,
         xen: domid.zip(*devid),
@@ -442,7 +469,9 @@ fn worker(cmd: &Cmd) -> Result<()> {
         meter: *meter,
         scope: scope.as_deref(),
     };
-    worker_process::run_worker(&w, &exec.executor(), &exec.session(), &sandbox.confinement())?;
+    let mut session = exec.session();
+    session.limits.gpus = gpus.clone();
+    worker_process::run_worker(&w, &exec.executor(), &session, &sandbox.confinement())?;
     Ok(())
 }
 
@@ -480,13 +509,15 @@ fn start(cli: &Cli) -> Result<Backend> {
     }
     Ok(match (cli.isolation, cli.exec.executor) {
         (Isolation::Process, _) => {
-            worker_process::probe(&cli.exec.executor())?;
+            let devices = worker_process::probe(&cli.exec.executor())?;
             let exe = std::env::current_exe().context("cannot find the pvgpu-backend binary to start workers")?;
             let mut args = cli.exec.to_args();
             args.extend(SandboxArgs::to_args(worker_user.as_ref(), cli.no_seccomp));
-            Backend::start_processes(cfg, WorkerCommand { exe, args, executor: cli.exec.executor.name().into() })?
+            Backend::start_processes(cfg, WorkerCommand { exe, args, executor: cli.exec.executor.name().into(), devices })?
         }
         (Isolation::Thread, ExecutorKind::Cuda) => Backend::start_threads(Arc::new(CudaExecutor::new()?), cfg)?,
-        (Isolation::Thread, ExecutorKind::Host) => Backend::start_threads(Arc::new(HostExecutor::new(cli.exec.host_mem)), cfg)?,
+        (Isolation::Thread, ExecutorKind::Host) => {
+            Backend::start_threads(Arc::new(HostExecutor::with_devices(cli.exec.host_mem, cli.exec.host_devices.into())), cfg)?
+        }
     })
 }

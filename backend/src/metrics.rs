@@ -9,6 +9,7 @@
 //! number bounded by what the operator configures; only the live
 //! sessions' memory carries a `session` label.
 
+use crate::devices::Devices;
 use crate::meter::{BUCKETS_NS, Direction, Reading};
 use crate::roster::{Group, Roster};
 use crate::tenants::{Tenants, peer_of};
@@ -21,6 +22,7 @@ use prometheus_client::registry::{Registry, Unit};
 use std::collections::HashMap;
 use std::fmt::Error;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One GPU's gauges at a scrape.
 pub use pvgpu_ctl::api::Gpu as GpuReading;
@@ -38,6 +40,31 @@ pub struct Metrics {
     tenants: Option<Arc<Tenants>>,
     ledgers: Arc<crate::ledger::Ledgers>,
     gpus: Option<Arc<dyn GpuSource>>,
+    devices: Arc<Devices>,
+    events: Arc<Events>,
+}
+
+/// What the control API did to sessions, counted for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Events {
+    /// Checkpoints written.
+    pub checkpoints_written: AtomicU64,
+    /// Checkpoints that failed or timed out.
+    pub checkpoints_failed: AtomicU64,
+    /// Bytes of device state written by checkpoints.
+    pub checkpoint_bytes: AtomicU64,
+    /// Snapshots accepted for restore.
+    pub restores_accepted: AtomicU64,
+    /// Snapshots refused for restore.
+    pub restores_refused: AtomicU64,
+}
+
+impl Events {
+    /// Counts one of `counter`.
+    pub fn count(counter: &AtomicU64, n: u64) {
+        // Relaxed: a count read at the next scrape, ordered with nothing.
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -56,8 +83,19 @@ impl Metrics {
         tenants: Option<Arc<Tenants>>,
         ledgers: Arc<crate::ledger::Ledgers>,
         gpus: Option<Arc<dyn GpuSource>>,
+        devices: Arc<Devices>,
     ) -> Metrics {
-        Metrics { roster, tenants, ledgers, gpus }
+        Metrics { roster, tenants, ledgers, gpus, devices, events: Arc::default() }
+    }
+
+    /// The control API's counts.
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
+    /// The backend's GPUs as admission hands them out.
+    pub fn devices(&self) -> &Arc<Devices> {
+        &self.devices
     }
 
     /// Every GPU's gauges now (none without NVML).
@@ -181,6 +219,7 @@ impl Collector for Metrics {
         counters(&mut enc, "pvgpu_command_errors", "Waited calls that failed, by CUDA error code.", None, &errors)?;
         self.latency(&mut enc, &groups, &totals)?;
         self.tenant_gauges(&mut enc)?;
+        self.event_counters(&mut enc)?;
         self.gpu_gauges(&mut enc)
     }
 }
@@ -225,6 +264,36 @@ impl Metrics {
         }
         gauges(enc, "pvgpu_tenant_memory", "Device memory a tenant's sessions hold together.", Some(&Unit::Bytes), &held)?;
         gauges(enc, "pvgpu_tenant_memory_quota", "A tenant's device-memory quota.", Some(&Unit::Bytes), &quota)
+    }
+
+    fn event_counters(&self, enc: &mut DescriptorEncoder) -> Result<(), Error> {
+        let e = &self.events;
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let outcome = |o: &str| vec![("outcome", o.to_string())];
+        counters(
+            enc,
+            "pvgpu_checkpoints",
+            "Checkpoints ordered through the control API, by outcome.",
+            None,
+            &[(outcome("written"), n(&e.checkpoints_written)), (outcome("failed"), n(&e.checkpoints_failed))],
+        )?;
+        counters(
+            enc,
+            "pvgpu_checkpoint",
+            "Device state written by checkpoints.",
+            Some(&Unit::Bytes),
+            &[(Vec::new(), n(&e.checkpoint_bytes))],
+        )?;
+        counters(
+            enc,
+            "pvgpu_restores",
+            "Snapshots handed to the backend for restore, by outcome.",
+            None,
+            &[(outcome("accepted"), n(&e.restores_accepted)), (outcome("refused"), n(&e.restores_refused))],
+        )?;
+        let drained: Vec<_> =
+            (0..self.devices.count()).map(|g| (vec![("gpu", g.to_string())], if self.devices.is_drained(g) { 1.0 } else { 0.0 })).collect();
+        gauges(enc, "pvgpu_gpu_drained", "1 while new sessions are not given the GPU.", None, &drained)
     }
 
     fn gpu_gauges(&self, enc: &mut DescriptorEncoder) -> Result<(), Error> {

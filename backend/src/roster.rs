@@ -15,8 +15,8 @@ use std::time::{Instant, SystemTime};
 
 struct Entry {
     peer: String,
-    /// The tenant and key a TCP peer opened with.
-    tenant: Option<(String, KeyId)>,
+    /// The tenant it belongs to, and the key it opened with.
+    tenant: Option<TenantOf>,
     transport: Transport,
     started: SystemTime,
     since: Instant,
@@ -30,14 +30,24 @@ impl Entry {
             id,
             peer: self.peer.clone(),
             transport: self.transport.name().into(),
-            tenant: self.tenant.as_ref().map(|(name, _)| name.clone()),
-            key: self.tenant.as_ref().map(|(_, key)| key.to_string()),
+            tenant: self.tenant.as_ref().map(|t| t.name.clone()),
+            key: self.tenant.as_ref().and_then(|t| t.key).map(|k| k.to_string()),
             devices: self.seat.devices(),
             memory_bytes: self.seat.held(),
             age_seconds: self.since.elapsed().as_secs_f64(),
             started_unix_seconds: self.started.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         }
     }
+}
+
+/// The tenant a session belongs to: by the key its TCP or TLS peer
+/// opened with, or because its local user or Xen guest is a member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantOf {
+    /// The tenant's name.
+    pub name: String,
+    /// The key it opened with (none for a member peer).
+    pub key: Option<KeyId>,
 }
 
 /// Whom sessions are counted under in the backend's totals: their tenant
@@ -67,16 +77,8 @@ pub struct LiveSession {
 
 impl Roster {
     /// Enters session `id`, admitted now.
-    pub fn add(
-        &self,
-        id: u64,
-        peer: String,
-        transport: Transport,
-        seat: LedgerView,
-        tenant: Option<(String, KeyId)>,
-        meter: Option<Arc<Meter>>,
-    ) {
-        let group = (tenant.as_ref().map(|(t, _)| t.clone()), transport);
+    pub fn add(&self, id: u64, peer: String, transport: Transport, seat: LedgerView, tenant: Option<TenantOf>, meter: Option<Arc<Meter>>) {
+        let group = (tenant.as_ref().map(|t| t.name.clone()), transport);
         *lock(&self.started).entry(group).or_default() += 1;
         let entry = Entry { peer, tenant, transport, started: SystemTime::now(), since: Instant::now(), seat, meter };
         self.lock().insert(id, entry);
@@ -87,7 +89,7 @@ impl Roster {
     pub fn remove(&self, id: u64) {
         let Some(e) = self.lock().remove(&id) else { return };
         if let Some(m) = &e.meter {
-            let group = (e.tenant.map(|(t, _)| t), e.transport);
+            let group = (e.tenant.map(|t| t.name), e.transport);
             lock(&self.retired).entry(group).or_default().add(&m.read());
         }
     }
@@ -101,7 +103,7 @@ impl Roster {
         let mut totals = lock(&self.retired).clone();
         let mut sessions = Vec::with_capacity(live.len());
         for (id, e) in live.iter() {
-            let group = (e.tenant.as_ref().map(|(t, _)| t.clone()), e.transport);
+            let group = (e.tenant.as_ref().map(|t| t.name.clone()), e.transport);
             if let Some(m) = &e.meter {
                 totals.entry(group.clone()).or_default().add(&m.read());
             }
@@ -124,18 +126,18 @@ impl Roster {
     /// The sessions opened with any of `keys`.
     pub fn opened_with(&self, keys: &[String]) -> Vec<u64> {
         let is_one = |k: &KeyId| keys.iter().any(|s| *s == k.to_string());
-        self.lock().iter().filter(|(_, e)| e.tenant.as_ref().is_some_and(|(_, k)| is_one(k))).map(|(id, _)| *id).collect()
+        self.lock().iter().filter(|(_, e)| e.tenant.as_ref().and_then(|t| t.key.as_ref()).is_some_and(&is_one)).map(|(id, _)| *id).collect()
     }
 
     /// Tenant `name`'s sessions.
     pub fn of_tenant(&self, name: &str) -> Vec<u64> {
-        self.lock().iter().filter(|(_, e)| e.tenant.as_ref().is_some_and(|(t, _)| t == name)).map(|(id, _)| *id).collect()
+        self.lock().iter().filter(|(_, e)| e.tenant.as_ref().is_some_and(|t| t.name == name)).map(|(id, _)| *id).collect()
     }
 
     /// Tenant `name`'s sessions now, and the device memory they hold.
     pub fn tenant_usage(&self, name: &str) -> (usize, u64) {
         let live = self.lock();
-        let mine = live.values().filter(|e| e.tenant.as_ref().is_some_and(|(t, _)| t == name));
+        let mine = live.values().filter(|e| e.tenant.as_ref().is_some_and(|t| t.name == name));
         mine.fold((0, 0), |(n, bytes), e| (n + 1, bytes + e.seat.held()))
     }
 

@@ -68,6 +68,9 @@ pub struct Start {
     /// (`tenant:NAME`). Its snapshots and interprocess handles are scoped
     /// to it.
     pub scope: Option<String>,
+    /// The backend's devices it may use, in the order it numbers them
+    /// (`None`: all); see [`crate::devices`].
+    pub gpus: Option<Vec<usize>>,
 }
 
 /// How sessions get run once admitted.
@@ -76,6 +79,8 @@ pub trait Spawner: Send + Sync {
     fn spawn(&self, s: Start, stop: Arc<AtomicBool>) -> io::Result<()>;
     /// Name of the executor sessions run on.
     fn executor(&self) -> &str;
+    /// How many devices that executor has.
+    fn device_count(&self) -> usize;
     /// Collects sessions that ended, and ends those whose peer is gone.
     fn tend(&self) {}
     /// Ends session `id` (its guest went away): it has the grace period to
@@ -123,7 +128,8 @@ impl<E: Executor> ThreadSpawner<E> {
 impl<E: Executor> Spawner for ThreadSpawner<E> {
     fn spawn(&self, s: Start, stop: Arc<AtomicBool>) -> io::Result<()> {
         let (exec, mut cfg) = (self.exec.clone(), self.cfg.clone());
-        let Start { handover, id, slot, seat, on_ready, on_end, meter, scope: owner } = s;
+        let Start { handover, id, slot, seat, on_ready, on_end, meter, scope: owner, gpus } = s;
+        cfg.limits.gpus = gpus;
         cfg.limits.peer_ledger = Some(seat.view());
         cfg.limits.meter = meter.map(|m| m.view());
         let scope: Arc<str> = owner.clone().unwrap_or_else(|| handover.owner().0).into();
@@ -167,6 +173,10 @@ impl<E: Executor> Spawner for ThreadSpawner<E> {
 
     fn executor(&self) -> &str {
         self.exec.kind()
+    }
+
+    fn device_count(&self) -> usize {
+        self.exec.devices().len()
     }
 
     fn desk(&self) -> &Arc<Desk> {
@@ -359,10 +369,13 @@ impl ProcessSpawner {
 
 impl Spawner for ProcessSpawner {
     fn spawn(&self, s: Start, _stop: Arc<AtomicBool>) -> io::Result<()> {
-        let Start { handover, id, slot, seat, on_ready, on_end, meter, scope: owner } = s;
+        let Start { handover, id, slot, seat, on_ready, on_end, meter, scope: owner, gpus } = s;
         let scope: Arc<str> = owner.clone().unwrap_or_else(|| handover.owner().0).into();
         let mut cmd = Command::new(&self.cmd.exe);
         cmd.arg("worker").arg("--conn").arg(handover.transport().name()).arg("--session").arg(id.to_string()).args(&self.cmd.args);
+        if let Some(g) = &gpus {
+            cmd.arg("--gpus").arg(crate::devices::list_arg(g));
+        }
         // Descriptors the worker finds at fixed numbers.
         let mut fds: Vec<(OwnedFd, i32)> = Vec::new();
         match handover {
@@ -437,6 +450,10 @@ impl Spawner for ProcessSpawner {
 
     fn executor(&self) -> &str {
         &self.cmd.executor
+    }
+
+    fn device_count(&self) -> usize {
+        self.cmd.devices
     }
 
     fn tend(&self) {

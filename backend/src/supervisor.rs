@@ -42,6 +42,9 @@ pub enum BackendError {
     /// `/metrics` could not be served where asked.
     #[error(transparent)]
     Metrics(#[from] crate::control::MetricsError),
+    /// The state database could not be read.
+    #[error(transparent)]
+    State(#[from] crate::tenants::StateError),
     /// A thread of the supervisor could not be started.
     #[error("Cannot start the {0} thread")]
     Thread(&'static str, #[source] io::Error),
@@ -91,6 +94,7 @@ struct Shared {
     admission: AdmissionConfig,
     session: SessionConfig,
     roster: Arc<Roster>,
+    devices: Arc<crate::devices::Devices>,
 }
 
 /// Opens the control socket `cfg` asks for; one at the default path that
@@ -133,6 +137,7 @@ impl Backend {
             admission: cfg.admission.clone(),
             session: cfg.session.clone(),
             roster: Arc::default(),
+            devices: Arc::new(crate::devices::Devices::new(spawner.device_count(), cfg.admission.tenants.clone())?),
         });
         let tenants = cfg.admission.tenants.clone().map(|tenants| crate::control::TenantDesk {
             tenants,
@@ -142,8 +147,13 @@ impl Backend {
             default_cap: cfg.admission.peer_mem_quota.unwrap_or(u64::MAX),
         });
         let gpus = (spawner.executor() == "cuda").then(crate::exec::cuda::gpu_gauges).flatten();
-        let metrics =
-            crate::metrics::Metrics::new(shared.roster.clone(), cfg.admission.tenants.clone(), shared.pools.ledgers.clone(), gpus);
+        let metrics = crate::metrics::Metrics::new(
+            shared.roster.clone(),
+            cfg.admission.tenants.clone(),
+            shared.pools.ledgers.clone(),
+            gpus,
+            shared.devices.clone(),
+        );
         let metrics_server = match &cfg.metrics {
             Some(addr) => Some(crate::control::MetricsServer::start(addr, metrics.clone())?),
             None => None,
@@ -303,9 +313,10 @@ fn admit(acc: Accepted, pending: admission::pending::Pending, sh: &Shared) {
     match admission::open(acc, pending, &sh.admission, &sh.pools, sh.session.max_data_area) {
         Ok(admission::Admitted { handover, slot, seat, relay, tenant }) => {
             let id = sh.stats.next_id();
-            let scope = tenant.as_ref().map(|(name, _)| crate::tenants::peer_of(name));
+            let scope = tenant.as_ref().map(|t| crate::tenants::peer_of(&t.name));
+            let gpus = gpus_for(sh, tenant.as_ref().map(|t| t.name.as_str()));
             let (on_end, meter) = enroll(sh, id, &handover, &seat, tenant, None);
-            let start = Start { handover, id, slot, seat, on_ready: None, on_end: Some(on_end), meter, scope };
+            let start = Start { handover, id, slot, seat, on_ready: None, on_end: Some(on_end), meter, scope, gpus };
             if let Err(e) = sh.spawner.spawn(start, sh.stop.clone()) {
                 sh.roster.remove(id);
                 tracing::error!(session = id, error = %e, "cannot start a session");
@@ -319,6 +330,12 @@ fn admit(acc: Accepted, pending: admission::pending::Pending, sh: &Shared) {
     }
 }
 
+/// The GPUs a new session of `tenant` (or of no tenant) is given.
+fn gpus_for(sh: &Shared, tenant: Option<&str>) -> Option<Vec<usize>> {
+    let quota = tenant.and_then(|t| sh.admission.tenants.as_ref()?.quota(t));
+    sh.devices.for_session(quota.as_ref().and_then(|q| q.gpus.as_deref()))
+}
+
 /// Puts session `id` on the roster with a meter of its own; returns what
 /// runs when it has ended (`then`, and taking it off the roster) and the
 /// meter.
@@ -327,7 +344,7 @@ fn enroll(
     id: u64,
     handover: &Handover,
     seat: &crate::ledger::Seat,
-    tenant: Option<(String, pvgpu_ring::tcp_auth::KeyId)>,
+    tenant: Option<crate::roster::TenantOf>,
     then: Option<OnEnd>,
 ) -> (OnEnd, Option<Arc<crate::meter::Meter>>) {
     let meter = match crate::meter::Meter::new() {
@@ -414,7 +431,12 @@ fn start_xen_session(xs: &mut pvgpu_xen::XenStore, sh: &Shared, active: &crate::
     };
     let handover = Handover::Xen { domid, devid, ring };
     let peer = handover.owner().0;
-    let (slot, seat) = match sh.pools.session(Transport::Xen, &peer) {
+    let member = xen_member(xs, sh, domid);
+    let held = match &member {
+        Some((name, quota)) => sh.pools.tenant_session(Transport::Xen, name, quota),
+        None => sh.pools.session(Transport::Xen, &peer),
+    };
+    let (slot, seat) = match held {
         Ok(held) => held,
         Err(why) => {
             admission::log_refusal(&peer, Transport::Xen, &why);
@@ -429,9 +451,12 @@ fn start_xen_session(xs: &mut pvgpu_xen::XenStore, sh: &Shared, active: &crate::
         crate::xen::close_device(domid, devid);
         set.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
     });
-    let (on_end, meter) = enroll(sh, id, &handover, &seat, None, Some(close));
+    let tenant = member.map(|(name, _)| crate::roster::TenantOf { name, key: None });
+    let scope = tenant.as_ref().map(|t| crate::tenants::peer_of(&t.name));
+    let gpus = gpus_for(sh, tenant.as_ref().map(|t| t.name.as_str()));
+    let (on_end, meter) = enroll(sh, id, &handover, &seat, tenant, Some(close));
     let on_ready: OnEnd = Box::new(move || crate::xen::connect_device(domid, devid));
-    let start = Start { handover, id, slot, seat, on_ready: Some(on_ready), on_end: Some(on_end), meter, scope: None };
+    let start = Start { handover, id, slot, seat, on_ready: Some(on_ready), on_end: Some(on_end), meter, scope, gpus };
     match sh.spawner.spawn(start, sh.stop.clone()) {
         Ok(()) => Some(id),
         Err(e) => {
@@ -440,4 +465,14 @@ fn start_xen_session(xs: &mut pvgpu_xen::XenStore, sh: &Shared, active: &crate::
             None
         }
     }
+}
+
+/// The tenant whose member guest `domid` is, by its domain name
+/// (`domain:NAME`; the toolstack writes `/local/domain/DOMID/name`, which
+/// the guest may read and not write), and its quota.
+fn xen_member(xs: &mut pvgpu_xen::XenStore, sh: &Shared, domid: u16) -> Option<(String, pvgpu_ctl::api::Quota)> {
+    use pvgpu_xen::XsAccess;
+    let tenants = sh.admission.tenants.as_ref()?;
+    let name = xs.try_read(&format!("/local/domain/{domid}/name")).ok().flatten()?;
+    tenants.of_member(&format!("domain:{}", String::from_utf8_lossy(&name)))
 }

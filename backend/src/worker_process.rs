@@ -40,16 +40,19 @@ pub enum WorkerError {
 }
 
 /// Starts the configured executor once, so that a missing driver is reported
-/// at start-up rather than per session.
-pub fn probe(cfg: &ExecutorConfig) -> Result<(), WorkerError> {
-    if cfg.kind == ExecutorKind::Cuda {
-        let e = CudaExecutor::new()?;
-        use crate::exec::Executor;
-        for (i, d) in e.devices().iter().enumerate() {
-            tracing::info!(device = i, name = %d.name, total_mem = d.total_mem, "GPU");
+/// at start-up rather than per session; returns how many devices it has.
+pub fn probe(cfg: &ExecutorConfig) -> Result<usize, WorkerError> {
+    use crate::exec::Executor;
+    match cfg.kind {
+        ExecutorKind::Cuda => {
+            let e = CudaExecutor::new()?;
+            for (i, d) in e.devices().iter().enumerate() {
+                tracing::info!(device = i, name = %d.name, total_mem = d.total_mem, "GPU");
+            }
+            Ok(e.devices().len())
         }
+        ExecutorKind::Host => Ok(cfg.host_devices.clamp(1, 16)),
     }
-    Ok(())
 }
 
 /// The session a worker serves, as the supervisor names it.
@@ -165,7 +168,7 @@ pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionCon
                     serve_opened(e, opened, cfg, session, &stop)
                 }
                 ExecutorKind::Host => {
-                    let e = Arc::new(HostExecutor::new(exec.host_mem));
+                    let e = Arc::new(HostExecutor::with_devices(exec.host_mem, exec.host_devices));
                     confine(confinement).map_err(WorkerError::Sandbox)?;
                     serve_opened(e, opened, cfg, session, &stop)
                 }

@@ -102,7 +102,7 @@ pub struct Waiting {
 
 /// What a tenant may hold across all its sessions; `None`: no limit of
 /// its own (the backend's limits still hold).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Quota {
     /// Device memory, in bytes.
     #[serde(default)]
@@ -110,6 +110,11 @@ pub struct Quota {
     /// Sessions at once.
     #[serde(default)]
     pub max_sessions: Option<u32>,
+    /// The backend's GPUs (its ordinals) its sessions are given, in the
+    /// order they see them; `None`: every GPU. Drained GPUs are left out
+    /// of new sessions either way.
+    #[serde(default)]
+    pub gpus: Option<Vec<u32>>,
 }
 
 /// `POST /v1/tenants`.
@@ -120,6 +125,10 @@ pub struct NewTenant {
     /// What it may hold.
     #[serde(default)]
     pub quota: Quota,
+    /// Local users (`uid:N`) and Xen guests (`domain:NAME`) whose sessions
+    /// are the tenant's.
+    #[serde(default)]
+    pub members: Vec<String>,
 }
 
 /// A tenant: a name that keys belong to and quotas hold for.
@@ -137,6 +146,10 @@ pub struct Tenant {
     pub sessions: usize,
     /// Device memory its sessions hold now.
     pub memory_bytes: u64,
+    /// Local users (`uid:N`) and Xen guests (`domain:NAME`) whose sessions
+    /// are the tenant's, besides those opened with its keys.
+    #[serde(default)]
+    pub members: Vec<String>,
 }
 
 /// `POST /v1/tenants/NAME/keys`.
@@ -184,11 +197,19 @@ pub struct Revoked {
     pub sessions_ended: Vec<u64>,
 }
 
-/// A GPU's gauges, as NVML reads them (`GET /v1/devices`).
+/// One of the backend's GPUs (`GET /v1/devices`): whether it is drained,
+/// who uses it, and its gauges as NVML reads them (none on the host
+/// executor).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Gpu {
-    /// NVML's index.
+    /// The backend's ordinal (CUDA's, in the backend's environment).
     pub index: u32,
+    /// New sessions are not given it.
+    #[serde(default)]
+    pub drained: bool,
+    /// Live sessions with a context on it.
+    #[serde(default)]
+    pub sessions: Vec<u64>,
     /// Its UUID (`GPU-...`).
     pub uuid: String,
     /// Its model.

@@ -8,6 +8,7 @@ use pvgpu_ctl::snapshot;
 use std::io::Seek;
 use std::path::PathBuf;
 
+mod device_cmds;
 mod tenant_cmds;
 
 #[derive(Parser, Debug)]
@@ -82,6 +83,17 @@ enum Cmd {
     Key {
         #[command(subcommand)]
         cmd: tenant_cmds::KeyCmd,
+    },
+    /// Lists the backend's GPUs: drained or not, the sessions on each, NVML's gauges.
+    Devices {
+        /// Prints the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drains a GPU for maintenance, or gives it back.
+    Device {
+        #[command(subcommand)]
+        cmd: device_cmds::DeviceCmd,
     },
     /// Checks a snapshot file and describes it (no backend needed).
     Inspect {
@@ -163,6 +175,8 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Inspect { file, json } => inspect(&file, json)?,
         Cmd::Tenant { cmd } => tenant_cmds::tenant(&control, cmd)?,
         Cmd::Key { cmd } => tenant_cmds::key(&control, cmd)?,
+        Cmd::Devices { json } => device_cmds::list(&control, json)?,
+        Cmd::Device { cmd } => device_cmds::device(&control, cmd)?,
     }
     Ok(())
 }

@@ -182,6 +182,11 @@ pub struct Meta {
     pub executor: String,
     /// The devices it used; a restore needs the same models.
     pub devices: Vec<Device>,
+    /// The backend's devices the guest saw, by the guest's ordinal (its
+    /// device handles are those ordinals): a restore needs the same.
+    /// Snapshots of backends before this field saw all of them.
+    #[serde(default)]
+    pub gpus: Option<Vec<usize>>,
     /// The bytes of device state the blobs hold.
     pub state_bytes: u64,
     /// The session's objects.
@@ -390,6 +395,7 @@ mod tests {
             token: "00".repeat(16),
             executor: "host".into(),
             devices: vec![Device { ordinal: 0, name: "pvgpu host double".into(), total_memory_bytes: 1 << 30 }],
+            gpus: Some(vec![0]),
             state_bytes: 5,
             state: State { allocations: vec![Allocation { ctx: 1, address: 0x1000, length: 5, blob: 0 }], ..State::default() },
         }

@@ -7,7 +7,7 @@ use pvgpu_ctl::client::Control;
 use std::path::PathBuf;
 
 /// A limit on the command line: a number, or `unlimited`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum Limit<T> {
     /// At most this.
     At(T),
@@ -28,6 +28,17 @@ fn memory(s: &str) -> Result<Limit<u64>, String> {
     if s == "unlimited" { Ok(Limit::Unlimited) } else { pvgpu_ctl::parse_size(s).map(Limit::At) }
 }
 
+/// A GPU list on the command line: ordinals, comma-separated, or `all`.
+fn gpus(s: &str) -> Result<Limit<Vec<u32>>, String> {
+    if s == "all" {
+        return Ok(Limit::Unlimited);
+    }
+    s.split(',')
+        .map(|n| n.trim().parse::<u32>().map_err(|_| format!("{n:?} is not a GPU number (use e.g. 0,2 or all)")))
+        .collect::<Result<_, _>>()
+        .map(Limit::At)
+}
+
 fn sessions(s: &str) -> Result<Limit<u32>, String> {
     if s == "unlimited" { Ok(Limit::Unlimited) } else { s.parse().map(Limit::At).map_err(|_| format!("{s:?} is not a number of sessions")) }
 }
@@ -44,6 +55,12 @@ pub enum TenantCmd {
         /// Sessions it may hold at once, or unlimited.
         #[arg(long, value_parser = sessions, default_value = "unlimited")]
         sessions: Limit<u32>,
+        /// The backend's GPUs its sessions are given, in the order they see them (e.g. 1,0), or all.
+        #[arg(long, value_parser = gpus, default_value = "all")]
+        gpus: Limit<Vec<u32>>,
+        /// A local user (uid:N) or Xen guest (domain:NAME) whose sessions are the tenant's; repeatable.
+        #[arg(long = "member", value_name = "PEER")]
+        members: Vec<String>,
     },
     /// Lists the tenants with what they hold now.
     List {
@@ -69,6 +86,23 @@ pub enum TenantCmd {
         /// Sessions it may hold at once, or unlimited.
         #[arg(long, value_parser = sessions)]
         sessions: Option<Limit<u32>>,
+        /// The backend's GPUs its new sessions are given (e.g. 0,2), or all.
+        #[arg(long, value_parser = gpus)]
+        gpus: Option<Limit<Vec<u32>>>,
+    },
+    /// Makes a local user (uid:N) or Xen guest (domain:NAME) a member: its new sessions are the tenant's.
+    Join {
+        /// The tenant.
+        name: String,
+        /// The peer.
+        peer: String,
+    },
+    /// Takes a member out: its new sessions are its own again.
+    Leave {
+        /// The tenant.
+        name: String,
+        /// The peer.
+        peer: String,
     },
     /// Removes a tenant: its keys are revoked and its sessions end.
     Remove {
@@ -115,8 +149,9 @@ pub enum KeyCmd {
 
 pub fn tenant(control: &Control, cmd: TenantCmd) -> Result<()> {
     match cmd {
-        TenantCmd::Add { name, memory, sessions } => {
-            let req = NewTenant { name, quota: Quota { memory_bytes: memory.get(), max_sessions: sessions.get() } };
+        TenantCmd::Add { name, memory, sessions, gpus, members } => {
+            let req =
+                NewTenant { name, quota: Quota { memory_bytes: memory.get(), max_sessions: sessions.get(), gpus: gpus.get() }, members };
             let t: Tenant = control.call_with("POST", "/v1/tenants", Some(&req))?;
             println!("tenant {} added ({})", t.name, quota(&t.quota));
         }
@@ -136,14 +171,24 @@ pub fn tenant(control: &Control, cmd: TenantCmd) -> Result<()> {
                 print_tenants(std::slice::from_ref(&t));
             }
         }
-        TenantCmd::Set { name, memory, sessions } => {
+        TenantCmd::Set { name, memory, sessions, gpus } => {
             let now: Tenant = control.call("GET", &format!("/v1/tenants/{name}"))?;
             let q = Quota {
                 memory_bytes: memory.map_or(now.quota.memory_bytes, Limit::get),
                 max_sessions: sessions.map_or(now.quota.max_sessions, Limit::get),
+                gpus: gpus.map_or(now.quota.gpus, Limit::get),
             };
             let t: Tenant = control.call_with("PUT", &format!("/v1/tenants/{name}/quota"), Some(&q))?;
             println!("tenant {}: {}", t.name, quota(&t.quota));
+        }
+        TenantCmd::Join { name, peer } => {
+            let t: Tenant = control.call("PUT", &format!("/v1/tenants/{name}/members/{peer}"))?;
+            println!("{peer} joined tenant {}; members: {}", t.name, t.members.join(", "));
+        }
+        TenantCmd::Leave { name, peer } => {
+            let t: Tenant = control.call("DELETE", &format!("/v1/tenants/{name}/members/{peer}"))?;
+            let left = if t.members.is_empty() { "none".into() } else { t.members.join(", ") };
+            println!("{peer} left tenant {}; members: {left}", t.name);
         }
         TenantCmd::Remove { name } => {
             let r: Revoked = control.call("DELETE", &format!("/v1/tenants/{name}"))?;
@@ -213,7 +258,7 @@ fn issue(control: &Control, tenant: &str, out: &std::path::Path, rotate: bool) -
 fn quota(q: &Quota) -> String {
     let mem = q.memory_bytes.map_or("memory unlimited".into(), |b| format!("memory {}", crate::bytes(b)));
     let ses = q.max_sessions.map_or("sessions unlimited".into(), |n| format!("{n} sessions"));
-    format!("{mem}, {ses}")
+    format!("{mem}, {ses}, GPUs {}", gpu_list(q))
 }
 
 fn revoked(r: &Revoked) -> String {
@@ -222,11 +267,31 @@ fn revoked(r: &Revoked) -> String {
     if ended.is_empty() { keys } else { format!("{keys}; sessions ended: {}", ended.join(", ")) }
 }
 
+fn gpu_list(q: &Quota) -> String {
+    q.gpus
+        .as_ref()
+        .map_or("all".into(), |g| if g.is_empty() { "none".into() } else { g.iter().map(u32::to_string).collect::<Vec<_>>().join(",") })
+}
+
 fn print_tenants(all: &[Tenant]) {
-    println!("{:<20} {:>12} {:>10} {:>5} {:>9} {:>12}", "TENANT", "MEMORY CAP", "MAX SESS", "KEYS", "SESSIONS", "MEMORY");
+    println!(
+        "{:<20} {:>12} {:>10} {:>8} {:>5} {:>9} {:>12}  MEMBERS",
+        "TENANT", "MEMORY CAP", "MAX SESS", "GPUS", "KEYS", "SESSIONS", "MEMORY"
+    );
     for t in all {
         let cap = t.quota.memory_bytes.map_or("-".into(), crate::bytes);
         let max = t.quota.max_sessions.map_or("-".into(), |n| n.to_string());
-        println!("{:<20} {:>12} {:>10} {:>5} {:>9} {:>12}", t.name, cap, max, t.live_keys, t.sessions, crate::bytes(t.memory_bytes));
+        let members = if t.members.is_empty() { "-".into() } else { t.members.join(",") };
+        println!(
+            "{:<20} {:>12} {:>10} {:>8} {:>5} {:>9} {:>12}  {}",
+            t.name,
+            cap,
+            max,
+            gpu_list(&t.quota),
+            t.live_keys,
+            t.sessions,
+            crate::bytes(t.memory_bytes),
+            members
+        );
     }
 }

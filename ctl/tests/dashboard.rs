@@ -51,7 +51,9 @@ fn an_operator_uses_the_dashboard_in_chromium() {
     let http = backend.control_http_addr().expect("the dashboard is served");
     let ctl = Control::new(dir.join("control.sock"));
 
-    let _: Tenant = ctl.call_with("POST", "/v1/tenants", Some(&NewTenant { name: "lab-a".into(), quota: Quota::default() })).unwrap();
+    let _: Tenant = ctl
+        .call_with("POST", "/v1/tenants", Some(&NewTenant { name: "lab-a".into(), quota: Quota::default(), members: Vec::new() }))
+        .unwrap();
     let key: IssuedKey = ctl.call_with("POST", "/v1/tenants/lab-a/keys", Some(&IssueKey::default())).unwrap();
     let key_file = dir.join("lab-a.key");
     pvgpu_ring::tcp_auth::write_key_file(&key_file, &key.key_file).unwrap();

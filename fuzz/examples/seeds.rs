@@ -406,6 +406,7 @@ fn snapshot_file() {
         token: "0f".repeat(16),
         executor: "host".into(),
         devices: vec![Device { ordinal: 0, name: "pvgpu host double".into(), total_memory_bytes: 1 << 30 }],
+        gpus: Some(vec![0]),
         state_bytes: bytes,
         state,
     };

@@ -169,6 +169,7 @@ struct Launch {
     process: bool,
     state_dir: Option<PathBuf>,
     mem_quota: Option<u64>,
+    host_devices: usize,
     tls_cert: PathBuf,
     tls_key: PathBuf,
 }
@@ -215,6 +216,9 @@ pub struct HarnessOptions {
     /// Keep tenants and keys in a state directory of the harness's own
     /// (`--state-dir`), kept across [`Harness::restart`].
     pub state_dir: bool,
+    /// Devices of the host executor (`--host-devices`; the GPU's own
+    /// count on the cuda executor).
+    pub host_devices: Option<usize>,
 }
 
 fn free_tcp_port() -> u16 {
@@ -297,7 +301,14 @@ impl Harness {
         let tcp = format!("127.0.0.1:{}", free_tcp_port());
         let tls = format!("127.0.0.1:{}", free_tcp_port());
         let state_dir = opts.state_dir.then(|| dir.0.join("state"));
-        let launch = Launch { process: opts.process || process_isolation(), state_dir, mem_quota: opts.mem_quota, tls_cert, tls_key };
+        let launch = Launch {
+            process: opts.process || process_isolation(),
+            state_dir,
+            mem_quota: opts.mem_quota,
+            host_devices: opts.host_devices.unwrap_or(1),
+            tls_cert,
+            tls_key,
+        };
         let mut h = Harness { running: Running::External, exec, socket, tcp, tls, tcp_key, tls_ca, launch: Some(launch), _dir: dir };
         h.running = h.launch();
         if h.is_process() {
@@ -331,6 +342,7 @@ impl Harness {
             if let Some(q) = l.mem_quota {
                 cmd.arg("--mem-quota").arg(q.to_string());
             }
+            cmd.arg("--host-devices").arg(l.host_devices.to_string());
             cmd.arg("--image-cache").arg(dir.join("images"));
             cmd.arg("--control").arg(format!("unix:{}", dir.join("control.sock").display()));
             cmd.arg("--tcp-key").arg(&self.tcp_key);
@@ -346,7 +358,7 @@ impl Harness {
             let (child, keeper) = spawn_kept(cmd);
             Running::Process { child, _keeper: keeper }
         } else {
-            let host = Arc::new(HostExecutor::new(8 << 30));
+            let host = Arc::new(HostExecutor::with_devices(8 << 30, l.host_devices));
             let mut session =
                 SessionConfig { spin: Duration::from_micros(20), image_cache: Some(dir.join("images")), ..SessionConfig::default() };
             session.limits.mem_quota = l.mem_quota;

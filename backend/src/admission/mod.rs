@@ -20,6 +20,7 @@ use crate::handover::{Handover, Transport};
 use crate::ledger::{Ledgers, Seat};
 use crate::listener::Accepted;
 use crate::log_limit;
+use crate::roster::TenantOf;
 use pending::{Cut, Pending, PendingLimits, PendingPool};
 use pvgpu_ring::local::{self, LocalError, Refusal};
 use pvgpu_ring::tcp_auth::{self, AuthError, Status};
@@ -128,8 +129,9 @@ pub enum Refused {
 /// seat, its tenant, and, for TLS, the relay the supervisor runs between
 /// the peer and the session.
 pub struct Admitted {
-    /// The tenant and key a TCP or TLS peer opened with.
-    pub tenant: Option<(String, pvgpu_ring::tcp_auth::KeyId)>,
+    /// The tenant the session belongs to: by the key a TCP or TLS peer
+    /// opened with, or as a member peer.
+    pub tenant: Option<TenantOf>,
     /// The connection the session serves.
     pub handover: Handover,
     /// Its session slot.
@@ -161,8 +163,16 @@ pub fn open(acc: Accepted, pending: Pending, cfg: &AdmissionConfig, pools: &Pool
             sock.set_read_timeout(Some(cfg.handshake_timeout))?;
             let hello = local::read_hello(&sock, max_data).map_err(|e| give_up(e.into()))?;
             pending.finish()?;
-            match pools.session(transport, &peer) {
-                Ok((slot, seat)) => Ok(Admitted { handover: Handover::Local { sock, hello, uid }, slot, seat, relay: None, tenant: None }),
+            // A local user may be a member of a tenant: its sessions are the
+            // tenant's, under its quota.
+            let member = cfg.tenants.as_deref().and_then(|t| t.of_member(&peer));
+            let held = match &member {
+                Some((name, quota)) => pools.tenant_session(transport, name, quota),
+                None => pools.session(transport, &peer),
+            };
+            let tenant = member.map(|(name, _)| TenantOf { name, key: None });
+            match held {
+                Ok((slot, seat)) => Ok(Admitted { handover: Handover::Local { sock, hello, uid }, slot, seat, relay: None, tenant }),
                 Err(why) => {
                     local::refuse(&sock, Refusal::Busy, max_data);
                     Err(why)
@@ -189,7 +199,7 @@ pub fn open(acc: Accepted, pending: Pending, cfg: &AdmissionConfig, pools: &Pool
 
 /// What a TCP or TLS peer's key check gives: its slot, its ledger seat,
 /// and the tenant and key it opened with.
-type KeyChecked = (Slot, Seat, Option<(String, pvgpu_ring::tcp_auth::KeyId)>);
+type KeyChecked = (Slot, Seat, Option<TenantOf>);
 
 /// The key check of a TCP or TLS connection, with a session slot taken
 /// between the peer's proof and the backend's answer, so that a peer told
@@ -242,7 +252,7 @@ fn key_check<S: Read + Write>(
     };
     tcp_auth::accept(s, &opened)?;
     s.flush()?;
-    Ok((slot, seat, tenant.map(|(name, id, _)| (name, id))))
+    Ok((slot, seat, tenant.map(|(name, id, _)| TenantOf { name, key: Some(id) })))
 }
 
 /// Logs a refusal, within the backend's limit for peer-triggered lines.

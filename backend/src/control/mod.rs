@@ -50,6 +50,16 @@ pub trait Sessions: Send + Sync {
     fn metrics(&self) -> Option<&crate::metrics::Metrics> {
         None
     }
+    /// The backend's GPUs: drained or not, who uses them, their gauges.
+    fn devices(&self) -> Vec<api::Gpu> {
+        self.metrics().map(|m| m.gpus()).unwrap_or_default()
+    }
+    /// Drains GPU `ordinal` (`on`: new sessions are not given it), or gives
+    /// it back; returns it as it is now.
+    fn drain(&self, ordinal: usize, on: bool) -> Result<api::Gpu, Refusal> {
+        let _ = on;
+        Err(Refusal::new(404, format!("This backend does not drain GPUs (GPU {ordinal})")))
+    }
 }
 
 /// What the control API may ask about tenants and their keys.
@@ -63,6 +73,10 @@ pub trait TenantAdmin: Send + Sync {
     /// Sets a tenant's quota; its live sessions are held to it from their
     /// next allocation.
     fn set_quota(&self, name: &str, quota: api::Quota) -> Result<api::Tenant, Refusal>;
+    /// Makes `peer` (`uid:N`, `domain:NAME`) a member of tenant `name`
+    /// (`add`), or takes it out: its next sessions are the tenant's, or
+    /// its own again.
+    fn set_member(&self, name: &str, peer: &str, add: bool) -> Result<api::Tenant, Refusal>;
     /// Removes a tenant: its keys are revoked and its sessions ended.
     fn remove(&self, name: &str) -> Result<api::Revoked, Refusal>;
     /// Issues a key.

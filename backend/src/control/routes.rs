@@ -95,7 +95,11 @@ fn route(method: &Method, url: &str, body: &[u8], sessions: &dyn Sessions) -> An
             (Ok(n), Ok(req)) => done(sessions.checkpoint(n, req)),
         },
         (Method::Get, ["v1", "restores"]) => ok(&sessions.waiting()),
-        (Method::Get, ["v1", "devices"]) => ok(&sessions.metrics().map(|m| m.gpus()).unwrap_or_default()),
+        (Method::Get, ["v1", "devices"]) => ok(&sessions.devices()),
+        (Method::Post | Method::Delete, ["v1", "devices", n, "drain"]) => match n.parse::<usize>() {
+            Ok(n) => done(sessions.drain(n, *method == Method::Post)),
+            Err(_) => error(400, format!("{n:?} is not a GPU number")),
+        },
         (Method::Get, ["v1", "summary"]) => match sessions.metrics() {
             Some(m) => ok(&m.summary()),
             None => error(404, "This backend keeps no metrics".into()),

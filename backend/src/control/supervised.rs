@@ -4,6 +4,7 @@
 
 use super::tenant_admin::TenantDesk;
 use super::{Refusal, Sessions, TenantAdmin};
+use crate::metrics::Events;
 use crate::roster::Roster;
 use crate::spawn::Spawner;
 use pvgpu_ctl::api::{CheckpointReport, CheckpointRequest, RestoreReport, RestoreRequest, Session};
@@ -41,23 +42,8 @@ fn absolute(file: &str) -> Result<PathBuf, Refusal> {
     if p.is_absolute() { Ok(p) } else { Err(Refusal::new(400, format!("{file:?} is not an absolute path"))) }
 }
 
-impl Sessions for Supervised {
-    fn list(&self) -> Vec<Session> {
-        self.roster.list()
-    }
-
-    fn get(&self, id: u64) -> Option<Session> {
-        self.roster.get(id)
-    }
-
-    fn end(&self, id: u64) -> Option<Session> {
-        let s = self.roster.get(id)?;
-        tracing::info!(session = id, peer = %s.peer, "ending a session (control socket)");
-        self.spawner.end(id);
-        Some(s)
-    }
-
-    fn checkpoint(&self, id: u64, req: CheckpointRequest) -> Result<CheckpointReport, Refusal> {
+impl Supervised {
+    fn take_checkpoint(&self, id: u64, req: CheckpointRequest) -> Result<CheckpointReport, Refusal> {
         let session =
             self.roster.get(id).ok_or_else(|| Refusal::new(404, format!("No live session {id} (`pvgpu-ctl sessions` lists them)")))?;
         if session.transport == "xen" && !req.leave_running {
@@ -113,20 +99,7 @@ impl Sessions for Supervised {
         }
     }
 
-    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
-        Some(&self.metrics)
-    }
-
-    fn tenants(&self) -> Option<&dyn TenantAdmin> {
-        self.tenants.as_ref().map(|t| t as &dyn TenantAdmin)
-    }
-
-    fn waiting(&self) -> Vec<pvgpu_ctl::api::Waiting> {
-        let parked = self.spawner.desk().parked();
-        parked.into_iter().map(|(peer, path)| pvgpu_ctl::api::Waiting { peer, file: path.display().to_string() }).collect()
-    }
-
-    fn restore(&self, req: RestoreRequest) -> Result<RestoreReport, Refusal> {
+    fn park_snapshot(&self, req: RestoreRequest) -> Result<RestoreReport, Refusal> {
         let path = absolute(&req.file)?;
         let (file, meta) = open_snapshot(&path)?;
         if meta.executor != self.spawner.executor() {
@@ -146,6 +119,79 @@ impl Sessions for Supervised {
         tracing::info!(file = %path.display(), peer = %meta.peer, session = meta.session, "snapshot parked until its guest comes back");
         self.spawner.desk().park(token, meta.peer, file, path);
         Ok(report)
+    }
+}
+
+impl Sessions for Supervised {
+    fn list(&self) -> Vec<Session> {
+        self.roster.list()
+    }
+
+    fn get(&self, id: u64) -> Option<Session> {
+        self.roster.get(id)
+    }
+
+    fn end(&self, id: u64) -> Option<Session> {
+        let s = self.roster.get(id)?;
+        tracing::info!(session = id, peer = %s.peer, "ending a session (control socket)");
+        self.spawner.end(id);
+        Some(s)
+    }
+
+    fn checkpoint(&self, id: u64, req: CheckpointRequest) -> Result<CheckpointReport, Refusal> {
+        let e = self.metrics.events();
+        let r = self.take_checkpoint(id, req);
+        match &r {
+            Ok(report) => {
+                Events::count(&e.checkpoints_written, 1);
+                Events::count(&e.checkpoint_bytes, report.state_bytes);
+            }
+            Err(_) => Events::count(&e.checkpoints_failed, 1),
+        }
+        r
+    }
+
+    fn restore(&self, req: RestoreRequest) -> Result<RestoreReport, Refusal> {
+        let r = self.park_snapshot(req);
+        let e = self.metrics.events();
+        Events::count(if r.is_ok() { &e.restores_accepted } else { &e.restores_refused }, 1);
+        r
+    }
+
+    fn devices(&self) -> Vec<pvgpu_ctl::api::Gpu> {
+        let devices = self.metrics.devices();
+        let gauges = self.metrics.gpus();
+        let live = self.roster.list();
+        (0..devices.count())
+            .map(|i| {
+                let mut g = gauges.iter().find(|g| g.index as usize == i).cloned().unwrap_or_else(|| pvgpu_ctl::api::Gpu {
+                    index: i as u32,
+                    name: format!("{} executor device {i}", self.spawner.executor()),
+                    ..Default::default()
+                });
+                g.drained = devices.is_drained(i);
+                g.sessions = live.iter().filter(|s| s.devices.contains(&i)).map(|s| s.id).collect();
+                g
+            })
+            .collect()
+    }
+
+    fn drain(&self, ordinal: usize, on: bool) -> Result<pvgpu_ctl::api::Gpu, Refusal> {
+        self.metrics.devices().set_drained(ordinal, on).map_err(|e| Refusal::new(e.status(), e.to_string()))?;
+        self.devices().into_iter().nth(ordinal).ok_or_else(|| Refusal::new(404, format!("No GPU {ordinal}")))
+    }
+
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        Some(&self.metrics)
+    }
+
+    fn tenants(&self) -> Option<&dyn TenantAdmin> {
+        self.tenants.as_ref().map(|t| t as &dyn TenantAdmin)
+    }
+
+    fn waiting(&self) -> Vec<pvgpu_ctl::api::Waiting> {
+        let parked = self.spawner.desk().parked();
+        parked.into_iter().map(|(peer, path)| pvgpu_ctl::api::Waiting { peer, file: path.display().to_string() }).collect()
     }
 }
 

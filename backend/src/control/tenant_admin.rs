@@ -34,7 +34,15 @@ fn refusal(e: StateError) -> Refusal {
 impl TenantDesk {
     fn describe(&self, t: TenantInfo) -> api::Tenant {
         let (sessions, memory_bytes) = self.roster.tenant_usage(&t.name);
-        api::Tenant { name: t.name, quota: t.quota, created_unix_seconds: t.created, live_keys: t.live_keys, sessions, memory_bytes }
+        api::Tenant {
+            name: t.name,
+            quota: t.quota,
+            created_unix_seconds: t.created,
+            live_keys: t.live_keys,
+            sessions,
+            memory_bytes,
+            members: t.members,
+        }
     }
 
     /// Ends the live sessions opened with `keys`.
@@ -62,11 +70,11 @@ impl TenantAdmin for TenantDesk {
     }
 
     fn add(&self, req: NewTenant) -> Result<api::Tenant, Refusal> {
-        self.tenants.add(&req.name, req.quota).map(|t| self.describe(t)).map_err(refusal)
+        self.tenants.add(&req.name, req.quota, &req.members).map(|t| self.describe(t)).map_err(refusal)
     }
 
     fn set_quota(&self, name: &str, quota: Quota) -> Result<api::Tenant, Refusal> {
-        let t = self.tenants.set_quota(name, quota).map_err(refusal)?;
+        let t = self.tenants.set_quota(name, quota.clone()).map_err(refusal)?;
         self.ledgers.set_cap(&peer_of(name), quota.memory_bytes.unwrap_or(self.default_cap));
         Ok(self.describe(t))
     }
@@ -77,6 +85,10 @@ impl TenantAdmin for TenantDesk {
         let ended = self.roster.of_tenant(name);
         self.end(&ended, "its tenant was removed");
         Ok(api::Revoked { keys, sessions_ended: ended })
+    }
+
+    fn set_member(&self, name: &str, peer: &str, add: bool) -> Result<api::Tenant, Refusal> {
+        self.tenants.set_member(name, peer, add).map(|t| self.describe(t)).map_err(refusal)
     }
 
     fn issue(&self, name: &str, req: IssueKey) -> Result<api::IssuedKey, Refusal> {

@@ -22,6 +22,8 @@ pub(super) fn route(method: &Method, parts: &[&str], body: &[u8], tenants: Optio
             Ok(q) => done(t.set_quota(name, q)),
             Err(e) => e,
         },
+        (Method::Put, ["tenants", name, "members", peer]) => done(t.set_member(name, peer, true)),
+        (Method::Delete, ["tenants", name, "members", peer]) => done(t.set_member(name, peer, false)),
         (Method::Get, ["tenants", name, "keys"]) => done(t.keys(name)),
         (Method::Post, ["tenants", name, "keys"]) => {
             let req = if body.is_empty() { Ok(IssueKey::default()) } else { parse::<IssueKey>(body) };

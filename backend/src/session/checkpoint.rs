@@ -96,6 +96,7 @@ impl<E: Executor> Session<E> {
             token: snapshot::token_hex(&self.token),
             executor: self.exec.kind().to_string(),
             devices: self.devices_used(),
+            gpus: Some(self.gpus.clone()),
             state_bytes: plan.bytes,
             state: plan.state,
         };

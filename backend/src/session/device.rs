@@ -61,12 +61,14 @@ pub(super) fn driver_get_version<E: Executor>(s: &mut Session<E>, _: proto::Driv
 
 pub(super) fn device_get_count<E: Executor>(s: &mut Session<E>, _: proto::DeviceGetCount, _: &mut Io<'_>) -> CuRes<I32Rep> {
     s.need_init()?;
-    Ok(I32Rep { value: (s.exec.devices().len() as i32).into() })
+    Ok(I32Rep { value: (s.gpus.len() as i32).into() })
 }
 
 pub(super) fn device_get<E: Executor>(s: &mut Session<E>, r: proto::DeviceGet, _: &mut Io<'_>) -> CuRes<I32Rep> {
-    let d = s.device(r.device.get())?;
-    Ok(I32Rep { value: (d as i32).into() })
+    // The guest's device handle is its ordinal; `device` maps it to the
+    // executor's at each use.
+    s.device(r.device.get())?;
+    Ok(I32Rep { value: r.device.get().into() })
 }
 
 pub(super) fn device_get_properties<E: Executor>(

@@ -164,6 +164,8 @@ pub struct Session<E: Executor> {
     exec: Arc<E>,
     id: u64,
     limits: SessionLimits,
+    /// The executor's devices the guest sees, by the guest's ordinal.
+    gpus: Vec<usize>,
     hello: bool,
     initialized: bool,
     ctxs: HandleTable<CtxEntry<Ctx<E>>>,
@@ -225,7 +227,13 @@ impl<E: Executor> Session<E> {
     /// A new session numbered `id`.
     pub fn new(exec: Arc<E>, id: u64, limits: SessionLimits) -> Self {
         let n = limits.max_objects;
+        let have = exec.devices().len();
+        let gpus = match &limits.gpus {
+            Some(list) => list.iter().copied().filter(|&d| d < have).collect(),
+            None => (0..have).collect(),
+        };
         Session {
+            gpus,
             exec,
             id,
             limits,
@@ -437,9 +445,10 @@ impl<E: Executor> Session<E> {
         if self.initialized { Ok(()) } else { Err(CuError::NOT_INITIALIZED) }
     }
 
+    /// The executor's device behind the guest's ordinal `d`.
     fn device(&self, d: i32) -> CuRes<usize> {
         self.need_init()?;
-        usize::try_from(d).ok().filter(|&d| d < self.exec.devices().len()).ok_or(CuError::INVALID_DEVICE)
+        usize::try_from(d).ok().and_then(|d| self.gpus.get(d).copied()).ok_or(CuError::INVALID_DEVICE)
     }
 
     /// Makes context `id` current and returns it.

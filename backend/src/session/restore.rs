@@ -35,6 +35,16 @@ pub enum RestoreError {
         /// This backend's, or "missing".
         have: String,
     },
+    /// The session would see other devices than its guest saw.
+    #[error(
+        "the guest saw the backend's devices {want:?}, and here its session may use {have:?} (its tenant's GPUs, less those drained); restore where the same devices are given to it"
+    )]
+    Gpus {
+        /// What the guest saw.
+        want: Vec<usize>,
+        /// What the session may use here.
+        have: Vec<usize>,
+    },
     /// An address could not be had again.
     #[error("{what} at {address:#x} cannot be restored at that address ({error}); the snapshot is kept")]
     Address {
@@ -165,6 +175,13 @@ impl<E: Executor> Session<E> {
                     have,
                 });
             }
+        }
+        // The guest's device handles are ordinals into the list of devices
+        // it saw: that list must be the same here (a tenant's GPUs changed,
+        // or one was drained, since the checkpoint).
+        let saw = meta.gpus.clone().unwrap_or_else(|| (0..here.len()).collect());
+        if saw != self.gpus {
+            return Err(RestoreError::Gpus { want: saw, have: self.gpus.clone() });
         }
         for c in &meta.state.contexts {
             if !meta.devices.iter().any(|d| d.ordinal == c.device) {

@@ -61,6 +61,25 @@ pub enum StateError {
     /// A quota past what the database stores.
     #[error("{0} bytes is larger than any quota can be")]
     TooLarge(u64),
+    /// The peer belongs to another tenant.
+    #[error("{peer} belongs to tenant {tenant:?}; remove it there first")]
+    Member {
+        /// The peer.
+        peer: String,
+        /// Its tenant.
+        tenant: String,
+    },
+    /// The peer is not the tenant's.
+    #[error("{peer} is not a member of tenant {tenant:?}")]
+    NoMember {
+        /// The peer.
+        peer: String,
+        /// The tenant.
+        tenant: String,
+    },
+    /// Not a peer a tenant may have.
+    #[error("{0:?} is not a member peer: use uid:N (a local user) or domain:NAME (a Xen guest by its domain name)")]
+    BadPeer(String),
     /// No random bytes for a key.
     #[error("Cannot make a key: {0}")]
     Random(std::io::Error),
@@ -70,9 +89,9 @@ impl StateError {
     /// The HTTP status the control API answers with.
     pub fn status(&self) -> u16 {
         match self {
-            StateError::NoTenant(_) | StateError::NoKey { .. } => 404,
-            StateError::Exists(_) => 409,
-            StateError::BadName(_) | StateError::TooLarge(_) => 400,
+            StateError::NoTenant(_) | StateError::NoKey { .. } | StateError::NoMember { .. } => 404,
+            StateError::Exists(_) | StateError::Member { .. } => 409,
+            StateError::BadName(_) | StateError::TooLarge(_) | StateError::BadPeer(_) => 400,
             StateError::Dir { .. } | StateError::Db(_) | StateError::Newer { .. } | StateError::Random(_) => 500,
         }
     }
@@ -84,6 +103,8 @@ impl StateError {
 struct View {
     tenants: HashMap<String, TenantRow>,
     keys: HashMap<KeyId, LiveKey>,
+    /// Member peers (`uid:N`, `domain:NAME`) and their tenants.
+    members: HashMap<String, String>,
 }
 
 /// A tenant's record as the control API reports it (without live usage).
@@ -97,6 +118,8 @@ pub struct TenantInfo {
     pub created: u64,
     /// Its keys that are not revoked.
     pub live_keys: usize,
+    /// Local users and Xen guests whose sessions are its.
+    pub members: Vec<String>,
 }
 
 /// The tenants of one backend.
@@ -156,7 +179,8 @@ impl Tenants {
     fn reload(&self, store: &Store) -> Result<(), StateError> {
         let tenants = store.tenants()?.into_iter().map(|t| (t.name.clone(), t)).collect();
         let keys = store.live_keys()?.into_iter().collect();
-        *self.view.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(View { tenants, keys });
+        let members = store.members()?.into_iter().collect();
+        *self.view.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(View { tenants, keys, members });
         Ok(())
     }
 
@@ -177,7 +201,40 @@ impl Tenants {
     pub fn of_key(&self, id: KeyId) -> Option<(String, Quota)> {
         let v = self.view();
         let tenant = &v.keys.get(&id)?.tenant;
-        Some((tenant.clone(), v.tenants.get(tenant)?.quota))
+        Some((tenant.clone(), v.tenants.get(tenant)?.quota.clone()))
+    }
+
+    /// The tenant whose member `peer` is (`uid:N` of a local user,
+    /// `domain:NAME` of a Xen guest), and its quota.
+    pub fn of_member(&self, peer: &str) -> Option<(String, Quota)> {
+        let v = self.view();
+        let tenant = v.members.get(peer)?;
+        Some((tenant.clone(), v.tenants.get(tenant)?.quota.clone()))
+    }
+
+    /// The quota of tenant `name`.
+    pub fn quota(&self, name: &str) -> Option<Quota> {
+        self.view().tenants.get(name).map(|t| t.quota.clone())
+    }
+
+    /// Makes `peer` a member of `tenant` (`add`), or takes it out.
+    pub fn set_member(&self, tenant: &str, peer: &str, add: bool) -> Result<TenantInfo, StateError> {
+        if !valid_member(peer) {
+            return Err(StateError::BadPeer(peer.to_string()));
+        }
+        self.change(|s| s.set_member(tenant, peer, add))?;
+        tracing::info!(tenant, peer, add, "tenant membership changed");
+        self.get(tenant)
+    }
+
+    /// The GPUs drained, as the database keeps them.
+    pub fn drained(&self) -> Result<Vec<usize>, StateError> {
+        self.lock().drained()
+    }
+
+    /// Records GPU `ordinal` drained, or not.
+    pub fn set_drained(&self, ordinal: usize, drained: bool) -> Result<(), StateError> {
+        self.lock().set_drained(ordinal, drained)
     }
 
     /// Every tenant, by name.
@@ -194,19 +251,23 @@ impl Tenants {
         v.tenants.get(name).map(|t| info(&v, t)).ok_or_else(|| StateError::NoTenant(name.to_string()))
     }
 
-    /// Adds tenant `name`.
-    pub fn add(&self, name: &str, quota: Quota) -> Result<TenantInfo, StateError> {
+    /// Adds tenant `name`, with `members` (local users and Xen guests
+    /// whose sessions are its).
+    pub fn add(&self, name: &str, quota: Quota, members: &[String]) -> Result<TenantInfo, StateError> {
         if !valid_name(name) {
             return Err(StateError::BadName(name.to_string()));
         }
-        self.change(|s| s.add_tenant(name, quota))?;
+        if let Some(bad) = members.iter().find(|m| !valid_member(m)) {
+            return Err(StateError::BadPeer(bad.clone()));
+        }
+        self.change(|s| s.add_tenant(name, &quota, members))?;
         tracing::info!(tenant = name, ?quota, "tenant added");
         self.get(name)
     }
 
     /// Sets tenant `name`'s quota.
     pub fn set_quota(&self, name: &str, quota: Quota) -> Result<TenantInfo, StateError> {
-        self.change(|s| s.set_quota(name, quota))?;
+        self.change(|s| s.set_quota(name, &quota))?;
         tracing::info!(tenant = name, ?quota, "tenant quota changed");
         self.get(name)
     }
@@ -246,12 +307,26 @@ impl Tenants {
 }
 
 fn info(v: &View, t: &TenantRow) -> TenantInfo {
+    let mut members: Vec<String> = v.members.iter().filter(|(_, tenant)| **tenant == t.name).map(|(p, _)| p.clone()).collect();
+    members.sort();
     TenantInfo {
         name: t.name.clone(),
-        quota: t.quota,
+        quota: t.quota.clone(),
         created: t.created,
         live_keys: v.keys.values().filter(|k| k.tenant == t.name).count(),
+        members,
     }
+}
+
+/// A member peer: `uid:N` (a local user) or `domain:NAME` (a Xen guest
+/// by its domain name, as `xl list` shows it).
+fn valid_member(peer: &str) -> bool {
+    if let Some(uid) = peer.strip_prefix("uid:") {
+        return uid.parse::<u32>().is_ok();
+    }
+    peer.strip_prefix("domain:").is_some_and(|name| {
+        (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    })
 }
 
 #[cfg(test)]
@@ -268,19 +343,35 @@ mod tests {
     fn tenants_and_keys_persist_and_revoked_keys_open_nothing() {
         let d = dir("persist");
         let t = Tenants::open(&d).unwrap();
-        let quota = Quota { memory_bytes: Some(64 << 20), max_sessions: Some(2) };
-        t.add("alice", quota).unwrap();
-        assert!(matches!(t.add("alice", quota), Err(StateError::Exists(_))));
-        assert!(matches!(t.add("../x", quota), Err(StateError::BadName(_))));
+        let quota = Quota { memory_bytes: Some(64 << 20), max_sessions: Some(2), gpus: Some(vec![1, 0]) };
+        t.add("alice", quota.clone(), &[]).unwrap();
+        assert!(matches!(t.add("alice", quota.clone(), &[]), Err(StateError::Exists(_))));
+        assert!(matches!(t.add("../x", quota.clone(), &[]), Err(StateError::BadName(_))));
+        t.add("bob", Quota::default(), &[]).unwrap();
+        assert!(matches!(t.add("carol", Quota::default(), &["uid:x".into()]), Err(StateError::BadPeer(_))));
+        t.set_member("alice", "uid:1000", true).unwrap();
+        t.set_member("alice", "domain:lab-vm", true).unwrap();
+        assert!(matches!(t.set_member("bob", "uid:1000", true), Err(StateError::Member { .. })), "one tenant per peer");
+        assert!(matches!(t.set_member("bob", "tcp:1.2.3.4", true), Err(StateError::BadPeer(_))));
+        assert!(matches!(t.set_member("bob", "domain:a/b", true), Err(StateError::BadPeer(_))));
+        t.set_drained(1, true).unwrap();
         let (k1, revoked) = t.issue("alice", false).unwrap();
         assert!(revoked.is_empty());
         assert!(t.verifier(k1.id()) == Some(k1.verifier()));
         assert_eq!(t.of_key(k1.id()), Some(("alice".into(), quota)));
-        assert!(matches!(t.issue("bob", false), Err(StateError::NoTenant(_))));
+        assert!(matches!(t.issue("nobody", false), Err(StateError::NoTenant(_))));
         drop(t);
         // A new backend finds the same state.
         let t = Tenants::open(&d).unwrap();
         assert_eq!(t.get("alice").unwrap().live_keys, 1);
+        assert_eq!(t.quota("alice").unwrap().gpus, Some(vec![1, 0]), "the GPU list and its order persist");
+        assert_eq!(t.get("alice").unwrap().members, ["domain:lab-vm", "uid:1000"]);
+        assert_eq!(t.of_member("uid:1000").map(|(n, _)| n), Some("alice".into()));
+        assert_eq!(t.drained().unwrap(), [1]);
+        t.set_member("alice", "uid:1000", false).unwrap();
+        assert!(t.of_member("uid:1000").is_none());
+        assert!(matches!(t.set_member("alice", "uid:1000", false), Err(StateError::NoMember { .. })));
+        t.remove("bob").unwrap();
         assert!(t.verifier(k1.id()).is_some());
         let (k2, revoked) = t.issue("alice", true).unwrap();
         assert_eq!(revoked, [k1.id().to_string()]);
@@ -298,6 +389,28 @@ mod tests {
         assert!(t.list().is_empty());
         drop(t);
         assert!(Tenants::open(&d).unwrap().list().is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_version_1_database_is_upgraded_in_place() {
+        let d = dir("upgrade");
+        std::fs::create_dir_all(&d).unwrap();
+        {
+            let db = rusqlite::Connection::open(d.join(DB_FILE)).unwrap();
+            db.execute_batch(
+                "CREATE TABLE tenants (name TEXT PRIMARY KEY, memory_bytes INTEGER, max_sessions INTEGER, created INTEGER NOT NULL) STRICT;
+                 INSERT INTO tenants VALUES ('old', 4096, 3, 1);
+                 PRAGMA user_version = 1;",
+            )
+            .unwrap();
+        }
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let t = Tenants::open(&d).unwrap();
+        assert_eq!(t.quota("old"), Some(Quota { memory_bytes: Some(4096), max_sessions: Some(3), gpus: None }), "every GPU, as before");
+        t.set_member("old", "uid:7", true).unwrap();
+        assert_eq!(t.of_member("uid:7").map(|(n, _)| n), Some("old".into()));
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -9,14 +9,23 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::Path;
 
 /// The schema version this backend writes (`PRAGMA user_version`).
-const SCHEMA: i64 = 1;
+const SCHEMA: i64 = 2;
 
 const CREATE: &str = "
 CREATE TABLE IF NOT EXISTS tenants (
     name         TEXT PRIMARY KEY,
     memory_bytes INTEGER,           -- NULL: no limit of its own
     max_sessions INTEGER,
-    created      INTEGER NOT NULL   -- seconds since the Unix epoch
+    created      INTEGER NOT NULL,  -- seconds since the Unix epoch
+    gpus         TEXT               -- NULL: every GPU; else ordinals, comma-separated
+) STRICT;
+CREATE TABLE IF NOT EXISTS members (
+    peer   TEXT PRIMARY KEY,        -- uid:N, domain:NAME
+    tenant TEXT NOT NULL REFERENCES tenants(name) ON DELETE CASCADE
+) STRICT;
+CREATE TABLE IF NOT EXISTS drained (
+    ordinal INTEGER PRIMARY KEY,    -- a GPU no new session is given
+    since   INTEGER NOT NULL
 ) STRICT;
 CREATE TABLE IF NOT EXISTS keys (
     id         TEXT PRIMARY KEY,    -- 16 hex digits, public
@@ -69,22 +78,75 @@ impl Store {
         if version > SCHEMA {
             return Err(StateError::Newer { path: path.to_path_buf(), version });
         }
-        db.execute_batch(CREATE)?;
-        db.pragma_update(None, "user_version", SCHEMA)?;
+        let tx = db.unchecked_transaction()?;
+        if version == 1 {
+            // Version 1 had no GPU list; its tenants may use every GPU.
+            tx.execute_batch("ALTER TABLE tenants ADD COLUMN gpus TEXT")?;
+        }
+        tx.execute_batch(CREATE)?;
+        tx.pragma_update(None, "user_version", SCHEMA)?;
+        tx.commit()?;
         Ok(Store { db })
     }
 
     /// Every tenant, by name.
     pub fn tenants(&self) -> Result<Vec<TenantRow>, StateError> {
-        let mut q = self.db.prepare("SELECT name, memory_bytes, max_sessions, created FROM tenants ORDER BY name")?;
+        let mut q = self.db.prepare("SELECT name, memory_bytes, max_sessions, created, gpus FROM tenants ORDER BY name")?;
         let rows = q.query_map([], |r| {
             Ok(TenantRow {
                 name: r.get(0)?,
-                quota: Quota { memory_bytes: r.get::<_, Option<i64>>(1)?.map(|n| n as u64), max_sessions: r.get(2)? },
+                quota: Quota {
+                    memory_bytes: r.get::<_, Option<i64>>(1)?.map(|n| n as u64),
+                    max_sessions: r.get(2)?,
+                    gpus: r.get::<_, Option<String>>(4)?.map(|g| gpus_from_sql(&g)),
+                },
                 created: r.get::<_, i64>(3)? as u64,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every member peer (`uid:N`, `domain:NAME`) and its tenant.
+    pub fn members(&self) -> Result<Vec<(String, String)>, StateError> {
+        let mut q = self.db.prepare("SELECT peer, tenant FROM members ORDER BY peer")?;
+        let rows = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Makes `peer` a member of `tenant` (`add`) or of none.
+    pub fn set_member(&mut self, tenant: &str, peer: &str, add: bool) -> Result<(), StateError> {
+        let tx = self.db.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        require_tenant(&tx, tenant)?;
+        let owner: Option<String> = tx.query_row("SELECT tenant FROM members WHERE peer = ?1", [peer], |r| r.get(0)).optional()?;
+        match (add, owner) {
+            (true, Some(other)) if other != tenant => return Err(StateError::Member { peer: peer.to_string(), tenant: other }),
+            (true, Some(_)) => {}
+            (true, None) => {
+                tx.execute("INSERT INTO members (peer, tenant) VALUES (?1, ?2)", params![peer, tenant])?;
+            }
+            (false, Some(owner)) if owner == tenant => {
+                tx.execute("DELETE FROM members WHERE peer = ?1", [peer])?;
+            }
+            (false, _) => return Err(StateError::NoMember { peer: peer.to_string(), tenant: tenant.to_string() }),
+        }
+        Ok(tx.commit()?)
+    }
+
+    /// The GPUs drained, lowest first.
+    pub fn drained(&self) -> Result<Vec<usize>, StateError> {
+        let mut q = self.db.prepare("SELECT ordinal FROM drained ORDER BY ordinal")?;
+        let rows = q.query_map([], |r| r.get::<_, i64>(0))?;
+        Ok(rows.filter_map(|r| r.map(|n| usize::try_from(n).ok()).transpose()).collect::<Result<_, _>>()?)
+    }
+
+    /// Marks GPU `ordinal` drained, or not.
+    pub fn set_drained(&mut self, ordinal: usize, drained: bool) -> Result<(), StateError> {
+        if drained {
+            self.db.execute("INSERT OR IGNORE INTO drained (ordinal, since) VALUES (?1, ?2)", params![ordinal as i64, now() as i64])?;
+        } else {
+            self.db.execute("DELETE FROM drained WHERE ordinal = ?1", [ordinal as i64])?;
+        }
+        Ok(())
     }
 
     /// Every live key with its tenant and verifier.
@@ -120,24 +182,31 @@ impl Store {
     }
 
     /// Adds a tenant.
-    pub fn add_tenant(&mut self, name: &str, quota: Quota) -> Result<(), StateError> {
+    pub fn add_tenant(&mut self, name: &str, quota: &Quota, members: &[String]) -> Result<(), StateError> {
         let tx = self.db.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let exists: Option<i64> = tx.query_row("SELECT 1 FROM tenants WHERE name = ?1", [name], |r| r.get(0)).optional()?;
         if exists.is_some() {
             return Err(StateError::Exists(name.to_string()));
         }
         tx.execute(
-            "INSERT INTO tenants (name, memory_bytes, max_sessions, created) VALUES (?1, ?2, ?3, ?4)",
-            params![name, to_sql(quota.memory_bytes)?, quota.max_sessions, now() as i64],
+            "INSERT INTO tenants (name, memory_bytes, max_sessions, created, gpus) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![name, to_sql(quota.memory_bytes)?, quota.max_sessions, now() as i64, gpus_to_sql(quota.gpus.as_deref())],
         )?;
+        for peer in members {
+            let owner: Option<String> = tx.query_row("SELECT tenant FROM members WHERE peer = ?1", [peer], |r| r.get(0)).optional()?;
+            if let Some(tenant) = owner {
+                return Err(StateError::Member { peer: peer.clone(), tenant });
+            }
+            tx.execute("INSERT INTO members (peer, tenant) VALUES (?1, ?2)", params![peer, name])?;
+        }
         Ok(tx.commit()?)
     }
 
     /// Sets a tenant's quota.
-    pub fn set_quota(&mut self, name: &str, quota: Quota) -> Result<(), StateError> {
+    pub fn set_quota(&mut self, name: &str, quota: &Quota) -> Result<(), StateError> {
         let n = self.db.execute(
-            "UPDATE tenants SET memory_bytes = ?2, max_sessions = ?3 WHERE name = ?1",
-            params![name, to_sql(quota.memory_bytes)?, quota.max_sessions],
+            "UPDATE tenants SET memory_bytes = ?2, max_sessions = ?3, gpus = ?4 WHERE name = ?1",
+            params![name, to_sql(quota.memory_bytes)?, quota.max_sessions, gpus_to_sql(quota.gpus.as_deref())],
         )?;
         if n == 0 { Err(StateError::NoTenant(name.to_string())) } else { Ok(()) }
     }
@@ -182,6 +251,16 @@ impl Store {
         tx.commit()?;
         Ok(revoked)
     }
+}
+
+/// A GPU list as the database keeps it: ordinals, comma-separated.
+fn gpus_to_sql(gpus: Option<&[u32]>) -> Option<String> {
+    gpus.map(|g| g.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(","))
+}
+
+/// The list back; an entry this backend did not write is left out.
+fn gpus_from_sql(s: &str) -> Vec<u32> {
+    s.split(',').filter_map(|n| n.trim().parse().ok()).collect()
 }
 
 fn require_tenant(tx: &rusqlite::Transaction<'_>, name: &str) -> Result<(), StateError> {

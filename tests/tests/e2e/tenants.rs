@@ -2,7 +2,8 @@
 //! and `key`): a TCP or TLS program opening with a tenant key counts as
 //! its tenant, under the tenant's memory and session quotas across all its
 //! sessions; a revoked key's sessions end and it opens nothing more; all of
-//! it survives a backend restart.
+//! it survives a backend restart. A local user may be a tenant's member;
+//! a tenant's sessions see only its GPUs, less those drained.
 
 use super::*;
 use pvgpu_ctl::api::{IssueKey, IssuedKey, NewTenant, Quota, Revoked, Tenant};
@@ -41,9 +42,10 @@ fn tenant_keys(t: Transport) {
     let mut h = Harness::with(HarnessOptions { state_dir: true, ..Default::default() });
     let keys = TempDir::new("tenant-keys");
     let ctl = h.control().expect("a backend of the test's own has a control socket");
-    let quota = Quota { memory_bytes: Some(64 * MIB), max_sessions: Some(2) };
-    let added: Tenant = ctl.call_with("POST", "/v1/tenants", Some(&NewTenant { name: "alice".into(), quota })).unwrap();
-    assert_eq!((added.quota, added.live_keys, added.sessions), (quota, 0, 0));
+    let quota = Quota { memory_bytes: Some(64 * MIB), max_sessions: Some(2), gpus: None };
+    let req = NewTenant { name: "alice".into(), quota: quota.clone(), members: Vec::new() };
+    let added: Tenant = ctl.call_with("POST", "/v1/tenants", Some(&req)).unwrap();
+    assert_eq!((added.quota, added.live_keys, added.sessions), (quota.clone(), 0, 0));
     let (key, key_file) = issue(&ctl, &keys.0, "alice", false);
 
     // Two sessions of alice share her 64 MiB, from any address.
@@ -92,7 +94,7 @@ fn tenant_keys(t: Transport) {
     h.restart();
     let ctl = h.control().unwrap();
     let after: Tenant = ctl.call("GET", "/v1/tenants/alice").unwrap();
-    assert_eq!((after.quota, after.live_keys), (lower, 1));
+    assert_eq!((&after.quota, after.live_keys), (&lower, 1));
     assert!(refused(connect(&h, t, &key_file)).contains("refused our key"), "a revoked key stays revoked");
     let (c, ctx) = open(&h, t, &fresh_file);
     assert_eq!(code(c.mem_alloc(ctx, 40 * MIB)), CuResult::OUT_OF_MEMORY, "the lowered quota outlives the backend");
@@ -143,7 +145,9 @@ fn a_tenant_session_comes_back_under_its_tenant() {
     }
     let keys = TempDir::new("tenant-resume");
     let ctl = h.control().unwrap();
-    let _: Tenant = ctl.call_with("POST", "/v1/tenants", Some(&NewTenant { name: "bob".into(), quota: Quota::default() })).unwrap();
+    let _: Tenant = ctl
+        .call_with("POST", "/v1/tenants", Some(&NewTenant { name: "bob".into(), quota: Quota::default(), members: Vec::new() }))
+        .unwrap();
     let (_, key_file) = issue(&ctl, &keys.0, "bob", false);
     let (c, ctx) = open(&h, Transport::Tcp, &key_file);
     let buf = c.mem_alloc(ctx, 4096).unwrap();
@@ -184,7 +188,9 @@ fn interprocess_handles_stay_in_their_tenant() {
     let keys = TempDir::new("tenant-ipc");
     let ctl = h.control().unwrap();
     for name in ["carol", "dave"] {
-        let _: Tenant = ctl.call_with("POST", "/v1/tenants", Some(&NewTenant { name: name.into(), quota: Quota::default() })).unwrap();
+        let _: Tenant = ctl
+            .call_with("POST", "/v1/tenants", Some(&NewTenant { name: name.into(), quota: Quota::default(), members: Vec::new() }))
+            .unwrap();
     }
     let (_, carol1) = issue(&ctl, &keys.0, "carol", false);
     let (_, carol2) = issue(&ctl, &keys.0, "carol", false);
@@ -205,4 +211,83 @@ fn interprocess_handles_stay_in_their_tenant() {
     assert_eq!(back, [9u8; 4096], "the tenant's other program reads it");
     b.ipc_close_mem_handle(bctx, p).unwrap();
     b.ipc_open_event_handle(bctx, &event_handle).unwrap();
+}
+
+/// A local user made a member of a tenant: its sessions are the tenant's,
+/// under its memory quota, and see only the tenant's GPUs in the tenant's
+/// order; a drained GPU is not given to new sessions, the drain outlives
+/// the backend, and resuming gives it back. On the host executor the
+/// backend has three devices; on one GPU the tenant's list is that GPU.
+#[cfg(not(feature = "xen"))]
+#[test]
+fn member_sessions_see_their_tenants_gpus_less_the_drained_ones() {
+    use pvgpu_ctl::api::Gpu;
+    let mut h = Harness::with(HarnessOptions { state_dir: true, host_devices: Some(3), ..Default::default() });
+    let ctl = h.control().unwrap();
+    let gpus: Vec<Gpu> = ctl.call("GET", "/v1/devices").unwrap();
+    let n = gpus.len() as u32;
+    assert!(n >= 1, "the backend lists its GPUs: {gpus:?}");
+    let list: Vec<u32> = if n >= 3 { vec![2, 0] } else { vec![0] };
+    // SAFETY: getuid has no preconditions.
+    let me = format!("uid:{}", unsafe { libc::getuid() });
+    let quota = Quota { memory_bytes: Some(64 * MIB), max_sessions: None, gpus: Some(list.clone()) };
+    let req = NewTenant { name: "lab".into(), quota, members: vec![me.clone()] };
+    let t: Tenant = ctl.call_with("POST", "/v1/tenants", Some(&req)).unwrap();
+    assert_eq!(t.members, std::slice::from_ref(&me));
+
+    // Whose sessions, and which GPUs they see: a session of no tenant (the
+    // harness's shared TCP key) sees every GPU in the backend's order.
+    let sees = |c: &Client| -> Vec<[u8; 16]> { (0..c.device_count().unwrap()).map(|d| c.device_uuid(d).unwrap()).collect() };
+    let every = {
+        let free = h.client(Transport::Tcp);
+        free.init().unwrap();
+        sees(&free)
+    };
+    let uuid_of = |g: &u32| every[*g as usize];
+    let c = h.client(Transport::Local);
+    c.init().unwrap();
+    assert_eq!(sees(&c), list.iter().map(uuid_of).collect::<Vec<_>>(), "the tenant's GPUs, in its order");
+    assert_eq!(code(c.device_get(list.len() as i32)), CuResult::INVALID_DEVICE, "a GPU past the tenant's list");
+    let ctx = c.primary_ctx_retain(c.device_get(0).unwrap()).unwrap();
+    assert_eq!(code(c.mem_alloc(ctx, 80 * MIB)), CuResult::OUT_OF_MEMORY, "a member's session is under its tenant's quota");
+    c.mem_alloc(ctx, MIB).unwrap();
+    let live = ctl.sessions().unwrap();
+    let mine = live.iter().find(|s| s.transport == "local").expect("the member's session");
+    assert_eq!((mine.tenant.as_deref(), mine.key.as_deref()), (Some("lab"), None), "{live:?}");
+    assert_eq!(mine.devices, [list[0] as usize], "the session's context is on the backend's GPU {}", list[0]);
+
+    // Draining the tenant's first GPU: the live session keeps it, new ones
+    // are not given it.
+    let g: Gpu = ctl.call("POST", &format!("/v1/devices/{}/drain", list[0])).unwrap();
+    assert!(g.drained);
+    assert_eq!(g.sessions, [mine.id]);
+    c.mem_alloc(ctx, MIB).unwrap();
+    let d = h.client(Transport::Local);
+    d.init().unwrap();
+    let rest: Vec<_> = list[1..].iter().map(uuid_of).collect();
+    assert_eq!(sees(&d), rest, "a new session is not given the drained GPU");
+    drop((c, d));
+
+    // The drain outlives the backend; resuming gives the GPU back.
+    h.restart();
+    let ctl = h.control().unwrap();
+    let gpus: Vec<Gpu> = ctl.call("GET", "/v1/devices").unwrap();
+    assert!(gpus[list[0] as usize].drained, "{gpus:?}");
+    let metrics = String::from_utf8(ctl.request("GET", "/metrics", b"").unwrap().1).unwrap();
+    assert!(metrics.contains(&format!("pvgpu_gpu_drained{{gpu=\"{}\"}} 1", list[0])), "{metrics}");
+    let _: Gpu = ctl.call("DELETE", &format!("/v1/devices/{}/drain", list[0])).unwrap();
+    let e = h.client(Transport::Local);
+    e.init().unwrap();
+    assert_eq!(e.device_count().unwrap(), list.len() as i32);
+    // Leaving the tenant: the user's next session is its own again.
+    let t: Tenant = ctl.call("DELETE", &format!("/v1/tenants/lab/members/{me}")).unwrap();
+    assert!(t.members.is_empty());
+    let f = h.client(Transport::Local);
+    f.init().unwrap();
+    assert_eq!(f.device_count().unwrap(), n as i32, "a session of no tenant sees every GPU");
+    assert!(ctl.sessions().unwrap().iter().any(|s| s.transport == "local" && s.tenant.is_none()));
+    match ctl.call::<Gpu>("POST", &format!("/v1/devices/{n}/drain")) {
+        Err(CtlError::Refused { status: 404, .. }) => {}
+        other => panic!("draining a GPU the backend lacks: {other:?}"),
+    }
 }

@@ -64,6 +64,13 @@ pub struct HostExecutor {
 impl HostExecutor {
     /// One fake device with `total_mem` bytes of "device" memory.
     pub fn new(total_mem: u64) -> Self {
+        Self::with_devices(total_mem, 1)
+    }
+
+    /// `count` fake devices (1 to 16), each with `total_mem` bytes of
+    /// "device" memory (one pool of host memory behind them all), told
+    /// apart by their UUID and PCI device number.
+    pub fn with_devices(total_mem: u64, count: usize) -> Self {
         tracing::warn!(
             "host executor selected: a test double with device memory in host RAM and kernels from a Rust registry; it is not a GPU"
         );
@@ -110,14 +117,20 @@ impl HostExecutor {
             a(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 1),
         ];
         // Like a driver, answer every attribute; those not listed are 0.
-        let attrs = (1..CU_DEVICE_ATTRIBUTE_MAX.0 as i32).map(|k| attrs.iter().find(|(a, _)| *a == k).copied().unwrap_or((k, 0))).collect();
-        let mut uuid = *b"pvgpu-host-dbl\0\0";
-        uuid[15] = 1;
-        HostExecutor {
-            devices: vec![DeviceInfo { name: "pvgpu host executor (test double)".into(), uuid, total_mem, attrs }],
-            used: Arc::new(AtomicU64::new(0)),
-            reserved: Arc::new(AtomicU64::new(0)),
-        }
+        let attrs: Vec<(i32, i32)> =
+            (1..CU_DEVICE_ATTRIBUTE_MAX.0 as i32).map(|k| attrs.iter().find(|(a, _)| *a == k).copied().unwrap_or((k, 0))).collect();
+        let devices = (0..count.clamp(1, 16))
+            .map(|i| {
+                let mut uuid = *b"pvgpu-host-dbl\0\0";
+                uuid[15] = i as u8 + 1;
+                let mut attrs: Vec<(i32, i32)> = attrs.clone();
+                if let Some(a) = attrs.iter_mut().find(|(k, _)| *k == CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID.0 as i32) {
+                    a.1 = i as i32;
+                }
+                DeviceInfo { name: "pvgpu host executor (test double)".into(), uuid, total_mem, attrs }
+            })
+            .collect();
+        HostExecutor { devices, used: Arc::new(AtomicU64::new(0)), reserved: Arc::new(AtomicU64::new(0)) }
     }
 
     /// Bytes of "device" memory currently allocated by all contexts.
