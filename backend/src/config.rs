@@ -156,9 +156,19 @@ pub struct Config {
     /// A TCP address serving `/metrics` to Prometheus (the control socket
     /// serves it too).
     pub metrics: Option<String>,
-    /// The control API and the web dashboard over HTTP: an address and the
-    /// bearer token requests must carry.
-    pub control_http: Option<(String, pvgpu_ring::tcp_auth::TcpKey)>,
+    /// The control API and the web dashboard over HTTP or HTTPS.
+    pub control_http: Option<ControlHttp>,
+}
+
+/// Where and how the control API is served over TCP (`--control-http`).
+#[derive(Debug, Clone)]
+pub struct ControlHttp {
+    /// `host:port` (port 0 picks one).
+    pub addr: String,
+    /// The bearer token every API request must carry.
+    pub token: pvgpu_ring::tcp_auth::TcpKey,
+    /// TLS with this certificate (`--control-tls-cert`), else plain HTTP.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 /// Where the control socket ([`crate::control`]) is served.

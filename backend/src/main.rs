@@ -5,8 +5,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use pvgpu_backend::Backend;
 use pvgpu_backend::config::{
-    AdmissionConfig, Config, ControlSocket, ExecutorConfig, ExecutorKind, Isolation, Listen, SessionConfig, SessionLimits, WorkerCommand,
-    parse_bytes,
+    AdmissionConfig, Config, ControlHttp, ControlSocket, ExecutorConfig, ExecutorKind, Isolation, Listen, SessionConfig, SessionLimits,
+    WorkerCommand, parse_bytes,
 };
 use pvgpu_backend::exec::cuda::CudaExecutor;
 use pvgpu_backend::exec::host::HostExecutor;
@@ -41,12 +41,18 @@ struct Cli {
     /// it where only the monitoring network reaches.
     #[arg(long, value_name = "HOST:PORT")]
     metrics: Option<String>,
-    /// Serve the control API and the web dashboard over HTTP at HOST:PORT;
-    /// every API request must carry the token of --control-token. Plain
-    /// HTTP: bind it to localhost and reach it through ssh, or put it
-    /// behind a TLS proxy.
+    /// Serve the control API and the web dashboard over HTTP at HOST:PORT
+    /// (HTTPS with --control-tls-cert); every API request must carry the
+    /// token of --control-token. Without TLS, bind it to localhost and
+    /// reach it through ssh, or put it behind a TLS proxy.
     #[arg(long, value_name = "HOST:PORT", requires = "control_token")]
     control_http: Option<String>,
+    /// Serve --control-http inside TLS with this certificate chain (PEM).
+    #[arg(long, value_name = "FILE", requires_all = ["control_http", "control_tls_key"])]
+    control_tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --control-tls-cert.
+    #[arg(long, value_name = "FILE", requires = "control_tls_cert")]
+    control_tls_key: Option<std::path::PathBuf>,
     /// File holding the dashboard's and HTTP API's bearer token (at least
     /// 16 bytes, owner-only). Make one with:
     /// head -c 24 /dev/urandom | base64 > FILE; chmod 600 FILE.
@@ -489,7 +495,14 @@ fn start(cli: &Cli) -> Result<Backend> {
         control: cli.control.clone().unwrap_or_else(|| ControlSocket::Default(pvgpu_ctl::default_socket())),
         metrics: cli.metrics.clone(),
         control_http: match (&cli.control_http, &cli.control_token) {
-            (Some(addr), Some(token)) => Some((addr.clone(), TcpKey::from_file(token).context("cannot read --control-token")?)),
+            (Some(addr), Some(token)) => Some(ControlHttp {
+                addr: addr.clone(),
+                token: TcpKey::from_file(token).context("cannot read --control-token")?,
+                tls: match (&cli.control_tls_cert, &cli.control_tls_key) {
+                    (Some(cert), Some(key)) => Some(pvgpu_backend::tls::server_config(cert, key).context("--control-tls-cert")?),
+                    _ => None,
+                },
+            }),
             _ => None,
         },
     };

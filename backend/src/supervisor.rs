@@ -161,7 +161,10 @@ impl Backend {
         let supervised: Arc<dyn Sessions> = Arc::new(Supervised::new(shared.roster.clone(), spawner.clone(), tenants, metrics));
         let control = open_control(&cfg.control, supervised.clone())?;
         let control_http = match &cfg.control_http {
-            Some((addr, token)) => Some(ControlServer::start_http(addr, token.clone(), supervised)?),
+            Some(c) => Some(match &c.tls {
+                Some(tls) => ControlServer::start_https(&c.addr, c.token.clone(), tls.clone(), supervised)?,
+                None => ControlServer::start_http(&c.addr, c.token.clone(), supervised)?,
+            }),
             None => None,
         };
         let mut bound = Vec::new();

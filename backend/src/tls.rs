@@ -66,8 +66,13 @@ pub fn accept(config: &Arc<ServerConfig>, sock: TcpStream) -> io::Result<TlsStre
 
 /// Relays plaintext between `tls` and `local` until either side closes
 /// (or fails); then closes both, so the other side sees it.
-pub fn relay(mut tls: TlsStream, mut local: UnixStream) {
-    if let Err(e) = relay_inner(&mut tls, &mut local) {
+pub fn relay(tls: TlsStream, local: UnixStream) {
+    relay_until_idle(tls, local, None);
+}
+
+/// [`relay`], also ended once neither side has sent anything for `idle`.
+pub fn relay_until_idle(mut tls: TlsStream, mut local: UnixStream, idle: Option<std::time::Duration>) {
+    if let Err(e) = relay_inner(&mut tls, &mut local, idle) {
         tracing::debug!(error = %e, "TLS relay ended");
     }
     tls.conn.send_close_notify();
@@ -76,10 +81,32 @@ pub fn relay(mut tls: TlsStream, mut local: UnixStream) {
     let _ = local.shutdown(std::net::Shutdown::Both);
 }
 
-fn relay_inner(tls: &mut TlsStream, local: &mut UnixStream) -> io::Result<()> {
+/// Hands `local` what plaintext `tls` holds; true once the peer has
+/// closed.
+fn drain_plaintext(tls: &mut TlsStream, local: &mut UnixStream, buf: &mut [u8]) -> io::Result<bool> {
+    loop {
+        match tls.conn.reader().read(buf) {
+            Ok(0) => return Ok(true),
+            Ok(n) => local.write_all(&buf[..n])?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn relay_inner(tls: &mut TlsStream, local: &mut UnixStream, idle: Option<std::time::Duration>) -> io::Result<()> {
     tls.sock.set_read_timeout(None)?;
     let mut buf = vec![0u8; 64 << 10];
+    let mut last = std::time::Instant::now();
+    // Plaintext may have come with the handshake's last flight and wait in
+    // the connection's buffer, where polling the socket would not see it.
+    if drain_plaintext(tls, local, &mut buf)? {
+        return Ok(());
+    }
     loop {
+        if idle.is_some_and(|i| last.elapsed() >= i) {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "idle"));
+        }
         while tls.conn.wants_write() {
             tls.conn.write_tls(&mut tls.sock)?;
         }
@@ -97,18 +124,16 @@ fn relay_inner(tls: &mut TlsStream, local: &mut UnixStream) -> io::Result<()> {
             }
             return Err(e);
         }
+        if n > 0 {
+            last = std::time::Instant::now();
+        }
         if fds[0].revents != 0 {
             if tls.conn.read_tls(&mut tls.sock)? == 0 {
                 return Ok(());
             }
             tls.conn.process_new_packets().map_err(io::Error::other)?;
-            loop {
-                match tls.conn.reader().read(&mut buf) {
-                    Ok(0) => return Ok(()),
-                    Ok(n) => local.write_all(&buf[..n])?,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) => return Err(e),
-                }
+            if drain_plaintext(tls, local, &mut buf)? {
+                return Ok(());
             }
         }
         if fds[1].revents != 0 {

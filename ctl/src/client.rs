@@ -1,40 +1,89 @@
 //! A client of the backend's control API: one HTTP/1.1 request per
-//! connection on the control socket.
+//! connection, on the control socket, or over TCP (plain or TLS) with a
+//! bearer token where the backend serves `--control-http`.
 
 use crate::api::{CheckpointReport, CheckpointRequest, ErrorBody, RestoreReport, RestoreRequest, Session, Waiting};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The most of an answer the client reads.
 const MAX_ANSWER: u64 = 64 << 20;
 
+/// Where a backend serves its control API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// The control socket (`unix:PATH`).
+    Unix(PathBuf),
+    /// `--control-http` without TLS (`http://HOST:PORT`).
+    Http(String),
+    /// `--control-http` with `--control-tls-cert` (`https://HOST:PORT`).
+    Https(String),
+}
+
+impl Endpoint {
+    /// Parses `unix:PATH`, `http://HOST:PORT` or `https://HOST:PORT`.
+    pub fn parse(s: &str) -> Result<Endpoint, String> {
+        let authority = |rest: &str| {
+            let rest = rest.trim_end_matches('/');
+            let ok = rest.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if ok { Ok(rest.to_string()) } else { Err(format!("{s:?}: expected HOST:PORT after the scheme")) }
+        };
+        if let Some(rest) = s.strip_prefix("https://") {
+            authority(rest).map(Endpoint::Https)
+        } else if let Some(rest) = s.strip_prefix("http://") {
+            authority(rest).map(Endpoint::Http)
+        } else {
+            crate::parse_address(s)
+                .map(Endpoint::Unix)
+                .map_err(|_| format!("{s:?} is not a control address: expected unix:PATH, http://HOST:PORT or https://HOST:PORT"))
+        }
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+            Endpoint::Http(a) => write!(f, "http://{a}"),
+            Endpoint::Https(a) => write!(f, "https://{a}"),
+        }
+    }
+}
+
 /// Why a control request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CtlError {
-    /// Nothing answers at the socket.
+    /// Nothing answers there.
     #[error(
-        "Cannot reach a pvgpu backend's control socket at {path}: {source}. Is the backend running, with --control at this path, and may this user open it?"
+        "Cannot reach a pvgpu backend's control API at {address}: {source}. Is the backend running, serving it there (--control, or --control-http), and may this user open it?"
     )]
     Connect {
-        /// The socket.
-        path: PathBuf,
+        /// Where.
+        address: String,
         /// What connect said.
         #[source]
         source: std::io::Error,
     },
     /// The connection broke mid-request.
-    #[error("The control connection at {path} failed: {source}")]
+    #[error("The control connection to {address} failed: {source}")]
     Io {
-        /// The socket.
-        path: PathBuf,
+        /// Where.
+        address: String,
         /// What failed.
         #[source]
         source: std::io::Error,
     },
+    /// The TLS set-up (the authority file, the server's name) is not usable.
+    #[error("TLS to the control API: {0}")]
+    Tls(String),
     /// The answer was not HTTP, or its body not the JSON expected.
     #[error("The backend's answer could not be read: {0}")]
     Answer(String),
@@ -48,17 +97,61 @@ pub enum CtlError {
     },
 }
 
-/// A backend's control socket.
-#[derive(Debug, Clone)]
+/// A backend's control API.
+#[derive(Clone)]
 pub struct Control {
-    path: PathBuf,
+    endpoint: Endpoint,
+    /// The bearer token HTTP requests carry.
+    token: Option<String>,
+    /// TLS client settings (`https`).
+    tls: Option<Arc<rustls::ClientConfig>>,
     timeout: Duration,
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Control({})", self.endpoint)
+    }
+}
+
+/// The TLS client settings for `https`: the authorities in PEM file `ca`
+/// (one that signed the backend's certificate); without one, those the
+/// system trusts (`/etc/ssl/certs/ca-certificates.crt`).
+fn tls_config(ca: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, CtlError> {
+    const SYSTEM: &str = "/etc/ssl/certs/ca-certificates.crt";
+    let path = ca.unwrap_or(Path::new(SYSTEM));
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(path).map_err(|e| CtlError::Tls(format!("cannot read {}: {e}", path.display())))?;
+    for cert in certs {
+        let cert = cert.map_err(|e| CtlError::Tls(format!("{}: {e}", path.display())))?;
+        roots.add(cert).map_err(|e| CtlError::Tls(format!("{}: {e}", path.display())))?;
+    }
+    if roots.is_empty() {
+        return Err(CtlError::Tls(format!("{} holds no certificate", path.display())));
+    }
+    Ok(Arc::new(rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth()))
 }
 
 impl Control {
     /// The control socket at `path`.
     pub fn new(path: impl Into<PathBuf>) -> Control {
-        Control { path: path.into(), timeout: Duration::from_secs(30) }
+        Control { endpoint: Endpoint::Unix(path.into()), token: None, tls: None, timeout: Duration::from_secs(30) }
+    }
+
+    /// The control API at `endpoint`: over HTTP with `token` (the bytes of
+    /// the backend's `--control-token` file), over TLS trusting the
+    /// authority in `ca` (else the system's).
+    pub fn at(endpoint: Endpoint, token: Option<String>, ca: Option<&Path>) -> Result<Control, CtlError> {
+        let tls = match endpoint {
+            Endpoint::Https(_) => Some(tls_config(ca)?),
+            _ => None,
+        };
+        Ok(Control { endpoint, token, tls, timeout: Duration::from_secs(30) })
+    }
+
+    /// Where requests go.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 
     /// The live sessions, lowest number first.
@@ -115,17 +208,67 @@ impl Control {
     /// Sends one request with `body` (JSON, or empty); returns the status
     /// and body.
     pub fn request(&self, method: &str, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), CtlError> {
-        let io = |source| CtlError::Io { path: self.path.clone(), source };
-        let mut s = UnixStream::connect(&self.path).map_err(|source| CtlError::Connect { path: self.path.clone(), source })?;
-        s.set_read_timeout(Some(self.timeout)).map_err(io)?;
-        s.set_write_timeout(Some(self.timeout)).map_err(io)?;
+        let address = self.endpoint.to_string();
+        let io = |source| CtlError::Io { address: address.clone(), source };
+        let connect = |source| CtlError::Connect { address: address.clone(), source };
         let kind = if body.is_empty() { "" } else { "Content-Type: application/json\r\n" };
-        let head = format!("{method} {path} HTTP/1.1\r\nHost: pvgpu\r\nConnection: close\r\n{kind}Content-Length: {}\r\n\r\n", body.len());
-        s.write_all(head.as_bytes()).map_err(io)?;
-        s.write_all(body).map_err(io)?;
+        let auth = self.token.as_ref().map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+        let host = match &self.endpoint {
+            Endpoint::Unix(_) => "pvgpu",
+            Endpoint::Http(a) | Endpoint::Https(a) => a.as_str(),
+        };
+        let head =
+            format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{auth}{kind}Content-Length: {}\r\n\r\n", body.len());
         let mut raw = Vec::new();
-        s.take(MAX_ANSWER).read_to_end(&mut raw).map_err(io)?;
+        match &self.endpoint {
+            Endpoint::Unix(p) => {
+                let s = UnixStream::connect(p).map_err(connect)?;
+                s.set_read_timeout(Some(self.timeout)).map_err(io)?;
+                s.set_write_timeout(Some(self.timeout)).map_err(io)?;
+                exchange(s, &head, body, &mut raw).map_err(io)?;
+            }
+            Endpoint::Http(a) => exchange(self.tcp(a).map_err(connect)?, &head, body, &mut raw).map_err(io)?,
+            Endpoint::Https(a) => {
+                let sock = self.tcp(a).map_err(connect)?;
+                let name = a.rsplit_once(':').map_or(a.as_str(), |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
+                let name = ServerName::try_from(name.to_string()).map_err(|e| CtlError::Tls(format!("{name:?}: {e}")))?;
+                let config = self.tls.clone().ok_or_else(|| CtlError::Tls("no TLS settings".into()))?;
+                let conn = rustls::ClientConnection::new(config, name).map_err(|e| CtlError::Tls(e.to_string()))?;
+                exchange(rustls::StreamOwned::new(conn, sock), &head, body, &mut raw).map_err(io)?;
+            }
+        }
         parse_answer(&raw)
+    }
+
+    /// A TCP connection to `addr` (`host:port`) within the timeout.
+    fn tcp(&self, addr: &str) -> std::io::Result<TcpStream> {
+        let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "the name resolves to no address");
+        for a in addr.to_socket_addrs()? {
+            match TcpStream::connect_timeout(&a, self.timeout) {
+                Ok(s) => {
+                    s.set_read_timeout(Some(self.timeout))?;
+                    s.set_write_timeout(Some(self.timeout))?;
+                    s.set_nodelay(true)?;
+                    return Ok(s);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+}
+
+/// Writes one request and reads its answer to the end (the server closes
+/// the connection after it). A TLS peer that closes without its
+/// close_notify after the answer has come is taken as done.
+fn exchange<S: Read + Write>(mut s: S, head: &str, body: &[u8], raw: &mut Vec<u8>) -> std::io::Result<()> {
+    s.write_all(head.as_bytes())?;
+    s.write_all(body)?;
+    s.flush()?;
+    match s.take(MAX_ANSWER).read_to_end(raw) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -155,6 +298,17 @@ fn parse_answer(raw: &[u8]) -> Result<(u16, Vec<u8>), CtlError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoints_parse_as_written() {
+        assert_eq!(Endpoint::parse("unix:/run/pvgpu/control.sock"), Ok(Endpoint::Unix("/run/pvgpu/control.sock".into())));
+        assert_eq!(Endpoint::parse("https://gpu1.lab:7310"), Ok(Endpoint::Https("gpu1.lab:7310".into())));
+        assert_eq!(Endpoint::parse("http://127.0.0.1:7310/"), Ok(Endpoint::Http("127.0.0.1:7310".into())));
+        assert_eq!(Endpoint::parse("https://[::1]:7310"), Ok(Endpoint::Https("[::1]:7310".into())));
+        for bad in ["https://gpu1", "http://:80", "tcp:1.2.3.4:5", "/run/x"] {
+            assert!(Endpoint::parse(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn answers_split_into_status_and_body() {

@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use pvgpu_ctl::api::{CheckpointRequest, RestoreRequest, Session};
-use pvgpu_ctl::client::Control;
+use pvgpu_ctl::client::{Control, Endpoint};
 use pvgpu_ctl::snapshot;
 use std::io::Seek;
 use std::path::PathBuf;
@@ -18,9 +18,16 @@ mod tenant_cmds;
     about = "Controls a running pvgpu backend: its sessions (list, end, checkpoint, restore), tenants and keys"
 )]
 struct Cli {
-    /// The backend's control socket, unix:PATH (default: the backend's default, see docs/operations.md).
-    #[arg(long, value_name = "unix:PATH", value_parser = pvgpu_ctl::parse_address, global = true)]
-    control: Option<PathBuf>,
+    /// The backend's control API: unix:PATH (its control socket; default: the backend's default, see
+    /// docs/operations.md), or https://HOST:PORT (or http://) where it serves --control-http.
+    #[arg(long, value_name = "ADDRESS", value_parser = Endpoint::parse, env = "PVGPU_CTL_CONTROL", global = true)]
+    control: Option<Endpoint>,
+    /// Over http(s): a file holding the backend's --control-token.
+    #[arg(long, value_name = "FILE", env = "PVGPU_CTL_TOKEN_FILE", global = true)]
+    token: Option<PathBuf>,
+    /// Over https: the authority (PEM) that signed the backend's certificate (default: the system's).
+    #[arg(long, value_name = "FILE", env = "PVGPU_CTL_CA", global = true)]
+    ca: Option<PathBuf>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -114,7 +121,7 @@ fn main() {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let control = Control::new(cli.control.unwrap_or_else(pvgpu_ctl::default_socket));
+    let control = connect(&cli)?;
     match cli.command {
         Cmd::Sessions { json } => {
             let sessions = control.sessions()?;
@@ -179,6 +186,20 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Device { cmd } => device_cmds::device(&control, cmd)?,
     }
     Ok(())
+}
+
+/// The control API the command line names.
+fn connect(cli: &Cli) -> Result<Control> {
+    let endpoint = cli.control.clone().unwrap_or_else(|| Endpoint::Unix(pvgpu_ctl::default_socket()));
+    let token = match (&endpoint, &cli.token) {
+        (Endpoint::Unix(_), _) => None,
+        (_, Some(file)) => {
+            let t = std::fs::read_to_string(file).with_context(|| format!("cannot read the token file {}", file.display()))?;
+            Some(t.trim().to_string())
+        }
+        (_, None) => anyhow::bail!("{endpoint} needs the backend's --control-token: pass --token FILE (or set PVGPU_CTL_TOKEN_FILE)"),
+    };
+    Ok(Control::at(endpoint, token, cli.ca.as_deref())?)
 }
 
 fn absolute(p: &std::path::Path) -> Result<String> {

@@ -121,7 +121,7 @@ fn an_operator_adds_a_tenant_and_issues_and_revokes_its_key() {
     let tcp = backend.tcp_addrs()[0].to_string();
 
     let added = stdout(&ctl(&control, &["tenant", "add", "lab-a", "--memory", "64MiB", "--sessions", "4"]));
-    assert!(added.contains("tenant lab-a added (memory 64.0 MiB, 4 sessions)"), "{added}");
+    assert!(added.contains("tenant lab-a added (memory 64.0 MiB, 4 sessions, GPUs all)"), "{added}");
     let key = dir.join("lab-a.key");
     let issued = stdout(&ctl(&control, &["key", "issue", "lab-a", "--out", key.to_str().unwrap()]));
     assert!(issued.contains(&format!("PVGPU_TCP_KEY={}", key.display())), "{issued}");
@@ -153,4 +153,122 @@ fn an_operator_adds_a_tenant_and_issues_and_revokes_its_key() {
     assert_eq!(keys.lines().count(), 2, "{keys}");
     drop(backend);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A CA and a certificate it signed for 127.0.0.1, written to `dir`:
+/// (ca.pem, cert.pem, key.pem).
+fn tls_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().signed_by(&key, &ca, &ca_key).unwrap();
+    let paths = (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&paths.0, ca.pem()).unwrap();
+    std::fs::write(&paths.1, cert.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    paths
+}
+
+/// `pvgpu-ctl` driving a backend over HTTPS as from another host (the
+/// way a Slurm prolog on a compute node reaches a GPU server): token and
+/// CA from the environment, tenants with GPU lists and members, GPUs
+/// drained and resumed; no token, a wrong authority or plain HTTP get
+/// clear errors.
+#[test]
+fn an_operator_drives_a_backend_over_https() {
+    let dir = std::env::temp_dir().join(format!("pvgpu-ctl-https-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ca, cert, key) = tls_files(&dir);
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, "a-token-of-at-least-sixteen-bytes").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let token = pvgpu_ring::tcp_auth::TcpKey::from_file(&token_file).unwrap();
+    let tenants = pvgpu_backend::tenants::Tenants::open(&dir.join("state")).unwrap();
+    let cfg = Config {
+        listen: vec![Listen::Local(dir.join("local.sock"))],
+        session: SessionConfig::default(),
+        admission: pvgpu_backend::config::AdmissionConfig { tenants: Some(Arc::new(tenants)), ..Default::default() },
+        control: ControlSocket::Off,
+        metrics: None,
+        control_http: Some(pvgpu_backend::config::ControlHttp {
+            addr: "127.0.0.1:0".into(),
+            token,
+            tls: Some(pvgpu_backend::tls::server_config(&cert, &key).unwrap()),
+        }),
+    };
+    let backend = Backend::start_threads(Arc::new(HostExecutor::with_devices(1 << 30, 2)), cfg).unwrap();
+    let url = format!("https://{}", backend.control_http_addr().unwrap());
+    let remote = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_pvgpu-ctl"))
+            .env("PVGPU_CTL_CONTROL", &url)
+            .env("PVGPU_CTL_TOKEN_FILE", &token_file)
+            .env("PVGPU_CTL_CA", &ca)
+            .args(args)
+            .output()
+            .expect("cannot run pvgpu-ctl")
+    };
+    let uid = format!("uid:{}", nix::unistd::getuid());
+    let added = stdout(&remote(&["tenant", "add", "lab", "--memory", "1GiB", "--gpus", "1", "--member", &uid]));
+    assert!(added.contains("GPUs 1"), "{added}");
+    let listed = stdout(&remote(&["tenant", "list"]));
+    assert!(listed.lines().any(|l| l.starts_with("lab") && l.ends_with(&uid)), "{listed}");
+
+    // The member's session sees GPU 1 only, as its device 0.
+    let client = Client::connect(&BackendAddr::Local(dir.join("local.sock")), &Options::default()).unwrap();
+    client.init().unwrap();
+    assert_eq!(client.device_count().unwrap(), 1);
+    let ctx = client.primary_ctx_retain(0).unwrap();
+    client.mem_alloc(ctx, 1 << 20).unwrap();
+    let devices = stdout(&remote(&["devices"]));
+    let row = devices.lines().find(|l| l.trim_start().starts_with('1')).expect("GPU 1's row");
+    assert!(row.contains("open") && row.trim_end().ends_with('1'), "session 1 on GPU 1: {devices}");
+
+    let drained = stdout(&remote(&["device", "drain", "0", "--wait", "5"]));
+    assert!(drained.contains("GPU 0 drained") && drained.contains("GPU 0 is free"), "{drained}");
+    let busy = remote(&["device", "drain", "1", "--wait", "1"]);
+    assert_eq!(busy.status.code(), Some(1), "a GPU in use is not waited out in 1 s");
+    assert!(
+        String::from_utf8_lossy(&busy.stderr).contains("still has live sessions on it: 1"),
+        "{}",
+        String::from_utf8_lossy(&busy.stderr)
+    );
+    let gpus: Vec<pvgpu_ctl::api::Gpu> = serde_json::from_str(&stdout(&remote(&["devices", "--json"]))).unwrap();
+    assert!(gpus.iter().all(|g| g.drained));
+    stdout(&remote(&["device", "resume", "0"]));
+    stdout(&remote(&["device", "resume", "1"]));
+    drop(client);
+
+    // What goes wrong says what to do.
+    let no_token = Command::new(env!("CARGO_BIN_EXE_pvgpu-ctl")).args(["--control", &url, "devices"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&no_token.stderr).contains("--token FILE"), "{no_token:?}");
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let (other_ca, _, _) = tls_files(&other);
+    let wrong_ca = Command::new(env!("CARGO_BIN_EXE_pvgpu-ctl"))
+        .args(["--control", &url, "--token"])
+        .arg(&token_file)
+        .arg("--ca")
+        .arg(&other_ca)
+        .arg("devices")
+        .output()
+        .unwrap();
+    assert!(!wrong_ca.status.success());
+    assert!(String::from_utf8_lossy(&wrong_ca.stderr).contains("certificate"), "{}", String::from_utf8_lossy(&wrong_ca.stderr));
+    let wrong_token = dir.join("wrong");
+    std::fs::write(&wrong_token, "not-the-token-not-the-token").unwrap();
+    let refused = Command::new(env!("CARGO_BIN_EXE_pvgpu-ctl"))
+        .env("PVGPU_CTL_CA", &ca)
+        .args(["--control", &url, "--token"])
+        .arg(&wrong_token)
+        .arg("devices")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("HTTP 401"), "{}", String::from_utf8_lossy(&refused.stderr));
+    backend.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
 }

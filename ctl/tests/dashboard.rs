@@ -45,7 +45,7 @@ fn an_operator_uses_the_dashboard_in_chromium() {
         admission: AdmissionConfig { tenants: Some(Arc::new(tenants)), ..Default::default() },
         control: ControlSocket::At(dir.join("control.sock")),
         metrics: None,
-        control_http: Some(("127.0.0.1:0".into(), token)),
+        control_http: Some(pvgpu_backend::config::ControlHttp { addr: "127.0.0.1:0".into(), token, tls: None }),
     };
     let backend = Backend::start_threads(Arc::new(HostExecutor::new(1 << 30)), cfg).unwrap();
     let http = backend.control_http_addr().expect("the dashboard is served");

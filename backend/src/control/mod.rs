@@ -7,6 +7,7 @@
 //! thread, and each is answered and its connection closed.
 
 mod dashboard;
+mod https;
 mod metrics_http;
 mod routes;
 mod socket;
@@ -116,7 +117,9 @@ pub struct ControlServer {
     /// The TCP address (HTTP over TCP).
     addr: Option<std::net::SocketAddr>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
+    /// Over TLS: the directory of the inner HTTP server's socket.
+    _inner: Option<https::PrivateDir>,
 }
 
 impl ControlServer {
@@ -131,7 +134,7 @@ impl ControlServer {
             .spawn(move || serve(&server, sessions, None, &mine))
             .map_err(|e| SocketError::Io { path: path.to_path_buf(), source: e })?;
         tracing::info!(path = %path.display(), "control socket (pvgpu-ctl --control unix:PATH)");
-        Ok(ControlServer { path: Some(path.to_path_buf()), addr: None, stop, thread: Some(thread) })
+        Ok(ControlServer { path: Some(path.to_path_buf()), addr: None, stop, threads: vec![thread], _inner: None })
     }
 
     /// Serves the control API and the web dashboard over HTTP at `addr`
@@ -150,7 +153,38 @@ impl ControlServer {
             .spawn(move || serve(&server, sessions, Some(token), &mine))
             .map_err(|e| err(e.to_string()))?;
         tracing::info!(address = %bound, "control API and dashboard over HTTP (a bearer token is required)");
-        Ok(ControlServer { path: None, addr: Some(bound), stop, thread: Some(thread) })
+        Ok(ControlServer { path: None, addr: Some(bound), stop, threads: vec![thread], _inner: None })
+    }
+
+    /// [`ControlServer::start_http`] inside TLS with `tls`'s certificate:
+    /// TLS ends on a listener of its own, which relays each connection to
+    /// the HTTP server on a Unix socket only the backend's user may open.
+    pub fn start_https(
+        addr: &str,
+        token: pvgpu_ring::tcp_auth::TcpKey,
+        tls: Arc<rustls::ServerConfig>,
+        sessions: Arc<dyn Sessions>,
+    ) -> Result<ControlServer, SocketError> {
+        let err = |message: String| SocketError::Serve { path: PathBuf::from(addr), message };
+        let dir = https::PrivateDir::new().map_err(|e| err(format!("no private directory for the inner socket: {e}")))?;
+        let inner = dir.0.join("http.sock");
+        let server = socket::bind(&inner)?;
+        let listener = std::net::TcpListener::bind(addr).map_err(|e| err(e.to_string()))?;
+        let bound = listener.local_addr().map_err(|e| err(e.to_string()))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let token = Arc::new(token);
+        let mine = stop.clone();
+        let serving = std::thread::Builder::new()
+            .name("pvgpu-control-https".into())
+            .spawn(move || serve(&server, sessions, Some(token), &mine))
+            .map_err(|e| err(e.to_string()))?;
+        let (mine, path) = (stop.clone(), inner.clone());
+        let accepting = std::thread::Builder::new()
+            .name("pvgpu-control-tls-accept".into())
+            .spawn(move || https::accept_loop(listener, tls, path, &mine))
+            .map_err(|e| err(e.to_string()))?;
+        tracing::info!(address = %bound, "control API and dashboard over HTTPS (a bearer token is required)");
+        Ok(ControlServer { path: Some(inner), addr: Some(bound), stop, threads: vec![serving, accepting], _inner: Some(dir) })
     }
 
     /// The TCP address of an HTTP control server.
@@ -162,7 +196,7 @@ impl ControlServer {
 impl Drop for ControlServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
         if let Some(p) = &self.path {
