@@ -47,12 +47,16 @@ fn an_operator_uses_the_dashboard_in_chromium() {
         metrics: None,
         control_http: Some(pvgpu_backend::config::ControlHttp { addr: "127.0.0.1:0".into(), token, tls: None }),
     };
-    let backend = Backend::start_threads(Arc::new(HostExecutor::new(1 << 30)), cfg).unwrap();
+    let backend = Backend::start_threads(Arc::new(HostExecutor::with_devices(1 << 30, 2)), cfg).unwrap();
     let http = backend.control_http_addr().expect("the dashboard is served");
     let ctl = Control::new(dir.join("control.sock"));
 
     let _: Tenant = ctl
-        .call_with("POST", "/v1/tenants", Some(&NewTenant { name: "lab-a".into(), quota: Quota::default(), members: Vec::new() }))
+        .call_with(
+            "POST",
+            "/v1/tenants",
+            Some(&NewTenant { name: "lab-a".into(), quota: Quota { gpus: Some(vec![1]), ..Quota::default() }, members: Vec::new() }),
+        )
         .unwrap();
     let key: IssuedKey = ctl.call_with("POST", "/v1/tenants/lab-a/keys", Some(&IssueKey::default())).unwrap();
     let key_file = dir.join("lab-a.key");
@@ -99,6 +103,9 @@ fn an_operator_uses_the_dashboard_in_chromium() {
 
     let t: Tenant = ctl.call("GET", "/v1/tenants/lab-a").unwrap();
     assert_eq!(t.quota.memory_bytes, Some(32 << 20), "the quota typed in the page reached the backend");
+    assert_eq!(t.quota.gpus, Some(vec![1]), "saving the quota keeps the tenant's GPUs");
+    let gpus: Vec<pvgpu_ctl::api::Gpu> = ctl.call("GET", "/v1/devices").unwrap();
+    assert!(gpus[0].drained && !gpus[1].drained, "GPU 0 drained with its button: {gpus:?}");
     let deadline = Instant::now() + Duration::from_secs(20);
     while client.nop().is_ok() {
         assert!(Instant::now() < deadline, "the session ended in the page still serves");

@@ -4,10 +4,13 @@ Usage: drive.py URL TOKEN SESSION TENANT
 
 Logs in with a wrong token (refused), then the right one; waits for
 session SESSION of tenant TENANT to appear and the charts to draw; sets
-the tenant's memory quota to 32 MiB and saves it; ends the session with
-its button and waits for its row to go. Prints one line per step; exits
-non-zero at the first that fails. The caller checks the backend's side.
+the tenant's memory quota to 32 MiB and saves it; drains GPU 0 with its
+button; ends the session with its button and waits for its row to go.
+Prints one line per step; exits non-zero at the first that fails. The
+caller checks the backend's side. With PVGPU_DASHBOARD_SCREENSHOT=FILE, the
+page is saved there as a PNG before the session is ended.
 """
+import os
 import sys
 
 from selenium import webdriver
@@ -61,6 +64,15 @@ try:
     trow.find_element(By.CSS_SELECTOR, "button.save").click()
     wait.until(EC.text_to_be_present_in_element((By.ID, "status"), "saved"))
     step("quota saved: " + driver.find_element(By.ID, "status").text)
+
+    driver.find_element(By.CSS_SELECTOR, 'button.drain[data-gpu="0"]').click()
+    wait.until(EC.text_to_be_present_in_element((By.CSS_SELECTOR, '.gpu[data-gpu="0"] .state'), "drained"))
+    step("GPU 0 drained: " + driver.find_element(By.CSS_SELECTOR, '.gpu[data-gpu="0"]').text.replace("\n", " | "))
+    shot = os.environ.get("PVGPU_DASHBOARD_SCREENSHOT")
+    if shot:
+        driver.execute_script("window.scrollTo(0, 0)")
+        driver.save_screenshot(shot)
+        step("screenshot saved to " + shot)
 
     driver.find_element(By.CSS_SELECTOR, f'button.end[data-session="{session}"]').click()
     wait.until(EC.alert_is_present()).accept()

@@ -68,17 +68,34 @@ function renderGpus(gpus) {
   if (gpus.length === 0) {
     const p = document.createElement("p");
     p.className = "hint";
-    p.textContent = "No GPU gauges (no NVML on this host, or the host test executor).";
+    p.textContent = "This backend lists no GPUs.";
     box.appendChild(p);
     return;
   }
   for (const g of gpus) {
     const d = document.createElement("div");
-    d.className = "gpu";
+    d.className = g.drained ? "gpu drained" : "gpu";
     d.dataset.gpu = g.index;
     const title = document.createElement("strong");
     title.textContent = g.index + ": " + g.name;
     d.appendChild(title);
+    const state = document.createElement("div");
+    state.className = "state";
+    const users = g.sessions.length ? "sessions " + g.sessions.join(", ") : "no sessions";
+    state.textContent = (g.drained ? "drained (no new sessions), " : "open, ") + users;
+    d.appendChild(state);
+    const b = document.createElement("button");
+    b.className = "drain";
+    b.dataset.gpu = g.index;
+    b.textContent = g.drained ? "Resume" : "Drain";
+    b.addEventListener("click", async () => {
+      try {
+        await api(g.drained ? "DELETE" : "POST", "/v1/devices/" + g.index + "/drain");
+        status("GPU " + g.index + (g.drained ? " given to new sessions again" : " drained"));
+        refresh();
+      } catch (e) { status(e.message, true); }
+    });
+    d.appendChild(b);
     const util = g.utilization_ratio == null ? null : g.utilization_ratio;
     const used = g.memory_used_bytes, total = g.memory_total_bytes;
     const lines = [
@@ -160,20 +177,32 @@ function renderTenants(tenants) {
     cell(tr, t.name);
     const mem = quotaInput("memory", t.quota.memory_bytes == null ? null : Math.round(t.quota.memory_bytes / 1048576));
     const ses = quotaInput("sessions", t.quota.max_sessions);
-    for (const i of [mem, ses]) {
+    const gpus = document.createElement("input");
+    gpus.type = "text";
+    gpus.className = "quota gpus";
+    gpus.placeholder = "all";
+    gpus.value = t.quota.gpus == null ? "" : t.quota.gpus.join(",");
+    for (const i of [mem, ses, gpus]) {
       i.addEventListener("input", () => state.editing.add(t.name));
       cell(tr, "").appendChild(i);
     }
     cell(tr, String(t.live_keys), "num");
+    cell(tr, t.members.length ? t.members.join(", ") : "-");
     cell(tr, String(t.sessions), "num");
     cell(tr, bytes(t.memory_bytes), "num");
     const b = document.createElement("button");
     b.className = "save";
     b.textContent = "Save";
     b.addEventListener("click", async () => {
+      const list = gpus.value.trim();
+      if (list !== "" && !/^\d+(\s*,\s*\d+)*$/.test(list)) {
+        status("GPUs of " + t.name + ": numbers separated by commas, or empty for all", true);
+        return;
+      }
       const quota = {
         memory_bytes: mem.value === "" ? null : Math.round(Number(mem.value) * 1048576),
         max_sessions: ses.value === "" ? null : Math.round(Number(ses.value)),
+        gpus: list === "" ? null : list.split(",").map((n) => Number(n.trim())),
       };
       try {
         await api("PUT", "/v1/tenants/" + encodeURIComponent(t.name) + "/quota", quota);
