@@ -18,17 +18,20 @@
 //! | `GET /v1/tenants`          | the tenants ([`api::Tenant`]), with `--state-dir` |
 //! | `POST /v1/tenants`         | adds one ([`api::NewTenant`])          |
 //! | `GET`, `DELETE /v1/tenants/NAME` | one tenant; removing it revokes its keys and ends its sessions |
-//! | `PUT /v1/tenants/NAME/quota` | sets its quota ([`api::Quota`])      |
+//! | `PUT /v1/tenants/NAME/quota` | sets its quota ([`api::Quota`]: memory, sessions, GPUs) |
+//! | `PUT`, `DELETE /v1/tenants/NAME/members/PEER` | makes a local user (`uid:N`) or Xen guest (`domain:NAME`) a member, or not |
 //! | `GET /v1/tenants/NAME/keys` | its keys ([`api::Key`])               |
 //! | `POST /v1/tenants/NAME/keys` | issues a key ([`api::IssueKey`], [`api::IssuedKey`]) |
 //! | `DELETE /v1/tenants/NAME/keys[/ID]` | revokes its keys, or one ([`api::Revoked`]); their sessions end |
-//! | `GET /v1/devices`          | the GPUs' gauges ([`api::Gpu`])        |
+//! | `GET /v1/devices`          | the GPUs: drained or not, sessions on them, NVML's gauges ([`api::Gpu`]) |
+//! | `POST`, `DELETE /v1/devices/N/drain` | drains GPU N (no new sessions are given it), or gives it back |
 //! | `GET /v1/summary`          | what every session has done ([`api::Summary`]) |
 //! | `GET /metrics`             | Prometheus' text format                |
 //!
 //! `pvgpu-backend --control-http HOST:PORT --control-token FILE` serves the
-//! same API over HTTP (every request with `Authorization: Bearer TOKEN`)
-//! and the web dashboard at `/`.
+//! same API over HTTP, or HTTPS with `--control-tls-cert` (every request
+//! with `Authorization: Bearer TOKEN`), and the web dashboard at `/`;
+//! [`client::Control::at`] reaches it (`pvgpu-ctl --control https://...`).
 //!
 //! See `docs/operations.md` ("The control socket").
 
