@@ -179,6 +179,41 @@ fn lost_backend_is_an_error_not_a_hang() {
 /// none visible is `CUDA_ERROR_NO_DEVICE` at `cuInit`.
 #[test]
 fn cuda_visible_devices_is_honoured() {
+    let h = shared();
+    let probe = |visible: Option<&str>| probe_devices(h, visible);
+    let all = probe(None);
+    assert!(all.starts_with("init 0 count 1 uuid "), "{all}");
+    let uuid = all.rsplit(' ').next().unwrap().to_string();
+    assert_eq!(probe(Some("0")), all);
+    assert_eq!(probe(Some(&format!("GPU-{}", &uuid[..8]))), all, "a UUID prefix names the device");
+    assert_eq!(probe(Some("0,0")), all, "a device listed twice ends the list after it");
+    for none in ["", "1", "7,0", "GPU-ffffffff"] {
+        assert!(probe(Some(none)).starts_with("init 100 count -1"), "CUDA_VISIBLE_DEVICES={none:?}: {}", probe(Some(none)));
+    }
+}
+
+/// A program whose session the backend gives no GPU (its tenant's only GPU
+/// is drained) gets `CUDA_ERROR_NO_DEVICE` from `cuInit`, as natively with
+/// no GPU; resumed, it runs.
+#[test]
+fn a_session_without_gpus_fails_cuinit_with_no_device() {
+    use pvgpu_ctl::api::{Gpu, NewTenant, Quota, Tenant};
+    let h = Harness::with(HarnessOptions { state_dir: true, ..Default::default() });
+    let ctl = h.control().unwrap();
+    // SAFETY: getuid has no preconditions.
+    let me = format!("uid:{}", unsafe { libc::getuid() });
+    let req = NewTenant { name: "drained".into(), quota: Quota { gpus: Some(vec![0]), ..Quota::default() }, members: vec![me] };
+    let _: Tenant = ctl.call_with("POST", "/v1/tenants", Some(&req)).unwrap();
+    let _: Gpu = ctl.call("POST", "/v1/devices/0/drain").unwrap();
+    let out = probe_devices(&h, None);
+    assert!(out.starts_with("init 100 count -1"), "{out}");
+    let _: Gpu = ctl.call("DELETE", "/v1/devices/0/drain").unwrap();
+    assert!(probe_devices(&h, None).starts_with("init 0 count 1 uuid "));
+}
+
+/// Runs a Python program through the drop-in libcuda against `h`'s local
+/// transport: what `cuInit` returned, the device count and device 0's UUID.
+fn probe_devices(h: &Harness, visible: Option<&str>) -> String {
     const PROBE: &str = r#"
 import ctypes
 cuda = ctypes.CDLL("libcuda.so.1")
@@ -193,29 +228,17 @@ if n.value > 0:
     cuda.cuDeviceGetUuid(u, dev)
 print("init %d count %d uuid %s" % (r, n.value, bytes(u).hex()))
 "#;
-    let h = shared();
-    let probe = |visible: Option<&str>| {
-        let mut cmd = Command::new("python3");
-        cmd.arg("-c")
-            .arg(PROBE)
-            .env("LD_LIBRARY_PATH", shim_dir())
-            .env("PVGPU_BACKEND", h.addr(Transport::Local).to_string())
-            .env_remove("PVGPU_LOG");
-        match visible {
-            Some(v) => cmd.env("CUDA_VISIBLE_DEVICES", v),
-            None => cmd.env_remove("CUDA_VISIBLE_DEVICES"),
-        };
-        let out = cmd.output().expect("cannot run python3");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c")
+        .arg(PROBE)
+        .env("LD_LIBRARY_PATH", shim_dir())
+        .env("PVGPU_BACKEND", h.addr(Transport::Local).to_string())
+        .env_remove("PVGPU_LOG");
+    match visible {
+        Some(v) => cmd.env("CUDA_VISIBLE_DEVICES", v),
+        None => cmd.env_remove("CUDA_VISIBLE_DEVICES"),
     };
-    let all = probe(None);
-    assert!(all.starts_with("init 0 count 1 uuid "), "{all}");
-    let uuid = all.rsplit(' ').next().unwrap().to_string();
-    assert_eq!(probe(Some("0")), all);
-    assert_eq!(probe(Some(&format!("GPU-{}", &uuid[..8]))), all, "a UUID prefix names the device");
-    assert_eq!(probe(Some("0,0")), all, "a device listed twice ends the list after it");
-    for none in ["", "1", "7,0", "GPU-ffffffff"] {
-        assert!(probe(Some(none)).starts_with("init 100 count -1"), "CUDA_VISIBLE_DEVICES={none:?}: {}", probe(Some(none)));
-    }
+    let out = cmd.output().expect("cannot run python3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

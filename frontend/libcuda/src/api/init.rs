@@ -22,8 +22,14 @@ pub extern "C" fn cuInit(flags: c_uint) -> CuResult {
         }
         let c = state::connect()?;
         c.init().map_err(state::cu)?;
-        // As NVIDIA's driver: no device left visible is an error of cuInit.
-        if crate::visible::init(c).map_err(state::cu)? == Some(0) {
+        // As NVIDIA's driver: no device left visible is an error of cuInit,
+        // whether CUDA_VISIBLE_DEVICES left none or the backend gave the
+        // session none (its tenant's GPUs are drained, say).
+        let seen = match crate::visible::init(c).map_err(state::cu)? {
+            Some(n) => n,
+            None => usize::try_from(c.device_count().map_err(state::cu)?).unwrap_or(0),
+        };
+        if seen == 0 {
             return Err(CuError::NO_DEVICE);
         }
         let _ = state::INITIALIZED.set(());
