@@ -297,6 +297,8 @@ pub struct WorkerCommand {
     pub executor: String,
     /// How many devices that executor has (found at start-up).
     pub devices: usize,
+    /// Idle workers kept ready for the next sessions (`--worker-pool`).
+    pub pool: usize,
 }
 
 /// Parses a byte count as operators write it (`64M`, `2G`, `1.5GiB`,

@@ -66,6 +66,7 @@ pub mod spawn;
 pub mod supervisor;
 pub mod tenants;
 pub mod tls;
+pub mod worker_pool;
 pub mod worker_process;
 pub mod xen;
 

@@ -62,6 +62,12 @@ struct Cli {
     /// ends only the faulting session) or a thread each.
     #[arg(long, value_enum, default_value = "process")]
     isolation: Isolation,
+    /// Worker processes started ahead of their sessions, executor ready, so
+    /// that a program's first command does not wait for one to start (on
+    /// the GPU, for the driver to initialise). 0: each session's worker is
+    /// started for it.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    worker_pool: usize,
     #[command(flatten)]
     admission: AdmissionArgs,
     /// User the worker processes switch to once the GPU is open (a
@@ -365,6 +371,14 @@ impl ExecArgs {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// Waits, its executor ready, for a session to serve (an idle worker of the pool).
+    #[command(hide = true)]
+    PoolWorker {
+        #[command(flatten)]
+        exec: ExecArgs,
+        #[command(flatten)]
+        sandbox: SandboxArgs,
+    },
     /// Serves one session on an inherited connection (started by the backend itself).
     #[command(hide = true)]
     Worker {
@@ -423,8 +437,10 @@ fn main() -> Result<()> {
         .init();
     let args = pvgpu_backend::config_file::expand(std::env::args_os().collect())?;
     let cli = Cli::parse_from(args);
-    if let Some(cmd @ Cmd::Worker { .. }) = &cli.command {
-        return worker(cmd);
+    match &cli.command {
+        Some(cmd @ Cmd::Worker { .. }) => return worker(cmd, None),
+        Some(Cmd::PoolWorker { exec, .. }) => return pool_worker(exec),
+        None => {}
     }
     // Before any key is read.
     pvgpu_backend::sandbox::protect_secrets().context("cannot protect the backend's keys")?;
@@ -443,8 +459,32 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// Serves the one session a worker process was started for.
-fn worker(cmd: &Cmd) -> Result<()> {
+/// An idle worker of the pool: readies its executor, waits for its
+/// session, then serves it as a worker started for it would.
+fn pool_worker(exec: &ExecArgs) -> Result<()> {
+    use pvgpu_backend::worker_pool;
+    // Before anything opens a descriptor.
+    worker_pool::reserve_numbers().context("an idle worker cannot reserve its descriptor numbers")?;
+    worker_pool::name_process(c"pvgpu-idle");
+    let prepared = match exec.executor {
+        ExecutorKind::Cuda => Some(worker_process::Prepared::Cuda(worker_process::prepare_cuda()?)),
+        ExecutorKind::Host => None,
+    };
+    let Some(args) = worker_pool::wait_for_session().context("an idle worker's session")? else {
+        // The backend is stopping.
+        return Ok(());
+    };
+    let cli = Cli::try_parse_from(std::iter::once(std::ffi::OsString::from("pvgpu-backend")).chain(args))
+        .context("an idle worker's session arguments")?;
+    match &cli.command {
+        Some(cmd @ Cmd::Worker { .. }) => worker(cmd, prepared),
+        _ => bail!("an idle worker was handed something other than a session"),
+    }
+}
+
+/// Serves the one session a worker process was started for (with its
+/// executor `prepared` when it waited in the pool).
+fn worker(cmd: &Cmd, prepared: Option<worker_process::Prepared>) -> Result<()> {
     let Cmd::Worker {
         conn,
         session,
@@ -461,7 +501,10 @@ fn worker(cmd: &Cmd) -> Result<()> {
         gpus,
         exec,
         sandbox,
-    } = cmd;
+    } = cmd
+    else {
+        bail!("not a session's worker");
+    };
     let w = worker_process::WorkerSession {
         conn,
         xen: domid.zip(*devid),
@@ -477,7 +520,7 @@ fn worker(cmd: &Cmd) -> Result<()> {
     };
     let mut session = exec.session();
     session.limits.gpus = gpus.clone();
-    worker_process::run_worker(&w, &exec.executor(), &session, &sandbox.confinement())?;
+    worker_process::run_worker(&w, &exec.executor(), &session, &sandbox.confinement(), prepared)?;
     Ok(())
 }
 
@@ -526,7 +569,10 @@ fn start(cli: &Cli) -> Result<Backend> {
             let exe = std::env::current_exe().context("cannot find the pvgpu-backend binary to start workers")?;
             let mut args = cli.exec.to_args();
             args.extend(SandboxArgs::to_args(worker_user.as_ref(), cli.no_seccomp));
-            Backend::start_processes(cfg, WorkerCommand { exe, args, executor: cli.exec.executor.name().into(), devices })?
+            Backend::start_processes(
+                cfg,
+                WorkerCommand { exe, args, executor: cli.exec.executor.name().into(), devices, pool: cli.worker_pool },
+            )?
         }
         (Isolation::Thread, ExecutorKind::Cuda) => Backend::start_threads(Arc::new(CudaExecutor::new()?), cfg)?,
         (Isolation::Thread, ExecutorKind::Host) => {

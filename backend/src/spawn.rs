@@ -241,6 +241,8 @@ struct Worker {
 /// Sessions in worker processes.
 pub struct ProcessSpawner {
     cmd: WorkerCommand,
+    /// Workers started ahead of their sessions.
+    pool: crate::worker_pool::Pool,
     /// Handles the sessions exported to other processes of their guest.
     ipc: Arc<Registry>,
     desk: Arc<Desk>,
@@ -326,18 +328,79 @@ fn hung_up(fd: &OwnedFd) -> bool {
     n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 
+/// A worker's arguments as they are put together.
+#[derive(Default)]
+struct Args(Vec<std::ffi::OsString>);
+
+impl Args {
+    fn arg(&mut self, a: impl AsRef<std::ffi::OsStr>) -> &mut Args {
+        self.0.push(a.as_ref().to_os_string());
+        self
+    }
+
+    fn args<I: IntoIterator<Item = S>, S: AsRef<std::ffi::OsStr>>(&mut self, all: I) -> &mut Args {
+        for a in all {
+            self.arg(a);
+        }
+        self
+    }
+}
+
 impl ProcessSpawner {
-    /// Workers started with `cmd`; a worker whose peer is gone is killed
-    /// after `grace`.
+    /// Workers started with `cmd`, `cmd.pool` of them ahead of their
+    /// sessions; a worker whose peer is gone is killed after `grace`.
     pub fn new(cmd: WorkerCommand, grace: Duration) -> Self {
-        ProcessSpawner {
+        let s = ProcessSpawner {
+            pool: crate::worker_pool::Pool::new(cmd.pool),
             cmd,
             ipc: Arc::default(),
             desk: Arc::default(),
             grace,
             workers: Mutex::new(Vec::new()),
             forker: Mutex::new(forker()),
+        };
+        s.refill_pool();
+        s
+    }
+
+    /// Runs `cmd` from the forker thread.
+    fn fork(&self, cmd: Command) -> io::Result<Child> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let gone = || io::Error::other("the thread that starts workers is gone");
+        self.forker.lock().unwrap_or_else(|p| p.into_inner()).send((cmd, tx)).map_err(|_| gone())?;
+        rx.recv().map_err(|_| gone())?
+    }
+
+    /// Starts session `id`'s worker with `args` and descriptors `fds`: an
+    /// idle one if the pool has one ready, else a new process.
+    fn start_worker(&self, id: u64, args: &[std::ffi::OsString], fds: Vec<(std::os::fd::RawFd, i32)>) -> io::Result<Child> {
+        if let Some(idle) = self.pool.take() {
+            let handed = idle.assign(args, &fds);
+            self.refill_pool();
+            match handed {
+                Ok(child) => {
+                    tracing::debug!(session = id, pid = child.id(), "session handed to an idle worker");
+                    return Ok(child);
+                }
+                Err(e) => tracing::warn!(session = id, error = %e, "an idle worker could not take a session; starting one for it"),
+            }
         }
+        let mut cmd = Command::new(&self.cmd.exe);
+        cmd.args(args);
+        place_fds(&mut cmd, fds);
+        self.fork(cmd)
+    }
+
+    /// Starts idle workers until the pool is full.
+    fn refill_pool(&self) {
+        self.pool.refill(|end| {
+            let mut cmd = Command::new(&self.cmd.exe);
+            cmd.arg("pool-worker").args(&self.cmd.args);
+            place_fds(&mut cmd, vec![(end.as_raw_fd(), crate::worker_pool::POOL_FD)]);
+            let child = self.fork(cmd);
+            drop(end);
+            child
+        });
     }
 
     /// Reads what the worker reported since the last call (without
@@ -371,7 +434,9 @@ impl Spawner for ProcessSpawner {
     fn spawn(&self, s: Start, _stop: Arc<AtomicBool>) -> io::Result<()> {
         let Start { handover, id, slot, seat, on_ready, on_end, meter, scope: owner, gpus } = s;
         let scope: Arc<str> = owner.clone().unwrap_or_else(|| handover.owner().0).into();
-        let mut cmd = Command::new(&self.cmd.exe);
+        // The worker's arguments, for a process started for the session or
+        // handed to an idle one.
+        let mut cmd = Args::default();
         cmd.arg("worker").arg("--conn").arg(handover.transport().name()).arg("--session").arg(id.to_string()).args(&self.cmd.args);
         if let Some(g) = &gpus {
             cmd.arg("--gpus").arg(crate::devices::list_arg(g));
@@ -410,11 +475,8 @@ impl Spawner for ProcessSpawner {
         let (report_rd, report_wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
         cmd.arg("--report-fd").arg(REPORT_FD.to_string());
         fds.push((report_wr, REPORT_FD));
-        place_fds(&mut cmd, fds.iter().map(|(f, n)| (f.as_raw_fd(), *n)).collect());
-        let (tx, rx) = std::sync::mpsc::channel();
-        let gone = || io::Error::other("the thread that starts workers is gone");
-        self.forker.lock().unwrap_or_else(|p| p.into_inner()).send((cmd, tx)).map_err(|_| gone())?;
-        let child = rx.recv().map_err(|_| gone())??;
+        let placed: Vec<(std::os::fd::RawFd, i32)> = fds.iter().map(|(f, n)| (f.as_raw_fd(), *n)).collect();
+        let child = self.start_worker(id, &cmd.0, placed)?;
         drop(fds);
         let report = File::from(report_rd);
         // Read without blocking when the worker is reaped (it has exited,
@@ -457,6 +519,7 @@ impl Spawner for ProcessSpawner {
     }
 
     fn tend(&self) {
+        self.refill_pool();
         let mut ended = Vec::new();
         let mut ready = Vec::new();
         let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
@@ -517,6 +580,7 @@ impl Spawner for ProcessSpawner {
     }
 
     fn shutdown(&self) {
+        self.pool.shutdown();
         let mut workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
         for w in &workers {
             // SAFETY: signalling our own child by pid (not yet reaped).

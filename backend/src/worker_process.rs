@@ -55,6 +55,23 @@ pub fn probe(cfg: &ExecutorConfig) -> Result<usize, WorkerError> {
     }
 }
 
+/// An executor started before the worker's session came (an idle worker
+/// of the pool, [`crate::worker_pool`]).
+pub enum Prepared {
+    /// The GPU's.
+    Cuda(Arc<CudaExecutor>),
+}
+
+/// Starts the CUDA executor in a process that serves one session, with
+/// what kernels print sent to the program (it reaches this process's
+/// standard output, which is captured before the driver starts).
+pub fn prepare_cuda() -> Result<Arc<CudaExecutor>, WorkerError> {
+    if let Err(e) = crate::exec::cuda::output::capture() {
+        tracing::warn!(error = %pvgpu_ring::report::Chain(&e), "kernel output stays in the backend's log");
+    }
+    Ok(Arc::new(CudaExecutor::new()?))
+}
+
 /// The session a worker serves, as the supervisor names it.
 #[derive(Debug, Clone)]
 pub struct WorkerSession<'a> {
@@ -96,8 +113,15 @@ fn parse_hello(arg: &str, memfd: OwnedFd) -> Option<pvgpu_ring::local::Hello> {
 /// the executor starts, so a peer that cannot open one never costs a GPU
 /// context. How the session ended goes to `report_fd`, for the supervisor
 /// to log.
-pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionConfig, confinement: &Confinement) -> Result<(), WorkerError> {
+pub fn run_worker(
+    w: &WorkerSession<'_>,
+    exec: &ExecutorConfig,
+    cfg: &SessionConfig,
+    confinement: &Confinement,
+    prepared: Option<Prepared>,
+) -> Result<(), WorkerError> {
     let WorkerSession { conn, xen, xen_ring, id: session, peer, report_fd, local_hello, ledger_seat, ipc, meter, scope } = *w;
+    crate::worker_pool::name_process(c"pvgpu-worker");
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(WorkerError::Signals)?;
@@ -154,13 +178,10 @@ pub fn run_worker(w: &WorkerSession<'_>, exec: &ExecutorConfig, cfg: &SessionCon
             }
             match exec.kind {
                 ExecutorKind::Cuda => {
-                    // What kernels print reaches this process's standard
-                    // output; send it to the program instead (this process
-                    // serves one session).
-                    if let Err(e) = crate::exec::cuda::output::capture() {
-                        tracing::warn!(error = %pvgpu_ring::report::Chain(&e), "kernel output stays in the backend's log");
-                    }
-                    let e = Arc::new(CudaExecutor::new()?);
+                    let e = match prepared {
+                        Some(Prepared::Cuda(e)) => e,
+                        None => prepare_cuda()?,
+                    };
                     // Confined once the GPU is open and the connection mapped
                     // (Xen: the grants and the event channel), before the
                     // first request.

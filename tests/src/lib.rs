@@ -515,9 +515,19 @@ pub fn child_pids(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Number of live child processes of `pid`.
+/// The session workers among the live child processes of backend `pid`:
+/// those named `pvgpu-worker` (idle workers of its pool, `pvgpu-idle`,
+/// serve no session yet).
+pub fn session_workers(pid: u32) -> Vec<u32> {
+    child_pids(pid)
+        .into_iter()
+        .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "pvgpu-worker"))
+        .collect()
+}
+
+/// Number of session workers of backend `pid`.
 pub fn children_of(pid: u32) -> usize {
-    child_pids(pid).len()
+    session_workers(pid).len()
 }
 
 /// Polls `f` until it is true or `timeout` passes.

@@ -171,7 +171,14 @@ fn serve_one<E: Executor>(
             b.printed.clear();
             r?;
         }
-        if b.out.len() > conn.max_reply() {
+        let too_large = b.out.len() > conn.max_reply();
+        // Counted before the reply leaves, so that whoever reads the meter
+        // after the program has its answer finds the call counted.
+        if let Some(m) = &limits.meter {
+            let counted = if too_large { pvgpu_ring::CuError::NOT_SUPPORTED.into() } else { status };
+            m.replied(arrived.map(|t| t.elapsed()), counted.0);
+        }
+        if too_large {
             // A reply this transport cannot carry fails its call (paged
             // replies never get here); the session goes on.
             if session.log.allow(session.id()) {
@@ -192,9 +199,6 @@ fn serve_one<E: Executor>(
                 reply.flags = (reply.flags.get() | pvgpu_ring::proto::FLAG_DETACHED).into();
             }
             conn.send(&reply, &b.out, stop)?;
-        }
-        if let Some(m) = &limits.meter {
-            m.replied(arrived.map(|t| t.elapsed()), status.0);
         }
     }
     if detached {

@@ -7,7 +7,7 @@ mod openings;
 
 use pvgpu_frontend::error::Chain;
 use pvgpu_frontend::{BackendAddr, Client, Options};
-use pvgpu_tests::{TempDir, backend_bin, child_pids, eventually, write_key_file, write_tls_files};
+use pvgpu_tests::{TempDir, backend_bin, eventually, session_workers, write_key_file, write_tls_files};
 use std::io::Write;
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
@@ -74,8 +74,9 @@ impl Backend {
         Client::connect(&BackendAddr::Tcp(self.tcp.clone()), &Options { tcp_key: key, ..self.opts() })
     }
 
+    /// Its session workers (its pool's idle workers serve no one).
     fn workers(&self) -> Vec<u32> {
-        child_pids(self.child.id())
+        session_workers(self.child.id())
     }
 }
 
@@ -321,4 +322,40 @@ fn tls_checks_the_certificate_and_the_key() {
     let e = err_text(Client::connect(&BackendAddr::Tcp(b.tls.clone()), &b.opts()));
     assert!(e.contains("opening"), "{e}");
     assert!(eventually(Duration::from_secs(10), || b.workers().len() <= 1));
+}
+
+/// The backend's idle workers (`--worker-pool`, 2 by default) take
+/// sessions: a session is served by one of the processes that waited
+/// (named `pvgpu-worker` once it serves), the pool is filled again, and a
+/// worker of the pool serves one session only, as a started one does.
+/// With `--worker-pool 0` no process waits.
+#[test]
+fn idle_workers_take_sessions_and_the_pool_refills() {
+    let idle = |b: &Backend| -> Vec<u32> {
+        pvgpu_tests::child_pids(b.child.id())
+            .into_iter()
+            .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "pvgpu-idle"))
+            .collect()
+    };
+    let b = Backend::start(&[]);
+    assert!(eventually(Duration::from_secs(10), || idle(&b).len() == 2), "two idle workers wait");
+    let waiting = idle(&b);
+    let c = b.local().unwrap();
+    works(&c);
+    let serving = b.workers();
+    assert_eq!(serving.len(), 1);
+    assert!(waiting.contains(&serving[0]), "the session went to a waiting worker: {waiting:?} then {serving:?}");
+    assert!(eventually(Duration::from_secs(10), || idle(&b).len() == 2), "the pool is full again");
+    let t = b.tcp_with(Some(b.key.clone())).unwrap();
+    works(&t);
+    assert_eq!(b.workers().len(), 2);
+    drop((c, t));
+    assert!(eventually(Duration::from_secs(10), || b.workers().is_empty()), "each worker ends with its session");
+    assert_eq!(idle(&b).len(), 2);
+
+    let none = Backend::start(&["--worker-pool", "0"]);
+    let c = none.local().unwrap();
+    works(&c);
+    assert!(idle(&none).is_empty());
+    assert_eq!(none.workers().len(), 1);
 }
