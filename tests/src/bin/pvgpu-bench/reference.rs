@@ -1,8 +1,9 @@
 //! What the transports are held against besides native CUDA: two threads
 //! handing a cache line back and forth (the floor of any shared-memory
 //! round trip between those CPUs), a raw TCP ping-pong of the same message
-//! sizes over loopback (the floor of the TCP transport), and what an idle
-//! process costs.
+//! sizes over loopback (the floor of the TCP transport's round trip), a raw
+//! TCP stream between the same CPUs (the ceiling of its copies), and what
+//! an idle process costs.
 
 use crate::report::Recorder;
 use crate::workloads::latency_histogram;
@@ -29,7 +30,58 @@ pub fn measure(rec: &mut Recorder<'_>, pins: Option<(usize, usize)>, iters: u32)
     let h = tcp_ping_pong(peer, pvgpu_ring::proto::HEADER_LEN, iters)?;
     rec.add("tcp_raw_rtt_p50_us", h.value_at_quantile(0.5) as f64 / 1e3, "us");
     rec.add("tcp_raw_rtt_p99_us", h.value_at_quantile(0.99) as f64 / 1e3, "us");
+    rec.add("tcp_raw_stream_gbps", tcp_stream(peer, STREAM_BYTES)?, "GB/s");
     Ok(())
+}
+
+/// Bytes the raw TCP stream carries per run.
+const STREAM_BYTES: usize = 512 << 20;
+
+/// One-way throughput of loopback TCP from this thread to a reader on
+/// `peer_cpu`, in GB/s: `total` bytes written in 8 MiB calls (the chunk a
+/// TCP copy sends), read into a buffer of that size, timed until the
+/// reader's one-byte acknowledgement of the last byte comes back (Nagle
+/// off, the kernel's default buffers, as the transport has them).
+pub fn tcp_stream(peer_cpu: Option<usize>, total: usize) -> Result<f64> {
+    const CHUNK: usize = 8 << 20;
+    let listener = TcpListener::bind("127.0.0.1:0").context("raw TCP stream listener")?;
+    let addr = listener.local_addr()?;
+    let sink = std::thread::spawn(move || -> std::io::Result<()> {
+        pin(peer_cpu);
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        let mut buf = vec![0u8; CHUNK];
+        // A warm-up of one chunk, then the timed run; each acknowledged.
+        for want in [CHUNK, total] {
+            let mut got = 0;
+            while got < want {
+                let n = s.read(&mut buf[..CHUNK.min(want - got)])?;
+                if n == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                got += n;
+            }
+            s.write_all(&[1])?;
+        }
+        Ok(())
+    });
+    let mut s = TcpStream::connect(addr).context("raw TCP stream connect")?;
+    s.set_nodelay(true)?;
+    let buf = vec![7u8; CHUNK];
+    let mut ack = [0u8; 1];
+    s.write_all(&buf)?;
+    s.read_exact(&mut ack)?;
+    let t = Instant::now();
+    let mut sent = 0;
+    while sent < total {
+        let n = CHUNK.min(total - sent);
+        s.write_all(&buf[..n])?;
+        sent += n;
+    }
+    s.read_exact(&mut ack)?;
+    let gbps = total as f64 / t.elapsed().as_secs_f64() / 1e9;
+    sink.join().map_err(|_| anyhow::anyhow!("stream sink panicked"))?.context("stream sink")?;
+    Ok(gbps)
 }
 
 fn pin(cpu: Option<usize>) {

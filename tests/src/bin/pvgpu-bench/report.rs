@@ -198,6 +198,17 @@ impl Results<'_> {
             _ => None,
         };
         push("tcp round trip vs raw TCP ping-pong".into(), tcp, "≤ 1.2x", tcp.map(|x| x <= 1.2), "x");
+        // TCP copies against a raw stream between the same CPUs, same run.
+        let stream = self.get(REFERENCE, "tcp_raw_stream_gbps").map(|s| s.median).filter(|&g| g > 0.0);
+        for &size in sizes.iter().filter(|&&s| s >= 1 << 20) {
+            for dir in ["htod", "dtoh"] {
+                let share = match (self.get("tcp", &format!("{dir}_gbps_{size}")), stream) {
+                    (Some(t), Some(r)) => Some(t.median / r * 100.0),
+                    _ => None,
+                };
+                push(format!("tcp {dir} {} share of a raw TCP stream", human(size)), share, "≥ 80 %", share.map(|x| x >= 80.0), " %");
+            }
+        }
         let idle = self.get(REFERENCE, "idle_cpu_percent").map(|s| s.median);
         push("CPU of an idle local session".into(), idle, "≤ 1 %", idle.map(|x| x <= 1.0), " %");
         v
