@@ -124,6 +124,12 @@ impl Pool {
     }
 }
 
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
 fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
     socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).map_err(io::Error::from)

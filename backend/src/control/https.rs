@@ -60,12 +60,18 @@ fn getrandom_fill(buf: &mut [u8]) -> std::io::Result<()> {
 /// the HTTP server at `inner`.
 pub(super) fn accept_loop(listener: TcpListener, tls: Arc<rustls::ServerConfig>, inner: PathBuf, stop: &AtomicBool) {
     let live = Arc::new(AtomicUsize::new(0));
+    // A connection gone between poll and accept must not block the loop
+    // (accepted sockets do not inherit this; they block, with timeouts).
+    if let Err(e) = listener.set_nonblocking(true) {
+        tracing::warn!(error = %e, "control API (TLS): cannot make the listener non-blocking");
+    }
     while !stop.load(Ordering::SeqCst) {
         if !readable(&listener, super::TICK) {
             continue;
         }
         let (sock, peer) = match listener.accept() {
             Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) => {
                 tracing::debug!(error = %e, "control API (TLS): accept failed");
                 continue;
@@ -99,6 +105,9 @@ fn readable(listener: &TcpListener, wait: Duration) -> bool {
 }
 
 fn serve_one(sock: TcpStream, peer: SocketAddr, tls: &Arc<rustls::ServerConfig>, inner: &Path) {
+    if sock.set_nonblocking(false).is_err() {
+        return;
+    }
     let timeouts = sock.set_read_timeout(Some(HANDSHAKE)).and_then(|()| sock.set_write_timeout(Some(HANDSHAKE)));
     if timeouts.is_err() {
         return;
