@@ -334,7 +334,9 @@ fn refuses_another_user_when_not_root() {
 }
 
 /// The pids of `pid`'s children.
-fn children(pid: u32) -> Vec<u32> {
+/// The session workers among `pid`'s children: those named
+/// `pvgpu-worker` (the idle workers of its pool are `pvgpu-idle`).
+fn session_workers(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
         for t in tasks.flatten() {
@@ -343,6 +345,7 @@ fn children(pid: u32) -> Vec<u32> {
             }
         }
     }
+    out.retain(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "pvgpu-worker"));
     out
 }
 
@@ -388,7 +391,7 @@ fn worker_status(extra: &[&str]) -> (String, String, String) {
     client.memcpy_dtoh(&mut back, d).unwrap();
     assert_eq!(back, data, "a round trip through the confined worker");
 
-    let workers = children(backend.0.id());
+    let workers = session_workers(backend.0.id());
     assert_eq!(workers.len(), 1, "one worker for one session: {workers:?}");
     let w = workers[0].to_string();
     let got = (status_field(&w, "Seccomp:"), status_field(&w, "NoNewPrivs:"), status_field(&w, "Uid:"));
