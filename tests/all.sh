@@ -85,7 +85,7 @@ PVGPU_TEST_ISOLATION=process cargo test -p pvgpu-tests --test e2e
 step "Debian packages: built, installed, the service started, an unmodified program through pvgpu-run, purged"
 bash tests/packages.sh
 
-step "Slurm: srun --gres=pvgpu:1 on a one-node cluster, a tenant and key per job"
+step "Slurm: srun --gres=pvgpu:N on a one-node cluster, a tenant, key and GPUs per job, the backend reached over HTTPS"
 bash tests/slurm.sh
 
 step "loom model of the ring's index protocol"
