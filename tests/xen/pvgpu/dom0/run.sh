@@ -9,11 +9,11 @@ say() { echo "LAB-PVGPU dom0: $* [+$(cut -d' ' -f1 /proc/uptime)s]"; }
 RC=0
 fail() { say "FAIL: $*"; RC=1; }
 . /etc/lab/lib.sh   # wait_key
-# Session workers of the backend: processes whose command line says
-# "pvgpu-backend worker --conn xen" (one pipeline: forks are slow under TCG).
-# The bracket keeps grep from counting its own command line.
+# Session workers of the backend: processes named pvgpu-worker (a worker
+# started for its session, or one of the pool's that took it; idle ones
+# are pvgpu-idle). One pipeline: forks are slow under TCG.
 workers() {
-  for c in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$c"; echo; done 2>/dev/null | grep -c "pvgpu-backend worker --conn [x]en"
+  cat /proc/[0-9]*/comm 2>/dev/null | grep -c "^pvgpu-worker$"
 }
 
 cd /lab
