@@ -328,24 +328,6 @@ fn hung_up(fd: &OwnedFd) -> bool {
     n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 
-/// A worker's arguments as they are put together.
-#[derive(Default)]
-struct Args(Vec<std::ffi::OsString>);
-
-impl Args {
-    fn arg(&mut self, a: impl AsRef<std::ffi::OsStr>) -> &mut Args {
-        self.0.push(a.as_ref().to_os_string());
-        self
-    }
-
-    fn args<I: IntoIterator<Item = S>, S: AsRef<std::ffi::OsStr>>(&mut self, all: I) -> &mut Args {
-        for a in all {
-            self.arg(a);
-        }
-        self
-    }
-}
-
 impl ProcessSpawner {
     /// Workers started with `cmd`, `cmd.pool` of them ahead of their
     /// sessions; a worker whose peer is gone is killed after `grace`.
@@ -436,7 +418,7 @@ impl Spawner for ProcessSpawner {
         let scope: Arc<str> = owner.clone().unwrap_or_else(|| handover.owner().0).into();
         // The worker's arguments, for a process started for the session or
         // handed to an idle one.
-        let mut cmd = Args::default();
+        let mut cmd = crate::worker_pool::WorkerArgs::default();
         cmd.arg("worker").arg("--conn").arg(handover.transport().name()).arg("--session").arg(id.to_string()).args(&self.cmd.args);
         if let Some(g) = &gpus {
             cmd.arg("--gpus").arg(crate::devices::list_arg(g));

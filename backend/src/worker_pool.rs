@@ -36,6 +36,28 @@ const MAX_MESSAGE: usize = 64 << 10;
 /// loop).
 const BACKOFF: Duration = Duration::from_secs(5);
 
+/// A session worker's arguments (after the binary's name), put together
+/// as for a `Command`: the same for a worker started for its session and
+/// for one of the pool's ([`Idle::assign`]).
+#[derive(Default)]
+pub struct WorkerArgs(pub Vec<OsString>);
+
+impl WorkerArgs {
+    /// Adds one argument.
+    pub fn arg(&mut self, a: impl AsRef<std::ffi::OsStr>) -> &mut WorkerArgs {
+        self.0.push(a.as_ref().to_os_string());
+        self
+    }
+
+    /// Adds each of `all`.
+    pub fn args<I: IntoIterator<Item = S>, S: AsRef<std::ffi::OsStr>>(&mut self, all: I) -> &mut WorkerArgs {
+        for a in all {
+            self.arg(a);
+        }
+        self
+    }
+}
+
 /// An idle worker: its process and the supervisor's end of its socket.
 pub struct Idle {
     child: Child,
@@ -255,10 +277,11 @@ pub fn wait_for_session() -> io::Result<Option<Vec<OsString>>> {
             Ok(m) => {
                 let mut fds: Vec<OwnedFd> = Vec::new();
                 for c in m.cmsgs().map_err(io::Error::from)? {
-                    if let ControlMessageOwned::ScmRights(list) = c {
-                        // SAFETY: the kernel just installed these descriptors
-                        // in this process; nothing else owns them.
-                        fds.extend(list.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
+                    let ControlMessageOwned::ScmRights(list) = c else { continue };
+                    for f in list {
+                        // SAFETY: the kernel just installed this descriptor
+                        // in this process; nothing else owns it.
+                        fds.push(unsafe { OwnedFd::from_raw_fd(f) });
                     }
                 }
                 break (m.bytes, fds);

@@ -200,8 +200,7 @@ fn a_session_without_gpus_fails_cuinit_with_no_device() {
     use pvgpu_ctl::api::{Gpu, NewTenant, Quota, Tenant};
     let h = Harness::with(HarnessOptions { state_dir: true, ..Default::default() });
     let ctl = h.control().unwrap();
-    // SAFETY: getuid has no preconditions.
-    let me = format!("uid:{}", unsafe { libc::getuid() });
+    let me = format!("uid:{}", nix::unistd::getuid());
     let req = NewTenant { name: "drained".into(), quota: Quota { gpus: Some(vec![0]), ..Quota::default() }, members: vec![me] };
     let _: Tenant = ctl.call_with("POST", "/v1/tenants", Some(&req)).unwrap();
     let _: Gpu = ctl.call("POST", "/v1/devices/0/drain").unwrap();

@@ -228,8 +228,7 @@ fn member_sessions_see_their_tenants_gpus_less_the_drained_ones() {
     let n = gpus.len() as u32;
     assert!(n >= 1, "the backend lists its GPUs: {gpus:?}");
     let list: Vec<u32> = if n >= 3 { vec![2, 0] } else { vec![0] };
-    // SAFETY: getuid has no preconditions.
-    let me = format!("uid:{}", unsafe { libc::getuid() });
+    let me = format!("uid:{}", nix::unistd::getuid());
     let quota = Quota { memory_bytes: Some(64 * MIB), max_sessions: None, gpus: Some(list.clone()) };
     let req = NewTenant { name: "lab".into(), quota, members: vec![me.clone()] };
     let t: Tenant = ctl.call_with("POST", "/v1/tenants", Some(&req)).unwrap();

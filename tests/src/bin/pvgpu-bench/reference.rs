@@ -44,12 +44,7 @@ const STREAM_BYTES: usize = 512 << 20;
 /// off, the kernel's default buffers, as the transport has them).
 pub fn tcp_stream(peer_cpu: Option<usize>, total: usize) -> Result<f64> {
     const CHUNK: usize = 8 << 20;
-    let listener = TcpListener::bind("127.0.0.1:0").context("raw TCP stream listener")?;
-    let addr = listener.local_addr()?;
-    let sink = std::thread::spawn(move || -> std::io::Result<()> {
-        pin(peer_cpu);
-        let (mut s, _) = listener.accept()?;
-        s.set_nodelay(true)?;
+    let (mut s, sink) = loopback_peer(peer_cpu, "raw TCP stream", move |mut s| {
         let mut buf = vec![0u8; CHUNK];
         // A warm-up of one chunk, then the timed run; each acknowledged.
         for want in [CHUNK, total] {
@@ -64,9 +59,7 @@ pub fn tcp_stream(peer_cpu: Option<usize>, total: usize) -> Result<f64> {
             s.write_all(&[1])?;
         }
         Ok(())
-    });
-    let mut s = TcpStream::connect(addr).context("raw TCP stream connect")?;
-    s.set_nodelay(true)?;
+    })?;
     let buf = vec![7u8; CHUNK];
     let mut ack = [0u8; 1];
     s.write_all(&buf)?;
@@ -139,12 +132,7 @@ pub fn cacheline_ping_pong(peer_cpu: Option<usize>, iters: u64) -> Result<Histog
 /// on `peer_cpu` that blocks in `read` (Nagle off on both ends), in
 /// nanoseconds.
 pub fn tcp_ping_pong(peer_cpu: Option<usize>, len: usize, iters: u32) -> Result<Histogram<u64>> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("raw TCP listener")?;
-    let addr = listener.local_addr()?;
-    let echo = std::thread::spawn(move || -> std::io::Result<()> {
-        pin(peer_cpu);
-        let (mut s, _) = listener.accept()?;
-        s.set_nodelay(true)?;
+    let (mut s, echo) = loopback_peer(peer_cpu, "raw TCP", move |mut s| {
         let mut buf = vec![0u8; len];
         loop {
             if s.read_exact(&mut buf).is_err() {
@@ -152,9 +140,7 @@ pub fn tcp_ping_pong(peer_cpu: Option<usize>, len: usize, iters: u32) -> Result<
             }
             s.write_all(&buf)?;
         }
-    });
-    let mut s = TcpStream::connect(addr).context("raw TCP connect")?;
-    s.set_nodelay(true)?;
+    })?;
     let mut buf = vec![0u8; len];
     for _ in 0..iters / 10 {
         s.write_all(&buf)?;
@@ -170,6 +156,26 @@ pub fn tcp_ping_pong(peer_cpu: Option<usize>, len: usize, iters: u32) -> Result<
     drop(s);
     echo.join().map_err(|_| anyhow::anyhow!("echo thread panicked"))?.context("echo thread")?;
     Ok(h)
+}
+
+/// A loopback TCP connection to a thread on `peer_cpu` that runs `serve`
+/// on its end (Nagle off on both); `what` names it in errors.
+fn loopback_peer(
+    peer_cpu: Option<usize>,
+    what: &str,
+    serve: impl FnOnce(TcpStream) -> std::io::Result<()> + Send + 'static,
+) -> Result<(TcpStream, std::thread::JoinHandle<std::io::Result<()>>)> {
+    let listener = TcpListener::bind("127.0.0.1:0").with_context(|| format!("{what} listener"))?;
+    let addr = listener.local_addr()?;
+    let peer = std::thread::spawn(move || {
+        pin(peer_cpu);
+        let (s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        serve(s)
+    });
+    let s = TcpStream::connect(addr).with_context(|| format!("{what} connect"))?;
+    s.set_nodelay(true)?;
+    Ok((s, peer))
 }
 
 fn cpu_time() -> Duration {
