@@ -5,13 +5,15 @@ Usage: drive.py URL TOKEN SESSION TENANT
 Logs in with a wrong token (refused), then the right one; waits for
 session SESSION of tenant TENANT to appear and the charts to draw; sets
 the tenant's memory quota to 32 MiB and saves it; drains GPU 0 with its
-button; ends the session with its button and waits for its row to go.
+button; ends the session with its button (found before two refreshes
+and pressed after them) and waits for its row to go.
 Prints one line per step; exits non-zero at the first that fails. The
 caller checks the backend's side. With PVGPU_DASHBOARD_SCREENSHOT=FILE, the
 page is saved there as a PNG before the session is ended.
 """
 import os
 import sys
+import time
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -74,7 +76,11 @@ try:
         driver.save_screenshot(shot)
         step("screenshot saved to " + shot)
 
-    driver.find_element(By.CSS_SELECTOR, f'button.end[data-session="{session}"]').click()
+    # The page refreshes once a second; a button must survive that, or an
+    # operator's click can land on a row that was just replaced.
+    end = driver.find_element(By.CSS_SELECTOR, f'button.end[data-session="{session}"]')
+    time.sleep(2.5)
+    end.click()
     wait.until(EC.alert_is_present()).accept()
     wait.until(EC.invisibility_of_element_located(row_sel))
     step("session ended and gone from the table")

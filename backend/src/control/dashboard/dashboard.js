@@ -62,158 +62,204 @@ function cell(tr, text, cls) {
   return td;
 }
 
+// Rows and cards are kept across polls and only their text changes, so a
+// button the operator is about to press is never swapped out under the
+// pointer.
+function keyed(box, key, make) {
+  const k = String(key);
+  let el = Array.from(box.children).find((c) => c.dataset.key === k);
+  if (!el) {
+    el = make();
+    el.dataset.key = key;
+  }
+  return el;
+}
+
+// Puts `els` into `box` in that order, moving only what is out of place,
+// and drops every other keyed child.
+function arrange(box, els) {
+  const keep = new Set(els);
+  for (const c of Array.from(box.children)) {
+    if (c.dataset.key !== undefined && !keep.has(c)) c.remove();
+  }
+  let at = box.firstElementChild;
+  while (at && at.dataset.key === undefined) at = at.nextElementSibling;
+  for (const el of els) {
+    if (el === at) {
+      at = at.nextElementSibling;
+    } else {
+      box.insertBefore(el, at);
+    }
+  }
+}
+
+function gpuCard(index) {
+  const d = document.createElement("div");
+  d.dataset.gpu = index;
+  const title = document.createElement("strong");
+  const st = document.createElement("div");
+  st.className = "state";
+  const b = document.createElement("button");
+  b.className = "drain";
+  b.dataset.gpu = index;
+  b.addEventListener("click", async () => {
+    const drained = d.classList.contains("drained");
+    try {
+      await api(drained ? "DELETE" : "POST", "/v1/devices/" + index + "/drain");
+      status("GPU " + index + (drained ? " given to new sessions again" : " drained"));
+      refresh();
+    } catch (e) { status(e.message, true); }
+  });
+  const gauges = document.createElement("div");
+  gauges.className = "gauges";
+  d.append(title, st, b, gauges);
+  return d;
+}
+
+function gauges(box, g) {
+  box.replaceChildren();
+  const util = g.utilization_ratio == null ? null : g.utilization_ratio;
+  const used = g.memory_used_bytes, total = g.memory_total_bytes;
+  const lines = [
+    ["utilisation", util == null ? "?" : Math.round(util * 100) + " %", util],
+    ["memory", used == null ? "?" : bytes(used) + " of " + bytes(total), used == null ? null : used / total],
+  ];
+  for (const [name, text, frac] of lines) {
+    const l = document.createElement("div");
+    l.textContent = name + ": " + text;
+    box.appendChild(l);
+    if (frac != null) {
+      const bar = document.createElement("div");
+      bar.className = "bar";
+      const fill = document.createElement("div");
+      fill.style.width = Math.min(100, frac * 100).toFixed(1) + "%";
+      bar.appendChild(fill);
+      box.appendChild(bar);
+    }
+  }
+  const extra = document.createElement("div");
+  extra.textContent = (g.temperature_celsius == null ? "" : g.temperature_celsius + " °C  ") +
+    (g.power_watts == null ? "" : g.power_watts.toFixed(0) + " W");
+  box.appendChild(extra);
+}
+
 function renderGpus(gpus) {
   const box = $("gpus");
-  box.replaceChildren();
-  if (gpus.length === 0) {
-    const p = document.createElement("p");
-    p.className = "hint";
-    p.textContent = "This backend lists no GPUs.";
-    box.appendChild(p);
-    return;
-  }
-  for (const g of gpus) {
-    const d = document.createElement("div");
+  $("gpus-none").hidden = gpus.length > 0;
+  const cards = gpus.map((g) => {
+    const d = keyed(box, g.index, () => gpuCard(g.index));
     d.className = g.drained ? "gpu drained" : "gpu";
-    d.dataset.gpu = g.index;
-    const title = document.createElement("strong");
+    const [title, st, b, gauge] = d.children;
     title.textContent = g.index + ": " + g.name;
-    d.appendChild(title);
-    const state = document.createElement("div");
-    state.className = "state";
     const users = g.sessions.length ? "sessions " + g.sessions.join(", ") : "no sessions";
-    state.textContent = (g.drained ? "drained (no new sessions), " : "open, ") + users;
-    d.appendChild(state);
-    const b = document.createElement("button");
-    b.className = "drain";
-    b.dataset.gpu = g.index;
+    st.textContent = (g.drained ? "drained (no new sessions), " : "open, ") + users;
     b.textContent = g.drained ? "Resume" : "Drain";
-    b.addEventListener("click", async () => {
-      try {
-        await api(g.drained ? "DELETE" : "POST", "/v1/devices/" + g.index + "/drain");
-        status("GPU " + g.index + (g.drained ? " given to new sessions again" : " drained"));
-        refresh();
-      } catch (e) { status(e.message, true); }
-    });
-    d.appendChild(b);
-    const util = g.utilization_ratio == null ? null : g.utilization_ratio;
-    const used = g.memory_used_bytes, total = g.memory_total_bytes;
-    const lines = [
-      ["utilisation", util == null ? "?" : Math.round(util * 100) + " %", util],
-      ["memory", used == null ? "?" : bytes(used) + " of " + bytes(total), used == null ? null : used / total],
-    ];
-    for (const [name, text, frac] of lines) {
-      const l = document.createElement("div");
-      l.textContent = name + ": " + text;
-      d.appendChild(l);
-      if (frac != null) {
-        const bar = document.createElement("div");
-        bar.className = "bar";
-        const fill = document.createElement("div");
-        fill.style.width = Math.min(100, frac * 100).toFixed(1) + "%";
-        bar.appendChild(fill);
-        d.appendChild(bar);
-      }
-    }
-    const extra = document.createElement("div");
-    extra.textContent = (g.temperature_celsius == null ? "" : g.temperature_celsius + " °C  ") +
-      (g.power_watts == null ? "" : g.power_watts.toFixed(0) + " W");
-    d.appendChild(extra);
-    box.appendChild(d);
-  }
+    gauges(gauge, g);
+    return d;
+  });
+  arrange(box, cards);
+}
+
+function sessionRow(id) {
+  const tr = document.createElement("tr");
+  tr.dataset.session = id;
+  for (const cls of ["num", "", "", "", "", "num", "num"]) cell(tr, "", cls);
+  const b = document.createElement("button");
+  b.className = "end";
+  b.dataset.session = id;
+  b.textContent = "End";
+  b.addEventListener("click", async () => {
+    if (!confirm("End session " + id + "? Its program's next call fails.")) return;
+    try {
+      await api("DELETE", "/v1/sessions/" + id);
+      status("session " + id + " is ending");
+      refresh();
+    } catch (e) { status(e.message, true); }
+  });
+  cell(tr, "").appendChild(b);
+  return tr;
 }
 
 function renderSessions(sessions) {
   const body = $("sessions").querySelector("tbody");
-  body.replaceChildren();
   const sorted = sessions.slice().sort((a, b) => (a.tenant || "").localeCompare(b.tenant || "") || a.id - b.id);
-  for (const s of sorted) {
-    const tr = document.createElement("tr");
-    tr.dataset.session = s.id;
-    cell(tr, String(s.id), "num");
-    cell(tr, s.tenant || "-");
-    cell(tr, s.peer);
-    cell(tr, s.transport);
-    cell(tr, s.devices.length ? s.devices.join(",") : "-");
-    cell(tr, bytes(s.memory_bytes), "num");
-    cell(tr, age(s.age_seconds), "num");
-    const td = cell(tr, "");
-    const b = document.createElement("button");
-    b.className = "end";
-    b.dataset.session = s.id;
-    b.textContent = "End";
-    b.addEventListener("click", async () => {
-      if (!confirm("End session " + s.id + "? Its program's next call fails.")) return;
-      try {
-        await api("DELETE", "/v1/sessions/" + s.id);
-        status("session " + s.id + " is ending");
-        refresh();
-      } catch (e) { status(e.message, true); }
-    });
-    td.appendChild(b);
-    body.appendChild(tr);
-  }
+  const rows = sorted.map((s) => {
+    const tr = keyed(body, s.id, () => sessionRow(s.id));
+    const texts = [String(s.id), s.tenant || "-", s.peer, s.transport,
+      s.devices.length ? s.devices.join(",") : "-", bytes(s.memory_bytes), age(s.age_seconds)];
+    texts.forEach((t, i) => { if (tr.children[i].textContent !== t) tr.children[i].textContent = t; });
+    return tr;
+  });
+  arrange(body, rows);
 }
 
-function quotaInput(cls, value) {
+function quotaInput(cls) {
   const i = document.createElement("input");
   i.type = "number";
   i.min = "0";
   i.className = "quota " + cls;
-  i.value = value == null ? "" : String(value);
   return i;
+}
+
+function tenantRow(name) {
+  const tr = document.createElement("tr");
+  tr.dataset.tenant = name;
+  cell(tr, name);
+  const mem = quotaInput("memory");
+  const ses = quotaInput("sessions");
+  const gpus = document.createElement("input");
+  gpus.type = "text";
+  gpus.className = "quota gpus";
+  gpus.placeholder = "all";
+  for (const i of [mem, ses, gpus]) {
+    i.addEventListener("input", () => state.editing.add(name));
+    cell(tr, "").appendChild(i);
+  }
+  for (let i = 0; i < 4; i++) cell(tr, "", i === 1 ? "" : "num");
+  const b = document.createElement("button");
+  b.className = "save";
+  b.textContent = "Save";
+  b.addEventListener("click", async () => {
+    const list = gpus.value.trim();
+    if (list !== "" && !/^\d+(\s*,\s*\d+)*$/.test(list)) {
+      status("GPUs of " + name + ": numbers separated by commas, or empty for all", true);
+      return;
+    }
+    const quota = {
+      memory_bytes: mem.value === "" ? null : Math.round(Number(mem.value) * 1048576),
+      max_sessions: ses.value === "" ? null : Math.round(Number(ses.value)),
+      gpus: list === "" ? null : list.split(",").map((n) => Number(n.trim())),
+    };
+    try {
+      await api("PUT", "/v1/tenants/" + encodeURIComponent(name) + "/quota", quota);
+      state.editing.delete(name);
+      status("quota of " + name + " saved");
+      refresh();
+    } catch (e) { status(e.message, true); }
+  });
+  cell(tr, "").appendChild(b);
+  return tr;
 }
 
 function renderTenants(tenants) {
   const body = $("tenants").querySelector("tbody");
-  // Rows being edited are kept as the operator left them.
-  for (const tr of Array.from(body.children)) {
-    if (!state.editing.has(tr.dataset.tenant)) tr.remove();
-  }
-  for (const t of tenants) {
-    if (state.editing.has(t.name)) continue;
-    const tr = document.createElement("tr");
-    tr.dataset.tenant = t.name;
-    cell(tr, t.name);
-    const mem = quotaInput("memory", t.quota.memory_bytes == null ? null : Math.round(t.quota.memory_bytes / 1048576));
-    const ses = quotaInput("sessions", t.quota.max_sessions);
-    const gpus = document.createElement("input");
-    gpus.type = "text";
-    gpus.className = "quota gpus";
-    gpus.placeholder = "all";
-    gpus.value = t.quota.gpus == null ? "" : t.quota.gpus.join(",");
-    for (const i of [mem, ses, gpus]) {
-      i.addEventListener("input", () => state.editing.add(t.name));
-      cell(tr, "").appendChild(i);
+  const rows = tenants.map((t) => {
+    const tr = keyed(body, t.name, () => tenantRow(t.name));
+    const c = tr.children;
+    // Quotas being edited are kept as the operator left them.
+    if (!state.editing.has(t.name)) {
+      const q = t.quota;
+      c[1].firstChild.value = q.memory_bytes == null ? "" : String(Math.round(q.memory_bytes / 1048576));
+      c[2].firstChild.value = q.max_sessions == null ? "" : String(q.max_sessions);
+      c[3].firstChild.value = q.gpus == null ? "" : q.gpus.join(",");
     }
-    cell(tr, String(t.live_keys), "num");
-    cell(tr, t.members.length ? t.members.join(", ") : "-");
-    cell(tr, String(t.sessions), "num");
-    cell(tr, bytes(t.memory_bytes), "num");
-    const b = document.createElement("button");
-    b.className = "save";
-    b.textContent = "Save";
-    b.addEventListener("click", async () => {
-      const list = gpus.value.trim();
-      if (list !== "" && !/^\d+(\s*,\s*\d+)*$/.test(list)) {
-        status("GPUs of " + t.name + ": numbers separated by commas, or empty for all", true);
-        return;
-      }
-      const quota = {
-        memory_bytes: mem.value === "" ? null : Math.round(Number(mem.value) * 1048576),
-        max_sessions: ses.value === "" ? null : Math.round(Number(ses.value)),
-        gpus: list === "" ? null : list.split(",").map((n) => Number(n.trim())),
-      };
-      try {
-        await api("PUT", "/v1/tenants/" + encodeURIComponent(t.name) + "/quota", quota);
-        state.editing.delete(t.name);
-        status("quota of " + t.name + " saved");
-        refresh();
-      } catch (e) { status(e.message, true); }
-    });
-    cell(tr, "").appendChild(b);
-    body.appendChild(tr);
-  }
+    c[4].textContent = String(t.live_keys);
+    c[5].textContent = t.members.length ? t.members.join(", ") : "-";
+    c[6].textContent = String(t.sessions);
+    c[7].textContent = bytes(t.memory_bytes);
+    return tr;
+  });
+  arrange(body, rows);
 }
 
 function chart(canvas, series, colors) {
