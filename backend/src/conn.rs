@@ -1,8 +1,9 @@
 //! The backend's side of a connection: receive a request (copied out of
 //! shared memory or read off the socket), mark it done, send a reply.
 
+use crate::staging::Staging;
 use pvgpu_ring::channel::{ChannelError, Consumer, Producer, Sent};
-use pvgpu_ring::frame::{FrameError, FrameReader};
+use pvgpu_ring::frame::{FrameError, FrameReader, FrameSink};
 use pvgpu_ring::layout::{Geometry, LayoutError, MAX_RING_RECORD, attach_region};
 use pvgpu_ring::notify::{Notifier, NotifyError, Step, WaitError, Waiter};
 use pvgpu_ring::proto::{DecodeError, Header};
@@ -64,8 +65,27 @@ pub trait Conn {
     fn release(&mut self) -> Result<(), ConnError>;
     /// Sends a reply.
     fn send(&mut self, h: &Header, payload: &[u8], stop: &AtomicBool) -> Result<(), ConnError>;
+    /// The request [`Conn::recv`] received: `buf`, or the connection's
+    /// own staging where it read a large one.
+    fn received<'a>(&'a self, buf: &'a [u8]) -> &'a [u8] {
+        buf
+    }
+    /// Moves a request received into the staging to `buf`, where the
+    /// caller keeps it across further receives.
+    fn unstage(&mut self, _buf: &mut Vec<u8>) {}
+    /// Sends a reply whose payload is `payload` followed by `staged` bytes
+    /// of the connection's staging that a handler wrote
+    /// ([`Conn::staging`]).
+    fn send_staged(&mut self, h: &Header, payload: &[u8], staged: usize, stop: &AtomicBool) -> Result<(), ConnError> {
+        debug_assert_eq!(staged, 0, "a connection without staging has no staged reply");
+        self.send(h, payload, stop)
+    }
     /// The data area, for transports that have one.
     fn area(&self) -> Option<&DataArea>;
+    /// Page-locked staging of a stream connection, if it has one.
+    fn staging(&mut self) -> Option<&mut crate::staging::Staging> {
+        None
+    }
     /// The largest reply payload the connection carries.
     fn max_reply(&self) -> usize {
         pvgpu_ring::proto::MAX_PAYLOAD
@@ -259,6 +279,10 @@ impl<T: Read + Write + AsFd + Send> FrameStream for T {}
 pub struct TcpConn {
     sock: Box<dyn FrameStream>,
     reader: FrameReader,
+    /// Where large requests are read and copies' replies written.
+    staging: Option<Staging>,
+    /// Whether the last request received is in the staging.
+    staged: bool,
     idle_timeout: Option<Duration>,
     /// How long it looks for the next request before it blocks.
     spin: Duration,
@@ -278,14 +302,21 @@ impl TcpConn {
         sock.set_nodelay(true)?;
         sock.set_read_timeout(Some(TICK))?;
         sock.set_write_timeout(Some(STALL))?;
-        Ok(TcpConn { sock: Box::new(sock), reader: FrameReader::new(STALL), idle_timeout, spin })
+        Ok(TcpConn::wrap(Box::new(sock), idle_timeout, spin))
     }
 
     /// Wraps the worker's end of the supervisor's TLS relay.
     pub fn relayed(sock: std::os::unix::net::UnixStream, idle_timeout: Option<Duration>, spin: Duration) -> io::Result<Self> {
         sock.set_read_timeout(Some(TICK))?;
         sock.set_write_timeout(Some(STALL))?;
-        Ok(TcpConn { sock: Box::new(sock), reader: FrameReader::new(STALL), idle_timeout, spin })
+        Ok(TcpConn::wrap(Box::new(sock), idle_timeout, spin))
+    }
+
+    fn wrap(sock: Box<dyn FrameStream>, idle_timeout: Option<Duration>, spin: Duration) -> TcpConn {
+        // Without staging (no memory for it), requests are read into the
+        // session's buffer, as small ones always are.
+        let staging = Staging::new().inspect_err(|e| tracing::warn!(error = %e, "no staging for the connection")).ok();
+        TcpConn { sock, reader: FrameReader::new(STALL), staging, staged: false, idle_timeout, spin }
     }
 }
 
@@ -307,8 +338,17 @@ impl Conn for TcpConn {
         if !self.reader.frame_ready() {
             pvgpu_ring::frame::spin_until_readable(self.sock.as_fd(), self.spin);
         }
+        self.staged = false;
         loop {
-            match self.reader.read_into(&mut self.sock, buf) {
+            let (staging, staged) = (&mut self.staging, &mut self.staged);
+            let read = self.reader.read_choosing(&mut self.sock, |h| match staging {
+                Some(st) if Staging::takes(h) => {
+                    *staged = true;
+                    st as &mut dyn FrameSink
+                }
+                _ => buf as &mut dyn FrameSink,
+            });
+            match read {
                 Ok(_) => return Ok(()),
                 Err(FrameError::Idle) => {
                     check_stop(stop)?;
@@ -327,8 +367,34 @@ impl Conn for TcpConn {
         Ok(())
     }
 
-    fn send(&mut self, h: &Header, payload: &[u8], _stop: &AtomicBool) -> Result<(), ConnError> {
-        pvgpu_ring::frame::write_frame(&mut self.sock, h, &[payload]).map_err(|e| match e.kind() {
+    fn send(&mut self, h: &Header, payload: &[u8], stop: &AtomicBool) -> Result<(), ConnError> {
+        self.send_staged(h, payload, 0, stop)
+    }
+
+    fn received<'a>(&'a self, buf: &'a [u8]) -> &'a [u8] {
+        match &self.staging {
+            Some(st) if self.staged => st.request(),
+            _ => buf,
+        }
+    }
+
+    fn unstage(&mut self, buf: &mut Vec<u8>) {
+        if let (Some(st), true) = (&self.staging, self.staged) {
+            buf.clear();
+            buf.extend_from_slice(st.request());
+            self.staged = false;
+        }
+    }
+
+    fn send_staged(&mut self, h: &Header, payload: &[u8], staged: usize, _stop: &AtomicBool) -> Result<(), ConnError> {
+        let tail = match &self.staging {
+            Some(st) if staged > 0 => st.reply(staged),
+            _ => &[],
+        };
+        if tail.len() != staged {
+            return Err(ConnError::Io(io::Error::other("a staged reply longer than the staging")));
+        }
+        pvgpu_ring::frame::write_frame(&mut self.sock, h, &[payload, tail]).map_err(|e| match e.kind() {
             io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => ConnError::PeerGone,
             _ => ConnError::Io(e),
         })?;
@@ -338,6 +404,10 @@ impl Conn for TcpConn {
 
     fn area(&self) -> Option<&DataArea> {
         None
+    }
+
+    fn staging(&mut self) -> Option<&mut Staging> {
+        self.staging.as_mut()
     }
 }
 

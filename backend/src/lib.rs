@@ -63,6 +63,7 @@ pub mod sandbox;
 pub mod session;
 pub mod session_loop;
 pub mod spawn;
+pub mod staging;
 pub mod supervisor;
 pub mod tenants;
 pub mod tls;

@@ -394,8 +394,11 @@ fn dtoh_pipelined(c: &mut Conn, dst: &mut [u8], src: u64, stream: Stream, is_asy
             continue;
         }
         let Some((id, staged, at, len)) = inflight.pop_front() else { break };
-        let status = c.reply(Opcode::MemcpyDtoH as u16, id)?;
+        // Over a stream the chunk is read straight into the program's
+        // memory; from a shared data area it is copied out of it.
+        let (status, direct) = c.reply_to(Opcode::MemcpyDtoH as u16, id, Some(&mut dst[at..at + len]))?;
         match status.result() {
+            Ok(()) if direct => c.t.discard(&staged),
             Ok(()) if first_err.is_none() => {
                 let Conn { t, buf, .. } = &mut *c;
                 if let Err(e) = t.fetch(&staged, buf, &mut dst[at..at + len]) {

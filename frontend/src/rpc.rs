@@ -220,20 +220,28 @@ impl Conn {
     /// Program output the backend sends before a reply is passed to the
     /// output handler ([`crate::set_output_handler`]).
     pub(crate) fn reply(&mut self, opcode: u16, id: u64) -> Result<CuResult> {
+        self.reply_to(opcode, id, None).map(|(r, _)| r)
+    }
+
+    /// As [`Conn::reply`]; with `dst`, a successful reply's bulk data of
+    /// `dst.len()` bytes may be read straight into it (then `true`, and
+    /// `self.buf` is not the payload).
+    pub(crate) fn reply_to(&mut self, opcode: u16, id: u64, mut dst: Option<&mut [u8]>) -> Result<(CuResult, bool)> {
         // A call that may wait for the device spins for its reply as the
         // driver spins in it.
         let spin = self.sync_spin.filter(|_| Opcode::try_from(opcode).is_ok_and(|o| o.may_print()));
-        let h = loop {
+        let (h, direct) = loop {
             let mut buf = std::mem::take(&mut self.buf);
-            let r = match spin {
-                Some(spin) => self.t.recv_spinning(&mut buf, spin),
-                None => self.t.recv(&mut buf),
+            let r = match (dst.as_deref_mut(), spin) {
+                (Some(d), spin) => self.t.recv_into(&mut buf, d, spin),
+                (None, Some(spin)) => self.t.recv_spinning(&mut buf, spin).map(|h| (h, false)),
+                (None, None) => self.t.recv(&mut buf).map(|h| (h, false)),
             };
             self.buf = buf;
             match r {
-                Ok(h) if h.is_output() => crate::output::write(&self.buf),
-                Ok(h) if h.is_host_call() => self.run_host_call()?,
-                Ok(h) => break h,
+                Ok((h, _)) if h.is_output() => crate::output::write(&self.buf),
+                Ok((h, _)) if h.is_host_call() => self.run_host_call()?,
+                Ok(r) => break r,
                 Err(e) => return self.fail(e),
             }
         };
@@ -254,7 +262,7 @@ impl Conn {
         if self.awaiting == 0 && !self.mirrors.is_empty() && settles(opcode) {
             self.pull_mirrors()?;
         }
-        Ok(CuResult(h.status.get()))
+        Ok((CuResult(h.status.get()), direct))
     }
 
     /// Sends a command and waits for its reply; on success the payload is

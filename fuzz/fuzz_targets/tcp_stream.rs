@@ -1,19 +1,23 @@
 //! The backend's reading of a TCP session's byte stream, after the
-//! opening: frames (`pvgpu_ring::frame::FrameReader`, reading ahead), each
-//! decoded as the session would (`Request::decode`), until the stream ends
-//! or breaks.
+//! opening: frames (`pvgpu_ring::frame::FrameReader`, reading ahead), a
+//! large one into the connection's staging as `TcpConn` reads it
+//! (`pvgpu_backend::staging`), each decoded as the session would
+//! (`Request::decode`), until the stream ends or breaks.
 //!
 //! Input: one byte saying how many bytes each read returns at most (less
 //! one; 0: all), then the stream.
 //!
 //! Checked: no panic; a frame's buffer never grows past what arrived by
-//! more than one read step, whatever its header claims; every frame read
-//! whole is the bytes that arrived for it (read ahead or not).
+//! more than one read step, whatever its header claims (the staging is
+//! fixed memory); every frame read whole is the bytes that arrived for it
+//! (read ahead or not, into the buffer or the staging).
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pvgpu_ring::frame::{FrameReader, READ_STEP};
+use pvgpu_backend::staging::Staging;
+use pvgpu_ring::frame::{FrameReader, FrameSink, READ_STEP};
+use std::cell::RefCell;
 use pvgpu_ring::proto::{HEADER_LEN, Request};
 use std::io::Read;
 
@@ -31,7 +35,11 @@ impl Read for Pieces<'_> {
     }
 }
 
-fuzz_target!(|data: &[u8]| {
+thread_local! {
+    static STAGING: RefCell<Staging> = RefCell::new(Staging::new().expect("map the staging"));
+}
+
+fuzz_target!(|data: &[u8]| STAGING.with_borrow_mut(|staging| {
     let Some((&choice, stream)) = data.split_first() else { return };
     let piece = if choice == 0 { usize::MAX } else { choice as usize };
     let mut r = Pieces { input: stream, piece };
@@ -39,12 +47,19 @@ fuzz_target!(|data: &[u8]| {
     let mut reader = FrameReader::new(std::time::Duration::ZERO);
     loop {
         let before = r.input.len() + reader.buffered();
-        let res = reader.read_into(&mut r, &mut buf);
+        let mut staged = false;
+        let res = reader.read_choosing(&mut r, |h| {
+            staged = Staging::takes(h);
+            if staged { &mut *staging as &mut dyn FrameSink } else { &mut buf }
+        });
         let arrived = before - r.input.len() - reader.buffered();
-        assert!(buf.len() <= arrived.max(HEADER_LEN) + READ_STEP, "{} bytes buffered for {arrived} received", buf.len());
+        let frame = if staged { staging.request() } else { &buf[..] };
+        if !staged {
+            assert!(frame.len() <= arrived.max(HEADER_LEN) + READ_STEP, "{} bytes buffered for {arrived} received", frame.len());
+        }
         let Ok(h) = res else { break };
-        assert_eq!(buf.len(), arrived, "a frame is what arrived for it");
-        assert_eq!(buf.len(), HEADER_LEN + h.payload_len.get() as usize);
-        let _ = Request::decode(&h, &buf[HEADER_LEN..]);
+        assert_eq!(frame.len(), arrived, "a frame is what arrived for it");
+        assert_eq!(frame.len(), HEADER_LEN + h.payload_len.get() as usize);
+        let _ = Request::decode(&h, &frame[HEADER_LEN..]);
     }
-});
+}));

@@ -48,6 +48,74 @@ pub fn write_frame(w: &mut impl Write, header: &Header, parts: &[&[u8]]) -> io::
     Ok(())
 }
 
+/// Where a frame's bytes go: a growing buffer, or fixed memory such as a
+/// backend's page-locked staging.
+pub trait FrameSink {
+    /// Empties it.
+    fn clear(&mut self);
+    /// Appends `bytes`; fails if they do not fit.
+    fn extend_from_slice(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Lengthens it by `n` bytes and returns them, to be read over (their
+    /// contents until then are unspecified); fails if they do not fit.
+    fn grow(&mut self, n: usize) -> io::Result<&mut [u8]>;
+}
+
+impl FrameSink for Vec<u8> {
+    fn clear(&mut self) {
+        Vec::clear(self);
+    }
+
+    fn extend_from_slice(&mut self, bytes: &[u8]) -> io::Result<()> {
+        Vec::extend_from_slice(self, bytes);
+        Ok(())
+    }
+
+    fn grow(&mut self, n: usize) -> io::Result<&mut [u8]> {
+        let at = self.len();
+        self.resize(at + n, 0);
+        Ok(&mut self[at..])
+    }
+}
+
+/// A frame's payload read straight into memory of the caller's, which it
+/// must fill exactly.
+pub struct SliceSink<'a> {
+    dst: &'a mut [u8],
+    len: usize,
+}
+
+impl<'a> SliceSink<'a> {
+    /// A sink that fills `dst`.
+    pub fn new(dst: &'a mut [u8]) -> Self {
+        SliceSink { dst, len: 0 }
+    }
+
+    /// The bytes it takes.
+    pub fn room(&self) -> usize {
+        self.dst.len()
+    }
+}
+
+impl FrameSink for SliceSink<'_> {
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    fn extend_from_slice(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.grow(bytes.len())?.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn grow(&mut self, n: usize) -> io::Result<&mut [u8]> {
+        let end = self.len.checked_add(n).filter(|&e| e <= self.dst.len());
+        let Some(end) = end else {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "a payload longer than its destination"));
+        };
+        let at = std::mem::replace(&mut self.len, end);
+        Ok(&mut self.dst[at..end])
+    }
+}
+
 /// Payload bytes read per step: a frame's buffer grows with what arrives,
 /// never to what a header merely claims.
 pub const READ_STEP: usize = 1 << 20;
@@ -97,16 +165,42 @@ impl FrameReader {
     /// header. A clean end of the stream (or a reset) before the first
     /// byte of a frame is [`FrameError::Closed`].
     pub fn read_into(&mut self, r: &mut impl Read, buf: &mut Vec<u8>) -> Result<Header, FrameError> {
-        self.read(r, buf, true)
+        self.read(r, |_| buf as &mut dyn FrameSink, true)
+    }
+
+    /// Reads one frame, header and payload, into the sink `choose` picks
+    /// once the header is known (a large frame may go to other memory than
+    /// a small one). Ends as [`FrameReader::read_into`].
+    pub fn read_choosing<'s>(
+        &mut self,
+        r: &mut impl Read,
+        choose: impl FnOnce(&Header) -> &'s mut dyn FrameSink,
+    ) -> Result<Header, FrameError> {
+        self.read(r, choose, true)
     }
 
     /// Reads one frame: returns its header and leaves the payload alone in
     /// `payload`.
     pub fn read_payload(&mut self, r: &mut impl Read, payload: &mut Vec<u8>) -> Result<Header, FrameError> {
-        self.read(r, payload, false)
+        self.read(r, |_| payload as &mut dyn FrameSink, false)
     }
 
-    fn read(&mut self, r: &mut impl Read, out: &mut Vec<u8>, with_header: bool) -> Result<Header, FrameError> {
+    /// Reads one frame, leaving its payload alone in the sink `choose`
+    /// picks once the header is known. Ends as [`FrameReader::read_payload`].
+    pub fn read_payload_choosing<'s>(
+        &mut self,
+        r: &mut impl Read,
+        choose: impl FnOnce(&Header) -> &'s mut dyn FrameSink,
+    ) -> Result<Header, FrameError> {
+        self.read(r, choose, false)
+    }
+
+    fn read<'s>(
+        &mut self,
+        r: &mut impl Read,
+        choose: impl FnOnce(&Header) -> &'s mut dyn FrameSink,
+        with_header: bool,
+    ) -> Result<Header, FrameError> {
         let mut since = None;
         while self.buffered() < HEADER_LEN {
             match self.fill(r) {
@@ -123,13 +217,14 @@ impl FrameReader {
         hb.copy_from_slice(&self.ahead[self.start..self.start + HEADER_LEN]);
         let h = Header::parse(&hb)?;
         self.start += HEADER_LEN;
+        let out = choose(&h);
         out.clear();
         if with_header {
-            out.extend_from_slice(&hb);
+            out.extend_from_slice(&hb)?;
         }
         let mut len = h.payload_len.get() as usize;
         let have = len.min(self.buffered());
-        out.extend_from_slice(&self.ahead[self.start..self.start + have]);
+        out.extend_from_slice(&self.ahead[self.start..self.start + have])?;
         self.start += have;
         len -= have;
         if self.start == self.end {
@@ -138,11 +233,10 @@ impl FrameReader {
         // The rest straight into `out`, growing as it arrives.
         while len > 0 {
             let step = len.min(READ_STEP);
-            let at = out.len();
-            out.resize(at + step, 0);
+            let room = out.grow(step)?;
             let mut got = 0;
             while got < step {
-                match r.read(&mut out[at + got..at + step]) {
+                match r.read(&mut room[got..]) {
                     Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
                     Ok(n) => got += n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -274,6 +368,20 @@ mod tests {
             self.at += n;
             Ok(n)
         }
+    }
+
+    #[test]
+    fn a_payload_is_read_straight_into_a_slice_it_fits_and_refused_by_one_it_does_not() {
+        let (wire, want) = frames(&[3 * READ_AHEAD + 5, 10]);
+        let mut fr = reader();
+        let mut r = &wire[..];
+        let mut dst = vec![0u8; want[0].1.len()];
+        let mut sink = SliceSink::new(&mut dst);
+        let h = fr.read_payload_choosing(&mut r, |_| &mut sink as &mut dyn FrameSink).unwrap();
+        assert_eq!((h, &dst[..]), (want[0].0, &want[0].1[..]));
+        let mut small = [0u8; 9];
+        let mut sink = SliceSink::new(&mut small);
+        assert!(fr.read_payload_choosing(&mut r, |_| &mut sink as &mut dyn FrameSink).is_err());
     }
 
     fn frames(sizes: &[usize]) -> (Vec<u8>, Vec<(Header, Vec<u8>)>) {

@@ -234,6 +234,21 @@ pub trait ExecContext: Send + 'static {
     fn unregister_host(&mut self, _ptr: *mut u8) -> CuRes<()> {
         Ok(())
     }
+    /// Page-locks host memory of the backend's own (a stream connection's
+    /// staging) so copies from and to it run at pinned-memory speed; unlike
+    /// [`ExecContext::register_host`], never mapped for the device.
+    /// Optional: the default does nothing, and copies work either way.
+    ///
+    /// # Safety
+    /// `[ptr, ptr+len)` must stay mapped until this context is dropped or
+    /// [`ExecContext::unpin_host`] undoes it.
+    unsafe fn pin_host(&mut self, _ptr: *mut u8, _len: usize) -> CuRes<()> {
+        Ok(())
+    }
+    /// Undoes [`ExecContext::pin_host`] of `ptr`.
+    fn unpin_host(&mut self, _ptr: *mut u8) -> CuRes<()> {
+        Ok(())
+    }
     /// `cuCtxSynchronize`.
     fn synchronize(&mut self) -> CuRes<()>;
     /// `cuCtxResetPersistingL2Cache` (the default: nothing to reset).

@@ -140,6 +140,9 @@ pub(super) fn memcpy_htod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyHtoD<
     let st = s.stream(r.head.stream.get(), ctx)?;
     let wait = !pinned_async(r.head.flags.get(), &r.head.data);
     super::graph::refuse_during_capture(s, ctx, st, !wait)?;
+    if matches!(r.head.data.location(), Ok(DataLoc::Inline)) {
+        super::pinning::ensure(s, ctx, len);
+    }
     let c = s.enter(ctx)?;
     // SAFETY: `source` checked [p, p+len) lies in the request or the data
     // area. Without `wait` it is page-locked memory the program owns in the
@@ -159,12 +162,23 @@ pub(super) fn memcpy_dtoh<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoH,
     let st = s.stream(r.stream.get(), ctx)?;
     super::graph::refuse_during_capture(s, ctx, st, pinned_async(r.flags.get(), &r.data))?;
     match r.data.location().map_err(|_| CuError::INVALID_VALUE)? {
-        DataLoc::Inline => {
-            io.out.resize(len, 0);
-            let c = s.enter(ctx)?;
-            // SAFETY: the reply buffer holds exactly `len` writable bytes.
-            unsafe { c.dtoh(io.out.as_mut_ptr(), src, len, st, true)? };
-        }
+        DataLoc::Inline => match io.reply_room.and_then(|r| r.take(len)) {
+            Some(p) => {
+                super::pinning::ensure(s, ctx, len);
+                let c = s.enter(ctx)?;
+                // SAFETY: the connection's staging holds `len` writable
+                // bytes at `p` (`take`), which nothing else touches until
+                // the reply is sent.
+                unsafe { c.dtoh(p, src, len, st, true)? };
+                io.staged = len;
+            }
+            None => {
+                io.out.resize(len, 0);
+                let c = s.enter(ctx)?;
+                // SAFETY: the reply buffer holds exactly `len` writable bytes.
+                unsafe { c.dtoh(io.out.as_mut_ptr(), src, len, st, true)? };
+            }
+        },
         DataLoc::Area { offset } => {
             let area = io.area.ok_or(CuError::INVALID_VALUE)?;
             let p = area.ptr(offset, len as u64).map_err(|_| CuError::INVALID_VALUE)?;

@@ -37,6 +37,7 @@ mod memop;
 mod memory;
 mod mirror;
 mod module;
+mod pinning;
 mod pitched;
 mod policy;
 mod restore;
@@ -87,6 +88,10 @@ pub enum Broken {
 pub struct Io<'a> {
     area: Option<&'a DataArea>,
     out: &'a mut Vec<u8>,
+    /// Where a stream connection's copy writes its reply data, page-locked.
+    reply_room: Option<crate::staging::ReplyRoom>,
+    /// Bytes written there: the reply's payload after `out`.
+    staged: usize,
 }
 
 struct CtxEntry<C> {
@@ -202,6 +207,10 @@ pub struct Session<E: Executor> {
     area_pinned_by: Option<u64>,
     /// The data area's device address, when the device can reach it.
     area_device: Option<u64>,
+    /// A stream connection's staging ([`Session::set_staging`]).
+    staging: Option<pinning::Pinned>,
+    /// Reply bytes the last request left in the staging.
+    staged: usize,
     /// Module images kept between sessions, and who this session's guest
     /// is to it.
     images: Option<(Arc<ImageCache>, Owner)>,
@@ -260,6 +269,8 @@ impl<E: Executor> Session<E> {
             current: None,
             area_pinned_by: None,
             area_device: None,
+            staging: None,
+            staged: 0,
             images: None,
             log: LogLimiter::default(),
             param_buf: Vec::new(),
@@ -280,6 +291,12 @@ impl<E: Executor> Session<E> {
     /// (replies built to fit, such as mirror changes, stay within it).
     pub fn set_max_reply(&mut self, bytes: usize) {
         self.max_reply = bytes.min(pvgpu_ring::proto::MAX_PAYLOAD);
+    }
+
+    /// Reply bytes the last request processed left in the connection's
+    /// staging, to be sent after its reply payload.
+    pub fn staged_reply(&self) -> usize {
+        self.staged
     }
 
     /// The queue of host calls due in the program.
@@ -387,6 +404,7 @@ impl<E: Executor> Session<E> {
     /// area when the transport has one. The reply payload is left in `out`.
     pub fn process(&mut self, h: &Header, payload: &[u8], area: Option<&DataArea>, out: &mut Vec<u8>) -> Result<Outcome, Broken> {
         out.clear();
+        self.staged = 0;
         let req = match Request::decode(h, payload) {
             Ok(r) => r,
             Err(DecodeError::UnknownOpcode(op)) => {
@@ -414,7 +432,9 @@ impl<E: Executor> Session<E> {
         // What a failed request asked, for `RUST_LOG=pvgpu_backend::session=trace`.
         let asked = tracing::enabled!(tracing::Level::TRACE).then(|| format!("{req:?}"));
         tracing::trace!(session = self.id, opcode = ?req.opcode(), "request");
-        let r = req.dispatch(self, &mut Io { area, out });
+        let mut io = Io { area, out, reply_room: self.staging.as_ref().map(|p| p.reply), staged: 0 };
+        let r = req.dispatch(self, &mut io);
+        self.staged = if r.is_ok() { io.staged } else { 0 };
         self.settle();
         if let Err(e) = r {
             if let Some(asked) = asked {
@@ -532,6 +552,7 @@ impl<E: Executor> Drop for Session<E> {
         array::forget(self, None);
         ipc::forget(self, None);
         mirror::forget(self);
+        pinning::release(self);
         // Forget handles before their contexts go: dropping a context frees
         // everything made in it.
         self.functions.drain_where(|_| true);

@@ -69,19 +69,21 @@ pub(super) fn serve<E: Executor>(session: &mut Session<E>, conn: &mut dyn Conn, 
 /// `HostCallDone`, or `None` after serving a mirror request.
 fn answer<E: Executor>(session: &mut Session<E>, conn: &mut dyn Conn, b: &mut Buffers, stop: &AtomicBool) -> Result<Option<u64>, Ended> {
     conn.recv(&mut b.msg, stop)?;
-    let h = Header::parse(&b.msg).map_err(Broken::Header)?;
-    let payload = b.msg.get(HEADER_LEN..).unwrap_or(&[]);
+    let msg = conn.received(&b.msg);
+    let h = Header::parse(msg).map_err(Broken::Header)?;
+    let payload = msg.get(HEADER_LEN..).unwrap_or(&[]);
     match Opcode::try_from(h.opcode.get()) {
         Ok(Opcode::HostCallDone) => {
-            conn.release()?;
             let done = proto::HostCallDone::decode(Opcode::HostCallDone, payload).map_err(|_| broken("malformed HostCallDone"))?;
+            conn.release()?;
             Ok(Some(done.id.get()))
         }
         Ok(Opcode::HostMirrorPull | Opcode::HostMirrorWrite) => {
             let outcome = session.process(&h, payload, conn.area(), &mut b.out);
             conn.release()?;
             if let (Outcome::Reply(status), true) = (outcome.map_err(Broken::Session)?, h.wants_reply()) {
-                conn.send(&h.reply(status, b.out.len()), &b.out, stop)?;
+                let staged = session.staged_reply();
+                conn.send_staged(&h.reply(status, b.out.len() + staged), &b.out, staged, stop)?;
             }
             Ok(None)
         }

@@ -88,6 +88,11 @@ pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, owner: Own
     let peer = owner.0.clone();
     let mut session = Session::new(exec, id, cfg.limits.clone());
     session.set_max_reply(conn.max_reply());
+    if let Some(st) = conn.staging() {
+        // SAFETY: the connection owns the staging and outlives the session
+        // (dropped when this function returns).
+        unsafe { session.set_staging(st) };
+    }
     if let Some(dir) = &cfg.image_cache {
         match ImageCache::open(dir, cfg.image_cache_max) {
             Ok(cache) => session = session.with_image_cache(Arc::new(cache), owner),
@@ -132,23 +137,30 @@ fn serve_one<E: Executor>(
     peer: &str,
 ) -> Result<(), Ended> {
     conn.recv(&mut b.req, stop)?;
-    let h = Header::parse(&b.req).map_err(Broken::Header)?;
+    let h = Header::parse(conn.received(&b.req)).map_err(Broken::Header)?;
     // Service time runs from here to the reply's send, taken for one
     // waited call in a few (crate::meter).
     let arrived = limits.meter.as_ref().and_then(|m| {
         m.command();
         (h.wants_reply() && m.time_this()).then(std::time::Instant::now)
     });
-    if !session.greeted() && h.opcode.get() == pvgpu_ring::proto::Opcode::Resume as u16 {
+    let (resume, host_call) = (pvgpu_ring::proto::Opcode::Resume as u16, pvgpu_ring::proto::Opcode::HostCallWait as u16);
+    if [resume, host_call].contains(&h.opcode.get()) {
+        // These receive more before they are done: the request must not
+        // stay where the next one is read.
+        conn.unstage(&mut b.req);
+    }
+    if !session.greeted() && h.opcode.get() == resume {
         let payload = &b.req[HEADER_LEN.min(b.req.len())..];
         let r = detach::resume(session, conn, limits, &h, payload, stop);
         conn.release()?;
         return r;
     }
-    if h.opcode.get() == pvgpu_ring::proto::Opcode::HostCallWait as u16 {
+    if h.opcode.get() == host_call {
         host_calls::serve(session, conn, &mut b.answers, stop)?;
     }
-    let payload = &b.req[HEADER_LEN.min(b.req.len())..];
+    let req = conn.received(&b.req);
+    let payload = &req[HEADER_LEN.min(req.len())..];
     let outcome = session.process(&h, payload, conn.area(), &mut b.out);
     conn.release()?;
     let (status, last) = match outcome.map_err(Broken::Session)? {
@@ -171,7 +183,8 @@ fn serve_one<E: Executor>(
             b.printed.clear();
             r?;
         }
-        let too_large = b.out.len() > conn.max_reply();
+        let staged = session.staged_reply();
+        let too_large = b.out.len() + staged > conn.max_reply();
         // Counted before the reply leaves, so that whoever reads the meter
         // after the program has its answer finds the call counted.
         if let Some(m) = &limits.meter {
@@ -194,11 +207,11 @@ fn serve_one<E: Executor>(
             let refused = pvgpu_ring::CuResult::from(pvgpu_ring::CuError::NOT_SUPPORTED);
             conn.send(&h.reply(refused, 0), &b.out, stop)?;
         } else {
-            let mut reply = h.reply(status, b.out.len());
+            let mut reply = h.reply(status, b.out.len() + staged);
             if detached {
                 reply.flags = (reply.flags.get() | pvgpu_ring::proto::FLAG_DETACHED).into();
             }
-            conn.send(&reply, &b.out, stop)?;
+            conn.send_staged(&reply, &b.out, staged, stop)?;
         }
     }
     if detached {

@@ -32,6 +32,23 @@ pub trait Transport: Send {
     /// connection's own spin): the wait of a call that may synchronise
     /// with the device.
     fn recv_spinning(&mut self, buf: &mut Vec<u8>, spin: std::time::Duration) -> Result<Header, TransportError>;
+    /// Waits for the next reply as [`Transport::recv`] (or, with `spin`,
+    /// [`Transport::recv_spinning`]). Where bulk data travels inline, a
+    /// successful reply whose payload is `dst.len()` bytes is read straight
+    /// into `dst` and `true` returned (`buf` is then left alone); otherwise
+    /// the payload is in `buf`.
+    fn recv_into(
+        &mut self,
+        buf: &mut Vec<u8>,
+        _dst: &mut [u8],
+        spin: Option<std::time::Duration>,
+    ) -> Result<(Header, bool), TransportError> {
+        match spin {
+            Some(spin) => self.recv_spinning(buf, spin),
+            None => self.recv(buf),
+        }
+        .map(|h| (h, false))
+    }
     /// Largest chunk a copy should move per request.
     fn max_chunk(&self) -> usize;
     /// How many chunk requests may be in flight at once.

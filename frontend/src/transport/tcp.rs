@@ -4,7 +4,7 @@
 
 use super::{Staged, Transport};
 use crate::error::{ProtocolError, TransportError};
-use pvgpu_ring::frame::{FrameError, FrameReader, write_frame};
+use pvgpu_ring::frame::{FrameError, FrameReader, FrameSink, SliceSink, write_frame};
 use pvgpu_ring::proto::{DataRef, Header};
 use pvgpu_ring::tcp_auth::{self, ClientKey};
 use rustls::pki_types::pem::PemObject;
@@ -102,6 +102,15 @@ fn gone(e: io::Error) -> TransportError {
     }
 }
 
+fn frame_error(e: FrameError) -> TransportError {
+    match e {
+        FrameError::Closed => TransportError::BackendGone,
+        FrameError::Idle => TransportError::Timeout,
+        FrameError::Io(e) => gone(e),
+        FrameError::Header(e) => TransportError::Decode(e),
+    }
+}
+
 impl Transport for TcpTransport {
     fn send(&mut self, h: &Header, parts: &[&[u8]]) -> Result<(), TransportError> {
         write_frame(&mut self.sock, h, parts).and_then(|()| self.sock.flush()).map_err(gone)
@@ -113,13 +122,22 @@ impl Transport for TcpTransport {
     /// blocking, 39-58 µs spinning), unlike the backend's spin for its next
     /// request, which helps graph replays.
     fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Header, TransportError> {
-        match self.reader.read_payload(&mut self.sock, buf) {
-            Ok(h) => Ok(h),
-            Err(FrameError::Closed) => Err(TransportError::BackendGone),
-            Err(FrameError::Idle) => Err(TransportError::Timeout),
-            Err(FrameError::Io(e)) => Err(gone(e)),
-            Err(FrameError::Header(e)) => Err(TransportError::Decode(e)),
-        }
+        self.reader.read_payload(&mut self.sock, buf).map_err(frame_error)
+    }
+
+    fn recv_into(&mut self, buf: &mut Vec<u8>, dst: &mut [u8], _spin: Option<Duration>) -> Result<(Header, bool), TransportError> {
+        let mut direct = SliceSink::new(dst);
+        let mut used = false;
+        // A frame is read whole or the connection fails: a payload chosen
+        // for `dst` fills it exactly.
+        let h = self
+            .reader
+            .read_payload_choosing(&mut self.sock, |h| {
+                used = !h.is_output() && !h.is_host_call() && h.status.get() == 0 && h.payload_len.get() as usize == direct.room();
+                if used { &mut direct as &mut dyn FrameSink } else { buf as &mut dyn FrameSink }
+            })
+            .map_err(frame_error)?;
+        Ok((h, used))
     }
 
     fn recv_spinning(&mut self, buf: &mut Vec<u8>, _spin: Duration) -> Result<Header, TransportError> {

@@ -49,6 +49,18 @@ impl ExecContext for CudaContext {
         ck(unsafe { sys::cuMemHostUnregister(ptr.cast()) })
     }
 
+    unsafe fn pin_host(&mut self, ptr: *mut u8, len: usize) -> CuRes<()> {
+        // SAFETY: the caller keeps the range mapped while it is pinned;
+        // PORTABLE pins it for every context of the process, and without
+        // DEVICEMAP no device address is asked for.
+        ck(unsafe { sys::cuMemHostRegister_v2(ptr.cast(), len, sys::CU_MEMHOSTREGISTER_PORTABLE) })
+    }
+
+    fn unpin_host(&mut self, ptr: *mut u8) -> CuRes<()> {
+        // SAFETY: the driver checks that `ptr` is a registered range.
+        ck(unsafe { sys::cuMemHostUnregister(ptr.cast()) })
+    }
+
     fn synchronize(&mut self) -> CuRes<()> {
         // SAFETY: no arguments; acts on the current context.
         ck(unsafe { sys::cuCtxSynchronize() })

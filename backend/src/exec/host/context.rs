@@ -46,6 +46,21 @@ impl ExecContext for HostContext {
         self.mem.host.remove(&(ptr as u64)).map(drop).ok_or(CuError::HOST_MEMORY_NOT_REGISTERED)
     }
 
+    unsafe fn pin_host(&mut self, ptr: *mut u8, len: usize) -> CuRes<()> {
+        // As the driver: once per range in the process; kernels cannot reach it.
+        let mut pinned = self.pinned.lock().map_err(|_| CuError::UNKNOWN)?;
+        match pinned.entry(ptr as u64) {
+            std::collections::btree_map::Entry::Vacant(v) if len > 0 => v.insert(len),
+            _ => return Err(CuError::HOST_MEMORY_ALREADY_REGISTERED),
+        };
+        Ok(())
+    }
+
+    fn unpin_host(&mut self, ptr: *mut u8) -> CuRes<()> {
+        let mut pinned = self.pinned.lock().map_err(|_| CuError::UNKNOWN)?;
+        pinned.remove(&(ptr as u64)).map(drop).ok_or(CuError::HOST_MEMORY_NOT_REGISTERED)
+    }
+
     fn synchronize(&mut self) -> CuRes<()> {
         self.graphs.refuse_sync()?;
         self.ok()

@@ -59,6 +59,9 @@ pub struct HostExecutor {
     used: Arc<AtomicU64>,
     /// Bytes reserved by contexts (see `HostContext::recount_reserved`).
     reserved: Arc<AtomicU64>,
+    /// Host memory page-locked for copies (`pin_host`): the process's, as
+    /// the driver's portable registrations are, whichever context made it.
+    pinned: Arc<std::sync::Mutex<BTreeMap<u64, usize>>>,
 }
 
 impl HostExecutor {
@@ -130,7 +133,12 @@ impl HostExecutor {
                 DeviceInfo { name: "pvgpu host executor (test double)".into(), uuid, total_mem, attrs }
             })
             .collect();
-        HostExecutor { devices, used: Arc::new(AtomicU64::new(0)), reserved: Arc::new(AtomicU64::new(0)) }
+        HostExecutor { devices, used: Arc::new(AtomicU64::new(0)), reserved: Arc::new(AtomicU64::new(0)), pinned: Arc::default() }
+    }
+
+    /// Ranges of host memory page-locked for copies now.
+    pub fn pinned_ranges(&self) -> usize {
+        self.pinned.lock().map_or(0, |p| p.len())
     }
 
     /// Bytes of "device" memory currently allocated by all contexts.
@@ -207,6 +215,7 @@ impl Executor for HostExecutor {
             held: 0,
             reserved: self.reserved.clone(),
             reserving: 0,
+            pinned: self.pinned.clone(),
             sticky: None,
             modules: HashMap::new(),
             next_module: 1,
@@ -266,6 +275,8 @@ pub struct HostContext {
     reserved: Arc<AtomicU64>,
     /// Bytes this context added to `reserved`.
     reserving: u64,
+    /// The executor's copy-only pins.
+    pinned: Arc<std::sync::Mutex<BTreeMap<u64, usize>>>,
     sticky: Option<CuError>,
     modules: HashMap<u64, ModuleState>,
     next_module: u64,
