@@ -82,6 +82,10 @@ cargo test --workspace
 step "end-to-end suite again, every session in its own worker process"
 PVGPU_TEST_ISOLATION=process cargo test -p pvgpu-tests --test e2e
 
+step "the main job, quick, on the host executor: pvgpu-bench against the embedded backend over local and TCP, programs started afresh for the session start"
+target/debug/pvgpu-bench --quick --no-torch --json > target/pvgpu-bench-quick.json
+python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))["samples"]; m = {(x["transport"], x["metric"]) for x in s}; need = {(t, k) for t in ("local", "tcp") for k in ("null_rtt_p50_us", "htod_gbps_1048576", "matsum_ms", "session_start_ms")}; sys.exit(f"missing: {sorted(need - m)}" if need - m else 0)' target/pvgpu-bench-quick.json
+
 step "Debian packages: built, installed, the service started, an unmodified program through pvgpu-run, purged"
 bash tests/packages.sh
 

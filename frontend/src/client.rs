@@ -77,6 +77,16 @@ impl Client {
         let hello = Hello { min_version: PROTOCOL_VERSION.into(), max_version: PROTOCOL_VERSION.into(), reserved: 0.into() };
         let rep = conn.call(&hello)?;
         conn.token = rep.resume_token;
+        if let Some(staging) = conn.t.area_staging() {
+            // The backend page-locks the data area's parts when they are
+            // first needed, not all of it with the first context (an older
+            // backend answers NOT_SUPPORTED and does that).
+            match conn.call(&proto::AreaPinOnDemand { staging: staging.into() }) {
+                Ok(()) => conn.pool_unannounced = true,
+                Err(crate::Error::Cuda(e)) => tracing::debug!(error = ?e, "the backend page-locks the whole data area"),
+                Err(e) => return Err(e),
+            }
+        }
         let info = BackendInfo {
             session_id: rep.session_id.get(),
             executor: proto::str_from_fixed(&rep.executor),

@@ -152,7 +152,17 @@ impl Client {
     /// and asynchronous ones are truly asynchronous. `None` when the
     /// transport has no data area (TCP) or it is full.
     pub fn host_alloc(&self, len: usize) -> Option<*mut u8> {
-        self.conn().t.host_alloc(len)
+        let mut c = self.conn();
+        let p = c.t.host_alloc(len)?;
+        if std::mem::take(&mut c.pool_unannounced) {
+            // Asking the area's device address has the backend page-lock
+            // the pool (and map it for the device) before the program uses
+            // it; the answer itself is asked again where it is needed.
+            if let Err(e) = c.call(&DataAreaDevice {}) {
+                tracing::debug!(error = %e, "the page-locked pool was not announced to the backend");
+            }
+        }
+        Some(p)
     }
 
     /// Frees memory from [`Client::host_alloc`]; false if `ptr` is not one.

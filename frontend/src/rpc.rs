@@ -25,6 +25,9 @@ pub(crate) struct Conn {
     pub(crate) retired: Vec<Box<dyn Transport>>,
     /// The session's token, from its hello.
     pub(crate) token: [u8; 16],
+    /// The backend page-locks the data area's pool on demand and has not
+    /// been told yet that the program allocates from it.
+    pub(crate) pool_unannounced: bool,
     /// Payload of the last reply.
     pub(crate) buf: Vec<u8>,
     /// Counts by command, when asked for ([`crate::Options::stats`]).
@@ -96,6 +99,7 @@ impl Conn {
             reattach: None,
             retired: Vec::new(),
             token: [0; 16],
+            pool_unannounced: false,
             buf: Vec::new(),
             stats: None,
             mirrors: Mirrors::default(),

@@ -33,6 +33,25 @@ impl NativeKernel {
     }
 }
 
+/// A program's first command, natively: `cuInit`, the primary context of
+/// device 0 made current, 4 KiB allocated, 4 bytes set to 7 and read back.
+/// Returns what was read.
+pub fn first_command() -> pvgpu_frontend::Result<u32> {
+    let (mut dev, mut ctx, mut d, mut v) = (0, ptr::null_mut(), 0, 0u32);
+    // SAFETY: cuInit has no preconditions; each call gets valid
+    // out-pointers, and the copy's destination holds its 4 bytes.
+    unsafe {
+        ck(sys::cuInit(0))?;
+        ck(sys::cuDeviceGet(&mut dev, 0))?;
+        ck(sys::cuDevicePrimaryCtxRetain(&mut ctx, dev))?;
+        ck(sys::cuCtxSetCurrent(ctx))?;
+        ck(sys::cuMemAlloc_v2(&mut d, 4096))?;
+        ck(sys::cuMemsetD32_v2(d, 7, 1))?;
+        ck(sys::cuMemcpyDtoH_v2((&mut v as *mut u32).cast(), d, 4))?;
+    }
+    Ok(v)
+}
+
 impl NativeGpu {
     /// `None` when no CUDA driver is installed.
     pub fn open() -> pvgpu_frontend::Result<Option<NativeGpu>> {

@@ -230,7 +230,7 @@ fn new_context<E: Executor>(s: &mut Session<E>, device: usize, flags: u32, prima
         destroy_context(s, id)?;
         return Err(CuError::OUT_OF_MEMORY);
     }
-    pin_area(s, id, io.area);
+    super::area_pin::at_new_context(s, id, io.area);
     super::mirror::register_all(s, id);
     Ok(id)
 }
@@ -270,6 +270,7 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
     super::ipc::forget(s, Some(id));
     super::mirror::context_going(s, id);
     super::pinning::context_going(s, id);
+    super::area_pin::context_going(s, id);
     let entry = s.ctxs.remove(id).ok_or(CuError::INVALID_CONTEXT)?;
     s.functions.drain_where(|f| f.ctx == id);
     let functions = &s.functions;
@@ -294,7 +295,8 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
 }
 
 /// The data area's device address (0: the device cannot reach it).
-pub(super) fn data_area_device<E: Executor>(s: &mut Session<E>, _: proto::DataAreaDevice, _: &mut Io<'_>) -> CuRes<proto::U64Rep> {
+pub(super) fn data_area_device<E: Executor>(s: &mut Session<E>, _: proto::DataAreaDevice, io: &mut Io<'_>) -> CuRes<proto::U64Rep> {
+    super::area_pin::want_pool(s, io.area);
     Ok(proto::U64Rep { value: s.area_device.unwrap_or(0).into() })
 }
 

@@ -25,6 +25,7 @@
 //! [`launch`] (launches and function queries); [`handler`] ties each command of the
 //! protocol's table to one of them.
 
+mod area_pin;
 mod array;
 mod checkpoint;
 mod device;
@@ -207,6 +208,9 @@ pub struct Session<E: Executor> {
     area_pinned_by: Option<u64>,
     /// The data area's device address, when the device can reach it.
     area_device: Option<u64>,
+    /// The data area's parts, page-locked on demand, when the frontend
+    /// asked for that ([`area_pin`]).
+    on_demand: Option<area_pin::OnDemand>,
     /// A stream connection's staging ([`Session::set_staging`]).
     staging: Option<pinning::Pinned>,
     /// Reply bytes the last request left in the staging.
@@ -269,6 +273,7 @@ impl<E: Executor> Session<E> {
             current: None,
             area_pinned_by: None,
             area_device: None,
+            on_demand: None,
             staging: None,
             staged: 0,
             images: None,
@@ -553,6 +558,7 @@ impl<E: Executor> Drop for Session<E> {
         ipc::forget(self, None);
         mirror::forget(self);
         pinning::release(self);
+        area_pin::release(self);
         // Forget handles before their contexts go: dropping a context frees
         // everything made in it.
         self.functions.drain_where(|_| true);

@@ -130,7 +130,7 @@ impl<E: Executor> Session<E> {
             }
         }
         if let Some(first) = state.contexts.first() {
-            super::device::pin_area(self, first.id, area);
+            super::area_pin::at_new_context(self, first.id, area);
         }
         // The session's addresses first, then what the driver places.
         self.restore_memory(&state.allocations, &mut blobs)?;

@@ -80,6 +80,12 @@ pub trait Transport: Send {
     fn pinned(&self, _ptr: *const u8, _len: usize) -> Option<DataRef> {
         None
     }
+    /// Bytes of copy staging at the start of the shared data area, the
+    /// rest being the pool [`Transport::host_alloc`] draws from; `None`
+    /// without a data area.
+    fn area_staging(&self) -> Option<u64> {
+        None
+    }
     /// Largest request payload one message may carry inline.
     fn max_inline(&self) -> usize {
         pvgpu_ring::proto::MAX_PAYLOAD

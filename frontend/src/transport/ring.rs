@@ -399,6 +399,10 @@ impl Transport for RingTransport {
         self.staging.unhold(s.dref.offset.get());
     }
 
+    fn area_staging(&self) -> Option<u64> {
+        Some(self.staging.cap)
+    }
+
     fn host_alloc(&mut self, len: usize) -> Option<*mut u8> {
         let at = self.heap.alloc(len as u64)?;
         self.area.ptr(at, len as u64).ok()

@@ -497,6 +497,10 @@ macro_rules! command_table {
             /// session (instead of `Hello`); answered as `Hello` is, or with
             /// `CUDA_ERROR_NOT_FOUND` while the session is not back yet.
             139 Resume(device::resume) [quiet, local]: Resume => HelloRep;
+            /// The data area's layout, and that its parts are page-locked on
+            /// demand (`CUDA_ERROR_NOT_SUPPORTED` from a backend that
+            /// page-locks the whole area with the first context).
+            140 AreaPinOnDemand(area_pin::area_pin_on_demand) [quiet, local]: AreaPinOnDemand => ();
         }
     };
 }

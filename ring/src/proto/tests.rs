@@ -180,6 +180,7 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
         DriverGetVersion,
         DeviceGetCount,
         DataAreaDevice,
+        AreaPinOnDemand,
         DeviceStatus,
         DeviceGet,
         DeviceGetProperties,
@@ -540,7 +541,8 @@ fn the_table_says_who_waits_prints_and_reports() {
             Opcode::HostMirrorPull,
             Opcode::HostCallWait,
             Opcode::HostCallDone,
-            Opcode::Resume
+            Opcode::Resume,
+            Opcode::AreaPinOnDemand
         ]
     );
     assert_eq!(Opcode::TensorMapEncode.handler(), "launch::tensor_map_encode");

@@ -177,7 +177,7 @@ macro_rules! fixed {
 }
 
 fixed! { requests:
-    Hello, Goodbye, Nop, Init, DriverGetVersion, DeviceGetCount, DataAreaDevice, DeviceStatus, DeviceGet, DeviceGetProperties, DeviceGetAttribute,
+    Hello, Goodbye, Nop, Init, DriverGetVersion, DeviceGetCount, DataAreaDevice, AreaPinOnDemand, DeviceStatus, DeviceGet, DeviceGetProperties, DeviceGetAttribute,
     PrimaryCtxRetain, PrimaryCtxRelease, CtxCreate, CtxDestroy, CtxSynchronize, CtxGetInfo, CtxLimit,
     ModuleUnload, ModuleLoadCached, ModuleFunctionNames, FuncGetAttribute, FuncSetAttribute,
     MemAlloc, MemFree, MemGetInfo, MemcpyDtoD, MemAllocAsync, MemFreeAsync, MemPoolAttribute,

@@ -166,6 +166,16 @@ wire_structs! {
     /// The device address of the session's data area (no payload): where
     /// kernels reach page-locked memory the program allocated in it.
     pub struct DataAreaDevice {}
+    /// The frontend lays out its data area as copy staging, its first
+    /// `staging` bytes, then the pool of page-locked memory it allocates;
+    /// the backend page-locks each part when it is first needed (the
+    /// staging at the first large copy through it, the pool when the
+    /// device address of the area is asked) instead of the whole area with
+    /// the session's first context.
+    pub struct AreaPinOnDemand {
+        /// Bytes of copy staging at the start of the area (a multiple of 4 KiB).
+        pub staging: U64,
+    }
     /// `cuDeviceGetCount` (no payload).
     pub struct DeviceGetCount {}
 }

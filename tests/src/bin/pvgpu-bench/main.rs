@@ -19,6 +19,7 @@ mod plot;
 mod reference;
 mod replay;
 mod report;
+mod start;
 mod torch;
 mod workloads;
 
@@ -106,6 +107,10 @@ struct Args {
     /// of an embedded one. Repeatable.
     #[arg(long = "connect", value_name = "ADDR")]
     connect: Vec<String>,
+    /// Be the program whose start is measured: one first command against
+    /// `native` or a pvgpu address (started by the benchmark itself).
+    #[arg(long, value_name = "TARGET", hide = true)]
+    first_command: Option<String>,
 }
 
 /// The embedded backend with its listeners, pinned to the session CPU.
@@ -179,6 +184,9 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    if let Some(target) = &args.first_command {
+        return start::child(target);
+    }
     let setup = Setup::new(&args)?;
     let (targets, _backend) = connect(&args, &setup)?;
     let gpus = targets.remotes.iter().map(|r| Gpu::new(&r.client)).collect::<pvgpu_frontend::Result<Vec<_>>>()?;
@@ -327,7 +335,7 @@ type Latencies = Vec<(String, Histogram<u64>)>;
 fn measure_all(setup: &Setup, t: &Targets, gpus: &[Gpu<'_>]) -> Result<(Vec<Sample>, Latencies)> {
     let (plan, runs, executor) = (&setup.plan, setup.runs, setup.executor);
     let n_targets = t.remotes.len() as u64 + t.with_native as u64;
-    let pb = ProgressBar::new(plan.steps() * n_targets * runs as u64 + 1);
+    let pb = ProgressBar::new((plan.steps() + 1) * n_targets * runs as u64 + 1);
     pb.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]").unwrap_or_else(|_| ProgressStyle::default_bar()));
     pb.set_message("CPU reference of Jacobi");
     let jacobi_ref = jacobi_cpu(&jacobi_init(plan.jacobi.0), plan.jacobi.0, plan.jacobi.1);
@@ -356,6 +364,7 @@ fn measure_all(setup: &Setup, t: &Targets, gpus: &[Gpu<'_>]) -> Result<(Vec<Samp
             samples.extend(rec.samples);
         }
         samples.extend(references(setup, t, &pb, run)?);
+        samples.extend(session_starts(setup, t, &pb, run)?);
     }
     if t.embedded && !t.remotes.is_empty() {
         pb.set_message("an idle session's CPU");
@@ -383,6 +392,25 @@ fn references(setup: &Setup, t: &Targets, pb: &ProgressBar, run: usize) -> Resul
     }
     pin(&setup.client_cpus)?;
     Ok(samples)
+}
+
+/// One run's session starts: a program started afresh against each
+/// target, a few times; the median of each.
+fn session_starts(setup: &Setup, t: &Targets, pb: &ProgressBar, run: usize) -> Result<Vec<Sample>> {
+    let mut targets: Vec<(String, String)> = Vec::new();
+    if t.with_native {
+        targets.push(("native".into(), "native".into()));
+    }
+    targets.extend(t.remotes.iter().map(|r| (r.name.clone(), r.addr.to_string())));
+    let mut rec = Recorder { samples: Vec::new(), transport: "", executor: setup.executor, run };
+    for (name, target) in &targets {
+        pb.set_message(format!("session start, {name}"));
+        let times = start::measure(target, t.opts.tcp_key.as_deref(), if setup.quick { 3 } else { 5 })?;
+        rec.transport = name;
+        rec.add("session_start_ms", start::median(times), "ms");
+        pb.inc(1);
+    }
+    Ok(rec.samples)
 }
 
 /// Prints the table and the verdicts; draws the plot and writes JSON when

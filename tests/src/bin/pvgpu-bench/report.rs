@@ -209,6 +209,14 @@ impl Results<'_> {
                 push(format!("tcp {dir} {} share of a raw TCP stream", human(size)), share, "≥ 80 %", share.map(|x| x >= 80.0), " %");
             }
         }
+        // A program's first command: at most 50 ms later than natively.
+        for t in ["local", "tcp"] {
+            let extra = match (self.get(t, "session_start_ms"), self.get("native", "session_start_ms")) {
+                (Some(p), Some(n)) => Some(p.median - n.median),
+                _ => None,
+            };
+            push(format!("{t} session start beyond native"), extra, "≤ 50 ms", extra.map(|x| x <= 50.0), " ms");
+        }
         let idle = self.get(REFERENCE, "idle_cpu_percent").map(|s| s.median);
         push("CPU of an idle local session".into(), idle, "≤ 1 %", idle.map(|x| x <= 1.0), " %");
         v
