@@ -60,6 +60,9 @@ enum Which {
     Local,
     /// TCP on loopback.
     Tcp,
+    /// TLS on loopback, ended by the backend's supervisor and relayed to
+    /// the session (not measured unless named).
+    Tls,
 }
 
 #[derive(Parser, Debug)]
@@ -114,15 +117,22 @@ struct Args {
 }
 
 /// The embedded backend with its listeners, pinned to the session CPU.
-fn start_backend(gpu: bool, listen: Vec<Listen>, cpus: Option<Vec<usize>>, key_file: &Path) -> Result<Backend> {
+fn start_backend(gpu: bool, listen: Vec<Listen>, cpus: Option<Vec<usize>>, key_file: &Path, tls: Option<&Tls>) -> Result<Backend> {
     let session = SessionConfig { cpus, ..SessionConfig::default() };
-    let admission = AdmissionConfig { tcp_key: Some(TcpKey::from_file(key_file)?), ..AdmissionConfig::default() };
+    let tls = tls.map(|t| pvgpu_backend::tls::server_config(&t.cert, &t.key)).transpose()?;
+    let admission = AdmissionConfig { tcp_key: Some(TcpKey::from_file(key_file)?), tls, ..AdmissionConfig::default() };
     let cfg = Config { listen, session, admission, control: ControlSocket::Off, metrics: None, control_http: None };
     Ok(if gpu {
         Backend::start_threads(Arc::new(CudaExecutor::new()?), cfg)?
     } else {
         Backend::start_threads(Arc::new(HostExecutor::new(16 << 30)), cfg)?
     })
+}
+
+/// The PEM files of the embedded backend's TLS listener.
+struct Tls {
+    cert: PathBuf,
+    key: PathBuf,
 }
 
 /// A transport's end, connected once and measured in every run.
@@ -137,7 +147,7 @@ struct Remote {
 /// to spare.
 fn shared_cpu(dir: &Path, gpu: bool, cpu: usize, key_file: &Path, opts: &Options, run: usize, iters: u32) -> Result<Vec<Sample>> {
     let sock = dir.join("one-cpu.sock");
-    let _b = start_backend(gpu, vec![Listen::Local(sock.clone())], Some(vec![cpu]), key_file)?;
+    let _b = start_backend(gpu, vec![Listen::Local(sock.clone())], Some(vec![cpu]), key_file, None)?;
     let client = Client::connect(&BackendAddr::Local(sock), opts)?;
     let g = Gpu::new(&client)?;
     let exec = client.info().executor.clone();
@@ -193,7 +203,10 @@ fn main() -> Result<()> {
     let (mut samples, rtt) = measure_all(&setup, &targets, &gpus)?;
     if setup.gpu && targets.embedded && !args.no_torch {
         let cpus: Vec<usize> = setup.all_cpus.iter().copied().filter(|&c| setup.pins.is_none_or(|p: Pins| p.backend != c)).collect();
-        let remotes: Vec<(&str, String)> = targets.remotes.iter().map(|r| (r.name.as_str(), r.addr.to_string())).collect();
+        // The training loops run over local and TCP (the drop-in library
+        // would need the TLS authority too).
+        let remotes: Vec<(&str, String)> =
+            targets.remotes.iter().filter(|r| r.name != "tls").map(|r| (r.name.as_str(), r.addr.to_string())).collect();
         samples.extend(torch::steps(
             args.dropin.as_deref(),
             cpus,
@@ -296,13 +309,22 @@ fn connect(args: &Args, setup: &Setup) -> Result<(Targets, Option<Backend>)> {
     let backend = if embedded {
         let sock = setup.dir.0.join("bench.sock");
         opts.tcp_key = Some(setup.key_file.clone());
-        let listen = vec![Listen::Local(sock.clone()), Listen::Tcp("127.0.0.1:0".into())];
-        let b = start_backend(setup.gpu, listen, setup.pins.map(|p| vec![p.backend]), &setup.key_file)?;
+        let mut listen = vec![Listen::Local(sock.clone()), Listen::Tcp("127.0.0.1:0".into())];
+        let tls = args.transport.contains(&Which::Tls).then(|| {
+            let (ca, cert, key) = pvgpu_tests::write_tls_files(&setup.dir.0);
+            opts.tls_ca = Some(ca);
+            listen.push(Listen::Tls("127.0.0.1:0".into()));
+            Tls { cert, key }
+        });
+        let b = start_backend(setup.gpu, listen, setup.pins.map(|p| vec![p.backend]), &setup.key_file, tls.as_ref())?;
         if args.transport.contains(&Which::Local) {
             addrs.push(("local".into(), BackendAddr::Local(sock)));
         }
         if args.transport.contains(&Which::Tcp) {
             addrs.push(("tcp".into(), BackendAddr::Tcp(b.tcp_addrs()[0].to_string())));
+        }
+        if tls.is_some() {
+            addrs.push(("tls".into(), BackendAddr::Tls(b.tcp_addrs()[1].to_string())));
         }
         Some(b)
     } else {
@@ -364,13 +386,17 @@ fn measure_all(setup: &Setup, t: &Targets, gpus: &[Gpu<'_>]) -> Result<(Vec<Samp
             samples.extend(rec.samples);
         }
         samples.extend(references(setup, t, &pb, run)?);
-        samples.extend(session_starts(setup, t, &pb, run)?);
     }
     if t.embedded && !t.remotes.is_empty() {
         pb.set_message("an idle session's CPU");
         let mut rec = Recorder { samples: Vec::new(), transport: REFERENCE, executor, run: 0 };
         rec.add("idle_cpu_percent", reference::idle_cpu_percent(Duration::from_secs(1)), "%");
         samples.extend(rec.samples);
+    }
+    // Programs started afresh come last: the sessions they leave end in
+    // this process, which the idle measurement above must not see.
+    for run in 0..runs {
+        samples.extend(session_starts(setup, t, &pb, run)?);
     }
     pb.finish_and_clear();
     Ok((samples, rtt))
@@ -405,7 +431,7 @@ fn session_starts(setup: &Setup, t: &Targets, pb: &ProgressBar, run: usize) -> R
     let mut rec = Recorder { samples: Vec::new(), transport: "", executor: setup.executor, run };
     for (name, target) in &targets {
         pb.set_message(format!("session start, {name}"));
-        let times = start::measure(target, t.opts.tcp_key.as_deref(), if setup.quick { 3 } else { 5 })?;
+        let times = start::measure(target, &t.opts, if setup.quick { 3 } else { 5 })?;
         rec.transport = name;
         rec.add("session_start_ms", start::median(times), "ms");
         pb.inc(1);

@@ -15,7 +15,6 @@
 use anyhow::{Context as _, Result, bail};
 use pvgpu_frontend::{BackendAddr, Client, Options, Stream};
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -50,16 +49,20 @@ pub fn child(target: &str) -> Result<()> {
 
 /// Starts the program `n` times against `target`, one after the other
 /// (with a pause, so that a backend's pool is full again), and returns each
-/// start's time in milliseconds. `tcp_key` is handed to the program.
-pub fn measure(target: &str, tcp_key: Option<&Path>, n: usize) -> Result<Vec<f64>> {
+/// start's time in milliseconds. The TCP key and TLS authority of `opts`
+/// are handed to the program.
+pub fn measure(target: &str, opts: &Options, n: usize) -> Result<Vec<f64>> {
     let exe = std::env::current_exe().context("finding this program to start it again")?;
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
         std::thread::sleep(Duration::from_millis(300));
         let mut cmd = Command::new(&exe);
         cmd.arg("--first-command").arg(target).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit());
-        if let Some(k) = tcp_key {
+        if let Some(k) = &opts.tcp_key {
             cmd.env("PVGPU_TCP_KEY", k);
+        }
+        if let Some(ca) = &opts.tls_ca {
+            cmd.env("PVGPU_TLS_CA", ca);
         }
         let start = Instant::now();
         let mut child = cmd.spawn().with_context(|| format!("starting {}", exe.display()))?;
