@@ -145,9 +145,10 @@ fn serve_one<E: Executor>(
         (h.wants_reply() && m.time_this()).then(std::time::Instant::now)
     });
     let (resume, host_call) = (pvgpu_ring::proto::Opcode::Resume as u16, pvgpu_ring::proto::Opcode::HostCallWait as u16);
-    if [resume, host_call].contains(&h.opcode.get()) {
-        // These receive more before they are done: the request must not
-        // stay where the next one is read.
+    // These receive more before they are done: the request must not stay
+    // where the next one is read, and is taken from `b.req` after.
+    let unstaged = [resume, host_call].contains(&h.opcode.get());
+    if unstaged {
         conn.unstage(&mut b.req);
     }
     if !session.greeted() && h.opcode.get() == resume {
@@ -159,7 +160,7 @@ fn serve_one<E: Executor>(
     if h.opcode.get() == host_call {
         host_calls::serve(session, conn, &mut b.answers, stop)?;
     }
-    let req = conn.received(&b.req);
+    let req = if unstaged { &b.req[..] } else { conn.received(&b.req) };
     let payload = &req[HEADER_LEN.min(req.len())..];
     let outcome = session.process(&h, payload, conn.area(), &mut b.out);
     conn.release()?;

@@ -117,3 +117,69 @@ pub(crate) fn host_nodes_run_at_every_launch(t: Transport) {
     }
     c.ctx_synchronize(g.ctx).unwrap();
 }
+
+/// What the host node of [`host_nodes_write_mirrored_memory`] writes.
+struct Fill {
+    x: *mut f32,
+    n: usize,
+    round: std::sync::atomic::AtomicU32,
+}
+
+unsafe extern "C" fn fill(data: *mut c_void) {
+    // SAFETY: the node is given a live `Fill` whose `x` holds `n` floats of
+    // mirrored memory, which no kernel uses while the node runs.
+    let f = unsafe { &*(data as *const Fill) };
+    let round = f.round.load(std::sync::atomic::Ordering::Relaxed) as f32;
+    for i in 0..f.n {
+        // SAFETY: as above.
+        unsafe { *f.x.add(i) = (i % 7) as f32 + round };
+    }
+}
+
+/// A host node writes 256 KiB of mirrored memory (what the drop-in
+/// library makes of managed memory over TCP) and the kernel after it reads
+/// all of it: the program sends the write while the backend waits for the
+/// host call to finish, a message large enough to be read into a stream
+/// connection's staging instead of the wait's own buffer. Mirrors need the
+/// backend in another process: nothing to do embedded.
+pub(crate) fn host_nodes_write_mirrored_memory(t: Transport) {
+    use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous, munmap};
+    let h = shared();
+    if h.is_embedded() {
+        return;
+    }
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    let n = 64 << 10;
+    let len = std::num::NonZeroUsize::new(n * 4).unwrap();
+    // SAFETY: fresh anonymous memory of this test, unmapped at the end.
+    let map = unsafe { mmap_anonymous(None, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_PRIVATE) }.unwrap();
+    let x = map.as_ptr().cast::<f32>();
+    // SAFETY: as above; mapped until munmap below.
+    let dx = unsafe { c.mirror_host(x.cast(), len.get()) }.unwrap();
+    let y = c.mem_alloc(g.ctx, (n * 4) as u64).unwrap();
+    let s = c.stream_create(g.ctx, 1, 0).unwrap();
+    let ax = g.func("saxpy").unwrap();
+    let p = ax.pack(&[arg(&1.0f32), arg(&dx), arg(&y), arg(&(n as i32))]).unwrap();
+    let k = KernelNode { f: &ax, grid: [(n as u32).div_ceil(256), 1, 1], block: [256, 1, 1], shared_mem: 0, params: &p };
+    let f = Fill { x, n, round: 0.into() };
+    let graph = c.graph_create(g.ctx).unwrap();
+    // SAFETY: `fill` takes a live `Fill`; `f` outlives the graph's launches.
+    let hn = unsafe { c.graph_add_host_node(graph, &[], fill, &f as *const Fill as *mut c_void) }.unwrap();
+    c.graph_add_kernel_node(graph, &[hn], &k).unwrap();
+    let exec = c.graph_instantiate(graph, 0).unwrap();
+    for round in 1..=3u32 {
+        f.round.store(round, std::sync::atomic::Ordering::Relaxed);
+        c.memset(y, 0, 4, n as u64, Stream::DEFAULT).unwrap();
+        c.ctx_synchronize(g.ctx).unwrap();
+        c.graph_launch(exec, s, false).unwrap();
+        c.stream_synchronize(s).unwrap();
+        let mut back = vec![0u8; n * 4];
+        c.memcpy_dtoh(&mut back, y).unwrap();
+        let want: Vec<f32> = (0..n).map(|i| (i % 7) as f32 + round as f32).collect();
+        assert!(bytes_f32(&back) == want, "round {round}: the kernel read what the host node wrote");
+    }
+    c.unmirror_host(x.cast()).unwrap();
+    // SAFETY: the mapping made above; no longer mirrored or used.
+    unsafe { munmap(map, len.get()) }.unwrap();
+}

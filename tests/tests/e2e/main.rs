@@ -154,6 +154,7 @@ over_every_transport!(
         graph_handles_are_checked,
         executable_graph_setters,
         host_nodes_run_at_every_launch,
+        host_nodes_write_mirrored_memory,
         graph_memory,
         conditional_nodes,
         stream_memory_operations,
