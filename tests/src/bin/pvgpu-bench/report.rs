@@ -240,7 +240,7 @@ pub fn print_targets(v: &[Verdict]) {
     if v.is_empty() {
         return;
     }
-    eprintln!("\ntargets (local ring against native, medians):");
+    eprintln!("\ntargets (medians; the local ring against native, TCP against the raw references):");
     for t in v {
         eprintln!("  {:<44}{:>12}  {:<10}{}", t.what, t.measured, t.goal, if t.met { "met" } else { "NOT MET" });
     }
