@@ -9,8 +9,8 @@
 //! first needed:
 //!
 //! - the staging, for copies only (never mapped for the device), at the
-//!   first copy of 64 KiB or more through it, in that copy's context; undone
-//!   before that context is destroyed or the session ends;
+//!   first copy of 64 KiB or more through it, in that copy's context, as
+//!   [`super::pinning`] page-locks such memory;
 //! - the pool, mapped for the device as the whole area was, when the
 //!   program first asks for the area's device address (the frontend does
 //!   at its first `cuMemAllocHost`), through the current context or, with
@@ -20,6 +20,7 @@
 //! A frontend that does not send it gets the whole area page-locked with
 //! the first context, as before ([`super::device::pin_area`]).
 
+use super::pinning::CopyPin;
 use super::{Alloc, AllocKind, Io, Session};
 use crate::exec::{CuRes, ExecContext, Executor};
 use crate::staging::STAGE_MIN;
@@ -29,18 +30,20 @@ use pvgpu_ring::region::DataArea;
 
 /// A data area page-locked part by part.
 pub(super) struct OnDemand {
-    /// Where the area starts in the backend (the connection's mapping,
-    /// which outlives the session).
-    base: usize,
     /// Bytes of copy staging at the start of the area.
     staging: u64,
-    /// The context the staging is page-locked through, if any.
-    staging_by: Option<u64>,
+    /// The staging, page-locked for copies ([`super::pinning`]).
+    staging_pin: CopyPin,
     /// The program allocates page-locked memory: the pool is page-locked
     /// through the next context, unless one holds it.
     pool_wanted: bool,
-    /// The driver refused a part: not tried again (copies work without).
-    refused: bool,
+    /// The driver refused the pool: not tried again (copies work without).
+    pool_refused: bool,
+}
+
+/// The area's copy staging, for [`super::pinning`].
+pub(super) fn staging_pin<E: Executor>(s: &mut Session<E>) -> Option<&mut CopyPin> {
+    s.on_demand.as_mut().map(|d| &mut d.staging_pin)
 }
 
 pub(super) fn area_pin_on_demand<E: Executor>(s: &mut Session<E>, r: proto::AreaPinOnDemand, io: &mut Io<'_>) -> CuRes<()> {
@@ -51,8 +54,8 @@ pub(super) fn area_pin_on_demand<E: Executor>(s: &mut Session<E>, r: proto::Area
     }
     // Too late where the first context page-locked the whole area already.
     if s.area_pinned_by.is_none() {
-        let base = area.base() as usize;
-        s.on_demand = Some(OnDemand { base, staging, staging_by: None, pool_wanted: false, refused: false });
+        let staging_pin = CopyPin::new(area.base(), staging as usize);
+        s.on_demand = Some(OnDemand { staging, staging_pin, pool_wanted: false, pool_refused: false });
     }
     Ok(())
 }
@@ -83,7 +86,7 @@ pub(super) fn want_pool<E: Executor>(s: &mut Session<E>, area: Option<&DataArea>
 fn pin_pool<E: Executor>(s: &mut Session<E>, id: u64, area: Option<&DataArea>) {
     let (Some(d), Some(area)) = (&s.on_demand, area) else { return };
     let (staging, len) = (d.staging as usize, area.len().saturating_sub(d.staging as usize));
-    if s.area_pinned_by.is_some() || d.refused || len == 0 {
+    if s.area_pinned_by.is_some() || d.pool_refused || len == 0 {
         return;
     }
     let Ok(c) = s.enter(id) else { return };
@@ -102,7 +105,7 @@ fn pin_pool<E: Executor>(s: &mut Session<E>, id: u64, area: Option<&DataArea>) {
         }
         Err(e) => {
             if let Some(d) = &mut s.on_demand {
-                d.refused = true;
+                d.pool_refused = true;
             }
             tracing::debug!(session = s.id, error = %e, "page-locked pool not page-locked; copies go through the driver's staging");
         }
@@ -112,48 +115,11 @@ fn pin_pool<E: Executor>(s: &mut Session<E>, id: u64, area: Option<&DataArea>) {
 /// A copy of `len` bytes at `offset` of the area is about to run in
 /// context `ctx`: page-locks the staging through it if the copy lies in
 /// the staging and is large, unless some context holds it.
-pub(super) fn before_copy<E: Executor>(s: &mut Session<E>, ctx: u64, area: &DataArea, offset: u64, len: usize) {
+pub(super) fn before_copy<E: Executor>(s: &mut Session<E>, ctx: u64, offset: u64, len: usize) {
     let Some(d) = &s.on_demand else { return };
     let in_staging = offset.checked_add(len as u64).is_some_and(|end| end <= d.staging);
-    if !in_staging || len < STAGE_MIN || d.staging_by.is_some() || d.refused {
-        return;
-    }
-    let bytes = d.staging as usize;
-    let Ok(c) = s.enter(ctx) else { return };
-    // SAFETY: the connection owns the data area's mapping and outlives the
-    // session; the staging is its first `bytes` bytes.
-    let r = unsafe { c.pin_host(area.base(), bytes) };
-    let Some(d) = &mut s.on_demand else { return };
-    match r {
-        Ok(()) => d.staging_by = Some(ctx),
-        Err(e) => {
-            d.refused = true;
-            tracing::debug!(session = s.id, error = %e, "copy staging not page-locked; copies go through the driver's staging");
-        }
-    }
-}
-
-/// Context `id` is about to be destroyed: the staging's registration made
-/// through it is undone (the next large copy renews it).
-pub(super) fn context_going<E: Executor>(s: &mut Session<E>, id: u64) {
-    if s.on_demand.as_ref().is_some_and(|d| d.staging_by == Some(id)) {
-        unpin_staging(s);
-    }
-}
-
-/// The session is ending: the staging's registration goes before its
-/// contexts do.
-pub(super) fn release<E: Executor>(s: &mut Session<E>) {
-    unpin_staging(s);
-}
-
-fn unpin_staging<E: Executor>(s: &mut Session<E>) {
-    let Some(d) = &mut s.on_demand else { return };
-    let (Some(by), base) = (d.staging_by.take(), d.base) else { return };
-    if let Ok(c) = s.enter(by) {
-        if let Err(e) = c.unpin_host(base as *mut u8) {
-            tracing::debug!(session = s.id, error = %e, "copy staging was not page-locked any more");
-        }
+    if in_staging && len >= STAGE_MIN {
+        super::pinning::pin(s, ctx, staging_pin);
     }
 }
 
@@ -210,10 +176,10 @@ mod tests {
         let a = f.ctx(&mut s);
         assert_eq!((s.area_pinned_by, f.exec.pinned_ranges()), (None, 0), "nothing with the first context");
         let area = f.area.clone();
-        before_copy(&mut s, a, &area, 0, STAGE_MIN - 1);
-        before_copy(&mut s, a, &area, STAGING - 4096, STAGE_MIN);
+        before_copy(&mut s, a, 0, STAGE_MIN - 1);
+        before_copy(&mut s, a, STAGING - 4096, STAGE_MIN);
         assert_eq!(f.exec.pinned_ranges(), 0, "a small copy, or one past the staging, leaves it alone");
-        before_copy(&mut s, a, &area, 4096, STAGE_MIN);
+        before_copy(&mut s, a, 4096, STAGE_MIN);
         assert_eq!(f.exec.pinned_ranges(), 1, "the staging, at the first large copy through it");
         let pool = area.base() as u64 + STAGING;
         assert!(s.allocs.range(pool..).next().is_none(), "the pool is not mapped before it is asked for");
@@ -224,7 +190,7 @@ mod tests {
         assert_eq!((s.area_pinned_by, f.exec.pinned_ranges()), (None, 0), "both undone with their context");
         let b = f.ctx(&mut s);
         assert_eq!(s.area_pinned_by, Some(b), "the wanted pool comes back with the next context");
-        before_copy(&mut s, b, &area, 0, STAGE_MIN);
+        before_copy(&mut s, b, 0, STAGE_MIN);
         assert_eq!(f.exec.pinned_ranges(), 1);
         drop(s);
         assert_eq!(f.exec.pinned_ranges(), 0, "undone before the session's contexts go");

@@ -270,7 +270,6 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
     super::ipc::forget(s, Some(id));
     super::mirror::context_going(s, id);
     super::pinning::context_going(s, id);
-    super::area_pin::context_going(s, id);
     let entry = s.ctxs.remove(id).ok_or(CuError::INVALID_CONTEXT)?;
     s.functions.drain_where(|f| f.ctx == id);
     let functions = &s.functions;

@@ -140,10 +140,10 @@ pub(super) fn memcpy_htod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyHtoD<
     let st = s.stream(r.head.stream.get(), ctx)?;
     let wait = !pinned_async(r.head.flags.get(), &r.head.data);
     super::graph::refuse_during_capture(s, ctx, st, !wait)?;
-    match (r.head.data.location(), io.area) {
-        (Ok(DataLoc::Inline), _) => super::pinning::ensure(s, ctx, len),
-        (Ok(DataLoc::Area { offset }), Some(area)) => super::area_pin::before_copy(s, ctx, area, offset, len),
-        _ => {}
+    match r.head.data.location() {
+        Ok(DataLoc::Inline) => super::pinning::ensure(s, ctx, len),
+        Ok(DataLoc::Area { offset }) => super::area_pin::before_copy(s, ctx, offset, len),
+        Err(_) => {}
     }
     let c = s.enter(ctx)?;
     // SAFETY: `source` checked [p, p+len) lies in the request or the data
@@ -184,7 +184,7 @@ pub(super) fn memcpy_dtoh<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoH,
         DataLoc::Area { offset } => {
             let area = io.area.ok_or(CuError::INVALID_VALUE)?;
             let p = area.ptr(offset, len as u64).map_err(|_| CuError::INVALID_VALUE)?;
-            super::area_pin::before_copy(s, ctx, area, offset, len);
+            super::area_pin::before_copy(s, ctx, offset, len);
             let wait = !pinned_async(r.flags.get(), &r.data);
             let c = s.enter(ctx)?;
             // SAFETY: [p, p+len) was checked to lie in the data area, which

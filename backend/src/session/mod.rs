@@ -558,7 +558,6 @@ impl<E: Executor> Drop for Session<E> {
         ipc::forget(self, None);
         mirror::forget(self);
         pinning::release(self);
-        area_pin::release(self);
         // Forget handles before their contexts go: dropping a context frees
         // everything made in it.
         self.functions.drain_where(|_| true);

@@ -1,26 +1,53 @@
-//! A stream connection's staging ([`crate::staging`]), page-locked through
-//! one context of the session at a time, at the session's first large copy
-//! (page-locking 16 MiB takes a few milliseconds that a program without
-//! large copies never pays), and again after that context is destroyed.
+//! Host memory of the backend's own, page-locked for copies only (never
+//! mapped for the device) through one context of the session at a time:
+//! at the first large copy through it (page-locking 16 or 64 MiB takes
+//! milliseconds that a program without large copies never pays), undone
+//! before that context is destroyed or the session ends, and renewed by
+//! the next large copy. Two such ranges: a stream connection's staging
+//! ([`crate::staging`]), and the copy staging of the ring's data area
+//! ([`super::area_pin`]).
 
 use super::Session;
 use crate::exec::{ExecContext, Executor};
-use crate::staging::{ReplyRoom, Staging};
+use crate::staging::{ReplyRoom, STAGE_MIN, Staging};
 
-/// The staging the session's connection reads large requests into.
-pub(super) struct Pinned {
-    ptr: *mut u8,
+/// A range page-locked for copies through one context at a time.
+pub(super) struct CopyPin {
+    /// Its address in the backend (memory of the connection's, which
+    /// outlives the session).
+    addr: usize,
     len: usize,
-    pub(super) reply: ReplyRoom,
     /// The context it is page-locked through, if any.
     by: Option<u64>,
-    /// The driver refused to page-lock it.
+    /// The driver refused to page-lock it: not tried again (copies work
+    /// without, only slower).
     refused: bool,
 }
 
-// SAFETY: the pointer names the connection's staging, which the session's
-// thread alone uses; the session only hands it to the driver.
-unsafe impl Send for Pinned {}
+impl CopyPin {
+    pub(super) fn new(ptr: *mut u8, len: usize) -> CopyPin {
+        CopyPin { addr: ptr as usize, len, by: None, refused: false }
+    }
+}
+
+/// Where a session keeps one of its copy pins.
+pub(super) type Which<E> = fn(&mut Session<E>) -> Option<&mut CopyPin>;
+
+/// The stream connection's staging.
+fn stream<E: Executor>(s: &mut Session<E>) -> Option<&mut CopyPin> {
+    s.staging.as_mut().map(|p| &mut p.pin)
+}
+
+/// Every copy pin a session may hold.
+fn every<E: Executor>() -> [Which<E>; 2] {
+    [stream, super::area_pin::staging_pin]
+}
+
+/// The staging the session's connection reads large requests into.
+pub(super) struct Pinned {
+    pin: CopyPin,
+    pub(super) reply: ReplyRoom,
+}
 
 impl<E: Executor> Session<E> {
     /// Tells the session its connection's staging: the session page-locks
@@ -31,59 +58,69 @@ impl<E: Executor> Session<E> {
     /// dropped after the session).
     pub unsafe fn set_staging(&mut self, staging: &mut Staging) {
         let (ptr, len) = staging.range();
-        self.staging = Some(Pinned { ptr, len, reply: staging.reply_room(), by: None, refused: false });
+        self.staging = Some(Pinned { pin: CopyPin::new(ptr, len), reply: staging.reply_room() });
     }
 }
 
-/// A copy of `len` bytes through the staging is about to run in context
-/// `id`: page-locks the staging through it unless some context does.
+/// A copy of `len` bytes through the stream staging is about to run in
+/// context `id`.
 pub(super) fn ensure<E: Executor>(s: &mut Session<E>, id: u64, len: usize) {
-    if len < crate::staging::STAGE_MIN {
-        return;
+    if len >= STAGE_MIN {
+        pin(s, id, stream);
     }
-    let Some(p) = &s.staging else { return };
+}
+
+/// Page-locks the pin `which` names through context `id`, unless some
+/// context holds it or the driver refused it before.
+pub(super) fn pin<E: Executor>(s: &mut Session<E>, id: u64, which: Which<E>) {
+    let Some(p) = which(s) else { return };
     if p.by.is_some() || p.refused {
         return;
     }
-    let (ptr, bytes) = (p.ptr, p.len);
+    let (ptr, bytes) = (p.addr as *mut u8, p.len);
     let Ok(c) = s.enter(id) else { return };
-    // SAFETY: the staging outlives the session (`set_staging`), so it stays
-    // mapped longer than any context of the session.
+    // SAFETY: the range is the connection's memory, which outlives the
+    // session, so it stays mapped longer than any context of the session.
     let r = unsafe { c.pin_host(ptr, bytes) };
-    let Some(p) = &mut s.staging else { return };
+    let session = s.id;
+    let Some(p) = which(s) else { return };
     match r {
         Ok(()) => p.by = Some(id),
         Err(e) => {
-            // Not tried again: copies work without it, only slower.
             p.refused = true;
-            tracing::debug!(session = s.id, error = %e, "connection staging not page-locked; copies go through the driver's staging");
+            tracing::debug!(session, error = %e, "memory not page-locked; copies from it go through the driver's staging");
         }
     }
 }
 
-/// Context `id` is about to be destroyed: the registration made through
-/// it is undone (the next large copy renews it through its own context).
+/// Context `id` is about to be destroyed: the registrations made through
+/// it are undone (the next large copy renews them through its own context).
 pub(super) fn context_going<E: Executor>(s: &mut Session<E>, id: u64) {
-    if s.staging.as_ref().is_some_and(|p| p.by == Some(id)) {
-        unpin(s);
+    for which in every::<E>() {
+        if which(s).is_some_and(|p| p.by == Some(id)) {
+            unpin(s, which);
+        }
     }
 }
 
-/// Undoes the registration through the context that made it: it is the
-/// process's (PORTABLE), and must not outlive the staging's mapping.
-fn unpin<E: Executor>(s: &mut Session<E>) {
-    let Some(p) = &mut s.staging else { return };
-    let (Some(by), ptr) = (p.by.take(), p.ptr) else { return };
+/// The session is ending: its contexts go next, the pinned memory later.
+pub(super) fn release<E: Executor>(s: &mut Session<E>) {
+    for which in every::<E>() {
+        unpin(s, which);
+    }
+}
+
+/// Undoes a registration through the context that made it: it is the
+/// process's (PORTABLE), and must not outlive the memory's mapping.
+fn unpin<E: Executor>(s: &mut Session<E>, which: Which<E>) {
+    let Some(p) = which(s) else { return };
+    let (Some(by), ptr) = (p.by.take(), p.addr as *mut u8) else { return };
+    let session = s.id;
     if let Ok(c) = s.enter(by) {
         if let Err(e) = c.unpin_host(ptr) {
-            tracing::debug!(session = s.id, error = %e, "connection staging was not page-locked any more");
+            tracing::debug!(session, error = %e, "memory was not page-locked any more");
         }
     }
-}
-
-/// The session is ending: its contexts go next, the staging later.
-pub(super) fn release<E: Executor>(s: &mut Session<E>) {
-    unpin(s);
 }
 
 #[cfg(test)]
@@ -108,7 +145,7 @@ mod tests {
     }
 
     fn by(s: &Session<HostExecutor>) -> Option<u64> {
-        s.staging.as_ref().and_then(|p| p.by)
+        s.staging.as_ref().and_then(|p| p.pin.by)
     }
 
     #[test]

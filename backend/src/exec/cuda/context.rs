@@ -49,10 +49,12 @@ impl ExecContext for CudaContext {
         ck(unsafe { sys::cuMemHostUnregister(ptr.cast()) })
     }
 
+    // SAFETY: the caller keeps the range mapped while it is pinned
+    // (`ExecContext::pin_host`).
     unsafe fn pin_host(&mut self, ptr: *mut u8, len: usize) -> CuRes<()> {
-        // SAFETY: the caller keeps the range mapped while it is pinned;
-        // PORTABLE pins it for every context of the process, and without
-        // DEVICEMAP no device address is asked for.
+        // SAFETY: mapped while pinned (above); PORTABLE pins it for every
+        // context of the process, and without DEVICEMAP it gets no device
+        // address.
         ck(unsafe { sys::cuMemHostRegister_v2(ptr.cast(), len, sys::CU_MEMHOSTREGISTER_PORTABLE) })
     }
 

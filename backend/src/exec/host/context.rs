@@ -46,6 +46,7 @@ impl ExecContext for HostContext {
         self.mem.host.remove(&(ptr as u64)).map(drop).ok_or(CuError::HOST_MEMORY_NOT_REGISTERED)
     }
 
+    // SAFETY: nothing is read or written through `ptr` here.
     unsafe fn pin_host(&mut self, ptr: *mut u8, len: usize) -> CuRes<()> {
         // As the driver: once per range in the process; kernels cannot reach it.
         let mut pinned = self.pinned.lock().map_err(|_| CuError::UNKNOWN)?;

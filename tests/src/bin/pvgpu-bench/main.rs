@@ -421,7 +421,7 @@ fn references(setup: &Setup, t: &Targets, pb: &ProgressBar, run: usize) -> Resul
 }
 
 /// One run's session starts: a program started afresh against each
-/// target, a few times; the median of each.
+/// target, a few times, each start a sample.
 fn session_starts(setup: &Setup, t: &Targets, pb: &ProgressBar, run: usize) -> Result<Vec<Sample>> {
     let mut targets: Vec<(String, String)> = Vec::new();
     if t.with_native {
@@ -433,7 +433,9 @@ fn session_starts(setup: &Setup, t: &Targets, pb: &ProgressBar, run: usize) -> R
         pb.set_message(format!("session start, {name}"));
         let times = start::measure(target, &t.opts, if setup.quick { 3 } else { 5 })?;
         rec.transport = name;
-        rec.add("session_start_ms", start::median(times), "ms");
+        for ms in times {
+            rec.add("session_start_ms", ms, "ms");
+        }
         pb.inc(1);
     }
     Ok(rec.samples)

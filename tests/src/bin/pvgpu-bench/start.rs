@@ -78,10 +78,3 @@ pub fn measure(target: &str, opts: &Options, n: usize) -> Result<Vec<f64>> {
     }
     Ok(times)
 }
-
-/// The median of `v` (not empty).
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
-}
