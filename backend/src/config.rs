@@ -80,6 +80,9 @@ pub struct SessionLimits {
     /// drained ([`crate::devices`]); ordinals the executor lacks are left
     /// out.
     pub gpus: Option<Vec<usize>>,
+    /// The session takes turns on each GPU as the supervisor grants them
+    /// (`--gpu-share weighted`, [`crate::share`]); needs `meter`.
+    pub gpu_turns: bool,
 }
 
 impl Default for SessionLimits {
@@ -95,6 +98,7 @@ impl Default for SessionLimits {
             checkpoint: None,
             meter: None,
             gpus: None,
+            gpu_turns: false,
         }
     }
 }
@@ -124,6 +128,10 @@ pub struct SessionConfig {
     /// CPUs a session's serving thread runs on (`None`: wherever the
     /// scheduler puts it).
     pub cpus: Option<Vec<usize>>,
+    /// Sessions take turns on each GPU, of this long while others wait
+    /// (`--gpu-share weighted`, [`crate::share`]); `None`: the driver
+    /// shares the GPU's time.
+    pub gpu_slice: Option<Duration>,
 }
 
 impl Default for SessionConfig {
@@ -138,6 +146,7 @@ impl Default for SessionConfig {
             tcp_idle_timeout: Some(Duration::from_secs(3600)),
             idle_timeout: None,
             cpus: None,
+            gpu_slice: None,
         }
     }
 }

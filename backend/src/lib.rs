@@ -21,6 +21,8 @@
 //!   worker processes);
 //! - [`spawn`]: sessions in worker processes (default) or threads, and the
 //!   supervisor's hold on their lifetime;
+//! - [`share`]: GPU time shared by the tenants' weights (`--gpu-share
+//!   weighted`): sessions take turns on each GPU;
 //! - [`session_loop`]: one session's serving loop over its connection;
 //! - [`worker_process`]: the worker process that runs one session;
 //! - [`sandbox`]: what a worker gives up before serving (its user, a
@@ -61,6 +63,7 @@ pub mod metrics;
 pub mod roster;
 pub mod sandbox;
 pub mod session;
+pub mod share;
 pub mod session_loop;
 pub mod spawn;
 pub mod staging;

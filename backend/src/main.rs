@@ -11,6 +11,7 @@ use pvgpu_backend::config::{
 use pvgpu_backend::exec::cuda::CudaExecutor;
 use pvgpu_backend::exec::host::HostExecutor;
 use pvgpu_backend::sandbox::{Confinement, WorkerUser};
+use pvgpu_backend::share::GpuShare;
 use pvgpu_backend::worker_process;
 use pvgpu_ring::tcp_auth::TcpKey;
 use std::sync::Arc;
@@ -274,6 +275,15 @@ struct ExecArgs {
     /// nearest the GPU, away from the programs' own). Default: anywhere.
     #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
     session_cpus: Option<CpuList>,
+    /// How sessions share a GPU's time: `driver` (it time-slices between
+    /// them as between any processes) or `weighted` (they take turns, and
+    /// each tenant's sessions get time by the tenant's GPU share).
+    #[arg(long, value_enum, default_value = "driver")]
+    gpu_share: GpuShare,
+    /// Milliseconds a session keeps its GPU turn while others wait
+    /// (`--gpu-share weighted`).
+    #[arg(long, value_name = "MS", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    gpu_slice_ms: u64,
 }
 
 fn parse_control(s: &str) -> Result<ControlSocket, String> {
@@ -304,6 +314,7 @@ impl ExecArgs {
             limits: SessionLimits {
                 mem_quota: self.mem_quota,
                 persisting_l2_percent: self.persisting_l2_percent,
+                gpu_turns: self.gpu_share == GpuShare::Weighted,
                 ..SessionLimits::default()
             },
             max_data_area: self.max_data_area,
@@ -314,6 +325,7 @@ impl ExecArgs {
             tcp_idle_timeout: secs(self.tcp_idle_timeout),
             idle_timeout: secs(self.idle_timeout),
             cpus: self.session_cpus.as_ref().map(|c| c.0.clone()),
+            gpu_slice: (self.gpu_share == GpuShare::Weighted).then(|| Duration::from_millis(self.gpu_slice_ms)),
         }
     }
 
@@ -361,6 +373,10 @@ impl ExecArgs {
         a.push(self.tcp_idle_timeout.to_string());
         a.push("--idle-timeout".into());
         a.push(self.idle_timeout.to_string());
+        if self.gpu_share == GpuShare::Weighted {
+            a.push("--gpu-share".into());
+            a.push("weighted".into());
+        }
         if let Some(cpus) = &self.session_cpus {
             a.push("--session-cpus".into());
             a.push(cpus.0.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","));

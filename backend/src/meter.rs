@@ -75,6 +75,8 @@ const TIMED: usize = 9;
 const BUCKET0: usize = 10;
 const CODES: usize = BUCKET0 + BUCKETS_NS.len() + 1;
 const WORDS: usize = CODES + 2 * ERROR_SLOTS;
+/// The session's GPU turn words ([`crate::share`]): turn, want, entered.
+const TURN: usize = 448;
 const OTHER: u64 = u64::MAX;
 
 /// Which way a copy went.
@@ -106,12 +108,16 @@ struct Words(memmap2::MmapRaw);
 
 impl Words {
     fn word(&self, i: usize) -> &AtomicU64 {
-        assert!(i < WORDS, "meter word out of range");
+        assert!(i < WORDS || (TURN..TURN + 3).contains(&i), "meter word out of range");
         // SAFETY: the mapping holds WORDS aligned u64 words (it is at least
         // a page, page-aligned, checked when mapped); the memory is shared
         // and reached only through atomics, which have u64's layout. The
         // mapping lives as long as `self`.
         unsafe { &*(self.0.as_mut_ptr().add(8 * i) as *const AtomicU64) }
+    }
+
+    fn turn(&self) -> crate::share::Turn<'_> {
+        crate::share::Turn::new(self.word(TURN), self.word(TURN + 1), self.word(TURN + 2))
     }
 
     /// Adds `n` to word `i`; only the session's serving thread calls it.
@@ -123,7 +129,7 @@ impl Words {
 }
 
 const LEN: usize = 4096;
-const _: () = assert!(WORDS * 8 <= LEN);
+const _: () = assert!(WORDS <= TURN && (TURN + 3) * 8 <= LEN);
 
 /// The supervisor's side: the memfd and its mapping.
 pub struct Meter {
@@ -156,6 +162,11 @@ impl Meter {
     /// The session's side, in this process.
     pub fn view(&self) -> MeterView {
         MeterView { words: self.words.clone() }
+    }
+
+    /// The session's GPU turn, as the supervisor sees it.
+    pub fn turn(&self) -> crate::share::Turn<'_> {
+        self.words.turn()
     }
 
     /// What the session has counted so far.
@@ -210,6 +221,11 @@ impl MeterView {
         }
         let map = memmap2::MmapOptions::new().len(LEN).map_raw(&file)?;
         Ok(MeterView { words: Arc::new(Words(map)) })
+    }
+
+    /// The session's GPU turn, as the session sees it.
+    pub fn turn(&self) -> crate::share::Turn<'_> {
+        self.words.turn()
     }
 
     /// A request arrived.

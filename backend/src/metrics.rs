@@ -42,6 +42,7 @@ pub struct Metrics {
     gpus: Option<Arc<dyn GpuSource>>,
     devices: Arc<Devices>,
     events: Arc<Events>,
+    arbiter: Option<Arc<crate::share::Arbiter>>,
 }
 
 /// What the control API did to sessions, counted for `/metrics`.
@@ -85,7 +86,13 @@ impl Metrics {
         gpus: Option<Arc<dyn GpuSource>>,
         devices: Arc<Devices>,
     ) -> Metrics {
-        Metrics { roster, tenants, ledgers, gpus, devices, events: Arc::default() }
+        Metrics { roster, tenants, ledgers, gpus, devices, events: Arc::default(), arbiter: None }
+    }
+
+    /// Reports the GPU time `arbiter` granted (`--gpu-share weighted`).
+    pub fn with_arbiter(mut self, arbiter: Option<Arc<crate::share::Arbiter>>) -> Metrics {
+        self.arbiter = arbiter;
+        self
     }
 
     /// The control API's counts.
@@ -219,6 +226,7 @@ impl Collector for Metrics {
         counters(&mut enc, "pvgpu_command_errors", "Waited calls that failed, by CUDA error code.", None, &errors)?;
         self.latency(&mut enc, &groups, &totals)?;
         self.tenant_gauges(&mut enc)?;
+        self.turn_counters(&mut enc)?;
         self.event_counters(&mut enc)?;
         self.gpu_gauges(&mut enc)
     }
@@ -264,6 +272,21 @@ impl Metrics {
         }
         gauges(enc, "pvgpu_tenant_memory", "Device memory a tenant's sessions hold together.", Some(&Unit::Bytes), &held)?;
         gauges(enc, "pvgpu_tenant_memory_quota", "A tenant's device-memory quota.", Some(&Unit::Bytes), &quota)
+    }
+
+    fn turn_counters(&self, enc: &mut DescriptorEncoder) -> Result<(), Error> {
+        let Some(arbiter) = &self.arbiter else { return Ok(()) };
+        let rows: Vec<_> =
+            arbiter.held().into_iter().map(|(t, d)| (vec![("tenant", t.unwrap_or_default())], ConstCounter::new(d.as_secs_f64()))).collect();
+        family(
+            enc,
+            ("pvgpu_gpu_turn", "GPU time held in turns under --gpu-share weighted, by tenant.", Some(&Unit::Seconds)),
+            MetricType::Counter,
+            rows.into_iter(),
+        )?;
+        let Some(tenants) = &self.tenants else { return Ok(()) };
+        let shares: Vec<_> = tenants.list().into_iter().map(|t| (vec![("tenant", t.name)], f64::from(t.quota.gpu_share.unwrap_or(1)))).collect();
+        gauges(enc, "pvgpu_tenant_gpu_share", "A tenant's weight in GPU time.", None, &shares)
     }
 
     fn event_counters(&self, enc: &mut DescriptorEncoder) -> Result<(), Error> {

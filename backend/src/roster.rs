@@ -76,6 +76,30 @@ pub struct LiveSession {
 }
 
 impl Roster {
+    /// Runs `f` over the live sessions' GPU turns ([`crate::share`]):
+    /// each spends its tenant's time, at the tenant's share (`share_of`),
+    /// or its own at share 1. Sessions without a meter take no turns.
+    pub fn with_turns(&self, share_of: &dyn Fn(&str) -> u32, f: &mut dyn FnMut(&[crate::share::Seen<'_>])) {
+        use crate::share::{Group, Seen};
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let seen: Vec<Seen<'_>> = live
+            .iter()
+            .filter_map(|(id, e)| {
+                let (group, share) = match &e.tenant {
+                    Some(t) => (Group::Tenant(t.name.clone()), share_of(&t.name)),
+                    None => (Group::Session(*id), 1),
+                };
+                Some(Seen { id: *id, group, share, turn: e.meter.as_ref()?.turn() })
+            })
+            .collect();
+        f(&seen);
+    }
+
+    /// Whether no session is live.
+    pub fn is_empty(&self) -> bool {
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+    }
+
     /// Enters session `id`, admitted now.
     pub fn add(&self, id: u64, peer: String, transport: Transport, seat: LedgerView, tenant: Option<TenantOf>, meter: Option<Arc<Meter>>) {
         let group = (tenant.as_ref().map(|t| t.name.clone()), transport);

@@ -147,13 +147,24 @@ impl Backend {
             default_cap: cfg.admission.peer_mem_quota.unwrap_or(u64::MAX),
         });
         let gpus = (spawner.executor() == "cuda").then(crate::exec::cuda::gpu_gauges).flatten();
+        let arbiter = match cfg.session.gpu_slice {
+            Some(slice) => {
+                let a = Arc::new(crate::share::Arbiter::new(slice));
+                crate::share::run(a.clone(), shared.roster.clone(), cfg.admission.tenants.clone(), shared.stop.clone())
+                    .map_err(|e| BackendError::Thread("GPU turns", e))?;
+                tracing::info!(slice_ms = slice.as_millis() as u64, "sessions take turns on each GPU, by their tenants' shares");
+                Some(a)
+            }
+            None => None,
+        };
         let metrics = crate::metrics::Metrics::new(
             shared.roster.clone(),
             cfg.admission.tenants.clone(),
             shared.pools.ledgers.clone(),
             gpus,
             shared.devices.clone(),
-        );
+        )
+        .with_arbiter(arbiter);
         let metrics_server = match &cfg.metrics {
             Some(addr) => Some(crate::control::MetricsServer::start(addr, metrics.clone())?),
             None => None,

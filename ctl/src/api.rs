@@ -115,6 +115,11 @@ pub struct Quota {
     /// of new sessions either way.
     #[serde(default)]
     pub gpus: Option<Vec<u32>>,
+    /// Its share of GPU time against other tenants' under `--gpu-share
+    /// weighted` (a weight, at least 1); `None`: 1, as a session outside
+    /// every tenant has.
+    #[serde(default)]
+    pub gpu_share: Option<u32>,
 }
 
 /// `POST /v1/tenants`.

@@ -39,6 +39,13 @@ fn gpus(s: &str) -> Result<Limit<Vec<u32>>, String> {
         .map(Limit::At)
 }
 
+fn share(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n) if (1..=1000).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} is not a GPU share (a weight from 1 to 1000)")),
+    }
+}
+
 fn sessions(s: &str) -> Result<Limit<u32>, String> {
     if s == "unlimited" { Ok(Limit::Unlimited) } else { s.parse().map(Limit::At).map_err(|_| format!("{s:?} is not a number of sessions")) }
 }
@@ -58,6 +65,9 @@ pub enum TenantCmd {
         /// The backend's GPUs its sessions are given, in the order they see them (e.g. 1,0), or all.
         #[arg(long, value_parser = gpus, default_value = "all")]
         gpus: Limit<Vec<u32>>,
+        /// Its weight in GPU time against other tenants (1 to 1000) when the backend runs --gpu-share weighted.
+        #[arg(long, value_parser = share, default_value = "1")]
+        share: u32,
         /// A local user (uid:N) or Xen guest (domain:NAME) whose sessions are the tenant's; repeatable.
         #[arg(long = "member", value_name = "PEER")]
         members: Vec<String>,
@@ -89,6 +99,9 @@ pub enum TenantCmd {
         /// The backend's GPUs its new sessions are given (e.g. 0,2), or all.
         #[arg(long, value_parser = gpus)]
         gpus: Option<Limit<Vec<u32>>>,
+        /// Its weight in GPU time (1 to 1000), applied to its live sessions at once.
+        #[arg(long, value_parser = share)]
+        share: Option<u32>,
     },
     /// Makes a local user (uid:N) or Xen guest (domain:NAME) a member: its new sessions are the tenant's.
     Join {
@@ -149,9 +162,9 @@ pub enum KeyCmd {
 
 pub fn tenant(control: &Control, cmd: TenantCmd) -> Result<()> {
     match cmd {
-        TenantCmd::Add { name, memory, sessions, gpus, members } => {
-            let req =
-                NewTenant { name, quota: Quota { memory_bytes: memory.get(), max_sessions: sessions.get(), gpus: gpus.get() }, members };
+        TenantCmd::Add { name, memory, sessions, gpus, share, members } => {
+            let q = Quota { memory_bytes: memory.get(), max_sessions: sessions.get(), gpus: gpus.get(), gpu_share: Some(share) };
+            let req = NewTenant { name, quota: q, members };
             let t: Tenant = control.call_with("POST", "/v1/tenants", Some(&req))?;
             println!("tenant {} added ({})", t.name, quota(&t.quota));
         }
@@ -171,12 +184,13 @@ pub fn tenant(control: &Control, cmd: TenantCmd) -> Result<()> {
                 print_tenants(std::slice::from_ref(&t));
             }
         }
-        TenantCmd::Set { name, memory, sessions, gpus } => {
+        TenantCmd::Set { name, memory, sessions, gpus, share } => {
             let now: Tenant = control.call("GET", &format!("/v1/tenants/{name}"))?;
             let q = Quota {
                 memory_bytes: memory.map_or(now.quota.memory_bytes, Limit::get),
                 max_sessions: sessions.map_or(now.quota.max_sessions, Limit::get),
                 gpus: gpus.map_or(now.quota.gpus, Limit::get),
+                gpu_share: share.or(now.quota.gpu_share),
             };
             let t: Tenant = control.call_with("PUT", &format!("/v1/tenants/{name}/quota"), Some(&q))?;
             println!("tenant {}: {}", t.name, quota(&t.quota));
@@ -258,7 +272,7 @@ fn issue(control: &Control, tenant: &str, out: &std::path::Path, rotate: bool) -
 fn quota(q: &Quota) -> String {
     let mem = q.memory_bytes.map_or("memory unlimited".into(), |b| format!("memory {}", crate::bytes(b)));
     let ses = q.max_sessions.map_or("sessions unlimited".into(), |n| format!("{n} sessions"));
-    format!("{mem}, {ses}, GPUs {}", gpu_list(q))
+    format!("{mem}, {ses}, GPUs {}, GPU share {}", gpu_list(q), q.gpu_share.unwrap_or(1))
 }
 
 fn revoked(r: &Revoked) -> String {
@@ -275,19 +289,20 @@ fn gpu_list(q: &Quota) -> String {
 
 fn print_tenants(all: &[Tenant]) {
     println!(
-        "{:<20} {:>12} {:>10} {:>8} {:>5} {:>9} {:>12}  MEMBERS",
-        "TENANT", "MEMORY CAP", "MAX SESS", "GPUS", "KEYS", "SESSIONS", "MEMORY"
+        "{:<20} {:>12} {:>10} {:>8} {:>5} {:>5} {:>9} {:>12}  MEMBERS",
+        "TENANT", "MEMORY CAP", "MAX SESS", "GPUS", "SHARE", "KEYS", "SESSIONS", "MEMORY"
     );
     for t in all {
         let cap = t.quota.memory_bytes.map_or("-".into(), crate::bytes);
         let max = t.quota.max_sessions.map_or("-".into(), |n| n.to_string());
         let members = if t.members.is_empty() { "-".into() } else { t.members.join(",") };
         println!(
-            "{:<20} {:>12} {:>10} {:>8} {:>5} {:>9} {:>12}  {}",
+            "{:<20} {:>12} {:>10} {:>8} {:>5} {:>5} {:>9} {:>12}  {}",
             t.name,
             cap,
             max,
             gpu_list(&t.quota),
+            t.quota.gpu_share.unwrap_or(1),
             t.live_keys,
             t.sessions,
             crate::bytes(t.memory_bytes),

@@ -170,6 +170,7 @@ struct Launch {
     state_dir: Option<PathBuf>,
     mem_quota: Option<u64>,
     host_devices: usize,
+    gpu_slice: Option<Duration>,
     tls_cert: PathBuf,
     tls_key: PathBuf,
 }
@@ -219,6 +220,8 @@ pub struct HarnessOptions {
     /// Devices of the host executor (`--host-devices`; the GPU's own
     /// count on the cuda executor).
     pub host_devices: Option<usize>,
+    /// Sessions take GPU turns of this long (`--gpu-share weighted`).
+    pub gpu_slice: Option<Duration>,
 }
 
 fn free_tcp_port() -> u16 {
@@ -306,6 +309,7 @@ impl Harness {
             state_dir,
             mem_quota: opts.mem_quota,
             host_devices: opts.host_devices.unwrap_or(1),
+            gpu_slice: opts.gpu_slice,
             tls_cert,
             tls_key,
         };
@@ -349,6 +353,9 @@ impl Harness {
             if let Some(d) = &l.state_dir {
                 cmd.arg("--state-dir").arg(d);
             }
+            if let Some(slice) = l.gpu_slice {
+                cmd.arg("--gpu-share").arg("weighted").arg("--gpu-slice-ms").arg(slice.as_millis().to_string());
+            }
             // Every test of the suite is the same local user and TCP peer.
             for limit in
                 ["--max-sessions", "--max-local-sessions", "--max-tcp-sessions", "--max-sessions-per-peer", "--max-pending-per-peer"]
@@ -362,6 +369,8 @@ impl Harness {
             let mut session =
                 SessionConfig { spin: Duration::from_micros(20), image_cache: Some(dir.join("images")), ..SessionConfig::default() };
             session.limits.mem_quota = l.mem_quota;
+            session.gpu_slice = l.gpu_slice;
+            session.limits.gpu_turns = l.gpu_slice.is_some();
             let admission = AdmissionConfig {
                 max_sessions: 256,
                 max_local: 256,

@@ -43,6 +43,7 @@ mod pitched;
 mod policy;
 mod restore;
 mod stream;
+mod turns;
 mod vmm;
 
 pub use checkpoint::{CheckpointError, Taken};
@@ -204,6 +205,8 @@ pub struct Session<E: Executor> {
     baseline: Option<u64>,
     pending: Option<CuError>,
     current: Option<u64>,
+    /// The device whose GPU turn this request holds ([`turns`]).
+    turn: Option<usize>,
     /// Context through which the data area is page-locked, if any.
     area_pinned_by: Option<u64>,
     /// The data area's device address, when the device can reach it.
@@ -271,6 +274,7 @@ impl<E: Executor> Session<E> {
             baseline: None,
             pending: None,
             current: None,
+            turn: None,
             area_pinned_by: None,
             area_device: None,
             on_demand: None,
@@ -439,6 +443,7 @@ impl<E: Executor> Session<E> {
         tracing::trace!(session = self.id, opcode = ?req.opcode(), "request");
         let mut io = Io { area, out, reply_room: self.staging.as_ref().map(|p| p.reply), staged: 0 };
         let r = req.dispatch(self, &mut io);
+        self.leave_turn();
         self.staged = if r.is_ok() { io.staged } else { 0 };
         self.settle();
         if let Err(e) = r {
@@ -478,6 +483,10 @@ impl<E: Executor> Session<E> {
 
     /// Makes context `id` current and returns it.
     fn enter(&mut self, id: u64) -> CuRes<&mut Ctx<E>> {
+        if self.limits.gpu_turns && self.turn.is_none() {
+            let device = self.ctxs.get(id).ok_or(CuError::INVALID_CONTEXT)?.device;
+            self.take_turn(device);
+        }
         let e = self.ctxs.get_mut(id).ok_or(CuError::INVALID_CONTEXT)?;
         if self.current != Some(id) {
             e.ctx.make_current()?;

@@ -61,6 +61,9 @@ pub enum StateError {
     /// A quota past what the database stores.
     #[error("{0} bytes is larger than any quota can be")]
     TooLarge(u64),
+    /// A GPU share out of range.
+    #[error("a GPU share of {0} is out of range: use a weight from 1 to {MAX_SHARE}")]
+    BadShare(u32),
     /// The peer belongs to another tenant.
     #[error("{peer} belongs to tenant {tenant:?}; remove it there first")]
     Member {
@@ -91,7 +94,7 @@ impl StateError {
         match self {
             StateError::NoTenant(_) | StateError::NoKey { .. } | StateError::NoMember { .. } => 404,
             StateError::Exists(_) | StateError::Member { .. } => 409,
-            StateError::BadName(_) | StateError::TooLarge(_) | StateError::BadPeer(_) => 400,
+            StateError::BadName(_) | StateError::TooLarge(_) | StateError::BadPeer(_) | StateError::BadShare(_) => 400,
             StateError::Dir { .. } | StateError::Db(_) | StateError::Newer { .. } | StateError::Random(_) => 500,
         }
     }
@@ -141,6 +144,16 @@ pub const DB_FILE: &str = "state.sqlite3";
 /// The peer a tenant's sessions count as.
 pub fn peer_of(tenant: &str) -> String {
     format!("tenant:{tenant}")
+}
+
+/// Largest GPU share a tenant may have.
+pub const MAX_SHARE: u32 = 1000;
+
+fn check_share(q: &Quota) -> Result<(), StateError> {
+    match q.gpu_share {
+        Some(n) if !(1..=MAX_SHARE).contains(&n) => Err(StateError::BadShare(n)),
+        _ => Ok(()),
+    }
 }
 
 fn valid_name(name: &str) -> bool {
@@ -217,6 +230,11 @@ impl Tenants {
         self.view().tenants.get(name).map(|t| t.quota.clone())
     }
 
+    /// Tenant `name`'s GPU share (1 where it has none set, or is gone).
+    pub fn gpu_share(&self, name: &str) -> u32 {
+        self.view().tenants.get(name).and_then(|t| t.quota.gpu_share).unwrap_or(1)
+    }
+
     /// Makes `peer` a member of `tenant` (`add`), or takes it out.
     pub fn set_member(&self, tenant: &str, peer: &str, add: bool) -> Result<TenantInfo, StateError> {
         if !valid_member(peer) {
@@ -260,6 +278,7 @@ impl Tenants {
         if let Some(bad) = members.iter().find(|m| !valid_member(m)) {
             return Err(StateError::BadPeer(bad.clone()));
         }
+        check_share(&quota)?;
         self.change(|s| s.add_tenant(name, &quota, members))?;
         tracing::info!(tenant = name, ?quota, "tenant added");
         self.get(name)
@@ -267,6 +286,7 @@ impl Tenants {
 
     /// Sets tenant `name`'s quota.
     pub fn set_quota(&self, name: &str, quota: Quota) -> Result<TenantInfo, StateError> {
+        check_share(&quota)?;
         self.change(|s| s.set_quota(name, &quota))?;
         tracing::info!(tenant = name, ?quota, "tenant quota changed");
         self.get(name)
@@ -343,7 +363,7 @@ mod tests {
     fn tenants_and_keys_persist_and_revoked_keys_open_nothing() {
         let d = dir("persist");
         let t = Tenants::open(&d).unwrap();
-        let quota = Quota { memory_bytes: Some(64 << 20), max_sessions: Some(2), gpus: Some(vec![1, 0]) };
+        let quota = Quota { memory_bytes: Some(64 << 20), max_sessions: Some(2), gpus: Some(vec![1, 0]), gpu_share: Some(3) };
         t.add("alice", quota.clone(), &[]).unwrap();
         assert!(matches!(t.add("alice", quota.clone(), &[]), Err(StateError::Exists(_))));
         assert!(matches!(t.add("../x", quota.clone(), &[]), Err(StateError::BadName(_))));
@@ -408,7 +428,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
         let t = Tenants::open(&d).unwrap();
-        assert_eq!(t.quota("old"), Some(Quota { memory_bytes: Some(4096), max_sessions: Some(3), gpus: None }), "every GPU, as before");
+        assert_eq!(t.quota("old"), Some(Quota { memory_bytes: Some(4096), max_sessions: Some(3), gpus: None, gpu_share: None }), "every GPU, as before");
         t.set_member("old", "uid:7", true).unwrap();
         assert_eq!(t.of_member("uid:7").map(|(n, _)| n), Some("old".into()));
         std::fs::remove_dir_all(&d).unwrap();

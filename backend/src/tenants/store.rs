@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::Path;
 
 /// The schema version this backend writes (`PRAGMA user_version`).
-const SCHEMA: i64 = 2;
+const SCHEMA: i64 = 3;
 
 const CREATE: &str = "
 CREATE TABLE IF NOT EXISTS tenants (
@@ -17,7 +17,8 @@ CREATE TABLE IF NOT EXISTS tenants (
     memory_bytes INTEGER,           -- NULL: no limit of its own
     max_sessions INTEGER,
     created      INTEGER NOT NULL,  -- seconds since the Unix epoch
-    gpus         TEXT               -- NULL: every GPU; else ordinals, comma-separated
+    gpus         TEXT,              -- NULL: every GPU; else ordinals, comma-separated
+    gpu_share    INTEGER            -- NULL: 1; a weight in GPU time
 ) STRICT;
 CREATE TABLE IF NOT EXISTS members (
     peer   TEXT PRIMARY KEY,        -- uid:N, domain:NAME
@@ -83,6 +84,10 @@ impl Store {
             // Version 1 had no GPU list; its tenants may use every GPU.
             tx.execute_batch("ALTER TABLE tenants ADD COLUMN gpus TEXT")?;
         }
+        if (1..=2).contains(&version) {
+            // Versions 1 and 2 had no GPU share; their tenants weigh 1.
+            tx.execute_batch("ALTER TABLE tenants ADD COLUMN gpu_share INTEGER")?;
+        }
         tx.execute_batch(CREATE)?;
         tx.pragma_update(None, "user_version", SCHEMA)?;
         tx.commit()?;
@@ -91,7 +96,7 @@ impl Store {
 
     /// Every tenant, by name.
     pub fn tenants(&self) -> Result<Vec<TenantRow>, StateError> {
-        let mut q = self.db.prepare("SELECT name, memory_bytes, max_sessions, created, gpus FROM tenants ORDER BY name")?;
+        let mut q = self.db.prepare("SELECT name, memory_bytes, max_sessions, created, gpus, gpu_share FROM tenants ORDER BY name")?;
         let rows = q.query_map([], |r| {
             Ok(TenantRow {
                 name: r.get(0)?,
@@ -99,6 +104,7 @@ impl Store {
                     memory_bytes: r.get::<_, Option<i64>>(1)?.map(|n| n as u64),
                     max_sessions: r.get(2)?,
                     gpus: r.get::<_, Option<String>>(4)?.map(|g| gpus_from_sql(&g)),
+                    gpu_share: r.get(5)?,
                 },
                 created: r.get::<_, i64>(3)? as u64,
             })
@@ -189,8 +195,8 @@ impl Store {
             return Err(StateError::Exists(name.to_string()));
         }
         tx.execute(
-            "INSERT INTO tenants (name, memory_bytes, max_sessions, created, gpus) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![name, to_sql(quota.memory_bytes)?, quota.max_sessions, now() as i64, gpus_to_sql(quota.gpus.as_deref())],
+            "INSERT INTO tenants (name, memory_bytes, max_sessions, created, gpus, gpu_share) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![name, to_sql(quota.memory_bytes)?, quota.max_sessions, now() as i64, gpus_to_sql(quota.gpus.as_deref()), quota.gpu_share],
         )?;
         for peer in members {
             let owner: Option<String> = tx.query_row("SELECT tenant FROM members WHERE peer = ?1", [peer], |r| r.get(0)).optional()?;
@@ -205,8 +211,8 @@ impl Store {
     /// Sets a tenant's quota.
     pub fn set_quota(&mut self, name: &str, quota: &Quota) -> Result<(), StateError> {
         let n = self.db.execute(
-            "UPDATE tenants SET memory_bytes = ?2, max_sessions = ?3, gpus = ?4 WHERE name = ?1",
-            params![name, to_sql(quota.memory_bytes)?, quota.max_sessions, gpus_to_sql(quota.gpus.as_deref())],
+            "UPDATE tenants SET memory_bytes = ?2, max_sessions = ?3, gpus = ?4, gpu_share = ?5 WHERE name = ?1",
+            params![name, to_sql(quota.memory_bytes)?, quota.max_sessions, gpus_to_sql(quota.gpus.as_deref()), quota.gpu_share],
         )?;
         if n == 0 { Err(StateError::NoTenant(name.to_string())) } else { Ok(()) }
     }

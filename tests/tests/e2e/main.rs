@@ -21,6 +21,7 @@ mod control;
 mod copy_nodes;
 mod devices;
 mod execution;
+mod gpu_share;
 mod graph_memory;
 mod graphs;
 mod host_nodes;

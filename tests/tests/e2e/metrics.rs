@@ -4,7 +4,7 @@
 use super::*;
 use prometheus_parse::{Sample, Scrape, Value};
 
-fn scrape(h: &Harness) -> Scrape {
+pub(super) fn scrape(h: &Harness) -> Scrape {
     let ctl = h.control().expect("a backend of the test's own has a control socket");
     let (status, body) = ctl.request("GET", "/metrics", b"").unwrap();
     assert_eq!(status, 200);
@@ -14,7 +14,7 @@ fn scrape(h: &Harness) -> Scrape {
 }
 
 /// The value of `name`'s sample whose labels include `want`.
-fn value(s: &Scrape, name: &str, want: &[(&str, &str)]) -> Option<f64> {
+pub(super) fn value(s: &Scrape, name: &str, want: &[(&str, &str)]) -> Option<f64> {
     let matches = |x: &&Sample| x.metric == name && want.iter().all(|(k, v)| x.labels.get(k) == Some(*v));
     s.samples.iter().find(matches).map(|x| match &x.value {
         Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,

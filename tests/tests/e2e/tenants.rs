@@ -12,14 +12,14 @@ use pvgpu_ctl::client::{Control, CtlError};
 const MIB: u64 = 1 << 20;
 
 /// Issues a key to `tenant` and writes its file where the test keeps it.
-fn issue(ctl: &Control, dir: &std::path::Path, tenant: &str, rotate: bool) -> (IssuedKey, std::path::PathBuf) {
+pub(super) fn issue(ctl: &Control, dir: &std::path::Path, tenant: &str, rotate: bool) -> (IssuedKey, std::path::PathBuf) {
     let k: IssuedKey = ctl.call_with("POST", &format!("/v1/tenants/{tenant}/keys"), Some(&IssueKey { rotate })).unwrap();
     let path = dir.join(format!("{}.key", k.id));
     pvgpu_ring::tcp_auth::write_key_file(&path, &k.key_file).unwrap();
     (k, path)
 }
 
-fn connect(h: &Harness, t: Transport, key: &std::path::Path) -> Result<Client, Error> {
+pub(super) fn connect(h: &Harness, t: Transport, key: &std::path::Path) -> Result<Client, Error> {
     let opts = pvgpu_frontend::Options { tcp_key: Some(key.to_path_buf()), ..h.options() };
     Client::connect(&h.addr(t), &opts)
 }
@@ -42,7 +42,7 @@ fn tenant_keys(t: Transport) {
     let mut h = Harness::with(HarnessOptions { state_dir: true, ..Default::default() });
     let keys = TempDir::new("tenant-keys");
     let ctl = h.control().expect("a backend of the test's own has a control socket");
-    let quota = Quota { memory_bytes: Some(64 * MIB), max_sessions: Some(2), gpus: None };
+    let quota = Quota { memory_bytes: Some(64 * MIB), max_sessions: Some(2), gpus: None, gpu_share: None };
     let req = NewTenant { name: "alice".into(), quota: quota.clone(), members: Vec::new() };
     let added: Tenant = ctl.call_with("POST", "/v1/tenants", Some(&req)).unwrap();
     assert_eq!((added.quota, added.live_keys, added.sessions), (quota.clone(), 0, 0));
@@ -229,7 +229,7 @@ fn member_sessions_see_their_tenants_gpus_less_the_drained_ones() {
     assert!(n >= 1, "the backend lists its GPUs: {gpus:?}");
     let list: Vec<u32> = if n >= 3 { vec![2, 0] } else { vec![0] };
     let me = format!("uid:{}", nix::unistd::getuid());
-    let quota = Quota { memory_bytes: Some(64 * MIB), max_sessions: None, gpus: Some(list.clone()) };
+    let quota = Quota { memory_bytes: Some(64 * MIB), max_sessions: None, gpus: Some(list.clone()), gpu_share: None };
     let req = NewTenant { name: "lab".into(), quota, members: vec![me.clone()] };
     let t: Tenant = ctl.call_with("POST", "/v1/tenants", Some(&req)).unwrap();
     assert_eq!(t.members, std::slice::from_ref(&me));

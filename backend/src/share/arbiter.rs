@@ -1,0 +1,213 @@
+//! The supervisor's side of GPU turns: one thread that, every tick, looks
+//! at each live session's turn words and grants, asks back and charges
+//! turns by the tenants' shares ([`super`] has the model).
+
+use super::{DRAIN_MAX, Turn};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How often the arbiter looks at the sessions.
+pub const TICK: Duration = Duration::from_millis(1);
+
+/// Whose time a session's turns count as: its tenant's, or (outside every
+/// tenant) its own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Group {
+    /// A tenant, by name.
+    Tenant(String),
+    /// A session outside every tenant, by number.
+    Session(u64),
+}
+
+/// A live session as the arbiter sees it on one tick.
+pub struct Seen<'a> {
+    /// Its number.
+    pub id: u64,
+    /// Whose time it spends.
+    pub group: Group,
+    /// Its group's share (at least 1).
+    pub share: u32,
+    /// Its turn words.
+    pub turn: Turn<'a>,
+}
+
+/// A turn granted and not yet given back.
+#[derive(Debug, Clone, Copy)]
+struct Grant {
+    session: u64,
+    epoch: u64,
+    since: Instant,
+    /// When it was asked to yield, and its command count then.
+    asked: Option<(Instant, u64)>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The turn of each device, by ordinal.
+    grants: HashMap<usize, Grant>,
+    /// Each group's virtual time: GPU time held divided by its share, in
+    /// nanoseconds.
+    vtime: HashMap<Group, f64>,
+    /// Groups that held or wanted a turn on the last tick.
+    active: Vec<Group>,
+    /// GPU time held so far, by tenant (`None`: sessions outside every
+    /// tenant), for `/metrics`.
+    held: HashMap<Option<String>, Duration>,
+    /// When each waiting session was first seen waiting (ties go to the
+    /// longest waiting).
+    waiting_since: HashMap<u64, Instant>,
+    epoch: u64,
+}
+
+/// Grants GPU turns.
+pub struct Arbiter {
+    slice: Duration,
+    state: Mutex<State>,
+}
+
+impl Arbiter {
+    /// Turns of `slice` while others wait.
+    pub fn new(slice: Duration) -> Arbiter {
+        Arbiter { slice, state: Mutex::default() }
+    }
+
+    /// GPU time held so far by each tenant (`None`: sessions outside
+    /// every tenant), counted when turns are given back.
+    pub fn held(&self) -> Vec<(Option<String>, Duration)> {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<(Option<String>, Duration)> = st.held.iter().map(|(g, d)| (g.clone(), *d)).collect();
+        v.sort();
+        v
+    }
+
+    /// One tick over the live sessions, at `now`.
+    pub fn tick(&self, live: &[Seen<'_>], now: Instant) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let by_id: HashMap<u64, &Seen<'_>> = live.iter().map(|s| (s.id, s)).collect();
+        // Turns given back, or whose session has gone: charge them.
+        let devices: Vec<usize> = st.grants.keys().copied().collect();
+        for d in devices {
+            let g = st.grants[&d];
+            let gone = match by_id.get(&g.session) {
+                None => true,
+                Some(s) => s.turn.held().is_none_or(|h| h.epoch != g.epoch),
+            };
+            if gone {
+                st.grants.remove(&d);
+                if let Some(s) = by_id.get(&g.session) {
+                    charge(&mut st, &s.group, s.share, now - g.since);
+                }
+            }
+        }
+        // Who waits, per device; groups active now.
+        let mut waiting: HashMap<usize, Vec<&Seen<'_>>> = HashMap::new();
+        let mut active: Vec<Group> = Vec::new();
+        for s in live {
+            if let Some(d) = s.turn.wants() {
+                waiting.entry(d).or_default().push(s);
+                st.waiting_since.entry(s.id).or_insert(now);
+                active.push(s.group.clone());
+            } else {
+                st.waiting_since.remove(&s.id);
+            }
+        }
+        for g in st.grants.values() {
+            if let Some(s) = by_id.get(&g.session) {
+                active.push(s.group.clone());
+            }
+        }
+        active.sort();
+        active.dedup();
+        // A group coming back starts level with the least active one.
+        let floor = st.active.iter().filter_map(|g| st.vtime.get(g)).copied().fold(f64::INFINITY, f64::min);
+        for g in &active {
+            if !st.active.contains(g) && floor.is_finite() {
+                let v = st.vtime.entry(g.clone()).or_insert(floor);
+                *v = v.max(floor);
+            }
+        }
+        st.active = active;
+        st.waiting_since.retain(|id, _| by_id.contains_key(id));
+        st.vtime.retain(|g, _| live.iter().any(|s| &s.group == g));
+        for (d, mut w) in waiting {
+            match st.grants.get(&d).copied() {
+                Some(g) => self.press(&mut st, d, g, &by_id, now),
+                None => {
+                    w.sort_by(|a, b| {
+                        let va = st.vtime.get(&a.group).copied().unwrap_or(0.0);
+                        let vb = st.vtime.get(&b.group).copied().unwrap_or(0.0);
+                        va.total_cmp(&vb).then(st.waiting_since[&a.id].cmp(&st.waiting_since[&b.id])).then(a.id.cmp(&b.id))
+                    });
+                    st.epoch += 1;
+                    let epoch = st.epoch;
+                    if let Some(s) = w.into_iter().find(|s| s.turn.grant(d, epoch)) {
+                        st.waiting_since.remove(&s.id);
+                        st.grants.insert(d, Grant { session: s.id, epoch, since: now, asked: None });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Others wait for device `d`, held by grant `g`: ask it back once its
+    /// slice is over; take it back once its holder idles or overstays.
+    fn press(&self, st: &mut State, d: usize, g: Grant, by_id: &HashMap<u64, &Seen<'_>>, now: Instant) {
+        let Some(s) = by_id.get(&g.session) else { return };
+        match g.asked {
+            None if now - g.since >= self.slice => {
+                s.turn.ask_yield(g.epoch);
+                if let Some(x) = st.grants.get_mut(&d) {
+                    x.asked = Some((now, s.turn.entered()));
+                }
+            }
+            None => {}
+            Some((at, entered)) => {
+                let idle = s.turn.entered() == entered && now - at >= TICK;
+                let over = now - at >= DRAIN_MAX;
+                if (idle || over) && s.turn.take_back(g.epoch, over) {
+                    if over {
+                        tracing::warn!(session = s.id, device = d, "a session kept its GPU turn past the drain limit; it was taken back");
+                    }
+                    st.grants.remove(&d);
+                    charge(st, &s.group, s.share, now - g.since);
+                }
+            }
+        }
+    }
+}
+
+/// Runs `arbiter` over the sessions on `roster` until `stop` is set and
+/// the last session has ended (a session waiting for its turn must not be
+/// left waiting by a backend that is shutting down).
+pub fn run(
+    arbiter: std::sync::Arc<Arbiter>,
+    roster: std::sync::Arc<crate::roster::Roster>,
+    tenants: Option<std::sync::Arc<crate::tenants::Tenants>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let share_of = move |name: &str| tenants.as_ref().map_or(1, |t| t.gpu_share(name));
+    std::thread::Builder::new().name("pvgpu-gpu-turns".into()).spawn(move || {
+        loop {
+            if roster.is_empty() {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                // Nobody to serve: look again soon, without a tick's cost.
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            roster.with_turns(&share_of, &mut |seen| arbiter.tick(seen, Instant::now()));
+            std::thread::sleep(TICK);
+        }
+    })
+}
+
+fn charge(st: &mut State, group: &Group, share: u32, took: Duration) {
+    let tenant = match group {
+        Group::Tenant(name) => Some(name.clone()),
+        Group::Session(_) => None,
+    };
+    *st.held.entry(tenant).or_default() += took;
+    *st.vtime.entry(group.clone()).or_insert(0.0) += took.as_nanos() as f64 / f64::from(share.max(1));
+}

@@ -1,0 +1,145 @@
+use super::*;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+struct Words([AtomicU64; 3]);
+
+impl Words {
+    fn turn(&self) -> Turn<'_> {
+        Turn::new(&self.0[0], &self.0[1], &self.0[2])
+    }
+}
+
+#[test]
+fn a_turn_is_entered_yielded_after_a_drain_and_taken_back_only_when_idle() {
+    let w = Words::default();
+    let t = w.turn();
+    assert_eq!(t.held(), None);
+    assert!(t.grant(2, 7));
+    assert!(!t.grant(2, 8), "a second grant over a held turn fails");
+    t.enter(2, &|| false, &mut |_| panic!("no drain while the turn is ours"));
+    assert_eq!(t.held(), Some(Held { device: 2, epoch: 7, busy: true, yielding: false }));
+    assert!(!t.take_back(7, false), "a busy turn is not taken back");
+    t.leave();
+    t.ask_yield(7);
+    assert!(t.held().unwrap().yielding);
+    // Asked to yield: the next command drains device 2, gives the turn
+    // back, and waits (here: stops waiting at once).
+    let mut drained = Vec::new();
+    t.enter(2, &|| true, &mut |d| drained.push(d));
+    assert_eq!(drained, [2]);
+    assert_eq!(t.held(), None);
+    assert_eq!(t.wants(), None, "a stopping session waits for nothing");
+    // An idle holder is taken back without a drain.
+    assert!(t.grant(0, 9));
+    assert!(t.take_back(9, false));
+    assert!(t.take_back(9, false), "taken back already: gone");
+    // A command on another device gives back the turn held here.
+    assert!(t.grant(1, 10));
+    let mut drained = Vec::new();
+    t.enter(3, &|| true, &mut |d| drained.push(d));
+    assert_eq!(drained, [1]);
+    assert_eq!(t.held(), None);
+    // A busy holder past the limit is taken back by force.
+    assert!(t.grant(3, 11));
+    t.enter(3, &|| false, &mut |_| {});
+    assert!(t.take_back(11, true));
+    t.leave();
+    assert_eq!(t.held(), None, "leaving after a forced take-back leaves no turn");
+}
+
+/// Runs `shares.len()` sessions that each keep device 0 busy with `work`
+/// per command for `run`, under one arbiter; returns the commands each ran
+/// and the time each group held.
+fn contend(shares: &[u32], work: Duration, run: Duration) -> (Vec<u64>, Vec<(Option<String>, Duration)>) {
+    let words: Arc<Vec<Words>> = Arc::new(shares.iter().map(|_| Words::default()).collect());
+    let arbiter = Arc::new(Arbiter::new(Duration::from_millis(10)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let ticker = {
+        let (words, arbiter, stop, shares) = (words.clone(), arbiter.clone(), stop.clone(), shares.to_vec());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let seen: Vec<Seen<'_>> = words
+                    .iter()
+                    .enumerate()
+                    .map(|(i, w)| Seen { id: i as u64, group: Group::Tenant(format!("t{i}")), share: shares[i], turn: w.turn() })
+                    .collect();
+                arbiter.tick(&seen, Instant::now());
+                std::thread::sleep(TICK);
+            }
+        })
+    };
+    let sessions: Vec<_> = (0..shares.len())
+        .map(|i| {
+            let (words, stop) = (words.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let t = words[i].turn();
+                let mut n = 0u64;
+                let mut queued = Duration::ZERO;
+                while !stop.load(Ordering::Relaxed) {
+                    t.enter(0, &|| stop.load(Ordering::Relaxed), &mut |_| std::thread::sleep(std::mem::take(&mut queued)));
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    // Half of the work runs in the command, half is left
+                    // queued for the drain, as asynchronous launches do.
+                    std::thread::sleep(work / 2);
+                    queued += work / 2;
+                    t.leave();
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    std::thread::sleep(run);
+    stop.store(true, Ordering::Relaxed);
+    let counts = sessions.into_iter().map(|h| h.join().unwrap()).collect();
+    ticker.join().unwrap();
+    (counts, arbiter.held())
+}
+
+#[test]
+fn turns_follow_the_shares() {
+    let (counts, held) = contend(&[3, 1], Duration::from_micros(400), Duration::from_millis(1500));
+    let ms = |g: &str| held.iter().find(|(t, _)| t.as_deref() == Some(g)).map_or(0.0, |(_, d)| d.as_secs_f64() * 1e3);
+    let ratio = ms("t0") / ms("t1");
+    assert!((2.0..=4.5).contains(&ratio), "held time 3:1 expected, got {:.0} ms : {:.0} ms ({counts:?})", ms("t0"), ms("t1"));
+    let done = counts[0] as f64 / counts[1].max(1) as f64;
+    assert!((1.8..=5.0).contains(&done), "work done 3:1 expected, got {counts:?}");
+}
+
+#[test]
+fn equal_shares_split_evenly_and_a_lone_session_is_never_stopped() {
+    let (counts, _) = contend(&[1, 1], Duration::from_micros(400), Duration::from_millis(1000));
+    let done = counts[0] as f64 / counts[1].max(1) as f64;
+    assert!((0.6..=1.6).contains(&done), "even split expected, got {counts:?}");
+    let (counts, held) = contend(&[1], Duration::from_micros(400), Duration::from_millis(300));
+    assert!(counts[0] > 200, "a lone session runs freely: {counts:?}");
+    assert!(held.is_empty(), "a lone session's turn is never asked back: {held:?}");
+}
+
+#[test]
+fn a_session_that_keeps_its_turn_busy_loses_it_after_the_drain_limit() {
+    let w = [Words::default(), Words::default()];
+    let arbiter = Arbiter::new(Duration::from_millis(1));
+    fn seen(w: &[Words; 2]) -> Vec<Seen<'_>> {
+        (0..2).map(|i| Seen { id: i, group: Group::Session(i), share: 1, turn: w[i as usize].turn() }).collect()
+    }
+    let t0 = Instant::now();
+    w[0].0[1].store(1, Ordering::Relaxed); // session 0 wants device 0
+    arbiter.tick(&seen(&w), t0);
+    let h = w[0].turn().held().expect("granted");
+    w[0].turn().enter(0, &|| false, &mut |_| {});
+    w[1].0[1].store(1, Ordering::Relaxed); // session 1 waits
+    arbiter.tick(&seen(&w), t0 + Duration::from_millis(5));
+    assert!(w[0].turn().held().unwrap().yielding, "asked to yield after its slice");
+    arbiter.tick(&seen(&w), t0 + Duration::from_millis(500));
+    assert_eq!(w[0].turn().held().map(|x| x.epoch), Some(h.epoch), "busy within the limit: kept");
+    arbiter.tick(&seen(&w), t0 + Duration::from_millis(5) + DRAIN_MAX);
+    assert_eq!(w[0].turn().held(), None, "taken back past the limit");
+    arbiter.tick(&seen(&w), t0 + Duration::from_millis(6) + DRAIN_MAX);
+    assert_eq!(w[1].turn().held().map(|x| x.device), Some(0), "the waiting session has the turn");
+}
