@@ -38,21 +38,28 @@ struct Grant {
     session: u64,
     epoch: u64,
     since: Instant,
-    /// When it was asked to yield, and its command count then.
-    asked: Option<(Instant, u64)>,
+    /// Charged up to here.
+    charged_to: Instant,
+    /// Others waited for the device on the last tick (the time since is
+    /// charged).
+    contended: bool,
+    /// The holder's command count, and when it last moved.
+    entered: (u64, Instant),
+    /// When it was asked to yield.
+    asked: Option<Instant>,
 }
 
 #[derive(Default)]
 struct State {
     /// The turn of each device, by ordinal.
     grants: HashMap<usize, Grant>,
-    /// Each group's virtual time: GPU time held divided by its share, in
-    /// nanoseconds.
+    /// Each group's virtual time: contended GPU time held divided by its
+    /// share, in nanoseconds.
     vtime: HashMap<Group, f64>,
     /// Groups that held or wanted a turn on the last tick.
     active: Vec<Group>,
-    /// GPU time held so far, by tenant (`None`: sessions outside every
-    /// tenant), for `/metrics`.
+    /// Contended GPU time held so far, by tenant (`None`: sessions
+    /// outside every tenant), for `/metrics`.
     held: HashMap<Option<String>, Duration>,
     /// When each waiting session was first seen waiting (ties go to the
     /// longest waiting).
@@ -63,17 +70,20 @@ struct State {
 /// Grants GPU turns.
 pub struct Arbiter {
     slice: Duration,
+    /// A holder that sends no command for this long while others wait
+    /// loses its turn before its slice ends.
+    idle: Duration,
     state: Mutex<State>,
 }
 
 impl Arbiter {
     /// Turns of `slice` while others wait.
     pub fn new(slice: Duration) -> Arbiter {
-        Arbiter { slice, state: Mutex::default() }
+        Arbiter { slice, idle: (slice / 4).max(2 * TICK), state: Mutex::default() }
     }
 
-    /// GPU time held so far by each tenant (`None`: sessions outside
-    /// every tenant), counted when turns are given back.
+    /// GPU time held while others waited, so far, by tenant (`None`:
+    /// sessions outside every tenant).
     pub fn held(&self) -> Vec<(Option<String>, Duration)> {
         let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<(Option<String>, Duration)> = st.held.iter().map(|(g, d)| (g.clone(), *d)).collect();
@@ -85,41 +95,46 @@ impl Arbiter {
     pub fn tick(&self, live: &[Seen<'_>], now: Instant) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let by_id: HashMap<u64, &Seen<'_>> = live.iter().map(|s| (s.id, s)).collect();
-        // Turns given back, or whose session has gone: charge them.
-        let devices: Vec<usize> = st.grants.keys().copied().collect();
-        for d in devices {
-            let g = st.grants[&d];
-            let gone = match by_id.get(&g.session) {
-                None => true,
-                Some(s) => s.turn.held().is_none_or(|h| h.epoch != g.epoch),
-            };
-            if gone {
-                st.grants.remove(&d);
-                if let Some(s) = by_id.get(&g.session) {
-                    charge(&mut st, &s.group, s.share, now - g.since);
-                }
-            }
-        }
-        // Who waits, per device; groups active now.
+        // Who waits, per device.
         let mut waiting: HashMap<usize, Vec<&Seen<'_>>> = HashMap::new();
-        let mut active: Vec<Group> = Vec::new();
         for s in live {
             if let Some(d) = s.turn.wants() {
                 waiting.entry(d).or_default().push(s);
                 st.waiting_since.entry(s.id).or_insert(now);
-                active.push(s.group.clone());
             } else {
                 st.waiting_since.remove(&s.id);
             }
         }
-        for g in st.grants.values() {
-            if let Some(s) = by_id.get(&g.session) {
-                active.push(s.group.clone());
+        // Charge the turns held: what went while others waited. Turns
+        // given back, or whose session has gone, end here.
+        let devices: Vec<usize> = st.grants.keys().copied().collect();
+        for d in devices {
+            let mut g = st.grants[&d];
+            let holder = by_id.get(&g.session).filter(|s| s.turn.held().is_some_and(|h| h.epoch == g.epoch));
+            if let Some(s) = by_id.get(&g.session).filter(|_| g.contended) {
+                charge(&mut st, &s.group, s.share, now - g.charged_to);
+            }
+            g.charged_to = now;
+            g.contended = waiting.contains_key(&d);
+            match holder {
+                None => {
+                    st.grants.remove(&d);
+                }
+                Some(s) => {
+                    let n = s.turn.entered();
+                    if n != g.entered.0 {
+                        g.entered = (n, now);
+                    }
+                    st.grants.insert(d, g);
+                }
             }
         }
+        // Groups active now; one coming back starts level with the least
+        // of those already active (no credit saved while away).
+        let mut active: Vec<Group> = waiting.values().flatten().map(|s| s.group.clone()).collect();
+        active.extend(st.grants.values().filter_map(|g| by_id.get(&g.session)).map(|s| s.group.clone()));
         active.sort();
         active.dedup();
-        // A group coming back starts level with the least active one.
         let floor = st.active.iter().filter_map(|g| st.vtime.get(g)).copied().fold(f64::INFINITY, f64::min);
         for g in &active {
             if !st.active.contains(g) && floor.is_finite() {
@@ -131,47 +146,51 @@ impl Arbiter {
         st.waiting_since.retain(|id, _| by_id.contains_key(id));
         st.vtime.retain(|g, _| live.iter().any(|s| &s.group == g));
         for (d, mut w) in waiting {
-            match st.grants.get(&d).copied() {
-                Some(g) => self.press(&mut st, d, g, &by_id, now),
-                None => {
-                    w.sort_by(|a, b| {
-                        let va = st.vtime.get(&a.group).copied().unwrap_or(0.0);
-                        let vb = st.vtime.get(&b.group).copied().unwrap_or(0.0);
-                        va.total_cmp(&vb).then(st.waiting_since[&a.id].cmp(&st.waiting_since[&b.id])).then(a.id.cmp(&b.id))
-                    });
-                    st.epoch += 1;
-                    let epoch = st.epoch;
-                    if let Some(s) = w.into_iter().find(|s| s.turn.grant(d, epoch)) {
-                        st.waiting_since.remove(&s.id);
-                        st.grants.insert(d, Grant { session: s.id, epoch, since: now, asked: None });
-                    }
-                }
+            if let Some(g) = st.grants.get(&d).copied() {
+                self.press(&mut st, d, g, &w, &by_id, now);
+            }
+            if st.grants.contains_key(&d) {
+                continue;
+            }
+            w.sort_by(|a, b| {
+                let va = st.vtime.get(&a.group).copied().unwrap_or(0.0);
+                let vb = st.vtime.get(&b.group).copied().unwrap_or(0.0);
+                va.total_cmp(&vb).then(st.waiting_since[&a.id].cmp(&st.waiting_since[&b.id])).then(a.id.cmp(&b.id))
+            });
+            st.epoch += 1;
+            let epoch = st.epoch;
+            if let Some(s) = w.into_iter().find(|s| s.turn.grant(d, epoch)) {
+                st.waiting_since.remove(&s.id);
+                let g = Grant { session: s.id, epoch, since: now, charged_to: now, contended: false, entered: (s.turn.entered(), now), asked: None };
+                st.grants.insert(d, g);
             }
         }
     }
 
-    /// Others wait for device `d`, held by grant `g`: ask it back once its
-    /// slice is over; take it back once its holder idles or overstays.
-    fn press(&self, st: &mut State, d: usize, g: Grant, by_id: &HashMap<u64, &Seen<'_>>, now: Instant) {
+    /// `waiting` wait for device `d`, held by grant `g` (charged up to
+    /// now): take it back from a holder that idles; ask for it once the
+    /// slice is over and the holder's tenant has had its share (its virtual
+    /// time has reached a waiting tenant's; a waiting session of its own
+    /// tenant gets its turn after a slice); take it back by force past
+    /// [`DRAIN_MAX`].
+    fn press(&self, st: &mut State, d: usize, g: Grant, waiting: &[&Seen<'_>], by_id: &HashMap<u64, &Seen<'_>>, now: Instant) {
         let Some(s) = by_id.get(&g.session) else { return };
-        match g.asked {
-            None if now - g.since >= self.slice => {
-                s.turn.ask_yield(g.epoch);
-                if let Some(x) = st.grants.get_mut(&d) {
-                    x.asked = Some((now, s.turn.entered()));
-                }
+        let idle = now - g.entered.1 >= self.idle;
+        let over = g.asked.is_some_and(|at| now - at >= DRAIN_MAX);
+        if (idle || over) && s.turn.take_back(g.epoch, over) {
+            if over {
+                tracing::warn!(session = s.id, device = d, "a session kept its GPU turn past the drain limit; it was taken back");
             }
-            None => {}
-            Some((at, entered)) => {
-                let idle = s.turn.entered() == entered && now - at >= TICK;
-                let over = now - at >= DRAIN_MAX;
-                if (idle || over) && s.turn.take_back(g.epoch, over) {
-                    if over {
-                        tracing::warn!(session = s.id, device = d, "a session kept its GPU turn past the drain limit; it was taken back");
-                    }
-                    st.grants.remove(&d);
-                    charge(st, &s.group, s.share, now - g.since);
-                }
+            st.grants.remove(&d);
+            return;
+        }
+        let v = |group: &Group| st.vtime.get(group).copied().unwrap_or(0.0);
+        let least = waiting.iter().filter(|w| w.group != s.group).map(|w| v(&w.group)).fold(f64::INFINITY, f64::min);
+        let had_share = waiting.iter().any(|w| w.group == s.group) || v(&s.group) >= least;
+        if g.asked.is_none() && now - g.since >= self.slice && had_share {
+            s.turn.ask_yield(g.epoch);
+            if let Some(x) = st.grants.get_mut(&d) {
+                x.asked = Some(now);
             }
         }
     }

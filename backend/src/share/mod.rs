@@ -15,21 +15,23 @@
 //! - The supervisor's [`Arbiter`] grants each GPU's turn to the waiting
 //!   session whose tenant has had the least GPU time for its share
 //!   (time held divided by share: weighted fair queueing on virtual time).
-//!   A tenant that comes back after a pause starts level with the others,
-//!   not with credit saved while it was away.
-//! - A turn lasts `--gpu-slice-ms` (20 ms) while others wait. Then the
-//!   holder is asked to yield: at its next command it waits for the work it
+//!   Only time held while others waited is charged: a session alone on a
+//!   GPU spends nobody's time. A tenant that comes back after a pause
+//!   starts level with the others, not with credit saved while away.
+//! - A turn lasts at least `--gpu-slice-ms` (20 ms) while others wait,
+//!   and until the holder's tenant has had its share (its virtual time
+//!   has reached a waiting tenant's). Then the holder is asked to yield: at its next command it waits for the work it
 //!   queued on that GPU to finish (its contexts there are synchronised),
-//!   and gives the turn back. The time charged is from grant to give-back,
-//!   so the work it queued is charged to it, not to the next holder.
-//! - A holder that sends no command for a tick after being asked (its
-//!   program is busy on its CPU) loses its turn without the drain; work it
-//!   left queued then overlaps the next holder's turn, and the driver
-//!   time-slices the two for that overlap.
-//! - A holder that does not give the turn back within [`DRAIN_MAX`] (a
-//!   kernel that runs for seconds, a drain waiting on something else)
-//!   loses it anyway: one session cannot stop the others. Its kernels then
-//!   share the GPU as the driver schedules them.
+//!   and gives the turn back. The wait is charged to it, not to the next
+//!   holder.
+//! - A holder that sends no command for a quarter of a slice while others
+//!   wait (its program sleeps, or computes on its CPU) loses its turn at
+//!   once, without the drain; work it left queued then overlaps the next
+//!   holder's turn, and the driver time-slices the two for that overlap.
+//! - A holder that does not give the turn back within [`DRAIN_MAX`] of
+//!   being asked (a kernel that runs for seconds, a drain waiting on
+//!   something else) loses it anyway: one session cannot stop the others.
+//!   Its kernels then share the GPU as the driver schedules them.
 //!
 //! # The turn word
 //!
@@ -149,6 +151,10 @@ impl<'a> Turn<'a> {
                         continue;
                     }
                     drain(h.device);
+                    // Waiting again from the moment it gives back, so the
+                    // arbiter weighs it against the others on its next
+                    // tick rather than granting the others by default.
+                    self.want.store(device as u64 + 1, Ordering::Release);
                     // SYNC POINT: Release pairs with the supervisor's
                     // Acquire load that sees the turn given back (and
                     // charges it). A CAS: the supervisor may have taken it
@@ -158,6 +164,7 @@ impl<'a> Turn<'a> {
                 None => {}
             }
             if stop() {
+                self.want.store(0, Ordering::Release);
                 return;
             }
             self.want.store(device as u64 + 1, Ordering::Release);

@@ -143,3 +143,28 @@ fn a_session_that_keeps_its_turn_busy_loses_it_after_the_drain_limit() {
     arbiter.tick(&seen(&w), t0 + Duration::from_millis(6) + DRAIN_MAX);
     assert_eq!(w[1].turn().held().map(|x| x.device), Some(0), "the waiting session has the turn");
 }
+
+#[test]
+fn time_held_alone_is_not_charged_and_an_idle_holder_gives_way() {
+    let w = [Words::default(), Words::default()];
+    let arbiter = Arbiter::new(Duration::from_millis(20));
+    fn seen(w: &[Words; 2]) -> Vec<Seen<'_>> {
+        (0..2).map(|i| Seen { id: i, group: Group::Tenant(format!("t{i}")), share: 1, turn: w[i as usize].turn() }).collect()
+    }
+    let t0 = Instant::now();
+    w[0].0[1].store(1, Ordering::Relaxed);
+    arbiter.tick(&seen(&w), t0);
+    w[0].turn().enter(0, &|| false, &mut |_| {});
+    w[0].turn().leave();
+    // Ten seconds alone on the GPU, then session 1 comes.
+    arbiter.tick(&seen(&w), t0 + Duration::from_secs(10));
+    w[1].0[1].store(1, Ordering::Relaxed);
+    arbiter.tick(&seen(&w), t0 + Duration::from_secs(10));
+    assert!(w[0].turn().held().is_some(), "not idle long enough yet");
+    let later = t0 + Duration::from_secs(10) + Duration::from_millis(6);
+    arbiter.tick(&seen(&w), later);
+    assert_eq!(w[0].turn().held(), None, "an idle holder loses its turn before its slice ends");
+    assert_eq!(w[1].turn().held().map(|h| h.device), Some(0), "and the waiting session has it");
+    let held = arbiter.held();
+    assert!(held.iter().all(|(_, d)| *d <= Duration::from_millis(6)), "only contended time is charged: {held:?}");
+}
