@@ -37,8 +37,8 @@
 //!
 //! Each session's meter page ([`crate::meter`]) holds three words the
 //! supervisor and the session share: `TURN` (the turn it holds), `WANT`
-//! (the GPU it waits for) and `ENTERED` (commands that entered a context,
-//! counted). `TURN` is 0 when it holds no turn, else
+//! (the GPU it waits for) and `ENTERED` (commands that entered and left a
+//! context, counted: the holder's activity). `TURN` is 0 when it holds no turn, else
 //! `epoch << 8 | YIELD | BUSY | device + 1`, and changes only by
 //! compare-and-swap:
 //!
@@ -180,6 +180,9 @@ impl<'a> Turn<'a> {
 
     /// After the command that entered: the turn is no longer busy.
     pub fn leave(&self) {
+        // Counted as activity too: a holder that just came out of a long
+        // command (a synchronisation) is not idle.
+        self.entered.store(self.entered.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
         // SYNC POINT: Release pairs with the supervisor's Acquire in
         // take_back (which may then take it).
         self.turn.fetch_and(!BUSY, Ordering::Release);
@@ -198,7 +201,8 @@ impl<'a> Turn<'a> {
         (w != 0 && self.turn.load(Ordering::Acquire) == 0).then(|| (w - 1) as usize)
     }
 
-    /// Commands that entered a context so far.
+    /// Entries into and exits from commands so far (the session's
+    /// activity).
     pub fn entered(&self) -> u64 {
         self.entered.load(Ordering::Relaxed)
     }

@@ -168,3 +168,26 @@ fn time_held_alone_is_not_charged_and_an_idle_holder_gives_way() {
     let held = arbiter.held();
     assert!(held.iter().all(|(_, d)| *d <= Duration::from_millis(6)), "only contended time is charged: {held:?}");
 }
+
+#[test]
+fn a_holder_out_of_a_long_command_is_not_idle() {
+    let w = [Words::default(), Words::default()];
+    let arbiter = Arbiter::new(Duration::from_millis(20));
+    fn seen(w: &[Words; 2]) -> Vec<Seen<'_>> {
+        (0..2).map(|i| Seen { id: i, group: Group::Tenant(format!("t{i}")), share: 1, turn: w[i as usize].turn() }).collect()
+    }
+    let t0 = Instant::now();
+    w[0].0[1].store(1, Ordering::Relaxed);
+    arbiter.tick(&seen(&w), t0);
+    // Session 0 synchronises for 10 ms while session 1 waits.
+    w[0].turn().enter(0, &|| false, &mut |_| {});
+    w[1].0[1].store(1, Ordering::Relaxed);
+    arbiter.tick(&seen(&w), t0 + Duration::from_millis(1));
+    arbiter.tick(&seen(&w), t0 + Duration::from_millis(10));
+    assert!(w[0].turn().held().is_some(), "busy: kept");
+    w[0].turn().leave();
+    arbiter.tick(&seen(&w), t0 + Duration::from_millis(11));
+    assert!(w[0].turn().held().is_some(), "just out of its command: not idle");
+    arbiter.tick(&seen(&w), t0 + Duration::from_millis(17));
+    assert_eq!(w[0].turn().held(), None, "idle for a quarter slice since: taken back");
+}
