@@ -104,6 +104,7 @@ fn an_operator_uses_the_dashboard_in_chromium() {
     let t: Tenant = ctl.call("GET", "/v1/tenants/lab-a").unwrap();
     assert_eq!(t.quota.memory_bytes, Some(32 << 20), "the quota typed in the page reached the backend");
     assert_eq!(t.quota.gpus, Some(vec![1]), "saving the quota keeps the tenant's GPUs");
+    assert_eq!(t.quota.gpu_share, Some(4), "the GPU share typed in the page reached the backend");
     let gpus: Vec<pvgpu_ctl::api::Gpu> = ctl.call("GET", "/v1/devices").unwrap();
     assert!(gpus[0].drained && !gpus[1].drained, "GPU 0 drained with its button: {gpus:?}");
     let deadline = Instant::now() + Duration::from_secs(20);

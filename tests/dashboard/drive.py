@@ -4,8 +4,8 @@ Usage: drive.py URL TOKEN SESSION TENANT
 
 Logs in with a wrong token (refused), then the right one; waits for
 session SESSION of tenant TENANT to appear and the charts to draw; sets
-the tenant's memory quota to 32 MiB and saves it; drains GPU 0 with its
-button; ends the session with its button (found before two refreshes
+the tenant's memory quota to 32 MiB and its GPU share to 4 and saves
+them; drains GPU 0 with its button; ends the session with its button (found before two refreshes
 and pressed after them) and waits for its row to go.
 Prints one line per step; exits non-zero at the first that fails. The
 caller checks the backend's side. With PVGPU_DASHBOARD_SCREENSHOT=FILE, the
@@ -63,6 +63,9 @@ try:
     mem = trow.find_element(By.CSS_SELECTOR, "input.memory")
     mem.clear()
     mem.send_keys("32")
+    share = trow.find_element(By.CSS_SELECTOR, "input.share")
+    share.clear()
+    share.send_keys("4")
     trow.find_element(By.CSS_SELECTOR, "button.save").click()
     wait.until(EC.text_to_be_present_in_element((By.ID, "status"), "saved"))
     step("quota saved: " + driver.find_element(By.ID, "status").text)

@@ -211,7 +211,11 @@ function tenantRow(name) {
   gpus.type = "text";
   gpus.className = "quota gpus";
   gpus.placeholder = "all";
-  for (const i of [mem, ses, gpus]) {
+  const share = quotaInput("share");
+  share.min = "1";
+  share.max = "1000";
+  share.placeholder = "1";
+  for (const i of [mem, ses, gpus, share]) {
     i.addEventListener("input", () => state.editing.add(name));
     cell(tr, "").appendChild(i);
   }
@@ -229,6 +233,7 @@ function tenantRow(name) {
       memory_bytes: mem.value === "" ? null : Math.round(Number(mem.value) * 1048576),
       max_sessions: ses.value === "" ? null : Math.round(Number(ses.value)),
       gpus: list === "" ? null : list.split(",").map((n) => Number(n.trim())),
+      gpu_share: share.value === "" ? null : Math.round(Number(share.value)),
     };
     try {
       await api("PUT", "/v1/tenants/" + encodeURIComponent(name) + "/quota", quota);
@@ -252,11 +257,12 @@ function renderTenants(tenants) {
       c[1].firstChild.value = q.memory_bytes == null ? "" : String(Math.round(q.memory_bytes / 1048576));
       c[2].firstChild.value = q.max_sessions == null ? "" : String(q.max_sessions);
       c[3].firstChild.value = q.gpus == null ? "" : q.gpus.join(",");
+      c[4].firstChild.value = q.gpu_share == null ? "" : String(q.gpu_share);
     }
-    c[4].textContent = String(t.live_keys);
-    c[5].textContent = t.members.length ? t.members.join(", ") : "-";
-    c[6].textContent = String(t.sessions);
-    c[7].textContent = bytes(t.memory_bytes);
+    c[5].textContent = String(t.live_keys);
+    c[6].textContent = t.members.length ? t.members.join(", ") : "-";
+    c[7].textContent = String(t.sessions);
+    c[8].textContent = bytes(t.memory_bytes);
     return tr;
   });
   arrange(body, rows);
