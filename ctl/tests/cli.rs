@@ -120,8 +120,10 @@ fn an_operator_adds_a_tenant_and_issues_and_revokes_its_key() {
     let backend = Backend::start_threads(Arc::new(HostExecutor::new(1 << 30)), cfg).unwrap();
     let tcp = backend.tcp_addrs()[0].to_string();
 
-    let added = stdout(&ctl(&control, &["tenant", "add", "lab-a", "--memory", "64MiB", "--sessions", "4"]));
-    assert!(added.contains("tenant lab-a added (memory 64.0 MiB, 4 sessions, GPUs all)"), "{added}");
+    let added = stdout(&ctl(&control, &["tenant", "add", "lab-a", "--memory", "64MiB", "--sessions", "4", "--share", "3"]));
+    assert!(added.contains("tenant lab-a added (memory 64.0 MiB, 4 sessions, GPUs all, GPU share 3)"), "{added}");
+    let zero = ctl(&control, &["tenant", "add", "lab-z", "--share", "0"]);
+    assert!(!zero.status.success(), "a GPU share of 0 is refused");
     let key = dir.join("lab-a.key");
     let issued = stdout(&ctl(&control, &["key", "issue", "lab-a", "--out", key.to_str().unwrap()]));
     assert!(issued.contains(&format!("PVGPU_TCP_KEY={}", key.display())), "{issued}");

@@ -433,4 +433,29 @@ mod tests {
         assert_eq!(t.of_member("uid:7").map(|(n, _)| n), Some("old".into()));
         std::fs::remove_dir_all(&d).unwrap();
     }
+
+    #[test]
+    fn a_version_2_database_gains_gpu_shares() {
+        let d = dir("upgrade2");
+        std::fs::create_dir_all(&d).unwrap();
+        {
+            let db = rusqlite::Connection::open(d.join(DB_FILE)).unwrap();
+            db.execute_batch(
+                "CREATE TABLE tenants (name TEXT PRIMARY KEY, memory_bytes INTEGER, max_sessions INTEGER, created INTEGER NOT NULL, gpus TEXT) STRICT;
+                 INSERT INTO tenants VALUES ('old', NULL, NULL, 1, '1,0');
+                 PRAGMA user_version = 2;",
+            )
+            .unwrap();
+        }
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let t = Tenants::open(&d).unwrap();
+        assert_eq!(t.quota("old").unwrap().gpus, Some(vec![1, 0]), "its GPUs kept");
+        assert_eq!(t.gpu_share("old"), 1, "a share of 1, as before");
+        t.set_quota("old", Quota { gpu_share: Some(5), ..Quota::default() }).unwrap();
+        assert!(matches!(t.set_quota("old", Quota { gpu_share: Some(1001), ..Quota::default() }), Err(StateError::BadShare(1001))));
+        drop(t);
+        assert_eq!(Tenants::open(&d).unwrap().gpu_share("old"), 5, "the share outlives a reopen");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }
