@@ -4,7 +4,7 @@
 //!
 //! The supervisor makes one small memfd per session and maps it; a worker
 //! process maps the same pages, a session thread shares the supervisor's
-//! mapping. Only the session's serving thread writes its meter, so each
+//! mapping. Only the session's serving thread writes its counts, so each
 //! count is a plain load and store (no locked instruction on the request
 //! path); the supervisor reads the words with relaxed loads, and a reading
 //! taken while a request is counted is at most one request behind. When the
@@ -26,6 +26,8 @@
 //!      9  timed replies
 //!      10..10+BUCKETS+1  timed replies by service time (bucket i: ≤ BUCKETS_NS[i]; last: more)
 //!      then ERROR_SLOTS pairs (code + 1, count); code + 1 = u64::MAX: any other code
+//!      448..451  the session's GPU turn: turn, want, activity (`crate::share`;
+//!                written by both sides, by compare-and-swap)
 //! ```
 
 use std::io;

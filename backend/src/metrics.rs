@@ -276,8 +276,11 @@ impl Metrics {
 
     fn turn_counters(&self, enc: &mut DescriptorEncoder) -> Result<(), Error> {
         let Some(arbiter) = &self.arbiter else { return Ok(()) };
-        let rows: Vec<_> =
-            arbiter.held().into_iter().map(|(t, d)| (vec![("tenant", t.unwrap_or_default())], ConstCounter::new(d.as_secs_f64()))).collect();
+        let rows: Vec<_> = arbiter
+            .held()
+            .into_iter()
+            .map(|(t, d)| (vec![("tenant", t.unwrap_or_default())], ConstCounter::new(d.as_secs_f64())))
+            .collect();
         family(
             enc,
             ("pvgpu_gpu_turn", "GPU time held in turns under --gpu-share weighted, by tenant.", Some(&Unit::Seconds)),
@@ -285,7 +288,8 @@ impl Metrics {
             rows.into_iter(),
         )?;
         let Some(tenants) = &self.tenants else { return Ok(()) };
-        let shares: Vec<_> = tenants.list().into_iter().map(|t| (vec![("tenant", t.name)], f64::from(t.quota.gpu_share.unwrap_or(1)))).collect();
+        let shares: Vec<_> =
+            tenants.list().into_iter().map(|t| (vec![("tenant", t.name)], f64::from(t.quota.gpu_share.unwrap_or(1)))).collect();
         gauges(enc, "pvgpu_tenant_gpu_share", "A tenant's weight in GPU time.", None, &shares)
     }
 

@@ -364,7 +364,7 @@ fn enroll(
     let meter = match crate::meter::Meter::new() {
         Ok(m) => Some(Arc::new(m)),
         Err(e) => {
-            tracing::warn!(session = id, error = %e, "no meter for this session: /metrics leaves it out");
+            tracing::warn!(session = id, error = %e, "no meter for this session: /metrics leaves it out, and it takes no GPU turns");
             None
         }
     };

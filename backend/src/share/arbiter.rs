@@ -161,7 +161,15 @@ impl Arbiter {
             let epoch = st.epoch;
             if let Some(s) = w.into_iter().find(|s| s.turn.grant(d, epoch)) {
                 st.waiting_since.remove(&s.id);
-                let g = Grant { session: s.id, epoch, since: now, charged_to: now, contended: false, entered: (s.turn.entered(), now), asked: None };
+                let g = Grant {
+                    session: s.id,
+                    epoch,
+                    since: now,
+                    charged_to: now,
+                    contended: false,
+                    entered: (s.turn.entered(), now),
+                    asked: None,
+                };
                 st.grants.insert(d, g);
             }
         }

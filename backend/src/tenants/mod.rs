@@ -428,7 +428,11 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
         let t = Tenants::open(&d).unwrap();
-        assert_eq!(t.quota("old"), Some(Quota { memory_bytes: Some(4096), max_sessions: Some(3), gpus: None, gpu_share: None }), "every GPU, as before");
+        assert_eq!(
+            t.quota("old"),
+            Some(Quota { memory_bytes: Some(4096), max_sessions: Some(3), gpus: None, gpu_share: None }),
+            "every GPU, as before"
+        );
         t.set_member("old", "uid:7", true).unwrap();
         assert_eq!(t.of_member("uid:7").map(|(n, _)| n), Some("old".into()));
         std::fs::remove_dir_all(&d).unwrap();

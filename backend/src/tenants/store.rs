@@ -196,7 +196,14 @@ impl Store {
         }
         tx.execute(
             "INSERT INTO tenants (name, memory_bytes, max_sessions, created, gpus, gpu_share) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![name, to_sql(quota.memory_bytes)?, quota.max_sessions, now() as i64, gpus_to_sql(quota.gpus.as_deref()), quota.gpu_share],
+            params![
+                name,
+                to_sql(quota.memory_bytes)?,
+                quota.max_sessions,
+                now() as i64,
+                gpus_to_sql(quota.gpus.as_deref()),
+                quota.gpu_share
+            ],
         )?;
         for peer in members {
             let owner: Option<String> = tx.query_row("SELECT tenant FROM members WHERE peer = ?1", [peer], |r| r.get(0)).optional()?;
