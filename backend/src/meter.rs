@@ -28,6 +28,7 @@
 //!      then ERROR_SLOTS pairs (code + 1, count); code + 1 = u64::MAX: any other code
 //!      448..451  the session's GPU turn: turn, want, activity (`crate::share`;
 //!                written by both sides, by compare-and-swap)
+//!      451       contended GPU time it has held, in ns (the supervisor's)
 //! ```
 
 use std::io;
@@ -77,7 +78,8 @@ const TIMED: usize = 9;
 const BUCKET0: usize = 10;
 const CODES: usize = BUCKET0 + BUCKETS_NS.len() + 1;
 const WORDS: usize = CODES + 2 * ERROR_SLOTS;
-/// The session's GPU turn words ([`crate::share`]): turn, want, entered.
+/// The session's GPU turn words ([`crate::share`]): turn, want, activity,
+/// and the contended time held (written by the supervisor only).
 const TURN: usize = 448;
 const OTHER: u64 = u64::MAX;
 
@@ -110,7 +112,7 @@ struct Words(memmap2::MmapRaw);
 
 impl Words {
     fn word(&self, i: usize) -> &AtomicU64 {
-        assert!(i < WORDS || (TURN..TURN + 3).contains(&i), "meter word out of range");
+        assert!(i < WORDS || (TURN..TURN + 4).contains(&i), "meter word out of range");
         // SAFETY: the mapping holds WORDS aligned u64 words (it is at least
         // a page, page-aligned, checked when mapped); the memory is shared
         // and reached only through atomics, which have u64's layout. The
@@ -119,7 +121,7 @@ impl Words {
     }
 
     fn turn(&self) -> crate::share::Turn<'_> {
-        crate::share::Turn::new(self.word(TURN), self.word(TURN + 1), self.word(TURN + 2))
+        crate::share::Turn::new(self.word(TURN), self.word(TURN + 1), self.word(TURN + 2)).with_held(self.word(TURN + 3))
     }
 
     /// Adds `n` to word `i`; only the session's serving thread calls it.
@@ -131,7 +133,7 @@ impl Words {
 }
 
 const LEN: usize = 4096;
-const _: () = assert!(WORDS <= TURN && (TURN + 3) * 8 <= LEN);
+const _: () = assert!(WORDS <= TURN && (TURN + 4) * 8 <= LEN);
 
 /// The supervisor's side: the memfd and its mapping.
 pub struct Meter {

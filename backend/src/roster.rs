@@ -36,6 +36,8 @@ impl Entry {
             memory_bytes: self.seat.held(),
             age_seconds: self.since.elapsed().as_secs_f64(),
             started_unix_seconds: self.started.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            gpu_turn: self.meter.as_ref().and_then(|m| m.turn().describe()),
+            gpu_turn_seconds: self.meter.as_ref().and_then(|m| m.turn().held_for()).map(|d| d.as_secs_f64()),
         }
     }
 }

@@ -27,6 +27,14 @@ pub struct Session {
     pub age_seconds: f64,
     /// When it was admitted, in seconds since the Unix epoch.
     pub started_unix_seconds: u64,
+    /// Its GPU turn now under `--gpu-share weighted`: `holds GPU N`,
+    /// `waits for GPU N`, or none.
+    #[serde(default)]
+    pub gpu_turn: Option<String>,
+    /// GPU time it has held while others waited, under `--gpu-share
+    /// weighted` (none otherwise).
+    #[serde(default)]
+    pub gpu_turn_seconds: Option<f64>,
 }
 
 /// The body of every answer that is not a success.

@@ -237,12 +237,14 @@ fn inspect(path: &std::path::Path, json: bool) -> Result<()> {
 }
 
 fn print_table(sessions: &[Session]) {
-    println!("{:>6}  {:<24} {:<9} {:<16} {:<8} {:>12}  {:>9}", "ID", "PEER", "TRANSPORT", "TENANT", "DEVICES", "MEMORY", "AGE");
+    let turns = sessions.iter().any(|s| s.gpu_turn_seconds.is_some());
+    print!("{:>6}  {:<24} {:<9} {:<16} {:<8} {:>12}  {:>9}", "ID", "PEER", "TRANSPORT", "TENANT", "DEVICES", "MEMORY", "AGE");
+    println!("{}", if turns { "  GPU TURN" } else { "" });
     for s in sessions {
         let devices =
             if s.devices.is_empty() { "-".to_string() } else { s.devices.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",") };
         let tenant = s.tenant.as_deref().unwrap_or("-");
-        println!(
+        print!(
             "{:>6}  {:<24} {:<9} {:<16} {:<8} {:>12}  {:>9}",
             s.id,
             s.peer,
@@ -252,6 +254,10 @@ fn print_table(sessions: &[Session]) {
             bytes(s.memory_bytes),
             age(s.age_seconds)
         );
+        // Under --gpu-share weighted: its turn now, and the time it has
+        // held while others waited.
+        let turn = s.gpu_turn_seconds.map(|t| format!("  {} ({t:.1} s held)", s.gpu_turn.as_deref().unwrap_or("-")));
+        println!("{}", if turns { turn.unwrap_or_else(|| "  -".into()) } else { String::new() });
     }
 }
 

@@ -113,6 +113,7 @@ impl Arbiter {
             let holder = by_id.get(&g.session).filter(|s| s.turn.held().is_some_and(|h| h.epoch == g.epoch));
             if let Some(s) = by_id.get(&g.session).filter(|_| g.contended) {
                 charge(&mut st, &s.group, s.share, now - g.charged_to);
+                s.turn.add_held(now - g.charged_to);
             }
             g.charged_to = now;
             g.contended = waiting.contains_key(&d);

@@ -94,6 +94,8 @@ pub struct Turn<'a> {
     turn: &'a AtomicU64,
     want: &'a AtomicU64,
     entered: &'a AtomicU64,
+    /// Contended time held so far, in ns; the supervisor's alone.
+    held_ns: Option<&'a AtomicU64>,
 }
 
 /// What a turn word says.
@@ -117,7 +119,37 @@ fn decode(v: u64) -> Option<Held> {
 impl<'a> Turn<'a> {
     /// The words at `turn`, `want` and `entered`.
     pub fn new(turn: &'a AtomicU64, want: &'a AtomicU64, entered: &'a AtomicU64) -> Self {
-        Turn { turn, want, entered }
+        Turn { turn, want, entered, held_ns: None }
+    }
+
+    /// Keeps the contended time held at `held_ns`.
+    pub fn with_held(mut self, held_ns: &'a AtomicU64) -> Self {
+        self.held_ns = Some(held_ns);
+        self
+    }
+
+    /// The session's turn now, for an operator: `holds GPU N`, `waits for
+    /// GPU N`, or nothing.
+    pub fn describe(&self) -> Option<String> {
+        match (self.held(), self.wants()) {
+            (Some(h), _) => Some(format!("holds GPU {}", h.device)),
+            (None, Some(d)) => Some(format!("waits for GPU {d}")),
+            (None, None) => None,
+        }
+    }
+
+    /// Contended GPU time held so far, if the session ever took a turn.
+    pub fn held_for(&self) -> Option<Duration> {
+        let ns = self.held_ns?.load(Ordering::Relaxed);
+        (ns > 0 || self.entered() > 0).then(|| Duration::from_nanos(ns))
+    }
+
+    /// Adds `d` to the contended time held (the supervisor, once a tick).
+    pub fn add_held(&self, d: Duration) {
+        if let Some(w) = self.held_ns {
+            // Single writer (the arbiter's thread): a load and a store.
+            w.store(w.load(Ordering::Relaxed).saturating_add(d.as_nanos() as u64), Ordering::Relaxed);
+        }
     }
 
     // ---- the session's side ----

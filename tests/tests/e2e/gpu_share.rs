@@ -28,17 +28,23 @@ fn keep_busy(c: &Client, start: &Barrier, done: &AtomicBool) -> u64 {
     n
 }
 
-/// Runs one program per key for `run`, all at once; the kernels each ran.
-fn contend(h: &Harness, t: Transport, keys: &[&std::path::Path], run: Duration) -> Vec<u64> {
-    let clients: Vec<Client> = keys.iter().map(|k| connect(h, t, k).expect("a tenant key opens a session")).collect();
-    let (start, done) = (Barrier::new(keys.len() + 1), AtomicBool::new(false));
+/// Runs one program per client for `run`, all at once; the kernels each
+/// ran, and the sessions as the control socket listed them at the end.
+fn contend(h: &Harness, clients: &[Client], run: Duration) -> (Vec<u64>, Vec<pvgpu_ctl::api::Session>) {
+    let (start, done) = (Barrier::new(clients.len() + 1), AtomicBool::new(false));
     std::thread::scope(|s| {
         let runs: Vec<_> = clients.iter().map(|c| s.spawn(|| keep_busy(c, &start, &done))).collect();
         start.wait();
         std::thread::sleep(run);
+        let listed = h.control().unwrap().sessions().unwrap();
         done.store(true, Ordering::Relaxed);
-        runs.into_iter().map(|r| r.join().unwrap()).collect()
+        (runs.into_iter().map(|r| r.join().unwrap()).collect(), listed)
     })
+}
+
+/// A session per key of `keys`.
+fn open(h: &Harness, t: Transport, keys: &[&std::path::Path]) -> Vec<Client> {
+    keys.iter().map(|k| connect(h, t, k).expect("a tenant key opens a session")).collect()
 }
 
 fn turn_seconds(h: &Harness, tenant: &str) -> f64 {
@@ -59,7 +65,15 @@ fn gpu_time_follows_tenant_shares(t: Transport) {
     let bad = Quota { gpu_share: Some(0), ..Quota::default() };
     assert!(ctl.call_with::<Tenant, _>("PUT", "/v1/tenants/light/quota", Some(&bad)).is_err(), "a share of 0 is refused");
 
-    let n = contend(&h, t, &[&heavy, &light], Duration::from_secs(3));
+    let (n, listed) = contend(&h, &open(&h, t, &[&heavy, &light]), Duration::from_secs(3));
+    // While they ran, each held the turn or waited for it, and had held it
+    // for a while.
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    for s in &listed {
+        let turn = s.gpu_turn.as_deref().unwrap_or_default();
+        assert!(turn == "holds GPU 0" || turn == "waits for GPU 0", "{s:?}");
+        assert!(s.gpu_turn_seconds.is_some_and(|t| t > 0.1), "{s:?}");
+    }
     let done = n[0] as f64 / n[1].max(1) as f64;
     eprintln!("shares 3:1: kernels {n:?}");
     assert!((2.0..=4.5).contains(&done), "shares 3:1 ran {n:?} kernels (ratio {done:.2})");
@@ -70,7 +84,7 @@ fn gpu_time_follows_tenant_shares(t: Transport) {
 
     // An equal share, set while the backend runs, splits the time evenly.
     let _: Tenant = ctl.call_with("PUT", "/v1/tenants/light/quota", Some(&Quota { gpu_share: Some(3), ..Quota::default() })).unwrap();
-    let n = contend(&h, t, &[&heavy, &light], Duration::from_secs(2));
+    let (n, _) = contend(&h, &open(&h, t, &[&heavy, &light]), Duration::from_secs(2));
     let done = n[0] as f64 / n[1].max(1) as f64;
     eprintln!("shares 3:3: kernels {n:?}");
     assert!((0.6..=1.6).contains(&done), "equal shares ran {n:?} kernels (ratio {done:.2})");
@@ -80,4 +94,23 @@ fn gpu_time_follows_tenant_shares(t: Transport) {
 #[test]
 fn gpu_time_follows_tenant_shares_over_tcp() {
     gpu_time_follows_tenant_shares(Transport::Tcp);
+}
+
+/// Sessions outside every tenant weigh 1 each: two programs of one local
+/// user split the device evenly, and `/metrics` counts their time under
+/// no tenant.
+fn sessions_without_tenants_share_evenly(t: Transport) {
+    let h = Harness::with(HarnessOptions { gpu_slice: Some(Duration::from_millis(20)), ..Default::default() });
+    let (n, listed) = contend(&h, &[h.client(t), h.client(t)], Duration::from_secs(2));
+    eprintln!("no tenants: kernels {n:?}");
+    let done = n[0] as f64 / n[1].max(1) as f64;
+    assert!((0.6..=1.6).contains(&done), "two sessions of share 1 ran {n:?} kernels");
+    assert!(listed.iter().all(|s| s.gpu_turn_seconds.is_some()), "{listed:?}");
+    assert!(turn_seconds(&h, "") > 0.5, "contended time counted under no tenant");
+}
+
+#[cfg(not(feature = "xen"))]
+#[test]
+fn sessions_without_tenants_share_evenly_over_local() {
+    sessions_without_tenants_share_evenly(Transport::Local);
 }
