@@ -168,6 +168,8 @@ mod tests {
                 memory_bytes: 4096,
                 age_seconds: 1.5,
                 started_unix_seconds: 1,
+                gpu_turn: None,
+                gpu_turn_seconds: None,
             })
         }
         fn end(&self, id: u64) -> Option<Session> {
