@@ -163,7 +163,7 @@ function renderGpus(gpus) {
 function sessionRow(id) {
   const tr = document.createElement("tr");
   tr.dataset.session = id;
-  for (const cls of ["num", "", "", "", "", "num", "num"]) cell(tr, "", cls);
+  for (const cls of ["num", "", "", "", "", "num", "num", ""]) cell(tr, "", cls);
   const b = document.createElement("button");
   b.className = "end";
   b.dataset.session = id;
@@ -180,13 +180,20 @@ function sessionRow(id) {
   return tr;
 }
 
+// Under --gpu-share weighted: its turn now and the time it has held while
+// others waited.
+function gpuTurn(s) {
+  if (s.gpu_turn_seconds == null) return "-";
+  return (s.gpu_turn || "idle") + ", " + s.gpu_turn_seconds.toFixed(1) + " s held";
+}
+
 function renderSessions(sessions) {
   const body = $("sessions").querySelector("tbody");
   const sorted = sessions.slice().sort((a, b) => (a.tenant || "").localeCompare(b.tenant || "") || a.id - b.id);
   const rows = sorted.map((s) => {
     const tr = keyed(body, s.id, () => sessionRow(s.id));
     const texts = [String(s.id), s.tenant || "-", s.peer, s.transport,
-      s.devices.length ? s.devices.join(",") : "-", bytes(s.memory_bytes), age(s.age_seconds)];
+      s.devices.length ? s.devices.join(",") : "-", bytes(s.memory_bytes), age(s.age_seconds), gpuTurn(s)];
     texts.forEach((t, i) => { if (tr.children[i].textContent !== t) tr.children[i].textContent = t; });
     return tr;
   });
