@@ -275,21 +275,22 @@ impl<'a> Turn<'a> {
 /// Sleeps while the low half of `word` is 0, at most `most`.
 fn futex_wait(word: &AtomicU64, most: Duration) {
     let ts = libc::timespec { tv_sec: most.as_secs() as libc::time_t, tv_nsec: most.subsec_nanos() as libc::c_long };
-    // SAFETY: `word` is a live, 8-aligned AtomicU64; on this little-endian
-    // target its low half is the u32 at its address. FUTEX_WAIT only reads
-    // it (and returns at once if it is not 0); not FUTEX_PRIVATE, because
-    // the page is shared with another process. `ts` outlives the call.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr() as *const u32, libc::FUTEX_WAIT, 0u32, &ts as *const libc::timespec);
-    }
+    futex(word, libc::FUTEX_WAIT, 0, &ts);
 }
 
 /// Wakes whoever sleeps on `word`.
 fn futex_wake(word: &AtomicU64) {
-    // SAFETY: as in futex_wait; FUTEX_WAKE reads nothing.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr() as *const u32, libc::FUTEX_WAKE, i32::MAX);
-    }
+    futex(word, libc::FUTEX_WAKE, u32::MAX >> 1, std::ptr::null());
+}
+
+/// `futex(2)` on the low half of `word`: shared between processes (not
+/// `FUTEX_PRIVATE`), as the page is; its result only hints.
+fn futex(word: &AtomicU64, op: libc::c_int, val: u32, timeout: *const libc::timespec) {
+    let addr = word.as_ptr() as *const u32;
+    // SAFETY: `addr` is the live, aligned low half of `word` (little-endian,
+    // asserted below), which the kernel only reads; `timeout` is null or
+    // points at the caller's timespec, alive for this call.
+    unsafe { libc::syscall(libc::SYS_futex, addr, op, val, timeout) };
 }
 
 const _: () = assert!(cfg!(target_endian = "little"), "the turn futex is the word's low half");
