@@ -10,6 +10,17 @@ impl Words {
     fn turn(&self) -> Turn<'_> {
         Turn::new(&self.0[0], &self.0[1], &self.0[2])
     }
+
+    /// The session waits for `device`, as its `enter` would say.
+    fn want(&self, device: u64) {
+        self.0[1].store(device + 1, Ordering::Relaxed);
+    }
+}
+
+/// Two sessions of tenants `t0` and `t1`, share 1 each, as the arbiter
+/// sees them.
+fn seen(w: &[Words; 2]) -> Vec<Seen<'_>> {
+    (0..2).map(|i| Seen { id: i, group: Group::Tenant(format!("t{i}")), share: 1, turn: w[i as usize].turn() }).collect()
 }
 
 #[test]
@@ -125,15 +136,12 @@ fn equal_shares_split_evenly_and_a_lone_session_is_never_stopped() {
 fn a_session_that_keeps_its_turn_busy_loses_it_after_the_drain_limit() {
     let w = [Words::default(), Words::default()];
     let arbiter = Arbiter::new(Duration::from_millis(1));
-    fn seen(w: &[Words; 2]) -> Vec<Seen<'_>> {
-        (0..2).map(|i| Seen { id: i, group: Group::Session(i), share: 1, turn: w[i as usize].turn() }).collect()
-    }
     let t0 = Instant::now();
-    w[0].0[1].store(1, Ordering::Relaxed); // session 0 wants device 0
+    w[0].want(0); // session 0 wants device 0
     arbiter.tick(&seen(&w), t0);
     let h = w[0].turn().held().expect("granted");
     w[0].turn().enter(0, &|| false, &mut |_| {});
-    w[1].0[1].store(1, Ordering::Relaxed); // session 1 waits
+    w[1].want(0); // session 1 waits
     arbiter.tick(&seen(&w), t0 + Duration::from_millis(5));
     assert!(w[0].turn().held().unwrap().yielding, "asked to yield after its slice");
     arbiter.tick(&seen(&w), t0 + Duration::from_millis(500));
@@ -148,17 +156,14 @@ fn a_session_that_keeps_its_turn_busy_loses_it_after_the_drain_limit() {
 fn time_held_alone_is_not_charged_and_an_idle_holder_gives_way() {
     let w = [Words::default(), Words::default()];
     let arbiter = Arbiter::new(Duration::from_millis(20));
-    fn seen(w: &[Words; 2]) -> Vec<Seen<'_>> {
-        (0..2).map(|i| Seen { id: i, group: Group::Tenant(format!("t{i}")), share: 1, turn: w[i as usize].turn() }).collect()
-    }
     let t0 = Instant::now();
-    w[0].0[1].store(1, Ordering::Relaxed);
+    w[0].want(0);
     arbiter.tick(&seen(&w), t0);
     w[0].turn().enter(0, &|| false, &mut |_| {});
     w[0].turn().leave();
     // Ten seconds alone on the GPU, then session 1 comes.
     arbiter.tick(&seen(&w), t0 + Duration::from_secs(10));
-    w[1].0[1].store(1, Ordering::Relaxed);
+    w[1].want(0);
     arbiter.tick(&seen(&w), t0 + Duration::from_secs(10));
     assert!(w[0].turn().held().is_some(), "not idle long enough yet");
     let later = t0 + Duration::from_secs(10) + Duration::from_millis(6);
@@ -173,15 +178,12 @@ fn time_held_alone_is_not_charged_and_an_idle_holder_gives_way() {
 fn a_holder_out_of_a_long_command_is_not_idle() {
     let w = [Words::default(), Words::default()];
     let arbiter = Arbiter::new(Duration::from_millis(20));
-    fn seen(w: &[Words; 2]) -> Vec<Seen<'_>> {
-        (0..2).map(|i| Seen { id: i, group: Group::Tenant(format!("t{i}")), share: 1, turn: w[i as usize].turn() }).collect()
-    }
     let t0 = Instant::now();
-    w[0].0[1].store(1, Ordering::Relaxed);
+    w[0].want(0);
     arbiter.tick(&seen(&w), t0);
     // Session 0 synchronises for 10 ms while session 1 waits.
     w[0].turn().enter(0, &|| false, &mut |_| {});
-    w[1].0[1].store(1, Ordering::Relaxed);
+    w[1].want(0);
     arbiter.tick(&seen(&w), t0 + Duration::from_millis(1));
     arbiter.tick(&seen(&w), t0 + Duration::from_millis(10));
     assert!(w[0].turn().held().is_some(), "busy: kept");

@@ -412,21 +412,25 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
-    #[test]
-    fn a_version_1_database_is_upgraded_in_place() {
-        let d = dir("upgrade");
+    /// A state directory `name` holding a database an older backend made
+    /// with `sql`.
+    fn older_database(name: &str, sql: &str) -> PathBuf {
+        let d = dir(name);
         std::fs::create_dir_all(&d).unwrap();
-        {
-            let db = rusqlite::Connection::open(d.join(DB_FILE)).unwrap();
-            db.execute_batch(
-                "CREATE TABLE tenants (name TEXT PRIMARY KEY, memory_bytes INTEGER, max_sessions INTEGER, created INTEGER NOT NULL) STRICT;
-                 INSERT INTO tenants VALUES ('old', 4096, 3, 1);
-                 PRAGMA user_version = 1;",
-            )
-            .unwrap();
-        }
+        rusqlite::Connection::open(d.join(DB_FILE)).unwrap().execute_batch(sql).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_version_1_database_is_upgraded_in_place() {
+        let d = older_database(
+            "upgrade",
+            "CREATE TABLE tenants (name TEXT PRIMARY KEY, memory_bytes INTEGER, max_sessions INTEGER, created INTEGER NOT NULL) STRICT;
+             INSERT INTO tenants VALUES ('old', 4096, 3, 1);
+             PRAGMA user_version = 1;",
+        );
         let t = Tenants::open(&d).unwrap();
         assert_eq!(
             t.quota("old"),
@@ -440,19 +444,12 @@ mod tests {
 
     #[test]
     fn a_version_2_database_gains_gpu_shares() {
-        let d = dir("upgrade2");
-        std::fs::create_dir_all(&d).unwrap();
-        {
-            let db = rusqlite::Connection::open(d.join(DB_FILE)).unwrap();
-            db.execute_batch(
-                "CREATE TABLE tenants (name TEXT PRIMARY KEY, memory_bytes INTEGER, max_sessions INTEGER, created INTEGER NOT NULL, gpus TEXT) STRICT;
-                 INSERT INTO tenants VALUES ('old', NULL, NULL, 1, '1,0');
-                 PRAGMA user_version = 2;",
-            )
-            .unwrap();
-        }
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let d = older_database(
+            "upgrade2",
+            "CREATE TABLE tenants (name TEXT PRIMARY KEY, memory_bytes INTEGER, max_sessions INTEGER, created INTEGER NOT NULL, gpus TEXT) STRICT;
+             INSERT INTO tenants VALUES ('old', NULL, NULL, 1, '1,0');
+             PRAGMA user_version = 2;",
+        );
         let t = Tenants::open(&d).unwrap();
         assert_eq!(t.quota("old").unwrap().gpus, Some(vec![1, 0]), "its GPUs kept");
         assert_eq!(t.gpu_share("old"), 1, "a share of 1, as before");
