@@ -77,13 +77,6 @@ impl<E: Executor> Session<E> {
     /// returns the bytes of device state written. `leaving`: the session
     /// then leaves this backend, so it must be restorable.
     pub fn checkpoint(&mut self, out: impl Write + Send, peer: &str, leaving: bool) -> Result<Taken, CheckpointError> {
-        let r = self.checkpoint_now(out, peer, leaving);
-        // Taken between requests: the GPU turn it entered is left here.
-        self.leave_turn();
-        r
-    }
-
-    fn checkpoint_now(&mut self, out: impl Write + Send, peer: &str, leaving: bool) -> Result<Taken, CheckpointError> {
         if self.token == [0; 16] {
             return Err(CheckpointError::NoToken);
         }

@@ -443,7 +443,6 @@ impl<E: Executor> Session<E> {
         tracing::trace!(session = self.id, opcode = ?req.opcode(), "request");
         let mut io = Io { area, out, reply_room: self.staging.as_ref().map(|p| p.reply), staged: 0 };
         let r = req.dispatch(self, &mut io);
-        self.leave_turn();
         self.staged = if r.is_ok() { io.staged } else { 0 };
         self.settle();
         if let Err(e) = r {

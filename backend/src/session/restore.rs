@@ -109,13 +109,6 @@ impl<E: Executor> Session<E> {
     /// Rebuilds, in this new session, the state `meta` describes, reading
     /// its blobs from `reader`; `area` is the connection's data area.
     pub fn restore<R: Read>(&mut self, meta: &Meta, reader: &mut Reader<R>, area: Option<&DataArea>) -> Result<(), RestoreError> {
-        let r = self.restore_now(meta, reader, area);
-        // Rebuilt before any request: the GPU turn it entered is left here.
-        self.leave_turn();
-        r
-    }
-
-    fn restore_now<R: Read>(&mut self, meta: &Meta, reader: &mut Reader<R>, area: Option<&DataArea>) -> Result<(), RestoreError> {
         self.check_devices(meta)?;
         self.token = pvgpu_ctl::snapshot::token_from_hex(&meta.token)
             .ok_or_else(|| RestoreError::Inconsistent("a token that is not 32 hex digits".into()))?;

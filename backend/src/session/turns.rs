@@ -16,8 +16,11 @@ impl<E: Executor> Session<E> {
         self.turn = Some(device);
     }
 
-    /// The request is done: its turn is no longer busy.
-    pub(super) fn leave_turn(&mut self) {
+    /// The request is done, whatever it entered contexts for (its
+    /// commands, host calls it waited for, a checkpoint or restore taken
+    /// with it): its turn is no longer busy. The serving loop calls it once
+    /// per request.
+    pub fn leave_turn(&mut self) {
         if self.turn.take().is_some() {
             if let Some(m) = &self.limits.meter {
                 m.turn().leave();

@@ -107,7 +107,9 @@ pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, owner: Own
         if stop.load(Ordering::Relaxed) {
             return Ended::Shutdown;
         }
-        if let Err(ended) = serve_one(&mut session, conn, &mut io, stop, &cfg.limits, &peer) {
+        let served = serve_one(&mut session, conn, &mut io, stop, &cfg.limits, &peer);
+        session.leave_turn();
+        if let Err(ended) = served {
             return ended;
         }
     }
