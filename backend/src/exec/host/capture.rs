@@ -57,6 +57,12 @@ impl Graphs {
         Err(CuError::STREAM_CAPTURE_UNSUPPORTED)
     }
 
+    /// A call that waits on stream `s`, which a capture forbids: the
+    /// capture is invalidated and the call fails.
+    pub(super) fn refuse_wait(&mut self, s: u64) -> CuRes<()> {
+        if self.capturing(Some(s)) { Err(self.invalidate(s)) } else { Ok(()) }
+    }
+
     /// Invalidates the capture of stream `s` (an illegal call on it).
     pub(super) fn invalidate(&mut self, s: u64) -> CuError {
         if let Some(id) = self.captures.get(&s).map(|c| c.id) {

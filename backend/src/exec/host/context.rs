@@ -50,10 +50,10 @@ impl ExecContext for HostContext {
     unsafe fn pin_host(&mut self, ptr: *mut u8, len: usize) -> CuRes<()> {
         // As the driver: once per range in the process; kernels cannot reach it.
         let mut pinned = self.pinned.lock().map_err(|_| CuError::UNKNOWN)?;
-        match pinned.entry(ptr as u64) {
-            std::collections::btree_map::Entry::Vacant(v) if len > 0 => v.insert(len),
-            _ => return Err(CuError::HOST_MEMORY_ALREADY_REGISTERED),
-        };
+        if len == 0 || pinned.contains_key(&(ptr as u64)) {
+            return Err(CuError::HOST_MEMORY_ALREADY_REGISTERED);
+        }
+        pinned.insert(ptr as u64, len);
         Ok(())
     }
 
@@ -309,16 +309,12 @@ impl ExecContext for HostContext {
     }
 
     fn stream_synchronize(&mut self, s: u64) -> CuRes<()> {
-        if self.graphs.capturing(Some(s)) {
-            return Err(self.graphs.invalidate(s));
-        }
+        self.graphs.refuse_wait(s)?;
         self.ok()
     }
 
     fn stream_query(&mut self, s: u64) -> CuRes<bool> {
-        if self.graphs.capturing(Some(s)) {
-            return Err(self.graphs.invalidate(s));
-        }
+        self.graphs.refuse_wait(s)?;
         self.ok().map(|_| true)
     }
 
