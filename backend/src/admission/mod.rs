@@ -111,7 +111,7 @@ pub enum Refused {
     #[error("opening cut")]
     Cut(#[from] Cut),
     /// A session limit.
-    #[error("session limit: {0}")]
+    #[error("session limit")]
     Full(#[from] Full),
     /// The socket failed.
     #[error("socket error")]

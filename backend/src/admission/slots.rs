@@ -37,13 +37,13 @@ pub struct SlotLimits {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Full {
     /// Every slot is taken.
-    #[error("all {0} slots are taken")]
+    #[error("all {0} session slots are taken (--max-sessions)")]
     Total(usize),
     /// Every slot of the transport is taken.
-    #[error("all {1} {0} slots are taken")]
+    #[error("all {1} {0} session slots are taken (--max-{0}-sessions)")]
     Transport(&'static str, usize),
     /// The peer holds as many as it may.
-    #[error("the peer holds {0}, its most")]
+    #[error("the peer holds {0} sessions, its most (--max-sessions-per-peer)")]
     Peer(usize),
 }
 

@@ -140,7 +140,9 @@ pub(super) fn ctx_destroy<E: Executor>(s: &mut Session<E>, r: proto::CtxDestroy,
 }
 
 pub(super) fn ctx_synchronize<E: Executor>(s: &mut Session<E>, r: proto::CtxSynchronize, _: &mut Io<'_>) -> CuRes<()> {
-    s.enter(r.ctx.get())?.synchronize()
+    s.enter(r.ctx.get())?.synchronize()?;
+    s.synced = true;
+    Ok(())
 }
 
 /// Peer access between the backend's devices. Enabling or disabling

@@ -207,6 +207,9 @@ pub struct Session<E: Executor> {
     current: Option<u64>,
     /// The device whose GPU turn this request holds ([`turns`]).
     turn: Option<usize>,
+    /// This request waited for all the session queued in a context or on
+    /// a stream: the turn may go back without a drain ([`turns`]).
+    synced: bool,
     /// Context through which the data area is page-locked, if any.
     area_pinned_by: Option<u64>,
     /// The data area's device address, when the device can reach it.
@@ -275,6 +278,7 @@ impl<E: Executor> Session<E> {
             pending: None,
             current: None,
             turn: None,
+            synced: false,
             area_pinned_by: None,
             area_device: None,
             on_demand: None,

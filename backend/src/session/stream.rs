@@ -36,7 +36,9 @@ fn owned<E: Executor>(s: &Session<E>, id: u64) -> CuRes<(u64, super::Stream<E>)>
 
 pub(super) fn stream_synchronize<E: Executor>(s: &mut Session<E>, r: proto::StreamSynchronize, _: &mut Io<'_>) -> CuRes<()> {
     let (ctx, st) = owned(s, r.stream.get())?;
-    s.enter(ctx)?.stream_synchronize(st)
+    s.enter(ctx)?.stream_synchronize(st)?;
+    s.synced = true;
+    Ok(())
 }
 
 pub(super) fn stream_query<E: Executor>(s: &mut Session<E>, r: proto::StreamQuery, _: &mut Io<'_>) -> CuRes<()> {

@@ -18,13 +18,20 @@ impl<E: Executor> Session<E> {
 
     /// The request is done, whatever it entered contexts for (its
     /// commands, host calls it waited for, a checkpoint or restore taken
-    /// with it): its turn is no longer busy. The serving loop calls it once
-    /// per request.
+    /// with it): its turn is no longer busy, and if the request was a
+    /// synchronisation while others wait for the GPU, the turn goes back.
+    /// The serving loop calls it once per request.
     pub fn leave_turn(&mut self) {
-        if self.turn.take().is_some() {
-            if let Some(m) = &self.limits.meter {
-                m.turn().leave();
-            }
+        let synced = std::mem::take(&mut self.synced);
+        if self.turn.take().is_none() {
+            return;
+        }
+        let Some(meter) = self.limits.meter.clone() else { return };
+        let turn = meter.turn();
+        if synced {
+            turn.leave_synced(&mut |d| self.drain_device(d));
+        } else {
+            turn.leave();
         }
     }
 

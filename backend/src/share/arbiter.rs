@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 /// How often the arbiter looks at the sessions.
 pub const TICK: Duration = Duration::from_millis(1);
+/// How often while some session waits for a GPU: a turn given back after
+/// a synchronisation goes to the next session within about this.
+pub const TICK_CONTENDED: Duration = Duration::from_micros(200);
 
 /// Whose time a session's turns count as: its tenant's, or (outside every
 /// tenant) its own.
@@ -91,8 +94,9 @@ impl Arbiter {
         v
     }
 
-    /// One tick over the live sessions, at `now`.
-    pub fn tick(&self, live: &[Seen<'_>], now: Instant) {
+    /// One tick over the live sessions, at `now`; whether a session waits
+    /// for a GPU.
+    pub fn tick(&self, live: &[Seen<'_>], now: Instant) -> bool {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let by_id: HashMap<u64, &Seen<'_>> = live.iter().map(|s| (s.id, s)).collect();
         // Who waits, per device.
@@ -122,6 +126,9 @@ impl Arbiter {
                     st.grants.remove(&d);
                 }
                 Some(s) => {
+                    if !g.contended {
+                        s.turn.set_others_due(g.epoch, false);
+                    }
                     let n = s.turn.entered();
                     if n != g.entered.0 {
                         g.entered = (n, now);
@@ -146,6 +153,7 @@ impl Arbiter {
         st.active = active;
         st.waiting_since.retain(|id, _| by_id.contains_key(id));
         st.vtime.retain(|g, _| live.iter().any(|s| &s.group == g));
+        let contended = !waiting.is_empty();
         for (d, mut w) in waiting {
             if let Some(g) = st.grants.get(&d).copied() {
                 self.press(&mut st, d, g, &w, &by_id, now);
@@ -160,6 +168,7 @@ impl Arbiter {
             });
             st.epoch += 1;
             let epoch = st.epoch;
+            let others = w.len() > 1;
             if let Some(s) = w.into_iter().find(|s| s.turn.grant(d, epoch)) {
                 st.waiting_since.remove(&s.id);
                 let g = Grant {
@@ -167,17 +176,20 @@ impl Arbiter {
                     epoch,
                     since: now,
                     charged_to: now,
-                    contended: false,
+                    contended: others,
                     entered: (s.turn.entered(), now),
                     asked: None,
                 };
                 st.grants.insert(d, g);
             }
         }
+        contended
     }
 
     /// `waiting` wait for device `d`, held by grant `g` (charged up to
-    /// now): take it back from a holder that idles; ask for it once the
+    /// now): take it back from a holder that idles; once the holder's
+    /// tenant has had its share, let it give the turn back at its next
+    /// synchronisation ([`super::Turn::leave_synced`]); ask for it once the
     /// slice is over and the holder's tenant has had its share (its virtual
     /// time has reached a waiting tenant's; a waiting session of its own
     /// tenant gets its turn after a slice); take it back by force past
@@ -196,6 +208,8 @@ impl Arbiter {
         let v = |group: &Group| st.vtime.get(group).copied().unwrap_or(0.0);
         let least = waiting.iter().filter(|w| w.group != s.group).map(|w| v(&w.group)).fold(f64::INFINITY, f64::min);
         let had_share = waiting.iter().any(|w| w.group == s.group) || v(&s.group) >= least;
+        // Free to give back at its next synchronisation (nothing to drain).
+        s.turn.set_others_due(g.epoch, had_share);
         if g.asked.is_none() && now - g.since >= self.slice && had_share {
             s.turn.ask_yield(g.epoch);
             if let Some(x) = st.grants.get_mut(&d) {
@@ -225,8 +239,9 @@ pub fn run(
                 std::thread::sleep(Duration::from_millis(20));
                 continue;
             }
-            roster.with_turns(&share_of, &mut |seen| arbiter.tick(seen, Instant::now()));
-            std::thread::sleep(TICK);
+            let mut contended = false;
+            roster.with_turns(&share_of, &mut |seen| contended = arbiter.tick(seen, Instant::now()));
+            std::thread::sleep(if contended { TICK_CONTENDED } else { TICK });
         }
     })
 }

@@ -24,6 +24,15 @@
 //!   queued on that GPU to finish (its contexts there are synchronised),
 //!   and gives the turn back. The wait is charged to it, not to the next
 //!   holder.
+//! - A holder that has just waited for all it queued on the GPU (a
+//!   context or stream synchronisation) while others wait, and whose
+//!   tenant has had its share, gives the turn back at once, whatever is
+//!   left of its slice: the GPU has nothing of
+//!   its own to run, so the next holder starts on an idle GPU and nobody
+//!   waits for a drain. A training loop that synchronises once a step
+//!   then holds the turn for its step's GPU work, not for the time its
+//!   program spends launching the next step on the CPU, which then
+//!   overlaps the other sessions' turns.
 //! - A holder that sends no command for a quarter of a slice while others
 //!   wait (its program sleeps, or computes on its CPU) loses its turn at
 //!   once, without the drain; work it left queued then overlaps the next
@@ -38,18 +47,20 @@
 //! Each session's meter page ([`crate::meter`]) holds three words the
 //! supervisor and the session share: `TURN` (the turn it holds), `WANT`
 //! (the GPU it waits for) and `ENTERED` (commands that entered and left a
-//! context, counted: the holder's activity). `TURN` is 0 when it holds no turn, else
-//! `epoch << 8 | YIELD | BUSY | device + 1`, and changes only by
-//! compare-and-swap:
+//! context, counted: the holder's activity). `TURN` is 0 when it holds no
+//! turn, else `epoch << 9 | OTHERS_DUE | YIELD | BUSY | device + 1`, and
+//! changes only by compare-and-swap:
 //!
 //! | who | from | to |
 //! |---|---|---|
 //! | supervisor: grant | 0 | `epoch, device` |
 //! | supervisor: ask to yield | `epoch, ..` | same, `YIELD` |
+//! | supervisor: others are due, or no longer | `epoch, ..` | same, `OTHERS_DUE` set or clear |
 //! | supervisor: take back an idle turn | `epoch, ..` without `BUSY` | 0 |
 //! | session: enter a command | `epoch, device` | same, `BUSY` |
 //! | session: leave it | `.., BUSY` | without `BUSY` |
 //! | session: give back after draining | `.., BUSY` | 0 |
+//! | session: give back after a synchronisation | `.., OTHERS_DUE, BUSY` | 0 |
 //!
 //! Because the supervisor takes back only a turn without `BUSY`, a session
 //! that has entered its command keeps the turn until it leaves it (or
@@ -59,7 +70,7 @@
 
 mod arbiter;
 
-pub use arbiter::{Arbiter, Group, Seen, TICK, run};
+pub use arbiter::{Arbiter, Group, Seen, TICK, TICK_CONTENDED, run};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -73,7 +84,8 @@ const WAIT_SLICE: Duration = Duration::from_millis(5);
 const DEVICE_MASK: u64 = 0x3f;
 const BUSY: u64 = 1 << 6;
 const YIELD: u64 = 1 << 7;
-const EPOCH_SHIFT: u32 = 8;
+const OTHERS_DUE: u64 = 1 << 8;
+const EPOCH_SHIFT: u32 = 9;
 
 /// How GPU time is shared between sessions (`--gpu-share`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -109,11 +121,20 @@ pub struct Held {
     pub busy: bool,
     /// It has been asked to yield.
     pub yielding: bool,
+    /// Others wait for the device and the holder's tenant has had its
+    /// share: it gives the turn back at its next synchronisation.
+    pub others_due: bool,
 }
 
 fn decode(v: u64) -> Option<Held> {
     let d = v & DEVICE_MASK;
-    (d != 0).then(|| Held { device: (d - 1) as usize, epoch: v >> EPOCH_SHIFT, busy: v & BUSY != 0, yielding: v & YIELD != 0 })
+    (d != 0).then(|| Held {
+        device: (d - 1) as usize,
+        epoch: v >> EPOCH_SHIFT,
+        busy: v & BUSY != 0,
+        yielding: v & YIELD != 0,
+        others_due: v & OTHERS_DUE != 0,
+    })
 }
 
 impl<'a> Turn<'a> {
@@ -220,6 +241,35 @@ impl<'a> Turn<'a> {
         self.turn.fetch_and(!BUSY, Ordering::Release);
     }
 
+    /// After a command that waited for all the session had queued on the
+    /// turn's device (a synchronisation): if others are due that device,
+    /// gives the turn back (after `drain(device)`, for the session's other
+    /// contexts there) instead of keeping it to the end of the slice;
+    /// otherwise as [`Turn::leave`]. Whether it gave the turn back.
+    pub fn leave_synced(&self, drain: &mut dyn FnMut(usize)) -> bool {
+        // SYNC POINT: Acquire pairs with the supervisor's Release in
+        // set_others_due.
+        let v = self.turn.load(Ordering::Acquire);
+        let Some(h) = decode(v).filter(|h| h.others_due && h.busy) else {
+            self.leave();
+            return false;
+        };
+        drain(h.device);
+        self.entered.store(self.entered.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        // SYNC POINT: Release pairs with the supervisor's Acquire load
+        // that sees the turn given back. A CAS from whatever the word
+        // holds for this grant: the supervisor may have cleared
+        // OTHERS_DUE or set YIELD meanwhile (giving back is right either
+        // way), or taken the turn back by force.
+        let r = self.turn.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| {
+            decode(x).filter(|g| g.epoch == h.epoch && g.device == h.device).map(|_| 0)
+        });
+        if r.is_err() {
+            self.turn.fetch_and(!BUSY, Ordering::Release);
+        }
+        true
+    }
+
     /// The turn this session holds, if any.
     pub fn held(&self) -> Option<Held> {
         decode(self.turn.load(Ordering::Acquire))
@@ -249,6 +299,16 @@ impl<'a> Turn<'a> {
             futex_wake(self.turn);
         }
         ok
+    }
+
+    /// Tells the holder of grant `epoch` whether others are due the
+    /// device: they wait, and its tenant has had its share.
+    pub fn set_others_due(&self, epoch: u64, due: bool) {
+        // SYNC POINT: Release pairs with the session's Acquire load in
+        // leave_synced; a failed CAS of the session's enter retries.
+        let _ = self.turn.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+            decode(v).filter(|h| h.epoch == epoch && h.others_due != due).map(|_| v ^ OTHERS_DUE)
+        });
     }
 
     /// Asks the holder of grant `epoch` to yield.

@@ -31,7 +31,7 @@ fn a_turn_is_entered_yielded_after_a_drain_and_taken_back_only_when_idle() {
     assert!(t.grant(2, 7));
     assert!(!t.grant(2, 8), "a second grant over a held turn fails");
     t.enter(2, &|| false, &mut |_| panic!("no drain while the turn is ours"));
-    assert_eq!(t.held(), Some(Held { device: 2, epoch: 7, busy: true, yielding: false }));
+    assert_eq!(t.held(), Some(Held { device: 2, epoch: 7, busy: true, yielding: false, others_due: false }));
     assert!(!t.take_back(7, false), "a busy turn is not taken back");
     t.leave();
     t.ask_yield(7);
@@ -59,6 +59,85 @@ fn a_turn_is_entered_yielded_after_a_drain_and_taken_back_only_when_idle() {
     assert!(t.take_back(11, true));
     t.leave();
     assert_eq!(t.held(), None, "leaving after a forced take-back leaves no turn");
+}
+
+#[test]
+fn a_synchronised_holder_gives_back_only_when_others_wait() {
+    let w = Words::default();
+    let t = w.turn();
+    assert!(t.grant(1, 3));
+    t.enter(1, &|| false, &mut |_| panic!("no drain while the turn is ours"));
+    assert!(!t.leave_synced(&mut |_| panic!("nobody waits: no drain")), "alone, the turn stays");
+    assert_eq!(t.held().map(|h| h.busy), Some(false));
+    t.set_others_due(2, true);
+    assert!(!t.held().unwrap().others_due, "another grant's flag is not set");
+    t.set_others_due(3, true);
+    assert!(t.held().unwrap().others_due);
+    // A command that did not synchronise keeps the turn to the end of the
+    // slice, contended or not.
+    t.enter(1, &|| false, &mut |_| panic!("no drain"));
+    t.leave();
+    assert!(t.held().is_some());
+    // One that did gives it back, after draining the device's other work.
+    t.enter(1, &|| false, &mut |_| panic!("no drain"));
+    let mut drained = Vec::new();
+    assert!(t.leave_synced(&mut |d| drained.push(d)));
+    assert_eq!(drained, [1]);
+    assert_eq!(t.held(), None);
+    assert_eq!(t.wants(), None, "it gave back; it waits only when its next command comes");
+}
+
+#[test]
+fn the_arbiter_tells_the_holder_when_others_wait() {
+    let w: [Words; 2] = Default::default();
+    let arbiter = Arbiter::new(Duration::from_millis(10));
+    let t0 = Instant::now();
+    w[0].want(0);
+    arbiter.tick(&seen(&w), t0);
+    assert!(!w[0].turn().held().unwrap().others_due, "alone: not contended");
+    w[0].turn().enter(0, &|| false, &mut |_| {});
+    w[1].want(0);
+    arbiter.tick(&seen(&w), t0 + TICK);
+    assert!(w[0].turn().held().unwrap().others_due);
+    // It synchronises and gives back; the next tick grants the other.
+    assert!(w[0].turn().leave_synced(&mut |_| {}));
+    arbiter.tick(&seen(&w), t0 + 2 * TICK);
+    assert_eq!(w[1].turn().held().map(|h| h.device), Some(0));
+    assert!(!w[1].turn().held().unwrap().others_due, "nobody else waits");
+}
+
+#[test]
+fn a_holder_with_the_larger_share_is_due_to_give_back_only_after_its_share() {
+    let w: [Words; 2] = Default::default();
+    let seen: Vec<Seen<'_>> = (0..2).map(|i| Seen { id: i, group: Group::Tenant(format!("t{i}")), share: [3, 1][i as usize], turn: w[i as usize].turn() }).collect();
+    let arbiter = Arbiter::new(Duration::from_millis(10));
+    let t0 = Instant::now();
+    w[1].want(0);
+    arbiter.tick(&seen, t0);
+    w[1].turn().enter(0, &|| false, &mut |_| {});
+    w[0].want(0);
+    // t1 holds while t0 waits (charged 5 ms: to the tick that sees the
+    // turn given back), then gives back at a synchronisation.
+    arbiter.tick(&seen, t0 + TICK);
+    arbiter.tick(&seen, t0 + 5 * TICK);
+    assert!(w[1].turn().leave_synced(&mut |_| {}));
+    arbiter.tick(&seen, t0 + 6 * TICK);
+    w[0].turn().enter(0, &|| false, &mut |_| {});
+    w[1].want(0);
+    // t0 (share 3) has had its share only once it held three times as
+    // long, 15 ms charged from the tick after its grant.
+    let mut at = t0 + 6 * TICK;
+    let mut due_after = None;
+    for ms in 1..=20 {
+        at += TICK;
+        arbiter.tick(&seen, at);
+        if w[0].turn().held().unwrap().others_due {
+            due_after = Some(ms);
+            break;
+        }
+    }
+    let ms = due_after.expect("t0 becomes due to give back");
+    assert!((15..=17).contains(&ms), "t0 was due after {ms} ms, expected 16 (3 x 5 ms, and the tick of its grant)");
 }
 
 /// Runs `shares.len()` sessions that each keep device 0 busy with `work`
