@@ -70,6 +70,20 @@ impl Client {
         Ok(self.call(&r)?.value.get())
     }
 
+    /// `cuMemPoolSetAccess` (`set`: the `CUmemAccess_flags`) or
+    /// `cuMemPoolGetAccess`: device `dev`'s access to the default pool of
+    /// `ctx`'s device; returns the flags.
+    pub fn mem_pool_access(&self, ctx: Context, dev: i32, set: Option<u32>) -> Result<u32> {
+        let r = MemPoolAccess {
+            ctx: ctx.0.into(),
+            dev: dev.into(),
+            set: (set.is_some() as u32).into(),
+            flags: set.unwrap_or(0).into(),
+            reserved: 0.into(),
+        };
+        Ok(self.call(&r)?.value.get() as u32)
+    }
+
     /// `cuMemsetD2D8/16/32[Async]`: `height` rows of `width` elements of
     /// `elem_size` bytes (1, 2 or 4), `pitch` bytes apart. Sent without
     /// waiting.

@@ -178,6 +178,11 @@ pub trait Executor: Send + Sync + 'static {
     fn can_access_peer(&self, device: usize, peer: usize) -> CuRes<i32>;
     /// `cuDeviceGetP2PAttribute` of the link from `src` to `dst`.
     fn p2p_attribute(&self, attr: u32, src: usize, dst: usize) -> CuRes<i32>;
+    /// `cuMemPoolSetAccess` (`set`: the `CUmemAccess_flags`) or
+    /// `cuMemPoolGetAccess` of `peer`'s access to the default pool of
+    /// `device`; returns the flags. The caller has a context of `device`
+    /// current.
+    fn mem_pool_access(&self, device: usize, peer: usize, set: Option<u32>) -> CuRes<u32>;
     /// The gauges of `device`.
     fn gauges(&self, device: usize) -> CuRes<Gauges>;
     /// `cuMemGetAllocationGranularity` of device memory on `device`:
@@ -433,6 +438,9 @@ pub trait ExecContext: Send + 'static {
     fn event_elapsed(&mut self, start: Self::Event, end: Self::Event) -> CuRes<f32>;
     /// Makes `s` (the default stream if `None`) wait for `e`.
     fn stream_wait_event(&mut self, s: Option<Self::Stream>, e: Self::Event) -> CuRes<()>;
+    /// Makes `s` wait for `e`, an event of another context of the session
+    /// (on this device or another), as the driver allows.
+    fn stream_wait_foreign_event(&mut self, s: Option<Self::Stream>, e: Self::Event) -> CuRes<()>;
     /// `cuStreamGetAttribute`, or `cuStreamSetAttribute` with `set`: the
     /// value (after a set, what the stream now holds), as
     /// `CUstreamAttrValue` lays it out.

@@ -5,7 +5,7 @@ use super::{Alloc, AllocKind, Io, Session};
 use crate::exec::{CuRes, ExecContext, Executor};
 use crate::meter::Direction;
 use pvgpu_ring::CuError;
-use pvgpu_ring::proto::{self, DataLoc, DataRef, DptrRep, MemInfoRep, U64Rep};
+use pvgpu_ring::proto::{self, DataLoc, DataRef, DptrRep, I32Rep, MemInfoRep, U64Rep};
 
 /// Allocates `size` bytes in context `ctx` (on `stream` from the default
 /// pool, or plainly), within the quota and the object limit. On a
@@ -105,6 +105,22 @@ pub(super) fn mem_pool_attribute<E: Executor>(s: &mut Session<E>, r: proto::MemP
     }
     let v = s.enter(r.ctx.get())?.mem_pool_attribute(attr, set)?;
     Ok(U64Rep { value: v.into() })
+}
+
+/// Another device's access to the default pool of a context's device
+/// (`flags` none, read, or read and write; the driver checks the pair).
+pub(super) fn mem_pool_access<E: Executor>(s: &mut Session<E>, r: proto::MemPoolAccess, _: &mut Io<'_>) -> CuRes<I32Rep> {
+    let peer = s.device(r.dev.get())?;
+    let set = match (r.set.get(), r.flags.get()) {
+        (0, _) => None,
+        (1, f @ (0 | 1 | 3)) => Some(f),
+        _ => return Err(CuError::INVALID_VALUE),
+    };
+    let ctx = r.ctx.get();
+    let device = s.ctxs.get(ctx).ok_or(CuError::INVALID_CONTEXT)?.device;
+    s.enter(ctx)?;
+    let flags = s.exec.mem_pool_access(device, peer, set)?;
+    Ok(I32Rep { value: (flags as i32).into() })
 }
 
 pub(super) fn mem_get_info<E: Executor>(s: &mut Session<E>, r: proto::MemGetInfo, _: &mut Io<'_>) -> CuRes<MemInfoRep> {

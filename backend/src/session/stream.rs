@@ -46,10 +46,17 @@ pub(super) fn stream_query<E: Executor>(s: &mut Session<E>, r: proto::StreamQuer
     if s.enter(ctx)?.stream_query(st)? { Ok(()) } else { Err(CuError::NOT_READY) }
 }
 
+/// A stream waits for an event of its own context, or of another of the
+/// session's (a device's work waiting for another device's, as multi-GPU
+/// programs do). The default stream is the event's context's.
 pub(super) fn stream_wait_event<E: Executor>(s: &mut Session<E>, r: proto::StreamWaitEvent, _: &mut Io<'_>) -> CuRes<()> {
-    let (ctx, ev) = event(s, r.event.get())?;
+    let (ev_ctx, ev) = event(s, r.event.get())?;
+    let ctx = match r.stream.get() {
+        0 => ev_ctx,
+        id => owned(s, id)?.0,
+    };
     let st = s.stream(r.stream.get(), ctx)?;
-    s.enter(ctx)?.stream_wait_event(st, ev)
+    if ctx == ev_ctx { s.enter(ctx)?.stream_wait_event(st, ev) } else { s.enter(ctx)?.stream_wait_foreign_event(st, ev) }
 }
 
 /// Attributes a stream may carry: the access-policy window (an L2 hint

@@ -501,6 +501,9 @@ macro_rules! command_table {
             /// demand (`CUDA_ERROR_NOT_SUPPORTED` from a backend that
             /// page-locks the whole area with the first context).
             140 AreaPinOnDemand(area_pin::area_pin_on_demand) [quiet, local]: AreaPinOnDemand => ();
+            /// `cuMemPoolSetAccess` / `cuMemPoolGetAccess` of the default
+            /// pool, for another device.
+            141 MemPoolAccess(memory::mem_pool_access) [quiet]: MemPoolAccess => I32Rep;
         }
     };
 }

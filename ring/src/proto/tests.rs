@@ -204,6 +204,7 @@ fn arb_request() -> impl Strategy<Value = (Opcode, Vec<u8>)> {
         MemAllocAsync,
         MemFreeAsync,
         MemPoolAttribute,
+        MemPoolAccess,
         MemAddressReserve,
         MemAddressFree,
         MemCreate,

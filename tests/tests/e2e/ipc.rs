@@ -144,8 +144,10 @@ pub(crate) fn shareable_physical_memory(t: Transport) {
 
 /// Peer access as the backend's driver answers it: a device and itself
 /// are no peers; contexts of one device cannot enable access to each
-/// other. With two devices (the two-GPU machine): access enabled both
-/// ways, peer copies in both directions (also on a stream of the other
+/// other, but a stream of one may wait for an event of the other. A
+/// default pool's own device reads and writes it. With two
+/// devices (the two-GPU machine): device 1's access to device 0's default
+/// pool given and taken back, access enabled both ways, peer copies in both directions (also on a stream of the other
 /// device's context), access disabled.
 pub(crate) fn peer_access(t: Transport) {
     let c = shared().client(t);
@@ -157,10 +159,32 @@ pub(crate) fn peer_access(t: Transport) {
     let other = c.ctx_create(0, 0).unwrap();
     assert_eq!(code(c.peer_access(g.ctx, other, true, 0)), CuResult::INVALID_DEVICE, "same device");
     assert_eq!(code(c.peer_access(g.ctx, pvgpu_frontend::Context(other.0 + 999), true, 0)), CuResult::INVALID_CONTEXT);
+    // A stream of one context waits for an event of another, as a
+    // device's stream waits for another device's work.
+    let ev = c.event_create(g.ctx, 0).unwrap();
+    c.event_record(ev, Stream::DEFAULT).unwrap();
+    let s = c.stream_create(other, 1, 0).unwrap();
+    c.stream_wait_event(s, ev).unwrap();
+    c.stream_synchronize(s).unwrap();
+    c.stream_destroy(s).unwrap();
+    c.event_destroy(ev).unwrap();
     c.ctx_destroy(other).unwrap();
+    // The default pool's own device reads and writes it.
+    const RW: u32 = 3;
+    assert_eq!(c.mem_pool_access(g.ctx, 0, None).unwrap(), RW);
+    assert_eq!(c.mem_pool_access(g.ctx, 0, Some(RW)).unwrap(), RW);
+    assert_eq!(code(c.mem_pool_access(g.ctx, 99, None)), CuResult::INVALID_DEVICE);
+    assert_eq!(code(c.mem_pool_access(g.ctx, 0, Some(2))), CuResult::INVALID_VALUE, "no such flags");
     if c.device_count().unwrap() < 2 || !c.can_access_peer(0, 1).unwrap() {
         return;
     }
+    // Device 1 given access to device 0's default pool, then the access
+    // taken away.
+    assert_eq!(c.mem_pool_access(g.ctx, 1, None).unwrap(), 0);
+    c.mem_pool_access(g.ctx, 1, Some(RW)).unwrap();
+    assert_eq!(c.mem_pool_access(g.ctx, 1, None).unwrap(), RW);
+    c.mem_pool_access(g.ctx, 1, Some(0)).unwrap();
+    assert_eq!(c.mem_pool_access(g.ctx, 1, None).unwrap(), 0);
     let p1 = c.primary_ctx_retain(1).unwrap();
     assert!(c.p2p_attribute(2, 0, 1).unwrap() == 1, "access supported");
     c.peer_access(g.ctx, p1, true, 0).unwrap();

@@ -340,6 +340,11 @@ impl ExecContext for CudaContext {
         ck(unsafe { sys::cuStreamWaitEvent(raw_stream(s), e.0, 0) })
     }
 
+    fn stream_wait_foreign_event(&mut self, s: Option<CudaStream>, e: CudaEvent) -> CuRes<()> {
+        // An event is the driver's, whichever context made it.
+        self.stream_wait_event(s, e)
+    }
+
     fn stream_attr(&mut self, s: Option<CudaStream>, attr: u32, set: Option<&[u8; 64]>) -> CuRes<[u8; 64]> {
         self.stream_attribute(s, attr, set)
     }

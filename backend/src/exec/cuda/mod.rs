@@ -252,6 +252,30 @@ impl Executor for CudaExecutor {
         Ok(v)
     }
 
+    fn mem_pool_access(&self, device: usize, peer: usize, set: Option<u32>) -> CuRes<u32> {
+        let (d, p) = (*self.raw.get(device).ok_or(CuError::INVALID_DEVICE)?, *self.raw.get(peer).ok_or(CuError::INVALID_DEVICE)?);
+        let mut pool = ptr::null_mut();
+        // SAFETY: valid out-pointer; a device of this driver.
+        ck(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, d) })?;
+        let mut location = CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: p };
+        match set {
+            Some(flags) => {
+                let desc = CUmemAccessDesc { location, flags: CUmemAccess_flags(flags) };
+                // SAFETY: the default pool of a device of this driver, one
+                // descriptor of a device of it; the driver checks the flags.
+                driver::ok(unsafe { driver::entry(self.drv.cuMemPoolSetAccess)?(pool.cast(), &desc, 1) })?;
+                Ok(flags)
+            }
+            None => {
+                let mut flags = CUmemAccess_flags(0);
+                // SAFETY: valid out-pointers; the default pool of a device
+                // of this driver.
+                driver::ok(unsafe { driver::entry(self.drv.cuMemPoolGetAccess)?(&mut flags, pool.cast(), &mut location) })?;
+                Ok(flags.0)
+            }
+        }
+    }
+
     fn p2p_attribute(&self, attr: u32, src: usize, dst: usize) -> CuRes<i32> {
         let (s, d) = (*self.raw.get(src).ok_or(CuError::INVALID_DEVICE)?, *self.raw.get(dst).ok_or(CuError::INVALID_DEVICE)?);
         let mut v = 0;

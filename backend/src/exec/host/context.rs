@@ -395,6 +395,17 @@ impl ExecContext for HostContext {
         self.events.get(&e).map(|_| ()).ok_or(CuError::INVALID_HANDLE)
     }
 
+    fn stream_wait_foreign_event(&mut self, s: Option<u64>, _e: u64) -> CuRes<()> {
+        // Work runs at once here: the other context's event is complete.
+        // A capture does not take in another context's work here (it
+        // would need that context's graph): refused by name.
+        self.ok()?;
+        if self.graphs.capturing(s) {
+            return Err(CuError::STREAM_CAPTURE_ISOLATION);
+        }
+        Ok(())
+    }
+
     fn func_get_attribute(&mut self, _f: HostFunction, attr: i32) -> CuRes<i32> {
         self.ok()?;
         let shared = self.dyn_shared;

@@ -3,14 +3,18 @@
 //! `cuMemAllocAsync`/`cuMemFreeAsync` run on the backend's stream from
 //! the device's default pool (the host test double allocates plainly).
 //! Each device has one pool here, its default: its handle is the library's
-//! own, `cuDeviceGetMemPool` returns it, its attributes are the backend
-//! pool's. Pools of the program's own (`cuMemPoolCreate`), and sharing them
-//! between processes, are not supported.
+//! own, `cuDeviceGetMemPool` returns it, its attributes and other devices'
+//! access to it (`cuMemPoolSetAccess`) are the backend pool's. Pools of the
+//! program's own (`cuMemPoolCreate`), and sharing them between processes,
+//! are not supported.
 
 use crate::state::objects::{DevAlloc, DevKind};
 use crate::state::{self, Res, ctx, handle, id, objects, put, run};
 use pvgpu_frontend::Stream;
-use pvgpu_ring::cuda::api::{CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUmemPool_attribute};
+use pvgpu_ring::cuda::api::{
+    CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUmemAccess_flags, CUmemAccessDesc, CUmemLocation,
+    CUmemPool_attribute,
+};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_int, c_void};
 
@@ -163,6 +167,64 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(pool: *mut c_void, attr: CUmemPoo
         let v = unsafe { if is_wide(attr) { value.cast::<u64>().read_unaligned() } else { value.cast::<c_int>().read_unaligned() as u64 } };
         state::client()?.mem_pool_attribute(pool_ctx(pool)?, attr.0, Some(v)).map_err(state::cu)?;
         Ok(())
+    })
+}
+
+/// A context of the pool's device for what concerns the device's pool as
+/// a whole: the current one if it is there, else the device's primary
+/// context (retained for the life of the process, as the driver keeps a
+/// device's pools).
+fn device_pool_ctx(pool: *mut c_void) -> Result<pvgpu_frontend::Context, CuError> {
+    let dev = pool_device(pool)?;
+    match state::current_handle().filter(|&h| ctx::device_of(h).is_ok_and(|d| d == dev)) {
+        Some(h) => ctx::backend(h),
+        None => ctx::backend(ctx::primary_held(dev)?),
+    }
+}
+
+/// The device a location names.
+fn location_device(l: &CUmemLocation) -> Result<c_int, CuError> {
+    if l.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+        return Err(CuError::INVALID_VALUE);
+    }
+    Ok(l.id)
+}
+
+/// `cuMemPoolSetAccess` of a default pool: each descriptor gives a device
+/// of the program access (read and write) or takes it away; the backend's
+/// driver decides which devices may have it.
+///
+/// # Safety
+/// `map` must hold `count` readable descriptors.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolSetAccess(pool: *mut c_void, map: *const CUmemAccessDesc, count: usize) -> CuResult {
+    run("cuMemPoolSetAccess", || {
+        if map.is_null() && count > 0 {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let c = device_pool_ctx(pool)?;
+        // SAFETY: `count` readable descriptors, per the caller (none when
+        // `count` is 0).
+        let descs = if count == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(map, count) } };
+        for d in descs {
+            state::client()?.mem_pool_access(c, location_device(&d.location)?, Some(d.flags.0)).map_err(state::cu)?;
+        }
+        Ok(())
+    })
+}
+
+/// `cuMemPoolGetAccess` of a default pool from a device.
+///
+/// # Safety
+/// `flags` writable, `location` readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolGetAccess(flags: *mut CUmemAccess_flags, pool: *mut c_void, location: *mut CUmemLocation) -> CuResult {
+    run("cuMemPoolGetAccess", || {
+        // SAFETY: null or readable, per the API.
+        let loc = unsafe { location.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
+        let f = state::client()?.mem_pool_access(device_pool_ctx(pool)?, location_device(loc)?, None).map_err(state::cu)?;
+        // SAFETY: writable per the API.
+        unsafe { put(flags, CUmemAccess_flags(f)) }
     })
 }
 

@@ -180,7 +180,7 @@ fixed! { requests:
     Hello, Goodbye, Nop, Init, DriverGetVersion, DeviceGetCount, DataAreaDevice, AreaPinOnDemand, DeviceStatus, DeviceGet, DeviceGetProperties, DeviceGetAttribute,
     PrimaryCtxRetain, PrimaryCtxRelease, CtxCreate, CtxDestroy, CtxSynchronize, CtxGetInfo, CtxLimit,
     ModuleUnload, ModuleLoadCached, ModuleFunctionNames, FuncGetAttribute, FuncSetAttribute,
-    MemAlloc, MemFree, MemGetInfo, MemcpyDtoD, MemAllocAsync, MemFreeAsync, MemPoolAttribute,
+    MemAlloc, MemFree, MemGetInfo, MemcpyDtoD, MemAllocAsync, MemFreeAsync, MemPoolAttribute, MemPoolAccess,
     MemAddressReserve, MemAddressFree, MemCreate, MemRelease, MemMap, MemUnmap,
     StreamCreate, StreamDestroy, StreamSynchronize, StreamQuery, StreamWaitEvent,
     EventCreate, EventRecord, EventQuery, EventSynchronize, EventElapsedTime, EventDestroy,

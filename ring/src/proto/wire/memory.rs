@@ -36,6 +36,20 @@ wire_structs! {
         /// Value to set.
         pub value: U64,
     }
+    /// `cuMemPoolSetAccess` / `cuMemPoolGetAccess`: another device's access
+    /// to the default pool of a context's device.
+    pub struct MemPoolAccess {
+        /// Context id, on the pool's device.
+        pub ctx: U64,
+        /// The device whose access is set or asked (the program's ordinal).
+        pub dev: I32,
+        /// 1 to set, 0 to get.
+        pub set: U32,
+        /// `CUmemAccess_flags` to set: none, or read and write.
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
     /// Head of `Memcpy2D`: a 2D copy of `height` rows of `width` bytes.
     /// The host side (kinds 1 and 2) is `data`, rows packed; inline bytes
     /// follow when it is inline and the copy goes to the device.
