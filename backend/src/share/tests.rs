@@ -109,7 +109,9 @@ fn the_arbiter_tells_the_holder_when_others_wait() {
 #[test]
 fn a_holder_with_the_larger_share_is_due_to_give_back_only_after_its_share() {
     let w: [Words; 2] = Default::default();
-    let seen: Vec<Seen<'_>> = (0..2).map(|i| Seen { id: i, group: Group::Tenant(format!("t{i}")), share: [3, 1][i as usize], turn: w[i as usize].turn() }).collect();
+    let seen: Vec<Seen<'_>> = (0..2)
+        .map(|i| Seen { id: i, group: Group::Tenant(format!("t{i}")), share: [3, 1][i as usize], turn: w[i as usize].turn() })
+        .collect();
     let arbiter = Arbiter::new(Duration::from_millis(10));
     let t0 = Instant::now();
     w[1].want(0);

@@ -12,8 +12,7 @@ use crate::state::objects::{DevAlloc, DevKind};
 use crate::state::{self, Res, ctx, handle, id, objects, put, run};
 use pvgpu_frontend::Stream;
 use pvgpu_ring::cuda::api::{
-    CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUmemAccess_flags, CUmemAccessDesc, CUmemLocation,
-    CUmemPool_attribute,
+    CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUmemAccess_flags, CUmemAccessDesc, CUmemLocation, CUmemPool_attribute,
 };
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_int, c_void};
