@@ -389,21 +389,11 @@ impl ExecContext for HostContext {
         // unless it marks a place in a capture, which `s` then joins.
         self.ok()?;
         self.events.get(&e).ok_or(CuError::INVALID_HANDLE)?;
-        if self.graphs.wait(s, e)? {
-            return Ok(());
-        }
-        self.events.get(&e).map(|_| ()).ok_or(CuError::INVALID_HANDLE)
+        self.graphs.wait(s, e).map(drop)
     }
 
     fn stream_wait_foreign_event(&mut self, s: Option<u64>, _e: u64) -> CuRes<()> {
-        // Work runs at once here: the other context's event is complete.
-        // A capture does not take in another context's work here (it
-        // would need that context's graph): refused by name.
-        self.ok()?;
-        if self.graphs.capturing(s) {
-            return Err(CuError::STREAM_CAPTURE_ISOLATION);
-        }
-        Ok(())
+        self.wait_foreign(s)
     }
 
     fn func_get_attribute(&mut self, _f: HostFunction, attr: i32) -> CuRes<i32> {

@@ -19,6 +19,18 @@ impl HostContext {
         Ok(if kind == 0 { 1 } else { 8 })
     }
 
+    /// A stream waits for an event of another context. Work runs at once
+    /// here, so the event is complete; a capture does not take in another
+    /// context's work here (it would need that context's graph): refused
+    /// by name.
+    pub(super) fn wait_foreign(&mut self, s: Option<u64>) -> CuRes<()> {
+        self.ok()?;
+        if self.graphs.capturing(s) {
+            return Err(CuError::STREAM_CAPTURE_ISOLATION);
+        }
+        Ok(())
+    }
+
     pub(super) fn pool_attribute(&mut self, attr: u32, set: Option<u64>) -> CuRes<u64> {
         self.ok()?;
         match (attr, set) {
