@@ -50,8 +50,13 @@ fn in_capture<E: Executor>(s: &mut Session<E>, ctx: u64, st: Option<super::Strea
 /// graph, it is unmapped; either way the address stays the graph's.
 fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> CuRes<()> {
     let a = *s.allocs.get(&dptr).filter(|a| matches!(a.kind, AllocKind::Memory | AllocKind::Graph)).ok_or(CuError::INVALID_VALUE)?;
+    let stream_ctx = match stream {
+        Some(id) if id != 0 => Some(s.streams.get(id).ok_or(CuError::INVALID_HANDLE)?.ctx),
+        _ => None,
+    };
     match stream {
         None => s.enter(a.ctx)?.mem_free(dptr)?,
+        Some(id) if stream_ctx.is_some_and(|c| c != a.ctx) => free_after_other_context(s, dptr, a.ctx, id)?,
         Some(id) => {
             let st = s.stream(id, a.ctx)?;
             let graph_free = a.kind == AllocKind::Graph && in_capture(s, a.ctx, st)?;
@@ -71,6 +76,29 @@ fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> C
         s.remeasure();
     }
     Ok(())
+}
+
+/// `cuMemFreeAsync` on a stream of another context than the one that
+/// allocated (device 1's stream freeing what device 0's pool gave, as
+/// streamOrderedAllocationP2P does): the allocating context frees it once
+/// the stream's work so far is done, ordered through an event.
+fn free_after_other_context<E: Executor>(s: &mut Session<E>, dptr: u64, owner: u64, stream: u64) -> CuRes<()> {
+    let ctx = s.streams.get(stream).ok_or(CuError::INVALID_HANDLE)?.ctx;
+    let st = s.stream(stream, ctx)?;
+    if in_capture(s, ctx, st)? {
+        return Err(CuError::STREAM_CAPTURE_UNSUPPORTED);
+    }
+    let c = s.enter(ctx)?;
+    let ev = c.event_create(pvgpu_ring::cuda::api::CU_EVENT_DISABLE_TIMING.0)?;
+    let recorded = c.event_record(ev, st);
+    let freed = recorded.and_then(|()| {
+        let o = s.enter(owner)?;
+        o.stream_wait_foreign_event(None, ev)?;
+        o.mem_free_async(dptr, None)
+    });
+    // The wait holds what it needs: the event can go at once.
+    s.enter(ctx)?.event_destroy(ev)?;
+    freed
 }
 
 pub(super) fn mem_alloc<E: Executor>(s: &mut Session<E>, r: proto::MemAlloc, _: &mut Io<'_>) -> CuRes<DptrRep> {

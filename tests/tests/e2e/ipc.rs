@@ -144,7 +144,8 @@ pub(crate) fn shareable_physical_memory(t: Transport) {
 
 /// Peer access as the backend's driver answers it: a device and itself
 /// are no peers; contexts of one device cannot enable access to each
-/// other, but a stream of one may wait for an event of the other. A
+/// other, but a stream of one may wait for an event of the other and free
+/// what the other's pool gave. A
 /// default pool's own device reads and writes it. With two
 /// devices (the two-GPU machine): device 1's access to device 0's default
 /// pool given and taken back, access enabled both ways, peer copies in both directions (also on a stream of the other
@@ -166,6 +167,12 @@ pub(crate) fn peer_access(t: Transport) {
     let s = c.stream_create(other, 1, 0).unwrap();
     c.stream_wait_event(s, ev).unwrap();
     c.stream_synchronize(s).unwrap();
+    // ... and frees, in its order, what the other's pool gave.
+    let p = c.mem_alloc_async(g.ctx, 1 << 20, Stream::DEFAULT).unwrap();
+    c.mem_free_async(p, s).unwrap();
+    c.stream_synchronize(s).unwrap();
+    c.mem_free(p).unwrap(); // posted: refused at the next waited call
+    assert_eq!(code(c.ctx_synchronize(g.ctx)), CuResult::INVALID_VALUE, "freed already");
     c.stream_destroy(s).unwrap();
     c.event_destroy(ev).unwrap();
     c.ctx_destroy(other).unwrap();
