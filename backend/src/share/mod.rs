@@ -27,12 +27,12 @@
 //! - A holder that has just waited for all it queued on the GPU (a
 //!   context or stream synchronisation) while others wait, and whose
 //!   tenant has had its share, gives the turn back at once, whatever is
-//!   left of its slice: the GPU has nothing of
-//!   its own to run, so the next holder starts on an idle GPU and nobody
-//!   waits for a drain. A training loop that synchronises once a step
-//!   then holds the turn for its step's GPU work, not for the time its
-//!   program spends launching the next step on the CPU, which then
-//!   overlaps the other sessions' turns.
+//!   left of its slice: the GPU has nothing of its own to run, so the
+//!   next holder starts on an idle GPU and nobody waits for a drain. A
+//!   training loop that synchronises once a step then holds the turn for
+//!   its step's GPU work, not for the time its program spends launching
+//!   the next step on the CPU, which then overlaps the other sessions'
+//!   turns.
 //! - A holder that sends no command for a quarter of a slice while others
 //!   wait (its program sleeps, or computes on its CPU) loses its turn at
 //!   once, without the drain; work it left queued then overlaps the next
