@@ -46,6 +46,8 @@ const GUARD: u64 = 4096;
 /// Address range given to each context.
 const CTX_SPAN: u64 = 1 << 40;
 const BASE: u64 = 0x2000_0000_0000;
+/// The context span no context gets: `[0x3000_0000_0000, +CTX_SPAN)`.
+const PRIVATE_SLOT: u64 = (0x3000_0000_0000 - BASE) / CTX_SPAN;
 static NEXT_CTX: AtomicU64 = AtomicU64::new(1);
 
 /// What the double reserves for each context, as a driver does.
@@ -209,8 +211,13 @@ impl Executor for HostExecutor {
     fn create_context(&self, device: usize, _flags: u32) -> CuRes<HostContext> {
         let dev = self.devices.get(device).ok_or(CuError::INVALID_DEVICE)?;
         // Spread contexts (also those of other worker processes) over
-        // distinct address ranges, as a GPU's unified address space does.
-        let n = (NEXT_CTX.fetch_add(1, Ordering::Relaxed) + std::process::id() as u64 * 7) % 64;
+        // distinct address ranges, as a GPU's unified address space does,
+        // leaving out the span where programs' private page-locked memory
+        // lies (the drop-in library places it from 0x3000_0000_0000,
+        // `frontend/libcuda/src/api/host.rs`): a program's mirror there must
+        // not meet a context's device addresses.
+        let n = (NEXT_CTX.fetch_add(1, Ordering::Relaxed) + std::process::id() as u64 * 7) % 63;
+        let n = if n >= PRIVATE_SLOT { n + 1 } else { n };
         let base = BASE + n * CTX_SPAN;
         let mut c = HostContext {
             mem: Mem {
