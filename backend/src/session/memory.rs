@@ -50,14 +50,15 @@ fn in_capture<E: Executor>(s: &mut Session<E>, ctx: u64, st: Option<super::Strea
 /// graph, it is unmapped; either way the address stays the graph's.
 fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> CuRes<()> {
     let a = *s.allocs.get(&dptr).filter(|a| matches!(a.kind, AllocKind::Memory | AllocKind::Graph)).ok_or(CuError::INVALID_VALUE)?;
-    let stream_ctx = match stream {
-        Some(id) if id != 0 => Some(s.streams.get(id).ok_or(CuError::INVALID_HANDLE)?.ctx),
+    // A stream of another context than the allocating one.
+    let other_ctx = match stream {
+        Some(id) if id != 0 => Some(s.streams.get(id).ok_or(CuError::INVALID_HANDLE)?.ctx).filter(|&c| c != a.ctx),
         _ => None,
     };
-    match stream {
-        None => s.enter(a.ctx)?.mem_free(dptr)?,
-        Some(id) if stream_ctx.is_some_and(|c| c != a.ctx) => free_after_other_context(s, dptr, a.ctx, id)?,
-        Some(id) => {
+    match (stream, other_ctx) {
+        (None, _) => s.enter(a.ctx)?.mem_free(dptr)?,
+        (Some(id), Some(ctx)) => free_after_other_context(s, dptr, a.ctx, id, ctx)?,
+        (Some(id), None) => {
             let st = s.stream(id, a.ctx)?;
             let graph_free = a.kind == AllocKind::Graph && in_capture(s, a.ctx, st)?;
             super::graph::refuse_during_capture(s, a.ctx, st, graph_free)?;
@@ -81,9 +82,9 @@ fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> C
 /// `cuMemFreeAsync` on a stream of another context than the one that
 /// allocated (device 1's stream freeing what device 0's pool gave, as
 /// streamOrderedAllocationP2P does): the allocating context frees it once
-/// the stream's work so far is done, ordered through an event.
-fn free_after_other_context<E: Executor>(s: &mut Session<E>, dptr: u64, owner: u64, stream: u64) -> CuRes<()> {
-    let ctx = s.streams.get(stream).ok_or(CuError::INVALID_HANDLE)?.ctx;
+/// the work so far of `stream` (of context `ctx`) is done, ordered through
+/// an event.
+fn free_after_other_context<E: Executor>(s: &mut Session<E>, dptr: u64, owner: u64, stream: u64, ctx: u64) -> CuRes<()> {
     let st = s.stream(stream, ctx)?;
     if in_capture(s, ctx, st)? {
         return Err(CuError::STREAM_CAPTURE_UNSUPPORTED);

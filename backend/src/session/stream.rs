@@ -51,11 +51,10 @@ pub(super) fn stream_query<E: Executor>(s: &mut Session<E>, r: proto::StreamQuer
 /// programs do). The default stream is the event's context's.
 pub(super) fn stream_wait_event<E: Executor>(s: &mut Session<E>, r: proto::StreamWaitEvent, _: &mut Io<'_>) -> CuRes<()> {
     let (ev_ctx, ev) = event(s, r.event.get())?;
-    let ctx = match r.stream.get() {
-        0 => ev_ctx,
-        id => owned(s, id)?.0,
+    let (ctx, st) = match r.stream.get() {
+        0 => (ev_ctx, None),
+        id => owned(s, id).map(|(c, st)| (c, Some(st)))?,
     };
-    let st = s.stream(r.stream.get(), ctx)?;
     if ctx == ev_ctx { s.enter(ctx)?.stream_wait_event(st, ev) } else { s.enter(ctx)?.stream_wait_foreign_event(st, ev) }
 }
 

@@ -129,14 +129,16 @@ fn is_wide(attr: CUmemPool_attribute) -> bool {
     attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
 }
 
-/// A context on the pool's device: the current one.
+/// A context of the pool's device, for what concerns the device's pool as
+/// a whole: the current one if it is there, else the device's primary
+/// context (retained for the life of the process, as the driver keeps a
+/// device's pools).
 fn pool_ctx(pool: *mut c_void) -> Result<pvgpu_frontend::Context, CuError> {
     let dev = pool_device(pool)?;
-    let h = state::current_handle().ok_or(CuError::INVALID_CONTEXT)?;
-    if ctx::device_of(h)? != dev {
-        return Err(CuError::INVALID_CONTEXT);
+    match state::current_handle().filter(|&h| ctx::device_of(h).is_ok_and(|d| d == dev)) {
+        Some(h) => ctx::backend(h),
+        None => ctx::backend(ctx::primary_held(dev)?),
     }
-    ctx::backend(h)
 }
 
 /// `cuMemPoolGetAttribute` of a default pool.
@@ -169,18 +171,6 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(pool: *mut c_void, attr: CUmemPoo
     })
 }
 
-/// A context of the pool's device for what concerns the device's pool as
-/// a whole: the current one if it is there, else the device's primary
-/// context (retained for the life of the process, as the driver keeps a
-/// device's pools).
-fn device_pool_ctx(pool: *mut c_void) -> Result<pvgpu_frontend::Context, CuError> {
-    let dev = pool_device(pool)?;
-    match state::current_handle().filter(|&h| ctx::device_of(h).is_ok_and(|d| d == dev)) {
-        Some(h) => ctx::backend(h),
-        None => ctx::backend(ctx::primary_held(dev)?),
-    }
-}
-
 /// The device a location names.
 fn location_device(l: &CUmemLocation) -> Result<c_int, CuError> {
     if l.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
@@ -201,7 +191,7 @@ pub unsafe extern "C" fn cuMemPoolSetAccess(pool: *mut c_void, map: *const CUmem
         if map.is_null() && count > 0 {
             return Err(CuError::INVALID_VALUE);
         }
-        let c = device_pool_ctx(pool)?;
+        let c = pool_ctx(pool)?;
         // SAFETY: `count` readable descriptors, per the caller (none when
         // `count` is 0).
         let descs = if count == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(map, count) } };
@@ -221,7 +211,7 @@ pub unsafe extern "C" fn cuMemPoolGetAccess(flags: *mut CUmemAccess_flags, pool:
     run("cuMemPoolGetAccess", || {
         // SAFETY: null or readable, per the API.
         let loc = unsafe { location.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
-        let f = state::client()?.mem_pool_access(device_pool_ctx(pool)?, location_device(loc)?, None).map_err(state::cu)?;
+        let f = state::client()?.mem_pool_access(pool_ctx(pool)?, location_device(loc)?, None).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(flags, CUmemAccess_flags(f)) }
     })
