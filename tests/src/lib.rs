@@ -224,8 +224,24 @@ pub struct HarnessOptions {
     pub gpu_slice: Option<Duration>,
 }
 
-fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free TCP port")
+/// A TCP port for a harness backend, free when chosen. It comes from
+/// below the kernel's ephemeral range (32768 and up by default), so no
+/// outgoing connection of another test takes it as its source port between
+/// now and the backend's bind, or while [`Harness::restart`] rebinds it;
+/// harnesses of this process never share one.
+pub fn free_tcp_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id().wrapping_mul(7919);
+    for _ in 0..SPAN {
+        let port = (FIRST + seed.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free TCP port in {FIRST}..{}", FIRST + SPAN)
 }
 
 /// Path of the `pvgpu-backend` binary: `PVGPU_BACKEND_BIN`, or the one

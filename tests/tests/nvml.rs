@@ -164,7 +164,7 @@ fn no_driver(out: Output) -> String {
 fn unreachable_backend_is_driver_not_loaded() {
     // A port nothing listens on: bound, then closed. libcuda's cuInit
     // answers CUDA_ERROR_NO_DEVICE.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = pvgpu_tests::free_tcp_port();
     let log = no_driver(run(&format!("tcp:127.0.0.1:{port}"), &["--no-driver"], Some("error")));
     assert!(log.contains("libcuda: cannot reach the pvgpu backend"), "no log line from libcuda saying why:\n{log}");
     assert!(log.contains("libnvidia-ml: cuInit failed") && log.contains("CUDA_ERROR_NO_DEVICE"), "no log line from NVML:\n{log}");

@@ -7,7 +7,7 @@ mod openings;
 
 use pvgpu_frontend::error::Chain;
 use pvgpu_frontend::{BackendAddr, Client, Options};
-use pvgpu_tests::{TempDir, backend_bin, eventually, session_workers, write_key_file, write_tls_files};
+use pvgpu_tests::{TempDir, backend_bin, eventually, free_tcp_port, session_workers, write_key_file, write_tls_files};
 use std::io::Write;
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
@@ -32,9 +32,8 @@ impl Backend {
         let sock = dir.0.join("b.sock");
         let key = dir.0.join("tcp.key");
         write_key_file(&key);
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let tcp = format!("127.0.0.1:{port}");
-        let tls = format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+        let tcp = format!("127.0.0.1:{}", free_tcp_port());
+        let tls = format!("127.0.0.1:{}", free_tcp_port());
         let (ca, cert, tls_key) = write_tls_files(&dir.0);
         let child = Command::new(backend_bin())
             .args(["--executor", "host", "--host-mem", "1G", "--image-cache", "off", "--listen"])
