@@ -264,6 +264,19 @@ impl Default for AdmissionConfig {
     }
 }
 
+/// Where the GPU executor puts a session's device memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum DeviceMemory {
+    /// Where the driver's `cuMemAlloc` puts it: addresses a new process
+    /// cannot have back, so a session never leaves its backend.
+    #[default]
+    Driver,
+    /// At addresses the backend reserves for each context (the virtual
+    /// memory API), which a new process can reserve again: a checkpointed
+    /// session can be restored in another backend process (docs/operations.md).
+    Placed,
+}
+
 /// Which executor runs the commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ExecutorKind {
@@ -292,6 +305,8 @@ pub struct ExecutorConfig {
     pub host_mem: u64,
     /// Devices of the host executor.
     pub host_devices: usize,
+    /// Where the GPU executor puts device memory.
+    pub device_memory: DeviceMemory,
 }
 
 /// The command that starts a worker process: the `pvgpu-backend` binary and

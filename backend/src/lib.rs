@@ -54,6 +54,7 @@ pub mod exec;
 mod handles;
 pub mod handover;
 pub mod image_cache;
+pub mod layout;
 pub mod ipc;
 pub mod ledger;
 pub mod listener;

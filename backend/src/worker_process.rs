@@ -65,11 +65,11 @@ pub enum Prepared {
 /// Starts the CUDA executor in a process that serves one session, with
 /// what kernels print sent to the program (it reaches this process's
 /// standard output, which is captured before the driver starts).
-pub fn prepare_cuda() -> Result<Arc<CudaExecutor>, WorkerError> {
+pub fn prepare_cuda(memory: crate::config::DeviceMemory) -> Result<Arc<CudaExecutor>, WorkerError> {
     if let Err(e) = crate::exec::cuda::output::capture() {
         tracing::warn!(error = %pvgpu_ring::report::Chain(&e), "kernel output stays in the backend's log");
     }
-    Ok(Arc::new(CudaExecutor::new()?))
+    Ok(Arc::new(CudaExecutor::with_memory(memory)?))
 }
 
 /// The session a worker serves, as the supervisor names it.
@@ -180,7 +180,7 @@ pub fn run_worker(
                 ExecutorKind::Cuda => {
                     let e = match prepared {
                         Some(Prepared::Cuda(e)) => e,
-                        None => prepare_cuda()?,
+                        None => prepare_cuda(exec.device_memory)?,
                     };
                     // Confined once the GPU is open and the connection mapped
                     // (Xen: the grants and the event channel), before the

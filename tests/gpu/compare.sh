@@ -5,7 +5,7 @@
 # local transport and over TCP against a pvgpu-backend on the GPU, and
 # compares their standard output with the native run's.
 #
-#   tests/gpu/compare.sh BIN_DIR OUT_DIR
+#   [BACKEND_ARGS="--device-memory placed"] tests/gpu/compare.sh BIN_DIR OUT_DIR
 #
 # BIN_DIR holds release builds of pvgpu-backend and libpvgpu_cuda.so.
 # OUT_DIR receives summary.md (one row per program and cudart), and
@@ -60,7 +60,7 @@ wait
 sock=$work/pvgpu.sock
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/tcp.key"
 chmod 600 "$work/tcp.key"
-"$bin/pvgpu-backend" --listen "local:$sock" --listen tcp:127.0.0.1:7300 --tcp-key "$work/tcp.key" --executor cuda > "$work/runs/backend.log" 2>&1 &
+"$bin/pvgpu-backend" --listen "local:$sock" --listen tcp:127.0.0.1:7300 --tcp-key "$work/tcp.key" --executor cuda ${BACKEND_ARGS:-} > "$work/runs/backend.log" 2>&1 &
 backend=$!
 for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.2; done
 

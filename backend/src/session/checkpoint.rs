@@ -26,7 +26,7 @@ pub enum CheckpointError {
     /// The session may not leave: the executor cannot give a restored
     /// session its device addresses back.
     #[error(
-        "this GPU's driver does not give another process the device addresses the session holds (cuMemAlloc's heap), so it could not be restored elsewhere; it goes on running here (--leave-running writes a snapshot and keeps it running)"
+        "the session's device memory is where the driver's cuMemAlloc put it, addresses another process cannot have back, so it could not be restored elsewhere; it goes on running here (--leave-running writes a snapshot and keeps it running; a backend started with --device-memory placed lets sessions leave)"
     )]
     CannotLeave,
     /// The session has no resume token.

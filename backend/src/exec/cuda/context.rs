@@ -69,6 +69,9 @@ impl ExecContext for CudaContext {
     }
 
     fn mem_alloc(&mut self, size: u64) -> CuRes<u64> {
+        if let Some(placed) = self.placed.as_mut() {
+            return placed.alloc_now(size);
+        }
         let mut p = 0;
         // SAFETY: valid out-pointer.
         ck(unsafe { sys::cuMemAlloc_v2(&mut p, size as usize) })?;
@@ -76,18 +79,18 @@ impl ExecContext for CudaContext {
     }
 
     fn mem_free(&mut self, dptr: u64) -> CuRes<()> {
+        if let Some(placed) = self.placed.as_mut().filter(|p| p.owns(dptr)) {
+            return placed.free(dptr);
+        }
         // SAFETY: the session only frees addresses this context allocated.
         ck(unsafe { sys::cuMemFree_v2(dptr) })
     }
 
-    /// Not on the GPU: the driver gives `cuMemAlloc` memory out of a heap
-    /// whose addresses another process cannot reserve (measured on the
-    /// H100, driver 580: `cuMemAddressReserve` at such an address returns
-    /// another, and `cuMemAlloc` of the same sizes in a fresh process lands
-    /// elsewhere), so a session on this executor never leaves its backend
+    /// Only with placed memory (`--device-memory placed`): the driver's
+    /// `cuMemAlloc` heap has addresses another process cannot reserve
     /// ([`crate::exec::Executor::restores_addresses`]).
-    fn restore_memory(&mut self, _ranges: &[(u64, u64)]) -> CuRes<()> {
-        Err(CuError::NOT_SUPPORTED)
+    fn restore_memory(&mut self, ranges: &[(u64, u64)]) -> CuRes<()> {
+        self.placed.as_mut().ok_or(CuError::NOT_SUPPORTED)?.restore(ranges)
     }
 
     fn mem_get_info(&mut self) -> CuRes<(u64, u64)> {
@@ -279,6 +282,8 @@ impl ExecContext for CudaContext {
     }
 
     fn stream_destroy(&mut self, s: CudaStream) -> CuRes<()> {
+        // A capture it had ends with it.
+        super::placed::capture_ended(s);
         // SAFETY: the stream was created here and is destroyed once.
         ck(unsafe { sys::cuStreamDestroy_v2(s.0) })
     }

@@ -79,6 +79,9 @@ impl CudaContext {
     }
 
     pub(super) fn alloc_async(&mut self, size: u64, stream: Option<CudaStream>) -> CuRes<u64> {
+        if self.placed.is_some() && !capturing(stream)? {
+            return self.placed.as_mut().map_or(Err(pvgpu_ring::CuError::UNKNOWN), |p| p.alloc(size));
+        }
         let mut p = 0;
         // SAFETY: valid out-pointer; the stream belongs to this context.
         ck(unsafe { sys::cuMemAllocAsync(&mut p, size as usize, raw_stream(stream)) })?;
@@ -86,6 +89,11 @@ impl CudaContext {
     }
 
     pub(super) fn free_async(&mut self, dptr: u64, stream: Option<CudaStream>) -> CuRes<()> {
+        if let Some(placed) = self.placed.as_mut().filter(|p| p.owns(dptr))
+            && !capturing(stream)?
+        {
+            return placed.free_async(dptr, stream);
+        }
         // SAFETY: the session frees only addresses this context allocated.
         ck(unsafe { sys::cuMemFreeAsync(dptr, raw_stream(stream)) })
     }
@@ -265,4 +273,12 @@ impl Tensor {
             oob: CUtensorMapFloatOOBfill(r.oob_fill.get()),
         }
     }
+}
+
+/// Whether `stream` is being captured into a graph.
+fn capturing(stream: Option<CudaStream>) -> CuRes<bool> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: valid out-pointer; the stream belongs to the current context.
+    ck(unsafe { sys::cuStreamIsCapturing(raw_stream(stream), &mut status) })?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }

@@ -109,7 +109,9 @@ impl ExecGraph for CudaContext {
     fn begin_capture(&mut self, s: CudaStream, mode: u32) -> CuRes<()> {
         let begin = entry(self.drv.cuStreamBeginCapture_v2)?;
         // SAFETY: a live stream of this context; the mode was decoded.
-        ok(unsafe { begin(stream(Some(s)), CUstreamCaptureMode(mode)) })
+        ok(unsafe { begin(stream(Some(s)), CUstreamCaptureMode(mode)) })?;
+        super::placed::capture_began(s);
+        Ok(())
     }
 
     fn begin_capture_to_graph(&mut self, s: CudaStream, g: CudaGraph, deps: &[CudaNode], mode: u32) -> CuRes<()> {
@@ -117,15 +119,18 @@ impl ExecGraph for CudaContext {
         let deps = nodes(deps);
         // SAFETY: a live stream and graph of this context, `deps.len()` of
         // its nodes, default edges (no edge data).
-        ok(unsafe { begin(stream(Some(s)), g.0, deps.as_ptr(), ptr::null(), deps.len(), CUstreamCaptureMode(mode)) })
+        ok(unsafe { begin(stream(Some(s)), g.0, deps.as_ptr(), ptr::null(), deps.len(), CUstreamCaptureMode(mode)) })?;
+        super::placed::capture_began(s);
+        Ok(())
     }
 
     fn end_capture(&mut self, s: CudaStream) -> CuRes<CudaGraph> {
         let end = entry(self.drv.cuStreamEndCapture)?;
         let mut g = ptr::null_mut();
         // SAFETY: a live stream; a valid out-pointer.
-        ok(unsafe { end(stream(Some(s)), &mut g) })?;
-        Ok(CudaGraph(g))
+        let ended = ok(unsafe { end(stream(Some(s)), &mut g) });
+        super::placed::capture_ended(s);
+        ended.map(|()| CudaGraph(g))
     }
 
     fn update_capture_deps(&mut self, s: CudaStream, deps: &[CudaNode], flags: u32) -> CuRes<()> {

@@ -9,6 +9,7 @@
 //! context of the process: see `docs/architecture.md`), so the backend runs
 //! each session of this executor in its own worker process by default.
 
+mod arena;
 mod array;
 mod conditional;
 mod context;
@@ -33,6 +34,7 @@ pub fn gpu_gauges() -> Option<std::sync::Arc<dyn crate::metrics::GpuSource>> {
     boards.map(|b| std::sync::Arc::new(b) as std::sync::Arc<dyn crate::metrics::GpuSource>)
 }
 pub mod output;
+mod placed;
 mod vmm;
 
 use super::{Copy2D, CtxInfo, CuRes, DeviceInfo, Executor, LaunchAttr, LaunchDims, Param, Rect, TensorMapEncode};
@@ -127,6 +129,7 @@ pub struct CudaExecutor {
     driver_version: i32,
     drv: &'static Driver,
     nvml: Option<nvml::Nvml>,
+    memory: crate::config::DeviceMemory,
 }
 
 /// A device's PCI bus id as `cuDeviceGetPCIBusId` writes it (empty if the
@@ -141,8 +144,25 @@ fn bus_id(dev: sys::CUdevice) -> String {
 }
 
 impl CudaExecutor {
-    /// Loads libcuda, initialises it and describes every device.
+    /// The other devices that can reach `dev`'s memory peer to peer.
+    fn peers_of(&self, dev: sys::CUdevice) -> Vec<sys::CUdevice> {
+        let can = |peer: sys::CUdevice| {
+            let mut v = 0;
+            // SAFETY: valid out-pointer; devices of this driver.
+            let r = unsafe { sys::cuDeviceCanAccessPeer(&mut v, peer, dev) };
+            r == sys::cudaError_enum::CUDA_SUCCESS && v == 1
+        };
+        self.raw.iter().copied().filter(|&p| p != dev && can(p)).collect()
+    }
+
+    /// Loads libcuda, initialises it and describes every device; device
+    /// memory where the driver puts it.
     pub fn new() -> Result<Self, CudaInitError> {
+        Self::with_memory(crate::config::DeviceMemory::Driver)
+    }
+
+    /// As [`CudaExecutor::new`], with device memory where `memory` says.
+    pub fn with_memory(memory: crate::config::DeviceMemory) -> Result<Self, CudaInitError> {
         let drv = load_driver()?;
         // SAFETY: cuInit has no preconditions.
         init_ck("cuInit", unsafe { sys::cuInit(0) })?;
@@ -163,8 +183,8 @@ impl CudaExecutor {
         }
         let bus_ids: Vec<String> = raw.iter().map(|&d| bus_id(d)).collect();
         let nvml = nvml::Nvml::load(&bus_ids);
-        tracing::info!(driver_version, devices = devices.len(), nvml = nvml.is_some(), "CUDA executor ready");
-        Ok(CudaExecutor { devices, raw, driver_version, drv, nvml })
+        tracing::info!(driver_version, devices = devices.len(), nvml = nvml.is_some(), ?memory, "CUDA executor ready");
+        Ok(CudaExecutor { devices, raw, driver_version, drv, nvml, memory })
     }
 }
 
@@ -291,7 +311,15 @@ impl Executor for CudaExecutor {
         let mut raw = ptr::null_mut();
         // SAFETY: valid out-pointer; null create-params asks for defaults.
         ck(unsafe { sys::cuCtxCreate_v4(&mut raw, ptr::null_mut(), flags, dev) })?;
-        Ok(CudaContext { raw, dev, drv: self.drv, host: host_node::HostNodes::default() })
+        let mut ctx = CudaContext { raw, dev, drv: self.drv, host: host_node::HostNodes::default(), placed: None };
+        if self.memory == crate::config::DeviceMemory::Placed {
+            ctx.placed = Some(Box::new(placed::Placed::new(self.drv, dev, self.peers_of(dev))?));
+        }
+        Ok(ctx)
+    }
+
+    fn restores_addresses(&self) -> bool {
+        self.memory == crate::config::DeviceMemory::Placed
     }
 }
 
@@ -303,6 +331,8 @@ pub struct CudaContext {
     /// Host nodes' targets and fences: dropped after the context is
     /// destroyed (fields drop after `Drop::drop`).
     host: host_node::HostNodes,
+    /// Device memory at the backend's addresses (`--device-memory placed`).
+    placed: Option<Box<placed::Placed>>,
 }
 
 // SAFETY: a CUDA context may be used from any thread once made current
@@ -311,6 +341,18 @@ unsafe impl Send for CudaContext {}
 
 impl Drop for CudaContext {
     fn drop(&mut self) {
+        if let Some(p) = self.placed.as_mut() {
+            // Placed memory outlives contexts: give it back once the
+            // context's work is done.
+            // SAFETY: the context is alive (destroyed below).
+            let current = ck(unsafe { sys::cuCtxSetCurrent(self.raw) });
+            // SAFETY: no arguments; acts on this context, made current.
+            let done = current.and_then(|()| ck(unsafe { sys::cuCtxSynchronize() }));
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "a context's work failed before its placed memory went back");
+            }
+            p.release();
+        }
         // SAFETY: we created this context and destroy it once; the driver
         // frees everything made in it.
         let r = unsafe { sys::cuCtxDestroy_v2(self.raw) };

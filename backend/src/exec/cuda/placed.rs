@@ -1,0 +1,287 @@
+//! A context's device memory in its [`Arena`] (`--device-memory placed`):
+//! the driver calls behind the arena's [`Backing`], and what `cuMemAlloc`,
+//! `cuMemFree` and their stream-ordered forms do in this mode.
+//!
+//! - A free waits for the context's work first, as `cuMemFree` does, since
+//!   unmapping memory a kernel still reads would fault the context.
+//! - A stream-ordered allocation is ready at once (the stream's order is
+//!   kept trivially); a stream-ordered free records an event on the stream
+//!   and gives the memory back once the event has completed, looked at
+//!   whenever the context allocates or frees. On a stream that is being
+//!   captured both stay the driver's (they become the graph's memory
+//!   nodes), and so does freeing what a graph allocated.
+//! - While a stream of the process is being captured, an allocation or a
+//!   free first asks the driver's own `cuMemAlloc` whether such a call may
+//!   run now (a global capture refuses it and is invalidated, as natively;
+//!   a relaxed one lets it through); a free let through then waits until
+//!   no capture is left, since the context cannot be synchronised during
+//!   one.
+//! - The memory is accessible from the context's device and every device
+//!   that can reach it peer to peer, as `cuMemAlloc` memory is once peer
+//!   access is enabled.
+
+use super::arena::{Arena, Backing};
+use super::driver::{entry, ok};
+use super::{CudaStream, ck, raw_stream};
+use crate::exec::CuRes;
+use cudarc::driver::sys;
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use pvgpu_ring::CuError;
+use pvgpu_ring::cuda::api::{
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationProp, CUmemLocation,
+    Driver,
+};
+
+/// Streams of this process being captured (raw handles).
+static CAPTURING: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
+
+/// `s` began a capture.
+pub(super) fn capture_began(s: CudaStream) {
+    CAPTURING.lock().unwrap_or_else(|p| p.into_inner()).insert(raw_stream(Some(s)) as usize);
+}
+
+/// `s`'s capture ended (or never began).
+pub(super) fn capture_ended(s: CudaStream) {
+    CAPTURING.lock().unwrap_or_else(|p| p.into_inner()).remove(&(raw_stream(Some(s)) as usize));
+}
+
+fn any_capturing() -> bool {
+    !CAPTURING.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+}
+
+/// What the driver answers a `cuMemAlloc` now: refused during a global
+/// capture (which that invalidates, as the program's own call would have).
+fn may_manage_memory() -> CuRes<()> {
+    let mut p = 0;
+    // SAFETY: valid out-pointer; one byte of the current context's memory.
+    ck(unsafe { sys::cuMemAlloc_v2(&mut p, 1) })?;
+    // SAFETY: the allocation just made.
+    ck(unsafe { sys::cuMemFree_v2(p) })
+}
+
+/// The driver side of an arena: one device's memory, mapped for it and
+/// its peers.
+pub(super) struct Vmm {
+    drv: &'static Driver,
+    dev: sys::CUdevice,
+    /// The device first, then every device that can reach its memory.
+    access: Vec<sys::CUdevice>,
+}
+
+impl Vmm {
+    fn prop(&self) -> CUmemAllocationProp {
+        // SAFETY: CUmemAllocationProp is plain integers, flags and a
+        // pointer; zero is "none" for each.
+        let mut p: CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        p.type_ = CU_MEM_ALLOCATION_TYPE_PINNED;
+        p.location = CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: self.dev };
+        p
+    }
+
+    fn descs(&self, all: bool) -> Vec<CUmemAccessDesc> {
+        let n = if all { self.access.len() } else { 1 };
+        self.access[..n]
+            .iter()
+            .map(|&d| CUmemAccessDesc {
+                location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: d },
+                // Read and write.
+                flags: CUmemAccess_flags(3),
+            })
+            .collect()
+    }
+}
+
+impl Backing for Vmm {
+    fn reserve_at(&mut self, addr: u64, len: u64) -> CuRes<()> {
+        let mut got = 0u64;
+        // SAFETY: valid out-pointer; the address is a hint the driver
+        // ignores when the range is taken.
+        ok(unsafe { entry(self.drv.cuMemAddressReserve)?(&mut got, len as usize, 0, addr, 0) })?;
+        if got == addr {
+            return Ok(());
+        }
+        self.unreserve(got, len);
+        Err(CuError::ALREADY_MAPPED)
+    }
+
+    fn unreserve(&mut self, addr: u64, len: u64) {
+        // SAFETY: a whole reservation of this arena, its mappings gone.
+        if let Err(e) = entry(self.drv.cuMemAddressFree).and_then(|f| ok(unsafe { f(addr, len as usize) })) {
+            tracing::warn!(error = %e, addr, "cuMemAddressFree failed");
+        }
+    }
+
+    fn map(&mut self, addr: u64, len: u64) -> CuRes<u64> {
+        let mut h = 0u64;
+        let prop = self.prop();
+        // SAFETY: valid out-pointer and property.
+        ok(unsafe { entry(self.drv.cuMemCreate)?(&mut h, len as usize, &prop, 0) })?;
+        // SAFETY: `addr..addr+len` lies in this arena's reservation and
+        // overlaps none of its mappings (the arena's bookkeeping); `h` has
+        // `len` bytes.
+        let mapped = ok(unsafe { entry(self.drv.cuMemMap)?(addr, len as usize, 0, h, 0) });
+        let access = mapped.and_then(|()| {
+            let set = entry(self.drv.cuMemSetAccess)?;
+            let all = self.descs(true);
+            // SAFETY: the whole mapping just made; descriptors of devices
+            // of this driver.
+            ok(unsafe { set(addr, len as usize, all.as_ptr(), all.len()) }).or_else(|_| {
+                let own = self.descs(false);
+                // SAFETY: as above, the context's device only.
+                ok(unsafe { set(addr, len as usize, own.as_ptr(), 1) })
+            })
+        });
+        if let Err(e) = access {
+            if mapped.is_ok() {
+                // SAFETY: the mapping made above.
+                let _ = entry(self.drv.cuMemUnmap).map(|f| unsafe { f(addr, len as usize) });
+            }
+            // SAFETY: the handle made above, mapped nowhere now.
+            let _ = entry(self.drv.cuMemRelease).map(|f| unsafe { f(h) });
+            return Err(e);
+        }
+        Ok(h)
+    }
+
+    fn unmap(&mut self, addr: u64, len: u64, handle: u64) {
+        // SAFETY: a whole mapping of this arena (its bookkeeping), which no
+        // work of the context uses any more (the caller synchronised).
+        let r = entry(self.drv.cuMemUnmap).and_then(|f| ok(unsafe { f(addr, len as usize) }));
+        // SAFETY: the handle of that mapping, released once.
+        let r = r.and_then(|()| entry(self.drv.cuMemRelease).and_then(|f| ok(unsafe { f(handle) })));
+        if let Err(e) = r {
+            tracing::warn!(error = %e, addr, "cannot give placed device memory back");
+        }
+    }
+}
+
+/// A context's placed memory.
+pub(super) struct Placed {
+    arena: Arena,
+    vmm: Vmm,
+    /// Stream-ordered frees waiting for their event.
+    deferred: Vec<(u64, sys::CUevent)>,
+    /// Frees waiting for the end of every capture.
+    after_capture: Vec<u64>,
+}
+
+impl Placed {
+    /// Placed memory of `dev`, reachable from the devices in `peers` too.
+    pub(super) fn new(drv: &'static Driver, dev: sys::CUdevice, peers: Vec<sys::CUdevice>) -> CuRes<Placed> {
+        let granule = super::vmm::granularity(drv, dev, 0)?;
+        if !granule.is_power_of_two() {
+            return Err(CuError::NOT_SUPPORTED);
+        }
+        let mut access = vec![dev];
+        access.extend(peers);
+        Ok(Placed { arena: Arena::new(granule), vmm: Vmm { drv, dev, access }, deferred: Vec::new(), after_capture: Vec::new() })
+    }
+
+    /// Whether `dptr` is placed memory of this context (else the driver's:
+    /// a graph's allocation).
+    pub(super) fn owns(&self, dptr: u64) -> bool {
+        self.arena.owns(dptr)
+    }
+
+    /// Stream-ordered allocation (ready at once).
+    pub(super) fn alloc(&mut self, size: u64) -> CuRes<u64> {
+        self.reap();
+        self.arena.alloc(&mut self.vmm, size)
+    }
+
+    /// `cuMemAlloc` (the context is current).
+    pub(super) fn alloc_now(&mut self, size: u64) -> CuRes<u64> {
+        if any_capturing() {
+            may_manage_memory()?;
+        }
+        self.alloc(size)
+    }
+
+    /// Frees `dptr` once the context's work is done (the context is
+    /// current).
+    pub(super) fn free(&mut self, dptr: u64) -> CuRes<()> {
+        if any_capturing() {
+            may_manage_memory()?;
+            if !self.arena.owns(dptr) {
+                return Err(CuError::INVALID_VALUE);
+            }
+            self.after_capture.push(dptr);
+            return Ok(());
+        }
+        // SAFETY: no arguments; acts on the current context, this one.
+        ck(unsafe { sys::cuCtxSynchronize() })?;
+        self.reap();
+        self.arena.free(&mut self.vmm, dptr)
+    }
+
+    /// Frees `dptr` once the work queued on `stream` so far is done.
+    pub(super) fn free_async(&mut self, dptr: u64, stream: Option<CudaStream>) -> CuRes<()> {
+        let mut ev = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the context is current.
+        ck(unsafe { sys::cuEventCreate(&mut ev, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) })?;
+        // SAFETY: a live event and a stream of this context.
+        if let Err(e) = ck(unsafe { sys::cuEventRecord(ev, raw_stream(stream)) }) {
+            // SAFETY: the event made above.
+            unsafe { sys::cuEventDestroy_v2(ev) };
+            return Err(e);
+        }
+        self.deferred.push((dptr, ev));
+        self.reap();
+        Ok(())
+    }
+
+    /// Gives back what stream-ordered frees left once their events are
+    /// done, and what frees during a capture left once none is left.
+    fn reap(&mut self) {
+        if !self.after_capture.is_empty() && !any_capturing() {
+            // SAFETY: no arguments; acts on the current context, this one.
+            if ck(unsafe { sys::cuCtxSynchronize() }).is_ok() {
+                for dptr in std::mem::take(&mut self.after_capture) {
+                    if let Err(e) = self.arena.free(&mut self.vmm, dptr) {
+                        tracing::warn!(status = ?e, dptr, "a free of placed memory made during a capture failed");
+                    }
+                }
+            }
+        }
+        let mut i = 0;
+        while i < self.deferred.len() {
+            let (dptr, ev) = self.deferred[i];
+            // SAFETY: a live event of this context.
+            if unsafe { sys::cuEventQuery(ev) } == sys::cudaError_enum::CUDA_ERROR_NOT_READY {
+                i += 1;
+                continue;
+            }
+            self.deferred.swap_remove(i);
+            // SAFETY: the event is done with (recorded and complete).
+            unsafe { sys::cuEventDestroy_v2(ev) };
+            if let Err(e) = self.arena.free(&mut self.vmm, dptr) {
+                tracing::warn!(status = ?e, dptr, "a stream-ordered free of placed memory failed");
+            }
+        }
+    }
+
+    /// Places each (address, length) of a checkpoint where it was; all or
+    /// nothing.
+    pub(super) fn restore(&mut self, ranges: &[(u64, u64)]) -> CuRes<()> {
+        for (i, &(addr, len)) in ranges.iter().enumerate() {
+            if let Err(e) = self.arena.alloc_at(&mut self.vmm, addr, len) {
+                for &(a, _) in &ranges[..i] {
+                    let _ = self.arena.free(&mut self.vmm, a);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives everything back; the context's work is done (the caller
+    /// synchronised it).
+    pub(super) fn release(&mut self) {
+        for (_, ev) in self.deferred.drain(..) {
+            // SAFETY: a live event of this context, destroyed once.
+            unsafe { sys::cuEventDestroy_v2(ev) };
+        }
+        self.arena.release(&mut self.vmm);
+    }
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# A session that leaves its backend process and goes on in another
+# (docs/benchmarks.md, "Sessions that move"): a PyTorch training runs through
+# the drop-in libcuda against backend A (--device-memory placed); at step
+# AT, `pvgpu-ctl checkpoint` detaches its session into a file; A stops; a
+# new backend process B starts at the same addresses; `pvgpu-ctl restore`
+# hands it the file and the training goes on. Its losses are compared
+# with a native run, line by line. On a machine with a GPU and PyTorch:
+#
+#   BIN=DIR OUT=DIR [STEPS=120] [AT=40] [CASES="train-0 train-1024 symbols"] bash tests/migrate/run.sh
+#
+# train-MB is train.py holding MB more of device memory; symbols is
+# symbols.cu (built here with nvcc), a program with a __device__ table.
+# BIN holds release builds of pvgpu-backend, pvgpu-ctl, libpvgpu_cuda.so
+# and libpvgpu_nvml.so. The report goes to OUT/migrate.txt, with what
+# cudaMalloc and cudaFree cost natively and in either --device-memory mode
+# (alloc_cost.cu).
+set -u
+: "${BIN:?set BIN to the folder of the release binaries}" "${OUT:?set OUT to a folder for the results}"
+B=$BIN; S=$(cd "$(dirname "$0")" && pwd); W=$(mktemp -d); mkdir -p $W/lib
+cp $B/libpvgpu_cuda.so $W/lib/libcuda.so.1; cp $B/libpvgpu_nvml.so $W/lib/libnvidia-ml.so.1
+STEPS=${STEPS:-120}; AT=${AT:-40}; R=$OUT/migrate.txt
+CTL="$B/pvgpu-ctl --control unix:$W/ctl.sock"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> $R
+backend() { # log name, device memory (placed by default)
+  $B/pvgpu-backend --listen local:$W/pv.sock --executor cuda --control unix:$W/ctl.sock --device-memory ${2:-placed} \
+    --image-cache off > $OUT/backend-$1.log 2>&1 & bp=$!
+  for _ in $(seq 100); do [ -S $W/ctl.sock ] && [ -S $W/pv.sock ] && break; sleep 0.1; done
+}
+for case in ${CASES:-train-0 train-1024 symbols}; do
+  case $case in
+    train-*) mb=${case#train-}; prog="python3 $S/train.py $STEPS $mb" ;;
+    symbols) mb=0; [ -x $W/symbols ] || nvcc -O2 -o $W/symbols $S/symbols.cu; prog="$W/symbols $STEPS" ;;
+  esac
+  $prog > $W/native.txt 2> $W/native.err || { echo "native run failed"; tail -5 $W/native.err; } >> $R
+  backend A-$case
+  PVGPU_BACKEND=local:$W/pv.sock PVGPU_RESUME_TIMEOUT_S=120 LD_LIBRARY_PATH=$W/lib $prog > $W/pv.txt 2> $W/pv.err & tp=$!
+  while [ $(wc -l < $W/pv.txt) -lt $AT ] && kill -0 $tp 2>/dev/null; do sleep 0.05; done
+  sid=$($CTL sessions --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+  rm -f $W/snap.pvgpu
+  t0=$(date +%s.%N); $CTL checkpoint $sid $W/snap.pvgpu > $W/ckpt.txt 2>&1; rc=$?; t1=$(date +%s.%N)
+  at=$(wc -l < $W/pv.txt)
+  kill $bp; wait $bp; rm -f $W/ctl.sock $W/pv.sock
+  t2=$(date +%s.%N); backend B-$case; t3=$(date +%s.%N)
+  $CTL restore $W/snap.pvgpu > $W/restore.txt 2>&1; rrc=$?; t4=$(date +%s.%N)
+  wait $tp; prc=$?; t5=$(date +%s.%N)
+  kill $bp; wait $bp
+  same=$(diff -q $W/native.txt $W/pv.txt > /dev/null && echo "identical to native" || echo "DIFFERENT from native")
+  python3 - "$case" "$at" "$rc" "$rrc" "$prc" "$same" $t0 $t1 $t2 $t3 $t4 $t5 "$(ls -l $W/snap.pvgpu 2>/dev/null | awk '{print $5}')" <<'PY' >> $R
+import sys
+mb, at, rc, rrc, prc, same = sys.argv[1:7]
+t0, t1, t2, t3, t4, t5 = map(float, sys.argv[7:13])
+size = sys.argv[13] or "0"
+print(f"{mb}: checkpoint at line {at} rc {rc} in {t1-t0:.2f} s ({int(size)/2**20:.0f} MiB file); "
+      f"backend B up in {t3-t2:.2f} s; restore rc {rrc} in {t4-t3:.2f} s; program rc {prc}, "
+      f"rest of the run {t5-t4:.2f} s; losses {same}")
+PY
+  { echo "-- checkpoint"; cat $W/ckpt.txt; echo "-- restore"; cat $W/restore.txt; echo "-- program's last lines"; tail -3 $W/pv.txt; tail -5 $W/pv.err; } >> $R
+done
+# What an allocation costs in each mode.
+nvcc -O2 -o $W/alloc_cost $S/alloc_cost.cu && {
+  echo "-- cudaMalloc/cudaFree, native"; $W/alloc_cost
+  for mem in driver placed; do
+    backend alloc-$mem $mem
+    echo "-- through pvgpu (local), --device-memory $mem"; PVGPU_BACKEND=local:$W/pv.sock LD_LIBRARY_PATH=$W/lib $W/alloc_cost
+    kill $bp; wait $bp; rm -f $W/ctl.sock $W/pv.sock
+  done
+} >> $R 2>&1
+cat $R
