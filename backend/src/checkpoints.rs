@@ -33,11 +33,13 @@ struct Parked {
     path: PathBuf,
 }
 
-/// Orders and parked snapshots.
+/// Orders, parked snapshots, and where moved sessions went.
 #[derive(Default)]
 pub struct Desk {
     orders: Mutex<HashMap<u64, Order>>,
     parked: Mutex<HashMap<Token, Parked>>,
+    /// Token to (peer, the other backend's address).
+    moved: Mutex<HashMap<Token, (String, String)>>,
 }
 
 impl std::fmt::Debug for Desk {
@@ -89,6 +91,19 @@ impl Desk {
         lock(&self.parked).values().map(|p| (p.peer.clone(), p.path.clone())).collect()
     }
 
+    /// Records that `peer`'s session with `token` now lives at `to` (another
+    /// backend took its snapshot): its guest's next `Resume` here is sent
+    /// there. Kept until the backend stops (a guest may come late).
+    pub fn record_move(&self, token: Token, peer: String, to: String) {
+        tracing::info!(peer = %peer, to = %to, "a checkpointed session moved to another backend");
+        lock(&self.moved).insert(token, (peer, to));
+    }
+
+    /// Where `scope`'s session with `token` moved, if it did.
+    pub fn moved_to(&self, scope: &str, token: &Token) -> Option<String> {
+        lock(&self.moved).get(token).filter(|(peer, _)| peer == scope).map(|(_, to)| to.clone())
+    }
+
     /// Hands the snapshot parked under `token` to a session of `scope`,
     /// once: `Unknown` for another peer's token (as for none).
     pub fn claim(&self, scope: &str, token: &Token) -> Result<Arc<OwnedFd>, IpcError> {
@@ -116,6 +131,16 @@ mod tests {
 
     fn memfile() -> File {
         File::from(nix::sys::memfd::memfd_create("pvgpu-test", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap())
+    }
+
+    #[test]
+    fn a_move_is_told_to_its_own_peer_only() {
+        let desk = Desk::default();
+        desk.record_move([3; 16], "uid:1000".into(), "local:/run/b.sock".into());
+        assert_eq!(desk.moved_to("uid:1000", &[3; 16]).as_deref(), Some("local:/run/b.sock"));
+        assert_eq!(desk.moved_to("uid:1000", &[3; 16]).as_deref(), Some("local:/run/b.sock"), "told again to a late retry");
+        assert_eq!(desk.moved_to("uid:1001", &[3; 16]), None, "another peer");
+        assert_eq!(desk.moved_to("uid:1000", &[4; 16]), None, "another token");
     }
 
     #[test]

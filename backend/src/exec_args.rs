@@ -1,8 +1,8 @@
 //! The executor's options of `pvgpu-backend` (and of its workers, which
 //! get them back as arguments): part of the binary, beside `main.rs`.
 
-use pvgpu_backend::config::parse_bytes;
 use clap::Args;
+use pvgpu_backend::config::parse_bytes;
 use pvgpu_backend::config::{DeviceMemory, ExecutorConfig, ExecutorKind, SessionConfig, SessionLimits};
 use pvgpu_backend::share::GpuShare;
 use std::time::Duration;

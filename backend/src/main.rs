@@ -5,8 +5,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use pvgpu_backend::Backend;
 use pvgpu_backend::config::{
-    AdmissionConfig, Config, ControlHttp, ControlSocket, DeviceMemory, ExecutorKind, Isolation, Listen,
-    WorkerCommand, parse_bytes,
+    AdmissionConfig, Config, ControlHttp, ControlSocket, DeviceMemory, ExecutorKind, Isolation, Listen, WorkerCommand, parse_bytes,
 };
 use pvgpu_backend::exec::cuda::CudaExecutor;
 use pvgpu_backend::exec::host::HostExecutor;
@@ -233,7 +232,6 @@ impl SandboxArgs {
     }
 }
 
-
 fn parse_control(s: &str) -> Result<ControlSocket, String> {
     if s == "off" {
         return Ok(ControlSocket::Off);
@@ -243,7 +241,6 @@ fn parse_control(s: &str) -> Result<ControlSocket, String> {
 
 /// A worker's `--gpus` list (clap takes a `Vec` value for many values).
 type GpuList = Vec<usize>;
-
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
@@ -453,7 +450,9 @@ fn start(cli: &Cli) -> Result<Backend> {
                 WorkerCommand { exe, args, executor: cli.exec.executor.name().into(), devices, pool: cli.worker_pool },
             )?
         }
-        (Isolation::Thread, ExecutorKind::Cuda) => Backend::start_threads(Arc::new(CudaExecutor::with_memory(cli.exec.device_memory)?), cfg)?,
+        (Isolation::Thread, ExecutorKind::Cuda) => {
+            Backend::start_threads(Arc::new(CudaExecutor::with_memory(cli.exec.device_memory)?), cfg)?
+        }
         (Isolation::Thread, ExecutorKind::Host) => {
             Backend::start_threads(Arc::new(HostExecutor::with_devices(cli.exec.host_mem, cli.exec.host_devices.into())), cfg)?
         }

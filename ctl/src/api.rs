@@ -85,6 +85,20 @@ pub struct RestoreRequest {
     pub file: String,
 }
 
+/// `POST /v1/moves`: a checkpointed session of this backend now lives at
+/// another backend (`pvgpu-ctl migrate`); its guest's next `Resume` here
+/// is told that address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveRecord {
+    /// The session's token, in hex (from its snapshot).
+    pub token: String,
+    /// Whose session it is (from its snapshot).
+    pub peer: String,
+    /// Where its guest finds it now, as `PVGPU_BACKEND` writes it
+    /// (`local:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT`), at most 64 bytes.
+    pub to: String,
+}
+
 /// A snapshot accepted for restore: its guest's next connection that
 /// presents the session's token takes it back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -182,6 +182,11 @@ impl Control {
         self.call_with("POST", "/v1/restore", Some(req))
     }
 
+    /// Tells the backend where a session it checkpointed lives now.
+    pub fn record_move(&self, req: &crate::api::MoveRecord) -> Result<serde_json::Value, CtlError> {
+        self.call_with("POST", "/v1/moves", Some(req))
+    }
+
     /// The restored snapshots whose guests have not taken them back yet.
     pub fn waiting(&self) -> Result<Vec<Waiting>, CtlError> {
         self.call("GET", "/v1/restores")

@@ -15,7 +15,7 @@ mod tenant_cmds;
 #[command(
     name = "pvgpu-ctl",
     version,
-    about = "Controls a running pvgpu backend: its sessions (list, end, checkpoint, restore), tenants and keys"
+    about = "Controls a running pvgpu backend: its sessions (list, end, checkpoint, restore, migrate), tenants and keys"
 )]
 struct Cli {
     /// The backend's control API: unix:PATH (its control socket; default: the backend's default, see
@@ -102,6 +102,26 @@ enum Cmd {
         #[command(subcommand)]
         cmd: device_cmds::DeviceCmd,
     },
+    /// Moves a live session to another backend on this host: checkpoint here, restore there, and the program's next call goes on there.
+    Migrate {
+        /// The session's number (at this backend).
+        session: u64,
+        /// The other backend's control API (unix:PATH, or https://HOST:PORT with the same --token).
+        #[arg(long, value_name = "ADDRESS", value_parser = Endpoint::parse)]
+        to: Endpoint,
+        /// Where the program reaches the other backend, as PVGPU_BACKEND writes it (local:PATH, tcp:HOST:PORT, tls:HOST:PORT).
+        #[arg(long)]
+        address: String,
+        /// Where the snapshot passes (default: /dev/shm, memory); removed once the other backend holds it.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Seconds to wait for the session's next call that waits.
+        #[arg(long, default_value = "60")]
+        timeout: u64,
+        /// Prints the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Checks a snapshot file and describes it (no backend needed).
     Inspect {
         /// The snapshot file.
@@ -142,6 +162,28 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::End { session } => {
             let s = control.end(session)?;
             println!("session {} ({}, {}) is ending", s.id, s.peer, s.transport);
+        }
+        Cmd::Migrate { session, to, address, dir, timeout, json } => {
+            let token = control_token(&cli.token, &Some(to.clone()))?;
+            let target = Control::at(to, token, cli.ca.as_deref())?;
+            let dir = dir.unwrap_or_else(pvgpu_ctl::migrate::default_dir);
+            let r = pvgpu_ctl::migrate::migrate(&control, &target, session, &address, &dir, timeout)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "session {} moved to {}: {} of device state; checkpoint {:.3} s, restore {:.3} s, move recorded in {:.3} s; its program goes on there at its next call",
+                    r.session,
+                    r.to,
+                    bytes(r.state_bytes),
+                    r.checkpoint_seconds,
+                    r.restore_seconds,
+                    r.record_seconds
+                );
+                if let Some(f) = &r.left_file {
+                    println!("the snapshot could not be removed: {f}");
+                }
+            }
         }
         Cmd::Checkpoint { session, file, leave_running, timeout, json } => {
             let req = CheckpointRequest { file: absolute(&file)?, leave_running, timeout_seconds: Some(timeout) };
@@ -191,15 +233,22 @@ fn run(cli: Cli) -> Result<()> {
 /// The control API the command line names.
 fn connect(cli: &Cli) -> Result<Control> {
     let endpoint = cli.control.clone().unwrap_or_else(|| Endpoint::Unix(pvgpu_ctl::default_socket()));
-    let token = match (&endpoint, &cli.token) {
-        (Endpoint::Unix(_), _) => None,
+    let token = control_token(&cli.token, &Some(endpoint.clone()))?;
+    Ok(Control::at(endpoint, token, cli.ca.as_deref())?)
+}
+
+/// The bearer token an http(s) endpoint needs, read from `file`.
+fn control_token(file: &Option<PathBuf>, endpoint: &Option<Endpoint>) -> Result<Option<String>> {
+    match (endpoint, file) {
+        (None | Some(Endpoint::Unix(_)), _) => Ok(None),
         (_, Some(file)) => {
             let t = std::fs::read_to_string(file).with_context(|| format!("cannot read the token file {}", file.display()))?;
-            Some(t.trim().to_string())
+            Ok(Some(t.trim().to_string()))
         }
-        (_, None) => anyhow::bail!("{endpoint} needs the backend's --control-token: pass --token FILE (or set PVGPU_CTL_TOKEN_FILE)"),
-    };
-    Ok(Control::at(endpoint, token, cli.ca.as_deref())?)
+        (Some(endpoint), None) => {
+            anyhow::bail!("{endpoint} needs the backend's --control-token: pass --token FILE (or set PVGPU_CTL_TOKEN_FILE)")
+        }
+    }
 }
 
 fn absolute(p: &std::path::Path) -> Result<String> {

@@ -13,7 +13,7 @@ use crate::error::{Error, Result, TransportError};
 use crate::options::{BackendAddr, Options};
 use crate::rpc::Conn;
 use pvgpu_ring::CuError;
-use pvgpu_ring::proto::{PROTOCOL_VERSION, Resume};
+use pvgpu_ring::proto::{FLAG_REPLY, HelloRep, MOVED_ADDRESS_MAX, Opcode, PROTOCOL_VERSION, Reply, Resume, STATUS_MOVED};
 use std::time::{Duration, Instant};
 
 /// What a connection needs to come back.
@@ -23,13 +23,21 @@ pub(crate) struct Reattach {
     pub(crate) opts: Options,
 }
 
+/// What a `Resume` was answered.
+enum Resumed {
+    /// The session, here.
+    Back(HelloRep),
+    /// The session lives at another backend now (`pvgpu-ctl migrate`).
+    Moved(BackendAddr),
+}
+
 /// How long to wait between tries.
 const RETRY: Duration = Duration::from_millis(100);
 
 impl Conn {
     /// Opens a new connection and takes the session back on it.
     pub(crate) fn reattach(&mut self) -> Result<()> {
-        let Some(r) = self.reattach.clone() else {
+        let Some(mut r) = self.reattach.clone() else {
             self.detached = false;
             return self.fail(TransportError::BackendGone);
         };
@@ -51,11 +59,17 @@ impl Conn {
                     max_version: PROTOCOL_VERSION.into(),
                     reserved: 0.into(),
                 };
-                match self.call(&resume) {
-                    Ok(rep) => {
+                match self.resume(&resume) {
+                    Ok(Resumed::Back(rep)) => {
                         self.token = rep.resume_token;
                         tracing::info!(session = rep.session_id.get(), "session taken back");
                         return Ok(());
+                    }
+                    Ok(Resumed::Moved(to)) => {
+                        tracing::info!(to = %to, "the session moved to another backend; following it");
+                        r.addr = to.clone();
+                        self.reattach = Some(Reattach { addr: to, opts: r.opts.clone() });
+                        continue;
                     }
                     Err(Error::Cuda(e)) if e == CuError::NOT_FOUND => {}
                     Err(e) => return Err(e),
@@ -67,5 +81,23 @@ impl Conn {
             }
             std::thread::sleep(RETRY);
         }
+    }
+}
+
+impl Conn {
+    /// Sends `Resume` and reads its answer: the session, or where it moved.
+    fn resume(&mut self, resume: &Resume) -> Result<Resumed> {
+        let id = self.send(resume, FLAG_REPLY)?;
+        let status = self.reply(Opcode::Resume as u16, id)?;
+        if status.0 == STATUS_MOVED {
+            let to = std::str::from_utf8(&self.buf)
+                .ok()
+                .filter(|s| s.len() <= MOVED_ADDRESS_MAX)
+                .and_then(|s| s.parse::<BackendAddr>().ok())
+                .ok_or(Error::Cuda(CuError::UNKNOWN))?;
+            return Ok(Resumed::Moved(to));
+        }
+        status.result()?;
+        HelloRep::decode(Opcode::Resume, &self.buf).map(Resumed::Back).map_err(|e| TransportError::Decode(e).into())
     }
 }

@@ -7,8 +7,12 @@
 # hands it the file and the training goes on. Its losses are compared
 # with a native run, line by line. On a machine with a GPU and PyTorch:
 #
-#   BIN=DIR OUT=DIR [STEPS=120] [AT=40] [CASES="train-0 train-1024 symbols"] bash tests/migrate/run.sh
+#   BIN=DIR OUT=DIR [STEPS=120] [AT=40] [CASES="train-0 train-1024 symbols"] [HOW="restart migrate"] \
+#     bash tests/migrate/run.sh
 #
+# HOW=restart: A stops and B starts at A's addresses (a backend upgrade);
+# HOW=migrate: A and B run side by side and `pvgpu-ctl migrate` moves the
+# session from A to B while both run (the program is sent to B's socket).
 # train-MB is train.py holding MB more of device memory; symbols is
 # symbols.cu (built here with nvcc), a program with a __device__ table.
 # BIN holds release builds of pvgpu-backend, pvgpu-ctl, libpvgpu_cuda.so
@@ -20,13 +24,15 @@ set -u
 B=$BIN; S=$(cd "$(dirname "$0")" && pwd); W=$(mktemp -d); mkdir -p $W/lib
 cp $B/libpvgpu_cuda.so $W/lib/libcuda.so.1; cp $B/libpvgpu_nvml.so $W/lib/libnvidia-ml.so.1
 STEPS=${STEPS:-120}; AT=${AT:-40}; R=$OUT/migrate.txt
-CTL="$B/pvgpu-ctl --control unix:$W/ctl.sock"
+CTL="$B/pvgpu-ctl --control unix:$W/pv-ctl.sock"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> $R
-backend() { # log name, device memory (placed by default)
-  $B/pvgpu-backend --listen local:$W/pv.sock --executor cuda --control unix:$W/ctl.sock --device-memory ${2:-placed} \
+backend() { # log name, device memory (placed by default), socket name (pv)
+  local n=${3:-pv}
+  $B/pvgpu-backend --listen local:$W/$n.sock --executor cuda --control unix:$W/$n-ctl.sock --device-memory ${2:-placed} \
     --image-cache off > $OUT/backend-$1.log 2>&1 & bp=$!
-  for _ in $(seq 100); do [ -S $W/ctl.sock ] && [ -S $W/pv.sock ] && break; sleep 0.1; done
+  for _ in $(seq 100); do [ -S $W/$n-ctl.sock ] && [ -S $W/$n.sock ] && break; sleep 0.1; done
 }
+for how in ${HOW:-restart migrate}; do
 for case in ${CASES:-train-0 train-1024 symbols}; do
   case $case in
     train-*) mb=${case#train-}; prog="python3 $S/train.py $STEPS $mb" ;;
@@ -37,25 +43,39 @@ for case in ${CASES:-train-0 train-1024 symbols}; do
   PVGPU_BACKEND=local:$W/pv.sock PVGPU_RESUME_TIMEOUT_S=120 LD_LIBRARY_PATH=$W/lib $prog > $W/pv.txt 2> $W/pv.err & tp=$!
   while [ $(wc -l < $W/pv.txt) -lt $AT ] && kill -0 $tp 2>/dev/null; do sleep 0.05; done
   sid=$($CTL sessions --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
-  rm -f $W/snap.pvgpu
-  t0=$(date +%s.%N); $CTL checkpoint $sid $W/snap.pvgpu > $W/ckpt.txt 2>&1; rc=$?; t1=$(date +%s.%N)
-  at=$(wc -l < $W/pv.txt)
-  kill $bp; wait $bp; rm -f $W/ctl.sock $W/pv.sock
-  t2=$(date +%s.%N); backend B-$case; t3=$(date +%s.%N)
-  $CTL restore $W/snap.pvgpu > $W/restore.txt 2>&1; rrc=$?; t4=$(date +%s.%N)
+  if [ $how = restart ]; then
+    rm -f $W/snap.pvgpu
+    t0=$(date +%s.%N); $CTL checkpoint $sid $W/snap.pvgpu > $W/ckpt.txt 2>&1; rc=$?; t1=$(date +%s.%N)
+    at=$(wc -l < $W/pv.txt)
+    kill $bp; wait $bp; rm -f $W/pv-ctl.sock $W/pv.sock
+    t2=$(date +%s.%N); backend B-$case; t3=$(date +%s.%N)
+    $CTL restore $W/snap.pvgpu > $W/restore.txt 2>&1; rrc=$?; t4=$(date +%s.%N)
+    size=$(ls -l $W/snap.pvgpu 2>/dev/null | awk '{print $5}')
+  else
+    ap=$bp; backend B-$case placed pvb
+    t0=$(date +%s.%N); t1=$t0; t2=$t0; t3=$t0
+    $CTL migrate $sid --to unix:$W/pvb-ctl.sock --address local:$W/pvb.sock > $W/ckpt.txt 2>&1; rc=$?; rrc=$rc; t4=$(date +%s.%N)
+    at=$(wc -l < $W/pv.txt); size=0
+    echo "-- migrate" > $W/restore.txt; cat $W/ckpt.txt >> $W/restore.txt
+  fi
   wait $tp; prc=$?; t5=$(date +%s.%N)
-  kill $bp; wait $bp
+  kill $bp ${ap:-}; wait $bp ${ap:-} 2>/dev/null; rm -f $W/*.sock; ap=
+  pause=$(grep -h '^step_ms' $W/pv.err | awk '{ if ($2 > m) m = $2 } END { printf "%.0f", m }')
   same=$(diff -q $W/native.txt $W/pv.txt > /dev/null && echo "identical to native" || echo "DIFFERENT from native")
-  python3 - "$case" "$at" "$rc" "$rrc" "$prc" "$same" $t0 $t1 $t2 $t3 $t4 $t5 "$(ls -l $W/snap.pvgpu 2>/dev/null | awk '{print $5}')" <<'PY' >> $R
+  python3 - "$how $case" "$at" "$rc" "$rrc" "$prc" "$same" $t0 $t1 $t2 $t3 $t4 $t5 "${size:-0}" "${pause:-?}" <<'PY' >> $R
 import sys
 mb, at, rc, rrc, prc, same = sys.argv[1:7]
 t0, t1, t2, t3, t4, t5 = map(float, sys.argv[7:13])
-size = sys.argv[13] or "0"
-print(f"{mb}: checkpoint at line {at} rc {rc} in {t1-t0:.2f} s ({int(size)/2**20:.0f} MiB file); "
-      f"backend B up in {t3-t2:.2f} s; restore rc {rrc} in {t4-t3:.2f} s; program rc {prc}, "
-      f"rest of the run {t5-t4:.2f} s; losses {same}")
+size, pause = sys.argv[13] or "0", sys.argv[14]
+if mb.startswith("migrate"):
+    print(f"{mb}: migrate at line {at} rc {rc} in {t4-t0:.2f} s; program rc {prc}, longest step {pause} ms; losses {same}")
+else:
+    print(f"{mb}: checkpoint at line {at} rc {rc} in {t1-t0:.2f} s ({int(size)/2**20:.0f} MiB file); "
+          f"backend B up in {t3-t2:.2f} s; restore rc {rrc} in {t4-t3:.2f} s; program rc {prc}, "
+          f"rest of the run {t5-t4:.2f} s, longest step {pause} ms; losses {same}")
 PY
-  { echo "-- checkpoint"; cat $W/ckpt.txt; echo "-- restore"; cat $W/restore.txt; echo "-- program's last lines"; tail -3 $W/pv.txt; tail -5 $W/pv.err; } >> $R
+  { echo "-- checkpoint"; cat $W/ckpt.txt; echo "-- restore"; cat $W/restore.txt; echo "-- program's last lines"; tail -3 $W/pv.txt; grep -v '^step_ms' $W/pv.err | tail -5; } >> $R
+done
 done
 # What an allocation costs in each mode.
 nvcc -O2 -o $W/alloc_cost $S/alloc_cost.cu && {
@@ -63,7 +83,7 @@ nvcc -O2 -o $W/alloc_cost $S/alloc_cost.cu && {
   for mem in driver placed; do
     backend alloc-$mem $mem
     echo "-- through pvgpu (local), --device-memory $mem"; PVGPU_BACKEND=local:$W/pv.sock LD_LIBRARY_PATH=$W/lib $W/alloc_cost
-    kill $bp; wait $bp; rm -f $W/ctl.sock $W/pv.sock
+    kill $bp; wait $bp; rm -f $W/*.sock
   done
 } >> $R 2>&1
 cat $R

@@ -222,6 +222,10 @@ pub struct HarnessOptions {
     pub host_devices: Option<usize>,
     /// Sessions take GPU turns of this long (`--gpu-share weighted`).
     pub gpu_slice: Option<Duration>,
+    /// Accept TCP programs with this key file's key (another harness's
+    /// `tcp_key`, so that a session can move between the two) instead of
+    /// a fresh one.
+    pub tcp_key_from: Option<PathBuf>,
 }
 
 /// A TCP port for a harness backend, free when chosen. It comes from
@@ -315,7 +319,12 @@ impl Harness {
         let dir = TempDir::new("harness");
         let socket = dir.0.join("pvgpu.sock");
         let tcp_key = dir.0.join("tcp.key");
-        write_key_file(&tcp_key);
+        match &opts.tcp_key_from {
+            Some(from) => {
+                std::fs::copy(from, &tcp_key).expect("cannot copy the key file");
+            }
+            None => write_key_file(&tcp_key),
+        }
         let (tls_ca, tls_cert, tls_key) = write_tls_files(&dir.0);
         let tcp = format!("127.0.0.1:{}", free_tcp_port());
         let tls = format!("127.0.0.1:{}", free_tcp_port());

@@ -39,6 +39,11 @@ pub trait Sessions: Send + Sync {
     fn checkpoint(&self, id: u64, req: CheckpointRequest) -> Result<CheckpointReport, Refusal>;
     /// Parks a snapshot for its guest to take back.
     fn restore(&self, req: RestoreRequest) -> Result<RestoreReport, Refusal>;
+    /// Records where a session this backend checkpointed lives now.
+    fn record_move(&self, req: pvgpu_ctl::api::MoveRecord) -> Result<(), Refusal> {
+        let _ = req;
+        Err(Refusal::new(404, "This backend does not record moves".into()))
+    }
     /// The parked snapshots.
     fn waiting(&self) -> Vec<pvgpu_ctl::api::Waiting> {
         Vec::new()

@@ -108,6 +108,10 @@ fn route(method: &Method, url: &str, body: &[u8], sessions: &dyn Sessions) -> An
             Ok(req) => done(sessions.restore(req)),
             Err(e) => e,
         },
+        (Method::Post, ["v1", "moves"]) => match parse::<pvgpu_ctl::api::MoveRecord>(body) {
+            Ok(req) => done(sessions.record_move(req).map(|()| serde_json::json!({"recorded": true}))),
+            Err(e) => e,
+        },
         (_, ["v1", "tenants", ..]) => super::tenant_routes::route(method, &parts[1..], body, sessions.tenants()),
         (_, ["v1", "sessions"] | ["v1", "sessions", _]) => error(405, format!("{method} is not allowed on {path}")),
         _ => error(404, format!("No such resource: {path} (see `pvgpu-ctl --help`)")),

@@ -189,6 +189,22 @@ impl Sessions for Supervised {
         self.tenants.as_ref().map(|t| t as &dyn TenantAdmin)
     }
 
+    fn record_move(&self, req: pvgpu_ctl::api::MoveRecord) -> Result<(), Refusal> {
+        let token = snapshot::token_from_hex(&req.token).ok_or_else(|| Refusal::new(400, "a malformed session token".into()))?;
+        let known = ["local:", "tcp:", "tls:"].iter().any(|p| req.to.starts_with(p));
+        if !known || req.to.len() > pvgpu_ring::proto::MOVED_ADDRESS_MAX || req.to.chars().any(char::is_control) {
+            return Err(Refusal::new(
+                400,
+                format!(
+                    "{:?} is not an address a guest can be sent to (local:PATH, tcp:HOST:PORT or tls:HOST:PORT, at most 64 bytes)",
+                    req.to
+                ),
+            ));
+        }
+        self.spawner.desk().record_move(token, req.peer, req.to);
+        Ok(())
+    }
+
     fn waiting(&self) -> Vec<pvgpu_ctl::api::Waiting> {
         let parked = self.spawner.desk().parked();
         parked.into_iter().map(|(peer, path)| pvgpu_ctl::api::Waiting { peer, file: path.display().to_string() }).collect()

@@ -29,6 +29,9 @@ const OP_ORDER: u32 = 4;
 const OP_REPORT: u32 = 5;
 /// A parked snapshot for the token in `token`.
 const OP_CLAIM: u32 = 6;
+/// Where the session with the token in `token` moved (the address in
+/// `bytes`, its length in `size`).
+const OP_MOVED: u32 = 7;
 
 const OK: u32 = 0;
 const UNKNOWN: u32 = 1;
@@ -158,6 +161,20 @@ impl Broker {
         }
     }
 
+    /// Where this peer's session with `token` moved to (`pvgpu-ctl
+    /// migrate`), if it did.
+    pub fn moved_to(&self, token: &Token) -> Option<String> {
+        match self {
+            Broker::Direct { desk, scope, .. } => desk.moved_to(scope, token),
+            Broker::Remote(sock) => {
+                let m = Msg { op: OP_MOVED.into(), token: *token, ..Default::default() };
+                let (r, _) = call(sock, &m, None).ok()?;
+                let len = usize::try_from(r.size.get()).ok().filter(|&n| n <= r.bytes.len())?;
+                String::from_utf8(r.bytes[..len].to_vec()).ok()
+            }
+        }
+    }
+
     /// Withdraws an export of this session (what it named was freed).
     pub fn revoke(&self, token: &Token) {
         match self {
@@ -269,6 +286,14 @@ pub fn serve_worker(registry: &Registry, desk: &Desk, scope: &Arc<str>, session:
                 Ok(())
             }
             OP_CLAIM => desk.claim(scope, &m.token).map(|fd| out_fd = Some(fd)),
+            OP_MOVED => match desk.moved_to(scope, &m.token).filter(|to| to.len() <= reply.bytes.len()) {
+                Some(to) => {
+                    reply.bytes[..to.len()].copy_from_slice(to.as_bytes());
+                    reply.size = (to.len() as u64).into();
+                    Ok(())
+                }
+                None => Err(IpcError::Unknown),
+            },
             _ => Err(IpcError::Unreachable),
         };
         reply.op = match status {

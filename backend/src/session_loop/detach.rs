@@ -60,7 +60,8 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
 /// session parked under its token, rebuilt in `session`, answered as a
 /// hello is. A token no parked session of this peer holds is answered
 /// `CUDA_ERROR_NOT_FOUND` (the frontend retries while its session is on
-/// its way back) and ends the connection.
+/// its way back), or with the other backend's address where the session
+/// moved ([`pvgpu_ring::proto::STATUS_MOVED`]); either ends the connection.
 pub(super) fn resume<E: Executor>(
     session: &mut Session<E>,
     conn: &mut dyn Conn,
@@ -77,6 +78,15 @@ pub(super) fn resume<E: Executor>(
     } else {
         take_back(session, conn, limits, &r.token)
     };
+    // A session that moved to another backend: the guest is told where.
+    if outcome == Err(CuError::NOT_FOUND)
+        && let Some(to) = limits.ipc.as_ref().and_then(|b| b.moved_to(&r.token))
+    {
+        let status = CuResult(pvgpu_ring::proto::STATUS_MOVED);
+        conn.send(&h.reply(status, to.len()), to.as_bytes(), stop)?;
+        tracing::info!(to = %to, "a guest asked for its session, which moved to another backend; sent there");
+        return Err(Ended::NotResumed(CuError::NOT_FOUND));
+    }
     match outcome {
         Ok(()) => {
             use zerocopy::IntoBytes;

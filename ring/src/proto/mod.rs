@@ -91,6 +91,15 @@ pub const FLAG_HOST_CALL: u32 = 8;
 /// opens with [`Resume`] (the session's token from [`HelloRep`]).
 pub const FLAG_DETACHED: u32 = 16;
 
+/// Reply status of a [`Resume`] whose session moved to another backend
+/// (`pvgpu-ctl migrate`): the payload is that backend's address, as
+/// `PVGPU_BACKEND` writes it (at most [`MOVED_ADDRESS_MAX`] bytes of
+/// UTF-8); the frontend presents its token there. Outside CUDA's own
+/// statuses (all below 1000).
+pub const STATUS_MOVED: u32 = 0x5056_0001;
+/// The longest address a [`STATUS_MOVED`] reply carries.
+pub const MOVED_ADDRESS_MAX: usize = 64;
+
 /// Copy flag: the copy is ordered on its stream and need not be complete
 /// when the backend moves on (the `*Async` driver calls).
 pub const COPY_ASYNC: u32 = 1;

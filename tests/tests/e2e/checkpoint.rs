@@ -124,10 +124,11 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     assert_eq!(live[0].devices, [0]);
 }
 
-/// On the GPU the driver does not give a new process the device addresses
-/// of another (its `cuMemAlloc` heap), so a session may not leave: the
-/// checkpoint is refused by name and the session goes on.
-fn a_gpu_session_does_not_leave(h: &Harness, c: &Client, ctx: pvgpu_frontend::Context) {
+/// On the GPU with device memory where the driver puts it (the default),
+/// a new process cannot have its addresses back (the `cuMemAlloc` heap),
+/// so a session may not leave: the checkpoint is refused by name, naming
+/// `--device-memory placed`, and the session goes on.
+pub(crate) fn a_gpu_session_does_not_leave(h: &Harness, c: &Client, ctx: pvgpu_frontend::Context) {
     let ctl = h.control().unwrap();
     let id = ctl.sessions().unwrap()[0].id;
     let dir = TempDir::new("checkpoint");
@@ -141,7 +142,7 @@ fn a_gpu_session_does_not_leave(h: &Harness, c: &Client, ctx: pvgpu_frontend::Co
         taken.join().unwrap()
     });
     match r {
-        Err(CtlError::Refused { status: 409, message }) => assert!(message.contains("does not give another process"), "{message}"),
+        Err(CtlError::Refused { status: 409, message }) => assert!(message.contains("--device-memory placed"), "{message}"),
         other => panic!("a GPU session leaving its backend: {other:?}"),
     }
     assert!(!c.detached());

@@ -30,6 +30,7 @@ mod lifecycle;
 mod memops;
 mod memory;
 mod metrics;
+mod migrate;
 mod modules;
 mod node_params;
 mod parity;
@@ -50,6 +51,7 @@ use lifecycle::*;
 use memops::*;
 use memory::*;
 use metrics::*;
+use migrate::*;
 use modules::*;
 use node_params::*;
 use parity::*;
@@ -184,5 +186,5 @@ over_every_transport!(
         image_cache,
         kernel_output,
     ],
-    own_backend: [metrics_follow_a_running_program, checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
+    own_backend: [metrics_follow_a_running_program, checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, session_moves_to_another_backend, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
 );

@@ -25,13 +25,13 @@ use super::driver::{entry, ok};
 use super::{CudaStream, ck, raw_stream};
 use crate::exec::CuRes;
 use cudarc::driver::sys;
-use std::collections::BTreeSet;
-use std::sync::Mutex;
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::{
     CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationProp, CUmemLocation,
     Driver,
 };
+use std::collections::BTreeSet;
+use std::sync::Mutex;
 
 /// Streams of this process being captured (raw handles).
 static CAPTURING: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());

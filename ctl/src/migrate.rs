@@ -1,0 +1,129 @@
+//! `pvgpu-ctl migrate`: a live session moved from one backend to another
+//! on the same host, its program never told.
+//!
+//! 1. The source checkpoints the session at its next call that waits and
+//!    detaches it (the program's next call waits for its session).
+//! 2. The target takes the snapshot (`POST /v1/restore`); the file is
+//!    removed once the target holds it open, so a migration through
+//!    `/dev/shm` leaves no copy behind.
+//! 3. The source records where the session went (`POST /v1/moves`): the
+//!    program's next `Resume` there is answered with the target's address,
+//!    and it presents its token to the target, which rebuilds the session
+//!    and answers as a hello.
+//!
+//! The pause the program sees is the sum of the three, plus the rebuild in
+//! the target's worker and at most one of the program's 100 ms retries.
+
+use crate::api::{CheckpointRequest, MoveRecord, RestoreRequest};
+use crate::client::{Control, CtlError};
+use crate::snapshot;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Why a migration stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    /// The source did not checkpoint the session (it goes on there).
+    #[error("the source backend did not checkpoint the session (it goes on running there): {0}")]
+    Checkpoint(#[source] CtlError),
+    /// The snapshot the source wrote cannot be read back.
+    #[error("the snapshot {file} cannot be read: {reason}; the session waits for it to be restored")]
+    Snapshot {
+        /// Where it is.
+        file: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The target refused the snapshot: the session waits, detached, and
+    /// the file is kept for `pvgpu-ctl restore`.
+    #[error(
+        "the target backend refused the snapshot: {source}; it is kept at {file}: `pvgpu-ctl restore {file}` at either backend lets the program go on"
+    )]
+    Restore {
+        /// Where it is kept.
+        file: PathBuf,
+        /// The target's answer.
+        #[source]
+        source: CtlError,
+    },
+    /// The source could not record the move: the target holds the session,
+    /// but the program still asks the source for it.
+    #[error(
+        "the target holds the session but the source could not record the move ({0}); point the program at the target's address (PVGPU_BACKEND) or restore the snapshot at the source"
+    )]
+    Record(#[source] CtlError),
+}
+
+/// What a migration did and how long each part took.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MigrateReport {
+    /// The session's number at the source.
+    pub session: u64,
+    /// Where its program finds it now.
+    pub to: String,
+    /// Bytes of device state moved.
+    pub state_bytes: u64,
+    /// Bytes of the snapshot.
+    pub file_bytes: u64,
+    /// Seconds from the request to the session detached and written.
+    pub checkpoint_seconds: f64,
+    /// Seconds for the target to check and take the snapshot.
+    pub restore_seconds: f64,
+    /// Seconds for the source to record the move.
+    pub record_seconds: f64,
+    /// The snapshot, where its file could not be removed (and why).
+    pub left_file: Option<String>,
+}
+
+/// Moves session `session` of `source` to `target`, whose guests reach it
+/// at `to`; the snapshot passes through `dir` (memory under `/dev/shm`).
+pub fn migrate(
+    source: &Control,
+    target: &Control,
+    session: u64,
+    to: &str,
+    dir: &Path,
+    timeout: u64,
+) -> Result<MigrateReport, MigrateError> {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let file = dir.join(format!("pvgpu-migrate-{session}-{}-{nanos}.pvgpu", std::process::id()));
+    let t0 = Instant::now();
+    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(timeout) };
+    let written = source.checkpoint(session, &req).map_err(MigrateError::Checkpoint)?;
+    let t1 = Instant::now();
+    let meta = read_meta(&file).map_err(|reason| MigrateError::Snapshot { file: file.clone(), reason })?;
+    target
+        .restore(&RestoreRequest { file: file.display().to_string() })
+        .map_err(|source| MigrateError::Restore { file: file.clone(), source })?;
+    // The target holds the file open: its name can go.
+    let left_file = std::fs::remove_file(&file).err().map(|e| format!("{} ({e})", file.display()));
+    let t2 = Instant::now();
+    source.record_move(&MoveRecord { token: meta.token, peer: meta.peer, to: to.to_string() }).map_err(MigrateError::Record)?;
+    let t3 = Instant::now();
+    Ok(MigrateReport {
+        session,
+        to: to.to_string(),
+        state_bytes: written.state_bytes,
+        file_bytes: written.file_bytes,
+        checkpoint_seconds: (t1 - t0).as_secs_f64(),
+        restore_seconds: (t2 - t1).as_secs_f64(),
+        record_seconds: (t3 - t2).as_secs_f64(),
+        left_file,
+    })
+}
+
+/// The snapshot's description (its token and peer), without reading the
+/// blobs (the target checks the whole file).
+fn read_meta(file: &Path) -> Result<snapshot::Meta, String> {
+    let f = std::fs::File::open(file).map_err(|e| e.to_string())?;
+    let len = f.metadata().map_err(|e| e.to_string())?.len();
+    snapshot::Reader::open(std::io::BufReader::new(f), len).map(|(_, meta)| meta).map_err(|e| e.to_string())
+}
+
+/// Where a migration's snapshot passes by default: memory (`/dev/shm`)
+/// where there is, else the temporary directory.
+pub fn default_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
+}
