@@ -30,7 +30,9 @@ use std::os::unix::process::CommandExt;
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
     /// The personality could not be read or set.
-    #[error("cannot turn address-space randomisation off (personality): {0}; --device-memory placed needs it")]
+    #[error(
+        "cannot turn address-space randomisation off (personality): {0}; --device-memory placed needs it (under systemd, add LockPersonality=no in a drop-in for pvgpu-backend.service)"
+    )]
     Personality(nix::Error),
     /// The backend could not start itself again.
     #[error("cannot start pvgpu-backend again without address-space randomisation")]
