@@ -28,6 +28,14 @@ pub enum TransportError {
         /// How long the frontend waited.
         secs: u64,
     },
+    /// The session was sent from backend to backend too many times.
+    #[error("The pvgpu backends sent this session on {hops} times without one taking it (last: {last}); check `pvgpu-ctl restores` there")]
+    MovedTooOften {
+        /// How many times.
+        hops: u32,
+        /// The last address it was sent to.
+        last: String,
+    },
     /// The backend's address cannot be reached.
     #[error("Cannot connect to the pvgpu backend at {addr}")]
     Connect {

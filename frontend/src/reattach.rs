@@ -31,6 +31,10 @@ enum Resumed {
     Moved(BackendAddr),
 }
 
+/// How many times in a row a session may be sent on to another backend:
+/// two backends that name each other would otherwise bounce it forever.
+const MAX_HOPS: u32 = 8;
+
 /// How long to wait between tries.
 const RETRY: Duration = Duration::from_millis(100);
 
@@ -44,6 +48,7 @@ impl Conn {
         tracing::info!(addr = %r.addr, "the backend checkpointed this session; waiting for it to come back");
         let deadline = Instant::now() + r.opts.resume_timeout;
         let mut kept_old = false;
+        let mut hops = 0;
         loop {
             if let Ok(t) = crate::client::open_transport(&r.addr, &r.opts) {
                 let old = std::mem::replace(&mut self.t, t);
@@ -66,6 +71,11 @@ impl Conn {
                         return Ok(());
                     }
                     Ok(Resumed::Moved(to)) => {
+                        hops += 1;
+                        if hops > MAX_HOPS {
+                            self.dead = true;
+                            return Err(TransportError::MovedTooOften { hops: MAX_HOPS, last: to.to_string() }.into());
+                        }
                         tracing::info!(to = %to, "the session moved to another backend; following it");
                         r.addr = to.clone();
                         self.reattach = Some(Reattach { addr: to, opts: r.opts.clone() });
