@@ -202,28 +202,42 @@ impl Control {
     pub fn call_with<T: DeserializeOwned, B: Serialize>(&self, method: &str, path: &str, body: Option<&B>) -> Result<T, CtlError> {
         let body = body.map(serde_json::to_vec).transpose().map_err(|e| CtlError::Answer(format!("cannot encode the request: {e}")))?;
         let (status, body) = self.request(method, path, body.as_deref().unwrap_or_default())?;
-        if !(200..300).contains(&status) {
-            let message =
-                serde_json::from_slice::<ErrorBody>(&body).map(|e| e.error).unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
-            return Err(CtlError::Refused { status, message });
-        }
-        serde_json::from_slice(&body).map_err(|e| CtlError::Answer(format!("{e}")))
+        decode(status, &body)
     }
 
     /// Sends one request with `body` (JSON, or empty); returns the status
     /// and body.
     pub fn request(&self, method: &str, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), CtlError> {
+        let kind = if body.is_empty() { "" } else { "Content-Type: application/json\r\n" };
+        self.send(method, path, kind, &mut &body[..], body.len() as u64)
+    }
+
+    /// Uploads a snapshot file to the backend (`POST /v1/restore/upload`),
+    /// streamed as the request's body: a backend on another host takes it
+    /// without a shared file system.
+    pub fn restore_upload(&self, file: &std::path::Path) -> Result<RestoreReport, CtlError> {
+        let address = self.endpoint.to_string();
+        let io = |source| CtlError::Io { address: address.clone(), source };
+        let mut f = std::fs::File::open(file).map_err(io)?;
+        let len = f.metadata().map_err(io)?.len();
+        // The backend checks the whole file before it answers.
+        let wait = Duration::from_secs(60 + len / (200 << 20));
+        let c = Control { timeout: self.timeout.max(wait), ..self.clone() };
+        let (status, body) = c.send("POST", "/v1/restore/upload", "Content-Type: application/octet-stream\r\n", &mut f, len)?;
+        decode(status, &body)
+    }
+
+    /// Sends one request whose body is `len` bytes read from `body`.
+    fn send(&self, method: &str, path: &str, kind: &str, body: &mut dyn Read, len: u64) -> Result<(u16, Vec<u8>), CtlError> {
         let address = self.endpoint.to_string();
         let io = |source| CtlError::Io { address: address.clone(), source };
         let connect = |source| CtlError::Connect { address: address.clone(), source };
-        let kind = if body.is_empty() { "" } else { "Content-Type: application/json\r\n" };
         let auth = self.token.as_ref().map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
         let host = match &self.endpoint {
             Endpoint::Unix(_) => "pvgpu",
             Endpoint::Http(a) | Endpoint::Https(a) => a.as_str(),
         };
-        let head =
-            format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{auth}{kind}Content-Length: {}\r\n\r\n", body.len());
+        let head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{auth}{kind}Content-Length: {len}\r\n\r\n");
         let mut raw = Vec::new();
         match &self.endpoint {
             Endpoint::Unix(p) => {
@@ -266,15 +280,25 @@ impl Control {
 /// Writes one request and reads its answer to the end (the server closes
 /// the connection after it). A TLS peer that closes without its
 /// close_notify after the answer has come is taken as done.
-fn exchange<S: Read + Write>(mut s: S, head: &str, body: &[u8], raw: &mut Vec<u8>) -> std::io::Result<()> {
+fn exchange<S: Read + Write>(mut s: S, head: &str, body: &mut dyn Read, raw: &mut Vec<u8>) -> std::io::Result<()> {
     s.write_all(head.as_bytes())?;
-    s.write_all(body)?;
+    std::io::copy(body, &mut s)?;
     s.flush()?;
     match s.take(MAX_ANSWER).read_to_end(raw) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// A success's body as `T`, or the refusal's message.
+fn decode<T: DeserializeOwned>(status: u16, body: &[u8]) -> Result<T, CtlError> {
+    if !(200..300).contains(&status) {
+        let message =
+            serde_json::from_slice::<ErrorBody>(body).map(|e| e.error).unwrap_or_else(|_| String::from_utf8_lossy(body).into_owned());
+        return Err(CtlError::Refused { status, message });
+    }
+    serde_json::from_slice(body).map_err(|e| CtlError::Answer(format!("{e}")))
 }
 
 /// Splits an HTTP/1.1 answer read to its end into status and body.

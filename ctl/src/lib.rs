@@ -15,6 +15,7 @@
 //! | `POST /v1/sessions/ID/checkpoint` | writes a snapshot at the session's next waited call ([`api::CheckpointRequest`]) |
 //! | `POST /v1/restore`         | parks a snapshot for its guest ([`api::RestoreRequest`]) |
 //! | `GET /v1/restores`         | snapshots waiting for their guests ([`api::Waiting`]) |
+//! | `POST /v1/restore/upload` | parks a snapshot sent as the body (`Content-Length` bytes), kept in the backend's memory |
 //! | `POST /v1/moves`           | records where a checkpointed session lives now ([`api::MoveRecord`]; [`migrate`]) |
 //! | `GET /v1/tenants`          | the tenants ([`api::Tenant`]), with `--state-dir` |
 //! | `POST /v1/tenants`         | adds one ([`api::NewTenant`])          |

@@ -102,7 +102,7 @@ enum Cmd {
         #[command(subcommand)]
         cmd: device_cmds::DeviceCmd,
     },
-    /// Moves a live session to another backend on this host: checkpoint here, restore there, and the program's next call goes on there.
+    /// Moves a live session to another backend (run it on this backend's host): checkpoint here, restore there, and the program's next call goes on there.
     Migrate {
         /// The session's number (at this backend).
         session: u64,
@@ -118,6 +118,9 @@ enum Cmd {
         /// Seconds to wait for the session's next call that waits.
         #[arg(long, default_value = "60")]
         timeout: u64,
+        /// Upload the snapshot to the other backend even when its control socket is on this host (always so over https).
+        #[arg(long)]
+        upload: bool,
         /// Prints the report as JSON.
         #[arg(long)]
         json: bool,
@@ -163,21 +166,22 @@ fn run(cli: Cli) -> Result<()> {
             let s = control.end(session)?;
             println!("session {} ({}, {}) is ending", s.id, s.peer, s.transport);
         }
-        Cmd::Migrate { session, to, address, dir, timeout, json } => {
+        Cmd::Migrate { session, to, address, dir, timeout, upload, json } => {
             let token = control_token(&cli.token, &Some(to.clone()))?;
             let target = Control::at(to, token, cli.ca.as_deref())?;
             let dir = dir.unwrap_or_else(pvgpu_ctl::migrate::default_dir);
-            let r = pvgpu_ctl::migrate::migrate(&control, &target, session, &address, &dir, timeout)?;
+            let r = pvgpu_ctl::migrate::migrate(&control, &target, session, &address, &dir, timeout, upload)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 println!(
-                    "session {} moved to {}: {} of device state; checkpoint {:.3} s, restore {:.3} s, move recorded in {:.3} s; its program goes on there at its next call",
+                    "session {} moved to {}: {} of device state; checkpoint {:.3} s, restore {:.3} s{}, move recorded in {:.3} s; its program goes on there at its next call",
                     r.session,
                     r.to,
                     bytes(r.state_bytes),
                     r.checkpoint_seconds,
                     r.restore_seconds,
+                    if r.uploaded { " (uploaded)" } else { "" },
                     r.record_seconds
                 );
                 if let Some(f) = &r.left_file {

@@ -1,11 +1,15 @@
-//! `pvgpu-ctl migrate`: a live session moved from one backend to another
-//! on the same host, its program never told.
+//! `pvgpu-ctl migrate`: a live session moved from one backend to another,
+//! on this host or another, its program never told. It runs on the
+//! source's host (the source writes the snapshot where it names).
 //!
 //! 1. The source checkpoints the session at its next call that waits and
 //!    detaches it (the program's next call waits for its session).
-//! 2. The target takes the snapshot (`POST /v1/restore`); the file is
-//!    removed once the target holds it open, so a migration through
-//!    `/dev/shm` leaves no copy behind.
+//! 2. The target takes the snapshot: by its path when the target's
+//!    control socket is on this host (`POST /v1/restore`), else uploaded
+//!    as a request's body over its HTTPS control API (`POST
+//!    /v1/restore/upload`, into the target's memory). The file is removed
+//!    once the target holds it, so a migration through `/dev/shm` leaves
+//!    no copy behind.
 //! 3. The source records where the session went (`POST /v1/moves`): the
 //!    program's next `Resume` there is answered with the target's address,
 //!    and it presents its token to the target, which rebuilds the session
@@ -70,6 +74,9 @@ pub struct MigrateReport {
     pub checkpoint_seconds: f64,
     /// Seconds for the target to check and take the snapshot.
     pub restore_seconds: f64,
+    /// Whether it went to the target as an upload (another host), not by
+    /// its path.
+    pub uploaded: bool,
     /// Seconds for the source to record the move.
     pub record_seconds: f64,
     /// The snapshot, where its file could not be removed (and why).
@@ -77,7 +84,9 @@ pub struct MigrateReport {
 }
 
 /// Moves session `session` of `source` to `target`, whose guests reach it
-/// at `to`; the snapshot passes through `dir` (memory under `/dev/shm`).
+/// at `to`; the snapshot passes through `dir` (memory under `/dev/shm`),
+/// and is uploaded to the target where `upload` says so or the target is
+/// not on this host.
 pub fn migrate(
     source: &Control,
     target: &Control,
@@ -85,6 +94,7 @@ pub fn migrate(
     to: &str,
     dir: &Path,
     timeout: u64,
+    upload: bool,
 ) -> Result<MigrateReport, MigrateError> {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     let file = dir.join(format!("pvgpu-migrate-{session}-{}-{nanos}.pvgpu", std::process::id()));
@@ -93,10 +103,11 @@ pub fn migrate(
     let written = source.checkpoint(session, &req).map_err(MigrateError::Checkpoint)?;
     let t1 = Instant::now();
     let meta = read_meta(&file).map_err(|reason| MigrateError::Snapshot { file: file.clone(), reason })?;
-    target
-        .restore(&RestoreRequest { file: file.display().to_string() })
-        .map_err(|source| MigrateError::Restore { file: file.clone(), source })?;
-    // The target holds the file open: its name can go.
+    let uploaded = upload || !matches!(target.endpoint(), crate::client::Endpoint::Unix(_));
+    let restored =
+        if uploaded { target.restore_upload(&file) } else { target.restore(&RestoreRequest { file: file.display().to_string() }) };
+    restored.map_err(|source| MigrateError::Restore { file: file.clone(), source })?;
+    // The target holds the file open, or a copy: its name can go.
     let left_file = std::fs::remove_file(&file).err().map(|e| format!("{} ({e})", file.display()));
     let t2 = Instant::now();
     source.record_move(&MoveRecord { token: meta.token, peer: meta.peer, to: to.to_string() }).map_err(MigrateError::Record)?;
@@ -108,6 +119,7 @@ pub fn migrate(
         file_bytes: written.file_bytes,
         checkpoint_seconds: (t1 - t0).as_secs_f64(),
         restore_seconds: (t2 - t1).as_secs_f64(),
+        uploaded,
         record_seconds: (t3 - t2).as_secs_f64(),
         left_file,
     })

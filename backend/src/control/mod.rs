@@ -39,6 +39,12 @@ pub trait Sessions: Send + Sync {
     fn checkpoint(&self, id: u64, req: CheckpointRequest) -> Result<CheckpointReport, Refusal>;
     /// Parks a snapshot for its guest to take back.
     fn restore(&self, req: RestoreRequest) -> Result<RestoreReport, Refusal>;
+    /// Parks a snapshot uploaded as a request's body (`len` bytes, as its
+    /// Content-Length says) for its guest to take back.
+    fn restore_upload(&self, body: &mut dyn std::io::Read, len: Option<u64>) -> Result<RestoreReport, Refusal> {
+        let _ = (body, len);
+        Err(Refusal::new(404, "This backend does not take uploaded snapshots".into()))
+    }
     /// Records where a session this backend checkpointed lives now.
     fn record_move(&self, req: pvgpu_ctl::api::MoveRecord) -> Result<(), Refusal> {
         let _ = req;

@@ -43,6 +43,13 @@ pub(super) fn respond(request: Request, status: u16, body: Vec<u8>, kind: &str) 
 
 /// Answers one request that may be answered ([`answer_unless_authorized`]).
 pub(super) fn answer(mut request: Request, sessions: &dyn Sessions) {
+    if (request.method(), request.url()) == (&Method::Post, "/v1/restore/upload") {
+        // A snapshot as the body, streamed into the backend (no size cap
+        // but its Content-Length).
+        let len = request.body_length().map(|n| n as u64);
+        let (status, body, kind) = with_json(done(sessions.restore_upload(request.as_reader(), len)));
+        return respond(request, status, body, kind);
+    }
     let mut body = Vec::new();
     let read = request.as_reader().take(MAX_BODY + 1).read_to_end(&mut body);
     let path = request.url().split('?').next().unwrap_or("");

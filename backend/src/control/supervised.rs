@@ -102,6 +102,11 @@ impl Supervised {
     fn park_snapshot(&self, req: RestoreRequest) -> Result<RestoreReport, Refusal> {
         let path = absolute(&req.file)?;
         let (file, meta) = open_snapshot(&path)?;
+        self.park(file, meta, path)
+    }
+
+    /// Parks a checked snapshot (`path` names it for operators).
+    fn park(&self, file: File, meta: snapshot::Meta, path: PathBuf) -> Result<RestoreReport, Refusal> {
         if meta.executor != self.spawner.executor() {
             return Err(Refusal::new(
                 409,
@@ -148,6 +153,16 @@ impl Sessions for Supervised {
             }
             Err(_) => Events::count(&e.checkpoints_failed, 1),
         }
+        r
+    }
+
+    fn restore_upload(&self, body: &mut dyn std::io::Read, len: Option<u64>) -> Result<RestoreReport, Refusal> {
+        let r = receive_snapshot(body, len).and_then(|(file, meta)| {
+            let label = PathBuf::from(format!("(uploaded, {} bytes)", len.unwrap_or_default()));
+            self.park(file, meta, label)
+        });
+        let e = self.metrics.events();
+        Events::count(if r.is_ok() { &e.restores_accepted } else { &e.restores_refused }, 1);
         r
     }
 
@@ -220,9 +235,31 @@ fn open_snapshot(path: &Path) -> Result<(File, snapshot::Meta), Refusal> {
     if md.mode() & 0o022 != 0 {
         return Err(bad(403, "others may write it (a snapshot must be its owner's only: chmod 600)".into()));
     }
-    let len = md.len();
-    snapshot::verify(std::io::BufReader::new(&mut file), len).map_err(|e| bad(422, e.to_string()))?;
+    let meta = check_snapshot(&mut file, md.len()).map_err(|(status, why)| bad(status, why))?;
+    Ok((file, meta))
+}
+
+/// Checks a snapshot of `len` bytes: its digest, then its description.
+fn check_snapshot(file: &mut File, len: u64) -> Result<snapshot::Meta, (u16, String)> {
+    snapshot::verify(std::io::BufReader::new(&mut *file), len).map_err(|e| (422, e.to_string()))?;
+    file.rewind().map_err(|e| (400, e.to_string()))?;
+    let (_, meta) = Reader::open(std::io::BufReader::new(&mut *file), len).map_err(|e| (422, e.to_string()))?;
+    Ok(meta)
+}
+
+/// Takes an uploaded snapshot of `len` bytes into memory of this process
+/// (a sealed-off memory file, not a path anyone else can open) and checks it.
+fn receive_snapshot(body: &mut dyn std::io::Read, len: Option<u64>) -> Result<(File, snapshot::Meta), Refusal> {
+    let len = len.ok_or_else(|| Refusal::new(411, "An uploaded snapshot needs its Content-Length".into()))?;
+    let bad = |status, why: String| Refusal::new(status, format!("the uploaded snapshot: {why}; nothing was restored"));
+    let fd = nix::sys::memfd::memfd_create("pvgpu-snapshot", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+        .map_err(|e| bad(507, format!("no memory file: {e}")))?;
+    let mut file = File::from(fd);
+    let got = std::io::copy(&mut body.take(len), &mut file).map_err(|e| bad(400, e.to_string()))?;
+    if got != len {
+        return Err(bad(400, format!("{got} of its {len} bytes came")));
+    }
     file.rewind().map_err(|e| bad(400, e.to_string()))?;
-    let (_, meta) = Reader::open(std::io::BufReader::new(&mut file), len).map_err(|e| bad(422, e.to_string()))?;
+    let meta = check_snapshot(&mut file, len).map_err(|(status, why)| bad(status, why))?;
     Ok((file, meta))
 }

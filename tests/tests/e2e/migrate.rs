@@ -33,7 +33,8 @@ pub(crate) fn session_moves_to_another_backend(t: Transport) {
     let dir = TempDir::new("migrate");
     let address = b.addr(t).to_string();
     let report = std::thread::scope(|s| {
-        let moving = s.spawn(|| pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30));
+        // Over TCP the snapshot is uploaded, as to a backend on another host.
+        let moving = s.spawn(|| pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, t == Transport::Tcp));
         let deadline = Instant::now() + Duration::from_secs(30);
         while !c.detached() && !moving.is_finished() {
             assert!(Instant::now() < deadline, "the session was not checkpointed within 30 s");
@@ -44,6 +45,7 @@ pub(crate) fn session_moves_to_another_backend(t: Transport) {
     });
     assert!(report.state_bytes >= 3 * bytes, "{report:?}");
     assert_eq!(report.left_file, None);
+    assert_eq!(report.uploaded, t == Transport::Tcp);
     assert!(std::fs::read_dir(&dir.0).unwrap().next().is_none(), "the snapshot's name is gone once the target holds it");
     assert!(from.sessions().unwrap().is_empty(), "the session left the source");
 
@@ -71,4 +73,12 @@ pub(crate) fn session_moves_to_another_backend(t: Transport) {
     }
     let long = MoveRecord { to: format!("local:/{}", "x".repeat(80)), ..bad };
     assert!(matches!(from.record_move(&long), Err(CtlError::Refused { status: 400, .. })));
+
+    // An upload that is not a whole snapshot is refused by its checksum.
+    let junk = dir.0.join("junk.pvgpu");
+    std::fs::write(&junk, vec![7u8; 5000]).unwrap();
+    match to.restore_upload(&junk) {
+        Err(CtlError::Refused { status: 422, message }) => assert!(message.contains("uploaded snapshot"), "{message}"),
+        other => panic!("a junk upload: {other:?}"),
+    }
 }
