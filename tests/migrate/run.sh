@@ -13,6 +13,8 @@
 # HOW=restart: A stops and B starts at A's addresses (a backend upgrade);
 # HOW=migrate: A and B run side by side and `pvgpu-ctl migrate` moves the
 # session from A to B while both run (the program is sent to B's socket).
+# MIGRATE_ARGS adds options to pvgpu-ctl migrate (--upload: the snapshot
+# goes to B as an upload, as to a backend on another host).
 # train-MB is train.py holding MB more of device memory; symbols is
 # symbols.cu (built here with nvcc), a program with a __device__ table.
 # BIN holds release builds of pvgpu-backend, pvgpu-ctl, libpvgpu_cuda.so
@@ -54,7 +56,7 @@ for case in ${CASES:-train-0 train-1024 symbols}; do
   else
     ap=$bp; backend B-$case placed pvb
     t0=$(date +%s.%N); t1=$t0; t2=$t0; t3=$t0
-    $CTL migrate $sid --to unix:$W/pvb-ctl.sock --address local:$W/pvb.sock > $W/ckpt.txt 2>&1; rc=$?; rrc=$rc; t4=$(date +%s.%N)
+    $CTL migrate $sid --to unix:$W/pvb-ctl.sock --address local:$W/pvb.sock ${MIGRATE_ARGS:-} > $W/ckpt.txt 2>&1; rc=$?; rrc=$rc; t4=$(date +%s.%N)
     at=$(wc -l < $W/pv.txt); size=0
     : > $W/restore.txt
   fi
