@@ -277,22 +277,34 @@ pub fn verify(mut r: impl Read, len: u64) -> Result<(), SnapshotError> {
     Ok(())
 }
 
-/// Reads a snapshot already [`verify`]-ed: the description, then its blobs
-/// in order.
+/// Reads a snapshot: the description, then its blobs in order, hashing
+/// what it reads; [`Reader::finish`] checks the digest. What was read is
+/// trusted only once `finish` says so (a caller that acts on the blobs as
+/// they come throws its work away when it does not), so one pass both
+/// reads and checks a file, where [`verify`] first would read it twice.
 pub struct Reader<R: Read> {
     input: R,
     /// Bytes left before the digest.
     left: u64,
     blobs: u32,
+    hash: Sha256,
+}
+
+/// Reads exactly `buf.len()` bytes from `input` into `buf` and hashes them.
+fn read_hashed(input: &mut impl Read, hash: &mut Sha256, buf: &mut [u8]) -> Result<(), SnapshotError> {
+    input.read_exact(buf)?;
+    hash.update(&*buf);
+    Ok(())
 }
 
 impl<R: Read> Reader<R> {
     /// Reads the head of a snapshot of `len` bytes.
     pub fn open(mut input: R, len: u64) -> Result<(Reader<R>, Meta), SnapshotError> {
         let mut left = len.checked_sub(DIGEST as u64).ok_or_else(|| SnapshotError::Malformed("shorter than its digest".into()))?;
+        let mut hash = Sha256::new();
         let mut head = [0u8; 20];
         take(&mut left, head.len() as u64)?;
-        input.read_exact(&mut head)?;
+        read_hashed(&mut input, &mut hash, &mut head)?;
         if &head[..8] != MAGIC {
             return Err(SnapshotError::Magic);
         }
@@ -306,16 +318,16 @@ impl<R: Read> Reader<R> {
         }
         take(&mut left, meta_len)?;
         let mut json = vec![0u8; meta_len as usize];
-        input.read_exact(&mut json)?;
+        read_hashed(&mut input, &mut hash, &mut json)?;
         let meta: Meta = serde_json::from_slice(&json)?;
         take(&mut left, 4)?;
         let mut count = [0u8; 4];
-        input.read_exact(&mut count)?;
+        read_hashed(&mut input, &mut hash, &mut count)?;
         let blobs = u32::from_le_bytes(count);
         if blobs > MAX_BLOBS {
             return Err(SnapshotError::Malformed(format!("{blobs} blobs")));
         }
-        Ok((Reader { input, left, blobs }, meta))
+        Ok((Reader { input, left, blobs, hash }, meta))
     }
 
     /// Blobs not yet read.
@@ -328,21 +340,27 @@ impl<R: Read> Reader<R> {
         self.blobs = self.blobs.checked_sub(1).ok_or_else(|| SnapshotError::Malformed("a blob past the last".into()))?;
         take(&mut self.left, 8)?;
         let mut n = [0u8; 8];
-        self.input.read_exact(&mut n)?;
+        read_hashed(&mut self.input, &mut self.hash, &mut n)?;
         let n = u64::from_le_bytes(n);
         take(&mut self.left, n)?;
         let n = usize::try_from(n).map_err(|_| SnapshotError::Malformed("a blob larger than memory".into()))?;
         let mut b = Vec::new();
         b.try_reserve_exact(n).map_err(|_| SnapshotError::Malformed(format!("a blob of {n} bytes does not fit in memory")))?;
         b.resize(n, 0);
-        self.input.read_exact(&mut b)?;
+        read_hashed(&mut self.input, &mut self.hash, &mut b)?;
         Ok(b)
     }
 
-    /// Checks that every blob was read and nothing follows them.
-    pub fn finish(self) -> Result<(), SnapshotError> {
+    /// Checks that every blob was read, nothing follows them, and the
+    /// digest is that of everything read.
+    pub fn finish(mut self) -> Result<(), SnapshotError> {
         if self.blobs != 0 || self.left != 0 {
             return Err(SnapshotError::Malformed(format!("{} blobs and {} bytes left unread", self.blobs, self.left)));
+        }
+        let mut digest = [0u8; DIGEST];
+        self.input.read_exact(&mut digest).map_err(|_| SnapshotError::Digest)?;
+        if self.hash.finalize().as_slice() != digest {
+            return Err(SnapshotError::Digest);
         }
         Ok(())
     }
@@ -427,6 +445,32 @@ mod tests {
         }
         for n in 0..file.len() {
             assert!(decode(&file[..n]).is_err(), "a file cut at {n} passed");
+        }
+    }
+
+    /// What a resuming worker does: one pass, acting on the blobs as they
+    /// come, trusting them only when `finish` agrees.
+    fn read_once(file: &[u8]) -> Result<Vec<Vec<u8>>, SnapshotError> {
+        let (mut r, _) = Reader::open(file, file.len() as u64)?;
+        let mut blobs = Vec::new();
+        while r.blobs_left() > 0 {
+            blobs.push(r.blob()?);
+        }
+        r.finish()?;
+        Ok(blobs)
+    }
+
+    #[test]
+    fn the_reader_alone_refuses_any_change_or_cut() {
+        let file = encode(&sample(), &[b"hello", b"world!"]);
+        assert_eq!(read_once(&file).unwrap(), vec![b"hello".to_vec(), b"world!".to_vec()]);
+        for i in 0..file.len() {
+            let mut bad = file.clone();
+            bad[i] ^= 0x40;
+            assert!(read_once(&bad).is_err(), "a flipped byte {i} passed the reader");
+        }
+        for n in 0..file.len() {
+            assert!(read_once(&file[..n]).is_err(), "a file cut at {n} passed the reader");
         }
     }
 

@@ -108,8 +108,10 @@ fn take_back<E: Executor>(session: &mut Session<E>, conn: &dyn Conn, limits: &Se
     let restored = (|| {
         let len = file.metadata()?.len();
         file.rewind()?;
-        snapshot::verify(std::io::BufReader::new(&mut file), len)?;
-        file.rewind()?;
+        // One pass: the session is rebuilt as the blobs come and handed to
+        // the guest only if the digest at the end agrees (the supervisor
+        // checked it when the snapshot was parked; this catches a file
+        // changed since). A failure drops the half-built session.
         let (mut reader, meta) = Reader::open(std::io::BufReader::with_capacity(8 << 20, &mut file), len)?;
         session.restore(&meta, &mut reader, conn.area())?;
         reader.finish()?;
