@@ -167,7 +167,7 @@ fn run(cli: Cli) -> Result<()> {
             println!("session {} ({}, {}) is ending", s.id, s.peer, s.transport);
         }
         Cmd::Migrate { session, to, address, dir, timeout, upload, json } => {
-            let token = control_token(&cli.token, &Some(to.clone()))?;
+            let token = control_token(cli.token.as_deref(), &to)?;
             let target = Control::at(to, token, cli.ca.as_deref())?;
             let dir = dir.unwrap_or_else(pvgpu_ctl::migrate::default_dir);
             let r = pvgpu_ctl::migrate::migrate(&control, &target, session, &address, &dir, timeout, upload)?;
@@ -237,21 +237,19 @@ fn run(cli: Cli) -> Result<()> {
 /// The control API the command line names.
 fn connect(cli: &Cli) -> Result<Control> {
     let endpoint = cli.control.clone().unwrap_or_else(|| Endpoint::Unix(pvgpu_ctl::default_socket()));
-    let token = control_token(&cli.token, &Some(endpoint.clone()))?;
+    let token = control_token(cli.token.as_deref(), &endpoint)?;
     Ok(Control::at(endpoint, token, cli.ca.as_deref())?)
 }
 
 /// The bearer token an http(s) endpoint needs, read from `file`.
-fn control_token(file: &Option<PathBuf>, endpoint: &Option<Endpoint>) -> Result<Option<String>> {
+fn control_token(file: Option<&std::path::Path>, endpoint: &Endpoint) -> Result<Option<String>> {
     match (endpoint, file) {
-        (None | Some(Endpoint::Unix(_)), _) => Ok(None),
+        (Endpoint::Unix(_), _) => Ok(None),
         (_, Some(file)) => {
             let t = std::fs::read_to_string(file).with_context(|| format!("cannot read the token file {}", file.display()))?;
             Ok(Some(t.trim().to_string()))
         }
-        (Some(endpoint), None) => {
-            anyhow::bail!("{endpoint} needs the backend's --control-token: pass --token FILE (or set PVGPU_CTL_TOKEN_FILE)")
-        }
+        (_, None) => anyhow::bail!("{endpoint} needs the backend's --control-token: pass --token FILE (or set PVGPU_CTL_TOKEN_FILE)"),
     }
 }
 

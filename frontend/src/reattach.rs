@@ -92,9 +92,7 @@ impl Conn {
             std::thread::sleep(RETRY);
         }
     }
-}
 
-impl Conn {
     /// Sends `Resume` and reads its answer: the session, or where it moved.
     fn resume(&mut self, resume: &Resume) -> Result<Resumed> {
         let id = self.send(resume, FLAG_REPLY)?;

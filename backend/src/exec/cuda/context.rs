@@ -283,7 +283,7 @@ impl ExecContext for CudaContext {
 
     fn stream_destroy(&mut self, s: CudaStream) -> CuRes<()> {
         // A capture it had ends with it.
-        super::placed::capture_ended(s);
+        self.capture_ended(s);
         // SAFETY: the stream was created here and is destroyed once.
         ck(unsafe { sys::cuStreamDestroy_v2(s.0) })
     }

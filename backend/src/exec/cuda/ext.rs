@@ -79,8 +79,10 @@ impl CudaContext {
     }
 
     pub(super) fn alloc_async(&mut self, size: u64, stream: Option<CudaStream>) -> CuRes<u64> {
-        if self.placed.is_some() && !capturing(stream)? {
-            return self.placed.as_mut().map_or(Err(pvgpu_ring::CuError::UNKNOWN), |p| p.alloc(size));
+        if let Some(placed) = self.placed.as_mut()
+            && !capturing(stream)?
+        {
+            return placed.alloc(size);
         }
         let mut p = 0;
         // SAFETY: valid out-pointer; the stream belongs to this context.

@@ -110,7 +110,7 @@ impl ExecGraph for CudaContext {
         let begin = entry(self.drv.cuStreamBeginCapture_v2)?;
         // SAFETY: a live stream of this context; the mode was decoded.
         ok(unsafe { begin(stream(Some(s)), CUstreamCaptureMode(mode)) })?;
-        super::placed::capture_began(s);
+        self.capture_began(s);
         Ok(())
     }
 
@@ -120,7 +120,7 @@ impl ExecGraph for CudaContext {
         // SAFETY: a live stream and graph of this context, `deps.len()` of
         // its nodes, default edges (no edge data).
         ok(unsafe { begin(stream(Some(s)), g.0, deps.as_ptr(), ptr::null(), deps.len(), CUstreamCaptureMode(mode)) })?;
-        super::placed::capture_began(s);
+        self.capture_began(s);
         Ok(())
     }
 
@@ -129,7 +129,7 @@ impl ExecGraph for CudaContext {
         let mut g = ptr::null_mut();
         // SAFETY: a live stream; a valid out-pointer.
         let ended = ok(unsafe { end(stream(Some(s)), &mut g) });
-        super::placed::capture_ended(s);
+        self.capture_ended(s);
         ended.map(|()| CudaGraph(g))
     }
 

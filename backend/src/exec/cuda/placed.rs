@@ -36,14 +36,20 @@ use std::sync::Mutex;
 /// Streams of this process being captured (raw handles).
 static CAPTURING: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
 
-/// `s` began a capture.
-pub(super) fn capture_began(s: CudaStream) {
-    CAPTURING.lock().unwrap_or_else(|p| p.into_inner()).insert(raw_stream(Some(s)) as usize);
-}
+impl super::CudaContext {
+    /// `s` began a capture (kept only where memory is placed).
+    pub(super) fn capture_began(&self, s: CudaStream) {
+        if self.placed.is_some() {
+            CAPTURING.lock().unwrap_or_else(|p| p.into_inner()).insert(raw_stream(Some(s)) as usize);
+        }
+    }
 
-/// `s`'s capture ended (or never began).
-pub(super) fn capture_ended(s: CudaStream) {
-    CAPTURING.lock().unwrap_or_else(|p| p.into_inner()).remove(&(raw_stream(Some(s)) as usize));
+    /// `s`'s capture ended (or never began), or `s` goes.
+    pub(super) fn capture_ended(&self, s: CudaStream) {
+        if self.placed.is_some() {
+            CAPTURING.lock().unwrap_or_else(|p| p.into_inner()).remove(&(raw_stream(Some(s)) as usize));
+        }
+    }
 }
 
 fn any_capturing() -> bool {
@@ -198,14 +204,11 @@ impl Placed {
         self.alloc(size)
     }
 
-    /// Frees `dptr` once the context's work is done (the context is
-    /// current).
+    /// Frees `dptr`, an address this arena [`Placed::owns`], once the
+    /// context's work is done (the context is current).
     pub(super) fn free(&mut self, dptr: u64) -> CuRes<()> {
         if any_capturing() {
             may_manage_memory()?;
-            if !self.arena.owns(dptr) {
-                return Err(CuError::INVALID_VALUE);
-            }
             self.after_capture.push(dptr);
             return Ok(());
         }
