@@ -167,6 +167,8 @@ pub struct Config {
     pub metrics: Option<String>,
     /// The control API and the web dashboard over HTTP or HTTPS.
     pub control_http: Option<ControlHttp>,
+    /// The backends this one may move sessions to (`--peer`).
+    pub peers: Vec<crate::peers::Peer>,
 }
 
 /// Where and how the control API is served over TCP (`--control-http`).

@@ -61,6 +61,7 @@ pub mod listener;
 pub mod log_limit;
 pub mod meter;
 pub mod metrics;
+pub mod peers;
 pub mod roster;
 pub mod sandbox;
 pub mod session;

@@ -60,6 +60,12 @@ struct Cli {
     /// head -c 24 /dev/urandom | base64 > FILE; chmod 600 FILE.
     #[arg(long, value_name = "FILE", requires = "control_http")]
     control_token: Option<std::path::PathBuf>,
+    /// A backend sessions may be moved to by name (the dashboard's Move, `POST
+    /// /v1/sessions/ID/migrate`): name=NAME,control=unix:PATH|https://HOST:PORT,
+    /// address=WHERE-ITS-GUESTS-REACH-IT[,token=FILE,ca=FILE] (token and ca
+    /// for https). Repeatable.
+    #[arg(long = "peer", value_name = "SPEC")]
+    peers: Vec<pvgpu_backend::peers::PeerSpec>,
     /// How sessions are separated: a worker process each (a GPU fault then
     /// ends only the faulting session) or a thread each.
     #[arg(long, value_enum, default_value = "process")]
@@ -424,6 +430,7 @@ fn start(cli: &Cli) -> Result<Backend> {
             }),
             _ => None,
         },
+        peers: cli.peers.iter().map(|p| p.open()).collect::<Result<_, _>>()?,
     };
     let worker_user = match &cli.worker_user {
         Some(name) => Some(WorkerUser::lookup(name).with_context(|| format!("--worker-user {name}"))?),

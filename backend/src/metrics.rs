@@ -58,6 +58,10 @@ pub struct Events {
     pub restores_accepted: AtomicU64,
     /// Snapshots refused for restore.
     pub restores_refused: AtomicU64,
+    /// Sessions moved to another backend (their moves recorded here).
+    pub migrations_out: AtomicU64,
+    /// Migrations this backend was asked to make that failed.
+    pub migrations_failed: AtomicU64,
 }
 
 impl Events {
@@ -317,6 +321,13 @@ impl Metrics {
             "Snapshots handed to the backend for restore, by outcome.",
             None,
             &[(outcome("accepted"), n(&e.restores_accepted)), (outcome("refused"), n(&e.restores_refused))],
+        )?;
+        counters(
+            enc,
+            "pvgpu_migrations",
+            "Sessions moved from this backend to another, by outcome (failed: asked of this backend and not done).",
+            None,
+            &[(outcome("moved"), n(&e.migrations_out)), (outcome("failed"), n(&e.migrations_failed))],
         )?;
         let drained: Vec<_> =
             (0..self.devices.count()).map(|g| (vec![("gpu", g.to_string())], if self.devices.is_drained(g) { 1.0 } else { 0.0 })).collect();

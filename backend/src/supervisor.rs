@@ -169,7 +169,8 @@ impl Backend {
             Some(addr) => Some(crate::control::MetricsServer::start(addr, metrics.clone())?),
             None => None,
         };
-        let supervised: Arc<dyn Sessions> = Arc::new(Supervised::new(shared.roster.clone(), spawner.clone(), tenants, metrics));
+        let supervised: Arc<dyn Sessions> =
+            Arc::new(Supervised::new(shared.roster.clone(), spawner.clone(), tenants, metrics).with_peers(cfg.peers.clone()));
         let control = open_control(&cfg.control, supervised.clone())?;
         let control_http = match &cfg.control_http {
             Some(c) => Some(match &c.tls {

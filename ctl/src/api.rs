@@ -99,6 +99,33 @@ pub struct MoveRecord {
     pub to: String,
 }
 
+/// A backend this one may move sessions to (`--peer`), as
+/// `GET /v1/peers` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peer {
+    /// The operator's name for it.
+    pub name: String,
+    /// Its control API (`unix:PATH` or `https://HOST:PORT`).
+    pub control: String,
+    /// Where guests reach it, as `PVGPU_BACKEND` writes it.
+    pub address: String,
+}
+
+/// `POST /v1/sessions/{id}/migrate`: the backend moves the session to one
+/// of its peers itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrateRequest {
+    /// The peer's name (`GET /v1/peers`).
+    pub peer: String,
+    /// Upload the snapshot even where the peer's control socket is on this
+    /// host (always so over https).
+    #[serde(default)]
+    pub upload: bool,
+    /// Seconds to wait for the session's next call that waits (default 60).
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+}
+
 /// A snapshot accepted for restore: its guest's next connection that
 /// presents the session's token takes it back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

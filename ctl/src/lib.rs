@@ -17,6 +17,8 @@
 //! | `GET /v1/restores`         | snapshots waiting for their guests ([`api::Waiting`]) |
 //! | `POST /v1/restore/upload` | parks a snapshot sent as the body (`Content-Length` bytes), kept in the backend's memory |
 //! | `POST /v1/moves`           | records where a checkpointed session lives now ([`api::MoveRecord`]; [`migrate`]) |
+//! | `POST /v1/sessions/ID/migrate` | the backend moves the session to one of its `--peer`s ([`api::MigrateRequest`], [`migrate::MigrateReport`]) |
+//! | `GET /v1/peers`            | the backends sessions may be moved to by name ([`api::Peer`]) |
 //! | `GET /v1/tenants`          | the tenants ([`api::Tenant`]), with `--state-dir` |
 //! | `POST /v1/tenants`         | adds one ([`api::NewTenant`])          |
 //! | `GET`, `DELETE /v1/tenants/NAME` | one tenant; removing it revokes its keys and ends its sessions |

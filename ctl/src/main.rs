@@ -107,11 +107,14 @@ enum Cmd {
         /// The session's number (at this backend).
         session: u64,
         /// The other backend's control API (unix:PATH, or https://HOST:PORT with the same --token).
-        #[arg(long, value_name = "ADDRESS", value_parser = Endpoint::parse)]
-        to: Endpoint,
+        #[arg(long, value_name = "ADDRESS", value_parser = Endpoint::parse, required_unless_present = "peer", requires = "address")]
+        to: Option<Endpoint>,
         /// Where the program reaches the other backend, as PVGPU_BACKEND writes it (local:PATH, tcp:HOST:PORT, tls:HOST:PORT).
-        #[arg(long)]
-        address: String,
+        #[arg(long, requires = "to")]
+        address: Option<String>,
+        /// Instead of --to and --address: one of the backend's --peer by name (`pvgpu-ctl peers`); the backend moves the session itself.
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["to", "dir"])]
+        peer: Option<String>,
         /// Where the snapshot passes (default: /dev/shm, memory); removed once the other backend holds it.
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -122,6 +125,12 @@ enum Cmd {
         #[arg(long)]
         upload: bool,
         /// Prints the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lists the backends this one may move sessions to (its --peer options).
+    Peers {
+        /// Prints the API's JSON.
         #[arg(long)]
         json: bool,
     },
@@ -166,11 +175,33 @@ fn run(cli: Cli) -> Result<()> {
             let s = control.end(session)?;
             println!("session {} ({}, {}) is ending", s.id, s.peer, s.transport);
         }
-        Cmd::Migrate { session, to, address, dir, timeout, upload, json } => {
-            let token = control_token(cli.token.as_deref(), &to)?;
-            let target = Control::at(to, token, cli.ca.as_deref())?;
-            let dir = dir.unwrap_or_else(pvgpu_ctl::migrate::default_dir);
-            let r = pvgpu_ctl::migrate::migrate(&control, &target, session, &address, &dir, timeout, upload)?;
+        Cmd::Peers { json } => {
+            let peers: Vec<pvgpu_ctl::api::Peer> = control.call("GET", "/v1/peers")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&peers)?);
+            } else if peers.is_empty() {
+                println!("this backend has no peers (pvgpu-backend --peer name=..,control=..,address=..)");
+            } else {
+                println!("{:<16} {:<40} ADDRESS", "NAME", "CONTROL");
+                for p in &peers {
+                    println!("{:<16} {:<40} {}", p.name, p.control, p.address);
+                }
+            }
+        }
+        Cmd::Migrate { session, to, address, peer, dir, timeout, upload, json } => {
+            let r = match (peer, to, address) {
+                (Some(peer), _, _) => {
+                    let req = pvgpu_ctl::api::MigrateRequest { peer, upload, timeout_seconds: Some(timeout) };
+                    control.call_with("POST", &format!("/v1/sessions/{session}/migrate"), Some(&req))?
+                }
+                (None, Some(to), Some(address)) => {
+                    let token = control_token(cli.token.as_deref(), &to)?;
+                    let target = Control::at(to, token, cli.ca.as_deref())?;
+                    let dir = dir.unwrap_or_else(pvgpu_ctl::migrate::default_dir);
+                    pvgpu_ctl::migrate::migrate(&control, &target, session, &address, &dir, timeout, upload)?
+                }
+                _ => anyhow::bail!("name the other backend: --peer NAME, or --to CONTROL with --address ADDRESS"),
+            };
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {

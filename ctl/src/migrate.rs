@@ -18,7 +18,7 @@
 //! The pause the program sees is the sum of the three, plus the rebuild in
 //! the target's worker and at most one of the program's 100 ms retries.
 
-use crate::api::{CheckpointRequest, MoveRecord, RestoreRequest};
+use crate::api::{CheckpointReport, CheckpointRequest, MoveRecord, RestoreRequest};
 use crate::client::{Control, CtlError};
 use crate::snapshot;
 use serde::{Deserialize, Serialize};
@@ -59,6 +59,26 @@ pub enum MigrateError {
     Record(#[source] CtlError),
 }
 
+/// The backend a session leaves: its control API as `pvgpu-ctl` reaches
+/// it ([`Control`]), or the backend itself when it moves a session on its
+/// operator's request (`POST /v1/sessions/{id}/migrate`).
+pub trait Source {
+    /// Checkpoints `session` as `req` says and waits for it.
+    fn checkpoint(&self, session: u64, req: &CheckpointRequest) -> Result<CheckpointReport, CtlError>;
+    /// Records where a session this backend checkpointed lives now.
+    fn record_move(&self, req: &MoveRecord) -> Result<(), CtlError>;
+}
+
+impl Source for Control {
+    fn checkpoint(&self, session: u64, req: &CheckpointRequest) -> Result<CheckpointReport, CtlError> {
+        Control::checkpoint(self, session, req)
+    }
+
+    fn record_move(&self, req: &MoveRecord) -> Result<(), CtlError> {
+        Control::record_move(self, req).map(drop)
+    }
+}
+
 /// What a migration did and how long each part took.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MigrateReport {
@@ -88,7 +108,7 @@ pub struct MigrateReport {
 /// and is uploaded to the target where `upload` says so or the target is
 /// not on this host.
 pub fn migrate(
-    source: &Control,
+    source: &dyn Source,
     target: &Control,
     session: u64,
     to: &str,

@@ -42,6 +42,7 @@ fn an_operator_lists_and_ends_sessions() {
         control: ControlSocket::At(control.clone()),
         metrics: None,
         control_http: None,
+        peers: Vec::new(),
     };
     let backend = Backend::start_threads(Arc::new(HostExecutor::new(1 << 30)), cfg).unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -66,6 +67,13 @@ fn an_operator_lists_and_ends_sessions() {
     assert!(table.starts_with(&format!("{:>6}", "ID")), "{table}");
     assert!(row.contains(&s.peer) && row.contains("local") && row.contains("MiB"), "{table}");
 
+    // Moving by a peer's name needs the backend to know it (`--peer`).
+    let peers = stdout(&ctl(&control, &["peers"]));
+    assert!(peers.contains("no peers"), "{peers}");
+    let nowhere = ctl(&control, &["migrate", &s.id.to_string(), "--peer", "gpu-b"]);
+    assert_eq!(nowhere.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&nowhere.stderr).contains("No peer \"gpu-b\""), "{nowhere:?}");
+
     let ended = stdout(&ctl(&control, &["end", &s.id.to_string()]));
     assert!(ended.contains(&format!("session {} ", s.id)), "{ended}");
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -86,6 +94,7 @@ fn an_operator_lists_and_ends_sessions() {
         control: ControlSocket::At(control.clone()),
         metrics: None,
         control_http: None,
+        peers: Vec::new(),
     };
     let refused = Backend::start_threads(Arc::new(HostExecutor::new(1 << 20)), cfg2).err().expect("a second backend on a served socket");
     assert!(refused.to_string().contains("Another pvgpu backend"), "{refused}");
@@ -116,6 +125,7 @@ fn an_operator_adds_a_tenant_and_issues_and_revokes_its_key() {
         control: ControlSocket::At(control.clone()),
         metrics: None,
         control_http: None,
+        peers: Vec::new(),
     };
     let backend = Backend::start_threads(Arc::new(HostExecutor::new(1 << 30)), cfg).unwrap();
     let tcp = backend.tcp_addrs()[0].to_string();
@@ -202,6 +212,7 @@ fn an_operator_drives_a_backend_over_https() {
             token,
             tls: Some(pvgpu_backend::tls::server_config(&cert, &key).unwrap()),
         }),
+        peers: Vec::new(),
     };
     let backend = Backend::start_threads(Arc::new(HostExecutor::with_devices(1 << 30, 2)), cfg).unwrap();
     let url = format!("https://{}", backend.control_http_addr().unwrap());

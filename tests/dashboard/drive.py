@@ -1,11 +1,13 @@
 """Drives the pvgpu dashboard in headless Chromium, as an operator would.
 
-Usage: drive.py URL TOKEN SESSION TENANT
+Usage: drive.py URL TOKEN SESSION TENANT [MOVE_SESSION PEER]
 
 Logs in with a wrong token (refused), then the right one; waits for
 session SESSION of tenant TENANT to appear and the charts to draw; sets
 the tenant's memory quota to 32 MiB and its GPU share to 4 and saves
-them; drains GPU 0 with its button; ends the session with its button (found before two refreshes
+them; drains GPU 0 with its button; moves session MOVE_SESSION to the
+backend's peer PEER with its Move button and waits for its row to go;
+ends the session with its button (found before two refreshes
 and pressed after them) and waits for its row to go.
 Prints one line per step; exits non-zero at the first that fails. The
 caller checks the backend's side. With PVGPU_DASHBOARD_SCREENSHOT=FILE, the
@@ -19,9 +21,10 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 url, token, session, tenant = sys.argv[1:5]
+move, peer = (sys.argv[5:7] + [None, None])[:2]
 
 opts = webdriver.ChromeOptions()
 opts.binary_location = "/usr/bin/chromium"
@@ -78,6 +81,16 @@ try:
         driver.execute_script("window.scrollTo(0, 0)")
         driver.save_screenshot(shot)
         step("screenshot saved to " + shot)
+
+    if move:
+        pick = driver.find_element(By.CSS_SELECTOR, f'select.peer[data-session="{move}"]')
+        Select(pick).select_by_value(peer)
+        driver.find_element(By.CSS_SELECTOR, f'button.migrate[data-session="{move}"]').click()
+        wait.until(EC.alert_is_present()).accept()
+        wait.until(EC.text_to_be_present_in_element((By.ID, "status"), "moved to " + peer))
+        step("moved: " + driver.find_element(By.ID, "status").text)
+        wait.until(EC.invisibility_of_element_located((By.CSS_SELECTOR, f'#sessions tr[data-session="{move}"]')))
+        step("the moved session is gone from the table")
 
     # The page refreshes once a second; a button must survive that, or an
     # operator's click can land on a row that was just replaced.

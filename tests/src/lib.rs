@@ -418,6 +418,7 @@ impl Harness {
                 control: ControlSocket::At(dir.join("control.sock")),
                 metrics: None,
                 control_http: None,
+                peers: Vec::new(),
             };
             let backend = Backend::start_threads(host.clone(), cfg).expect("cannot start the embedded backend");
             Running::Embedded { backend: Some(Box::new(backend)), exec: host }

@@ -9,6 +9,7 @@
 mod dashboard;
 mod https;
 mod metrics_http;
+mod migrate;
 mod routes;
 mod socket;
 mod supervised;
@@ -49,6 +50,14 @@ pub trait Sessions: Send + Sync {
     fn record_move(&self, req: pvgpu_ctl::api::MoveRecord) -> Result<(), Refusal> {
         let _ = req;
         Err(Refusal::new(404, "This backend does not record moves".into()))
+    }
+    /// The backends this one may move sessions to.
+    fn peers(&self) -> Vec<api::Peer> {
+        Vec::new()
+    }
+    /// Moves session `id` to one of the peers; waits for it.
+    fn migrate(&self, id: u64, req: api::MigrateRequest) -> Result<pvgpu_ctl::migrate::MigrateReport, Refusal> {
+        Err(Refusal::new(404, format!("This backend moves no sessions (session {id} to {})", req.peer)))
     }
     /// The parked snapshots.
     fn waiting(&self) -> Vec<pvgpu_ctl::api::Waiting> {

@@ -101,6 +101,12 @@ fn route(method: &Method, url: &str, body: &[u8], sessions: &dyn Sessions) -> An
             (_, Err(e)) => e,
             (Ok(n), Ok(req)) => done(sessions.checkpoint(n, req)),
         },
+        (Method::Post, ["v1", "sessions", id, "migrate"]) => match (id.parse::<u64>(), parse::<pvgpu_ctl::api::MigrateRequest>(body)) {
+            (Err(_), _) => error(400, format!("{id:?} is not a session number")),
+            (_, Err(e)) => e,
+            (Ok(n), Ok(req)) => done(sessions.migrate(n, req)),
+        },
+        (Method::Get, ["v1", "peers"]) => ok(&sessions.peers()),
         (Method::Get, ["v1", "restores"]) => ok(&sessions.waiting()),
         (Method::Get, ["v1", "devices"]) => ok(&sessions.devices()),
         (Method::Post | Method::Delete, ["v1", "devices", n, "drain"]) => match n.parse::<usize>() {
@@ -211,6 +217,10 @@ mod tests {
         assert_eq!(status(Method::Delete, "/v1/sessions/x"), 400);
         assert_eq!(status(Method::Post, "/v1/sessions"), 405);
         assert_eq!(status(Method::Get, "/v2"), 404);
+        assert_eq!(route(&Method::Get, "/v1/peers", b"", &One), (200, b"[]".to_vec()));
+        assert_eq!(route(&Method::Post, "/v1/sessions/7/migrate", br#"{"peer":"b"}"#, &One).0, 404, "no peers here");
+        assert_eq!(route(&Method::Post, "/v1/sessions/7/migrate", b"{}", &One).0, 400, "a peer must be named");
+        assert_eq!(route(&Method::Post, "/v1/sessions/x/migrate", br#"{"peer":"b"}"#, &One).0, 400);
         let (_, body) = route(&Method::Get, "/nothing", b"", &One);
         let e: ErrorBody = serde_json::from_slice(&body).unwrap();
         assert!(e.error.contains("/nothing"));

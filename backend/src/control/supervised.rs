@@ -22,6 +22,7 @@ pub struct Supervised {
     spawner: Arc<dyn Spawner>,
     tenants: Option<TenantDesk>,
     metrics: crate::metrics::Metrics,
+    peers: Vec<crate::peers::Peer>,
 }
 
 impl Supervised {
@@ -33,7 +34,13 @@ impl Supervised {
         tenants: Option<TenantDesk>,
         metrics: crate::metrics::Metrics,
     ) -> Supervised {
-        Supervised { roster, spawner, tenants, metrics }
+        Supervised { roster, spawner, tenants, metrics, peers: Vec::new() }
+    }
+
+    /// The backends sessions may be moved to ([`Sessions::migrate`]).
+    pub fn with_peers(mut self, peers: Vec<crate::peers::Peer>) -> Supervised {
+        self.peers = peers;
+        self
     }
 }
 
@@ -217,7 +224,20 @@ impl Sessions for Supervised {
             ));
         }
         self.spawner.desk().record_move(token, req.peer, req.to);
+        Events::count(&self.metrics.events().migrations_out, 1);
         Ok(())
+    }
+
+    fn peers(&self) -> Vec<pvgpu_ctl::api::Peer> {
+        self.peers.iter().map(|p| p.listed.clone()).collect()
+    }
+
+    fn migrate(&self, id: u64, req: pvgpu_ctl::api::MigrateRequest) -> Result<pvgpu_ctl::migrate::MigrateReport, Refusal> {
+        let r = super::migrate::migrate(self, &self.peers, id, req);
+        if r.is_err() {
+            Events::count(&self.metrics.events().migrations_failed, 1);
+        }
+        r
     }
 
     fn waiting(&self) -> Vec<pvgpu_ctl::api::Waiting> {

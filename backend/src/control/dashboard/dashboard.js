@@ -7,7 +7,7 @@ const TOKEN_KEY = "pvgpu-token";
 const POLL_MS = 1000;
 const POINTS = 60;
 
-const state = { timer: null, last: null, rtt: [], tput: [], cmds: [], editing: new Set(), noticeUntil: 0 };
+const state = { timer: null, last: null, rtt: [], tput: [], cmds: [], editing: new Set(), noticeUntil: 0, peers: [] };
 
 function $(id) { return document.getElementById(id); }
 
@@ -176,8 +176,48 @@ function sessionRow(id) {
       refresh();
     } catch (e) { status(e.message, true); }
   });
-  cell(tr, "").appendChild(b);
+  const actions = cell(tr, "");
+  if (state.peers.length) actions.append(moveControls(id), " ");
+  actions.appendChild(b);
   return tr;
+}
+
+// A peer to pick (the backend's --peer) and a button that moves the
+// session there; the program goes on there at its next call.
+function moveControls(id) {
+  const span = document.createElement("span");
+  const pick = document.createElement("select");
+  pick.className = "peer";
+  pick.dataset.session = id;
+  pick.setAttribute("aria-label", "move session " + id + " to");
+  for (const p of state.peers) {
+    const o = document.createElement("option");
+    o.value = p.name;
+    o.textContent = p.name;
+    o.title = p.address;
+    pick.appendChild(o);
+  }
+  const b = document.createElement("button");
+  b.className = "migrate";
+  b.dataset.session = id;
+  b.textContent = "Move";
+  b.addEventListener("click", async () => {
+    const peer = pick.value;
+    if (!confirm("Move session " + id + " to " + peer + "? Its program pauses while its state moves.")) return;
+    b.disabled = true;
+    status("moving session " + id + " to " + peer + "...");
+    try {
+      const r = await api("POST", "/v1/sessions/" + id + "/migrate", { peer });
+      status("session " + id + " moved to " + peer + " (" + r.to + "): " + bytes(r.state_bytes) + ", checkpoint " +
+        r.checkpoint_seconds.toFixed(2) + " s, restore " + r.restore_seconds.toFixed(2) + " s");
+      refresh();
+    } catch (e) {
+      b.disabled = false;
+      status(e.message, true);
+    }
+  });
+  span.append(pick, " ", b);
+  return span;
 }
 
 // Under --gpu-share weighted: its turn now and the time it has held while
@@ -341,7 +381,9 @@ async function refresh() {
   }
 }
 
-function showApp() {
+async function showApp() {
+  // Peers are the backend's configuration: read once per login.
+  state.peers = await api("GET", "/v1/peers").catch(() => []);
   $("login-panel").hidden = true;
   $("app").hidden = false;
   $("logout").hidden = false;

@@ -121,7 +121,7 @@ fn start_backend(gpu: bool, listen: Vec<Listen>, cpus: Option<Vec<usize>>, key_f
     let session = SessionConfig { cpus, ..SessionConfig::default() };
     let tls = tls.map(|t| pvgpu_backend::tls::server_config(&t.cert, &t.key)).transpose()?;
     let admission = AdmissionConfig { tcp_key: Some(TcpKey::from_file(key_file)?), tls, ..AdmissionConfig::default() };
-    let cfg = Config { listen, session, admission, control: ControlSocket::Off, metrics: None, control_http: None };
+    let cfg = Config { listen, session, admission, control: ControlSocket::Off, metrics: None, control_http: None, peers: Vec::new() };
     Ok(if gpu {
         Backend::start_threads(Arc::new(CudaExecutor::new()?), cfg)?
     } else {
