@@ -4,6 +4,7 @@ use anyhow::{Result, bail};
 use clap::Subcommand;
 use pvgpu_ctl::api::Gpu;
 use pvgpu_ctl::client::Control;
+use pvgpu_ctl::migrate::MigrateReport;
 use std::time::{Duration, Instant};
 
 #[derive(Subcommand, Debug)]
@@ -15,6 +16,9 @@ pub enum DeviceCmd {
         /// Then waits, at most SECS seconds, until no live session has a context on it.
         #[arg(long, value_name = "SECS")]
         wait: Option<u64>,
+        /// Then moves each live session on it to this peer of the backend (`pvgpu-ctl peers`), one after another.
+        #[arg(long, value_name = "PEER")]
+        move_to: Option<String>,
     },
     /// Gives a drained GPU back to new sessions.
     Resume {
@@ -37,9 +41,12 @@ pub fn list(control: &Control, json: bool) -> Result<()> {
 /// `pvgpu-ctl device ...`.
 pub fn device(control: &Control, cmd: DeviceCmd) -> Result<()> {
     match cmd {
-        DeviceCmd::Drain { gpu, wait } => {
+        DeviceCmd::Drain { gpu, wait, move_to } => {
             let g: Gpu = control.call("POST", &format!("/v1/devices/{gpu}/drain"))?;
             println!("GPU {gpu} drained: new sessions are not given it; {}", users(&g));
+            if let Some(peer) = move_to {
+                move_off(control, &g, &peer);
+            }
             if let Some(secs) = wait {
                 wait_out(control, gpu, Duration::from_secs(secs))?;
             }
@@ -50,6 +57,24 @@ pub fn device(control: &Control, cmd: DeviceCmd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Moves each session on `g` to `peer`; says what became of each (a
+/// session that would not move stays, and `--wait` then says so).
+fn move_off(control: &Control, g: &Gpu, peer: &str) {
+    for &id in &g.sessions {
+        let req = pvgpu_ctl::api::MigrateRequest { peer: peer.to_string(), upload: false, timeout_seconds: None };
+        let moved: Result<MigrateReport, _> = control.call_with("POST", &format!("/v1/sessions/{id}/migrate"), Some(&req));
+        match moved {
+            Ok(r) => println!(
+                "session {id} moved to {peer} ({}): {} of device state, {:.3} s",
+                r.to,
+                crate::bytes(r.state_bytes),
+                r.checkpoint_seconds + r.restore_seconds + r.record_seconds
+            ),
+            Err(e) => println!("session {id} stays on GPU {}: {e}", g.index),
+        }
+    }
 }
 
 /// Waits until no live session has a context on GPU `gpu`.

@@ -285,3 +285,72 @@ fn an_operator_drives_a_backend_over_https() {
     backend.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A backend on this host serving the local transport at `dir/NAME.sock`
+/// and its control socket at `dir/NAME-control.sock`, knowing `peers`.
+fn backend_at(dir: &Path, name: &str, peers: Vec<pvgpu_backend::peers::Peer>) -> Backend {
+    let cfg = Config {
+        listen: vec![Listen::Local(dir.join(format!("{name}.sock")))],
+        session: SessionConfig::default(),
+        admission: Default::default(),
+        control: ControlSocket::At(dir.join(format!("{name}-control.sock"))),
+        metrics: None,
+        control_http: None,
+        peers,
+    };
+    Backend::start_threads(Arc::new(HostExecutor::with_devices(1 << 30, 2)), cfg).unwrap()
+}
+
+#[test]
+fn draining_a_gpu_moves_its_sessions_to_a_peer() {
+    let dir = temp_dir().join("drain");
+    std::fs::create_dir_all(&dir).unwrap();
+    let b = backend_at(&dir, "b", Vec::new());
+    let spec = format!("name=b,control=unix:{},address=local:{}", dir.join("b-control.sock").display(), dir.join("b.sock").display());
+    let a = backend_at(&dir, "a", vec![spec.parse::<pvgpu_backend::peers::PeerSpec>().unwrap().open().unwrap()]);
+    let (a_ctl, b_ctl) = (dir.join("a-control.sock"), dir.join("b-control.sock"));
+
+    let client = Arc::new(Client::connect(&BackendAddr::Local(dir.join("a.sock")), &Options::default()).unwrap());
+    client.init().unwrap();
+    let ctx = client.primary_ctx_retain(0).unwrap();
+    let want: Vec<u8> = (0..256u32 << 10).map(|i| (i * 13 + 1) as u8).collect();
+    let buf = client.mem_alloc(ctx, want.len() as u64).unwrap();
+    client.memcpy_htod(buf, &want).unwrap();
+    // The program goes on calling while its GPU is drained under it.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reads = {
+        let (stop, c, want) = (stop.clone(), client.clone(), want.clone());
+        std::thread::spawn(move || {
+            let mut got = vec![0u8; want.len()];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                c.memcpy_dtoh(&mut got, buf).map_err(|e| e.to_string())?;
+                if got != want {
+                    return Err("the bytes came back changed".to_string());
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(())
+        })
+    };
+
+    let peers = stdout(&ctl(&a_ctl, &["peers"]));
+    assert!(peers.lines().nth(1).is_some_and(|l| l.starts_with("b ") && l.contains("local:")), "{peers}");
+    let said = stdout(&ctl(&a_ctl, &["device", "drain", "0", "--move-to", "b", "--wait", "20"]));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    reads.join().unwrap().expect("the program's reads through the move");
+    assert!(said.contains("moved to b (local:") && said.contains("GPU 0 is free"), "{said}");
+    let at_b: Vec<Session> = serde_json::from_str(&stdout(&ctl(&b_ctl, &["sessions", "--json"]))).unwrap();
+    assert_eq!(at_b.len(), 1, "the peer serves the program now");
+    let mut got = vec![0u8; want.len()];
+    client.memcpy_dtoh(&mut got, buf).unwrap();
+    assert!(got == want);
+
+    // A peer the backend does not know moves nothing, and says so.
+    let c2 = Client::connect(&BackendAddr::Local(dir.join("a.sock")), &Options::default()).unwrap();
+    c2.init().unwrap();
+    // GPU 0 is drained: this program is given GPU 1 alone, its device 0.
+    c2.primary_ctx_retain(0).unwrap();
+    let said = stdout(&ctl(&a_ctl, &["device", "drain", "1", "--move-to", "c"]));
+    assert!(said.contains("stays on GPU 1") && said.contains("No peer \"c\""), "{said}");
+    drop((client, c2, a, b));
+}
