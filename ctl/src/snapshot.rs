@@ -6,7 +6,7 @@
 //! version  u32 LE    [`VERSION`]
 //! meta     u64 LE length, then that many bytes of JSON ([`Meta`])
 //! blobs    u32 LE count, then per blob: u64 LE length and its bytes
-//! digest   32 bytes  SHA-256 of everything before it
+//! digest   32 bytes  BLAKE3 of everything before it (SHA-256 in version 1)
 //! ```
 //!
 //! The JSON says what the session held and names its bytes (device
@@ -23,8 +23,10 @@ use std::io::{self, Read, Write};
 
 /// The file's first bytes.
 pub const MAGIC: &[u8; 8] = b"PVGPUSNP";
-/// The format this crate writes and reads.
-pub const VERSION: u32 = 1;
+/// The format this crate writes. It reads this one and version 1, whose
+/// digest is SHA-256 (what backends before it wrote), so a backend
+/// upgraded in place restores its predecessor's snapshots.
+pub const VERSION: u32 = 2;
 /// The longest description accepted.
 pub const MAX_META: u64 = 64 << 20;
 /// The most blobs accepted.
@@ -41,7 +43,7 @@ pub enum SnapshotError {
     #[error("not a pvgpu session snapshot (bad magic)")]
     Magic,
     /// A format this build does not read.
-    #[error("snapshot format version {0}; this pvgpu reads version {VERSION}")]
+    #[error("snapshot format version {0}; this pvgpu reads versions 1 to {VERSION}")]
     Version(u32),
     /// The digest does not match: the file was cut or changed.
     #[error("the snapshot's checksum does not match: the file is truncated or corrupt, and nothing of it was used")]
@@ -193,11 +195,46 @@ pub struct Meta {
     pub state: State,
 }
 
+/// The digest of a snapshot's bytes: BLAKE3, which hashes a state of
+/// gigabytes several times faster than SHA-256 on the same core (a
+/// migration's pause hashes it at the source, at the target's check and
+/// as the target rebuilds it), or SHA-256 in files of version 1.
+#[derive(Clone)]
+enum Checksum {
+    Sha256(Sha256),
+    Blake3(Box<blake3::Hasher>),
+}
+
+impl Checksum {
+    /// The digest of format `version`: SHA-256 for version 1, BLAKE3
+    /// otherwise (an unknown version then fails on its digest or, once the
+    /// digest is checked, as [`SnapshotError::Version`]).
+    fn of_version(version: u32) -> Checksum {
+        if version == 1 { Checksum::Sha256(Sha256::new()) } else { Checksum::Blake3(Box::new(blake3::Hasher::new())) }
+    }
+
+    fn update(&mut self, b: &[u8]) {
+        match self {
+            Checksum::Sha256(h) => h.update(b),
+            Checksum::Blake3(h) => {
+                h.update(b);
+            }
+        }
+    }
+
+    fn finalize(self) -> [u8; DIGEST] {
+        match self {
+            Checksum::Sha256(h) => h.finalize().into(),
+            Checksum::Blake3(h) => *h.finalize().as_bytes(),
+        }
+    }
+}
+
 /// Writes a snapshot: [`Writer::new`] with the description, one
 /// [`Writer::blob`] per blob in order, then [`Writer::finish`].
 pub struct Writer<W: Write> {
     out: W,
-    hash: Sha256,
+    hash: Checksum,
     left: u32,
     /// Bytes still owed to the blob being written in parts.
     owed: u64,
@@ -207,7 +244,7 @@ impl<W: Write> Writer<W> {
     /// Starts a snapshot of `meta` with `blobs` blobs to follow.
     pub fn new(out: W, meta: &Meta, blobs: u32) -> Result<Self, SnapshotError> {
         let json = serde_json::to_vec(meta)?;
-        let mut w = Writer { out, hash: Sha256::new(), left: blobs, owed: 0 };
+        let mut w = Writer { out, hash: Checksum::of_version(VERSION), left: blobs, owed: 0 };
         w.put(MAGIC)?;
         w.put(&VERSION.to_le_bytes())?;
         w.put(&(json.len() as u64).to_le_bytes())?;
@@ -260,9 +297,14 @@ impl<W: Write> Writer<W> {
 /// Checks the digest of a whole snapshot of `len` bytes read from `r`.
 pub fn verify(mut r: impl Read, len: u64) -> Result<(), SnapshotError> {
     let body = len.checked_sub(DIGEST as u64).ok_or(SnapshotError::Digest)?;
-    let mut hash = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
-    let mut left = body;
+    // The version (after the magic) says which digest the file carries.
+    let head = body.min(12) as usize;
+    r.read_exact(&mut buf[..head]).map_err(|_| SnapshotError::Digest)?;
+    let version = buf.get(8..12).map_or(VERSION, |v| u32::from_le_bytes([v[0], v[1], v[2], v[3]]));
+    let mut hash = Checksum::of_version(version);
+    hash.update(&buf[..head]);
+    let mut left = body - head as u64;
     while left > 0 {
         let n = (left.min(buf.len() as u64)) as usize;
         r.read_exact(&mut buf[..n]).map_err(|_| SnapshotError::Digest)?;
@@ -271,7 +313,7 @@ pub fn verify(mut r: impl Read, len: u64) -> Result<(), SnapshotError> {
     }
     let mut digest = [0u8; DIGEST];
     r.read_exact(&mut digest).map_err(|_| SnapshotError::Digest)?;
-    if hash.finalize().as_slice() != digest {
+    if hash.finalize() != digest {
         return Err(SnapshotError::Digest);
     }
     Ok(())
@@ -287,11 +329,11 @@ pub struct Reader<R: Read> {
     /// Bytes left before the digest.
     left: u64,
     blobs: u32,
-    hash: Sha256,
+    hash: Checksum,
 }
 
 /// Reads exactly `buf.len()` bytes from `input` into `buf` and hashes them.
-fn read_hashed(input: &mut impl Read, hash: &mut Sha256, buf: &mut [u8]) -> Result<(), SnapshotError> {
+fn read_hashed(input: &mut impl Read, hash: &mut Checksum, buf: &mut [u8]) -> Result<(), SnapshotError> {
     input.read_exact(buf)?;
     hash.update(&*buf);
     Ok(())
@@ -301,17 +343,18 @@ impl<R: Read> Reader<R> {
     /// Reads the head of a snapshot of `len` bytes.
     pub fn open(mut input: R, len: u64) -> Result<(Reader<R>, Meta), SnapshotError> {
         let mut left = len.checked_sub(DIGEST as u64).ok_or_else(|| SnapshotError::Malformed("shorter than its digest".into()))?;
-        let mut hash = Sha256::new();
         let mut head = [0u8; 20];
         take(&mut left, head.len() as u64)?;
-        read_hashed(&mut input, &mut hash, &mut head)?;
+        input.read_exact(&mut head)?;
         if &head[..8] != MAGIC {
             return Err(SnapshotError::Magic);
         }
         let version = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
-        if version != VERSION {
+        if !(1..=VERSION).contains(&version) {
             return Err(SnapshotError::Version(version));
         }
+        let mut hash = Checksum::of_version(version);
+        hash.update(&head);
         let meta_len = u64::from_le_bytes(head[12..20].try_into().unwrap_or_default());
         if meta_len > MAX_META {
             return Err(SnapshotError::Malformed(format!("a description of {meta_len} bytes")));
@@ -359,7 +402,7 @@ impl<R: Read> Reader<R> {
         }
         let mut digest = [0u8; DIGEST];
         self.input.read_exact(&mut digest).map_err(|_| SnapshotError::Digest)?;
-        if self.hash.finalize().as_slice() != digest {
+        if self.hash.finalize() != digest {
             return Err(SnapshotError::Digest);
         }
         Ok(())
@@ -485,8 +528,8 @@ mod tests {
         body.extend_from_slice(&json);
         body.extend_from_slice(&1u32.to_le_bytes());
         body.extend_from_slice(&u64::MAX.to_le_bytes());
-        let digest = Sha256::digest(&body);
-        body.extend_from_slice(&digest);
+        let digest = blake3::hash(&body);
+        body.extend_from_slice(digest.as_bytes());
         assert!(matches!(decode(&body), Err(SnapshotError::Malformed(_))));
     }
 
@@ -495,8 +538,25 @@ mod tests {
         let mut file = encode(&sample(), &[b"x"]);
         file[8] = 9;
         let body = file.len() - DIGEST;
+        let digest = blake3::hash(&file[..body]);
+        file[body..].copy_from_slice(digest.as_bytes());
+        assert!(matches!(decode(&file), Err(SnapshotError::Version(9))));
+    }
+
+    #[test]
+    fn a_version_1_file_is_read_by_its_sha256_digest() {
+        // What a backend before version 2 wrote: the same layout, SHA-256.
+        let mut file = encode(&sample(), &[b"hello", b"world!"]);
+        file[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let body = file.len() - DIGEST;
         let digest = Sha256::digest(&file[..body]);
         file[body..].copy_from_slice(&digest);
-        assert!(matches!(decode(&file), Err(SnapshotError::Version(9))));
+        assert_eq!(read_once(&file).unwrap(), vec![b"hello".to_vec(), b"world!".to_vec()]);
+        verify(&file[..], file.len() as u64).unwrap();
+        // A BLAKE3 digest under version 1 is a wrong digest.
+        let digest = blake3::hash(&file[..body]);
+        file[body..].copy_from_slice(digest.as_bytes());
+        assert!(matches!(verify(&file[..], file.len() as u64), Err(SnapshotError::Digest)));
+        assert!(matches!(read_once(&file), Err(SnapshotError::Digest)));
     }
 }
