@@ -17,6 +17,9 @@ pub struct Stream(pub u64);
 /// An event id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Event(pub u64);
+/// A memory pool of the program's own (`cuMemPoolCreate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MemPool(pub u64);
 
 impl Stream {
     /// The default (null) stream.

@@ -52,6 +52,7 @@ mod mirror;
 mod mirror_keeper;
 mod options;
 mod output;
+mod pool;
 mod reattach;
 mod rpc;
 mod stats;

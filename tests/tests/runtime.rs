@@ -383,3 +383,16 @@ fn ipc_over_local() {
 fn ipc_over_tcp() {
     worker_run("ipc", Transport::Tcp);
 }
+
+/// A memory pool of the program's own (`cudaMemPoolCreate`): allocations
+/// from it and through `cudaMallocAsync` once current, its attributes,
+/// trim, size limit and destroy (`tests/runtime/mem_pool.cu`).
+#[test]
+fn mem_pool_over_local() {
+    worker_run("mem_pool", Transport::Local);
+}
+
+#[test]
+fn mem_pool_over_tcp() {
+    worker_run("mem_pool", Transport::Tcp);
+}

@@ -19,6 +19,7 @@ pub mod graph;
 pub mod host;
 pub mod host_call;
 pub mod image;
+pub mod pool;
 
 use pvgpu_ring::CuError;
 
@@ -374,6 +375,9 @@ pub trait ExecContext: Send + 'static {
     /// Gets (`set` is `None`) or sets an attribute of the device's default
     /// memory pool; returns the value.
     fn mem_pool_attribute(&mut self, attr: u32, set: Option<u64>) -> CuRes<u64>;
+    /// An operation on a memory pool of the program's own, or the trim of
+    /// the device's default pool ([`pool::PoolOp`]).
+    fn pool(&mut self, op: pool::PoolOp<Self::Stream>) -> CuRes<u64>;
     /// A 2D copy over ranges the caller checked.
     ///
     /// # Safety

@@ -169,6 +169,7 @@ impl<E: Executor> Session<E> {
             (!self.vmm.is_empty(), "virtual memory reservations or physical allocations"),
             (!self.arrays.is_empty(), "CUDA arrays, textures or surfaces"),
             (!self.ipc.is_empty(), "interprocess handles"),
+            (self.pools.len() > 0, "memory pools of the program's own (cuMemPoolCreate)"),
             (!self.links.is_empty(), "linked images not yet read"),
         ];
         if let Some((_, what)) = unsupported.iter().find(|(held, _)| *held) {
@@ -180,6 +181,7 @@ impl<E: Executor> Session<E> {
                 AllocKind::Mirror => "mirrored host memory",
                 AllocKind::Mapped => "mapped virtual memory",
                 AllocKind::Opened => "another process's memory opened through an interprocess handle",
+                AllocKind::Pooled => "memory from a pool of the program's own (cuMemPoolCreate)",
                 _ => "graph memory",
             }));
         }

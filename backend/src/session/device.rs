@@ -270,6 +270,7 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
     super::vmm::forget(s, Some(id));
     super::array::forget(s, Some(id));
     super::ipc::forget(s, Some(id));
+    super::pool::forget(s, Some(id));
     super::mirror::context_going(s, id);
     super::pinning::context_going(s, id);
     let entry = s.ctxs.remove(id).ok_or(CuError::INVALID_CONTEXT)?;
@@ -279,7 +280,8 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
     s.modules.drain_where(|m| m.ctx == id);
     s.streams.drain_where(|st| st.ctx == id);
     s.events.drain_where(|e| e.ctx == id);
-    let freed: u64 = s.allocs.values().filter(|a| a.ctx == id && a.kind == AllocKind::Memory).map(|a| a.len).sum();
+    let freed: u64 =
+        s.allocs.values().filter(|a| a.ctx == id && matches!(a.kind, AllocKind::Memory | AllocKind::Pooled)).map(|a| a.len).sum();
     s.allocs.retain(|_, a| a.ctx != id);
     s.mem_used -= freed;
     if s.current == Some(id) {

@@ -49,7 +49,11 @@ fn in_capture<E: Executor>(s: &mut Session<E>, ctx: u64, st: Option<super::Strea
 /// memory freed on a capturing stream is a free node; freed outside a
 /// graph, it is unmapped; either way the address stays the graph's.
 fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> CuRes<()> {
-    let a = *s.allocs.get(&dptr).filter(|a| matches!(a.kind, AllocKind::Memory | AllocKind::Graph)).ok_or(CuError::INVALID_VALUE)?;
+    let a = *s
+        .allocs
+        .get(&dptr)
+        .filter(|a| matches!(a.kind, AllocKind::Memory | AllocKind::Pooled | AllocKind::Graph))
+        .ok_or(CuError::INVALID_VALUE)?;
     // A stream of another context than the allocating one.
     let other_ctx = match stream {
         Some(id) if id != 0 => Some(s.streams.get(id).ok_or(CuError::INVALID_HANDLE)?.ctx).filter(|&c| c != a.ctx),
@@ -68,7 +72,7 @@ fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> C
             }
         }
     }
-    if a.kind == AllocKind::Memory {
+    if matches!(a.kind, AllocKind::Memory | AllocKind::Pooled) {
         s.allocs.remove(&dptr);
         s.mem_used -= a.len;
         super::ipc::withdraw(s, pvgpu_ring::proto::IPC_MEMORY, dptr);
@@ -118,6 +122,15 @@ pub(super) fn mem_free_async<E: Executor>(s: &mut Session<E>, r: proto::MemFreeA
     release(s, r.dptr.get(), Some(r.stream.get()))
 }
 
+/// Whether a session may read (`set` `None`) or set pool attribute
+/// `attr`: see [`mem_pool_attribute`].
+pub(super) fn pool_attribute_allowed(attr: u32, set: Option<u64>) -> bool {
+    match set {
+        None => (1..=8).contains(&attr),
+        Some(v) => (1..=4).contains(&attr) || (matches!(attr, 6 | 8) && v == 0),
+    }
+}
+
 /// Attributes of the default pool a session may read: the reuse policies
 /// (1-3), the release threshold (4), and the reserved and used amounts and
 /// their high-water marks (5-8). It may set the reuse policies and the
@@ -125,11 +138,7 @@ pub(super) fn mem_free_async<E: Executor>(s: &mut Session<E>, r: proto::MemFreeA
 pub(super) fn mem_pool_attribute<E: Executor>(s: &mut Session<E>, r: proto::MemPoolAttribute, _: &mut Io<'_>) -> CuRes<U64Rep> {
     let (attr, value) = (r.attr.get(), r.value.get());
     let set = (r.set.get() != 0).then_some(value);
-    let allowed = match set {
-        None => (1..=8).contains(&attr),
-        Some(v) => (1..=4).contains(&attr) || (matches!(attr, 6 | 8) && v == 0),
-    };
-    if !allowed {
+    if !pool_attribute_allowed(attr, set) {
         return Err(CuError::INVALID_VALUE);
     }
     let v = s.enter(r.ctx.get())?.mem_pool_attribute(attr, set)?;

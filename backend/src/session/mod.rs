@@ -41,6 +41,7 @@ mod module;
 mod pinning;
 mod pitched;
 mod policy;
+mod pool;
 mod restore;
 mod stream;
 mod turns;
@@ -155,6 +156,9 @@ enum AllocKind {
     /// Another process's memory, opened through its interprocess handle
     /// (counted in its exporter's quota).
     Opened,
+    /// Memory from a pool of the program's own (`pool`), counted in
+    /// `mem_used`.
+    Pooled,
     /// Graph memory: the address of an allocation node, or of an
     /// allocation captured on a stream. The driver maps it while a graph
     /// runs (and until it is freed); counted through the session's
@@ -182,6 +186,8 @@ pub struct Session<E: Executor> {
     function_ids: HashMap<(u64, String), u64>,
     streams: HandleTable<Owned<Stream<E>>>,
     events: HandleTable<Owned<<Ctx<E> as ExecContext>::Event>>,
+    /// Memory pools of the program's own.
+    pools: HandleTable<pool::PoolEntry>,
     /// Graphs, their nodes and executable graphs.
     graph: graph::Graphs<E>,
     /// Mirrored host memory.
@@ -265,6 +271,7 @@ impl<E: Executor> Session<E> {
             function_ids: HashMap::new(),
             streams: HandleTable::new(n),
             events: HandleTable::new(n),
+            pools: HandleTable::new(n),
             graph: graph::Graphs::new(n),
             mirrors: mirror::Mirrors::default(),
             links: link::Links::default(),
@@ -568,6 +575,7 @@ impl<E: Executor> Drop for Session<E> {
         vmm::forget(self, None);
         array::forget(self, None);
         ipc::forget(self, None);
+        pool::forget(self, None);
         mirror::forget(self);
         pinning::release(self);
         // Forget handles before their contexts go: dropping a context frees

@@ -504,6 +504,20 @@ macro_rules! command_table {
             /// `cuMemPoolSetAccess` / `cuMemPoolGetAccess` of the default
             /// pool, for another device.
             141 MemPoolAccess(memory::mem_pool_access) [quiet]: MemPoolAccess => I32Rep;
+            /// `cuMemPoolCreate`: a pool of the program's own.
+            142 MemPoolCreate(pool::mem_pool_create) [quiet]: MemPoolCreate => HandleRep;
+            /// `cuMemPoolDestroy`.
+            143 MemPoolDestroy(pool::mem_pool_destroy) [quiet]: MemPoolDestroy => ();
+            /// `cuMemAllocFromPoolAsync` from a pool of the program's own.
+            144 MemAllocFromPool(pool::mem_alloc_from_pool) []: MemAllocFromPool => DptrRep;
+            /// `cuMemPoolGetAttribute` / `cuMemPoolSetAttribute` of a pool of
+            /// the program's own.
+            145 MemPoolAttributeOf(pool::mem_pool_attribute_of) [quiet]: MemPoolAttributeOf => U64Rep;
+            /// `cuMemPoolSetAccess` / `cuMemPoolGetAccess` of a pool of the
+            /// program's own, for a device.
+            146 MemPoolAccessOf(pool::mem_pool_access_of) [quiet]: MemPoolAccessOf => I32Rep;
+            /// `cuMemPoolTrimTo`.
+            147 MemPoolTrim(pool::mem_pool_trim) [quiet]: MemPoolTrim => ();
         }
     };
 }

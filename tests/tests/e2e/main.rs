@@ -34,6 +34,7 @@ mod migrate;
 mod modules;
 mod node_params;
 mod parity;
+mod pools;
 mod tenants;
 
 use arrays::*;
@@ -55,6 +56,7 @@ use migrate::*;
 use modules::*;
 use node_params::*;
 use parity::*;
+use pools::*;
 
 fn shared() -> &'static Harness {
     static H: OnceLock<Harness> = OnceLock::new();
@@ -186,5 +188,5 @@ over_every_transport!(
         image_cache,
         kernel_output,
     ],
-    own_backend: [metrics_follow_a_running_program, checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, session_moves_to_another_backend, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
+    own_backend: [metrics_follow_a_running_program, pools_of_the_program_s_own, checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, session_moves_to_another_backend, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
 );

@@ -442,6 +442,10 @@ impl ExecContext for CudaContext {
         self.pool_attribute(attr, set)
     }
 
+    fn pool(&mut self, op: crate::exec::pool::PoolOp<CudaStream>) -> CuRes<u64> {
+        self.pool_op(op)
+    }
+
     unsafe fn copy_2d(&mut self, c: Copy2D, width: u64, height: u64, stream: Option<CudaStream>, wait: bool) -> CuRes<()> {
         // SAFETY: the same contract.
         unsafe { self.copy2d(c, width, height, stream, wait) }

@@ -1,5 +1,5 @@
 //! Driver calls whose arguments are structures or enums: launches with
-//! attributes, cluster occupancy, the default memory pool, 2D copies and
+//! attributes, cluster occupancy, 2D copies and
 //! memsets, tensor maps, virtual memory management (in `vmm`). Those that
 //! take CUDA enums go through [`super::driver`], typed as cuda.h declares
 //! them with enums as transparent newtypes (cudarc's bindings take Rust
@@ -12,8 +12,8 @@ use super::{CudaContext, CudaFunction, CudaStream, ck, raw_stream};
 use crate::exec::{CuRes, LaunchDims, Rect};
 use cudarc::driver::sys;
 use pvgpu_ring::cuda::api::{
-    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUlaunchAttribute, CUlaunchConfig, CUmemPool_attribute, CUtensorMap, CUtensorMapDataType,
-    CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
+    CUlaunchAttribute, CUlaunchConfig, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave,
+    CUtensorMapL2promotion, CUtensorMapSwizzle,
 };
 use pvgpu_ring::proto::{LaunchAttr, TensorMapEncode};
 use std::ffi::{c_int, c_void};
@@ -98,23 +98,6 @@ impl CudaContext {
         }
         // SAFETY: the session frees only addresses this context allocated.
         ck(unsafe { sys::cuMemFreeAsync(dptr, raw_stream(stream)) })
-    }
-
-    pub(super) fn pool_attribute(&mut self, attr: u32, set: Option<u64>) -> CuRes<u64> {
-        let mut pool = ptr::null_mut();
-        // SAFETY: valid out-pointer; the context's device.
-        ck(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, self.dev) })?;
-        // The reuse policies are ints, the rest 64-bit values.
-        let attr = CUmemPool_attribute(attr);
-        let wide = attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
-        let mut v = set.unwrap_or(0);
-        let mut narrow = v as c_int;
-        let p: *mut c_void = if wide { (&mut v as *mut u64).cast() } else { (&mut narrow as *mut c_int).cast() };
-        let call = entry(if set.is_some() { self.drv.cuMemPoolSetAttribute } else { self.drv.cuMemPoolGetAttribute })?;
-        // SAFETY: the pool of this context's device, an attribute the
-        // session allowed, storage of the attribute's width.
-        ok(unsafe { call(pool.cast(), attr, p) })?;
-        Ok(if wide { v } else { narrow as u32 as u64 })
     }
 
     pub(super) fn memset2d(&mut self, r: Rect, value: u32, elem: u32, s: Option<CudaStream>) -> CuRes<()> {

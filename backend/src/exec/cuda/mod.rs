@@ -35,6 +35,7 @@ pub fn gpu_gauges() -> Option<std::sync::Arc<dyn crate::metrics::GpuSource>> {
 }
 pub mod output;
 mod placed;
+mod pool;
 mod vmm;
 
 use super::{Copy2D, CtxInfo, CuRes, DeviceInfo, Executor, LaunchAttr, LaunchDims, Param, Rect, TensorMapEncode};

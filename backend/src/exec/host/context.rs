@@ -459,28 +459,19 @@ impl ExecContext for HostContext {
     }
 
     fn mem_alloc_async(&mut self, size: u64, s: Option<u64>) -> CuRes<u64> {
-        if self.graphs.capturing(s) {
-            // In a capture the memory is the graph's (allocated here at once).
-            let dptr = self.graph_alloc(size)?;
-            self.captured(s, || Op::MemAlloc { dptr })?;
-            return Ok(dptr);
-        }
-        self.alloc_unchecked(size)
+        self.alloc_async(size, s)
     }
 
     fn mem_free_async(&mut self, dptr: u64, s: Option<u64>) -> CuRes<()> {
-        if self.captured(s, || Op::MemFree { dptr })? {
-            return Ok(());
-        }
-        if self.host_work.graph_mem.contains_key(&dptr) {
-            self.graph_free(dptr);
-            return Ok(());
-        }
-        self.free_unchecked(dptr)
+        self.free_async(dptr, s)
     }
 
     fn mem_pool_attribute(&mut self, attr: u32, set: Option<u64>) -> CuRes<u64> {
         self.pool_attribute(attr, set)
+    }
+
+    fn pool(&mut self, op: crate::exec::pool::PoolOp<u64>) -> CuRes<u64> {
+        self.pool_op(op)
     }
 
     unsafe fn copy_2d(&mut self, c: Copy2D, width: u64, height: u64, s: Option<u64>, _wait: bool) -> CuRes<()> {

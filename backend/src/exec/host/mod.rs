@@ -25,6 +25,7 @@ mod ipc;
 mod kernels;
 mod memop;
 mod node_params;
+mod pool;
 mod replay;
 mod vmm;
 
@@ -247,6 +248,7 @@ impl Executor for HostExecutor {
             // PERSISTING_L2_CACHE_SIZE.
             limits: HashMap::from([(0, 1024), (1, 1 << 20), (2, 8 << 20), (6, 0)]),
             pool_attrs: HashMap::new(),
+            pools: pool::HostPools::on(device),
             output: Vec::new(),
             phys: HashMap::new(),
             mapped: HashMap::new(),
@@ -306,6 +308,8 @@ pub struct HostContext {
     dyn_shared: i32,
     limits: HashMap<u32, u64>,
     pool_attrs: HashMap<u32, u64>,
+    /// Pools of the program's own.
+    pools: pool::HostPools,
     /// What kernels printed, for the session.
     output: Vec<u8>,
     /// Physical allocations (`cuMemCreate`) by handle.

@@ -1,31 +1,94 @@
-//! Stream-ordered allocation and the default memory pool.
+//! Stream-ordered allocation and memory pools.
 //!
 //! `cuMemAllocAsync`/`cuMemFreeAsync` run on the backend's stream from
-//! the device's default pool (the host test double allocates plainly).
-//! Each device has one pool here, its default: its handle is the library's
-//! own, `cuDeviceGetMemPool` returns it, its attributes and other devices'
-//! access to it (`cuMemPoolSetAccess`) are the backend pool's. Pools of the
-//! program's own (`cuMemPoolCreate`), and sharing them between processes,
-//! are not supported.
+//! the device's current pool: its default pool (the host test double
+//! allocates plainly), or a pool of the program's own that
+//! `cuDeviceSetMemPool` made current. A default pool's handle is the
+//! library's own (`POOL_TAG | device`); a pool from `cuMemPoolCreate` is
+//! the backend's (`OWN_TAG | id`), made in a context of its device (the
+//! current one if it is there, else the device's primary context, which
+//! the library then keeps retained). Attributes, other devices' access and
+//! trims are the backend pool's. The current pool of a device is kept
+//! here, per process, and never set in the backend's driver, whose
+//! devices other sessions share. Sharing pools between processes
+//! (shareable handle types, `cuMemPoolExportToShareableHandle`) is not
+//! supported.
 
 use crate::state::objects::{DevAlloc, DevKind};
 use crate::state::{self, Res, ctx, handle, id, objects, put, run};
-use pvgpu_frontend::Stream;
+use pvgpu_frontend::{MemPool, Stream};
 use pvgpu_ring::cuda::api::{
-    CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUmemAccess_flags, CUmemAccessDesc, CUmemLocation, CUmemPool_attribute,
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUmemAccess_flags, CUmemAccessDesc,
+    CUmemLocation, CUmemPool_attribute, CUmemPoolProps,
 };
 use pvgpu_ring::{CuError, CuResult};
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
+use std::sync::Mutex;
 
 /// Tag of default-pool handles: `POOL_TAG | device`.
 const POOL_TAG: u64 = state::LOCAL_TAG | 0x4000_0000_0000_0000;
 
-fn pool_device(pool: *mut c_void) -> Result<c_int, CuError> {
-    let h = id(pool);
-    if h & POOL_TAG != POOL_TAG {
-        return Err(CuError::NOT_SUPPORTED);
+/// Tag of pools of the program's own: `OWN_TAG | backend id`.
+const OWN_TAG: u64 = state::LOCAL_TAG | 0x2000_0000_0000_0000;
+
+/// The program's pools, by backend id: their devices.
+static OWN: Mutex<BTreeMap<u64, c_int>> = Mutex::new(BTreeMap::new());
+/// Each device's current pool where it is one of the program's own.
+static CURRENT: Mutex<BTreeMap<c_int, u64>> = Mutex::new(BTreeMap::new());
+
+fn own() -> std::sync::MutexGuard<'static, BTreeMap<u64, c_int>> {
+    OWN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn current() -> std::sync::MutexGuard<'static, BTreeMap<c_int, u64>> {
+    CURRENT.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A pool handle, as the program holds it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pool {
+    /// A device's default pool.
+    Default(c_int),
+    /// A pool of the program's own, on a device.
+    Own(MemPool, c_int),
+}
+
+impl Pool {
+    fn of(pool: *mut c_void) -> Result<Pool, CuError> {
+        let h = id(pool);
+        if h & POOL_TAG == POOL_TAG {
+            return Ok(Pool::Default((h & 0xffff_ffff) as u32 as c_int));
+        }
+        if h & OWN_TAG == OWN_TAG {
+            let backend = h & !OWN_TAG;
+            if let Some(&dev) = own().get(&backend) {
+                return Ok(Pool::Own(MemPool(backend), dev));
+            }
+        }
+        Err(CuError::INVALID_VALUE)
     }
-    Ok((h & 0xffff_ffff) as u32 as c_int)
+
+    fn device(self) -> c_int {
+        match self {
+            Pool::Default(d) | Pool::Own(_, d) => d,
+        }
+    }
+
+    fn handle(self) -> *mut c_void {
+        match self {
+            Pool::Default(d) => handle(POOL_TAG | d as u32 as u64),
+            Pool::Own(p, _) => handle(OWN_TAG | p.0),
+        }
+    }
+
+    /// `dev`'s current pool.
+    fn current(dev: c_int) -> Pool {
+        match current().get(&dev) {
+            Some(&p) => Pool::Own(MemPool(p), dev),
+            None => Pool::Default(dev),
+        }
+    }
 }
 
 /// The context handle work on stream `s` runs in.
@@ -36,39 +99,42 @@ fn stream_ctx(s: *mut c_void) -> Result<u64, CuError> {
     }
 }
 
-fn alloc_async(dptr: *mut u64, size: usize, s: *mut c_void) -> Res {
+/// Allocates on stream `s` from `pool`, or from the current pool of the
+/// stream's device.
+fn alloc_async(dptr: *mut u64, size: usize, s: *mut c_void, pool: Option<Pool>) -> Res {
     if dptr.is_null() {
         return Err(CuError::INVALID_VALUE);
     }
     let h = stream_ctx(s)?;
     let graph = crate::api::capture::is_capturing(state::stream(s))?;
-    let p = state::client()?.mem_alloc_async(ctx::backend(h)?, size as u64, state::ordered(s)).map_err(state::cu)?;
+    let c = state::client()?;
+    let p = match pool.unwrap_or(Pool::current(ctx::device_of(h)?)) {
+        Pool::Default(_) => c.mem_alloc_async(ctx::backend(h)?, size as u64, state::ordered(s)),
+        Pool::Own(p, _) => c.mem_alloc_from_pool(ctx::backend(h)?, p, size as u64, state::ordered(s)),
+    }
+    .map_err(state::cu)?;
     let kind = if graph { DevKind::Graph } else { DevKind::Alloc };
     objects().device.insert(p, DevAlloc::new(size as u64, h, kind));
     // SAFETY: non-null and writable per the API.
     unsafe { put(dptr, p) }
 }
 
-/// `cuMemAllocAsync`.
+/// `cuMemAllocAsync`: from the current pool of the stream's device.
 ///
 /// # Safety
 /// `dptr` must be writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut u64, size: usize, s: *mut c_void) -> CuResult {
-    run("cuMemAllocAsync", || alloc_async(dptr, size, s))
+    run("cuMemAllocAsync", || alloc_async(dptr, size, s, None))
 }
 
-/// `cuMemAllocFromPoolAsync`: from a device's default pool (the only pools
-/// there are).
+/// `cuMemAllocFromPoolAsync`.
 ///
 /// # Safety
 /// `dptr` must be writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, pool: *mut c_void, s: *mut c_void) -> CuResult {
-    run("cuMemAllocFromPoolAsync", || {
-        pool_device(pool)?;
-        alloc_async(dptr, size, s)
-    })
+    run("cuMemAllocFromPoolAsync", || alloc_async(dptr, size, s, Some(Pool::of(pool)?)))
 }
 
 /// `cuMemFreeAsync`: an address this process never allocated fails at the
@@ -94,10 +160,10 @@ pub extern "C" fn cuMemFreeAsync(dptr: u64, s: *mut c_void) -> CuResult {
     })
 }
 
-fn default_pool(pool: *mut *mut c_void, dev: c_int) -> Res {
+fn put_pool(out: *mut *mut c_void, dev: c_int, pool: impl FnOnce(c_int) -> Pool) -> Res {
     state::client()?.device_props(dev).map_err(state::cu)?;
     // SAFETY: writable per the API.
-    unsafe { put(pool, handle(POOL_TAG | dev as u32 as u64)) }
+    unsafe { put(out, pool(dev).handle()) }
 }
 
 /// `cuDeviceGetDefaultMemPool`.
@@ -106,22 +172,85 @@ fn default_pool(pool: *mut *mut c_void, dev: c_int) -> Res {
 /// `pool` must be writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(pool: *mut *mut c_void, dev: c_int) -> CuResult {
-    run("cuDeviceGetDefaultMemPool", || default_pool(pool, dev))
+    run("cuDeviceGetDefaultMemPool", || put_pool(pool, dev, Pool::Default))
 }
 
-/// `cuDeviceGetMemPool`: the default pool.
+/// `cuDeviceGetMemPool`: the device's current pool.
 ///
 /// # Safety
 /// `pool` must be writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetMemPool(pool: *mut *mut c_void, dev: c_int) -> CuResult {
-    run("cuDeviceGetMemPool", || default_pool(pool, dev))
+    run("cuDeviceGetMemPool", || put_pool(pool, dev, Pool::current))
 }
 
-/// `cuDeviceSetMemPool`: only a device's default pool can be its pool.
+/// `cuDeviceSetMemPool`: a pool of the device becomes its current one
+/// (what `cuMemAllocAsync` allocates from in this process).
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceSetMemPool(dev: c_int, pool: *mut c_void) -> CuResult {
-    run("cuDeviceSetMemPool", || if pool_device(pool)? == dev { Ok(()) } else { Err(CuError::NOT_SUPPORTED) })
+    run("cuDeviceSetMemPool", || {
+        let pool = Pool::of(pool)?;
+        if pool.device() != dev {
+            return Err(CuError::INVALID_DEVICE);
+        }
+        match pool {
+            Pool::Default(_) => current().remove(&dev),
+            Pool::Own(p, _) => current().insert(dev, p.0),
+        };
+        Ok(())
+    })
+}
+
+/// A context of device `dev` for what concerns its pools: the current one
+/// if it is there, else the device's primary context (retained for the
+/// life of the process, as the driver keeps a device's pools).
+fn device_ctx(dev: c_int) -> Result<pvgpu_frontend::Context, CuError> {
+    match state::current_handle().filter(|&h| ctx::device_of(h).is_ok_and(|d| d == dev)) {
+        Some(h) => ctx::backend(h),
+        None => ctx::backend(ctx::primary_held(dev)?),
+    }
+}
+
+/// `cuMemPoolCreate`: device memory of one device, without shareable
+/// handle types (pools shared between processes are not supported).
+///
+/// # Safety
+/// `pool` writable, `props` readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolCreate(pool: *mut *mut c_void, props: *const CUmemPoolProps) -> CuResult {
+    run("cuMemPoolCreate", || {
+        // SAFETY: null or readable, per the API.
+        let p = unsafe { props.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
+        if pool.is_null() || p.allocType != CU_MEM_ALLOCATION_TYPE_PINNED {
+            return Err(CuError::INVALID_VALUE);
+        }
+        if p.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE || p.handleTypes.0 != 0 || p.usage != 0 {
+            return Err(CuError::NOT_SUPPORTED);
+        }
+        let dev = p.location.id;
+        state::client()?.device_props(dev).map_err(|_| CuError::INVALID_DEVICE)?;
+        let made = state::client()?.mem_pool_create(device_ctx(dev)?, p.maxSize as u64).map_err(state::cu)?;
+        own().insert(made.0, dev);
+        // SAFETY: non-null and writable per the API.
+        unsafe { put(pool, Pool::Own(made, dev).handle()) }
+    })
+}
+
+/// `cuMemPoolDestroy`: a pool of the program's own (a default pool cannot
+/// be destroyed); a device whose current pool it was goes back to its
+/// default pool. Its allocations stay valid until freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemPoolDestroy(pool: *mut c_void) -> CuResult {
+    run("cuMemPoolDestroy", || {
+        let Pool::Own(p, dev) = Pool::of(pool)? else { return Err(CuError::INVALID_VALUE) };
+        state::client()?.mem_pool_destroy(p).map_err(state::cu)?;
+        own().remove(&p.0);
+        let mut cur = current();
+        if cur.get(&dev) == Some(&p.0) {
+            cur.remove(&dev);
+        }
+        Ok(())
+    })
 }
 
 /// Attributes 1 to 3 are ints, the others 64-bit values.
@@ -129,32 +258,33 @@ fn is_wide(attr: CUmemPool_attribute) -> bool {
     attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
 }
 
-/// A context of the pool's device, for what concerns the device's pool as
-/// a whole: the current one if it is there, else the device's primary
-/// context (retained for the life of the process, as the driver keeps a
-/// device's pools).
-fn pool_ctx(pool: *mut c_void) -> Result<pvgpu_frontend::Context, CuError> {
-    let dev = pool_device(pool)?;
-    match state::current_handle().filter(|&h| ctx::device_of(h).is_ok_and(|d| d == dev)) {
-        Some(h) => ctx::backend(h),
-        None => ctx::backend(ctx::primary_held(dev)?),
+/// Gets (`set` `None`) or sets an attribute of a pool.
+fn attribute(pool: *mut c_void, attr: CUmemPool_attribute, set: Option<u64>) -> Result<u64, CuError> {
+    let c = state::client()?;
+    match Pool::of(pool)? {
+        Pool::Default(dev) => c.mem_pool_attribute(device_ctx(dev)?, attr.0, set),
+        Pool::Own(p, _) => c.mem_pool_attribute_of(p, attr.0, set),
     }
+    .map_err(state::cu)
 }
 
-/// `cuMemPoolGetAttribute` of a default pool.
+/// `cuMemPoolGetAttribute`.
 ///
 /// # Safety
 /// `value` must point to storage of the attribute's type.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolGetAttribute(pool: *mut c_void, attr: CUmemPool_attribute, value: *mut c_void) -> CuResult {
     run("cuMemPoolGetAttribute", || {
-        let v = state::client()?.mem_pool_attribute(pool_ctx(pool)?, attr.0, None).map_err(state::cu)?;
+        if value.is_null() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let v = attribute(pool, attr, None)?;
         // SAFETY: storage of the attribute's type, per the API.
         unsafe { if is_wide(attr) { put(value.cast::<u64>(), v) } else { put(value.cast::<c_int>(), v as c_int) } }
     })
 }
 
-/// `cuMemPoolSetAttribute` of a default pool.
+/// `cuMemPoolSetAttribute`.
 ///
 /// # Safety
 /// `value` must point to a value of the attribute's type.
@@ -166,9 +296,18 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(pool: *mut c_void, attr: CUmemPoo
         }
         // SAFETY: a value of the attribute's type, per the API.
         let v = unsafe { if is_wide(attr) { value.cast::<u64>().read_unaligned() } else { value.cast::<c_int>().read_unaligned() as u64 } };
-        state::client()?.mem_pool_attribute(pool_ctx(pool)?, attr.0, Some(v)).map_err(state::cu)?;
-        Ok(())
+        attribute(pool, attr, Some(v)).map(drop)
     })
+}
+
+/// A device's access to a pool: gets (`set` `None`) or sets it.
+fn access(pool: Pool, dev: c_int, set: Option<u32>) -> Result<u32, CuError> {
+    let c = state::client()?;
+    match pool {
+        Pool::Default(d) => c.mem_pool_access(device_ctx(d)?, dev, set),
+        Pool::Own(p, _) => c.mem_pool_access_of(p, dev, set),
+    }
+    .map_err(state::cu)
 }
 
 /// The device a location names.
@@ -179,9 +318,9 @@ fn location_device(l: &CUmemLocation) -> Result<c_int, CuError> {
     Ok(l.id)
 }
 
-/// `cuMemPoolSetAccess` of a default pool: each descriptor gives a device
-/// of the program access (read and write) or takes it away; the backend's
-/// driver decides which devices may have it.
+/// `cuMemPoolSetAccess`: each descriptor gives a device of the program
+/// access (read and write) or takes it away; the backend's driver decides
+/// which devices may have it.
 ///
 /// # Safety
 /// `map` must hold `count` readable descriptors.
@@ -191,18 +330,18 @@ pub unsafe extern "C" fn cuMemPoolSetAccess(pool: *mut c_void, map: *const CUmem
         if map.is_null() && count > 0 {
             return Err(CuError::INVALID_VALUE);
         }
-        let c = pool_ctx(pool)?;
+        let pool = Pool::of(pool)?;
         // SAFETY: `count` readable descriptors, per the caller (none when
         // `count` is 0).
         let descs = if count == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(map, count) } };
         for d in descs {
-            state::client()?.mem_pool_access(c, location_device(&d.location)?, Some(d.flags.0)).map_err(state::cu)?;
+            access(pool, location_device(&d.location)?, Some(d.flags.0))?;
         }
         Ok(())
     })
 }
 
-/// `cuMemPoolGetAccess` of a default pool from a device.
+/// `cuMemPoolGetAccess` of a pool from a device.
 ///
 /// # Safety
 /// `flags` writable, `location` readable.
@@ -211,16 +350,22 @@ pub unsafe extern "C" fn cuMemPoolGetAccess(flags: *mut CUmemAccess_flags, pool:
     run("cuMemPoolGetAccess", || {
         // SAFETY: null or readable, per the API.
         let loc = unsafe { location.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
-        let f = state::client()?.mem_pool_access(pool_ctx(pool)?, location_device(loc)?, None).map_err(state::cu)?;
+        let f = access(Pool::of(pool)?, location_device(loc)?, None)?;
         // SAFETY: writable per the API.
         unsafe { put(flags, CUmemAccess_flags(f)) }
     })
 }
 
-/// `cuMemPoolTrimTo`: a hint to return cached memory to the system; the
-/// backend's pool keeps what its release threshold says, so nothing is
-/// done and the program sees success.
+/// `cuMemPoolTrimTo`: what the pool caches beyond `min_bytes_to_keep`
+/// goes back to the device.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemPoolTrimTo(pool: *mut c_void, _min_bytes_to_keep: usize) -> CuResult {
-    run("cuMemPoolTrimTo", || pool_device(pool).map(drop))
+pub extern "C" fn cuMemPoolTrimTo(pool: *mut c_void, min_bytes_to_keep: usize) -> CuResult {
+    run("cuMemPoolTrimTo", || {
+        let pool = Pool::of(pool)?;
+        let own = match pool {
+            Pool::Own(p, _) => Some(p),
+            Pool::Default(_) => None,
+        };
+        state::client()?.mem_pool_trim(device_ctx(pool.device())?, own, min_bytes_to_keep as u64).map_err(state::cu)
+    })
 }

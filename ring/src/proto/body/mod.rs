@@ -199,6 +199,8 @@ fixed! { requests: MipmapLevel, CtxResetL2, Resume }
 
 fixed! { requests: IpcGetMemHandle, IpcCloseMemHandle, IpcGetEventHandle, IpcOpenEventHandle, MemExport, MemImport }
 
+fixed! { requests: MemPoolCreate, MemPoolDestroy, MemAllocFromPool, MemPoolAttributeOf, MemPoolAccessOf, MemPoolTrim }
+
 fixed! { checked requests: IpcOpenMemHandle, MemCreateWith, PeerAccess }
 
 fixed! { replies: IpcHandleRep, IpcOpenRep, MemCreateRep }

@@ -50,6 +50,67 @@ wire_structs! {
         /// Reserved, zero.
         pub reserved: U32,
     }
+    /// `cuMemPoolCreate`: a pool of the program's own on a context's
+    /// device, page-locked device memory, no shareable handle types.
+    pub struct MemPoolCreate {
+        /// Context id, on the pool's device.
+        pub ctx: U64,
+        /// `CUmemPoolProps::maxSize`: the most the pool may reserve, 0 for
+        /// the driver's default.
+        pub max_size: U64,
+    }
+    /// `cuMemPoolDestroy`.
+    pub struct MemPoolDestroy {
+        /// Pool id from `MemPoolCreate`.
+        pub pool: U64,
+    }
+    /// `cuMemAllocFromPoolAsync` from a pool of the program's own.
+    pub struct MemAllocFromPool {
+        /// Context id of the stream.
+        pub ctx: U64,
+        /// Pool id from `MemPoolCreate`.
+        pub pool: U64,
+        /// Bytes.
+        pub size: U64,
+        /// Stream id, 0 for the default stream.
+        pub stream: U64,
+    }
+    /// `cuMemPoolGetAttribute` / `cuMemPoolSetAttribute` of a pool of the
+    /// program's own.
+    pub struct MemPoolAttributeOf {
+        /// Pool id from `MemPoolCreate`.
+        pub pool: U64,
+        /// `CUmemPool_attribute`.
+        pub attr: U32,
+        /// 1 to set, 0 to get.
+        pub set: U32,
+        /// Value to set.
+        pub value: U64,
+    }
+    /// `cuMemPoolSetAccess` / `cuMemPoolGetAccess` of a pool of the
+    /// program's own, for a device.
+    pub struct MemPoolAccessOf {
+        /// Pool id from `MemPoolCreate`.
+        pub pool: U64,
+        /// The device whose access is set or asked (the program's ordinal).
+        pub dev: I32,
+        /// 1 to set, 0 to get.
+        pub set: U32,
+        /// `CUmemAccess_flags` to set: none, or read and write.
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// `cuMemPoolTrimTo`: a pool of the program's own, or the default pool
+    /// of a context's device.
+    pub struct MemPoolTrim {
+        /// Context id, on the pool's device.
+        pub ctx: U64,
+        /// Pool id from `MemPoolCreate`, 0 for the default pool.
+        pub pool: U64,
+        /// Bytes the pool keeps at least.
+        pub keep: U64,
+    }
     /// Head of `Memcpy2D`: a 2D copy of `height` rows of `width` bytes.
     /// The host side (kinds 1 and 2) is `data`, rows packed; inline bytes
     /// follow when it is inline and the copy goes to the device.

@@ -1,0 +1,117 @@
+//! Memory pools: attributes of the device's default pool, and pools of the
+//! program's own ([`PoolOp`]). A pool value the session holds is the
+//! driver's `CUmemoryPool` of a pool this context made; the guest only
+//! ever sees the session's id for it.
+
+use super::driver::{entry, ok};
+use super::{CudaContext, CudaStream, ck, raw_stream};
+use crate::exec::CuRes;
+use crate::exec::pool::PoolOp;
+use cudarc::driver::sys;
+use pvgpu_ring::cuda::api::{
+    CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUmemAccess_flags, CUmemAccessDesc, CUmemLocation, CUmemPool_attribute,
+};
+use std::ffi::{c_int, c_void};
+use std::ptr;
+
+/// The driver's pool a session's pool value is.
+fn raw(pool: u64) -> sys::CUmemoryPool {
+    pool as usize as sys::CUmemoryPool
+}
+
+impl CudaContext {
+    fn default_pool(&self) -> CuRes<sys::CUmemoryPool> {
+        let mut pool = ptr::null_mut();
+        // SAFETY: valid out-pointer; the context's device.
+        ck(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, self.dev) })?;
+        Ok(pool)
+    }
+
+    /// An attribute of the device's default pool.
+    pub(super) fn pool_attribute(&mut self, attr: u32, set: Option<u64>) -> CuRes<u64> {
+        let pool = self.default_pool()?;
+        self.attribute_of(pool, attr, set)
+    }
+
+    fn attribute_of(&mut self, pool: sys::CUmemoryPool, attr: u32, set: Option<u64>) -> CuRes<u64> {
+        // The reuse policies are ints, the rest 64-bit values.
+        let attr = CUmemPool_attribute(attr);
+        let wide = attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+        let mut v = set.unwrap_or(0);
+        let mut narrow = v as c_int;
+        let p: *mut c_void = if wide { (&mut v as *mut u64).cast() } else { (&mut narrow as *mut c_int).cast() };
+        let call = entry(if set.is_some() { self.drv.cuMemPoolSetAttribute } else { self.drv.cuMemPoolGetAttribute })?;
+        // SAFETY: a pool of this context's device, an attribute the
+        // session allowed, storage of the attribute's width.
+        ok(unsafe { call(pool.cast(), attr, p) })?;
+        Ok(if wide { v } else { narrow as u32 as u64 })
+    }
+
+    /// A pool of the program's own, or the default pool's trim.
+    pub(super) fn pool_op(&mut self, op: PoolOp<CudaStream>) -> CuRes<u64> {
+        match op {
+            PoolOp::Create { max_size } => self.pool_create(max_size),
+            PoolOp::Destroy(pool) => {
+                // SAFETY: a pool this context made and the session has not
+                // destroyed; allocations from it stay valid until freed.
+                ck(unsafe { sys::cuMemPoolDestroy(raw(pool)) }).map(|()| 0)
+            }
+            PoolOp::Alloc { pool, size, stream } => {
+                let mut p = 0;
+                // SAFETY: valid out-pointer, a live pool of the session, a
+                // stream of this context.
+                ck(unsafe { sys::cuMemAllocFromPoolAsync(&mut p, size as usize, raw(pool), raw_stream(stream)) })?;
+                Ok(p)
+            }
+            PoolOp::Attribute { pool, attr, set } => self.attribute_of(raw(pool), attr, set),
+            PoolOp::Access { pool, device, set } => self.access_of(raw(pool), device, set).map(u64::from),
+            PoolOp::Trim { pool, keep } => {
+                let pool = match pool {
+                    Some(p) => raw(p),
+                    None => self.default_pool()?,
+                };
+                // SAFETY: a live pool of this context's device.
+                ck(unsafe { sys::cuMemPoolTrimTo(pool, keep as usize) }).map(|()| 0)
+            }
+        }
+    }
+
+    fn pool_create(&mut self, max_size: u64) -> CuRes<u64> {
+        let props = sys::CUmemPoolProps {
+            allocType: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+            handleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
+            location: sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: self.dev },
+            win32SecurityAttributes: ptr::null_mut(),
+            maxSize: max_size as usize,
+            usage: 0,
+            reserved: [0; 54],
+        };
+        let mut pool = ptr::null_mut();
+        // SAFETY: valid out-pointer and properties: device memory of this
+        // context's device, no shareable handles.
+        ck(unsafe { sys::cuMemPoolCreate(&mut pool, &props) })?;
+        Ok(pool as usize as u64)
+    }
+
+    fn access_of(&mut self, pool: sys::CUmemoryPool, device: usize, set: Option<u32>) -> CuRes<u32> {
+        let mut peer = 0;
+        // SAFETY: valid out-pointer; the session checked the ordinal.
+        ck(unsafe { sys::cuDeviceGet(&mut peer, device as c_int) })?;
+        let mut location = CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: peer };
+        match set {
+            Some(flags) => {
+                let desc = CUmemAccessDesc { location, flags: CUmemAccess_flags(flags) };
+                // SAFETY: a live pool of the session, one descriptor of a
+                // device of this driver; the driver checks the flags.
+                ok(unsafe { entry(self.drv.cuMemPoolSetAccess)?(pool.cast(), &desc, 1) })?;
+                Ok(flags)
+            }
+            None => {
+                let mut flags = CUmemAccess_flags(0);
+                // SAFETY: valid out-pointers; a live pool of the session.
+                ok(unsafe { entry(self.drv.cuMemPoolGetAccess)?(&mut flags, pool.cast(), &mut location) })?;
+                Ok(flags.0)
+            }
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Stream-ordered allocation in the test double: from the default pool
+//! (plain allocations, or graph memory in a capture), and from pools of
+//! the program's own: plain allocations with
+//! a pool's bookkeeping (its attributes, the bytes in use and their
+//! high-water mark, its size limit, which devices may use it), so that
+//! programs and the session's checks run the same path as on the GPU.
+//! The double caches nothing: a pool reserves what it has in use.
+
+use super::HostContext;
+use super::graph::Op;
+use crate::exec::CuRes;
+use crate::exec::pool::PoolOp;
+use pvgpu_ring::CuError;
+use std::collections::{BTreeMap, HashMap};
+
+/// The pools of one context.
+#[derive(Default)]
+pub(super) struct HostPools {
+    /// The context's device.
+    device: usize,
+    pools: HashMap<u64, HostPool>,
+}
+
+#[derive(Default)]
+struct HostPool {
+    max_size: u64,
+    /// Reuse policies (1-3) and release threshold (4) as set.
+    attrs: HashMap<u32, u64>,
+    /// Live allocations: address and length.
+    allocs: BTreeMap<u64, u64>,
+    /// Most bytes in use since created or reset.
+    high: u64,
+}
+
+impl HostPools {
+    /// No pools yet, on `device`.
+    pub(super) fn on(device: usize) -> HostPools {
+        HostPools { device, pools: HashMap::new() }
+    }
+}
+
+/// Read and write (`CU_MEM_ACCESS_FLAGS_PROT_READWRITE`).
+const READ_WRITE: u32 = 3;
+
+impl HostContext {
+    pub(super) fn alloc_async(&mut self, size: u64, s: Option<u64>) -> CuRes<u64> {
+        if self.graphs.capturing(s) {
+            // In a capture the memory is the graph's (allocated here at once).
+            let dptr = self.graph_alloc(size)?;
+            self.captured(s, || Op::MemAlloc { dptr })?;
+            return Ok(dptr);
+        }
+        self.alloc_unchecked(size)
+    }
+
+    pub(super) fn free_async(&mut self, dptr: u64, s: Option<u64>) -> CuRes<()> {
+        if self.captured(s, || Op::MemFree { dptr })? {
+            return Ok(());
+        }
+        if self.host_work.graph_mem.contains_key(&dptr) {
+            self.graph_free(dptr);
+            return Ok(());
+        }
+        self.free_unchecked(dptr)
+    }
+
+    pub(super) fn pool_op(&mut self, op: PoolOp<u64>) -> CuRes<u64> {
+        self.ok()?;
+        match op {
+            PoolOp::Create { max_size } => {
+                let id = self.handle();
+                self.pools.pools.insert(id, HostPool { max_size, ..HostPool::default() });
+                Ok(id)
+            }
+            PoolOp::Destroy(pool) => self.pools.pools.remove(&pool).map(|_| 0).ok_or(CuError::INVALID_VALUE),
+            PoolOp::Alloc { pool, size, stream } => self.alloc_from(pool, size, stream),
+            PoolOp::Attribute { pool, attr, set } => {
+                let used = self.in_use(pool)?;
+                let p = self.pools.pools.get_mut(&pool).ok_or(CuError::INVALID_VALUE)?;
+                match (attr, set) {
+                    (1..=4, Some(v)) => {
+                        p.attrs.insert(attr, v);
+                        Ok(v)
+                    }
+                    (6 | 8, Some(0)) => {
+                        p.high = used;
+                        Ok(0)
+                    }
+                    (1..=3, None) => Ok(*p.attrs.get(&attr).unwrap_or(&1)),
+                    (4, None) => Ok(*p.attrs.get(&attr).unwrap_or(&0)),
+                    (5 | 7, None) => Ok(used),
+                    (6 | 8, None) => Ok(p.high),
+                    _ => Err(CuError::INVALID_VALUE),
+                }
+            }
+            PoolOp::Access { pool, device, set } => {
+                self.pools.pools.get(&pool).ok_or(CuError::INVALID_VALUE)?;
+                // The pool's own device reads and writes it, and cannot
+                // lose that; other devices are no peers here.
+                match set {
+                    None => Ok(if device == self.pools.device { READ_WRITE.into() } else { 0 }),
+                    Some(READ_WRITE) if device == self.pools.device => Ok(READ_WRITE.into()),
+                    Some(0 | 1 | READ_WRITE) => Err(CuError::INVALID_DEVICE),
+                    Some(_) => Err(CuError::INVALID_VALUE),
+                }
+            }
+            PoolOp::Trim { pool, .. } => match pool {
+                Some(p) if !self.pools.pools.contains_key(&p) => Err(CuError::INVALID_VALUE),
+                _ => Ok(0),
+            },
+        }
+    }
+
+    fn alloc_from(&mut self, pool: u64, size: u64, stream: Option<u64>) -> CuRes<u64> {
+        if self.graphs.capturing(stream) {
+            // Graph memory from a pool of the program's own is not
+            // modelled by the double.
+            return Err(CuError::NOT_SUPPORTED);
+        }
+        let used = self.in_use(pool)?;
+        let max = self.pools.pools.get(&pool).ok_or(CuError::INVALID_VALUE)?.max_size;
+        if max != 0 && used.saturating_add(size) > max {
+            return Err(CuError::OUT_OF_MEMORY);
+        }
+        let dptr = self.alloc_unchecked(size)?;
+        let p = self.pools.pools.get_mut(&pool).ok_or(CuError::INVALID_VALUE)?;
+        p.allocs.insert(dptr, size);
+        p.high = p.high.max(used + size);
+        Ok(dptr)
+    }
+
+    /// Bytes of `pool` in use, forgetting what was freed since.
+    fn in_use(&mut self, pool: u64) -> CuRes<u64> {
+        let live = &self.mem.allocs;
+        let p = self.pools.pools.get_mut(&pool).ok_or(CuError::INVALID_VALUE)?;
+        p.allocs.retain(|dptr, _| live.contains_key(dptr));
+        Ok(p.allocs.values().sum())
+    }
+}

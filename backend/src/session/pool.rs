@@ -1,0 +1,129 @@
+//! Memory pools of the program's own (`cuMemPoolCreate`): made on a
+//! context's device, allocated from on its streams, their attributes and
+//! access, trimmed, destroyed. A pool is named by the session's id; the
+//! driver's pool stays in the backend. Each pool belongs to the context it
+//! was made in (the drop-in library makes it in a context of the pool's
+//! device, the device's primary one unless the current one is there) and
+//! goes with that context or the session. Its allocations count against
+//! the quota as any other.
+
+use super::{Alloc, AllocKind, Io, Session};
+use crate::exec::pool::PoolOp;
+use crate::exec::{CuRes, ExecContext, Executor};
+use pvgpu_ring::CuError;
+use pvgpu_ring::proto::{self, DptrRep, HandleRep, I32Rep, U64Rep};
+
+/// A pool of the session.
+pub(super) struct PoolEntry {
+    /// The context it was made in.
+    ctx: u64,
+    /// The executor's pool.
+    raw: u64,
+}
+
+fn entry<E: Executor>(s: &Session<E>, pool: u64) -> CuRes<(u64, u64)> {
+    s.pools.get(pool).map(|p| (p.ctx, p.raw)).ok_or(CuError::INVALID_VALUE)
+}
+
+pub(super) fn mem_pool_create<E: Executor>(s: &mut Session<E>, r: proto::MemPoolCreate, _: &mut Io<'_>) -> CuRes<HandleRep> {
+    let ctx = r.ctx.get();
+    if s.pools.len() >= s.limits.max_objects {
+        return Err(CuError::OUT_OF_MEMORY);
+    }
+    let raw = s.enter(ctx)?.pool(PoolOp::Create { max_size: r.max_size.get() })?;
+    match s.pools.insert(PoolEntry { ctx, raw }) {
+        Ok(id) => Ok(HandleRep { handle: id.into() }),
+        Err(e) => {
+            let _ = s.enter(ctx).and_then(|c| c.pool(PoolOp::Destroy(raw)));
+            Err(e)
+        }
+    }
+}
+
+pub(super) fn mem_pool_destroy<E: Executor>(s: &mut Session<E>, r: proto::MemPoolDestroy, _: &mut Io<'_>) -> CuRes<()> {
+    let (ctx, raw) = entry(s, r.pool.get())?;
+    s.enter(ctx)?.pool(PoolOp::Destroy(raw))?;
+    s.pools.remove(r.pool.get());
+    Ok(())
+}
+
+/// Allocates from a pool on a stream of `ctx`, within the quota and the
+/// object limit; on a capturing stream the memory is the graph's, as a
+/// stream-ordered allocation's is.
+pub(super) fn mem_alloc_from_pool<E: Executor>(s: &mut Session<E>, r: proto::MemAllocFromPool, _: &mut Io<'_>) -> CuRes<DptrRep> {
+    let (ctx, size, pool) = (r.ctx.get(), r.size.get(), r.pool.get());
+    let (_, raw) = entry(s, pool)?;
+    if size == 0 {
+        return Err(CuError::INVALID_VALUE);
+    }
+    if s.over_quota(size) || s.allocs.len() >= s.limits.max_objects {
+        return Err(CuError::OUT_OF_MEMORY);
+    }
+    let st = s.stream(r.stream.get(), ctx)?;
+    let in_graph = match st {
+        Some(st) => super::graph::capturing(s, ctx, st)?,
+        None => false,
+    };
+    super::graph::refuse_during_capture(s, ctx, st, super::graph::graph_memory_allowed(s))?;
+    let dptr = s.enter(ctx)?.pool(PoolOp::Alloc { pool: raw, size, stream: st })?;
+    let kind = if in_graph { AllocKind::Graph } else { AllocKind::Pooled };
+    s.allocs.insert(dptr, Alloc { len: size, ctx, kind });
+    if kind == AllocKind::Pooled {
+        s.mem_used += size;
+    }
+    Ok(DptrRep { dptr: dptr.into() })
+}
+
+/// The attributes a session may read and set, as of the default pool
+/// ([`super::memory::pool_attribute_allowed`]).
+pub(super) fn mem_pool_attribute_of<E: Executor>(s: &mut Session<E>, r: proto::MemPoolAttributeOf, _: &mut Io<'_>) -> CuRes<U64Rep> {
+    let (ctx, raw) = entry(s, r.pool.get())?;
+    let (attr, set) = (r.attr.get(), (r.set.get() != 0).then_some(r.value.get()));
+    if !super::memory::pool_attribute_allowed(attr, set) {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let v = s.enter(ctx)?.pool(PoolOp::Attribute { pool: raw, attr, set })?;
+    Ok(U64Rep { value: v.into() })
+}
+
+pub(super) fn mem_pool_access_of<E: Executor>(s: &mut Session<E>, r: proto::MemPoolAccessOf, _: &mut Io<'_>) -> CuRes<I32Rep> {
+    let (ctx, raw) = entry(s, r.pool.get())?;
+    let device = s.device(r.dev.get())?;
+    let set = match (r.set.get(), r.flags.get()) {
+        (0, _) => None,
+        (1, f @ (0 | 1 | 3)) => Some(f),
+        _ => return Err(CuError::INVALID_VALUE),
+    };
+    let flags = s.enter(ctx)?.pool(PoolOp::Access { pool: raw, device, set })?;
+    Ok(I32Rep { value: (flags as i32).into() })
+}
+
+/// Trims a pool of the session, or the default pool of a context's device.
+pub(super) fn mem_pool_trim<E: Executor>(s: &mut Session<E>, r: proto::MemPoolTrim, _: &mut Io<'_>) -> CuRes<()> {
+    let (ctx, pool) = match r.pool.get() {
+        0 => (r.ctx.get(), None),
+        id => entry(s, id).map(|(c, raw)| (c, Some(raw)))?,
+    };
+    s.enter(ctx)?.pool(PoolOp::Trim { pool, keep: r.keep.get() })?;
+    Ok(())
+}
+
+/// Destroys the pools made in context `ctx` (all with `None`) while their
+/// contexts exist, after freeing what the session still holds from them:
+/// the driver would keep a pool with live allocations until they are
+/// freed, and a session that ends frees nothing more.
+pub(super) fn forget<E: Executor>(s: &mut Session<E>, ctx: Option<u64>) {
+    let mine = |c: u64| ctx.is_none_or(|x| x == c);
+    let held: Vec<(u64, u64)> =
+        s.allocs.iter().filter(|(_, a)| a.kind == AllocKind::Pooled && mine(a.ctx)).map(|(&d, a)| (d, a.ctx)).collect();
+    for (dptr, c) in held {
+        if s.enter(c).and_then(|x| x.mem_free(dptr)).is_ok()
+            && let Some(a) = s.allocs.remove(&dptr)
+        {
+            s.mem_used -= a.len;
+        }
+    }
+    for p in s.pools.drain_where(|p| mine(p.ctx)) {
+        let _ = s.enter(p.ctx).and_then(|x| x.pool(PoolOp::Destroy(p.raw)));
+    }
+}
