@@ -330,6 +330,8 @@ pub struct Reader<R: Read> {
     left: u64,
     blobs: u32,
     hash: Checksum,
+    /// Bytes of the blob being read in parts not read yet.
+    owed: u64,
 }
 
 /// Reads exactly `buf.len()` bytes from `input` into `buf` and hashes them.
@@ -370,7 +372,7 @@ impl<R: Read> Reader<R> {
         if blobs > MAX_BLOBS {
             return Err(SnapshotError::Malformed(format!("{blobs} blobs")));
         }
-        Ok((Reader { input, left, blobs, hash }, meta))
+        Ok((Reader { input, left, blobs, hash, owed: 0 }, meta))
     }
 
     /// Blobs not yet read.
@@ -380,24 +382,42 @@ impl<R: Read> Reader<R> {
 
     /// The next blob.
     pub fn blob(&mut self) -> Result<Vec<u8>, SnapshotError> {
+        let n = self.blob_start()?;
+        let n = usize::try_from(n).map_err(|_| SnapshotError::Malformed("a blob larger than memory".into()))?;
+        let mut b = Vec::new();
+        b.try_reserve_exact(n).map_err(|_| SnapshotError::Malformed(format!("a blob of {n} bytes does not fit in memory")))?;
+        b.resize(n, 0);
+        self.blob_part(&mut b)?;
+        Ok(b)
+    }
+
+    /// Starts the next blob without reading it: returns its length (within
+    /// what is left of the file), to be read with [`Reader::blob_part`].
+    pub fn blob_start(&mut self) -> Result<u64, SnapshotError> {
+        if self.owed != 0 {
+            return Err(SnapshotError::Malformed(format!("a blob left with {} bytes unread", self.owed)));
+        }
         self.blobs = self.blobs.checked_sub(1).ok_or_else(|| SnapshotError::Malformed("a blob past the last".into()))?;
         take(&mut self.left, 8)?;
         let mut n = [0u8; 8];
         read_hashed(&mut self.input, &mut self.hash, &mut n)?;
         let n = u64::from_le_bytes(n);
         take(&mut self.left, n)?;
-        let n = usize::try_from(n).map_err(|_| SnapshotError::Malformed("a blob larger than memory".into()))?;
-        let mut b = Vec::new();
-        b.try_reserve_exact(n).map_err(|_| SnapshotError::Malformed(format!("a blob of {n} bytes does not fit in memory")))?;
-        b.resize(n, 0);
-        read_hashed(&mut self.input, &mut self.hash, &mut b)?;
-        Ok(b)
+        self.owed = n;
+        Ok(n)
+    }
+
+    /// Reads the next `buf.len()` bytes of the blob started.
+    pub fn blob_part(&mut self, buf: &mut [u8]) -> Result<(), SnapshotError> {
+        self.owed =
+            self.owed.checked_sub(buf.len() as u64).ok_or_else(|| SnapshotError::Malformed("a read past the end of a blob".into()))?;
+        read_hashed(&mut self.input, &mut self.hash, buf)
     }
 
     /// Checks that every blob was read, nothing follows them, and the
     /// digest is that of everything read.
     pub fn finish(mut self) -> Result<(), SnapshotError> {
-        if self.blobs != 0 || self.left != 0 {
+        if self.blobs != 0 || self.left != 0 || self.owed != 0 {
             return Err(SnapshotError::Malformed(format!("{} blobs and {} bytes left unread", self.blobs, self.left)));
         }
         let mut digest = [0u8; DIGEST];
@@ -541,6 +561,25 @@ mod tests {
         let digest = blake3::hash(&file[..body]);
         file[body..].copy_from_slice(digest.as_bytes());
         assert!(matches!(decode(&file), Err(SnapshotError::Version(9))));
+    }
+
+    #[test]
+    fn a_blob_reads_in_parts() {
+        let file = encode(&sample(), &[b"hello world", b"!"]);
+        let (mut r, _) = Reader::open(&file[..], file.len() as u64).unwrap();
+        assert_eq!(r.blob_start().unwrap(), 11);
+        let (mut a, mut b) = ([0u8; 5], [0u8; 6]);
+        r.blob_part(&mut a).unwrap();
+        assert!(matches!(r.blob_start(), Err(SnapshotError::Malformed(_))), "the blob is not read whole");
+        r.blob_part(&mut b).unwrap();
+        assert_eq!((&a, &b), (b"hello", b" world"));
+        assert_eq!(r.blob_start().unwrap(), 1);
+        assert!(matches!(r.blob_part(&mut [0u8; 2]), Err(SnapshotError::Malformed(_))), "past the blob's end");
+        let (mut r, _) = Reader::open(&file[..], file.len() as u64).unwrap();
+        r.blob_start().unwrap();
+        r.blob_part(&mut [0u8; 11]).unwrap();
+        r.blob_start().unwrap();
+        assert!(matches!(r.finish(), Err(SnapshotError::Malformed(_))), "a blob started and not read");
     }
 
     #[test]

@@ -6,6 +6,9 @@
 //! then everything), and `Reader` on the bytes as they are, past the digest
 //! check, so that the description and every length are fuzzed too.
 //!
+//! The `Reader` pass runs twice: whole blobs, and blobs read in parts as a
+//! restore reads device memory.
+//!
 //! Checked besides "no panic": nothing read is longer than the input; a
 //! file that decodes encodes again to the same bytes.
 
@@ -34,6 +37,25 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         assert!(read <= data.len());
+        let _ = r.finish();
+    }
+    // As a restore reads device memory: each blob in parts of a chunk.
+    if let Ok((mut r, _meta)) = Reader::open(data, data.len() as u64) {
+        let mut chunk = [0u8; 1000];
+        let mut read = 0u64;
+        'blobs: while r.blobs_left() > 0 {
+            let Ok(len) = r.blob_start() else { break };
+            let mut off = 0;
+            while off < len {
+                let n = (len - off).min(chunk.len() as u64) as usize;
+                if r.blob_part(&mut chunk[..n]).is_err() {
+                    break 'blobs;
+                }
+                off += n as u64;
+            }
+            read += len;
+        }
+        assert!(read <= data.len() as u64);
         let _ = r.finish();
     }
 });

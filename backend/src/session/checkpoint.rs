@@ -10,6 +10,7 @@
 //! graphs, mirrored or mapped host memory, virtual memory management,
 //! arrays and textures, interprocess handles, linked images not yet read.
 
+use super::chunks::{CHUNK, Chunks};
 use super::{AllocKind, Session};
 use crate::exec::{ExecContext, Executor};
 use pvgpu_ctl::snapshot::{self, Allocation, Context, Device, Function, Global, Meta, Module, Queue, SnapshotError, State};
@@ -124,7 +125,7 @@ impl<E: Executor> Session<E> {
         to_writer: &std::sync::mpsc::SyncSender<Part>,
         returned: &std::sync::mpsc::Receiver<memmap2::MmapMut>,
     ) -> Result<f64, CheckpointError> {
-        let mut staging = Staging::default();
+        let mut staging = Chunks::default();
         let r = (|| {
             let mut device = std::time::Duration::ZERO;
             let gone = || CheckpointError::File(SnapshotError::Malformed("the snapshot writer stopped".into()));
@@ -138,11 +139,11 @@ impl<E: Executor> Session<E> {
                             let n = (*len - off).min(CHUNK as u64) as usize;
                             let mut buf = match returned.try_recv() {
                                 Ok(b) => b,
-                                Err(_) if staging.made < CHUNKS + 1 => staging.make()?,
+                                Err(_) if staging.made < CHUNKS + 1 => staging.make().map_err(|e| CheckpointError::File(e.into()))?,
                                 Err(_) => returned.recv().map_err(|_| gone())?,
                             };
                             let t = std::time::Instant::now();
-                            staging.pin(self, *ctx, &mut buf)?;
+                            staging.pin(self, *ctx, &mut buf).map_err(CheckpointError::Device)?;
                             let c = self.enter(*ctx).map_err(CheckpointError::Device)?;
                             // SAFETY: `buf` holds CHUNK >= n writable bytes and
                             // the copy waits; the range lies in one of the
@@ -244,8 +245,6 @@ impl<E: Executor> Session<E> {
     }
 }
 
-/// Bytes copied off the device at a time.
-const CHUNK: usize = 32 << 20;
 /// Chunks on their way to the writer at most.
 const CHUNKS: usize = 3;
 
@@ -274,43 +273,4 @@ fn write_parts<W: Write>(
         }
     }
     w.finish().map(drop)
-}
-
-/// The page-locked chunks, and the contexts each is registered with.
-#[derive(Default)]
-struct Staging {
-    made: usize,
-    pinned: Vec<(u64, *mut u8)>,
-}
-
-impl Staging {
-    fn make(&mut self) -> Result<memmap2::MmapMut, CheckpointError> {
-        self.made += 1;
-        memmap2::MmapMut::map_anon(CHUNK).map_err(|e| CheckpointError::File(e.into()))
-    }
-
-    /// Page-locks `buf` through context `ctx` once (copies run at
-    /// page-locked speed; where the executor cannot, they run anyway).
-    fn pin<E: Executor>(&mut self, s: &mut Session<E>, ctx: u64, buf: &mut memmap2::MmapMut) -> Result<(), CheckpointError> {
-        let p = buf.as_mut_ptr();
-        if self.pinned.contains(&(ctx, p)) {
-            return Ok(());
-        }
-        let c = s.enter(ctx).map_err(CheckpointError::Device)?;
-        // SAFETY: the mapping outlives the registration: `unpin` undoes it
-        // before the chunks are dropped (they are dropped after
-        // `send_parts` returns).
-        if unsafe { c.register_host(p, CHUNK) }.is_ok() {
-            self.pinned.push((ctx, p));
-        }
-        Ok(())
-    }
-
-    fn unpin<E: Executor>(&mut self, s: &mut Session<E>) {
-        for (ctx, p) in self.pinned.drain(..) {
-            if let Ok(c) = s.enter(ctx) {
-                let _ = c.unregister_host(p);
-            }
-        }
-    }
 }

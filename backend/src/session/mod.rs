@@ -28,6 +28,7 @@
 mod area_pin;
 mod array;
 mod checkpoint;
+mod chunks;
 mod device;
 mod graph;
 mod handler;

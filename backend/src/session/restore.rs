@@ -6,6 +6,7 @@
 //! the restore by name; the session is then dropped, which frees what was
 //! rebuilt.
 
+use super::chunks::{CHUNK, Chunks};
 use super::{Alloc, AllocKind, CtxEntry, FnEntry, ModEntry, Owned, Session};
 use crate::exec::{ExecContext, Executor};
 use pvgpu_ctl::snapshot::{Meta, Reader, SnapshotError};
@@ -97,11 +98,22 @@ struct Blobs<'r, R: Read> {
 
 impl<R: Read> Blobs<'_, R> {
     fn take(&mut self, index: u32) -> Result<Vec<u8>, RestoreError> {
+        self.expect(index)?;
+        Ok(self.reader.blob()?)
+    }
+
+    /// Starts blob `index`, to be read in parts: its length.
+    fn start(&mut self, index: u32) -> Result<u64, RestoreError> {
+        self.expect(index)?;
+        Ok(self.reader.blob_start()?)
+    }
+
+    fn expect(&mut self, index: u32) -> Result<(), RestoreError> {
         if index != self.next {
             return Err(RestoreError::Inconsistent(format!("blob {index} named where blob {} comes", self.next)));
         }
         self.next += 1;
-        Ok(self.reader.blob()?)
+        Ok(())
     }
 }
 
@@ -255,12 +267,40 @@ impl<E: Executor> Session<E> {
                 self.mem_used += len;
             }
         }
+        // Each allocation's bytes go from the file to the device through
+        // one page-locked chunk, a chunk at a time.
+        let mut chunks = Chunks::default();
+        let mut buf = None;
+        let r = self.write_allocations(allocations, blobs, &mut chunks, &mut buf);
+        chunks.unpin(self);
+        drop(buf);
+        r
+    }
+
+    fn write_allocations<R: Read>(
+        &mut self,
+        allocations: &[pvgpu_ctl::snapshot::Allocation],
+        blobs: &mut Blobs<'_, R>,
+        chunks: &mut Chunks,
+        buf: &mut Option<memmap2::MmapMut>,
+    ) -> Result<(), RestoreError> {
         for a in allocations {
-            let bytes = blobs.take(a.blob)?;
-            if bytes.len() as u64 != a.length {
-                return Err(RestoreError::Inconsistent(format!("allocation {:#x}: {} bytes for {}", a.address, bytes.len(), a.length)));
+            let len = blobs.start(a.blob)?;
+            if len != a.length {
+                return Err(RestoreError::Inconsistent(format!("allocation {:#x}: {len} bytes for {}", a.address, a.length)));
             }
-            self.write_device(a.ctx, a.address, &bytes, "device memory")?;
+            let mut off = 0;
+            while off < len {
+                let n = (len - off).min(CHUNK as u64) as usize;
+                let b = match buf {
+                    Some(b) => b,
+                    None => buf.insert(chunks.make().map_err(|e| RestoreError::File(e.into()))?),
+                };
+                chunks.pin(self, a.ctx, b).map_err(rebuild(format!("context {:#x}", a.ctx)))?;
+                blobs.reader.blob_part(&mut b[..n])?;
+                self.write_device(a.ctx, a.address + off, &b[..n], "device memory")?;
+                off += n as u64;
+            }
         }
         Ok(())
     }
