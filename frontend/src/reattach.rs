@@ -82,6 +82,12 @@ impl Conn {
                         continue;
                     }
                     Err(Error::Cuda(e)) if e == CuError::NOT_FOUND => {}
+                    // The backend it reached went away before answering (one
+                    // stopping, whose successor starts at its address, may
+                    // still take a connection): try again.
+                    Err(Error::Transport(TransportError::BackendGone | TransportError::Io(_) | TransportError::Timeout)) => {
+                        tracing::debug!(addr = %r.addr, "the backend went away during the resume; trying again");
+                    }
                     Err(e) => return Err(e),
                 }
             }
