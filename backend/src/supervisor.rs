@@ -255,13 +255,15 @@ impl Backend {
         self.control_http = None;
         self.metrics = None;
         self.stop.store(true, Ordering::SeqCst);
+        // New programs find no socket from now on (a successor may bind the
+        // path while this one ends its sessions).
+        for p in self.local_paths.drain(..) {
+            let _ = std::fs::remove_file(p);
+        }
         for l in self.listeners.drain(..) {
             let _ = l.join();
         }
         self.spawner.shutdown();
-        for p in self.local_paths.drain(..) {
-            let _ = std::fs::remove_file(p);
-        }
     }
 }
 
@@ -286,6 +288,10 @@ fn accept_loop(listener: Listener, sh: &Arc<Shared>) {
         pool.expire();
         sh.spawner.tend();
         match accepted {
+            // A connection that came in as the backend stops gets no
+            // session (it would be ended a moment later): it is closed, and
+            // its program tries again elsewhere or later.
+            Ok(Some(_)) if sh.stop.load(Ordering::SeqCst) => {}
             Ok(Some(acc)) => enter(acc, sh),
             Ok(None) => {}
             Err(e) => {
