@@ -51,6 +51,7 @@ build graph_device_launch-shared -O2 $arch -rdc=true -cudart shared -o "$work/bi
 build graphs_driver-driver -O2 -o "$work/bin/graphs_driver-driver" graphs_driver.cpp -lcuda &
 build nvrtc_saxpy-driver -O2 -o "$work/bin/nvrtc_saxpy-driver" nvrtc_saxpy.cpp -lnvrtc -lcuda &
 build ptx_link-driver -O2 -o "$work/bin/ptx_link-driver" ptx_link.cpp -lnvrtc -lcuda &
+build devrt_link-driver -O2 -o "$work/bin/devrt_link-driver" devrt_link.cpp -lnvrtc -lcuda &
 build driver_api_threads-driver -O2 -o "$work/bin/driver_api_threads-driver" driver_api_threads.cpp -lcuda -lpthread &
 build kernels-fatbin -fatbin -gencode arch=compute_90,code=sm_90 -gencode arch=compute_75,code=compute_75 \
   -o "$work/bin/kernels.fatbin" "$root/tests/kernels/kernels.cu" &
@@ -111,6 +112,7 @@ for k in static shared; do [ -x "$work/bin/mapped-$k" ] && row "mapped-$k" "mapp
 [ -x "$work/bin/graphs_driver-driver" ] && row graphs_driver graphs_driver "driver API" "$work/bin/graphs_driver-driver" "$work/bin/kernels.fatbin"
 [ -x "$work/bin/nvrtc_saxpy-driver" ] && row nvrtc_saxpy nvrtc_saxpy "driver API" "$work/bin/nvrtc_saxpy-driver"
 [ -x "$work/bin/ptx_link-driver" ] && row ptx_link ptx_link "driver API" "$work/bin/ptx_link-driver"
+[ -x "$work/bin/devrt_link-driver" ] && row devrt_link devrt_link "driver API" "$work/bin/devrt_link-driver"
 [ -x "$work/bin/driver_api_threads-driver" ] && row driver_api_threads driver_api_threads "driver API" "$work/bin/driver_api_threads-driver" "$work/bin/kernels.fatbin"
 row cuda_core cuda_core_demo.py python python3 "$root/tests/programs/cuda_core_demo.py"
 

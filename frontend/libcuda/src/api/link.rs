@@ -6,8 +6,9 @@
 //! Options with plain values go to the driver; the log buffers, their
 //! sizes and the wall time are filled here. Options whose value is a table
 //! of the program's (global symbols, referenced names) and per-input
-//! options are not supported. Inputs are PTX, cubins and fatbins (host
-//! objects and libraries hold host code the backend cannot check).
+//! options are not supported. Inputs are PTX, cubins and fatbins; a host
+//! object or library (`libcudadevrt.a`) goes as the fatbins nvcc embedded
+//! in it, its host code staying here.
 
 use crate::state::{self, Res, ctx, handle, id, local_handle, put, run};
 use pvgpu_frontend::Context;
@@ -139,17 +140,25 @@ pub unsafe extern "C" fn cuLinkCreate(
     unsafe { cuLinkCreate_v2(n, options, values, state) }
 }
 
-/// Adds an input of `kind` to a link.
+/// Adds an input of `kind` to a link: a host object or library as the
+/// fatbins it embeds ([`super::link_objects`]).
 fn add(state: *mut c_void, kind: CUjitInputType, name: String, bytes: Vec<u8>) -> Res {
-    if ![CU_JIT_INPUT_PTX, CU_JIT_INPUT_CUBIN, CU_JIT_INPUT_FATBINARY].contains(&kind) {
-        tracing::warn!(kind = ?kind, "cuLinkAddData: input type not supported by pvgpu (PTX, cubin and fatbin are)");
-        return Err(CuError::NOT_SUPPORTED);
-    }
+    let inputs = match kind {
+        CU_JIT_INPUT_PTX | CU_JIT_INPUT_CUBIN | CU_JIT_INPUT_FATBINARY => vec![(kind, bytes)],
+        CU_JIT_INPUT_OBJECT | CU_JIT_INPUT_LIBRARY => super::link_objects::device_code(&bytes, kind == CU_JIT_INPUT_LIBRARY)?
+            .into_iter()
+            .map(|f| (CU_JIT_INPUT_FATBINARY, f))
+            .collect(),
+        _ => {
+            tracing::warn!(kind = ?kind, "cuLinkAddData: input type not supported by pvgpu (PTX, cubins, fatbins, host objects and libraries are)");
+            return Err(CuError::NOT_SUPPORTED);
+        }
+    };
     with(state, |l| {
-        if l.inputs.len() >= pvgpu_ring::proto::MAX_LINK_INPUTS {
+        if l.inputs.len() + inputs.len() > pvgpu_ring::proto::MAX_LINK_INPUTS {
             return Err(CuError::INVALID_VALUE);
         }
-        l.inputs.push((kind.0, name, bytes));
+        l.inputs.extend(inputs.into_iter().map(|(k, b)| (k.0, name.clone(), b)));
         Ok(())
     })
 }

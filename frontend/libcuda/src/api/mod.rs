@@ -22,6 +22,7 @@ pub mod ipc;
 pub mod launch;
 pub mod library;
 pub mod link;
+mod link_objects;
 pub mod managed;
 pub mod memop;
 pub mod memory;
