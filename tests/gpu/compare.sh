@@ -41,7 +41,7 @@ build runtime_api-shared -O2 $arch -cudart shared -o "$work/bin/runtime_api-shar
 build graphs-static -O2 $arch -o "$work/bin/graphs-static" "$root/tests/runtime/graphs.cu" &
 build graphs-shared -O2 $arch -cudart shared -o "$work/bin/graphs-shared" "$root/tests/runtime/graphs.cu" &
 build mapped-static -O2 $arch -o "$work/bin/mapped-static" "$root/tests/runtime/mapped.cu" &
-for p in graph_memory graph_host_memory graph_conditional graph_user_objects graph_nodes mem_pool; do
+for p in graph_memory graph_host_memory graph_conditional graph_user_objects graph_nodes mem_pool registered; do
   build "$p-static" -O2 $arch -o "$work/bin/$p-static" "$root/tests/runtime/$p.cu" &
   build "$p-shared" -O2 $arch -cudart shared -o "$work/bin/$p-shared" "$root/tests/runtime/$p.cu" &
 done
@@ -105,7 +105,7 @@ done
 [ -x "$work/bin/cufft-static_cufft" ] && row cufft-static_cufft "cufft (static cuFFT)" static "$work/bin/cufft-static_cufft"
 for k in static shared; do [ -x "$work/bin/runtime_api-$k" ] && row "runtime_api-$k" runtime_api "$k" "$work/bin/runtime_api-$k"; done
 for k in static shared; do [ -x "$work/bin/graphs-$k" ] && row "graphs-$k" graphs "$k" "$work/bin/graphs-$k"; done
-for p in graph_memory graph_host_memory graph_conditional graph_user_objects graph_nodes graph_device_launch mem_pool; do
+for p in graph_memory graph_host_memory graph_conditional graph_user_objects graph_nodes graph_device_launch mem_pool registered; do
   for k in static shared; do [ -x "$work/bin/$p-$k" ] && row "$p-$k" "$p" "$k" "$work/bin/$p-$k"; done
 done
 for k in static shared; do [ -x "$work/bin/mapped-$k" ] && row "mapped-$k" "mapped (--spin)" "$k" "$work/bin/mapped-$k" --spin; done

@@ -396,3 +396,17 @@ fn mem_pool_over_local() {
 fn mem_pool_over_tcp() {
     worker_run("mem_pool", Transport::Tcp);
 }
+
+/// Registered host memory the device reaches through its pointer
+/// (`cudaHostRegister`, `cudaHostGetDevicePointer`, a registered pointer
+/// passed to a kernel), mirrored by the library
+/// (`tests/runtime/registered.cu`).
+#[test]
+fn registered_memory_over_local() {
+    worker_run("registered", Transport::Local);
+}
+
+#[test]
+fn registered_memory_over_tcp() {
+    worker_run("registered", Transport::Tcp);
+}

@@ -6,9 +6,8 @@
 //! through the program's pointer (its device pointer is asked for, it was
 //! allocated `DEVICEMAP`, or a kernel is given a pointer into it), it is
 //! mirrored in the backend at the same address and kept coherent
-//! ([`pvgpu_frontend::Client::mirror_host`]). `cuMemHostRegister` is
-//! accepted (copies from registered memory are staged, which CUDA's
-//! semantics allow).
+//! ([`pvgpu_frontend::Client::mirror_host`]). Registered memory is in
+//! [`super::host_register`].
 
 use crate::state::{self, HostInfo, Res, objects, put, run};
 use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous, munmap};
@@ -68,6 +67,7 @@ fn mirror(start: usize) -> Res {
 /// parameters point into (XLA hands a kernel the host pointer of a flag it
 /// spins on). A failure leaves the allocation as it was.
 pub(crate) fn mirror_pointers(packed: &[u8]) {
+    super::host_register::mirror_pointers(packed);
     // Relaxed: see PRIVATE_LIVE.
     if PRIVATE_LIVE.load(Ordering::Relaxed) == 0 {
         return;
@@ -180,7 +180,10 @@ pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -
 /// Other host memory cannot be reached by the device of another domain or
 /// host.
 pub(crate) fn host_device_pointer(p: *mut c_void) -> Result<u64, CuError> {
-    let (start, info) = objects().host_range(p as usize).ok_or(CuError::INVALID_VALUE)?;
+    let found = objects().host_range(p as usize);
+    let Some((start, info)) = found else {
+        return super::host_register::device_pointer(p as usize);
+    };
     if !info.in_area {
         mirror(start)?;
         return Ok(p as u64);
@@ -218,33 +221,20 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(pdptr: *mut u64, p: *mut c
     })
 }
 
-fn register(p: *mut c_void, size: usize) -> Res {
-    state::client()?;
-    if p.is_null() || size == 0 {
-        return Err(CuError::INVALID_VALUE);
-    }
-    let mut o = objects();
-    if o.registered.contains_key(&(p as usize)) {
-        return Err(CuError::HOST_MEMORY_ALREADY_REGISTERED);
-    }
-    o.registered.insert(p as usize, size);
-    Ok(())
-}
-
-/// `cuMemHostRegister_v2`: accepted; copies from the range are staged.
+/// `cuMemHostRegister_v2`: see [`super::host_register`].
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, size: usize, _flags: c_uint) -> CuResult {
-    run("cuMemHostRegister_v2", || register(p, size))
+pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: c_uint) -> CuResult {
+    run("cuMemHostRegister_v2", || super::host_register::register(p, size, flags))
 }
 
 /// `cuMemHostRegister` (same signature as `_v2`).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemHostRegister(p: *mut c_void, size: usize, _flags: c_uint) -> CuResult {
-    run("cuMemHostRegister", || register(p, size))
+pub extern "C" fn cuMemHostRegister(p: *mut c_void, size: usize, flags: c_uint) -> CuResult {
+    run("cuMemHostRegister", || super::host_register::register(p, size, flags))
 }
 
 /// `cuMemHostUnregister`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CuResult {
-    run("cuMemHostUnregister", || objects().registered.remove(&(p as usize)).map(|_| ()).ok_or(CuError::HOST_MEMORY_NOT_REGISTERED))
+    run("cuMemHostUnregister", || super::host_register::unregister(p))
 }

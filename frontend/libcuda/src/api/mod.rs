@@ -17,6 +17,7 @@ pub mod graph_mem;
 pub mod graph_node;
 pub mod graph_params;
 pub mod host;
+mod host_register;
 pub mod init;
 pub mod ipc;
 pub mod launch;

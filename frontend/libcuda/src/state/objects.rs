@@ -130,7 +130,19 @@ pub struct Objects {
     /// Host allocations by address.
     pub host: BTreeMap<usize, HostInfo>,
     /// Registered host ranges by address.
-    pub registered: BTreeMap<usize, usize>,
+    pub registered: BTreeMap<usize, Registered>,
+}
+
+/// A host range the program registered (`cuMemHostRegister`).
+#[derive(Clone, Copy)]
+pub struct Registered {
+    /// Bytes.
+    pub len: usize,
+    /// `CU_MEMHOSTREGISTER_*` flags.
+    pub flags: u32,
+    /// Mirrored in the backend for the device from this page-aligned
+    /// address ([`pvgpu_frontend::Client::mirror_host`]).
+    pub mirrored: Option<usize>,
 }
 
 static OBJECTS: OnceLock<Mutex<Objects>> = OnceLock::new();
