@@ -396,9 +396,15 @@ impl Client {
 
     /// `cuModuleGetGlobal`: (device address, size).
     pub fn module_get_global(&self, m: Module, name: &str) -> Result<(u64, u64)> {
+        self.module_global(m, name).map(|(p, size, _)| (p, size))
+    }
+
+    /// `cuModuleGetGlobal`, and whether the global is a `__managed__`
+    /// variable.
+    pub fn module_global(&self, m: Module, name: &str) -> Result<(u64, u64, bool)> {
         proto::check_name(name.as_bytes()).map_err(|_| CuError::INVALID_VALUE)?;
         let g = self.call(&ModuleGetGlobal::new(m.0, name))?;
-        Ok((g.dptr.get(), g.size.get()))
+        Ok((g.dptr.get(), g.size.get(), g.flags.get() & proto::GLOBAL_MANAGED != 0))
     }
 
     /// Sends raw bytes as a request with `opcode` and waits for the reply

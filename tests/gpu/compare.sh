@@ -52,6 +52,7 @@ build graphs_driver-driver -O2 -o "$work/bin/graphs_driver-driver" graphs_driver
 build nvrtc_saxpy-driver -O2 -o "$work/bin/nvrtc_saxpy-driver" nvrtc_saxpy.cpp -lnvrtc -lcuda &
 build ptx_link-driver -O2 -o "$work/bin/ptx_link-driver" ptx_link.cpp -lnvrtc -lcuda &
 build devrt_link-driver -O2 -o "$work/bin/devrt_link-driver" devrt_link.cpp -lnvrtc -lcuda &
+build managed_global-driver -O2 -o "$work/bin/managed_global-driver" managed_global.cpp -lnvrtc -lcuda &
 build driver_api_threads-driver -O2 -o "$work/bin/driver_api_threads-driver" driver_api_threads.cpp -lcuda -lpthread &
 build kernels-fatbin -fatbin -gencode arch=compute_90,code=sm_90 -gencode arch=compute_75,code=compute_75 \
   -o "$work/bin/kernels.fatbin" "$root/tests/kernels/kernels.cu" &
@@ -113,6 +114,7 @@ for k in static shared; do [ -x "$work/bin/mapped-$k" ] && row "mapped-$k" "mapp
 [ -x "$work/bin/nvrtc_saxpy-driver" ] && row nvrtc_saxpy nvrtc_saxpy "driver API" "$work/bin/nvrtc_saxpy-driver"
 [ -x "$work/bin/ptx_link-driver" ] && row ptx_link ptx_link "driver API" "$work/bin/ptx_link-driver"
 [ -x "$work/bin/devrt_link-driver" ] && row devrt_link devrt_link "driver API" "$work/bin/devrt_link-driver"
+[ -x "$work/bin/managed_global-driver" ] && row managed_global managed_global "driver API" "$work/bin/managed_global-driver"
 [ -x "$work/bin/driver_api_threads-driver" ] && row driver_api_threads driver_api_threads "driver API" "$work/bin/driver_api_threads-driver" "$work/bin/kernels.fatbin"
 row cuda_core cuda_core_demo.py python python3 "$root/tests/programs/cuda_core_demo.py"
 

@@ -375,6 +375,11 @@ pub trait ExecContext: Send + 'static {
     /// Gets (`set` is `None`) or sets an attribute of the device's default
     /// memory pool; returns the value.
     fn mem_pool_attribute(&mut self, attr: u32, set: Option<u64>) -> CuRes<u64>;
+    /// Whether device address `dptr` (a module global the caller looked up)
+    /// is managed memory (`__managed__`). The default: no.
+    fn is_managed(&mut self, _dptr: u64) -> bool {
+        false
+    }
     /// An operation on a memory pool of the program's own, or the trim of
     /// the device's default pool ([`pool::PoolOp`]).
     fn pool(&mut self, op: pool::PoolOp<Self::Stream>) -> CuRes<u64>;

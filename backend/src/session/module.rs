@@ -130,6 +130,7 @@ pub(super) fn module_get_global<E: Executor>(s: &mut Session<E>, r: proto::Modul
     let m = s.modules.get(module).and_then(|e| e.module.as_ref()).ok_or(CuError::INVALID_HANDLE)?;
     let c = s.ctxs.get_mut(ctx).ok_or(CuError::INVALID_CONTEXT)?;
     let (dptr, size) = c.ctx.global(m, r.name)?;
+    let managed = size > 0 && c.ctx.is_managed(dptr);
     if size > 0 && !s.allocs.contains_key(&dptr) {
         if s.allocs.len() >= s.limits.max_objects {
             return Err(CuError::OUT_OF_MEMORY);
@@ -141,7 +142,8 @@ pub(super) fn module_get_global<E: Executor>(s: &mut Session<E>, r: proto::Modul
     {
         m.globals.push((r.name.to_string(), dptr, size));
     }
-    Ok(GlobalRep { dptr: dptr.into(), size: size.into() })
+    let flags = if managed { proto::GLOBAL_MANAGED } else { 0 };
+    Ok(GlobalRep { dptr: dptr.into(), size: size.into(), flags: flags.into(), reserved: 0.into() })
 }
 
 fn function_rep(fid: u64, layout: &[Param], param_bytes: usize) -> FunctionRep {

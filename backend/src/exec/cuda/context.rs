@@ -225,6 +225,16 @@ impl ExecContext for CudaContext {
         Ok((p, size as u64))
     }
 
+    fn is_managed(&mut self, dptr: u64) -> bool {
+        let mut managed: u32 = 0;
+        // SAFETY: a 4-byte out-value, as the attribute is; the address of
+        // a global of this context's module.
+        let r = unsafe {
+            sys::cuPointerGetAttribute((&mut managed as *mut u32).cast(), sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED, dptr)
+        };
+        r == sys::CUresult::CUDA_SUCCESS && managed != 0
+    }
+
     fn launch(
         &mut self,
         f: CudaFunction,

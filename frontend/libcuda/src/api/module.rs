@@ -223,7 +223,13 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(dptr: *mut u64, bytes: *mut usize,
         // SAFETY: NUL-terminated per the API.
         let n = unsafe { state::name(name) }?;
         let m = id(module);
-        let (p, size) = state::client()?.module_get_global(Module(m), n).map_err(state::cu)?;
+        let (p, size, managed) = state::client()?.module_global(Module(m), n).map_err(state::cu)?;
+        // A `__managed__` variable is kept coherent with the program's
+        // accesses through its pointer, as the runtime's are.
+        if managed && !crate::managed::map_variable(p, size as usize) {
+            tracing::warn!(name = n, ptr = p, "cuModuleGetGlobal: the managed variable's address is taken in this process");
+            return Err(CuError::NOT_SUPPORTED);
+        }
         {
             let mut o = objects();
             let ctx = o.modules.get(&m).copied().unwrap_or(0);

@@ -47,7 +47,10 @@ fn pointer_attribute(data: *mut c_void, attribute: CUpointer_attribute, ptr: u64
                 drop(o);
                 put(data.cast::<u64>(), host_device_pointer(ptr as usize as *mut c_void)?)
             }
-            (CU_POINTER_ATTRIBUTE_IS_MANAGED, Some((_, a)), _) => put(data.cast::<u32>(), u32::from(a.kind == DevKind::Managed)),
+            (CU_POINTER_ATTRIBUTE_IS_MANAGED, Some((_, a)), _) => {
+                // Managed allocations, and `__managed__` variables.
+                put(data.cast::<u32>(), u32::from(a.kind == DevKind::Managed || crate::managed::contains(ptr, 1)))
+            }
             (CU_POINTER_ATTRIBUTE_IS_MANAGED, None, Some(_)) => put(data.cast::<u32>(), 0),
             (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, Some((_, a)), _) => {
                 put(data.cast::<i32>(), ctx::device_of(a.ctx).ok().and_then(crate::visible::program_ordinal).unwrap_or(0))

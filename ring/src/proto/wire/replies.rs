@@ -3,6 +3,10 @@
 use zerocopy::little_endian::{F32, I32, I64, U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
+/// [`GlobalRep::flags`]: the global is a `__managed__` variable (the
+/// driver says so of its address).
+pub const GLOBAL_MANAGED: u32 = 1;
+
 // Replies.
 wire_structs! {
     /// `Hello` reply.
@@ -111,6 +115,10 @@ wire_structs! {
         pub dptr: U64,
         /// Size in bytes.
         pub size: U64,
+        /// [`GLOBAL_MANAGED`]: a `__managed__` variable.
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
     }
     /// Replies that return a device address.
     pub struct DptrRep {
