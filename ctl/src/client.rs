@@ -177,6 +177,15 @@ impl Control {
         c.call_with("POST", &format!("/v1/sessions/{id}/checkpoint"), Some(req))
     }
 
+    /// Has the backend move session `id` to one of its peers itself; waits
+    /// for the session's next call that waits (at most the request's
+    /// timeout) and then for the handover, up to five minutes more.
+    pub fn migrate(&self, id: u64, req: &crate::api::MigrateRequest) -> Result<crate::migrate::MigrateReport, CtlError> {
+        let wait = Duration::from_secs(req.timeout_seconds.unwrap_or(60) + 300);
+        let c = Control { timeout: self.timeout.max(wait), ..self.clone() };
+        c.call_with("POST", &format!("/v1/sessions/{id}/migrate"), Some(req))
+    }
+
     /// Hands a snapshot file to the backend for its guest to take back.
     pub fn restore(&self, req: &RestoreRequest) -> Result<RestoreReport, CtlError> {
         self.call_with("POST", "/v1/restore", Some(req))

@@ -4,7 +4,6 @@ use anyhow::{Result, bail};
 use clap::Subcommand;
 use pvgpu_ctl::api::Gpu;
 use pvgpu_ctl::client::Control;
-use pvgpu_ctl::migrate::MigrateReport;
 use std::time::{Duration, Instant};
 
 #[derive(Subcommand, Debug)]
@@ -64,8 +63,7 @@ pub fn device(control: &Control, cmd: DeviceCmd) -> Result<()> {
 fn move_off(control: &Control, g: &Gpu, peer: &str) {
     for &id in &g.sessions {
         let req = pvgpu_ctl::api::MigrateRequest { peer: peer.to_string(), upload: false, timeout_seconds: None };
-        let moved: Result<MigrateReport, _> = control.call_with("POST", &format!("/v1/sessions/{id}/migrate"), Some(&req));
-        match moved {
+        match control.migrate(id, &req) {
             Ok(r) => println!(
                 "session {id} moved to {peer} ({}): {} of device state, {:.3} s",
                 r.to,

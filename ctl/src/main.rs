@@ -192,7 +192,7 @@ fn run(cli: Cli) -> Result<()> {
             let r = match (peer, to, address) {
                 (Some(peer), _, _) => {
                     let req = pvgpu_ctl::api::MigrateRequest { peer, upload, timeout_seconds: Some(timeout) };
-                    control.call_with("POST", &format!("/v1/sessions/{session}/migrate"), Some(&req))?
+                    control.migrate(session, &req)?
                 }
                 (None, Some(to), Some(address)) => {
                     let token = control_token(cli.token.as_deref(), &to)?;
