@@ -152,12 +152,12 @@ fn an_operator_uses_the_dashboard_in_chromium() {
     // them from the peer now.
     let read = read.expect("the moved program's reads");
     assert!(read > 0, "the moved program made calls");
-    let at_peer = Control::new(dir.join("peer-control.sock")).sessions().unwrap();
-    assert_eq!(at_peer.len(), 1, "the peer serves the moved program: {at_peer:?}");
-    assert!(ctl.session(moving).is_err(), "the moved session left the source");
     let mut got = vec![0u8; pattern.len()];
     mover.memcpy_dtoh(&mut got, mbuf).unwrap();
     assert!(got == pattern, "the moved memory is intact");
+    let at_peer = Control::new(dir.join("peer-control.sock")).sessions().unwrap();
+    assert_eq!(at_peer.len(), 1, "the peer serves the moved program: {at_peer:?}");
+    assert!(ctl.session(moving).is_err(), "the moved session left the source");
     let metrics = ctl.request("GET", "/metrics", b"").unwrap().1;
     let metrics = String::from_utf8_lossy(&metrics);
     assert!(metrics.contains("pvgpu_migrations_total{outcome=\"moved\"} 1"), "{metrics}");
