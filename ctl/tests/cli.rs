@@ -286,9 +286,10 @@ fn an_operator_drives_a_backend_over_https() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A backend on this host serving the local transport at `dir/NAME.sock`
-/// and its control socket at `dir/NAME-control.sock`, knowing `peers`.
-fn backend_at(dir: &Path, name: &str, peers: Vec<pvgpu_backend::peers::Peer>) -> Backend {
+/// A backend on this host with `devices` devices, serving the local
+/// transport at `dir/NAME.sock` and its control socket at
+/// `dir/NAME-control.sock`, knowing `peers`.
+fn backend_at(dir: &Path, name: &str, devices: usize, peers: Vec<pvgpu_backend::peers::Peer>) -> Backend {
     let cfg = Config {
         listen: vec![Listen::Local(dir.join(format!("{name}.sock")))],
         session: SessionConfig::default(),
@@ -298,16 +299,16 @@ fn backend_at(dir: &Path, name: &str, peers: Vec<pvgpu_backend::peers::Peer>) ->
         control_http: None,
         peers,
     };
-    Backend::start_threads(Arc::new(HostExecutor::with_devices(1 << 30, 2)), cfg).unwrap()
+    Backend::start_threads(Arc::new(HostExecutor::with_devices(1 << 30, devices)), cfg).unwrap()
 }
 
 #[test]
 fn draining_a_gpu_moves_its_sessions_to_a_peer() {
     let dir = temp_dir().join("drain");
     std::fs::create_dir_all(&dir).unwrap();
-    let b = backend_at(&dir, "b", Vec::new());
+    let b = backend_at(&dir, "b", 2, Vec::new());
     let spec = format!("name=b,control=unix:{},address=local:{}", dir.join("b-control.sock").display(), dir.join("b.sock").display());
-    let a = backend_at(&dir, "a", vec![spec.parse::<pvgpu_backend::peers::PeerSpec>().unwrap().open().unwrap()]);
+    let a = backend_at(&dir, "a", 2, vec![spec.parse::<pvgpu_backend::peers::PeerSpec>().unwrap().open().unwrap()]);
     let (a_ctl, b_ctl) = (dir.join("a-control.sock"), dir.join("b-control.sock"));
 
     let client = Arc::new(Client::connect(&BackendAddr::Local(dir.join("a.sock")), &Options::default()).unwrap());
@@ -355,4 +356,48 @@ fn draining_a_gpu_moves_its_sessions_to_a_peer() {
     let said = stdout(&ctl(&a_ctl, &["device", "drain", "1", "--move-to", "c"]));
     assert!(said.contains("stays on GPU 1") && said.contains("No peer \"c\""), "{said}");
     drop((client, c2, a, b));
+}
+
+/// A peer without a GPU the session saw refuses its snapshot at once; the
+/// file is kept, and restored at the source the program goes on there.
+#[test]
+fn a_peer_without_the_session_s_gpus_refuses_it_and_the_file_is_kept() {
+    let dir = temp_dir().join("fewer");
+    std::fs::create_dir_all(&dir).unwrap();
+    let small = backend_at(&dir, "small", 1, Vec::new());
+    let spec =
+        format!("name=small,control=unix:{},address=local:{}", dir.join("small-control.sock").display(), dir.join("small.sock").display());
+    let a = backend_at(&dir, "a", 2, vec![spec.parse::<pvgpu_backend::peers::PeerSpec>().unwrap().open().unwrap()]);
+    let a_ctl = dir.join("a-control.sock");
+    let client = Client::connect(&BackendAddr::Local(dir.join("a.sock")), &Options::default()).unwrap();
+    client.init().unwrap();
+    let ctx = client.primary_ctx_retain(0).unwrap();
+    let want = vec![0x5au8; 64 << 10];
+    let buf = client.mem_alloc(ctx, want.len() as u64).unwrap();
+    client.memcpy_htod(buf, &want).unwrap();
+    let id = serde_json::from_str::<Vec<Session>>(&stdout(&ctl(&a_ctl, &["sessions", "--json"]))).unwrap()[0].id;
+
+    let refused = std::thread::scope(|s| {
+        let moving = s.spawn(|| ctl(&a_ctl, &["migrate", &id.to_string(), "--peer", "small"]));
+        // Calls that wait, until one finds the checkpoint ordered.
+        while !client.detached() && !moving.is_finished() {
+            client.ctx_synchronize(ctx).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        moving.join().unwrap()
+    });
+    assert_eq!(refused.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(said.contains("GPU 1") && said.contains("has 1"), "{said}");
+    let file = said.split("kept at ").nth(1).and_then(|r| r.split(':').next()).expect("the kept file is named");
+    assert!(Path::new(file).exists(), "{file} is kept");
+    assert!(stdout(&ctl(&dir.join("small-control.sock"), &["sessions"])).lines().count() <= 1, "the peer holds nothing");
+
+    // The operator restores it at the source; the program goes on there.
+    stdout(&ctl(&a_ctl, &["restore", file]));
+    let mut got = vec![0u8; want.len()];
+    client.memcpy_dtoh(&mut got, buf).unwrap();
+    assert!(got == want, "the memory came back whole");
+    let _ = std::fs::remove_file(file);
+    drop((client, a, small));
 }

@@ -122,6 +122,20 @@ impl Supervised {
         }
         let token = snapshot::token_from_hex(&meta.token)
             .ok_or_else(|| Refusal::new(400, format!("{}: a malformed session token", path.display())))?;
+        // A GPU the session used or saw that this backend lacks: refused
+        // now, while the file is the operator's, not when its program
+        // comes back (the models are checked then, in the worker).
+        let count = self.metrics.devices().count();
+        let named = meta.devices.iter().map(|d| d.ordinal).chain(meta.gpus.iter().flatten().copied());
+        if let Some(missing) = named.filter(|&o| o >= count).max() {
+            return Err(Refusal::new(
+                422,
+                format!(
+                    "{} needs this backend's GPU {missing} (its program saw or used it), and this backend has {count}; restore it where the session's GPUs are",
+                    path.display()
+                ),
+            ));
+        }
         let report = RestoreReport {
             session: meta.session,
             peer: meta.peer.clone(),
