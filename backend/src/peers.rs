@@ -62,8 +62,7 @@ impl FromStr for PeerSpec {
         let name = name.filter(|n| valid_name(n)).ok_or_else(|| bad("name= is missing or not letters, digits, '-', '_', '.'"))?;
         let control = Endpoint::parse(&control.ok_or_else(|| bad("control= is missing"))?).map_err(|e| bad(&e))?;
         let address = address.ok_or_else(|| bad("address= is missing"))?;
-        let known = ["local:", "tcp:", "tls:"].iter().any(|p| address.starts_with(p));
-        if !known || address.len() > pvgpu_ring::proto::MOVED_ADDRESS_MAX {
+        if !guest_address(&address) {
             return Err(bad("address= must be local:PATH, tcp:HOST:PORT or tls:HOST:PORT, at most 64 bytes"));
         }
         if matches!(control, Endpoint::Unix(_)) && (token.is_some() || ca.is_some()) {
@@ -71,6 +70,15 @@ impl FromStr for PeerSpec {
         }
         Ok(PeerSpec { name, control, address, token: token.map(PathBuf::from), ca: ca.map(PathBuf::from) })
     }
+}
+
+/// Whether a guest may be sent to `address` (`STATUS_MOVED`): one a
+/// program reaches (`local:`, `tcp:`, `tls:`), at most 64 bytes, no
+/// control characters.
+pub fn guest_address(address: &str) -> bool {
+    ["local:", "tcp:", "tls:"].iter().any(|p| address.starts_with(p))
+        && address.len() <= pvgpu_ring::proto::MOVED_ADDRESS_MAX
+        && !address.chars().any(char::is_control)
 }
 
 fn valid_name(n: &str) -> bool {

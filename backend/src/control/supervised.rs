@@ -227,8 +227,7 @@ impl Sessions for Supervised {
 
     fn record_move(&self, req: pvgpu_ctl::api::MoveRecord) -> Result<(), Refusal> {
         let token = snapshot::token_from_hex(&req.token).ok_or_else(|| Refusal::new(400, "a malformed session token".into()))?;
-        let known = ["local:", "tcp:", "tls:"].iter().any(|p| req.to.starts_with(p));
-        if !known || req.to.len() > pvgpu_ring::proto::MOVED_ADDRESS_MAX || req.to.chars().any(char::is_control) {
+        if !crate::peers::guest_address(&req.to) {
             return Err(Refusal::new(
                 400,
                 format!(

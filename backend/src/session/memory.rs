@@ -122,6 +122,16 @@ pub(super) fn mem_free_async<E: Executor>(s: &mut Session<E>, r: proto::MemFreeA
     release(s, r.dptr.get(), Some(r.stream.get()))
 }
 
+/// A pool access request's flags to set (`None`: asked): none, read, or
+/// read and write (the driver checks the pair).
+pub(super) fn access_flags(set: u32, flags: u32) -> CuRes<Option<u32>> {
+    match (set, flags) {
+        (0, _) => Ok(None),
+        (1, f @ (0 | 1 | 3)) => Ok(Some(f)),
+        _ => Err(CuError::INVALID_VALUE),
+    }
+}
+
 /// Whether a session may read (`set` `None`) or set pool attribute
 /// `attr`: see [`mem_pool_attribute`].
 pub(super) fn pool_attribute_allowed(attr: u32, set: Option<u64>) -> bool {
@@ -149,11 +159,7 @@ pub(super) fn mem_pool_attribute<E: Executor>(s: &mut Session<E>, r: proto::MemP
 /// (`flags` none, read, or read and write; the driver checks the pair).
 pub(super) fn mem_pool_access<E: Executor>(s: &mut Session<E>, r: proto::MemPoolAccess, _: &mut Io<'_>) -> CuRes<I32Rep> {
     let peer = s.device(r.dev.get())?;
-    let set = match (r.set.get(), r.flags.get()) {
-        (0, _) => None,
-        (1, f @ (0 | 1 | 3)) => Some(f),
-        _ => return Err(CuError::INVALID_VALUE),
-    };
+    let set = access_flags(r.set.get(), r.flags.get())?;
     let ctx = r.ctx.get();
     let device = s.ctxs.get(ctx).ok_or(CuError::INVALID_CONTEXT)?.device;
     s.enter(ctx)?;

@@ -89,11 +89,7 @@ pub(super) fn mem_pool_attribute_of<E: Executor>(s: &mut Session<E>, r: proto::M
 pub(super) fn mem_pool_access_of<E: Executor>(s: &mut Session<E>, r: proto::MemPoolAccessOf, _: &mut Io<'_>) -> CuRes<I32Rep> {
     let (ctx, raw) = entry(s, r.pool.get())?;
     let device = s.device(r.dev.get())?;
-    let set = match (r.set.get(), r.flags.get()) {
-        (0, _) => None,
-        (1, f @ (0 | 1 | 3)) => Some(f),
-        _ => return Err(CuError::INVALID_VALUE),
-    };
+    let set = super::memory::access_flags(r.set.get(), r.flags.get())?;
     let flags = s.enter(ctx)?.pool(PoolOp::Access { pool: raw, device, set })?;
     Ok(I32Rep { value: (flags as i32).into() })
 }

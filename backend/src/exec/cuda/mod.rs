@@ -278,23 +278,7 @@ impl Executor for CudaExecutor {
         let mut pool = ptr::null_mut();
         // SAFETY: valid out-pointer; a device of this driver.
         ck(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, d) })?;
-        let mut location = CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: p };
-        match set {
-            Some(flags) => {
-                let desc = CUmemAccessDesc { location, flags: CUmemAccess_flags(flags) };
-                // SAFETY: the default pool of a device of this driver, one
-                // descriptor of a device of it; the driver checks the flags.
-                driver::ok(unsafe { driver::entry(self.drv.cuMemPoolSetAccess)?(pool.cast(), &desc, 1) })?;
-                Ok(flags)
-            }
-            None => {
-                let mut flags = CUmemAccess_flags(0);
-                // SAFETY: valid out-pointers; the default pool of a device
-                // of this driver.
-                driver::ok(unsafe { driver::entry(self.drv.cuMemPoolGetAccess)?(&mut flags, pool.cast(), &mut location) })?;
-                Ok(flags.0)
-            }
-        }
+        pool::access(self.drv, pool, p, set)
     }
 
     fn p2p_attribute(&self, attr: u32, src: usize, dst: usize) -> CuRes<i32> {

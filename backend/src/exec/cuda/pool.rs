@@ -10,6 +10,7 @@ use crate::exec::pool::PoolOp;
 use cudarc::driver::sys;
 use pvgpu_ring::cuda::api::{
     CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUmemAccess_flags, CUmemAccessDesc, CUmemLocation, CUmemPool_attribute,
+    Driver,
 };
 use std::ffi::{c_int, c_void};
 use std::ptr;
@@ -97,21 +98,28 @@ impl CudaContext {
         let mut peer = 0;
         // SAFETY: valid out-pointer; the session checked the ordinal.
         ck(unsafe { sys::cuDeviceGet(&mut peer, device as c_int) })?;
-        let mut location = CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: peer };
-        match set {
-            Some(flags) => {
-                let desc = CUmemAccessDesc { location, flags: CUmemAccess_flags(flags) };
-                // SAFETY: a live pool of the session, one descriptor of a
-                // device of this driver; the driver checks the flags.
-                ok(unsafe { entry(self.drv.cuMemPoolSetAccess)?(pool.cast(), &desc, 1) })?;
-                Ok(flags)
-            }
-            None => {
-                let mut flags = CUmemAccess_flags(0);
-                // SAFETY: valid out-pointers; a live pool of the session.
-                ok(unsafe { entry(self.drv.cuMemPoolGetAccess)?(&mut flags, pool.cast(), &mut location) })?;
-                Ok(flags.0)
-            }
+        access(self.drv, pool, peer, set)
+    }
+}
+
+/// Sets (`set`: the `CUmemAccess_flags`) or asks device `peer`'s access to
+/// `pool`, a pool of a device of this driver (a default pool, or one of a
+/// session); returns the flags.
+pub(super) fn access(drv: &Driver, pool: sys::CUmemoryPool, peer: sys::CUdevice, set: Option<u32>) -> CuRes<u32> {
+    let mut location = CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: peer };
+    match set {
+        Some(flags) => {
+            let desc = CUmemAccessDesc { location, flags: CUmemAccess_flags(flags) };
+            // SAFETY: a live pool of this driver, one descriptor of a device
+            // of it; the driver checks the flags.
+            ok(unsafe { entry(drv.cuMemPoolSetAccess)?(pool.cast(), &desc, 1) })?;
+            Ok(flags)
+        }
+        None => {
+            let mut flags = CUmemAccess_flags(0);
+            // SAFETY: valid out-pointers; a live pool of this driver.
+            ok(unsafe { entry(drv.cuMemPoolGetAccess)?(&mut flags, pool.cast(), &mut location) })?;
+            Ok(flags.0)
         }
     }
 }

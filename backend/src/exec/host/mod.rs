@@ -173,15 +173,7 @@ impl Executor for HostExecutor {
 
     fn mem_pool_access(&self, device: usize, peer: usize, set: Option<u32>) -> CuRes<u32> {
         self.devices.get(device).and(self.devices.get(peer)).ok_or(CuError::INVALID_DEVICE)?;
-        // A pool's own device reads and writes it, and cannot lose that;
-        // other devices are no peers here (`can_access_peer`).
-        const READ_WRITE: u32 = 3;
-        match set {
-            None => Ok(if device == peer { READ_WRITE } else { 0 }),
-            Some(READ_WRITE) if device == peer => Ok(READ_WRITE),
-            Some(0 | 1 | READ_WRITE) => Err(CuError::INVALID_DEVICE),
-            Some(_) => Err(CuError::INVALID_VALUE),
-        }
+        pool::access(device, peer, set)
     }
 
     fn p2p_attribute(&self, _attr: u32, src: usize, dst: usize) -> CuRes<i32> {

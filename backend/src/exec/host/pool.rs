@@ -42,6 +42,19 @@ impl HostPools {
 /// Read and write (`CU_MEM_ACCESS_FLAGS_PROT_READWRITE`).
 const READ_WRITE: u32 = 3;
 
+/// Device `peer`'s access to a pool of device `device` (a default pool or
+/// one of the program's), asked or set: the pool's own device reads and
+/// writes it, and cannot lose that; other devices are no peers here
+/// (`can_access_peer`).
+pub(super) fn access(device: usize, peer: usize, set: Option<u32>) -> CuRes<u32> {
+    match set {
+        None => Ok(if device == peer { READ_WRITE } else { 0 }),
+        Some(READ_WRITE) if device == peer => Ok(READ_WRITE),
+        Some(0 | 1 | READ_WRITE) => Err(CuError::INVALID_DEVICE),
+        Some(_) => Err(CuError::INVALID_VALUE),
+    }
+}
+
 impl HostContext {
     pub(super) fn alloc_async(&mut self, size: u64, s: Option<u64>) -> CuRes<u64> {
         if self.graphs.capturing(s) {
@@ -95,14 +108,7 @@ impl HostContext {
             }
             PoolOp::Access { pool, device, set } => {
                 self.pools.pools.get(&pool).ok_or(CuError::INVALID_VALUE)?;
-                // The pool's own device reads and writes it, and cannot
-                // lose that; other devices are no peers here.
-                match set {
-                    None => Ok(if device == self.pools.device { READ_WRITE.into() } else { 0 }),
-                    Some(READ_WRITE) if device == self.pools.device => Ok(READ_WRITE.into()),
-                    Some(0 | 1 | READ_WRITE) => Err(CuError::INVALID_DEVICE),
-                    Some(_) => Err(CuError::INVALID_VALUE),
-                }
+                access(self.pools.device, device, set).map(u64::from)
             }
             PoolOp::Trim { pool, .. } => match pool {
                 Some(p) if !self.pools.pools.contains_key(&p) => Err(CuError::INVALID_VALUE),
