@@ -65,6 +65,17 @@ pub enum NodeSpec<'a, C: ExecGraph + ?Sized> {
     },
 }
 
+// Every variant holds handles (`Copy`) and borrowed slices, so a spec is
+// copied freely (the session makes the same change to an executable graph
+// and to its copy of what it runs); a derive would ask `C: Copy`.
+impl<C: ExecGraph + ?Sized> Clone for NodeSpec<'_, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C: ExecGraph + ?Sized> Copy for NodeSpec<'_, C> {}
+
 /// One side of a copy node: its first byte, the distance between its rows
 /// and the rows of one of its slices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,14 +1,17 @@
 //! A session's state written to a snapshot ([`pvgpu_ctl::snapshot`]), at a
 //! command boundary: every context synchronised, then contexts, device
 //! memory with its bytes, modules (images, looked-up functions and globals
-//! with their bytes), streams and events, with the handles the guest
-//! holds. Device memory comes before modules, so that a restore has the
-//! session's addresses back before any module is loaded.
+//! with their bytes), streams and events, graphs and executable graphs
+//! ([`super::graph::describe`]), with the handles the guest holds. Device
+//! memory comes before modules, so that a restore has the session's
+//! addresses back before any module is loaded.
 //!
 //! What a checkpoint does not cover yet is refused by name before
 //! anything is read, and the session goes on as if nothing had been asked:
-//! graphs, mirrored or mapped host memory, virtual memory management,
-//! arrays and textures, interprocess handles, linked images not yet read.
+//! mirrored or mapped host memory, virtual memory management, arrays and
+//! textures, interprocess handles, memory pools of the program's own,
+//! linked images not yet read, and the graphs `describe` names (a capture
+//! under way, conditional and memory nodes, device launches).
 
 use super::chunks::{CHUNK, Chunks};
 use super::{AllocKind, Session};
@@ -89,7 +92,8 @@ impl<E: Executor> Session<E> {
         for id in &ids {
             self.enter(*id).and_then(|c| c.synchronize()).map_err(CheckpointError::Device)?;
         }
-        let plan = self.plan();
+        let mut plan = self.plan();
+        (plan.state.graphs, plan.state.graph_execs) = super::graph::describe(self)?;
         let meta = Meta {
             created_unix_seconds: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             session: self.id,
@@ -165,7 +169,6 @@ impl<E: Executor> Session<E> {
     /// Refuses, by name, what a checkpoint does not cover.
     fn coverable(&self) -> Result<(), CheckpointError> {
         let unsupported = [
-            (!self.graph.is_empty(), "graphs or executable graphs"),
             (!self.mirrors.is_empty(), "mirrored (mapped page-locked) host memory"),
             (!self.vmm.is_empty(), "virtual memory reservations or physical allocations"),
             (!self.arrays.is_empty(), "CUDA arrays, textures or surfaces"),

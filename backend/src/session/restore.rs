@@ -1,7 +1,7 @@
 //! A session rebuilt from a snapshot ([`super::checkpoint`]): the same
 //! handles as the guest holds them, device memory and module globals at
-//! the same addresses with the same bytes, streams and events made as
-//! they were. Anything that cannot be had again as it was (another GPU
+//! the same addresses with the same bytes, streams, events, graphs and
+//! executable graphs made as they were. Anything that cannot be had again as it was (another GPU
 //! model, an address taken, a global the driver placed elsewhere) fails
 //! the restore by name; the session is then dropped, which frees what was
 //! rebuilt.
@@ -160,6 +160,7 @@ impl<E: Executor> Session<E> {
             let ev = self.enter(e.ctx).and_then(|c| c.event_create(e.flags)).map_err(rebuild(format!("event {:#x}", e.id)))?;
             self.events.insert_at(e.id, Owned { ctx: e.ctx, value: ev, flags: e.flags, priority: 0 }).map_err(bad_id("event", e.id))?;
         }
+        super::graph::rebuild(self, &state.graphs, &state.graph_execs)?;
         if let Some(c) = state.current {
             self.enter(c).map_err(rebuild("the current context"))?;
         }

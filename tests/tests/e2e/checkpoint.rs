@@ -50,6 +50,7 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     let file = dir.0.join("session.pvgpu");
     let req = |stay| CheckpointRequest { file: file.display().to_string(), leave_running: stay, timeout_seconds: Some(30) };
     let graph = c.graph_create(g.ctx).unwrap();
+    c.graph_cond_handle(graph, 0, false).unwrap();
     std::thread::scope(|s| {
         let refused = s.spawn(|| ctl.checkpoint(id, &req(false)));
         while !refused.is_finished() {
@@ -57,8 +58,8 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
             std::thread::sleep(Duration::from_millis(2));
         }
         match refused.join().unwrap() {
-            Err(CtlError::Refused { status: 409, message }) => assert!(message.contains("graphs"), "{message}"),
-            other => panic!("a checkpoint of a session with a graph: {other:?}"),
+            Err(CtlError::Refused { status: 409, message }) => assert!(message.contains("conditional graph nodes"), "{message}"),
+            other => panic!("a checkpoint of a session with a conditional handle: {other:?}"),
         }
     });
     assert!(!file.exists(), "a refused checkpoint leaves no file");

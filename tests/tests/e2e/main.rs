@@ -23,6 +23,7 @@ mod devices;
 mod execution;
 mod gpu_share;
 mod graph_memory;
+mod graph_moves;
 mod graphs;
 mod host_nodes;
 mod ipc;
@@ -45,6 +46,7 @@ use copy_nodes::*;
 use devices::*;
 use execution::*;
 use graph_memory::*;
+use graph_moves::*;
 use graphs::*;
 use host_nodes::*;
 use ipc::*;
@@ -188,5 +190,5 @@ over_every_transport!(
         image_cache,
         kernel_output,
     ],
-    own_backend: [metrics_follow_a_running_program, pools_of_the_program_s_own, checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, session_moves_to_another_backend, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
+    own_backend: [metrics_follow_a_running_program, pools_of_the_program_s_own, checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, session_moves_to_another_backend, graphs_move_with_their_session, graphs_survive_a_backend_restart, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
 );

@@ -1,7 +1,7 @@
 //! Executable graphs: instantiation, launches and uploads on the session's
 //! streams, updates.
 
-use super::{ExecEntry, GraphExec, Node, Owner, nodes};
+use super::{ExecEntry, GraphExec, Node, Owner, nodes, recipe};
 use crate::exec::graph::ExecGraph;
 use crate::exec::graph::NodeSpec;
 use crate::exec::{CuRes, Executor};
@@ -12,7 +12,7 @@ use pvgpu_ring::proto::{self, CopyShape, ExecUpdateRep, InstantiateRep, U64Rep};
 
 /// Instantiation flags a guest may pass (an upload at instantiation is a
 /// separate `GraphLaunch` with `upload`).
-const INSTANTIATE_FLAGS: u64 = (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH.0
+pub(super) const INSTANTIATE_FLAGS: u64 = (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH.0
     | CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH.0
     | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY.0) as u64;
 
@@ -32,12 +32,17 @@ pub(in crate::session) fn graph_instantiate<E: Executor>(
     let (ctx, g) = (entry.ctx, entry.graph);
     let host_nodes = super::host::count_host_nodes(s, ctx, g)?;
     let alloc_bytes = if super::graph_memory_allowed(s) { super::memory::alloc_bytes(s, ctx, g)? } else { 0 };
-    let e = s.enter(ctx)?.graph_instantiate(g, r.flags.get())?;
-    let device = r.flags.get() & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH.0 as u64 != 0;
-    match s.graph.execs.insert(ExecEntry { ctx, exec: e, host_nodes, alloc_bytes, device }) {
+    let flags = r.flags.get();
+    let e = s.enter(ctx)?.graph_instantiate(g, flags)?;
+    let device = flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH.0 as u64 != 0;
+    let copy = recipe::copy(s, ctx, g, id);
+    let copied = copy.as_ref().map(|r| r.graph);
+    match s.graph.execs.insert(ExecEntry { ctx, exec: e, host_nodes, alloc_bytes, device, flags, recipe: copy }) {
         Ok(x) => Ok(InstantiateRep { handle: x.into(), host_nodes: host_nodes.into(), reserved: 0.into() }),
         Err(err) => {
-            let _ = s.enter(ctx)?.graph_exec_destroy(e);
+            let c = s.enter(ctx)?;
+            let _ = c.graph_exec_destroy(e);
+            let _ = copied.map(|g| c.graph_destroy(g));
             Err(err)
         }
     }
@@ -92,12 +97,18 @@ pub(in crate::session) fn graph_device_handle<E: Executor>(
 
 pub(in crate::session) fn graph_exec_destroy<E: Executor>(s: &mut Session<E>, r: proto::GraphExecDestroy, _: &mut Io<'_>) -> CuRes<()> {
     let x = s.graph.execs.remove(r.exec.get()).ok_or(CuError::INVALID_VALUE)?;
-    s.enter(x.ctx)?.graph_exec_destroy(x.exec)
+    let done = s.enter(x.ctx)?.graph_exec_destroy(x.exec);
+    recipe::discard(s, x.ctx, x.recipe);
+    done
 }
 
-/// The context, executable graph and node of (`exec`, `node`).
+/// The context, executable graph and node of (`exec`, `node`): after a
+/// restore, the executable graph's own node the guest's handle names.
 pub(super) fn exec_node<E: Executor>(s: &Session<E>, exec: u64, node: u64) -> CuRes<(u64, GraphExec<E>, Node<E>)> {
     let x = s.graph.execs.get(exec).ok_or(CuError::INVALID_VALUE)?;
+    if let Some(&n) = x.recipe.as_ref().and_then(|r| r.named.get(&node)) {
+        return Ok((x.ctx, x.exec, n));
+    }
     let n = s.graph.nodes.get(node).ok_or(CuError::INVALID_VALUE)?;
     if n.ctx != x.ctx {
         return Err(CuError::INVALID_VALUE);
@@ -116,7 +127,21 @@ pub(in crate::session) fn graph_exec_kernel_node_set<E: Executor>(
     if fctx != ctx {
         return Err(CuError::INVALID_CONTEXT);
     }
-    s.enter(ctx)?.exec_node_set(e, n, spec)
+    exec_set(s, r.head.target.get(), r.head.node.get(), (ctx, e, n), spec)
+}
+
+/// Sets node `node` (the executor's `n`) of executable graph `exec` to
+/// `spec`, and its copy's counterpart with it.
+pub(super) fn exec_set<E: Executor>(
+    s: &mut Session<E>,
+    exec: u64,
+    node: u64,
+    (ctx, e, n): (u64, GraphExec<E>, Node<E>),
+    spec: NodeSpec<'_, crate::session::Ctx<E>>,
+) -> CuRes<()> {
+    s.enter(ctx)?.exec_node_set(e, n, spec)?;
+    recipe::follow(s, exec, node, |c, n| c.node_set(n, spec));
+    Ok(())
 }
 
 pub(in crate::session) fn graph_exec_memset_set<E: Executor>(
@@ -138,7 +163,7 @@ pub(in crate::session) fn graph_exec_memset_set<E: Executor>(
         return Err(CuError::INVALID_CONTEXT);
     }
     let spec = nodes::memset_spec(s, &r.memset)?;
-    s.enter(ctx)?.exec_node_set(e, n, spec)
+    exec_set(s, r.exec.get(), r.node.get(), (ctx, e, n), spec)
 }
 
 pub(in crate::session) fn graph_exec_memcpy_set<E: Executor>(
@@ -170,7 +195,7 @@ fn copy_set<E: Executor>(s: &mut Session<E>, exec: u64, node: u64, ctx: u64, sha
     let spec = nodes::copy_spec(s, ctx, shape)?;
     match e {
         None => s.enter(ctx)?.node_set(n, spec),
-        Some(e) => s.enter(ctx)?.exec_node_set(e, n, spec),
+        Some(e) => exec_set(s, exec, node, (ctx, e, n), spec),
     }
 }
 
@@ -180,12 +205,15 @@ pub(in crate::session) fn graph_exec_child_set<E: Executor>(s: &mut Session<E>, 
     if gctx != ctx {
         return Err(CuError::INVALID_CONTEXT);
     }
-    s.enter(ctx)?.exec_node_set(e, n, NodeSpec::Child(g))
+    exec_set(s, r.exec.get(), r.node.get(), (ctx, e, n), NodeSpec::Child(g))
 }
 
 pub(in crate::session) fn graph_node_enable<E: Executor>(s: &mut Session<E>, r: proto::GraphNodeEnable, _: &mut Io<'_>) -> CuRes<()> {
     let (ctx, e, n) = exec_node(s, r.exec.get(), r.node.get())?;
-    s.enter(ctx)?.node_enable(e, n, r.enabled.get() == 1)
+    let enabled = r.enabled.get() == 1;
+    s.enter(ctx)?.node_enable(e, n, enabled)?;
+    recipe::follow_enable(s, r.exec.get(), r.node.get(), enabled);
+    Ok(())
 }
 
 pub(in crate::session) fn graph_exec_update<E: Executor>(
@@ -201,6 +229,9 @@ pub(in crate::session) fn graph_exec_update<E: Executor>(
         return Err(CuError::INVALID_CONTEXT);
     }
     let (result, node) = s.enter(ctx)?.exec_update(e, g)?;
+    if result == CU_GRAPH_EXEC_UPDATE_SUCCESS.0 {
+        recipe::replace(s, r.exec.get(), gid);
+    }
     let error_node = match node {
         Some(n) => s.graph.node_id(gid, n)?,
         None => 0,

@@ -14,6 +14,8 @@ mod host;
 mod memory;
 mod nodes;
 mod params;
+mod recipe;
+mod snapshot;
 
 pub(super) use capture::*;
 pub(super) use conditional::{graph_add_cond_node, graph_cond_handle};
@@ -22,6 +24,7 @@ pub(super) use host::{graph_add_host_node, host_call_done, host_call_wait, host_
 pub(super) use memory::{graph_add_mem_node, graph_mem_attr, graph_memory_allowed, mem_node_params};
 pub(super) use nodes::*;
 pub(super) use params::*;
+pub(super) use snapshot::{describe, rebuild};
 
 use super::{Ctx, Session};
 use crate::exec::graph::ExecGraph;
@@ -86,7 +89,7 @@ pub(super) struct NodeEntry<N> {
 }
 
 /// An executable graph.
-pub(super) struct ExecEntry<X> {
+pub(super) struct ExecEntry<X, G, N> {
     pub(super) ctx: u64,
     pub(super) exec: X,
     /// Host nodes it runs.
@@ -95,6 +98,28 @@ pub(super) struct ExecEntry<X> {
     pub(super) alloc_bytes: u64,
     /// Instantiated for launches from the device.
     pub(super) device: bool,
+    /// Its instantiation flags.
+    pub(super) flags: u64,
+    /// A copy of what it runs, for checkpoints (none when the driver
+    /// would not copy its graph, or an update could not be followed).
+    pub(super) recipe: Option<Recipe<G, N>>,
+}
+
+/// What an executable graph runs, kept as a graph of its own: a clone of
+/// the graph it was made from (or last updated from), changed as the
+/// executable graph is. The driver has no way to read an executable graph
+/// back, and the graph it was made from may be gone or changed since.
+pub(super) struct Recipe<G, N> {
+    /// The copy.
+    pub(super) graph: G,
+    /// The session graph whose nodes name the executable graph's (a node
+    /// of it has its counterpart in the copy), 0 when restored.
+    pub(super) source: u64,
+    /// After a restore, the guest's node handles and the nodes of the
+    /// copy they name (the executable graph was made from the copy).
+    pub(super) named: HashMap<u64, N>,
+    /// Nodes of the copy the executable graph runs disabled.
+    pub(super) disabled: std::collections::HashSet<N>,
 }
 
 /// The session's graphs, nodes and executable graphs.
@@ -105,18 +130,13 @@ pub(super) struct Graphs<E: Executor> {
     graph_ids: HashMap<(u64, Graph<E>), u64>,
     pub(super) nodes: HandleTable<NodeEntry<Node<E>>>,
     node_ids: HashMap<(u64, Node<E>), u64>,
-    pub(super) execs: HandleTable<ExecEntry<GraphExec<E>>>,
+    pub(super) execs: HandleTable<ExecEntry<GraphExec<E>, Graph<E>, Node<E>>>,
     /// Conditional handles, each with the graph it was made for: (graph,
     /// handle).
     pub(super) cond_handles: std::collections::HashSet<(u64, u64)>,
 }
 
 impl<E: Executor> Graphs<E> {
-    /// Whether it holds nothing (a checkpoint covers only such sessions).
-    pub(in crate::session) fn is_empty(&self) -> bool {
-        self.graphs.len() == 0 && self.execs.len() == 0 && self.nodes.len() == 0
-    }
-
     pub(super) fn new(max: usize) -> Self {
         Graphs {
             graphs: HandleTable::new(max),
@@ -137,6 +157,22 @@ impl<E: Executor> Graphs<E> {
         let id = self.graphs.insert(GraphEntry { ctx, graph: g, owner })?;
         self.graph_ids.insert((ctx, g), id);
         Ok(id)
+    }
+
+    /// Registers executor graph `g` of context `ctx` as graph `id` (a
+    /// restore gives the guest's handles back).
+    pub(super) fn graph_id_at(&mut self, id: u64, ctx: u64, g: Graph<E>, owner: Owner) -> CuRes<()> {
+        self.graphs.insert_at(id, GraphEntry { ctx, graph: g, owner })?;
+        self.graph_ids.insert((ctx, g), id);
+        Ok(())
+    }
+
+    /// Registers executor node `n` of session graph `graph` as node `id`.
+    pub(super) fn node_id_at(&mut self, id: u64, graph: u64, n: Node<E>) -> CuRes<()> {
+        let ctx = self.graphs.get(graph).ok_or(CuError::INVALID_VALUE)?.ctx;
+        self.nodes.insert_at(id, NodeEntry { ctx, graph, node: n })?;
+        self.node_ids.insert((ctx, n), id);
+        Ok(())
     }
 
     /// The id of executor graph `g` of context `ctx`, if the session
@@ -213,6 +249,9 @@ pub(super) fn forget<E: Executor>(s: &mut Session<E>, ctx: Option<u64>) {
     let mine = |c: u64| ctx.is_none_or(|x| x == c);
     for e in s.graph.execs.drain_where(|e| mine(e.ctx)) {
         let _ = s.enter(e.ctx).and_then(|c| c.graph_exec_destroy(e.exec));
+        if let Some(r) = e.recipe {
+            let _ = s.enter(e.ctx).and_then(|c| c.graph_destroy(r.graph));
+        }
     }
     let owned: Vec<(u64, Owner)> = s.graph.graphs.iter().filter(|(_, g)| mine(g.ctx)).map(|(id, g)| (id, g.owner)).collect();
     for (id, owner) in owned {

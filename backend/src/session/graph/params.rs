@@ -48,6 +48,28 @@ fn copy_words(c: &Copy3D) -> CuRes<[u64; 8]> {
     Ok([c.dst.addr, c.src.addr, c.width, c.height | (c.depth << 32), c.dst.pitch, c.src.pitch, c.dst.rows, c.src.rows])
 }
 
+/// The session's handle of function `f` of context `ctx`, and a kernel
+/// node's arguments `args` packed as its layout says.
+pub(super) fn kernel_args<E: Executor>(
+    s: &Session<E>,
+    ctx: u64,
+    f: <crate::session::Ctx<E> as crate::exec::ExecContext>::Function,
+    args: KernelArgs,
+) -> CuRes<(u64, Vec<u8>)> {
+    let (id, e) = s.functions.iter().find(|(_, e)| e.ctx == ctx && e.func == f).ok_or(CuError::NOT_SUPPORTED)?;
+    let packed = match args {
+        KernelArgs::Packed(b) if b.len() == e.param_bytes => b,
+        KernelArgs::Packed(_) => return Err(CuError::NOT_SUPPORTED),
+        KernelArgs::Pointers(p) => pack(&p, &e.layout, e.param_bytes)?,
+    };
+    Ok((id, packed))
+}
+
+/// The session's handle of event `event` of context `ctx`.
+pub(super) fn event_id<E: Executor>(s: &Session<E>, ctx: u64, event: <crate::session::Ctx<E> as crate::exec::ExecContext>::Event) -> CuRes<u64> {
+    s.events.iter().find(|(_, e)| e.ctx == ctx && e.value == event).map(|(id, _)| id).ok_or(CuError::NOT_SUPPORTED)
+}
+
 pub(in crate::session) fn graph_node_params<E: Executor>(
     s: &mut Session<E>,
     r: proto::GraphNodeParams,
@@ -56,12 +78,7 @@ pub(in crate::session) fn graph_node_params<E: Executor>(
     let (ctx, _, n) = node(s, r.node.get())?;
     let (kind, words, params) = match s.enter(ctx)?.node_params(n)? {
         NodeParams::Kernel { f, dims, args } => {
-            let (id, e) = s.functions.iter().find(|(_, e)| e.ctx == ctx && e.func == f).ok_or(CuError::NOT_SUPPORTED)?;
-            let packed = match args {
-                KernelArgs::Packed(b) if b.len() == e.param_bytes => b,
-                KernelArgs::Packed(_) => return Err(CuError::NOT_SUPPORTED),
-                KernelArgs::Pointers(p) => pack(&p, &e.layout, e.param_bytes)?,
-            };
+            let (id, packed) = kernel_args(s, ctx, f, args)?;
             let [gx, gy, gz] = dims.grid.map(u64::from);
             let [bx, by, bz] = dims.block.map(u64::from);
             (CU_GRAPH_NODE_TYPE_KERNEL, [id, gx, gy, gz, bx, by, bz, dims.shared_mem.into()], packed)
@@ -71,7 +88,7 @@ pub(in crate::session) fn graph_node_params<E: Executor>(
         }
         NodeParams::Copy(c) => (CU_GRAPH_NODE_TYPE_MEMCPY, copy_words(&c)?, Vec::new()),
         NodeParams::Event { wait, event } => {
-            let (id, _) = s.events.iter().find(|(_, e)| e.ctx == ctx && e.value == event).ok_or(CuError::NOT_SUPPORTED)?;
+            let id = event_id(s, ctx, event)?;
             let kind = if wait { CU_GRAPH_NODE_TYPE_WAIT_EVENT } else { CU_GRAPH_NODE_TYPE_EVENT_RECORD };
             (kind, [id, 0, 0, 0, 0, 0, 0, 0], Vec::new())
         }
@@ -101,12 +118,11 @@ pub(in crate::session) fn graph_event_node_set<E: Executor>(s: &mut Session<E>, 
     match r.exec.get() {
         0 => s.enter(ctx)?.node_set(n, spec),
         exec => {
-            let x = s.graph.execs.get(exec).ok_or(CuError::INVALID_VALUE)?;
-            if x.ctx != ctx {
+            let (xctx, e, n) = super::exec::exec_node(s, exec, r.node.get())?;
+            if xctx != ctx {
                 return Err(CuError::INVALID_VALUE);
             }
-            let e = x.exec;
-            s.enter(ctx)?.exec_node_set(e, n, spec)
+            super::exec::exec_set(s, exec, r.node.get(), (ctx, e, n), spec)
         }
     }
 }
@@ -177,8 +193,8 @@ pub(in crate::session) fn graph_mem_op_node_set<E: Executor>(
     match h.exec.get() {
         0 => s.enter(ctx)?.node_set(n, NodeSpec::MemOps(&ops)),
         exec => {
-            let (_, e, n) = super::exec::exec_node(s, exec, h.node.get())?;
-            s.enter(ctx)?.exec_node_set(e, n, NodeSpec::MemOps(&ops))
+            let found = super::exec::exec_node(s, exec, h.node.get())?;
+            super::exec::exec_set(s, exec, h.node.get(), found, NodeSpec::MemOps(&ops))
         }
     }
 }

@@ -1,0 +1,191 @@
+//! Graphs in a snapshot: each graph the guest holds and each executable
+//! graph, as the nodes and edges that rebuild it. A node's handles are the
+//! session's (functions, events, the guest's node and graph ids), its
+//! addresses the session's own, which a restore keeps; the restoring
+//! backend checks each as it checks the command that would add the node.
+//!
+//! An executable graph is kept as a copy of the graph it runs (taken at
+//! instantiation and kept up to date with the updates the guest makes to
+//! it), with the nodes it has disabled and the guest's names for its
+//! nodes: the graph it was made from may be gone (PyTorch destroys it
+//! once instantiated) or changed since.
+
+use serde::{Deserialize, Serialize};
+
+/// A graph's nodes, and the edges between them as (from, to) indices into
+/// `nodes`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Body {
+    /// The nodes.
+    pub nodes: Vec<NodeRec>,
+    /// Dependencies: node `[0]` runs before node `[1]`.
+    pub edges: Vec<[u32; 2]>,
+}
+
+/// A node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRec {
+    /// The handle the guest holds, if it was handed one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    /// What it does.
+    #[serde(flatten)]
+    pub kind: NodeKind,
+}
+
+/// What a node does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum NodeKind {
+    /// A kernel launch.
+    Kernel {
+        /// The function's handle.
+        function: u64,
+        /// Grid dimensions.
+        grid: [u32; 3],
+        /// Block dimensions.
+        block: [u32; 3],
+        /// Dynamic shared memory in bytes.
+        shared_mem: u32,
+        /// Its packed parameters, in hex.
+        params: String,
+    },
+    /// A memset of `height` rows of `width` elements.
+    Memset {
+        /// Destination.
+        dst: u64,
+        /// Row pitch.
+        pitch: u64,
+        /// Elements per row.
+        width: u64,
+        /// Rows.
+        height: u64,
+        /// The value.
+        value: u32,
+        /// Element size: 1, 2 or 4.
+        elem_size: u32,
+    },
+    /// A copy of `depth` slices of `height` rows of `width` bytes.
+    Copy {
+        /// Destination: address, row pitch, rows per slice.
+        dst: [u64; 3],
+        /// Source: address, row pitch, rows per slice.
+        src: [u64; 3],
+        /// Bytes per row.
+        width: u64,
+        /// Rows per slice.
+        height: u64,
+        /// Slices.
+        depth: u64,
+    },
+    /// A node that does nothing.
+    Empty,
+    /// A graph run as one node.
+    Child {
+        /// The handle the guest holds for the node's graph, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        graph: Option<u64>,
+        /// The graph.
+        body: Body,
+    },
+    /// Records an event (its handle).
+    EventRecord {
+        /// The event.
+        event: u64,
+    },
+    /// Waits for an event (its handle).
+    EventWait {
+        /// The event.
+        event: u64,
+    },
+    /// Stream memory operations: kind, flags, address, value each.
+    MemOps {
+        /// The operations.
+        ops: Vec<[u64; 4]>,
+    },
+    /// Runs the program's host function.
+    Host {
+        /// The program's `CUhostFn`.
+        func: u64,
+        /// Its `userData`.
+        data: u64,
+    },
+}
+
+/// A graph the guest holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphRec {
+    /// The handle the guest holds.
+    pub id: u64,
+    /// Its context.
+    pub ctx: u64,
+    /// Its nodes and edges.
+    pub body: Body,
+}
+
+/// An executable graph.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecGraphRec {
+    /// The handle the guest holds.
+    pub id: u64,
+    /// Its context.
+    pub ctx: u64,
+    /// Its instantiation flags.
+    pub flags: u64,
+    /// What it runs.
+    pub body: Body,
+    /// Indices of the nodes it runs disabled (`cuGraphNodeSetEnabled`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disabled: Vec<u32>,
+    /// The guest's node handles that name its nodes in updates: (handle,
+    /// index into `body.nodes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub named: Vec<(u64, u32)>,
+}
+
+/// `bytes` in hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of hex string `s`, if it is one.
+pub fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || !s.is_ascii() {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips_and_refuses_what_is_not_hex() {
+        let b = [0u8, 1, 0xab, 0xff];
+        assert_eq!(hex(&b), "0001abff");
+        assert_eq!(from_hex("0001abff").unwrap(), b);
+        assert_eq!(from_hex("").unwrap(), Vec::<u8>::new());
+        assert!(from_hex("abc").is_none());
+        assert!(from_hex("zz").is_none());
+        assert!(from_hex("é0").is_none());
+    }
+
+    #[test]
+    fn a_body_reads_back_as_written() {
+        let body = Body {
+            nodes: vec![
+                NodeRec {
+                    id: Some(0x2000_0001),
+                    kind: NodeKind::Kernel { function: 7, grid: [2, 1, 1], block: [64, 1, 1], shared_mem: 0, params: hex(&[1, 2, 3]) },
+                },
+                NodeRec { id: None, kind: NodeKind::Child { graph: Some(9), body: Body { nodes: vec![NodeRec { id: None, kind: NodeKind::Empty }], edges: vec![] } } },
+                NodeRec { id: None, kind: NodeKind::MemOps { ops: vec![[2, 0, 0x7000, 5]] } },
+            ],
+            edges: vec![[0, 1], [1, 2]],
+        };
+        let json = serde_json::to_string(&body).unwrap();
+        assert!(json.contains(r#""type":"kernel""#), "{json}");
+        assert_eq!(serde_json::from_str::<Body>(&json).unwrap(), body);
+    }
+}

@@ -1,0 +1,151 @@
+//! What a snapshot's description holds: the session's devices, contexts,
+//! memory, modules, streams and events ([`State`]), under [`Meta`]; its
+//! graphs and executable graphs are in [`super::graph`].
+
+use super::graph::{ExecGraphRec, GraphRec};
+use serde::{Deserialize, Serialize};
+
+/// A device the session used, as it was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Device {
+    /// Its ordinal in the backend.
+    pub ordinal: usize,
+    /// `cuDeviceGetName`.
+    pub name: String,
+    /// Total memory in bytes.
+    pub total_memory_bytes: u64,
+}
+
+/// A context.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Context {
+    /// The handle the guest holds.
+    pub id: u64,
+    /// Its device's ordinal.
+    pub device: usize,
+    /// `cuCtxCreate` flags.
+    pub flags: u32,
+    /// A primary context (retained, not created).
+    pub primary: bool,
+    /// How many retains the guest holds (primary contexts).
+    pub retains: u32,
+}
+
+/// Device memory from `cuMemAlloc` (or an asynchronous allocation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// Its context.
+    pub ctx: u64,
+    /// Its device address (kept on restore).
+    pub address: u64,
+    /// Its length.
+    pub length: u64,
+    /// The blob with its bytes.
+    pub blob: u32,
+}
+
+/// A module global the guest looked up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Global {
+    /// Its name.
+    pub name: String,
+    /// Its device address (the same again after restore, or the restore
+    /// fails).
+    pub address: u64,
+    /// Its size.
+    pub length: u64,
+    /// The blob with its bytes.
+    pub blob: u32,
+}
+
+/// A function the guest looked up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Function {
+    /// The handle the guest holds.
+    pub id: u64,
+    /// Its name.
+    pub name: String,
+}
+
+/// A loaded module.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Module {
+    /// The handle the guest holds.
+    pub id: u64,
+    /// Its context.
+    pub ctx: u64,
+    /// The blob with its image, as loaded.
+    pub image: u32,
+    /// Its functions the guest looked up.
+    pub functions: Vec<Function>,
+    /// Its globals the guest looked up.
+    pub globals: Vec<Global>,
+}
+
+/// A stream or an event: its handle, context and creation flags.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Queue {
+    /// The handle the guest holds.
+    pub id: u64,
+    /// Its context.
+    pub ctx: u64,
+    /// Creation flags.
+    pub flags: u32,
+    /// Priority (streams).
+    pub priority: i32,
+}
+
+/// What a session held at its checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    /// Whether the guest had called `cuInit`.
+    pub initialized: bool,
+    /// Contexts, in the order they were made.
+    pub contexts: Vec<Context>,
+    /// The context current on the session's thread.
+    pub current: Option<u64>,
+    /// Device memory.
+    pub allocations: Vec<Allocation>,
+    /// Modules, with functions and globals.
+    pub modules: Vec<Module>,
+    /// Streams.
+    pub streams: Vec<Queue>,
+    /// Events.
+    pub events: Vec<Queue>,
+    /// An error of work sent without waiting, not yet reported.
+    pub pending_error: Option<u32>,
+    /// Graphs the guest holds (made, cloned or captured).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub graphs: Vec<GraphRec>,
+    /// Executable graphs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub graph_execs: Vec<ExecGraphRec>,
+}
+
+/// The description at the head of a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// When it was taken, seconds since the Unix epoch.
+    pub created_unix_seconds: u64,
+    /// The session's number in the backend that took it.
+    pub session: u64,
+    /// Whose session it is (`uid:N`, `tcp:ADDRESS`, `xen:DOMID`): only that
+    /// peer may take it back.
+    pub peer: String,
+    /// The session's resume token, in hex: the guest's new connection
+    /// presents it to take the session back.
+    pub token: String,
+    /// The executor it ran on (`cuda`, `host`); a restore needs the same.
+    pub executor: String,
+    /// The devices it used; a restore needs the same models.
+    pub devices: Vec<Device>,
+    /// The backend's devices the guest saw, by the guest's ordinal (its
+    /// device handles are those ordinals): a restore needs the same.
+    /// Snapshots of backends before this field saw all of them.
+    #[serde(default)]
+    pub gpus: Option<Vec<usize>>,
+    /// The bytes of device state the blobs hold.
+    pub state_bytes: u64,
+    /// The session's objects.
+    pub state: State,
+}
