@@ -308,12 +308,14 @@ fn inspect(path: &std::path::Path, json: bool) -> Result<()> {
     );
     println!("  {} of device state in a {} file", bytes(meta.state_bytes), bytes(len));
     println!(
-        "  {} contexts, {} allocations, {} modules, {} streams, {} events",
+        "  {} contexts, {} allocations, {} modules, {} streams, {} events, {} graphs, {} executable graphs",
         s.contexts.len(),
         s.allocations.len(),
         s.modules.len(),
         s.streams.len(),
-        s.events.len()
+        s.events.len(),
+        s.graphs.len(),
+        s.graph_execs.len()
     );
     Ok(())
 }

@@ -154,15 +154,41 @@ impl Client {
     pub fn host_alloc(&self, len: usize) -> Option<*mut u8> {
         let mut c = self.conn();
         let p = c.t.host_alloc(len)?;
-        if std::mem::take(&mut c.pool_unannounced) {
+        if std::mem::take(&mut c.pool_unannounced) || c.area_device.is_none() {
             // Asking the area's device address has the backend page-lock
             // the pool (and map it for the device) before the program uses
-            // it; the answer itself is asked again where it is needed.
-            if let Err(e) = c.call(&DataAreaDevice {}) {
-                tracing::debug!(error = %e, "the page-locked pool was not announced to the backend");
+            // it; 0 while it has no context to map it through.
+            let offset = c.t.pinned(p, 1).map(|r| r.offset.get());
+            match (c.call(&DataAreaDevice {}), offset) {
+                (Ok(r), Some(offset)) if r.value.get() != 0 => {
+                    let base = r.value.get();
+                    c.area_device = Some(if base + offset == p as u64 { 0 } else { base });
+                }
+                (Ok(_), _) => {}
+                (Err(e), _) => tracing::debug!(error = %e, "the page-locked pool was not announced to the backend"),
             }
         }
         Some(p)
+    }
+
+    /// Whether the device reaches the data area elsewhere than at the
+    /// program's addresses, as known so far (then
+    /// [`Client::area_pointer_for_device`] answers).
+    pub fn area_elsewhere(&self) -> Option<()> {
+        self.conn().area_device.filter(|&b| b != 0).map(|_| ())
+    }
+
+    /// The device address of page-locked memory at `ptr` where the device
+    /// reaches the data area at other addresses than the program's (the
+    /// backend serves sessions in one process, or its worker had the
+    /// program's addresses taken); `None` where the program's own address
+    /// is the device's (unified addressing, as natively), or `ptr` is not
+    /// such memory. The library rewrites kernel arguments with it.
+    pub fn area_pointer_for_device(&self, ptr: u64) -> Option<u64> {
+        let c = self.conn();
+        let base = c.area_device.filter(|&b| b != 0)?;
+        let r = c.t.pinned(ptr as *const u8, 1)?;
+        Some(base + r.offset.get())
     }
 
     /// Frees memory from [`Client::host_alloc`]; false if `ptr` is not one.

@@ -28,6 +28,11 @@ pub(crate) struct Conn {
     /// The backend page-locks the data area's pool on demand and has not
     /// been told yet that the program allocates from it.
     pub(crate) pool_unannounced: bool,
+    /// Where the device reaches the data area, once known: `Some(0)` at
+    /// the program's own addresses (the backend mapped the area at them),
+    /// else the device address of its first byte
+    /// ([`crate::Client::area_pointer_for_device`]).
+    pub(crate) area_device: Option<u64>,
     /// Payload of the last reply.
     pub(crate) buf: Vec<u8>,
     /// Counts by command, when asked for ([`crate::Options::stats`]).
@@ -100,6 +105,7 @@ impl Conn {
             retired: Vec::new(),
             token: [0; 16],
             pool_unannounced: false,
+            area_device: None,
             buf: Vec::new(),
             stats: None,
             mirrors: Mirrors::default(),

@@ -15,7 +15,8 @@
 # session from A to B while both run (the program is sent to B's socket).
 # MIGRATE_ARGS adds options to pvgpu-ctl migrate (--upload: the snapshot
 # goes to B as an upload, as to a backend on another host).
-# train-MB is train.py holding MB more of device memory; symbols is
+# train-MB is train.py holding MB more of device memory; graph-MB the same
+# training replaying one CUDA graph per step (captured); symbols is
 # symbols.cu (built here with nvcc), a program with a __device__ table.
 # BIN holds release builds of pvgpu-backend, pvgpu-ctl, libpvgpu_cuda.so
 # and libpvgpu_nvml.so. The report goes to OUT/migrate.txt, with what
@@ -38,6 +39,7 @@ for how in ${HOW:-restart migrate}; do
 for case in ${CASES:-train-0 train-1024 symbols}; do
   case $case in
     train-*) mb=${case#train-}; prog="python3 $S/train.py $STEPS $mb" ;;
+    graph-*) mb=${case#graph-}; prog="python3 $S/train.py $STEPS $mb 0.05 graph" ;;
     symbols) mb=0; [ -x $W/symbols ] || nvcc -O2 -o $W/symbols $S/symbols.cu; prog="$W/symbols $STEPS" ;;
   esac
   $prog > $W/native.txt 2> $W/native.err || { echo "native run failed"; tail -5 $W/native.err; } >> $R

@@ -162,6 +162,10 @@ fn mapped_run(t: Transport) {
     // process) cannot.
     static H: OnceLock<Harness> = OnceLock::new();
     let h = H.get_or_init(|| Harness::with(HarnessOptions { process: true, ..Default::default() }));
+    mapped_against(h, t);
+}
+
+fn mapped_against(h: &Harness, t: Transport) {
     let out = run_program(&mut Command::new(mapped_program()), h, t);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -180,6 +184,16 @@ fn mapped_memory_over_local() {
 #[test]
 fn mapped_memory_over_tcp() {
     mapped_run(Transport::Tcp);
+}
+
+/// The device reaches the data area at other addresses than the
+/// program's (a backend serving sessions in its own process, as a worker
+/// does when the program's addresses are taken there): the library gives
+/// kernels the device's address of page-locked memory they are handed.
+/// Fails when it hands them the program's pointer.
+#[test]
+fn mapped_memory_over_local_elsewhere() {
+    mapped_against(shared(), Transport::Local);
 }
 
 /// CUDA graphs through NVIDIA's runtime: capture forked and joined across

@@ -22,7 +22,7 @@ fn function<E: Executor>(s: &Session<E>, id: u64) -> CuRes<(u64, <super::Ctx<E> 
 
 /// Launch attributes a guest may set. The others name events or graph
 /// nodes of the driver, or belong to streams.
-const ALLOWED_ATTRS: &[CUlaunchAttributeID] = &[
+pub(in crate::session) const ALLOWED_ATTRS: &[CUlaunchAttributeID] = &[
     CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
     CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
     CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,

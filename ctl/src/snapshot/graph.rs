@@ -49,6 +49,10 @@ pub enum NodeKind {
         shared_mem: u32,
         /// Its packed parameters, in hex.
         params: String,
+        /// Its launch attributes that are set (cluster dimensions, for
+        /// one): `CUlaunchAttributeID` and the 64-byte value in hex.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        attrs: Vec<(u32, String)>,
     },
     /// A memset of `height` rows of `width` elements.
     Memset {
@@ -177,7 +181,14 @@ mod tests {
             nodes: vec![
                 NodeRec {
                     id: Some(0x2000_0001),
-                    kind: NodeKind::Kernel { function: 7, grid: [2, 1, 1], block: [64, 1, 1], shared_mem: 0, params: hex(&[1, 2, 3]) },
+                    kind: NodeKind::Kernel {
+                        function: 7,
+                        grid: [2, 1, 1],
+                        block: [64, 1, 1],
+                        shared_mem: 0,
+                        params: hex(&[1, 2, 3]),
+                        attrs: vec![(4, hex(&[2; 64]))],
+                    },
                 },
                 NodeRec { id: None, kind: NodeKind::Child { graph: Some(9), body: Body { nodes: vec![NodeRec { id: None, kind: NodeKind::Empty }], edges: vec![] } } },
                 NodeRec { id: None, kind: NodeKind::MemOps { ops: vec![[2, 0, 0x7000, 5]] } },

@@ -35,12 +35,46 @@ pub fn create_region(g: &Geometry) -> Result<(SharedRegion, OwnedFd), LocalError
     file.set_len(g.total_len() as u64).map_err(ios("sizing the shared memory"))?;
     fcntl(&file, FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL))
         .map_err(os("sealing the shared memory"))?;
-    let map = memmap2::MmapOptions::new().len(g.total_len()).map_raw(&file).map_err(ios("mapping the shared memory"))?;
     let dup = file.try_clone().map_err(ios("duplicating the memfd"))?;
+    if let Some(ptr) = map_in_window(&file, g.total_len()) {
+        return Ok((SharedRegion::new(FixedMapping { ptr, len: g.total_len(), _file: file }), OwnedFd::from(dup)));
+    }
+    let map = memmap2::MmapOptions::new().len(g.total_len()).map_raw(&file).map_err(ios("mapping the shared memory"))?;
     Ok((SharedRegion::new(MemfdMapping { map, _file: file }), OwnedFd::from(dup)))
 }
 
-/// A shared mapping of a memfd at an address of the peer's choosing.
+/// Where a frontend asks to map its region: a window the kernel leaves
+/// alone (it places mappings top-down from below the stack), apart from
+/// private page-locked memory (`0x3000_0000_0000`) and placed device
+/// memory (`0x4000_0000_0000`). A backend's worker maps the region at the
+/// program's own addresses (unified addressing: kernels are handed host
+/// pointers of page-locked memory); an address from the kernel's own
+/// choice in the program was, about once in 40 sessions on the H100,
+/// already taken by a mapping of the worker's.
+const WINDOW: u64 = 0x2000_0000_0000;
+/// Slots of the window, [`SLOT`] bytes apart, one picked per region.
+const SLOTS: u64 = 256;
+const SLOT: u64 = 16 << 30;
+
+/// Maps `file` (`len` bytes) in a slot of [`WINDOW`] picked from the
+/// process id and the time, if the kernel takes the hint.
+fn map_in_window(file: &File, len: usize) -> Option<std::ptr::NonNull<u8>> {
+    use nix::sys::mman::{MapFlags, ProtFlags, mmap};
+    if len as u64 > SLOT {
+        return None;
+    }
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos() as u64);
+    let mix = (u64::from(std::process::id()) ^ nanos).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+    let hint = std::num::NonZeroUsize::new((WINDOW + (mix % SLOTS) * SLOT) as usize)?;
+    // SAFETY: a hint, never MAP_FIXED: the kernel picks another address
+    // rather than replace a mapping, so no memory of this process changes
+    // meaning.
+    let p = unsafe { mmap(Some(hint), std::num::NonZeroUsize::new(len)?, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, file, 0) }.ok()?;
+    Some(p.cast())
+}
+
+/// A shared mapping of a memfd at an address of the peer's choosing (the
+/// backend), or in the frontend's window ([`create_region`]).
 pub struct FixedMapping {
     ptr: std::ptr::NonNull<u8>,
     len: usize,

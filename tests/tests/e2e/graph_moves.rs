@@ -71,6 +71,9 @@ fn hold(c: &Client, g: &Gpu<'_>) -> Held {
     c.graph_destroy(body).unwrap();
     let record = c.graph_add_event_node(graph, &[child], event, false).unwrap();
     c.graph_add_node(graph, &[record], CU_GRAPH_NODE_TYPE_EMPTY.0, 0).unwrap();
+    let mut priority = [0u8; 64];
+    priority[0] = 1;
+    c.graph_kernel_node_attr(kernel, CU_LAUNCH_ATTRIBUTE_PRIORITY.0, Some(priority)).unwrap();
     let exec = c.graph_instantiate(graph, 0).unwrap();
     c.graph_exec_kernel_node_set(exec, kernel, &node(&sum, &twice)).unwrap();
     c.graph_node_enable(exec, child, false).unwrap();
@@ -127,6 +130,8 @@ fn run_on(c: &Client, g: &Gpu<'_>, h: &Held) {
         pvgpu_frontend::NodeParams::Kernel { params, .. } => assert_eq!(params, h.kernel_params),
         other => panic!("the kernel node reads back as {other:?}"),
     }
+    let priority = c.graph_kernel_node_attr(h.kernel, CU_LAUNCH_ATTRIBUTE_PRIORITY.0, None).unwrap();
+    assert_eq!(priority[..4], [1, 0, 0, 0], "the kernel node's launch attribute");
     assert_eq!(c.graph_edges(h.graph).unwrap().len(), 5);
     let info = c.graph_node_info(h.child).unwrap();
     assert_eq!(c.graph_nodes(info.child.expect("a child graph"), false).unwrap().len(), 1, "the child graph's node");

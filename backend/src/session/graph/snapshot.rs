@@ -8,8 +8,10 @@
 //! memory-operation nodes, their edges, the nodes an executable graph runs
 //! disabled. Not covered, and refused by name before anything is read: a
 //! capture under way, conditional and memory nodes, executable graphs for
-//! launches from the device. Kernel node attributes and edge data (ports,
-//! programmatic launch) are not kept: a rebuilt node has the defaults.
+//! launches from the device. A kernel node keeps the launch attributes a
+//! guest may set (cluster dimensions, priority, access-policy window...);
+//! edge data (ports, programmatic launch edges) is not kept: a rebuilt
+//! edge is a plain dependency.
 
 use super::{Graph, Node, Owner, Recipe, nodes, params};
 use crate::exec::graph::{ExecGraph, NodeParams, NodeSpec};
@@ -139,7 +141,17 @@ fn node_kind<E: Executor>(s: &mut Session<E>, ctx: u64, n: Node<E>) -> Result<No
     Ok(match params {
         NodeParams::Kernel { f, dims, args } => {
             let (function, packed) = params::kernel_args(s, ctx, f, args).map_err(unknown)?;
-            NodeKind::Kernel { function, grid: dims.grid, block: dims.block, shared_mem: dims.shared_mem, params: hex(&packed) }
+            let mut attrs = Vec::new();
+            for id in crate::session::launch::ALLOWED_ATTRS {
+                // An attribute the driver does not answer for this node
+                // is not set on it.
+                match s.enter(ctx).and_then(|c| c.kernel_node_attr(n, id.0, None)) {
+                    Ok(v) if v != [0; 64] => attrs.push((id.0, hex(&v))),
+                    _ => {}
+                }
+            }
+            let (grid, block, shared_mem) = (dims.grid, dims.block, dims.shared_mem);
+            NodeKind::Kernel { function, grid, block, shared_mem, params: hex(&packed), attrs }
         }
         NodeParams::Memset { dst, pitch, width, height, value, elem_size } => {
             NodeKind::Memset { dst, pitch, width, height, value, elem_size }
@@ -268,6 +280,9 @@ fn fill<E: Executor>(s: &mut Session<E>, ctx: u64, g: Graph<E>, gid: Option<u64>
             }
             kind => add(s, ctx, g, kind).map_err(failed(what()))?,
         };
+        if let NodeKind::Kernel { attrs, .. } = &rec.kind {
+            set_attrs(s, ctx, n, attrs).map_err(failed(what()))?;
+        }
         name_node(s, gid, rec.id, n)?;
         made.push(n);
     }
@@ -281,6 +296,17 @@ fn fill<E: Executor>(s: &mut Session<E>, ctx: u64, g: Graph<E>, gid: Option<u64>
         s.enter(ctx).and_then(|c| c.graph_edges_change(g, &from, &to, false)).map_err(failed("a graph's edges"))?;
     }
     Ok(made)
+}
+
+/// Sets a rebuilt kernel node's launch attributes, each one a guest may
+/// set.
+fn set_attrs<E: Executor>(s: &mut Session<E>, ctx: u64, n: Node<E>, attrs: &[(u32, String)]) -> CuRes<()> {
+    for (id, value) in attrs {
+        crate::session::launch::check_attr(*id)?;
+        let value: [u8; 64] = from_hex(value).and_then(|v| v.try_into().ok()).ok_or(CuError::INVALID_VALUE)?;
+        s.enter(ctx)?.kernel_node_attr(n, *id, Some(&value))?;
+    }
+    Ok(())
 }
 
 fn bad(what: &'static str, id: u64) -> RestoreError {
@@ -301,7 +327,7 @@ fn add<E: Executor>(s: &mut Session<E>, ctx: u64, g: Graph<E>, kind: &NodeKind) 
     let params;
     let mut layout = Vec::new();
     let spec: NodeSpec<'_, Ctx<E>> = match kind {
-        NodeKind::Kernel { function, grid, block, shared_mem, params: hexed } => {
+        NodeKind::Kernel { function, grid, block, shared_mem, params: hexed, .. } => {
             params = from_hex(hexed).ok_or(CuError::INVALID_VALUE)?;
             let head = GraphKernelHead {
                 function: (*function).into(),

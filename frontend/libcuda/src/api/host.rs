@@ -88,6 +88,25 @@ pub(crate) fn mirror_pointers(packed: &[u8]) {
     }
 }
 
+/// Rewrites the words of a kernel's packed parameters that point into the
+/// data area's page-locked memory with the device's address of it, where
+/// the device reaches the area elsewhere than at the program's addresses
+/// (a backend serving sessions in one process, or a worker that had the
+/// program's addresses taken). Pointers the kernel finds in other memory
+/// are not rewritten: such a kernel faults there.
+pub(crate) fn area_pointers(packed: &mut [u8]) {
+    let Ok(c) = state::client() else { return };
+    if c.area_elsewhere().is_none() {
+        return;
+    }
+    for w in packed.chunks_exact_mut(8) {
+        let v = u64::from_le_bytes(w.try_into().unwrap_or_default());
+        if let Some(d) = c.area_pointer_for_device(v) {
+            w.copy_from_slice(&d.to_le_bytes());
+        }
+    }
+}
+
 fn host_alloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> Res {
     if pp.is_null() || size == 0 {
         return Err(CuError::INVALID_VALUE);

@@ -19,16 +19,19 @@ const CU_LAUNCH_PARAM_END: usize = 0x00;
 const CU_LAUNCH_PARAM_BUFFER_POINTER: usize = 0x01;
 const CU_LAUNCH_PARAM_BUFFER_SIZE: usize = 0x02;
 
-/// Packs the arguments of a launch into the kernel's parameter layout, and
+/// Packs the arguments of a launch into the kernel's parameter layout,
 /// mirrors private page-locked memory they point into, which the kernel
-/// will reach ([`super::host::mirror_pointers`]).
+/// will reach ([`super::host::mirror_pointers`]), and gives pointers into
+/// the data area's page-locked memory the device's address where it is not
+/// the program's ([`super::host::area_pointers`]).
 ///
 /// # Safety
 /// As [`pack_args`].
 pub(crate) unsafe fn pack(f: &pvgpu_frontend::Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> Result<Vec<u8>, CuError> {
     // SAFETY: per the caller.
-    let packed = unsafe { pack_args(f, params, extra) }?;
+    let mut packed = unsafe { pack_args(f, params, extra) }?;
     super::host::mirror_pointers(&packed);
+    super::host::area_pointers(&mut packed);
     Ok(packed)
 }
 
