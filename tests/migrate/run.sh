@@ -16,7 +16,8 @@
 # MIGRATE_ARGS adds options to pvgpu-ctl migrate (--upload: the snapshot
 # goes to B as an upload, as to a backend on another host).
 # train-MB is train.py holding MB more of device memory; graph-MB the same
-# training replaying one CUDA graph per step (captured); symbols is
+# training replaying one CUDA graph per step (captured); jax-MB a JAX jit
+# training (train_jax.py, XLA's command buffers are CUDA graphs); symbols is
 # symbols.cu (built here with nvcc), a program with a __device__ table.
 # BIN holds release builds of pvgpu-backend, pvgpu-ctl, libpvgpu_cuda.so
 # and libpvgpu_nvml.so. The report goes to OUT/migrate.txt, with what
@@ -40,6 +41,7 @@ for case in ${CASES:-train-0 train-1024 symbols}; do
   case $case in
     train-*) mb=${case#train-}; prog="python3 $S/train.py $STEPS $mb" ;;
     graph-*) mb=${case#graph-}; prog="python3 $S/train.py $STEPS $mb 0.05 graph" ;;
+    jax-*) mb=${case#jax-}; prog="env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_autotune_level=0 python3 $S/train_jax.py $STEPS $mb" ;;
     symbols) mb=0; [ -x $W/symbols ] || nvcc -O2 -o $W/symbols $S/symbols.cu; prog="$W/symbols $STEPS" ;;
   esac
   $prog > $W/native.txt 2> $W/native.err || { echo "native run failed"; tail -5 $W/native.err; } >> $R

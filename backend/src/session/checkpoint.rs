@@ -8,8 +8,9 @@
 //!
 //! What a checkpoint does not cover yet is refused by name before
 //! anything is read, and the session goes on as if nothing had been asked:
-//! mirrored or mapped host memory, virtual memory management, arrays and
-//! textures, interprocess handles, memory pools of the program's own,
+//! mirrored or mapped host memory, arrays and textures, interprocess
+//! handles, virtual memory [`super::vmm::uncoverable`] names, memory pools
+//! of the program's own,
 //! linked images not yet read, and the graphs `describe` names (a capture
 //! under way, conditional and memory nodes, device launches).
 
@@ -170,7 +171,6 @@ impl<E: Executor> Session<E> {
     fn coverable(&self) -> Result<(), CheckpointError> {
         let unsupported = [
             (!self.mirrors.is_empty(), "mirrored (mapped page-locked) host memory"),
-            (!self.vmm.is_empty(), "virtual memory reservations or physical allocations"),
             (!self.arrays.is_empty(), "CUDA arrays, textures or surfaces"),
             (!self.ipc.is_empty(), "interprocess handles"),
             (self.pools.len() > 0, "memory pools of the program's own (cuMemPoolCreate)"),
@@ -179,11 +179,16 @@ impl<E: Executor> Session<E> {
         if let Some((_, what)) = unsupported.iter().find(|(held, _)| *held) {
             return Err(CheckpointError::Unsupported(what));
         }
-        let other = self.allocs.values().find(|a| !matches!(a.kind, AllocKind::Memory | AllocKind::Global(_) | AllocKind::Area));
+        if let Some(what) = super::vmm::uncoverable(self) {
+            return Err(CheckpointError::Unsupported(what));
+        }
+        let other = self
+            .allocs
+            .values()
+            .find(|a| !matches!(a.kind, AllocKind::Memory | AllocKind::Global(_) | AllocKind::Area | AllocKind::Mapped));
         if let Some(a) = other {
             return Err(CheckpointError::Unsupported(match a.kind {
                 AllocKind::Mirror => "mirrored host memory",
-                AllocKind::Mapped => "mapped virtual memory",
                 AllocKind::Opened => "another process's memory opened through an interprocess handle",
                 AllocKind::Pooled => "memory from a pool of the program's own (cuMemPoolCreate)",
                 _ => "graph memory",
@@ -216,6 +221,14 @@ impl<E: Executor> Session<E> {
         for (&addr, a) in self.allocs.iter().filter(|(_, a)| a.kind == AllocKind::Memory) {
             let blob = p.blob(Source::Device { ctx: a.ctx, addr, len: a.len });
             p.state.allocations.push(Allocation { ctx: a.ctx, address: addr, length: a.len, blob });
+        }
+        // Virtual memory after allocations: a restore has every address of
+        // the session back before it loads a module.
+        let (reservations, physical, mappings) = super::vmm::describe(self);
+        (p.state.reservations, p.state.physical) = (reservations, physical);
+        for (mut m, (ctx, addr, len)) in mappings {
+            m.blob = p.blob(Source::Device { ctx, addr, len });
+            p.state.mappings.push(m);
         }
         for (id, m) in self.modules.iter() {
             let image = p.blob(Source::Image(m.image.clone()));

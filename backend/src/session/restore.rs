@@ -145,7 +145,9 @@ impl<E: Executor> Session<E> {
             super::area_pin::at_new_context(self, first.id, area);
         }
         // The session's addresses first, then what the driver places.
+        super::vmm::rebuild_reservations(self, &state.reservations)?;
         self.restore_memory(&state.allocations, &mut blobs)?;
+        self.restore_vmm(state, &mut blobs)?;
         for m in &state.modules {
             self.restore_module(m, &mut blobs)?;
         }
@@ -275,6 +277,25 @@ impl<E: Executor> Session<E> {
         let r = self.write_allocations(allocations, blobs, &mut chunks, &mut buf);
         chunks.unpin(self);
         drop(buf);
+        r
+    }
+
+    /// Physical memory and mappings as they were, then each mapping's
+    /// bytes.
+    fn restore_vmm<R: Read>(&mut self, state: &pvgpu_ctl::snapshot::State, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
+        if state.physical.is_empty() && state.mappings.is_empty() {
+            return Ok(());
+        }
+        super::vmm::rebuild_mappings(self, &state.physical, &state.mappings)?;
+        let ranges: Vec<pvgpu_ctl::snapshot::Allocation> = state
+            .mappings
+            .iter()
+            .map(|m| pvgpu_ctl::snapshot::Allocation { ctx: m.ctx, address: m.address, length: m.length, blob: m.blob })
+            .collect();
+        let mut chunks = Chunks::default();
+        let mut buf = None;
+        let r = self.write_allocations(&ranges, blobs, &mut chunks, &mut buf);
+        chunks.unpin(self);
         r
     }
 

@@ -24,6 +24,8 @@ use crate::exec::{CuRes, ExecContext, Executor};
 use crate::handles::HandleTable;
 use pvgpu_ring::CuError;
 use pvgpu_ring::proto::{self, DptrRep, HandleRep, U64Rep};
+use super::restore::RestoreError;
+use pvgpu_ctl::snapshot;
 use std::collections::BTreeMap;
 
 /// Address space a session may hold reserved at once (16 TiB).
@@ -35,13 +37,6 @@ pub(super) struct Vmm {
     reserved: u64,
     phys: HandleTable<Phys>,
     mappings: BTreeMap<u64, Mapping>,
-}
-
-impl Vmm {
-    /// Whether it holds nothing (a checkpoint covers only such sessions).
-    pub(super) fn is_empty(&self) -> bool {
-        self.reservations.is_empty() && self.phys.len() == 0 && self.mappings.is_empty()
-    }
 }
 
 struct Reservation {
@@ -69,6 +64,10 @@ struct Mapping {
     size: u64,
     phys: u64,
     ctx: u64,
+    /// Where in the physical memory it starts.
+    offset: u64,
+    /// `CUmemAccess_flags` of its device (0 until `cuMemSetAccess`).
+    access: u32,
 }
 
 impl Vmm {
@@ -205,7 +204,11 @@ pub(super) fn mem_release<E: Executor>(s: &mut Session<E>, r: proto::MemRelease,
 }
 
 pub(super) fn mem_map<E: Executor>(s: &mut Session<E>, r: proto::MemMap, _: &mut Io<'_>) -> CuRes<()> {
-    let (ptr, size, offset, id) = (r.ptr.get(), r.size.get(), r.offset.get(), r.handle.get());
+    map(s, r.ptr.get(), r.size.get(), r.offset.get(), r.handle.get())
+}
+
+/// Maps `size` bytes of physical memory `id` from `offset` at `ptr`.
+fn map<E: Executor>(s: &mut Session<E>, ptr: u64, size: u64, offset: u64, id: u64) -> CuRes<()> {
     let end = end_of(ptr, size)?;
     let (&start, res) = s.vmm.reservations.range(..=ptr).next_back().ok_or(CuError::INVALID_VALUE)?;
     let p = s.vmm.phys.get(id).filter(|p| !p.released).ok_or(CuError::INVALID_VALUE)?;
@@ -220,7 +223,7 @@ pub(super) fn mem_map<E: Executor>(s: &mut Session<E>, r: proto::MemMap, _: &mut
     }
     let (ctx, raw) = (p.ctx, p.raw);
     s.enter(ctx)?.vmm_map(ptr, size, offset, raw)?;
-    s.vmm.mappings.insert(ptr, Mapping { size, phys: id, ctx });
+    s.vmm.mappings.insert(ptr, Mapping { size, phys: id, ctx, offset, access: 0 });
     if let Some(p) = s.vmm.phys.get_mut(id) {
         p.maps += 1;
     }
@@ -251,11 +254,18 @@ pub(super) fn mem_unmap<E: Executor>(s: &mut Session<E>, r: proto::MemUnmap, _: 
 }
 
 pub(super) fn mem_set_access<E: Executor>(s: &mut Session<E>, r: proto::MemSetAccess, _: &mut Io<'_>) -> CuRes<()> {
-    let flags = r.flags.get();
-    for ptr in s.vmm.whole_mappings(r.ptr.get(), r.size.get())? {
+    set_access(s, r.ptr.get(), r.size.get(), r.flags.get())
+}
+
+/// Sets the access of the whole mappings covering `[ptr, ptr+size)`.
+fn set_access<E: Executor>(s: &mut Session<E>, ptr: u64, size: u64, flags: u32) -> CuRes<()> {
+    for ptr in s.vmm.whole_mappings(ptr, size)? {
         let m = &s.vmm.mappings[&ptr];
         let (size, ctx) = (m.size, m.ctx);
         s.enter(ctx)?.vmm_set_access(ptr, size, flags)?;
+        if let Some(m) = s.vmm.mappings.get_mut(&ptr) {
+            m.access = flags;
+        }
         if flags == 0 {
             if s.allocs.get(&ptr).is_some_and(|a| a.kind == AllocKind::Mapped) {
                 s.allocs.remove(&ptr);
@@ -292,4 +302,125 @@ pub(super) fn forget<E: Executor>(s: &mut Session<E>, ctx: Option<u64>) {
         s.vmm.reservations.remove(&ptr);
         s.vmm.reserved -= size;
     }
+}
+
+/// What a snapshot cannot hold of the session's virtual memory, by name:
+/// another session's physical memory, and physical memory whose bytes no
+/// mapping the device may read holds.
+pub(super) fn uncoverable<E: Executor>(s: &Session<E>) -> Option<&'static str> {
+    if s.vmm.phys.iter().any(|(_, p)| !p.counted) {
+        return Some("physical memory imported from another process");
+    }
+    let unread = |id: u64| !s.vmm.mappings.values().any(|m| m.phys == id && m.access != 0);
+    if s.vmm.phys.iter().any(|(id, p)| !p.released && unread(id)) || s.vmm.mappings.values().any(|m| m.access == 0) {
+        return Some("physical memory not mapped with access (its bytes cannot be read)");
+    }
+    None
+}
+
+/// The session's reservations, physical memory and mappings, each mapping
+/// with the device range its bytes are read from (in address order).
+pub(super) fn describe<E: Executor>(
+    s: &Session<E>,
+) -> (Vec<snapshot::Reservation>, Vec<snapshot::Physical>, Vec<(snapshot::Mapped, (u64, u64, u64))>) {
+    let reservations =
+        s.vmm.reservations.iter().map(|(&address, r)| snapshot::Reservation { ctx: r.ctx, address, length: r.size }).collect();
+    let physical = s
+        .vmm
+        .phys
+        .iter()
+        .map(|(id, p)| snapshot::Physical { id, ctx: p.ctx, length: p.size, flags: p.flags, released: p.released })
+        .collect();
+    let mappings = s
+        .vmm
+        .mappings
+        .iter()
+        .map(|(&address, m)| {
+            let rec = snapshot::Mapped {
+                ctx: m.ctx,
+                address,
+                length: m.size,
+                physical: m.phys,
+                offset: m.offset,
+                access: m.access,
+                blob: 0,
+            };
+            (rec, (m.ctx, address, m.size))
+        })
+        .collect();
+    (reservations, physical, mappings)
+}
+
+/// Rebuilds reservations at their addresses (first of all, in address
+/// order: nothing else of the session holds addresses yet).
+pub(super) fn rebuild_reservations<E: Executor>(s: &mut Session<E>, reservations: &[snapshot::Reservation]) -> Result<(), RestoreError> {
+    for r in reservations {
+        let what = || format!("an address reservation of context {:#x}", r.ctx);
+        if r.length == 0 || s.vmm.reserved.saturating_add(r.length) > MAX_RESERVED || s.vmm.reservations.len() >= s.limits.max_objects {
+            return Err(RestoreError::Inconsistent(what()));
+        }
+        let got = s.enter(r.ctx).and_then(|c| c.vmm_reserve(r.length, 0, r.address));
+        match got {
+            Ok(p) if p == r.address => {}
+            Ok(p) => {
+                let _ = s.enter(r.ctx).and_then(|c| c.vmm_free(p, r.length));
+                return Err(RestoreError::Address { what: what(), address: r.address, error: CuError::ALREADY_MAPPED });
+            }
+            Err(error) => return Err(RestoreError::Address { what: what(), address: r.address, error }),
+        }
+        s.vmm.reservations.insert(r.address, Reservation { size: r.length, ctx: r.ctx });
+        s.vmm.reserved += r.length;
+    }
+    Ok(())
+}
+
+/// Rebuilds physical memory under the guest's handles and its mappings
+/// with their access, each checked as the command that made it; then
+/// releases what the guest had released. The mappings' bytes are the
+/// caller's to write.
+pub(super) fn rebuild_mappings<E: Executor>(
+    s: &mut Session<E>,
+    physical: &[snapshot::Physical],
+    mappings: &[snapshot::Mapped],
+) -> Result<(), RestoreError> {
+    for p in physical {
+        let what = format!("physical memory {:#x}", p.id);
+        if p.length == 0 {
+            return Err(RestoreError::Inconsistent(what));
+        }
+        let (raw, flags) = s.enter(p.ctx).and_then(|c| c.vmm_create(p.length, p.flags)).map_err(failed(what.clone()))?;
+        if flags != p.flags {
+            let _ = s.enter(p.ctx).and_then(|c| c.vmm_release(raw));
+            return Err(RestoreError::Rebuild { what: format!("{what} (flags {:#x}, now {flags:#x})", p.flags), error: CuError::NOT_SUPPORTED });
+        }
+        let entry = Phys { ctx: p.ctx, size: p.length, raw, maps: 0, released: false, flags, counted: true };
+        if s.vmm.phys.insert_at(p.id, entry).is_err() {
+            let _ = s.enter(p.ctx).and_then(|c| c.vmm_release(raw));
+            return Err(RestoreError::Inconsistent(format!("physical memory handle {:#x} is not one a backend hands out, or comes twice", p.id)));
+        }
+        s.mem_used += p.length;
+    }
+    for m in mappings {
+        let what = format!("the mapping at {:#x}", m.address);
+        if s.vmm.phys.get(m.physical).is_some_and(|p| p.ctx != m.ctx) {
+            return Err(RestoreError::Inconsistent(what));
+        }
+        map(s, m.address, m.length, m.offset, m.physical).map_err(failed(what.clone()))?;
+        if m.access != 0 {
+            set_access(s, m.address, m.length, m.access).map_err(failed(what))?;
+        }
+    }
+    for p in physical.iter().filter(|p| p.released) {
+        let raw = s.vmm.phys.get(p.id).map(|e| e.raw).ok_or_else(|| RestoreError::Inconsistent("physical memory gone".into()))?;
+        s.enter(p.ctx).and_then(|c| c.vmm_release(raw)).map_err(failed(format!("physical memory {:#x}", p.id)))?;
+        if let Some(e) = s.vmm.phys.get_mut(p.id) {
+            e.released = true;
+        }
+        settle(s, p.id);
+    }
+    Ok(())
+}
+
+fn failed(what: String) -> impl FnOnce(CuError) -> RestoreError {
+    move |error| RestoreError::Rebuild { what, error }
 }

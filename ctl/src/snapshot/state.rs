@@ -44,6 +44,53 @@ pub struct Allocation {
     pub blob: u32,
 }
 
+/// Addresses the guest reserved (`cuMemAddressReserve`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    /// Its context.
+    pub ctx: u64,
+    /// Its first address (kept on restore).
+    pub address: u64,
+    /// Its length.
+    pub length: u64,
+}
+
+/// Physical memory the guest made (`cuMemCreate`); its bytes are those of
+/// its mappings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Physical {
+    /// The handle the guest holds.
+    pub id: u64,
+    /// Its context.
+    pub ctx: u64,
+    /// Its length.
+    pub length: u64,
+    /// `MEM_COMPRESSIBLE` and `MEM_SHAREABLE` as it had them.
+    pub flags: u32,
+    /// `cuMemRelease` was called: it goes with its last mapping.
+    pub released: bool,
+}
+
+/// Physical memory mapped in a reservation (`cuMemMap`), with its access
+/// (`cuMemSetAccess`) and bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mapped {
+    /// Its context.
+    pub ctx: u64,
+    /// Where it is mapped.
+    pub address: u64,
+    /// Its length.
+    pub length: u64,
+    /// The physical memory's handle.
+    pub physical: u64,
+    /// Where in it the mapping starts.
+    pub offset: u64,
+    /// `CUmemAccess_flags` of its device.
+    pub access: u32,
+    /// The blob with its bytes.
+    pub blob: u32,
+}
+
 /// A module global the guest looked up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Global {
@@ -114,6 +161,15 @@ pub struct State {
     pub events: Vec<Queue>,
     /// An error of work sent without waiting, not yet reported.
     pub pending_error: Option<u32>,
+    /// Address reservations of the virtual memory API.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reservations: Vec<Reservation>,
+    /// Physical memory of the virtual memory API.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub physical: Vec<Physical>,
+    /// Its mappings, with their bytes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mappings: Vec<Mapped>,
     /// Graphs the guest holds (made, cloned or captured).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub graphs: Vec<GraphRec>,

@@ -44,14 +44,16 @@ pub fn create_region(g: &Geometry) -> Result<(SharedRegion, OwnedFd), LocalError
 }
 
 /// Where a frontend asks to map its region: a window the kernel leaves
-/// alone (it places mappings top-down from below the stack), apart from
-/// private page-locked memory (`0x3000_0000_0000`) and placed device
+/// alone (it places mappings top-down from below the stack, or, in a
+/// worker's legacy layout, bottom-up from a third of the address space),
+/// below the host test double's device addresses (`0x2000_0000_0000` and
+/// up), private page-locked memory (`0x3000_0000_0000`) and placed device
 /// memory (`0x4000_0000_0000`). A backend's worker maps the region at the
 /// program's own addresses (unified addressing: kernels are handed host
 /// pointers of page-locked memory); an address from the kernel's own
 /// choice in the program was, about once in 40 sessions on the H100,
 /// already taken by a mapping of the worker's.
-const WINDOW: u64 = 0x2000_0000_0000;
+const WINDOW: u64 = 0x1000_0000_0000;
 /// Slots of the window, [`SLOT`] bytes apart, one picked per region.
 const SLOTS: u64 = 256;
 const SLOT: u64 = 16 << 30;

@@ -37,6 +37,7 @@ mod node_params;
 mod parity;
 mod pools;
 mod tenants;
+mod vmm_moves;
 
 use arrays::*;
 use checkpoint::*;
@@ -59,6 +60,7 @@ use modules::*;
 use node_params::*;
 use parity::*;
 use pools::*;
+use vmm_moves::*;
 
 fn shared() -> &'static Harness {
     static H: OnceLock<Harness> = OnceLock::new();
@@ -190,5 +192,5 @@ over_every_transport!(
         image_cache,
         kernel_output,
     ],
-    own_backend: [metrics_follow_a_running_program, pools_of_the_program_s_own, checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, session_moves_to_another_backend, graphs_move_with_their_session, graphs_survive_a_backend_restart, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
+    own_backend: [metrics_follow_a_running_program, pools_of_the_program_s_own, checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, session_moves_to_another_backend, graphs_move_with_their_session, graphs_survive_a_backend_restart, virtual_memory_moves_with_its_session, virtual_memory_survives_a_backend_restart, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
 );

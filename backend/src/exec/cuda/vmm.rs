@@ -38,8 +38,46 @@ pub(super) fn granularity(drv: &Driver, dev: sys::CUdevice, option: u32) -> CuRe
     Ok(g as u64)
 }
 
+/// Where guest reservations go with `--device-memory placed` (a hint to
+/// the driver, which gives a new process the very range it asks for if
+/// nothing holds it): above the placed slots (`0x4000_0000_0000`, 16 TiB)
+/// and below where Linux places executables and their heaps
+/// (`0x5500_0000_0000`). The driver's own choice lies in its heap, beside
+/// the process's other mappings, where a new process may hold it already
+/// (XLA's first reservation at `0x304000000`, H100, driver 580).
+const PLACED_VMM: u64 = 0x5000_0000_0000;
+/// Addresses of that window.
+const PLACED_VMM_LEN: u64 = 4 << 40;
+/// Alignment of those hints (a 2 MiB granule, as on the H100, or more).
+const PLACED_VMM_ALIGN: u64 = 2 << 20;
+/// The next hint's offset in the window.
+static PLACED_NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A hint for a reservation of `size` bytes aligned to `alignment`, or 0
+/// (the driver's choice) once the window is used up.
+fn placed_hint(size: u64, alignment: u64) -> u64 {
+    use std::sync::atomic::Ordering;
+    let align = alignment.max(PLACED_VMM_ALIGN);
+    if !align.is_power_of_two() || size > PLACED_VMM_LEN {
+        return 0;
+    }
+    // Relaxed: a counter of offsets; each caller gets its own range.
+    let taken = PLACED_NEXT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |at| {
+        let start = at.checked_next_multiple_of(align)?;
+        let end = start.checked_add(size)?.checked_add(PLACED_VMM_ALIGN)?;
+        (end <= PLACED_VMM_LEN).then_some(end)
+    });
+    match taken {
+        Ok(at) => at.checked_next_multiple_of(align).map_or(0, |start| PLACED_VMM + start),
+        Err(_) => 0,
+    }
+}
+
 impl CudaContext {
     pub(super) fn reserve(&mut self, size: u64, alignment: u64, addr: u64) -> CuRes<u64> {
+        // Where sessions may leave their process, a reservation without a
+        // place of its own goes where another process can have it back.
+        let addr = if addr == 0 && self.placed.is_some() { placed_hint(size, alignment) } else { addr };
         let mut p = 0u64;
         let call = entry(self.drv.cuMemAddressReserve)?;
         // SAFETY: valid out-pointer; the driver checks sizes; the address is

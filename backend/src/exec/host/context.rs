@@ -546,12 +546,12 @@ impl ExecContext for HostContext {
         self.tensor_map(r)
     }
 
-    fn vmm_reserve(&mut self, size: u64, alignment: u64, _addr: u64) -> CuRes<u64> {
-        self.reserve(size, alignment)
+    fn vmm_reserve(&mut self, size: u64, alignment: u64, addr: u64) -> CuRes<u64> {
+        self.reserve(size, alignment, addr)
     }
 
-    fn vmm_free(&mut self, _ptr: u64, _size: u64) -> CuRes<()> {
-        self.ok()
+    fn vmm_free(&mut self, ptr: u64, _size: u64) -> CuRes<()> {
+        self.unreserve(ptr)
     }
 
     fn vmm_create(&mut self, size: u64, flags: u32) -> CuRes<(u64, u32)> {

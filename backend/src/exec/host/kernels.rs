@@ -29,6 +29,9 @@ pub struct Mem {
     pub(super) device_launches: Vec<u64>,
     /// Arrays and texture and surface objects.
     pub(super) arrays: super::array::Arrays,
+    /// Reserved ranges (graph memory, the virtual memory API): start to
+    /// end, a guard included.
+    pub(super) reserved: BTreeMap<u64, u64>,
 }
 
 impl Mem {
@@ -150,7 +153,24 @@ impl Mem {
             return None;
         }
         self.next = next;
+        self.reserved.insert(addr, next);
         Some(addr)
+    }
+
+    /// Reserves `[addr, addr+size)` if no allocation or reservation holds
+    /// any of it (a restore asks for its old addresses, which may lie
+    /// outside this context's span: it is a new one).
+    pub(super) fn reserve_at(&mut self, addr: u64, size: u64) -> bool {
+        let Some(end) = addr.checked_add(size).and_then(|e| e.checked_add(GUARD)) else { return false };
+        let clash = self.reserved.range(..end).next_back().is_some_and(|(_, &e)| e > addr);
+        if clash || !self.is_free(addr, size) {
+            return false;
+        }
+        if (self.next..self.end).contains(&addr) || (self.next..self.end).contains(&end) {
+            self.next = end.checked_next_multiple_of(ALIGN).unwrap_or(self.end).min(self.end);
+        }
+        self.reserved.insert(addr, end);
+        true
     }
 }
 

@@ -222,6 +222,7 @@ impl Executor for HostExecutor {
                 device_graphs: HashSet::new(),
                 device_launches: Vec::new(),
                 arrays: array::Arrays::default(),
+                reserved: BTreeMap::new(),
             },
             total: dev.total_mem,
             used: self.used.clone(),

@@ -40,11 +40,16 @@ impl Phys {
 }
 
 impl HostContext {
-    pub(super) fn reserve(&mut self, size: u64, alignment: u64) -> CuRes<u64> {
+    /// Reserves `size` bytes at `hint` if nothing holds them, else where
+    /// the next free ones are (as the driver takes its hint).
+    pub(super) fn reserve(&mut self, size: u64, alignment: u64, hint: u64) -> CuRes<u64> {
         self.ok()?;
         let align = alignment.max(GRANULARITY);
         if size == 0 || size % GRANULARITY != 0 || !align.is_power_of_two() {
             return Err(CuError::INVALID_VALUE);
+        }
+        if hint != 0 && hint % align == 0 && self.mem.reserve_at(hint, size) {
+            return Ok(hint);
         }
         let addr = self.mem.next.checked_next_multiple_of(align).ok_or(CuError::OUT_OF_MEMORY)?;
         let next = addr.checked_add(size).and_then(|e| e.checked_add(super::GUARD)).ok_or(CuError::OUT_OF_MEMORY)?;
@@ -52,7 +57,14 @@ impl HostContext {
             return Err(CuError::OUT_OF_MEMORY);
         }
         self.mem.next = next;
+        self.mem.reserved.insert(addr, next);
         Ok(addr)
+    }
+
+    /// Frees a whole reservation.
+    pub(super) fn unreserve(&mut self, addr: u64) -> CuRes<()> {
+        self.ok()?;
+        self.mem.reserved.remove(&addr).map(|_| ()).ok_or(CuError::INVALID_VALUE)
     }
 
     pub(super) fn create(&mut self, size: u64) -> CuRes<u64> {
