@@ -398,7 +398,9 @@ fn tcp_stream() {
 /// Snapshots as a checkpoint writes them: an empty session, and one with
 /// a context, an allocation, a module and a stream.
 fn snapshot_file() {
-    use pvgpu_ctl::snapshot::{Allocation, Context, Device, Meta, Module, Queue, State, Writer};
+    use pvgpu_ctl::snapshot::{
+        Allocation, Body, Context, Device, GraphRec, Mapped, Meta, Module, NodeKind, NodeRec, Physical, Queue, Reservation, State, Writer,
+    };
     let meta = |state: State, bytes: u64| Meta {
         created_unix_seconds: 1_800_000_000,
         session: 7,
@@ -423,12 +425,32 @@ fn snapshot_file() {
         contexts: vec![Context { id: 0x1_0000_0001, device: 0, flags: 0, primary: true, retains: 1 }],
         current: Some(0x1_0000_0001),
         allocations: vec![Allocation { ctx: 0x1_0000_0001, address: 0x7f00_0000_1000, length: 16, blob: 0 }],
-        modules: vec![Module { id: 0x1_0000_0001, ctx: 0x1_0000_0001, image: 1, functions: vec![], globals: vec![] }],
-        streams: vec![Queue { id: 0x1_0000_0001, ctx: 0x1_0000_0001, flags: 1, priority: 0 }],
+        modules: vec![Module { id: 0x1_0000_0001, ctx: 0x1_0000_0001, image: 2, functions: vec![], globals: vec![], seq: 1 }],
+        streams: vec![Queue { id: 0x1_0000_0001, ctx: 0x1_0000_0001, flags: 1, priority: 0, seq: 2 }],
         events: vec![],
         pending_error: None,
+        reservations: vec![Reservation { ctx: 0x1_0000_0001, address: 0x5000_0000_0000, length: 2 << 20 }],
+        physical: vec![Physical { id: 0x1_0000_0001, ctx: 0x1_0000_0001, length: 2 << 20, flags: 0, released: true }],
+        mappings: vec![Mapped {
+            ctx: 0x1_0000_0001,
+            address: 0x5000_0000_0000,
+            length: 4096,
+            physical: 0x1_0000_0001,
+            offset: 0,
+            access: 3,
+            blob: 1,
+        }],
+        graphs: vec![GraphRec {
+            id: 0x1_0000_0001,
+            ctx: 0x1_0000_0001,
+            body: Body {
+                nodes: vec![NodeRec { id: Some(0x1_0000_0001), kind: NodeKind::Empty }, NodeRec { id: None, kind: NodeKind::Empty }],
+                edges: vec![[0, 1]],
+            },
+        }],
+        ..State::default()
     };
-    write("snapshot_file", "session", &encode(&meta(state, 16), &[&[7; 16], b".version 8.0\n\0"]));
+    write("snapshot_file", "session", &encode(&meta(state, 16 + 4096), &[&[7; 16], &[9; 4096], b".version 8.0\n\0"]));
 }
 
 fn main() {

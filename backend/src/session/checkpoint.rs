@@ -230,7 +230,10 @@ impl<E: Executor> Session<E> {
             m.blob = p.blob(Source::Device { ctx, addr, len });
             p.state.mappings.push(m);
         }
-        for (id, m) in self.modules.iter() {
+        // Modules in the order they were loaded, as a restore loads them.
+        let mut modules: Vec<_> = self.modules.iter().collect();
+        modules.sort_by_key(|(_, m)| m.seq);
+        for (id, m) in modules {
             let image = p.blob(Source::Image(m.image.clone()));
             let mut functions: Vec<Function> = self
                 .function_ids
@@ -249,13 +252,13 @@ impl<E: Executor> Session<E> {
                     blob: p.blob(Source::Device { ctx: m.ctx, addr: *addr, len: *len }),
                 })
                 .collect();
-            p.state.modules.push(Module { id, ctx: m.ctx, image, functions, globals });
+            p.state.modules.push(Module { id, ctx: m.ctx, image, functions, globals, seq: m.seq });
         }
         for (id, s) in self.streams.iter() {
-            p.state.streams.push(Queue { id, ctx: s.ctx, flags: s.flags, priority: s.priority });
+            p.state.streams.push(Queue { id, ctx: s.ctx, flags: s.flags, priority: s.priority, seq: s.seq });
         }
         for (id, e) in self.events.iter() {
-            p.state.events.push(Queue { id, ctx: e.ctx, flags: e.flags, priority: 0 });
+            p.state.events.push(Queue { id, ctx: e.ctx, flags: e.flags, priority: 0, seq: e.seq });
         }
         p
     }

@@ -148,7 +148,8 @@ pub(super) fn ipc_open_event_handle<E: Executor>(s: &mut Session<E>, r: proto::I
     let token = r.handle.token(IPC_EVENT).ok_or(CuError::INVALID_VALUE)?;
     let (_, object) = broker.import(IPC_EVENT, &token)?;
     let ev = s.enter(ctx)?.ipc_open_event(&object)?;
-    match s.events.insert(Owned { ctx, value: ev, flags: 0, priority: 0 }) {
+    let seq = s.next_made();
+    match s.events.insert(Owned { ctx, value: ev, flags: 0, priority: 0, seq }) {
         Ok(id) => Ok(HandleRep { handle: id.into() }),
         Err(e) => {
             let _ = s.enter(ctx)?.event_destroy(ev);

@@ -114,6 +114,9 @@ struct Owned<T> {
     /// checkpoint.
     flags: u32,
     priority: i32,
+    /// When it was made, among the session's modules, streams and events
+    /// ([`Session::made`]).
+    seq: u64,
 }
 
 struct ModEntry<M> {
@@ -123,6 +126,8 @@ struct ModEntry<M> {
     image: Arc<[u8]>,
     /// Globals the guest looked up: name, address, size.
     globals: Vec<(String, u64, u64)>,
+    /// When it was loaded ([`Session::made`]).
+    seq: u64,
 }
 
 struct FnEntry<F> {
@@ -212,6 +217,10 @@ pub struct Session<E: Executor> {
     baseline: Option<u64>,
     pending: Option<CuError>,
     current: Option<u64>,
+    /// Modules, streams and events made so far: each is numbered in turn,
+    /// so that a restore makes them again in the same order (where the
+    /// driver places a module's globals depends on what it made before).
+    made: u64,
     /// The device whose GPU turn this request holds ([`turns`]).
     turn: Option<usize>,
     /// This request waited for all the session queued in a context or on
@@ -285,6 +294,7 @@ impl<E: Executor> Session<E> {
             baseline: None,
             pending: None,
             current: None,
+            made: 0,
             turn: None,
             synced: false,
             area_pinned_by: None,
@@ -493,6 +503,12 @@ impl<E: Executor> Session<E> {
     }
 
     /// Makes context `id` current and returns it.
+    /// The next number in the order modules, streams and events are made.
+    fn next_made(&mut self) -> u64 {
+        self.made += 1;
+        self.made
+    }
+
     fn enter(&mut self, id: u64) -> CuRes<&mut Ctx<E>> {
         if self.limits.gpu_turns && self.turn.is_none() {
             let device = self.ctxs.get(id).ok_or(CuError::INVALID_CONTEXT)?.device;

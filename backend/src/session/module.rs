@@ -39,7 +39,8 @@ fn load_image<E: Executor>(s: &mut Session<E>, ctx: u64, image: &[u8]) -> CuRes<
         s.remeasure();
         return Err(CuError::OUT_OF_MEMORY);
     }
-    s.modules.insert(ModEntry { ctx, module: Some(m), image: image.into(), globals: Vec::new() })
+    let seq = s.next_made();
+    s.modules.insert(ModEntry { ctx, module: Some(m), image: image.into(), globals: Vec::new(), seq })
 }
 
 /// A module from the image cache: only an image this guest sent before,

@@ -148,20 +148,7 @@ impl<E: Executor> Session<E> {
         super::vmm::rebuild_reservations(self, &state.reservations)?;
         self.restore_memory(&state.allocations, &mut blobs)?;
         self.restore_vmm(state, &mut blobs)?;
-        for m in &state.modules {
-            self.restore_module(m, &mut blobs)?;
-        }
-        for s in &state.streams {
-            let st =
-                self.enter(s.ctx).and_then(|c| c.stream_create(s.flags, s.priority)).map_err(rebuild(format!("stream {:#x}", s.id)))?;
-            self.streams
-                .insert_at(s.id, Owned { ctx: s.ctx, value: st, flags: s.flags, priority: s.priority })
-                .map_err(bad_id("stream", s.id))?;
-        }
-        for e in &state.events {
-            let ev = self.enter(e.ctx).and_then(|c| c.event_create(e.flags)).map_err(rebuild(format!("event {:#x}", e.id)))?;
-            self.events.insert_at(e.id, Owned { ctx: e.ctx, value: ev, flags: e.flags, priority: 0 }).map_err(bad_id("event", e.id))?;
-        }
+        self.restore_in_order(state, &mut blobs)?;
         super::graph::rebuild(self, &state.graphs, &state.graph_execs)?;
         if let Some(c) = state.current {
             self.enter(c).map_err(rebuild("the current context"))?;
@@ -172,6 +159,45 @@ impl<E: Executor> Session<E> {
             return Err(RestoreError::Quota(self.charged()));
         }
         self.settle();
+        Ok(())
+    }
+
+    /// Modules, streams and events, made again in the order they were
+    /// made: the driver places a module's globals after what it placed
+    /// before (a stream takes device memory of its own), so only that order
+    /// has them back where the guest knows them (JAX makes streams between
+    /// its modules, cuBLAS's among them).
+    fn restore_in_order<R: Read>(&mut self, state: &pvgpu_ctl::snapshot::State, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
+        enum Made<'s> {
+            Module(&'s pvgpu_ctl::snapshot::Module),
+            Stream(&'s pvgpu_ctl::snapshot::Queue),
+            Event(&'s pvgpu_ctl::snapshot::Queue),
+        }
+        let mut order: Vec<(u64, Made<'_>)> = state.modules.iter().map(|m| (m.seq, Made::Module(m))).collect();
+        order.extend(state.streams.iter().map(|s| (s.seq, Made::Stream(s))));
+        order.extend(state.events.iter().map(|e| (e.seq, Made::Event(e))));
+        // Stable: snapshots without the numbers keep modules first.
+        order.sort_by_key(|(seq, _)| *seq);
+        for (_, made) in order {
+            match made {
+                Made::Module(m) => self.restore_module(m, blobs)?,
+                Made::Stream(s) => {
+                    let st = self
+                        .enter(s.ctx)
+                        .and_then(|c| c.stream_create(s.flags, s.priority))
+                        .map_err(rebuild(format!("stream {:#x}", s.id)))?;
+                    let entry = Owned { ctx: s.ctx, value: st, flags: s.flags, priority: s.priority, seq: s.seq };
+                    self.streams.insert_at(s.id, entry).map_err(bad_id("stream", s.id))?;
+                }
+                Made::Event(e) => {
+                    let ev = self.enter(e.ctx).and_then(|c| c.event_create(e.flags)).map_err(rebuild(format!("event {:#x}", e.id)))?;
+                    let entry = Owned { ctx: e.ctx, value: ev, flags: e.flags, priority: 0, seq: e.seq };
+                    self.events.insert_at(e.id, entry).map_err(bad_id("event", e.id))?;
+                }
+            }
+        }
+        let last = state.modules.iter().map(|m| m.seq).chain(state.streams.iter().chain(&state.events).map(|q| q.seq)).max();
+        self.made = last.unwrap_or(0);
         Ok(())
     }
 
@@ -219,7 +245,7 @@ impl<E: Executor> Session<E> {
         let module =
             self.enter(m.ctx).and_then(|c| c.module_load_placed(&image, &placed)).map_err(rebuild(format!("module {:#x}", m.id)))?;
         let globals = m.globals.iter().map(|g| (g.name.clone(), g.address, g.length)).collect();
-        let entry = ModEntry { ctx: m.ctx, module: Some(module), image: image.into(), globals };
+        let entry = ModEntry { ctx: m.ctx, module: Some(module), image: image.into(), globals, seq: m.seq };
         self.modules.insert_at(m.id, entry).map_err(bad_id("module", m.id))?;
         for f in &m.functions {
             let mentry =

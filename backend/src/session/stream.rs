@@ -15,7 +15,8 @@ use pvgpu_ring::proto::{self, ElapsedRep, HandleRep};
 pub(super) fn stream_create<E: Executor>(s: &mut Session<E>, r: proto::StreamCreate, _: &mut Io<'_>) -> CuRes<HandleRep> {
     let ctx = r.ctx.get();
     let st = s.enter(ctx)?.stream_create(r.flags.get(), r.priority.get())?;
-    match s.streams.insert(Owned { ctx, value: st, flags: r.flags.get(), priority: r.priority.get() }) {
+    let seq = s.next_made();
+    match s.streams.insert(Owned { ctx, value: st, flags: r.flags.get(), priority: r.priority.get(), seq }) {
         Ok(id) => Ok(HandleRep { handle: id.into() }),
         Err(e) => {
             let _ = s.enter(ctx)?.stream_destroy(st);
@@ -95,7 +96,8 @@ fn event<E: Executor>(s: &Session<E>, id: u64) -> CuRes<(u64, <super::Ctx<E> as 
 pub(super) fn event_create<E: Executor>(s: &mut Session<E>, r: proto::EventCreate, _: &mut Io<'_>) -> CuRes<HandleRep> {
     let ctx = r.ctx.get();
     let ev = s.enter(ctx)?.event_create(r.flags.get())?;
-    match s.events.insert(Owned { ctx, value: ev, flags: r.flags.get(), priority: 0 }) {
+    let seq = s.next_made();
+    match s.events.insert(Owned { ctx, value: ev, flags: r.flags.get(), priority: 0, seq }) {
         Ok(id) => {
             super::ipc::event_made(s, id, r.flags.get());
             Ok(HandleRep { handle: id.into() })

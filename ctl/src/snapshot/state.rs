@@ -127,6 +127,10 @@ pub struct Module {
     pub functions: Vec<Function>,
     /// Its globals the guest looked up.
     pub globals: Vec<Global>,
+    /// When it was loaded, in the order of the session's modules, streams
+    /// and events (0 in snapshots before this field).
+    #[serde(default)]
+    pub seq: u64,
 }
 
 /// A stream or an event: its handle, context and creation flags.
@@ -140,6 +144,9 @@ pub struct Queue {
     pub flags: u32,
     /// Priority (streams).
     pub priority: i32,
+    /// When it was made (see [`Module::seq`]).
+    #[serde(default)]
+    pub seq: u64,
 }
 
 /// What a session held at its checkpoint.

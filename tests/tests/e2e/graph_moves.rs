@@ -205,6 +205,10 @@ pub(crate) fn graphs_survive_a_backend_restart(t: Transport) {
     let described = pvgpu_ctl::snapshot::decode(&std::fs::read(&file).unwrap()).unwrap().0;
     assert_eq!(described.state.graphs.len(), 1, "the graph the program holds");
     assert_eq!(described.state.graph_execs.len(), 2, "its two executable graphs");
+    // The order things were made in, which a restore follows: the module,
+    // then the stream, then the event.
+    let st = &described.state;
+    assert!(st.modules[0].seq > 0 && st.modules[0].seq < st.streams[0].seq && st.streams[0].seq < st.events[0].seq, "{st:?}");
     h.restart();
     let ctl = h.control().unwrap();
     ctl.restore(&RestoreRequest { file: file.display().to_string() }).unwrap();

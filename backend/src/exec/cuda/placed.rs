@@ -179,6 +179,7 @@ impl Placed {
         if !granule.is_power_of_two() {
             return Err(CuError::NOT_SUPPORTED);
         }
+        super::vmm::reserve_window(drv);
         let mut access = vec![dev];
         access.extend(peers);
         Ok(Placed { arena: Arena::new(granule), vmm: Vmm { drv, dev, access }, deferred: Vec::new(), after_capture: Vec::new() })

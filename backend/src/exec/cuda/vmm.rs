@@ -15,8 +15,9 @@ use pvgpu_ring::cuda::api::{
     CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationGranularity_flags, CUmemAllocationProp, CUmemLocation, Driver,
 };
 use pvgpu_ring::proto::{MEM_COMPRESSIBLE, MEM_SHAREABLE};
+use std::collections::BTreeMap;
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Device memory of `dev`, no shareable handle.
 fn prop(dev: sys::CUdevice) -> CUmemAllocationProp {
@@ -38,46 +39,115 @@ pub(super) fn granularity(drv: &Driver, dev: sys::CUdevice, option: u32) -> CuRe
     Ok(g as u64)
 }
 
-/// Where guest reservations go with `--device-memory placed` (a hint to
-/// the driver, which gives a new process the very range it asks for if
-/// nothing holds it): above the placed slots (`0x4000_0000_0000`, 16 TiB)
-/// and below where Linux places executables and their heaps
-/// (`0x5500_0000_0000`). The driver's own choice lies in its heap, beside
-/// the process's other mappings, where a new process may hold it already
-/// (XLA's first reservation at `0x304000000`, H100, driver 580).
-const PLACED_VMM: u64 = 0x5000_0000_0000;
-/// Addresses of that window.
-const PLACED_VMM_LEN: u64 = 4 << 40;
-/// Alignment of those hints (a 2 MiB granule, as on the H100, or more).
-const PLACED_VMM_ALIGN: u64 = 2 << 20;
-/// The next hint's offset in the window.
-static PLACED_NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Where guest reservations go with `--device-memory placed`: a window
+/// the process reserves whole with its first context (before any module
+/// is loaded) and carves reservations from, so that another process can
+/// have them back. The driver's own choice lies in its heap, where a new
+/// process may hold it already (XLA's first reservation at `0x304000000`,
+/// H100, driver 580); and a reservation of a hint of our own leaves the
+/// rest of the driver's block around it to the driver, which then put a
+/// module's globals there (cuBLAS's `deviceConstants` at
+/// `0x500000800000`, between two of XLA's reservations), elsewhere in the
+/// new process. Above the placed slots (`0x4000_0000_0000`, 16 TiB) and
+/// below where Linux places executables and their heaps
+/// (`0x5500_0000_0000`).
+const WINDOW: u64 = 0x5000_0000_0000;
+/// Its length.
+const WINDOW_LEN: u64 = 1 << 40;
+/// Least alignment of what is carved (a 2 MiB granule, as on the H100).
+const CARVE_ALIGN: u64 = 2 << 20;
 
-/// A hint for a reservation of `size` bytes aligned to `alignment`, or 0
-/// (the driver's choice) once the window is used up.
-fn placed_hint(size: u64, alignment: u64) -> u64 {
-    use std::sync::atomic::Ordering;
-    let align = alignment.max(PLACED_VMM_ALIGN);
-    if !align.is_power_of_two() || size > PLACED_VMM_LEN {
-        return 0;
+/// The window's free ranges (start to length), once reserved.
+static CARVER: Mutex<Option<BTreeMap<u64, u64>>> = Mutex::new(None);
+
+fn carver() -> std::sync::MutexGuard<'static, Option<BTreeMap<u64, u64>>> {
+    CARVER.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Reserves the window, once per process (a placed context's first
+/// step); without it reservations are the driver's.
+pub(super) fn reserve_window(drv: &Driver) {
+    let mut c = carver();
+    if c.is_some() {
+        return;
     }
-    // Relaxed: a counter of offsets; each caller gets its own range.
-    let taken = PLACED_NEXT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |at| {
-        let start = at.checked_next_multiple_of(align)?;
-        let end = start.checked_add(size)?.checked_add(PLACED_VMM_ALIGN)?;
-        (end <= PLACED_VMM_LEN).then_some(end)
-    });
-    match taken {
-        Ok(at) => at.checked_next_multiple_of(align).map_or(0, |start| PLACED_VMM + start),
-        Err(_) => 0,
+    let mut got = 0u64;
+    let Ok(call) = entry(drv.cuMemAddressReserve) else { return };
+    // SAFETY: valid out-pointer; the address is a hint the driver ignores
+    // when the range is taken.
+    if ok(unsafe { call(&mut got, WINDOW_LEN as usize, 0, WINDOW, 0) }).is_err() {
+        return;
     }
+    if got != WINDOW {
+        // SAFETY: the reservation just made, freed once.
+        let _ = entry(drv.cuMemAddressFree).map(|f| unsafe { f(got, WINDOW_LEN as usize) });
+        tracing::warn!(got, "the window for guest reservations is taken; reservations stay where the driver puts them");
+        return;
+    }
+    *c = Some(BTreeMap::from([(WINDOW, WINDOW_LEN)]));
+}
+
+/// Carves `size` bytes aligned to `alignment` from the window: at `hint`
+/// if that range is free, else the first that fits. `None`: no window, or
+/// no room.
+fn carve(size: u64, alignment: u64, hint: u64) -> Option<u64> {
+    carve_in(carver().as_mut()?, size, alignment, hint)
+}
+
+/// [`carve`] from the free ranges `free`.
+fn carve_in(free: &mut BTreeMap<u64, u64>, size: u64, alignment: u64, hint: u64) -> Option<u64> {
+    let align = alignment.max(CARVE_ALIGN);
+    if size == 0 || !align.is_power_of_two() {
+        return None;
+    }
+    let fits = |start: u64, len: u64, at: u64| at >= start && at.checked_add(size).is_some_and(|e| e <= start + len);
+    let exact = (hint != 0 && hint % align == 0)
+        .then(|| free.range(..=hint).next_back().filter(|(s, l)| fits(**s, **l, hint)).map(|(&s, &l)| (s, l, hint)))
+        .flatten();
+    let (start, len, at) = exact.or_else(|| {
+        free.iter().find_map(|(&s, &l)| s.checked_next_multiple_of(align).filter(|&at| fits(s, l, at)).map(|at| (s, l, at)))
+    })?;
+    free.remove(&start);
+    if at > start {
+        free.insert(start, at - start);
+    }
+    if at + size < start + len {
+        free.insert(at + size, start + len - at - size);
+    }
+    Some(at)
+}
+
+/// Gives a carved range back; false if `ptr` is not in the window.
+fn uncarve(ptr: u64, size: u64) -> bool {
+    carver().as_mut().is_some_and(|free| uncarve_in(free, ptr, size))
+}
+
+/// [`uncarve`] into the free ranges `free`.
+fn uncarve_in(free: &mut BTreeMap<u64, u64>, ptr: u64, size: u64) -> bool {
+    if ptr < WINDOW || ptr.saturating_add(size) > WINDOW + WINDOW_LEN {
+        return false;
+    }
+    let (mut start, mut len) = (ptr, size);
+    if let Some((&s, &l)) = free.range(..ptr).next_back().filter(|(s, l)| **s + **l == ptr) {
+        free.remove(&s);
+        (start, len) = (s, l + len);
+    }
+    if let Some(l) = free.remove(&(ptr + size)) {
+        len += l;
+    }
+    free.insert(start, len);
+    true
 }
 
 impl CudaContext {
     pub(super) fn reserve(&mut self, size: u64, alignment: u64, addr: u64) -> CuRes<u64> {
-        // Where sessions may leave their process, a reservation without a
-        // place of its own goes where another process can have it back.
-        let addr = if addr == 0 && self.placed.is_some() { placed_hint(size, alignment) } else { addr };
+        // Where sessions may leave their process, reservations are carved
+        // from the window, where another process can have them back.
+        if self.placed.is_some() {
+            if let Some(p) = carve(size, alignment, addr) {
+                return Ok(p);
+            }
+        }
         let mut p = 0u64;
         let call = entry(self.drv.cuMemAddressReserve)?;
         // SAFETY: valid out-pointer; the driver checks sizes; the address is
@@ -87,6 +157,9 @@ impl CudaContext {
     }
 
     pub(super) fn address_free(&mut self, ptr: u64, size: u64) -> CuRes<()> {
+        if uncarve(ptr, size) {
+            return Ok(());
+        }
         // SAFETY: a whole reservation of this session without mappings
         // (the session checked).
         ok(unsafe { entry(self.drv.cuMemAddressFree)?(ptr, size as usize) })
@@ -176,5 +249,45 @@ impl CudaContext {
         // SAFETY: one whole mapping of this session; flags 0, 1 or 3
         // (decoded).
         ok(unsafe { entry(self.drv.cuMemSetAccess)?(ptr, size as usize, &desc, 1) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: u64 = CARVE_ALIGN;
+
+    #[test]
+    fn carving_takes_hints_aligns_and_coalesces_what_is_given_back() {
+        let mut free = BTreeMap::from([(WINDOW, WINDOW_LEN)]);
+        let a = carve_in(&mut free, 3 * G, 0, 0).unwrap();
+        assert_eq!(a, WINDOW);
+        let b = carve_in(&mut free, G, 8 * G, 0).unwrap();
+        assert_eq!(b % (8 * G), 0);
+        assert!(b >= a + 3 * G);
+        // A hint inside a free range is had exactly; a taken one is not.
+        let at = WINDOW + 100 * G;
+        assert_eq!(carve_in(&mut free, 2 * G, 0, at), Some(at));
+        let other = carve_in(&mut free, 2 * G, 0, at).unwrap();
+        assert_ne!(other, at);
+        for (p, n) in [(a, 3 * G), (b, G), (at, 2 * G), (other, 2 * G)] {
+            assert!(uncarve_in(&mut free, p, n));
+        }
+        assert_eq!(free, BTreeMap::from([(WINDOW, WINDOW_LEN)]), "everything coalesced back");
+        assert!(!uncarve_in(&mut free, 0x7000, G), "outside the window");
+        assert_eq!(carve_in(&mut free, WINDOW_LEN + G, 0, 0), None);
+        assert_eq!(carve_in(&mut free, G, 3 * G, 0), None, "not a power of two");
+    }
+
+    #[test]
+    fn a_restore_has_every_range_back_in_any_order() {
+        let mut free = BTreeMap::from([(WINDOW, WINDOW_LEN)]);
+        let ranges: Vec<(u64, u64)> = (0..20u64).map(|i| (carve_in(&mut free, (i % 3 + 1) * G, 0, 0).unwrap(), (i % 3 + 1) * G)).collect();
+        let mut again = BTreeMap::from([(WINDOW, WINDOW_LEN)]);
+        for &(p, n) in ranges.iter().rev() {
+            assert_eq!(carve_in(&mut again, n, 0, p), Some(p));
+        }
+        assert_eq!(again, free);
     }
 }
