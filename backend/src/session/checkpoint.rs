@@ -226,8 +226,8 @@ impl<E: Executor> Session<E> {
         // the session back before it loads a module.
         let (reservations, physical, mappings) = super::vmm::describe(self);
         (p.state.reservations, p.state.physical) = (reservations, physical);
-        for (mut m, (ctx, addr, len)) in mappings {
-            m.blob = p.blob(Source::Device { ctx, addr, len });
+        for mut m in mappings {
+            m.blob = p.blob(Source::Device { ctx: m.ctx, addr: m.address, len: m.length });
             p.state.mappings.push(m);
         }
         // Modules in the order they were loaded, as a restore loads them.

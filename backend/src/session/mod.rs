@@ -30,6 +30,7 @@ mod array;
 mod checkpoint;
 mod chunks;
 mod device;
+mod entries;
 mod graph;
 mod handler;
 mod ipc;
@@ -54,10 +55,11 @@ pub use restore::RestoreError;
 use crate::config::SessionLimits;
 use crate::exec::graph::ExecGraph;
 use crate::exec::host_call::HostCalls;
-use crate::exec::{CuRes, ExecContext, Executor, Param};
+use crate::exec::{CuRes, ExecContext, Executor};
 use crate::handles::HandleTable;
 use crate::image_cache::{ImageCache, Owner};
 use crate::log_limit::LogLimiter;
+use entries::{Alloc, AllocKind, CtxEntry, FnEntry, ModEntry, Owned};
 use pvgpu_ring::proto::{DataLoc, DataRef, DecodeError, Header, Request};
 use pvgpu_ring::region::DataArea;
 use pvgpu_ring::{CuError, CuResult};
@@ -96,80 +98,6 @@ pub struct Io<'a> {
     reply_room: Option<crate::staging::ReplyRoom>,
     /// Bytes written there: the reply's payload after `out`.
     staged: usize,
-}
-
-struct CtxEntry<C> {
-    primary: bool,
-    /// The device's ordinal.
-    device: usize,
-    /// The flags it was made with.
-    flags: u32,
-    ctx: C,
-}
-
-struct Owned<T> {
-    ctx: u64,
-    value: T,
-    /// Creation flags and priority (priority: streams only), for a
-    /// checkpoint.
-    flags: u32,
-    priority: i32,
-    /// When it was made, among the session's modules, streams and events
-    /// ([`Session::made`]).
-    seq: u64,
-}
-
-struct ModEntry<M> {
-    ctx: u64,
-    module: Option<M>,
-    /// The image as loaded (NUL-terminated), for a checkpoint.
-    image: Arc<[u8]>,
-    /// Globals the guest looked up: name, address, size.
-    globals: Vec<(String, u64, u64)>,
-    /// When it was loaded ([`Session::made`]).
-    seq: u64,
-}
-
-struct FnEntry<F> {
-    ctx: u64,
-    module: u64,
-    func: F,
-    layout: std::sync::Arc<[Param]>,
-    param_bytes: usize,
-}
-
-#[derive(Clone, Copy)]
-struct Alloc {
-    len: u64,
-    ctx: u64,
-    kind: AllocKind,
-}
-
-/// Where a range of device memory the session may touch comes from.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum AllocKind {
-    /// `cuMemAlloc` or `cuMemAllocAsync`: counted in `mem_used`.
-    Memory,
-    /// A global of this module.
-    Global(u64),
-    /// An accessible mapping of physical memory (`vmm`), counted in
-    /// `mem_used` when it was created.
-    Mapped,
-    /// The data area, shared with the program, as the device sees it.
-    Area,
-    /// Mirrored host memory ([`mirror`]), counted in `mem_used`.
-    Mirror,
-    /// Another process's memory, opened through its interprocess handle
-    /// (counted in its exporter's quota).
-    Opened,
-    /// Memory from a pool of the program's own (`pool`), counted in
-    /// `mem_used`.
-    Pooled,
-    /// Graph memory: the address of an allocation node, or of an
-    /// allocation captured on a stream. The driver maps it while a graph
-    /// runs (and until it is freed); counted through the session's
-    /// measured footprint, not `mem_used`.
-    Graph,
 }
 
 type Ctx<E> = <E as Executor>::Context;

@@ -19,13 +19,13 @@
 //! session), so nothing outlives its owner.
 
 use super::Io;
+use super::restore::RestoreError;
 use super::{Alloc, AllocKind, Session, end_of};
 use crate::exec::{CuRes, ExecContext, Executor};
 use crate::handles::HandleTable;
+use pvgpu_ctl::snapshot;
 use pvgpu_ring::CuError;
 use pvgpu_ring::proto::{self, DptrRep, HandleRep, U64Rep};
-use super::restore::RestoreError;
-use pvgpu_ctl::snapshot;
 use std::collections::BTreeMap;
 
 /// Address space a session may hold reserved at once (16 TiB).
@@ -318,11 +318,9 @@ pub(super) fn uncoverable<E: Executor>(s: &Session<E>) -> Option<&'static str> {
     None
 }
 
-/// The session's reservations, physical memory and mappings, each mapping
-/// with the device range its bytes are read from (in address order).
-pub(super) fn describe<E: Executor>(
-    s: &Session<E>,
-) -> (Vec<snapshot::Reservation>, Vec<snapshot::Physical>, Vec<(snapshot::Mapped, (u64, u64, u64))>) {
+/// The session's reservations, physical memory and mappings (in address
+/// order; each mapping's blob is the caller's to number).
+pub(super) fn describe<E: Executor>(s: &Session<E>) -> (Vec<snapshot::Reservation>, Vec<snapshot::Physical>, Vec<snapshot::Mapped>) {
     let reservations =
         s.vmm.reservations.iter().map(|(&address, r)| snapshot::Reservation { ctx: r.ctx, address, length: r.size }).collect();
     let physical = s
@@ -335,17 +333,14 @@ pub(super) fn describe<E: Executor>(
         .vmm
         .mappings
         .iter()
-        .map(|(&address, m)| {
-            let rec = snapshot::Mapped {
-                ctx: m.ctx,
-                address,
-                length: m.size,
-                physical: m.phys,
-                offset: m.offset,
-                access: m.access,
-                blob: 0,
-            };
-            (rec, (m.ctx, address, m.size))
+        .map(|(&address, m)| snapshot::Mapped {
+            ctx: m.ctx,
+            address,
+            length: m.size,
+            physical: m.phys,
+            offset: m.offset,
+            access: m.access,
+            blob: 0,
         })
         .collect();
     (reservations, physical, mappings)
@@ -391,12 +386,18 @@ pub(super) fn rebuild_mappings<E: Executor>(
         let (raw, flags) = s.enter(p.ctx).and_then(|c| c.vmm_create(p.length, p.flags)).map_err(failed(what.clone()))?;
         if flags != p.flags {
             let _ = s.enter(p.ctx).and_then(|c| c.vmm_release(raw));
-            return Err(RestoreError::Rebuild { what: format!("{what} (flags {:#x}, now {flags:#x})", p.flags), error: CuError::NOT_SUPPORTED });
+            return Err(RestoreError::Rebuild {
+                what: format!("{what} (flags {:#x}, now {flags:#x})", p.flags),
+                error: CuError::NOT_SUPPORTED,
+            });
         }
         let entry = Phys { ctx: p.ctx, size: p.length, raw, maps: 0, released: false, flags, counted: true };
         if s.vmm.phys.insert_at(p.id, entry).is_err() {
             let _ = s.enter(p.ctx).and_then(|c| c.vmm_release(raw));
-            return Err(RestoreError::Inconsistent(format!("physical memory handle {:#x} is not one a backend hands out, or comes twice", p.id)));
+            return Err(RestoreError::Inconsistent(format!(
+                "physical memory handle {:#x} is not one a backend hands out, or comes twice",
+                p.id
+            )));
         }
         s.mem_used += p.length;
     }

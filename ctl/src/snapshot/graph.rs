@@ -154,7 +154,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// The bytes of hex string `s`, if it is one.
 pub fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) || !s.is_ascii() {
+    if s.len() % 2 != 0 || !s.is_ascii() {
         return None;
     }
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok()).collect()
@@ -190,7 +190,13 @@ mod tests {
                         attrs: vec![(4, hex(&[2; 64]))],
                     },
                 },
-                NodeRec { id: None, kind: NodeKind::Child { graph: Some(9), body: Body { nodes: vec![NodeRec { id: None, kind: NodeKind::Empty }], edges: vec![] } } },
+                NodeRec {
+                    id: None,
+                    kind: NodeKind::Child {
+                        graph: Some(9),
+                        body: Body { nodes: vec![NodeRec { id: None, kind: NodeKind::Empty }], edges: vec![] },
+                    },
+                },
                 NodeRec { id: None, kind: NodeKind::MemOps { ops: vec![[2, 0, 0x7000, 5]] } },
             ],
             edges: vec![[0, 1], [1, 2]],

@@ -71,7 +71,10 @@ fn map_in_window(file: &File, len: usize) -> Option<std::ptr::NonNull<u8>> {
     // SAFETY: a hint, never MAP_FIXED: the kernel picks another address
     // rather than replace a mapping, so no memory of this process changes
     // meaning.
-    let p = unsafe { mmap(Some(hint), std::num::NonZeroUsize::new(len)?, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, file, 0) }.ok()?;
+    let p = unsafe {
+        mmap(Some(hint), std::num::NonZeroUsize::new(len)?, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, file, 0)
+    }
+    .ok()?;
     Some(p.cast())
 }
 

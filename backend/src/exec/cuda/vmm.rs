@@ -104,9 +104,8 @@ fn carve_in(free: &mut BTreeMap<u64, u64>, size: u64, alignment: u64, hint: u64)
     let exact = (hint != 0 && hint % align == 0)
         .then(|| free.range(..=hint).next_back().filter(|(s, l)| fits(**s, **l, hint)).map(|(&s, &l)| (s, l, hint)))
         .flatten();
-    let (start, len, at) = exact.or_else(|| {
-        free.iter().find_map(|(&s, &l)| s.checked_next_multiple_of(align).filter(|&at| fits(s, l, at)).map(|at| (s, l, at)))
-    })?;
+    let (start, len, at) = exact
+        .or_else(|| free.iter().find_map(|(&s, &l)| s.checked_next_multiple_of(align).filter(|&at| fits(s, l, at)).map(|at| (s, l, at))))?;
     free.remove(&start);
     if at > start {
         free.insert(start, at - start);

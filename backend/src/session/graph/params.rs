@@ -66,7 +66,11 @@ pub(super) fn kernel_args<E: Executor>(
 }
 
 /// The session's handle of event `event` of context `ctx`.
-pub(super) fn event_id<E: Executor>(s: &Session<E>, ctx: u64, event: <crate::session::Ctx<E> as crate::exec::ExecContext>::Event) -> CuRes<u64> {
+pub(super) fn event_id<E: Executor>(
+    s: &Session<E>,
+    ctx: u64,
+    event: <crate::session::Ctx<E> as crate::exec::ExecContext>::Event,
+) -> CuRes<u64> {
     s.events.iter().find(|(_, e)| e.ctx == ctx && e.value == event).map(|(id, _)| id).ok_or(CuError::NOT_SUPPORTED)
 }
 

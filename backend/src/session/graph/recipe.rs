@@ -41,12 +41,7 @@ fn counterpart<E: Executor>(s: &mut Session<E>, exec: u64, node: u64) -> Option<
 /// Makes `change` to the counterpart of `node` in executable graph
 /// `exec`'s copy, after the guest made it to the executable graph;
 /// drops the copy if it cannot follow.
-pub(super) fn follow<E: Executor>(
-    s: &mut Session<E>,
-    exec: u64,
-    node: u64,
-    change: impl FnOnce(&mut Ctx<E>, Node<E>) -> CuRes<()>,
-) {
+pub(super) fn follow<E: Executor>(s: &mut Session<E>, exec: u64, node: u64, change: impl FnOnce(&mut Ctx<E>, Node<E>) -> CuRes<()>) {
     let followed = counterpart(s, exec, node).is_some_and(|(ctx, n)| s.enter(ctx).and_then(|c| change(c, n)).is_ok());
     if !followed {
         drop_copy(s, exec);

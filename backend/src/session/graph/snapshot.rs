@@ -170,9 +170,7 @@ fn node_kind<E: Executor>(s: &mut Session<E>, ctx: u64, n: Node<E>) -> Result<No
             let event = params::event_id(s, ctx, event).map_err(unknown)?;
             if wait { NodeKind::EventWait { event } } else { NodeKind::EventRecord { event } }
         }
-        NodeParams::MemOps(ops) => {
-            NodeKind::MemOps { ops: ops.iter().map(|o| [o.kind.into(), o.flags.into(), o.addr, o.value]).collect() }
-        }
+        NodeParams::MemOps(ops) => NodeKind::MemOps { ops: ops.iter().map(|o| [o.kind.into(), o.flags.into(), o.addr, o.value]).collect() },
     })
 }
 
@@ -187,7 +185,11 @@ fn inconsistent(what: String) -> RestoreError {
 
 /// Rebuilds the snapshot's graphs, then its executable graphs, with the
 /// guest's handles (after its functions, events and memory).
-pub(in crate::session) fn rebuild<E: Executor>(s: &mut Session<E>, graphs: &[GraphRec], execs: &[ExecGraphRec]) -> Result<(), RestoreError> {
+pub(in crate::session) fn rebuild<E: Executor>(
+    s: &mut Session<E>,
+    graphs: &[GraphRec],
+    execs: &[ExecGraphRec],
+) -> Result<(), RestoreError> {
     for r in graphs {
         let g = s.enter(r.ctx).and_then(|c| c.graph_create()).map_err(failed(format!("graph {:#x}", r.id)))?;
         if s.graph.graph_id_at(r.id, r.ctx, g, Owner::Guest).is_err() {
@@ -397,4 +399,3 @@ fn add<E: Executor>(s: &mut Session<E>, ctx: u64, g: Graph<E>, kind: &NodeKind) 
     };
     s.enter(ctx)?.graph_add_node(g, &[], spec)
 }
-

@@ -1,0 +1,80 @@
+//! What the session's tables hold for each object a guest has a handle
+//! for: contexts, streams and events, modules and functions, and the
+//! ranges of device memory it may touch.
+
+use crate::exec::Param;
+use std::sync::Arc;
+
+pub(super) struct CtxEntry<C> {
+    pub(super) primary: bool,
+    /// The device's ordinal.
+    pub(super) device: usize,
+    /// The flags it was made with.
+    pub(super) flags: u32,
+    pub(super) ctx: C,
+}
+
+pub(super) struct Owned<T> {
+    pub(super) ctx: u64,
+    pub(super) value: T,
+    /// Creation flags and priority (priority: streams only), for a
+    /// checkpoint.
+    pub(super) flags: u32,
+    pub(super) priority: i32,
+    /// When it was made, among the session's modules, streams and events
+    /// ([`super::Session`]'s `made`).
+    pub(super) seq: u64,
+}
+
+pub(super) struct ModEntry<M> {
+    pub(super) ctx: u64,
+    pub(super) module: Option<M>,
+    /// The image as loaded (NUL-terminated), for a checkpoint.
+    pub(super) image: Arc<[u8]>,
+    /// Globals the guest looked up: name, address, size.
+    pub(super) globals: Vec<(String, u64, u64)>,
+    /// When it was loaded ([`super::Session`]'s `made`).
+    pub(super) seq: u64,
+}
+
+pub(super) struct FnEntry<F> {
+    pub(super) ctx: u64,
+    pub(super) module: u64,
+    pub(super) func: F,
+    pub(super) layout: std::sync::Arc<[Param]>,
+    pub(super) param_bytes: usize,
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct Alloc {
+    pub(super) len: u64,
+    pub(super) ctx: u64,
+    pub(super) kind: AllocKind,
+}
+
+/// Where a range of device memory the session may touch comes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum AllocKind {
+    /// `cuMemAlloc` or `cuMemAllocAsync`: counted in `mem_used`.
+    Memory,
+    /// A global of this module.
+    Global(u64),
+    /// An accessible mapping of physical memory (`vmm`), counted in
+    /// `mem_used` when it was created.
+    Mapped,
+    /// The data area, shared with the program, as the device sees it.
+    Area,
+    /// Mirrored host memory ([`super::mirror`]), counted in `mem_used`.
+    Mirror,
+    /// Another process's memory, opened through its interprocess handle
+    /// (counted in its exporter's quota).
+    Opened,
+    /// Memory from a pool of the program's own (`pool`), counted in
+    /// `mem_used`.
+    Pooled,
+    /// Graph memory: the address of an allocation node, or of an
+    /// allocation captured on a stream. The driver maps it while a graph
+    /// runs (and until it is freed); counted through the session's
+    /// measured footprint, not `mem_used`.
+    Graph,
+}
