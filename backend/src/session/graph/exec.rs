@@ -140,7 +140,10 @@ pub(super) fn exec_set<E: Executor>(
     spec: NodeSpec<'_, crate::session::Ctx<E>>,
 ) -> CuRes<()> {
     s.enter(ctx)?.exec_node_set(e, n, spec)?;
-    recipe::follow(s, exec, node, |c, n| c.node_set(n, spec));
+    recipe::follow(s, exec, node, |c, n| match spec {
+        NodeSpec::Host { func, data } => c.host_node_set(n, func, data),
+        spec => c.node_set(n, spec),
+    });
     Ok(())
 }
 

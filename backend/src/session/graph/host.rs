@@ -52,13 +52,9 @@ pub(in crate::session) fn host_node_params<E: Executor>(
             s.enter(ctx)?.host_node_set(node, func, data)?;
         }
         _ => {
-            let x = s.graph.execs.get(r.exec.get()).ok_or(CuError::INVALID_VALUE)?;
-            if x.ctx != ctx {
-                return Err(CuError::INVALID_VALUE);
-            }
-            let e = x.exec;
+            let found = super::exec::exec_node(s, r.exec.get(), r.node.get())?;
             let spec = host_spec(func, data)?;
-            s.enter(ctx)?.exec_node_set(e, node, spec)?;
+            super::exec::exec_set(s, r.exec.get(), r.node.get(), found, spec)?;
         }
     }
     Ok(HostNodeRep { func: func.into(), data: data.into() })

@@ -210,35 +210,14 @@ fn rebuild_exec<E: Executor>(s: &mut Session<E>, x: &ExecGraphRec) -> Result<(),
         return Err(inconsistent(format!("{what}: instantiation flags {:#x}", x.flags)));
     }
     let copy = s.enter(x.ctx).and_then(|c| c.graph_create()).map_err(failed(what.clone()))?;
-    let made = match fill(s, x.ctx, copy, None, &x.body) {
-        Ok(made) => made,
+    let entry = match instantiate_copy(s, x, copy, &what) {
+        Ok(entry) => entry,
         Err(e) => {
             let _ = s.enter(x.ctx).map(|c| c.graph_destroy(copy));
             return Err(e);
         }
     };
-    let at = |i: u32| made.get(i as usize).copied().ok_or_else(|| inconsistent(format!("{what}: node {i} of {}", made.len())));
-    let named = x.named.iter().map(|&(id, i)| Ok((id, at(i)?))).collect::<Result<HashMap<u64, Node<E>>, RestoreError>>();
-    let disabled = x.disabled.iter().map(|&i| at(i)).collect::<Result<std::collections::HashSet<Node<E>>, RestoreError>>();
-    let (named, disabled) = match (named, disabled) {
-        (Ok(n), Ok(d)) => (n, d),
-        (Err(e), _) | (_, Err(e)) => {
-            let _ = s.enter(x.ctx).map(|c| c.graph_destroy(copy));
-            return Err(e);
-        }
-    };
-    let host_nodes = super::host::count_host_nodes(s, x.ctx, copy).unwrap_or(0);
-    let e = s.enter(x.ctx).and_then(|c| c.graph_instantiate(copy, x.flags));
-    let recipe = Recipe { graph: copy, source: 0, named, disabled };
-    let e = match e {
-        Ok(e) => e,
-        Err(err) => {
-            let _ = s.enter(x.ctx).map(|c| c.graph_destroy(copy));
-            return Err(failed(what)(err));
-        }
-    };
-    let off: Vec<Node<E>> = recipe.disabled.iter().copied().collect();
-    let entry = super::ExecEntry { ctx: x.ctx, exec: e, host_nodes, alloc_bytes: 0, device: false, flags: x.flags, recipe: Some(recipe) };
+    let (e, off): (_, Vec<Node<E>>) = (entry.exec, entry.recipe.iter().flat_map(|r| r.disabled.iter().copied()).collect());
     if s.graph.execs.insert_at(x.id, entry).is_err() {
         let c = s.enter(x.ctx).map_err(failed(what.clone()))?;
         let _ = c.graph_exec_destroy(e);
@@ -249,6 +228,24 @@ fn rebuild_exec<E: Executor>(s: &mut Session<E>, x: &ExecGraphRec) -> Result<(),
         s.enter(x.ctx).and_then(|c| c.node_enable(e, n, false)).map_err(failed(what.clone()))?;
     }
     Ok(())
+}
+
+/// Fills `copy` with what executable graph `x` runs and instantiates it:
+/// the session's entry for it, the copy as its recipe.
+fn instantiate_copy<E: Executor>(
+    s: &mut Session<E>,
+    x: &ExecGraphRec,
+    copy: Graph<E>,
+    what: &str,
+) -> Result<super::ExecEntry<super::GraphExec<E>, Graph<E>, Node<E>>, RestoreError> {
+    let made = fill(s, x.ctx, copy, None, &x.body)?;
+    let at = |i: u32| made.get(i as usize).copied().ok_or_else(|| inconsistent(format!("{what}: node {i} of {}", made.len())));
+    let named = x.named.iter().map(|&(id, i)| Ok((id, at(i)?))).collect::<Result<HashMap<u64, Node<E>>, RestoreError>>()?;
+    let disabled = x.disabled.iter().map(|&i| at(i)).collect::<Result<std::collections::HashSet<Node<E>>, RestoreError>>()?;
+    let host_nodes = super::host::count_host_nodes(s, x.ctx, copy).map_err(failed(what))?;
+    let e = s.enter(x.ctx).and_then(|c| c.graph_instantiate(copy, x.flags)).map_err(failed(what))?;
+    let recipe = Some(Recipe { graph: copy, source: 0, named, disabled });
+    Ok(super::ExecEntry { ctx: x.ctx, exec: e, host_nodes, alloc_bytes: 0, device: false, flags: x.flags, recipe })
 }
 
 /// Adds `body`'s nodes and edges to graph `g` of context `ctx` (session
