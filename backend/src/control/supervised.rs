@@ -136,6 +136,9 @@ impl Supervised {
                 ),
             ));
         }
+        if let Some(why) = other_model(&meta, &self.metrics.gpus()) {
+            return Err(Refusal::new(422, format!("{}: {why}; restore it where the same GPU models are", path.display())));
+        }
         let report = RestoreReport {
             session: meta.session,
             peer: meta.peer.clone(),
@@ -261,6 +264,17 @@ impl Sessions for Supervised {
 
 /// Opens a snapshot for restore: a file only its owner may change, whole
 /// (digest checked), with a description that parses.
+/// A GPU the snapshot used that is another model here, as NVML names it
+/// (where the backend reads NVML; the worker checks the model and memory
+/// again when the program comes back).
+fn other_model(meta: &snapshot::Meta, gpus: &[crate::metrics::GpuReading]) -> Option<String> {
+    meta.devices.iter().find_map(|d| {
+        let here = gpus.iter().find(|g| g.index as usize == d.ordinal)?;
+        (here.name != d.name)
+            .then(|| format!("the session used GPU {}, a {}, and this backend's GPU {} is a {}", d.ordinal, d.name, d.ordinal, here.name))
+    })
+}
+
 fn open_snapshot(path: &Path) -> Result<(File, snapshot::Meta), Refusal> {
     let bad = |status, why: String| Refusal::new(status, format!("{}: {why}; nothing was restored", path.display()));
     let mut file = File::open(path).map_err(|e| bad(400, e.to_string()))?;
@@ -295,4 +309,40 @@ fn receive_snapshot(body: &mut dyn std::io::Read, len: Option<u64>) -> Result<(F
     file.rewind().map_err(|e| bad(400, e.to_string()))?;
     let meta = check_snapshot(&mut file, len).map_err(|(status, why)| bad(status, why))?;
     Ok((file, meta))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: u32, name: &str) -> crate::metrics::GpuReading {
+        crate::metrics::GpuReading {
+            index,
+            drained: false,
+            sessions: vec![],
+            uuid: format!("GPU-{index}"),
+            name: name.into(),
+            utilization_ratio: None,
+            memory_used_bytes: None,
+            memory_total_bytes: None,
+            temperature_celsius: None,
+            power_watts: None,
+        }
+    }
+
+    #[test]
+    fn a_snapshot_of_another_gpu_model_is_refused_when_handed_over() {
+        let meta: snapshot::Meta = serde_json::from_value(serde_json::json!({
+            "created_unix_seconds": 0, "session": 1, "peer": "uid:0", "token": "00".repeat(16), "executor": "cuda",
+            "devices": [{"ordinal": 1, "name": "NVIDIA H100 80GB HBM3", "total_memory_bytes": 1}],
+            "state_bytes": 0, "state": {"initialized": true, "contexts": [], "current": null, "allocations": [],
+            "modules": [], "streams": [], "events": [], "pending_error": null}
+        }))
+        .unwrap();
+        let h100 = "NVIDIA H100 80GB HBM3";
+        assert_eq!(other_model(&meta, &[gpu(0, "NVIDIA H200"), gpu(1, h100)]), None);
+        let why = other_model(&meta, &[gpu(0, h100), gpu(1, "NVIDIA H200")]).unwrap();
+        assert!(why.contains("GPU 1 is a NVIDIA H200"), "{why}");
+        assert_eq!(other_model(&meta, &[]), None, "without NVML the worker checks");
+    }
 }

@@ -37,6 +37,8 @@ use std::collections::HashMap;
 type Graph<E> = <Ctx<E> as ExecGraph>::Graph;
 type Node<E> = <Ctx<E> as ExecGraph>::Node;
 type GraphExec<E> = <Ctx<E> as ExecGraph>::GraphExec;
+/// The session's entry for an executable graph.
+type Exec<E> = ExecEntry<GraphExec<E>, Graph<E>, Node<E>>;
 
 /// Who destroys a graph.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -130,7 +132,7 @@ pub(super) struct Graphs<E: Executor> {
     graph_ids: HashMap<(u64, Graph<E>), u64>,
     pub(super) nodes: HandleTable<NodeEntry<Node<E>>>,
     node_ids: HashMap<(u64, Node<E>), u64>,
-    pub(super) execs: HandleTable<ExecEntry<GraphExec<E>, Graph<E>, Node<E>>>,
+    pub(super) execs: HandleTable<Exec<E>>,
     /// Conditional handles, each with the graph it was made for: (graph,
     /// handle).
     pub(super) cond_handles: std::collections::HashSet<(u64, u64)>,

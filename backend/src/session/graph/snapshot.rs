@@ -232,12 +232,7 @@ fn rebuild_exec<E: Executor>(s: &mut Session<E>, x: &ExecGraphRec) -> Result<(),
 
 /// Fills `copy` with what executable graph `x` runs and instantiates it:
 /// the session's entry for it, the copy as its recipe.
-fn instantiate_copy<E: Executor>(
-    s: &mut Session<E>,
-    x: &ExecGraphRec,
-    copy: Graph<E>,
-    what: &str,
-) -> Result<super::ExecEntry<super::GraphExec<E>, Graph<E>, Node<E>>, RestoreError> {
+fn instantiate_copy<E: Executor>(s: &mut Session<E>, x: &ExecGraphRec, copy: Graph<E>, what: &str) -> Result<super::Exec<E>, RestoreError> {
     let made = fill(s, x.ctx, copy, None, &x.body)?;
     let at = |i: u32| made.get(i as usize).copied().ok_or_else(|| inconsistent(format!("{what}: node {i} of {}", made.len())));
     let named = x.named.iter().map(|&(id, i)| Ok((id, at(i)?))).collect::<Result<HashMap<u64, Node<E>>, RestoreError>>()?;
