@@ -77,6 +77,9 @@ fn hold(c: &Client, g: &Gpu<'_>) -> Held {
     let exec = c.graph_instantiate(graph, 0).unwrap();
     c.graph_exec_kernel_node_set(exec, kernel, &node(&sum, &twice)).unwrap();
     c.graph_node_enable(exec, child, false).unwrap();
+    // A node added to the graph since names nothing the executable graph
+    // runs.
+    c.graph_add_node(graph, &[], CU_GRAPH_NODE_TYPE_EMPTY.0, 0).unwrap();
 
     c.stream_begin_capture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL.0).unwrap();
     c.launch(&ax, grid(), [256, 1, 1], 0, stream, &[arg(&3.0f32), arg(&x), arg(&u), arg(&n32)]).unwrap();
@@ -84,7 +87,7 @@ fn hold(c: &Client, g: &Gpu<'_>) -> Held {
     let captured = c.graph_instantiate(taken, 0).unwrap();
     c.graph_destroy(taken).unwrap();
     let nodes = c.graph_nodes(graph, false).unwrap();
-    assert_eq!(nodes.len(), 6);
+    assert_eq!(nodes.len(), 7);
     Held { ctx: g.ctx, stream, bufs, xs, graph, nodes, kernel, child, kernel_params, exec, captured, event }
 }
 

@@ -29,7 +29,6 @@ use std::collections::HashMap;
 /// what a snapshot cannot hold is refused by name.
 pub(in crate::session) fn describe<E: Executor>(s: &mut Session<E>) -> Result<(Vec<GraphRec>, Vec<ExecGraphRec>), CheckpointError> {
     coverable(s)?;
-    let device = CheckpointError::Device;
     let held: Vec<(u64, u64, Graph<E>)> =
         s.graph.graphs.iter().filter(|(_, g)| g.owner == Owner::Guest).map(|(id, g)| (id, g.ctx, g.graph)).collect();
     let mut graphs = Vec::with_capacity(held.len());
@@ -53,9 +52,12 @@ pub(in crate::session) fn describe<E: Executor>(s: &mut Session<E>) -> Result<(V
         let mut named: Vec<(u64, u32)> = restored.iter().filter_map(|(id, n)| index.get(n).map(|&i| (*id, i))).collect();
         let sources: Vec<(u64, Node<E>)> =
             s.graph.nodes.iter().filter(|(_, n)| source != 0 && n.graph == source).map(|(id, n)| (id, n.node)).collect();
+        // A node added to that graph since has no counterpart: it names
+        // nothing the executable graph runs.
         for (nid, n) in sources {
-            let found = s.enter(ctx).and_then(|c| c.node_in_clone(copy, n)).map_err(device)?;
-            named.extend(index.get(&found).map(|&i| (nid, i)));
+            if let Ok(found) = s.enter(ctx).and_then(|c| c.node_in_clone(copy, n)) {
+                named.extend(index.get(&found).map(|&i| (nid, i)));
+            }
         }
         named.sort_unstable();
         let mut disabled: Vec<u32> = disabled.iter().filter_map(|n| index.get(n).copied()).collect();
