@@ -52,6 +52,9 @@ impl Conn {
         loop {
             if let Ok(t) = crate::client::open_transport(&r.addr, &r.opts) {
                 let old = std::mem::replace(&mut self.t, t);
+                // A new data area: where the device reaches it is asked
+                // anew at the next page-locked allocation.
+                self.area_device = None;
                 if !kept_old {
                     self.retired.push(old);
                     kept_old = true;
