@@ -174,8 +174,8 @@ impl Client {
     /// Whether the device reaches the data area elsewhere than at the
     /// program's addresses, as known so far (then
     /// [`Client::area_pointer_for_device`] answers).
-    pub fn area_elsewhere(&self) -> Option<()> {
-        self.conn().area_device.filter(|&b| b != 0).map(|_| ())
+    pub fn area_elsewhere(&self) -> bool {
+        self.conn().area_device.is_some_and(|b| b != 0)
     }
 
     /// The device address of page-locked memory at `ptr` where the device

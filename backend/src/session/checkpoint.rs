@@ -86,6 +86,9 @@ impl<E: Executor> Session<E> {
             return Err(CheckpointError::NoToken);
         }
         self.coverable()?;
+        // Before the contexts are synchronised: that would end a capture
+        // under way.
+        super::graph::coverable(self)?;
         if leaving && !self.exec.restores_addresses() {
             return Err(CheckpointError::CannotLeave);
         }

@@ -7,11 +7,11 @@ use super::*;
 use pvgpu_ctl::api::{CheckpointRequest, RestoreRequest};
 use pvgpu_ctl::client::CtlError;
 
-/// Keeps making calls that wait until the session has left (the call
-/// that finds the checkpoint ordered takes it).
-fn call_until_detached(c: &Client, ctx: pvgpu_frontend::Context) {
+/// Keeps making calls that wait until `done` (the call that finds a
+/// checkpoint ordered takes it).
+pub(crate) fn call_while(c: &Client, ctx: pvgpu_frontend::Context, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !c.detached() {
+    while !done() {
         assert!(Instant::now() < deadline, "the session was not checkpointed within 30 s");
         c.ctx_synchronize(ctx).unwrap();
         std::thread::sleep(Duration::from_millis(2));
@@ -69,7 +69,7 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     // The checkpoint, at the program's next call that waits.
     let report = std::thread::scope(|s| {
         let taken = s.spawn(|| ctl.checkpoint(id, &req(false)));
-        call_until_detached(&c, g.ctx);
+        call_while(&c, g.ctx, || c.detached());
         taken.join().unwrap().expect("the checkpoint")
     });
     assert!(report.state_bytes >= 3 * bytes + 64, "{report:?}");

@@ -153,17 +153,6 @@ fn run_on(c: &Client, g: &Gpu<'_>, h: &Held) {
     c.ctx_synchronize(h.ctx).unwrap();
 }
 
-/// Makes calls that wait until `done` (the call that finds a checkpoint
-/// ordered takes it).
-fn call_while(c: &Client, ctx: pvgpu_frontend::Context, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "the session was not checkpointed within 30 s");
-        c.ctx_synchronize(ctx).unwrap();
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 pub(crate) fn graphs_move_with_their_session(t: Transport) {
     let a = Harness::start();
     let c = a.client(t);

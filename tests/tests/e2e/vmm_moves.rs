@@ -80,15 +80,6 @@ fn go_on(c: &Client, g: &Gpu<'_>, h: &Held) {
     c.ctx_synchronize(g.ctx).unwrap();
 }
 
-fn call_while(c: &Client, ctx: pvgpu_frontend::Context, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "the session was not checkpointed within 30 s");
-        c.ctx_synchronize(ctx).unwrap();
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 pub(crate) fn virtual_memory_moves_with_its_session(t: Transport) {
     let a = Harness::start();
     let c = a.client(t);

@@ -24,7 +24,7 @@ pub(super) use host::{graph_add_host_node, host_call_done, host_call_wait, host_
 pub(super) use memory::{graph_add_mem_node, graph_mem_attr, graph_memory_allowed, mem_node_params};
 pub(super) use nodes::*;
 pub(super) use params::*;
-pub(super) use snapshot::{describe, rebuild};
+pub(super) use snapshot::{coverable, describe, rebuild};
 
 use super::{Ctx, Session};
 use crate::exec::graph::ExecGraph;

@@ -25,10 +25,9 @@ use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::proto::{self, CopyShape, GraphKernelHead, GraphMemsetHead};
 use std::collections::HashMap;
 
-/// The session's graphs and executable graphs as a snapshot holds them;
-/// what a snapshot cannot hold is refused by name.
+/// The session's graphs and executable graphs as a snapshot holds them,
+/// once [`coverable`] said it can.
 pub(in crate::session) fn describe<E: Executor>(s: &mut Session<E>) -> Result<(Vec<GraphRec>, Vec<ExecGraphRec>), CheckpointError> {
-    coverable(s)?;
     let held: Vec<(u64, u64, Graph<E>)> =
         s.graph.graphs.iter().filter(|(_, g)| g.owner == Owner::Guest).map(|(id, g)| (id, g.ctx, g.graph)).collect();
     let mut graphs = Vec::with_capacity(held.len());
@@ -73,8 +72,10 @@ fn unfollowed() -> CheckpointError {
     )
 }
 
-/// Refuses, by name, graphs a snapshot cannot hold.
-fn coverable<E: Executor>(s: &mut Session<E>) -> Result<(), CheckpointError> {
+/// Refuses, by name, graphs a snapshot cannot hold (before the contexts
+/// are synchronised for the checkpoint: a capture under way would not
+/// survive that).
+pub(in crate::session) fn coverable<E: Executor>(s: &mut Session<E>) -> Result<(), CheckpointError> {
     if s.graph.graphs.iter().any(|(_, g)| g.owner == Owner::Capture) {
         return Err(CheckpointError::Unsupported("a stream capture under way"));
     }

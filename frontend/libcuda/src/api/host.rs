@@ -96,7 +96,7 @@ pub(crate) fn mirror_pointers(packed: &[u8]) {
 /// are not rewritten: such a kernel faults there.
 pub(crate) fn area_pointers(packed: &mut [u8]) {
     let Ok(c) = state::client() else { return };
-    if c.area_elsewhere().is_none() {
+    if !c.area_elsewhere() {
         return;
     }
     for w in packed.chunks_exact_mut(8) {
