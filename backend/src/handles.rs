@@ -3,7 +3,10 @@
 //! An id is `(generation << 32) | (slot + 1)`: zero is never an id (CUDA's
 //! "null" handle), and a stale id (its slot since reused) does not match the
 //! slot's new generation, so a guest cannot reach an object through an id it
-//! was not given for that object.
+//! was not given for that object. The generation's top byte is the
+//! session's address space ([`pvgpu_ring::proto::Hello::space`]), so that a
+//! program with several backends gets ids of each that no other one makes;
+//! the 24 bits below count reuses.
 
 use pvgpu_ring::CuError;
 
@@ -12,18 +15,32 @@ struct Slot<T> {
     value: Option<T>,
 }
 
+/// Bits of a generation that count reuses; above them, the space.
+const COUNT: u32 = 0x00ff_ffff;
+
 /// A table of objects addressed by opaque 64-bit ids, with a size limit.
 pub struct HandleTable<T> {
     slots: Vec<Slot<T>>,
     free: Vec<u32>,
     len: usize,
     max: usize,
+    /// The generation of a slot never used: the space, and a count of 1.
+    first: u32,
 }
 
 impl<T> HandleTable<T> {
     /// An empty table holding at most `max` objects.
     pub fn new(max: usize) -> Self {
-        HandleTable { slots: Vec::new(), free: Vec::new(), len: 0, max: max.min(u32::MAX as usize - 1) }
+        HandleTable { slots: Vec::new(), free: Vec::new(), len: 0, max: max.min(u32::MAX as usize - 1), first: 1 }
+    }
+
+    /// Makes ids of address space `space` from now on (below
+    /// [`pvgpu_ring::proto::MAX_SPACES`]); slots already used keep theirs.
+    pub fn set_space(&mut self, space: u16) {
+        self.first = (u32::from(space) << (pvgpu_ring::proto::SPACE_SHIFT - 32)) | 1;
+        for s in self.slots.iter_mut().filter(|s| s.value.is_none()) {
+            s.generation = self.first;
+        }
     }
 
     /// Number of live objects.
@@ -44,7 +61,7 @@ impl<T> HandleTable<T> {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
-                self.slots.push(Slot { generation: 1, value: None });
+                self.slots.push(Slot { generation: self.first, value: None });
                 (self.slots.len() - 1) as u32
             }
         };
@@ -67,7 +84,7 @@ impl<T> HandleTable<T> {
         }
         while self.slots.len() <= slot {
             self.free.push(self.slots.len() as u32);
-            self.slots.push(Slot { generation: 1, value: None });
+            self.slots.push(Slot { generation: self.first, value: None });
         }
         if self.slots[slot].value.is_some() {
             return Err(CuError::INVALID_VALUE);
@@ -106,7 +123,8 @@ impl<T> HandleTable<T> {
             return None;
         }
         let v = s.value.take()?;
-        s.generation = s.generation.wrapping_add(1).max(1);
+        // The count wraps within its bits, never to 0; the space stays.
+        s.generation = (s.generation & !COUNT) | (s.generation.wrapping_add(1) & COUNT).max(1);
         self.free.push(slot as u32);
         self.len -= 1;
         Some(v)
@@ -170,5 +188,25 @@ mod tests {
         assert_eq!(b.insert_at(u64::MAX, 1), Err(CuError::INVALID_VALUE));
         let fresh = b.insert(7).unwrap();
         assert!(b.get(fresh) == Some(&7) && b.len() == 5, "free slots stay usable");
+    }
+
+    #[test]
+    fn ids_carry_their_space_through_reuse() {
+        use pvgpu_ring::proto::space_of;
+        let (mut a, mut b) = (HandleTable::new(4), HandleTable::new(4));
+        b.set_space(5);
+        for _ in 0..3 {
+            let (x, y) = (a.insert(()).unwrap(), b.insert(()).unwrap());
+            assert_eq!((space_of(x), space_of(y)), (0, 5));
+            assert_ne!(x, y);
+        }
+        // Wrap a slot's reuse count: the space stays and the id is never 0.
+        let id = b.insert(()).unwrap();
+        b.slots[(id & 0xffff_ffff) as usize - 1].generation |= COUNT;
+        let id = b.iter().map(|(i, _)| i).find(|i| i & 0xffff_ffff == id & 0xffff_ffff).unwrap();
+        b.remove(id).unwrap();
+        let again = b.insert(()).unwrap();
+        assert_eq!(space_of(again), 5);
+        assert_eq!((again >> 32) as u32 & COUNT, 1);
     }
 }

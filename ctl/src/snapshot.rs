@@ -346,6 +346,7 @@ mod tests {
             executor: "host".into(),
             devices: vec![Device { ordinal: 0, name: "pvgpu host double".into(), total_memory_bytes: 1 << 30 }],
             gpus: Some(vec![0]),
+            space: 0,
             state_bytes: 5,
             state: State { allocations: vec![Allocation { ctx: 1, address: 0x1000, length: 5, blob: 0 }], ..State::default() },
         }

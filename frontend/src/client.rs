@@ -74,8 +74,17 @@ impl Client {
             conn.stats = Some(Box::default());
         }
         conn.sync_spin = Some(opts.sync_spin);
-        let hello = Hello { min_version: PROTOCOL_VERSION.into(), max_version: PROTOCOL_VERSION.into(), reserved: 0.into() };
+        let hello = Hello {
+            min_version: PROTOCOL_VERSION.into(),
+            max_version: PROTOCOL_VERSION.into(),
+            space: opts.space.into(),
+            reserved: 0.into(),
+        };
         let rep = conn.call(&hello)?;
+        if rep.space.get() != opts.space {
+            let e = crate::error::ProtocolError::SpaceIgnored { asked: opts.space, got: rep.space.get() };
+            return Err(crate::error::TransportError::from(e).into());
+        }
         conn.token = rep.resume_token;
         if let Some(staging) = conn.t.area_staging() {
             // The backend page-locks the data area's parts when they are

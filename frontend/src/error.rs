@@ -151,6 +151,17 @@ pub enum ProtocolError {
         /// Bytes asked.
         want: usize,
     },
+    /// The backend answered the hello with another address space than
+    /// asked: it predates several backends per program.
+    #[error(
+        "The backend kept address space {got} for the {asked} asked: it is too old to be one of several backends of a program (PVGPU_BACKEND lists it at place {asked}); upgrade it"
+    )]
+    SpaceIgnored {
+        /// The space asked for.
+        asked: u16,
+        /// The space answered.
+        got: u16,
+    },
     /// A page of kernel names that was empty before the last name.
     #[error("Kernel-name page ended early")]
     NamesPage,

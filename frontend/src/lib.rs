@@ -69,7 +69,7 @@ pub use handles::*;
 pub use host_call::HostFn;
 pub use ipc::PhysInfo;
 pub use link::Linked;
-pub use options::{BackendAddr, DEFAULT_SOCKET, Options, backend_from_env};
+pub use options::{BackendAddr, DEFAULT_SOCKET, Options, backend_from_env, backends_from_env};
 pub use output::set_output_handler;
 pub use pvgpu_ring::{CuError, CuResult};
 pub use stats::{CallCount, CallStats};

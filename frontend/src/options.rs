@@ -22,6 +22,25 @@ pub fn backend_from_env() -> Result<BackendAddr> {
     }
 }
 
+/// `PVGPU_BACKEND` as a list: a program may use the GPUs of several
+/// backends, `PVGPU_BACKEND=local:/run/pvgpu/pvgpu.sock,tcp:gpu2:7000`,
+/// and sees their devices numbered in the list's order. One address (or
+/// none) is a list of one. At most [`pvgpu_ring::proto::MAX_SPACES`].
+pub fn backends_from_env() -> Result<Vec<BackendAddr>> {
+    match std::env::var("PVGPU_BACKEND") {
+        Ok(s) if s.contains(',') => {
+            let list = s.split(',').map(str::trim).map(str::parse).collect::<std::result::Result<Vec<BackendAddr>, _>>()?;
+            if list.len() > usize::from(pvgpu_ring::proto::MAX_SPACES) {
+                let why =
+                    format!("{s}' lists {} backends, more than the {} a program may use; '", list.len(), pvgpu_ring::proto::MAX_SPACES);
+                return Err(pvgpu_ring::addr::AddrError(why).into());
+            }
+            Ok(list)
+        }
+        _ => Ok(vec![backend_from_env()?]),
+    }
+}
+
 /// Connection options.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -62,6 +81,9 @@ pub struct Options {
     /// to come back (a restore) before its next call fails
     /// (`PVGPU_RESUME_TIMEOUT_S`, default 300 s).
     pub resume_timeout: Duration,
+    /// The program's address space at this backend: its place in the
+    /// program's list of backends ([`pvgpu_ring::proto::Hello::space`]).
+    pub space: u16,
 }
 
 impl Default for Options {
@@ -79,6 +101,7 @@ impl Default for Options {
             tcp_key: None,
             tls_ca: None,
             resume_timeout: Duration::from_secs(300),
+            space: 0,
         }
     }
 }

@@ -409,6 +409,7 @@ fn snapshot_file() {
         executor: "host".into(),
         devices: vec![Device { ordinal: 0, name: "pvgpu host double".into(), total_memory_bytes: 1 << 30 }],
         gpus: Some(vec![0]),
+        space: 1,
         state_bytes: bytes,
         state,
     };

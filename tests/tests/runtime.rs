@@ -424,3 +424,58 @@ fn registered_memory_over_local() {
 fn registered_memory_over_tcp() {
     worker_run("registered", Transport::Tcp);
 }
+
+/// One program, the GPUs of two backends (`PVGPU_BACKEND=local:…,tcp:…`,
+/// `tests/runtime/two_backends.cu`): the devices are numbered in the
+/// list's order, each computes, and copies go between devices of the two
+/// backends (peer copies, one after an event of the other backend, and
+/// unified-addressing copies). `local_first` orders the list.
+fn two_backends(local_first: bool) {
+    static A: OnceLock<Harness> = OnceLock::new();
+    static B: OnceLock<Harness> = OnceLock::new();
+    // One device behind the local socket, two behind TCP; sessions in
+    // worker processes on one, in the backend's own on the other.
+    let a = A.get_or_init(|| Harness::with(HarnessOptions { process: true, ..Default::default() }));
+    let b = B.get_or_init(|| Harness::with(HarnessOptions { host_devices: Some(2), ..Default::default() }));
+    let (local, tcp) = (a.addr(Transport::Local).to_string(), b.addr(Transport::Tcp).to_string());
+    let list = if local_first { format!("{local},{tcp}") } else { format!("{tcp},{local}") };
+    let mut path = pvgpu_tests::dropin::shim_dir().into_os_string();
+    path.push(":");
+    path.push(cuda_home().join("lib"));
+    let out = Command::new(worker_program("two_backends"))
+        .arg("3")
+        .env("LD_LIBRARY_PATH", path)
+        .env("PVGPU_BACKEND", &list)
+        .env("PVGPU_TCP_KEY", &b.tcp_key)
+        .env_remove("PVGPU_LOG")
+        .output()
+        .expect("cannot start the program");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.lines().last() == Some("PASS"),
+        "PVGPU_BACKEND={list} ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = "devices: 3\n\
+                device 0: saxpy ok, its pointer is on device 0\n\
+                device 1: saxpy ok, its pointer is on device 1\n\
+                device 2: saxpy ok, its pointer is on device 2\n\
+                cudaMemcpyPeer from device 2 to device 0: ok\n\
+                cudaMemcpyPeerAsync after another device's event: ok\n\
+                cudaMemcpy with cudaMemcpyDefault between devices: ok\n";
+    assert!(stdout.starts_with(want), "PVGPU_BACKEND={list}:\n{stdout}");
+    // Devices 0 and 2 are on different backends (in either order): no
+    // peer link between them.
+    assert!(stdout.contains("device 0 reaches device 2's memory directly: no\n"), "{stdout}");
+}
+
+#[test]
+fn one_program_two_backends_local_first() {
+    two_backends(true);
+}
+
+#[test]
+fn one_program_two_backends_tcp_first() {
+    two_backends(false);
+}

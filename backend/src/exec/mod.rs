@@ -172,8 +172,11 @@ pub trait Executor: Send + Sync + 'static {
     fn driver_version(&self) -> i32;
     /// The devices, by ordinal.
     fn devices(&self) -> &[DeviceInfo];
-    /// Creates a context on `device` (an index into [`Executor::devices`]).
-    fn create_context(&self, device: usize, flags: u32) -> CuRes<Self::Context>;
+    /// Creates a context on `device` (an index into [`Executor::devices`])
+    /// for a session of address space `space`
+    /// ([`pvgpu_ring::proto::Hello::space`]): where the executor places the
+    /// context's device addresses itself, it keeps each space's apart.
+    fn create_context(&self, device: usize, flags: u32, space: u16) -> CuRes<Self::Context>;
     /// `cuDeviceCanAccessPeer` between two devices (indices into
     /// [`Executor::devices`]).
     fn can_access_peer(&self, device: usize, peer: usize) -> CuRes<i32>;

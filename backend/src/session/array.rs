@@ -67,6 +67,11 @@ impl Arrays {
     pub(super) fn new(max_objects: usize) -> Self {
         Arrays { table: HandleTable::new(max_objects), objects: HashMap::new() }
     }
+
+    /// Makes ids of address space `space` ([`HandleTable::set_space`]).
+    pub(super) fn set_space(&mut self, space: u16) {
+        self.table.set_space(space);
+    }
 }
 
 /// Bytes of an array's levels, `None` for a shape or format not offered.

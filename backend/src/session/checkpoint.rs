@@ -106,6 +106,7 @@ impl<E: Executor> Session<E> {
             executor: self.exec.kind().to_string(),
             devices: self.devices_used(),
             gpus: Some(self.gpus.clone()),
+            space: self.space,
             state_bytes: plan.bytes,
             state: plan.state,
         };

@@ -25,6 +25,10 @@ pub(super) fn hello<E: Executor>(s: &mut Session<E>, r: proto::Hello, _: &mut Io
     if r.min_version.get() > PROTOCOL_VERSION || r.max_version.get() < PROTOCOL_VERSION {
         return Err(CuError::NOT_SUPPORTED);
     }
+    if r.space.get() >= proto::MAX_SPACES {
+        return Err(CuError::INVALID_VALUE);
+    }
+    s.set_space(r.space.get());
     s.hello = true;
     Ok(s.hello_rep())
 }
@@ -41,7 +45,7 @@ impl<E: Executor> Session<E> {
     pub fn hello_rep(&self) -> HelloRep {
         HelloRep {
             version: PROTOCOL_VERSION.into(),
-            reserved: 0.into(),
+            space: self.space.into(),
             driver_version: self.exec.driver_version().into(),
             session_id: self.id.into(),
             executor: proto::fixed_str(self.exec.kind()),
@@ -219,7 +223,7 @@ fn new_context<E: Executor>(s: &mut Session<E>, device: usize, flags: u32, prima
     if s.ctxs.len() >= MAX_CONTEXTS {
         return Err(CuError::OUT_OF_MEMORY);
     }
-    let mut ctx = s.exec.create_context(device, flags)?;
+    let mut ctx = s.exec.create_context(device, flags, s.space)?;
     ctx.attach_host_calls(s.host_calls.clone());
     let id = s.ctxs.insert(CtxEntry { primary, device, flags, ctx })?;
     if let Some(l) = &s.limits.peer_ledger {

@@ -112,6 +112,10 @@ pub struct Session<E: Executor> {
     /// The executor's devices the guest sees, by the guest's ordinal.
     gpus: Vec<usize>,
     hello: bool,
+    /// The program's address space at this backend (the hello's
+    /// `space`): in every id the session makes, and where it places
+    /// contexts' memory.
+    space: u16,
     initialized: bool,
     ctxs: HandleTable<CtxEntry<Ctx<E>>>,
     primary: HashMap<usize, (u64, u32)>,
@@ -201,6 +205,7 @@ impl<E: Executor> Session<E> {
             id,
             limits,
             hello: false,
+            space: 0,
             initialized: false,
             ctxs: HandleTable::new(n.min(256)),
             primary: HashMap::new(),
@@ -237,6 +242,21 @@ impl<E: Executor> Session<E> {
             max_reply: pvgpu_ring::proto::MAX_PAYLOAD,
             token: crate::ipc::random_token().unwrap_or_default(),
         }
+    }
+
+    /// Makes every id from now on, and every context's memory where the
+    /// executor places it, those of address space `space`.
+    pub(crate) fn set_space(&mut self, space: u16) {
+        self.space = space;
+        self.ctxs.set_space(space);
+        self.modules.set_space(space);
+        self.functions.set_space(space);
+        self.streams.set_space(space);
+        self.events.set_space(space);
+        self.pools.set_space(space);
+        self.graph.set_space(space);
+        self.vmm.set_space(space);
+        self.arrays.set_space(space);
     }
 
     /// Serves module images from `cache` to this session's guest, `owner`,

@@ -126,10 +126,18 @@ impl<E: Executor> Session<E> {
             .ok_or_else(|| RestoreError::Inconsistent("a token that is not 32 hex digits".into()))?;
         let state = &meta.state;
         let mut blobs = Blobs { reader, next: 0 };
+        if meta.space >= pvgpu_ring::proto::MAX_SPACES {
+            return Err(RestoreError::Inconsistent(format!(
+                "address space {} (at most {})",
+                meta.space,
+                pvgpu_ring::proto::MAX_SPACES - 1
+            )));
+        }
+        self.set_space(meta.space);
         self.hello = true;
         self.initialized = state.initialized;
         for c in &state.contexts {
-            let ctx = self.exec.create_context(c.device, c.flags).map_err(rebuild(format!("context {:#x}", c.id)))?;
+            let ctx = self.exec.create_context(c.device, c.flags, self.space).map_err(rebuild(format!("context {:#x}", c.id)))?;
             self.ctxs
                 .insert_at(c.id, CtxEntry { primary: c.primary, device: c.device, flags: c.flags, ctx })
                 .map_err(bad_id("context", c.id))?;

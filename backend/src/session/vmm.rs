@@ -75,6 +75,11 @@ impl Vmm {
         Vmm { reservations: BTreeMap::new(), reserved: 0, phys: HandleTable::new(max_objects), mappings: BTreeMap::new() }
     }
 
+    /// Makes ids of address space `space` ([`HandleTable::set_space`]).
+    pub(super) fn set_space(&mut self, space: u16) {
+        self.phys.set_space(space);
+    }
+
     /// The mappings covering exactly `[ptr, ptr+size)`, in order.
     fn whole_mappings(&self, ptr: u64, size: u64) -> CuRes<Vec<u64>> {
         let end = end_of(ptr, size)?;

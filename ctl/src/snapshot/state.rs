@@ -207,6 +207,12 @@ pub struct Meta {
     /// Snapshots of backends before this field saw all of them.
     #[serde(default)]
     pub gpus: Option<Vec<usize>>,
+    /// The program's address space at the backend (its place in the
+    /// program's list of backends): in every handle of the session, and
+    /// in those the restored session makes. Snapshots of backends before
+    /// this field are of space 0.
+    #[serde(default)]
+    pub space: u16,
     /// The bytes of device state the blobs hold.
     pub state_bytes: u64,
     /// The session's objects.

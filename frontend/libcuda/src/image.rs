@@ -15,9 +15,8 @@ pub fn for_context(image: &[u8], h: u64) -> Result<Cow<'_, [u8]>, CuError> {
         return Ok(Cow::Borrowed(image));
     }
     let dev = ctx::device_of(h)?;
-    let c = state::client()?;
-    let major = c.device_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(state::cu)?;
-    let minor = c.device_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(state::cu)?;
+    let major = state::device_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = state::device_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let cc = (major * 10 + minor) as u32;
     Ok(match pvgpu_fatbin::select(image, cc) {
         Some(chosen) => {

@@ -6,7 +6,9 @@
 //! names no device, or one already listed; unset, every device is visible;
 //! set and empty (or starting with a bad entry), none is, and `cuInit`
 //! answers `CUDA_ERROR_NO_DEVICE`. A `CUdevice` this library hands out is
-//! the backend's ordinal; the program's ordinals are the list's positions.
+//! the device's number among all the backends' devices
+//! ([`crate::state::backends`]); the program's ordinals are the list's
+//! positions.
 //! This is the program's own choice, as natively: it is not a boundary a
 //! program cannot cross.
 
@@ -45,14 +47,16 @@ pub fn parse(spec: &str, count: i32, uuids: &dyn Fn(i32) -> Option<[u8; 16]>) ->
     seen
 }
 
-/// Reads `CUDA_VISIBLE_DEVICES` once (at `cuInit`), against `client`'s
-/// devices; says how many the program sees (`None`: all, unrestricted).
-pub fn init(client: &pvgpu_frontend::Client) -> Result<Option<usize>, pvgpu_frontend::Error> {
+/// Reads `CUDA_VISIBLE_DEVICES` once (at `cuInit`, once the backends'
+/// devices are numbered), against the backends' devices; says how many
+/// the program sees (`None`: all, unrestricted).
+pub fn init() -> Result<Option<usize>, pvgpu_frontend::Error> {
+    use crate::state::backends;
     if VISIBLE.get().is_none() {
         let list = match std::env::var("CUDA_VISIBLE_DEVICES") {
             Ok(spec) => {
-                let count = client.device_count()?;
-                Some(parse(&spec, count, &|d| client.device_props(d).ok().map(|p| p.uuid)))
+                let uuid = |d| backends::on_device(d).ok().and_then(|(c, local)| c.device_props(local).ok()).map(|p| p.uuid);
+                Some(parse(&spec, backends::device_count(), &uuid))
             }
             Err(_) => None,
         };

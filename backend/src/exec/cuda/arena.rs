@@ -61,6 +61,8 @@ pub trait Backing {
 #[derive(Debug)]
 pub struct Arena {
     granule: u64,
+    /// The slot to try first.
+    first: u32,
     slot: Option<u32>,
     /// Free address ranges of the slot: start to length.
     free: BTreeMap<u64, u64>,
@@ -125,8 +127,17 @@ fn round_up(v: u64, to: u64) -> Option<u64> {
 impl Arena {
     /// An arena of `granule`-sized mappings (the driver's allocation
     /// granularity, a power of two); it reserves its slot at first use.
+    #[cfg(test)]
     pub fn new(granule: u64) -> Arena {
-        Arena { granule, slot: None, free: BTreeMap::new(), maps: BTreeMap::new(), partial: HashMap::new() }
+        Arena::in_space(granule, 0)
+    }
+
+    /// [`Arena::new`] for a session of address space `space`: its slot is
+    /// the first free one from the space's share of them on, so that the
+    /// backends of one program hand out different addresses.
+    pub fn in_space(granule: u64, space: u16) -> Arena {
+        let first = u32::from(space) * (SLOTS / u32::from(pvgpu_ring::proto::MAX_SPACES)) % SLOTS;
+        Arena { granule, first, slot: None, free: BTreeMap::new(), maps: BTreeMap::new(), partial: HashMap::new() }
     }
 
     /// Whether `addr` lies in this arena's slot (what it gave, or could).
@@ -150,7 +161,7 @@ impl Arena {
         let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
         let candidates: Vec<u32> = match want {
             Some(w) => vec![w],
-            None => (0..SLOTS).collect(),
+            None => (0..SLOTS).map(|i| (self.first + i) % SLOTS).collect(),
         };
         for n in candidates {
             if *held & (1 << n) != 0 {

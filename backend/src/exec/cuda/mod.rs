@@ -291,14 +291,14 @@ impl Executor for CudaExecutor {
         Ok(v)
     }
 
-    fn create_context(&self, device: usize, flags: u32) -> CuRes<CudaContext> {
+    fn create_context(&self, device: usize, flags: u32, space: u16) -> CuRes<CudaContext> {
         let dev = *self.raw.get(device).ok_or(CuError::INVALID_DEVICE)?;
         let mut raw = ptr::null_mut();
         // SAFETY: valid out-pointer; null create-params asks for defaults.
         ck(unsafe { sys::cuCtxCreate_v4(&mut raw, ptr::null_mut(), flags, dev) })?;
-        let mut ctx = CudaContext { raw, dev, drv: self.drv, host: host_node::HostNodes::default(), placed: None };
+        let mut ctx = CudaContext { raw, dev, drv: self.drv, host: host_node::HostNodes::default(), placed: None, space };
         if self.memory == crate::config::DeviceMemory::Placed {
-            ctx.placed = Some(Box::new(placed::Placed::new(self.drv, dev, self.peers_of(dev))?));
+            ctx.placed = Some(Box::new(placed::Placed::new(self.drv, dev, self.peers_of(dev), space)?));
         }
         Ok(ctx)
     }
@@ -318,6 +318,8 @@ pub struct CudaContext {
     host: host_node::HostNodes,
     /// Device memory at the backend's addresses (`--device-memory placed`).
     placed: Option<Box<placed::Placed>>,
+    /// The session's address space ([`crate::exec::Executor::create_context`]).
+    space: u16,
 }
 
 // SAFETY: a CUDA context may be used from any thread once made current

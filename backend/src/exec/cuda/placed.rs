@@ -174,7 +174,7 @@ pub(super) struct Placed {
 
 impl Placed {
     /// Placed memory of `dev`, reachable from the devices in `peers` too.
-    pub(super) fn new(drv: &'static Driver, dev: sys::CUdevice, peers: Vec<sys::CUdevice>) -> CuRes<Placed> {
+    pub(super) fn new(drv: &'static Driver, dev: sys::CUdevice, peers: Vec<sys::CUdevice>, space: u16) -> CuRes<Placed> {
         let granule = super::vmm::granularity(drv, dev, 0)?;
         if !granule.is_power_of_two() {
             return Err(CuError::NOT_SUPPORTED);
@@ -182,7 +182,12 @@ impl Placed {
         super::vmm::reserve_window(drv);
         let mut access = vec![dev];
         access.extend(peers);
-        Ok(Placed { arena: Arena::new(granule), vmm: Vmm { drv, dev, access }, deferred: Vec::new(), after_capture: Vec::new() })
+        Ok(Placed {
+            arena: Arena::in_space(granule, space),
+            vmm: Vmm { drv, dev, access },
+            deferred: Vec::new(),
+            after_capture: Vec::new(),
+        })
     }
 
     /// Whether `dptr` is placed memory of this context (else the driver's:

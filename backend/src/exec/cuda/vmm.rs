@@ -88,10 +88,25 @@ pub(super) fn reserve_window(drv: &Driver) {
 }
 
 /// Carves `size` bytes aligned to `alignment` from the window: at `hint`
-/// if that range is free, else the first that fits. `None`: no window, or
-/// no room.
-fn carve(size: u64, alignment: u64, hint: u64) -> Option<u64> {
-    carve_in(carver().as_mut()?, size, alignment, hint)
+/// if that range is free, else the first that fits, looking first in the
+/// sixteenth of the window of address space `space` and above (so that
+/// the backends of one program hand out different addresses). `None`: no
+/// window, or no room.
+fn carve(size: u64, alignment: u64, hint: u64, space: u16) -> Option<u64> {
+    let mut g = carver();
+    let free = g.as_mut()?;
+    if hint == 0 && space > 0 {
+        let from = WINDOW + u64::from(space) * (WINDOW_LEN / u64::from(pvgpu_ring::proto::MAX_SPACES));
+        let align = alignment.max(CARVE_ALIGN);
+        let at = free.iter().find_map(|(&s, &l)| {
+            let at = s.max(from).checked_next_multiple_of(align)?;
+            at.checked_add(size).is_some_and(|e| e <= s + l).then_some(at)
+        });
+        if let Some(p) = at.and_then(|at| carve_in(free, size, alignment, at)) {
+            return Some(p);
+        }
+    }
+    carve_in(free, size, alignment, hint)
 }
 
 /// [`carve`] from the free ranges `free`.
@@ -143,7 +158,7 @@ impl CudaContext {
         // Where sessions may leave their process, reservations are carved
         // from the window, where another process can have them back.
         if self.placed.is_some() {
-            if let Some(p) = carve(size, alignment, addr) {
+            if let Some(p) = carve(size, alignment, addr, self.space) {
                 return Ok(p);
             }
         }

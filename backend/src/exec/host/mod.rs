@@ -49,6 +49,8 @@ const CTX_SPAN: u64 = 1 << 40;
 const BASE: u64 = 0x2000_0000_0000;
 /// The context span no context gets: `[0x3000_0000_0000, +CTX_SPAN)`.
 const PRIVATE_SLOT: u64 = (0x3000_0000_0000 - BASE) / CTX_SPAN;
+/// How many context spans there are.
+const SPANS: u64 = 64;
 static NEXT_CTX: AtomicU64 = AtomicU64::new(1);
 
 /// What the double reserves for each context, as a driver does.
@@ -201,16 +203,19 @@ impl Executor for HostExecutor {
         Some(self.used_bytes() + self.reserved.load(Ordering::Relaxed))
     }
 
-    fn create_context(&self, device: usize, _flags: u32) -> CuRes<HostContext> {
+    fn create_context(&self, device: usize, _flags: u32, space: u16) -> CuRes<HostContext> {
         let dev = self.devices.get(device).ok_or(CuError::INVALID_DEVICE)?;
         // Spread contexts (also those of other worker processes) over
         // distinct address ranges, as a GPU's unified address space does,
         // leaving out the span where programs' private page-locked memory
         // lies (the drop-in library places it from 0x3000_0000_0000,
         // `frontend/libcuda/src/api/host.rs`): a program's mirror there must
-        // not meet a context's device addresses.
-        let n = (NEXT_CTX.fetch_add(1, Ordering::Relaxed) + std::process::id() as u64 * 7) % 63;
-        let n = if n >= PRIVATE_SLOT { n + 1 } else { n };
+        // not meet a context's device addresses. Each address space (one
+        // per backend of a program) has spans of its own.
+        let per = SPANS / u64::from(pvgpu_ring::proto::MAX_SPACES);
+        let k = (NEXT_CTX.fetch_add(1, Ordering::Relaxed) + std::process::id() as u64 * 7) % per;
+        let n = u64::from(space) * per + k;
+        let n = if n == PRIVATE_SLOT { u64::from(space) * per + (k + 1) % per } else { n };
         let base = BASE + n * CTX_SPAN;
         let mut c = HostContext {
             mem: Mem {
@@ -396,7 +401,7 @@ mod tests {
     #[test]
     fn mat_sum_runs_and_faults_are_sticky() {
         let ex = HostExecutor::new(1 << 30);
-        let mut c = ex.create_context(0, 0).unwrap();
+        let mut c = ex.create_context(0, 0, 0).unwrap();
         let m = c.module_load(PTX).unwrap();
         let (f, layout) = c.function(&m, "mat_sum").unwrap();
         let n = 1000usize;
@@ -434,7 +439,7 @@ mod tests {
     #[test]
     fn guard_gap_catches_overruns() {
         let ex = HostExecutor::new(1 << 30);
-        let mut c = ex.create_context(0, 0).unwrap();
+        let mut c = ex.create_context(0, 0, 0).unwrap();
         let a = c.mem_alloc(100).unwrap();
         let _b = c.mem_alloc(100).unwrap();
         assert!(c.mem.bytes(a, 100).is_ok());
@@ -445,7 +450,7 @@ mod tests {
     #[test]
     fn out_of_memory_is_reported() {
         let ex = HostExecutor::new(1 << 20);
-        let mut c = ex.create_context(0, 0).unwrap();
+        let mut c = ex.create_context(0, 0, 0).unwrap();
         assert!(c.mem_alloc(1 << 19).is_ok());
         assert_eq!(c.mem_alloc(1 << 20), Err(CuError::OUT_OF_MEMORY));
     }

@@ -150,6 +150,13 @@ impl<E: Executor> Graphs<E> {
         }
     }
 
+    /// Makes ids of address space `space` ([`HandleTable::set_space`]).
+    pub(super) fn set_space(&mut self, space: u16) {
+        self.graphs.set_space(space);
+        self.nodes.set_space(space);
+        self.execs.set_space(space);
+    }
+
     /// The id of executor graph `g` of context `ctx`, registered if new
     /// with owner `owner`.
     pub(super) fn graph_id(&mut self, ctx: u64, g: Graph<E>, owner: Owner) -> CuRes<u64> {

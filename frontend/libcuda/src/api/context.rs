@@ -199,14 +199,21 @@ pub unsafe extern "C" fn cuCtxGetDevice_v2(device: *mut c_int, c: *mut c_void) -
 }
 
 fn synchronize(c: *mut c_void) -> Res {
-    state::client()?.ctx_synchronize(ctx::backend(ctx::or_current(id(c))?)?).map_err(state::cu)?;
+    state::client()?;
+    let h = ctx::or_current(id(c))?;
+    state::client_of_ctx(h)?.ctx_synchronize(ctx::backend(h)?).map_err(state::cu)?;
     crate::callback::wait_all()
 }
 
 fn peer(peer_ctx: *mut c_void, enable: bool, flags: u32) -> Res {
     let me = ctx::current()?;
     let peer = ctx::backend(id(peer_ctx)).map_err(|_| CuError::INVALID_HANDLE)?;
-    state::client()?.peer_access(me, peer, enable, flags).map_err(state::cu)
+    let c = state::client()?;
+    if !std::ptr::eq(c, state::client_of_ctx(id(peer_ctx))?) {
+        // Devices of two backends have no peer link.
+        return Err(CuError::PEER_ACCESS_UNSUPPORTED);
+    }
+    c.peer_access(me, peer, enable, flags).map_err(state::cu)
 }
 
 /// `cuCtxEnablePeerAccess`: the current context reaches `peer_ctx`'s
@@ -246,7 +253,7 @@ fn ctx_or_current(c: *mut c_void) -> Result<pvgpu_frontend::Context, CuError> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetApiVersion(c: *mut c_void, version: *mut c_uint) -> CuResult {
     run("cuCtxGetApiVersion", || {
-        let i = state::client()?.ctx_info(ctx_or_current(c)?).map_err(state::cu)?;
+        let i = state::client_of_ctx(ctx::or_current(id(c))?)?.ctx_info(ctx_or_current(c)?).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(version, i.api_version) }
     })
@@ -405,7 +412,7 @@ pub extern "C" fn cuDevicePrimaryCtxReset(dev: c_int) -> CuResult {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(dev: c_int, flags: *mut c_uint, active: *mut c_int) -> CuResult {
     run("cuDevicePrimaryCtxGetState", || {
-        state::client()?.device_props(dev).map_err(state::cu)?;
+        state::device_props(dev)?;
         let (f, a) = ctx::primary_state(dev);
         let a = a as c_int;
         // SAFETY: writable per the API.
@@ -417,7 +424,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(dev: c_int, flags: *mut c_ui
 }
 
 fn primary_set_flags(dev: c_int, flags: c_uint) -> Res {
-    state::client()?.device_props(dev).map_err(state::cu)?;
+    state::device_props(dev)?;
     ctx::primary_set_flags(dev, flags);
     Ok(())
 }

@@ -8,8 +8,11 @@ use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_char, c_int};
 
 fn props(dev: c_int) -> Result<std::sync::Arc<pvgpu_frontend::DeviceProps>, CuError> {
-    state::client()?.device_props(dev).map_err(state::cu)
+    let (c, local) = state::device(dev)?;
+    c.device_props(local).map_err(state::cu)
 }
+
+use state::device_attribute as attribute;
 
 /// `cuDeviceGet`.
 ///
@@ -18,9 +21,11 @@ fn props(dev: c_int) -> Result<std::sync::Arc<pvgpu_frontend::DeviceProps>, CuEr
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> CuResult {
     run("cuDeviceGet", || {
-        // CUDA_VISIBLE_DEVICES: the program's ordinal names a backend device.
-        let ordinal = crate::visible::backend_ordinal(ordinal).ok_or(CuError::INVALID_DEVICE)?;
-        let d = state::client()?.device_get(ordinal).map_err(state::cu)?;
+        // CUDA_VISIBLE_DEVICES: the program's ordinal names one of the
+        // backends' devices.
+        let d = crate::visible::backend_ordinal(ordinal).ok_or(CuError::INVALID_DEVICE)?;
+        let (c, local) = state::device(d)?;
+        c.device_get(local).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(device, d) }
     })
@@ -33,7 +38,8 @@ pub unsafe extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> CuRe
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CuResult {
     run("cuDeviceGetCount", || {
-        let n = state::client()?.device_count().map_err(state::cu)?;
+        state::client()?;
+        let n = state::backends::device_count();
         // SAFETY: writable per the API.
         unsafe { put(count, crate::visible::count(n)) }
     })
@@ -105,7 +111,7 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> C
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: CUdevice_attribute, dev: c_int) -> CuResult {
     run("cuDeviceGetAttribute", || {
-        let v = state::client()?.device_attribute(dev, attrib).map_err(state::cu)?;
+        let v = attribute(dev, attrib)?;
         // SAFETY: writable per the API.
         unsafe { put(pi, v) }
     })
@@ -118,9 +124,8 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: CUdevice_a
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceComputeCapability(major: *mut c_int, minor: *mut c_int, dev: c_int) -> CuResult {
     run("cuDeviceComputeCapability", || {
-        let c = state::client()?;
-        let ma = c.device_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(state::cu)?;
-        let mi = c.device_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(state::cu)?;
+        let ma = attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let mi = attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
         // SAFETY: writable per the API.
         unsafe {
             put(major, ma)?;
@@ -136,8 +141,7 @@ pub unsafe extern "C" fn cuDeviceComputeCapability(major: *mut c_int, minor: *mu
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetProperties(prop: *mut CUdevprop, dev: c_int) -> CuResult {
     run("cuDeviceGetProperties", || {
-        let c = state::client()?;
-        let a = |k: CUdevice_attribute| c.device_attribute(dev, k).map_err(state::cu);
+        let a = |k: CUdevice_attribute| attribute(dev, k);
         let p = CUdevprop {
             maxThreadsPerBlock: a(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
             maxThreadsDim: [
@@ -164,8 +168,7 @@ pub unsafe extern "C" fn cuDeviceGetProperties(prop: *mut CUdevprop, dev: c_int)
 }
 
 fn bus_id(dev: c_int) -> Result<String, CuError> {
-    let c = state::client()?;
-    let a = |k: CUdevice_attribute| c.device_attribute(dev, k).map_err(state::cu);
+    let a = |k: CUdevice_attribute| attribute(dev, k);
     Ok(format!(
         "{:08X}:{:02X}:{:02X}.0",
         a(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
@@ -204,8 +207,8 @@ pub unsafe extern "C" fn cuDeviceGetByPCIBusId(dev: *mut c_int, pci_bus_id: *con
     run("cuDeviceGetByPCIBusId", || {
         // SAFETY: NUL-terminated per the API.
         let want = unsafe { state::name(pci_bus_id) }?.to_ascii_uppercase();
-        let n = state::client()?.device_count().map_err(state::cu)?;
-        for d in (0..n).filter(|d| crate::visible::sees(*d)) {
+        state::client()?;
+        for d in (0..state::backends::device_count()).filter(|d| crate::visible::sees(*d)) {
             let id = bus_id(d)?;
             if id == want || id.ends_with(&want) {
                 // SAFETY: writable per the API.
@@ -217,7 +220,7 @@ pub unsafe extern "C" fn cuDeviceGetByPCIBusId(dev: *mut c_int, pci_bus_id: *con
 }
 
 /// `cuDeviceCanAccessPeer`: as the backend's driver answers for its
-/// devices.
+/// devices; devices of two backends cannot reach each other's memory.
 ///
 /// # Safety
 /// `can_access` must be writable.
@@ -227,7 +230,8 @@ pub unsafe extern "C" fn cuDeviceCanAccessPeer(can_access: *mut c_int, dev: c_in
         if can_access.is_null() {
             return Err(CuError::INVALID_VALUE);
         }
-        let can = state::client()?.can_access_peer(dev, peer).map_err(state::cu)?;
+        let ((c, d), (pc, p)) = (state::device(dev)?, state::device(peer)?);
+        let can = std::ptr::eq(c, pc) && c.can_access_peer(d, p).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(can_access, c_int::from(can)) }
     })
@@ -243,7 +247,10 @@ pub unsafe extern "C" fn cuDeviceGetP2PAttribute(value: *mut c_int, attr: CUdevi
         if value.is_null() {
             return Err(CuError::INVALID_VALUE);
         }
-        let v = state::client()?.p2p_attribute(attr.0, src, dst).map_err(state::cu)?;
+        let ((c, s), (dc, d)) = (state::device(src)?, state::device(dst)?);
+        // Devices of two backends: no peer link, so every attribute is 0
+        // (as the driver answers for devices without one).
+        let v = if std::ptr::eq(c, dc) { c.p2p_attribute(attr.0, s, d).map_err(state::cu)? } else { 0 };
         // SAFETY: writable per the API.
         unsafe { put(value, v) }
     })
@@ -274,7 +281,10 @@ pub unsafe extern "C" fn cuDeviceGetExecAffinitySupport(pi: *mut c_int, _kind: C
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pvgpu_device_status(dev: c_int, out: *mut PvgpuDeviceStatus) -> CuResult {
     run("pvgpu_device_status", || {
-        let s = state::connect()?.device_status(dev).map_err(state::cu)?;
+        let clients = state::connect()?;
+        // Before `cuInit` numbered the backends' devices: the first's.
+        let (c, local) = state::backends::on_device(dev).unwrap_or((&clients[0], dev));
+        let s = c.device_status(local).map_err(state::cu)?;
         // SAFETY: null is refused; otherwise writable, per the caller.
         unsafe { put(out, PvgpuDeviceStatus::from(&s)) }
     })

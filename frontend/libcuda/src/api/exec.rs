@@ -1,6 +1,7 @@
 //! Streams and events. Event records and stream waits are sent without
 //! waiting for the backend; their errors come back at the next
-//! synchronising call.
+//! synchronising call. Each goes to the backend that made the stream or
+//! event (a program may use several, [`crate::state::backends`]).
 
 use crate::state::{self, Res, StreamInfo, handle, id, objects, put, run, stream};
 use pvgpu_frontend::{Event, Stream};
@@ -42,7 +43,7 @@ fn stream_destroy(s: *mut c_void) -> Res {
     if objects().streams.remove(&sid).is_none() {
         return Err(CuError::INVALID_HANDLE);
     }
-    state::client()?.stream_destroy(Stream(sid)).map_err(state::cu)
+    state::client_of(sid)?.stream_destroy(Stream(sid)).map_err(state::cu)
 }
 
 /// `cuStreamDestroy_v2`.
@@ -58,7 +59,7 @@ pub extern "C" fn cuStreamDestroy(s: *mut c_void) -> CuResult {
 }
 
 fn stream_sync(s: *mut c_void) -> Res {
-    let c = state::client()?;
+    let c = state::client_of_stream(s)?;
     match state::ordered(s) {
         Stream::DEFAULT => c.ctx_synchronize(state::current()?),
         st => c.stream_synchronize(st),
@@ -73,7 +74,7 @@ pub extern "C" fn cuStreamSynchronize(s: *mut c_void) -> CuResult {
 }
 
 fn stream_query(s: *mut c_void) -> Res {
-    let c = state::client()?;
+    let c = state::client_of_stream(s)?;
     if crate::callback::busy(stream(s)) {
         return Err(CuError::NOT_READY);
     }
@@ -92,7 +93,13 @@ pub extern "C" fn cuStreamQuery(s: *mut c_void) -> CuResult {
 }
 
 fn stream_wait(s: *mut c_void, e: *mut c_void) -> Res {
-    state::client()?.stream_wait_event(state::ordered(s), Event(id(e))).map_err(state::cu)
+    let (c, of_event) = (state::client_of_stream(s)?, state::client_of(id(e))?);
+    if !std::ptr::eq(c, of_event) {
+        // An event of another backend: the stream's later work follows it
+        // once it has happened, so wait for it here.
+        return of_event.event_synchronize(Event(id(e))).map_err(state::cu);
+    }
+    c.stream_wait_event(state::ordered(s), Event(id(e))).map_err(state::cu)
 }
 
 /// `cuStreamWaitEvent`.
@@ -196,7 +203,7 @@ pub unsafe extern "C" fn cuEventCreate(ph: *mut *mut c_void, flags: c_uint) -> C
 }
 
 fn record(e: *mut c_void, s: *mut c_void) -> Res {
-    state::client()?.event_record(Event(id(e)), state::ordered(s)).map_err(state::cu)
+    state::client_of(id(e))?.event_record(Event(id(e)), state::ordered(s)).map_err(state::cu)
 }
 
 /// `cuEventRecord`.
@@ -214,17 +221,19 @@ pub extern "C" fn cuEventRecordWithFlags(e: *mut c_void, s: *mut c_void, _flags:
 /// `cuEventQuery`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventQuery(e: *mut c_void) -> CuResult {
-    run("cuEventQuery", || if state::client()?.event_query(Event(id(e))).map_err(state::cu)? { Ok(()) } else { Err(CuError::NOT_READY) })
+    run("cuEventQuery", || {
+        if state::client_of(id(e))?.event_query(Event(id(e))).map_err(state::cu)? { Ok(()) } else { Err(CuError::NOT_READY) }
+    })
 }
 
 /// `cuEventSynchronize`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventSynchronize(e: *mut c_void) -> CuResult {
-    run("cuEventSynchronize", || state::client()?.event_synchronize(Event(id(e))).map_err(state::cu))
+    run("cuEventSynchronize", || state::client_of(id(e))?.event_synchronize(Event(id(e))).map_err(state::cu))
 }
 
 fn elapsed(ms: *mut c_float, a: *mut c_void, b: *mut c_void) -> Res {
-    let v = state::client()?.event_elapsed(Event(id(a)), Event(id(b))).map_err(state::cu)?;
+    let v = state::client_of(id(a))?.event_elapsed(Event(id(a)), Event(id(b))).map_err(state::cu)?;
     // SAFETY: writable per the API.
     unsafe { put(ms, v) }
 }
@@ -248,7 +257,7 @@ pub unsafe extern "C" fn cuEventElapsedTime(ms: *mut c_float, a: *mut c_void, b:
 }
 
 fn event_destroy(e: *mut c_void) -> Res {
-    state::client()?.event_destroy(Event(id(e))).map_err(state::cu)
+    state::client_of(id(e))?.event_destroy(Event(id(e))).map_err(state::cu)
 }
 
 /// `cuEventDestroy_v2`.

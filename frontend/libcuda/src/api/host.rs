@@ -157,14 +157,16 @@ pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CuResult {
     run("cuMemFreeHost", || {
         let info = objects().host.remove(&(p as usize)).ok_or(CuError::INVALID_VALUE)?;
+        // The backend of the context it was allocated in (its data area).
+        let c = if info.ctx == 0 { state::client()? } else { state::client_of_ctx(info.ctx)? };
         if info.in_area {
-            state::client()?.host_free(p as *mut u8);
+            c.host_free(p as *mut u8);
             return Ok(());
         }
         if info.mirrored {
             // The backend's copy goes first: the program's pages must
             // outlive the mirror.
-            let _ = state::client()?.unmirror_host(p as *mut u8);
+            let _ = c.unmirror_host(p as *mut u8);
         }
         // Relaxed: see PRIVATE_LIVE.
         PRIVATE_LIVE.fetch_sub(1, Ordering::Relaxed);

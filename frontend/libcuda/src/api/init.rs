@@ -20,14 +20,17 @@ pub extern "C" fn cuInit(flags: c_uint) -> CuResult {
         if flags != 0 {
             return Err(CuError::INVALID_VALUE);
         }
-        let c = state::connect()?;
-        c.init().map_err(state::cu)?;
+        let clients = state::connect()?;
+        for c in clients {
+            c.init().map_err(state::cu)?;
+        }
+        state::backends::number_devices(clients).map_err(state::cu)?;
         // As NVIDIA's driver: no device left visible is an error of cuInit,
-        // whether CUDA_VISIBLE_DEVICES left none or the backend gave the
+        // whether CUDA_VISIBLE_DEVICES left none or the backends gave the
         // session none (its tenant's GPUs are drained, say).
-        let seen = match crate::visible::init(c).map_err(state::cu)? {
+        let seen = match crate::visible::init().map_err(state::cu)? {
             Some(n) => n,
-            None => usize::try_from(c.device_count().map_err(state::cu)?).unwrap_or(0),
+            None => usize::try_from(state::backends::device_count()).unwrap_or(0),
         };
         if seen == 0 {
             return Err(CuError::NO_DEVICE);
@@ -37,13 +40,13 @@ pub extern "C" fn cuInit(flags: c_uint) -> CuResult {
     })
 }
 
-/// The driver version this library reports: the backend's, capped at the
-/// API version it implements (so programs pick entry points it has), or
-/// that API version without a backend. NVIDIA's runtime hashes it into its
+/// The driver version this library reports: the backends' oldest, capped
+/// at the API version it implements (so programs pick entry points it
+/// has), or that API version without a backend. NVIDIA's runtime hashes it into its
 /// integrity check, so every answer must be this one.
 pub fn reported_driver_version() -> c_int {
     match state::connect() {
-        Ok(c) => c.info().driver_version.min(API_VERSION),
+        Ok(c) => c.iter().map(|c| c.info().driver_version).min().unwrap_or(API_VERSION).min(API_VERSION),
         Err(_) => API_VERSION,
     }
 }

@@ -118,9 +118,8 @@ pub(crate) fn check_launch(fid: u64, grid: [c_uint; 3], block: [c_uint; 3], s: *
     if stream != pvgpu_frontend::Stream::DEFAULT && state::objects().streams.get(&stream.0).is_some_and(|st| st.ctx != ctx) {
         return Err(CuError::INVALID_HANDLE);
     }
-    let c = state::client()?;
     let dev = state::ctx::device_of(ctx)?;
-    let a = |k| c.device_attribute(dev, k).map_err(state::cu);
+    let a = |k| state::device_attribute(dev, k);
     let threads = block.iter().map(|&b| b as u64).product::<u64>();
     if threads > a(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)? as u64
         || block[0] > a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)? as u32

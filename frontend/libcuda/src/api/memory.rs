@@ -21,8 +21,13 @@ fn alloc(dptr: *mut u64, size: usize) -> Res {
         return Err(CuError::INVALID_VALUE);
     }
     let ctx = state::current()?;
-    let p = state::client()?.mem_alloc(ctx, size as u64).map_err(state::cu)?;
+    let c = state::client()?;
+    let p = c.mem_alloc(ctx, size as u64).map_err(state::cu)?;
     let handle = state::current_handle().ok_or(CuError::INVALID_CONTEXT)?;
+    if state::backends::clashes(p, size as u64, state::backends::backend_of_ctx(handle)) {
+        let _ = c.mem_free(p);
+        return Err(CuError::OUT_OF_MEMORY);
+    }
     objects().device.insert(p, DevAlloc::new(size as u64, handle, DevKind::Alloc));
     // SAFETY: non-null and writable per the API.
     unsafe { put(dptr, p) }
@@ -62,7 +67,7 @@ pub extern "C" fn cuMemFree_v2(dptr: u64) -> CuResult {
         if dptr == 0 {
             return Ok(());
         }
-        let c = state::client()?;
+        let c = state::client_of_pointer(dptr)?;
         // A free of an address this process never allocated (or a global)
         // fails at the call, as the driver's does.
         let kind = objects().device.get(&dptr).map(|a| a.kind);
@@ -136,10 +141,9 @@ fn pinned_host(p: u64, n: usize) -> bool {
 /// operation done in the program.
 fn host_wait(s: Stream) -> Res {
     crate::callback::gate(s);
-    let c = state::client()?;
     match s {
-        Stream::DEFAULT => c.ctx_synchronize(state::current()?),
-        st => c.stream_synchronize(st),
+        Stream::DEFAULT => state::client()?.ctx_synchronize(state::current()?),
+        st => state::client_of(st.0)?.stream_synchronize(st),
     }
     .map_err(state::cu)
 }
@@ -173,7 +177,7 @@ fn htod(dst: u64, src: *const c_void, n: usize, s: Stream, is_async: bool) -> Re
     // SAFETY: the caller of the driver API guarantees `src` holds `n`
     // readable bytes (and, for page-locked memory copied asynchronously,
     // that it stays valid until the stream is synchronised).
-    unsafe { state::client()?.memcpy_htod_raw(dst, src.cast(), n, s, is_async) }.map_err(state::cu)
+    unsafe { state::client_for(dst, s)?.memcpy_htod_raw(dst, src.cast(), n, s, is_async) }.map_err(state::cu)
 }
 
 /// On a capturing stream, the device address of host memory a copy names
@@ -216,14 +220,20 @@ fn dtoh(dst: *mut c_void, src: u64, n: usize, s: Stream, is_async: bool) -> Res 
     }
     // SAFETY: the caller of the driver API guarantees `dst` holds `n`
     // writable bytes (as above for page-locked memory).
-    unsafe { state::client()?.memcpy_dtoh_raw(dst.cast(), n, src, s, is_async) }.map_err(state::cu)
+    unsafe { state::client_for(src, s)?.memcpy_dtoh_raw(dst.cast(), n, src, s, is_async) }.map_err(state::cu)
 }
 
 fn dtod(dst: u64, src: u64, n: usize, s: Option<Stream>) -> Res {
     if pinned_host(dst, n) || pinned_host(src, n) {
         return unified(dst, src, n, s);
     }
-    let c = state::client()?;
+    if state::backends::several() {
+        let (to, from) = (state::client_of_pointer(dst)?, state::client_of_pointer(src)?);
+        if !std::ptr::eq(to, from) {
+            return super::across::copy(dst, to, src, from, n, s);
+        }
+    }
+    let c = state::client_for(src, s.unwrap_or(Stream::DEFAULT))?;
     crate::callback::gate(s.unwrap_or(Stream::DEFAULT));
     match s {
         None => c.memcpy_dtod(dst, src, n as u64),
@@ -281,12 +291,18 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, s: *mut c_v
     run("cuMemcpyDtoDAsync_v2", || dtod(dst, src, n, Some(state::ordered(s))))
 }
 
-/// A copy between the memory of two contexts (`cuMemcpyPeer`): the
-/// backend holds both in one address space, where a device-to-device copy
-/// reaches either side.
+/// A copy between the memory of two contexts (`cuMemcpyPeer`): a backend
+/// holds both of its contexts in one address space, where a
+/// device-to-device copy reaches either side; contexts of two backends
+/// copy through the program ([`super::across`]).
 fn peer(dst: u64, dst_ctx: *mut c_void, src: u64, src_ctx: *mut c_void, n: usize, s: Option<Stream>) -> Res {
-    if !state::ctx::is_live(state::id(dst_ctx)) || !state::ctx::is_live(state::id(src_ctx)) {
+    let (dh, sh) = (state::id(dst_ctx), state::id(src_ctx));
+    if !state::ctx::is_live(dh) || !state::ctx::is_live(sh) {
         return Err(CuError::INVALID_CONTEXT);
+    }
+    let (to, from) = (state::client_of_ctx(dh)?, state::client_of_ctx(sh)?);
+    if !std::ptr::eq(to, from) {
+        return super::across::copy(dst, to, src, from, n, s);
     }
     dtod(dst, src, n, s)
 }
@@ -350,7 +366,7 @@ fn memset(dptr: u64, value: u32, elem: u32, n: usize, s: Stream) -> Res {
         }
         return Ok(());
     }
-    state::client()?.memset(dptr, value, elem, n as u64, s).map_err(|e| {
+    state::client_for(dptr, s)?.memset(dptr, value, elem, n as u64, s).map_err(|e| {
         tracing::debug!(dptr, elem, n, stream = s.0, error = %e, "memset refused");
         state::cu(e)
     })

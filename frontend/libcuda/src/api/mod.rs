@@ -1,6 +1,7 @@
 //! The driver API functions implemented by hand. Everything else is a
 //! generated stub (see `build.rs`).
 
+pub mod across;
 pub mod array;
 pub mod capture;
 pub mod context;

@@ -407,8 +407,8 @@ fn potential_block_size(
                 o.modules.get(&m).copied()
             };
             let ctx = ctx.map_or(Ok(0), crate::state::ctx::device_of)?;
-            let sms = c.device_attribute(ctx, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(state::cu)?;
-            let warp = c.device_attribute(ctx, CU_DEVICE_ATTRIBUTE_WARP_SIZE).map_err(state::cu)?.max(1);
+            let sms = state::device_attribute(ctx, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+            let warp = state::device_attribute(ctx, CU_DEVICE_ATTRIBUTE_WARP_SIZE)?.max(1);
             let mut max = c.func_get_attribute(&f, 0).map_err(state::cu)?;
             if limit > 0 {
                 max = max.min(limit);

@@ -107,13 +107,17 @@ fn alloc_async(dptr: *mut u64, size: usize, s: *mut c_void, pool: Option<Pool>) 
     }
     let h = stream_ctx(s)?;
     let graph = crate::api::capture::is_capturing(state::stream(s))?;
-    let c = state::client()?;
+    let c = state::client_of_ctx(h)?;
     let p = match pool.unwrap_or(Pool::current(ctx::device_of(h)?)) {
         Pool::Default(_) => c.mem_alloc_async(ctx::backend(h)?, size as u64, state::ordered(s)),
         Pool::Own(p, _) => c.mem_alloc_from_pool(ctx::backend(h)?, p, size as u64, state::ordered(s)),
     }
     .map_err(state::cu)?;
     let kind = if graph { DevKind::Graph } else { DevKind::Alloc };
+    if state::backends::clashes(p, size as u64, state::backends::backend_of_ctx(h)) {
+        let _ = c.mem_free(p);
+        return Err(CuError::OUT_OF_MEMORY);
+    }
     objects().device.insert(p, DevAlloc::new(size as u64, h, kind));
     // SAFETY: non-null and writable per the API.
     unsafe { put(dptr, p) }
@@ -147,7 +151,7 @@ pub extern "C" fn cuMemFreeAsync(dptr: u64, s: *mut c_void) -> CuResult {
         if dptr == 0 {
             return Ok(());
         }
-        let c = state::client()?;
+        let c = state::client_of_pointer(dptr)?;
         let kind = objects().device.get(&dptr).map(|a| a.kind);
         if !matches!(kind, Some(DevKind::Alloc | DevKind::Graph)) {
             return Err(CuError::INVALID_VALUE);
@@ -161,7 +165,7 @@ pub extern "C" fn cuMemFreeAsync(dptr: u64, s: *mut c_void) -> CuResult {
 }
 
 fn put_pool(out: *mut *mut c_void, dev: c_int, pool: impl FnOnce(c_int) -> Pool) -> Res {
-    state::client()?.device_props(dev).map_err(state::cu)?;
+    state::device_props(dev)?;
     // SAFETY: writable per the API.
     unsafe { put(out, pool(dev).handle()) }
 }
@@ -228,8 +232,8 @@ pub unsafe extern "C" fn cuMemPoolCreate(pool: *mut *mut c_void, props: *const C
             return Err(CuError::NOT_SUPPORTED);
         }
         let dev = p.location.id;
-        state::client()?.device_props(dev).map_err(|_| CuError::INVALID_DEVICE)?;
-        let made = state::client()?.mem_pool_create(device_ctx(dev)?, p.maxSize as u64).map_err(state::cu)?;
+        state::device_props(dev).map_err(|_| CuError::INVALID_DEVICE)?;
+        let made = state::device(dev)?.0.mem_pool_create(device_ctx(dev)?, p.maxSize as u64).map_err(state::cu)?;
         own().insert(made.0, dev);
         // SAFETY: non-null and writable per the API.
         unsafe { put(pool, Pool::Own(made, dev).handle()) }
@@ -243,7 +247,7 @@ pub unsafe extern "C" fn cuMemPoolCreate(pool: *mut *mut c_void, props: *const C
 pub extern "C" fn cuMemPoolDestroy(pool: *mut c_void) -> CuResult {
     run("cuMemPoolDestroy", || {
         let Pool::Own(p, dev) = Pool::of(pool)? else { return Err(CuError::INVALID_VALUE) };
-        state::client()?.mem_pool_destroy(p).map_err(state::cu)?;
+        state::device(dev)?.0.mem_pool_destroy(p).map_err(state::cu)?;
         own().remove(&p.0);
         let mut cur = current();
         if cur.get(&dev) == Some(&p.0) {
@@ -260,8 +264,9 @@ fn is_wide(attr: CUmemPool_attribute) -> bool {
 
 /// Gets (`set` `None`) or sets an attribute of a pool.
 fn attribute(pool: *mut c_void, attr: CUmemPool_attribute, set: Option<u64>) -> Result<u64, CuError> {
-    let c = state::client()?;
-    match Pool::of(pool)? {
+    let pool = Pool::of(pool)?;
+    let c = state::device(pool.device())?.0;
+    match pool {
         Pool::Default(dev) => c.mem_pool_attribute(device_ctx(dev)?, attr.0, set),
         Pool::Own(p, _) => c.mem_pool_attribute_of(p, attr.0, set),
     }
@@ -302,7 +307,12 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(pool: *mut c_void, attr: CUmemPoo
 
 /// A device's access to a pool: gets (`set` `None`) or sets it.
 fn access(pool: Pool, dev: c_int, set: Option<u32>) -> Result<u32, CuError> {
-    let c = state::client()?;
+    let c = state::device(pool.device())?.0;
+    let (of_dev, dev) = state::device(dev)?;
+    if !std::ptr::eq(c, of_dev) {
+        // A device of another backend cannot reach the pool's memory.
+        return Err(CuError::INVALID_DEVICE);
+    }
     match pool {
         Pool::Default(d) => c.mem_pool_access(device_ctx(d)?, dev, set),
         Pool::Own(p, _) => c.mem_pool_access_of(p, dev, set),
@@ -366,6 +376,6 @@ pub extern "C" fn cuMemPoolTrimTo(pool: *mut c_void, min_bytes_to_keep: usize) -
             Pool::Own(p, _) => Some(p),
             Pool::Default(_) => None,
         };
-        state::client()?.mem_pool_trim(device_ctx(pool.device())?, own, min_bytes_to_keep as u64).map_err(state::cu)
+        state::device(pool.device())?.0.mem_pool_trim(device_ctx(pool.device())?, own, min_bytes_to_keep as u64).map_err(state::cu)
     })
 }

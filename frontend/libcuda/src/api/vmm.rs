@@ -69,7 +69,8 @@ pub unsafe extern "C" fn cuMemGetAllocationGranularity(
         if option > CU_MEM_ALLOC_GRANULARITY_RECOMMENDED {
             return Err(CuError::INVALID_VALUE);
         }
-        let g = state::client()?.mem_granularity(dev, option == CU_MEM_ALLOC_GRANULARITY_RECOMMENDED).map_err(state::cu)?;
+        let (c, local) = state::device(dev)?;
+        let g = c.mem_granularity(local, option == CU_MEM_ALLOC_GRANULARITY_RECOMMENDED).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(granularity, g as usize) }
     })
@@ -86,7 +87,7 @@ pub unsafe extern "C" fn cuMemAddressReserve(ptr: *mut u64, size: usize, alignme
             return Err(CuError::INVALID_VALUE);
         }
         let h = any_context()?;
-        let p = state::client()?.mem_address_reserve(ctx::backend(h)?, size as u64, alignment as u64, addr).map_err(state::cu)?;
+        let p = state::client_of_ctx(h)?.mem_address_reserve(ctx::backend(h)?, size as u64, alignment as u64, addr).map_err(state::cu)?;
         reservations().insert(p, (size as u64, h));
         tracing::debug!(size, alignment, addr, ptr = p, "cuMemAddressReserve");
         // SAFETY: non-null and writable per the API.
@@ -114,7 +115,9 @@ fn gone_with_context(ptr: u64, size: u64) -> bool {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> CuResult {
     run("cuMemAddressFree", || {
-        let r = state::client()?.mem_address_free(ptr, size as u64).map_err(state::cu);
+        let owner = reservations().get(&ptr).map(|r| r.1);
+        let c = owner.map_or_else(state::client, state::client_of_ctx)?;
+        let r = c.mem_address_free(ptr, size as u64).map_err(state::cu);
         if r.is_err() && !gone_with_context(ptr, size as u64) {
             return r;
         }
@@ -138,7 +141,7 @@ pub unsafe extern "C" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const
         }
         // SAFETY: `device_of` read it: non-null and readable.
         let wanted = super::shareable::flags_of(unsafe { &*prop })?;
-        let c = state::client()?;
+        let c = state::client_of_ctx(h)?;
         let p = if wanted == 0 {
             let mem = c.mem_create(ctx::backend(h)?, size as u64).map_err(state::cu)?;
             pvgpu_frontend::PhysInfo { mem, size: size as u64, flags: 0 }
@@ -156,7 +159,7 @@ pub unsafe extern "C" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemRelease(handle: u64) -> CuResult {
     run("cuMemRelease", || {
-        state::client()?.mem_release(PhysMem(handle)).map_err(state::cu)?;
+        state::client_of(handle)?.mem_release(PhysMem(handle)).map_err(state::cu)?;
         super::shareable::released(handle);
         Ok(())
     })
@@ -171,7 +174,7 @@ pub extern "C" fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, fl
         }
         let h = any_context()?;
         tracing::debug!(ptr, size, offset, handle, "cuMemMap");
-        state::client()?.mem_map(ptr, size as u64, offset as u64, PhysMem(handle)).map_err(state::cu)?;
+        state::client_of(handle)?.mem_map(ptr, size as u64, offset as u64, PhysMem(handle)).map_err(state::cu)?;
         objects().device.insert(ptr, DevAlloc::new(size as u64, h, DevKind::Mapped(0)));
         Ok(())
     })
@@ -188,7 +191,7 @@ fn mappings_in(o: &Objects, ptr: u64, size: usize) -> Vec<u64> {
 pub extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> CuResult {
     run("cuMemUnmap", || {
         tracing::debug!(ptr, size, "cuMemUnmap");
-        let r = state::client()?.mem_unmap(ptr, size as u64).map_err(state::cu);
+        let r = state::client_of_pointer(ptr)?.mem_unmap(ptr, size as u64).map_err(state::cu);
         if r.is_err() && !gone_with_context(ptr, size as u64) {
             return r;
         }
@@ -229,7 +232,7 @@ pub unsafe extern "C" fn cuMemSetAccess(ptr: u64, size: usize, desc: *const CUme
             _ => return Err(CuError::INVALID_VALUE),
         };
         tracing::debug!(ptr, size, ?access, "cuMemSetAccess");
-        state::client()?.mem_set_access(ptr, size as u64, access).map_err(state::cu)?;
+        state::client_of_pointer(ptr)?.mem_set_access(ptr, size as u64, access).map_err(state::cu)?;
         let mut o = objects();
         for p in mappings_in(&o, ptr, size) {
             if let Some(a) = o.device.get_mut(&p) {

@@ -48,7 +48,7 @@ unsafe extern "C" fn primary_context(out: *mut *mut c_void, dev: c_int) -> CuRes
         "cudart",
         2,
         run("cudart[2]", || {
-            state::client()?.device_props(dev).map_err(state::cu)?;
+            state::device_props(dev)?;
             // SAFETY: writable, per the table's contract.
             unsafe { put(out, state::handle(state::ctx::primary_handle(dev))) }
         }),

@@ -84,13 +84,12 @@ pub fn answer(r: &Record) -> [u64; 2] {
 
 /// This process's facts for `version` and `unix_seconds`.
 fn record(version: u32, unix_seconds: u64) -> Result<Record, CuError> {
-    let c = state::client()?;
-    let n = c.device_count().map_err(state::cu)?;
+    state::client()?;
     let mut devices = Vec::new();
-    for d in 0..n {
-        let a = |k| c.device_attribute(d, k).map_err(state::cu);
+    for d in 0..state::backends::device_count() {
+        let a = |k| state::device_attribute(d, k);
         devices.push((
-            c.device_uuid(d).map_err(state::cu)?,
+            state::device_props(d)?.uuid,
             a(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
             a(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
             a(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,

@@ -15,7 +15,7 @@
 //! the context is destroyed, or its primary context released to zero or
 //! reset. Destructors run without any of the library's locks held.
 
-use super::{client, cu, objects};
+use super::{cu, objects};
 use pvgpu_frontend::{Context, CuError};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -72,7 +72,7 @@ pub fn primary_handle(dev: i32) -> u64 {
 }
 
 /// The device of a primary-context handle.
-fn primary_dev(h: u64) -> Option<i32> {
+pub(crate) fn primary_dev(h: u64) -> Option<i32> {
     (h & PRIMARY_TAG == PRIMARY_TAG).then_some((h & 0xffff_ffff) as u32 as i32)
 }
 
@@ -144,8 +144,9 @@ pub fn pop() -> Option<u64> {
 
 /// Creates a context on `dev` (`cuCtxCreate`); it becomes current.
 pub fn create(dev: i32, flags: u32) -> Result<u64, CuError> {
-    let c = client()?.ctx_create(dev, flags).map_err(cu)?;
-    wait_as(flags);
+    let (client, local) = super::device(dev)?;
+    let c = client.ctx_create(local, flags).map_err(cu)?;
+    wait_as(client, flags);
     with(|t| t.created.insert(c.0, dev));
     push(c.0);
     Ok(c.0)
@@ -157,7 +158,7 @@ pub fn destroy(h: u64) -> Result<(), CuError> {
         return Err(CuError::INVALID_CONTEXT);
     }
     run_destructors(h);
-    client()?.ctx_destroy(Context(h)).map_err(cu)?;
+    super::client_of_ctx(h)?.ctx_destroy(Context(h)).map_err(cu)?;
     with(|c| c.created.remove(&h));
     forget(h);
     Ok(())
@@ -166,7 +167,8 @@ pub fn destroy(h: u64) -> Result<(), CuError> {
 /// `cuDevicePrimaryCtxRetain`: activates the primary context on the first
 /// retain; returns its handle.
 pub fn primary_retain(dev: i32) -> Result<u64, CuError> {
-    let c = client()?.primary_ctx_retain(dev).map_err(cu)?;
+    let (client, local) = super::device(dev)?;
+    let c = client.primary_ctx_retain(local).map_err(cu)?;
     with(|t| {
         let p = t.primary.entry(dev).or_default();
         p.backend = Some(c.0);
@@ -199,7 +201,8 @@ pub fn primary_release(dev: i32) -> Result<(), CuError> {
     if refs == 1 {
         run_destructors(h);
     }
-    client()?.primary_ctx_release(dev).map_err(cu)?;
+    let (client, local) = super::device(dev)?;
+    client.primary_ctx_release(local).map_err(cu)?;
     let gone = with(|t| {
         let p = t.primary.entry(dev).or_default();
         p.refs -= 1;
@@ -217,7 +220,8 @@ pub fn primary_release(dev: i32) -> Result<(), CuError> {
 /// `cuDevicePrimaryCtxReset`: destroys the primary context whatever its
 /// retain count.
 pub fn primary_reset(dev: i32) -> Result<(), CuError> {
-    client()?.device_props(dev).map_err(cu)?;
+    let (client, local) = super::device(dev)?;
+    client.device_props(local).map_err(cu)?;
     let refs = with(|t| t.primary.get(&dev).map_or(0, |p| p.refs));
     if refs == 0 {
         return Ok(());
@@ -225,7 +229,7 @@ pub fn primary_reset(dev: i32) -> Result<(), CuError> {
     let h = primary_handle(dev);
     run_destructors(h);
     for _ in 0..refs {
-        client()?.primary_ctx_release(dev).map_err(cu)?;
+        client.primary_ctx_release(local).map_err(cu)?;
     }
     with(|t| {
         let p = t.primary.entry(dev).or_default();
@@ -245,18 +249,18 @@ pub fn primary_state(dev: i32) -> (u32, bool) {
 /// a host thread waits: in the backend for the device, here for the reply).
 pub fn primary_set_flags(dev: i32, flags: u32) {
     with(|t| t.primary.entry(dev).or_default().flags = flags);
-    wait_as(flags);
+    if let Ok((client, _)) = super::device(dev) {
+        wait_as(client, flags);
+    }
 }
 
 /// Makes the program's synchronising calls wait for their replies as
 /// context flags `flags` ask: `CU_CTX_SCHED_BLOCKING_SYNC` sleeps soon,
-/// the others spin as the driver spins (for the whole process: the last
-/// context made or set says).
-fn wait_as(flags: u32) {
+/// the others spin as the driver spins (for the whole process, or each
+/// backend's part of it: the last context made or set there says).
+fn wait_as(c: &pvgpu_frontend::Client, flags: u32) {
     use pvgpu_ring::cuda::api::{CU_CTX_SCHED_BLOCKING_SYNC, CU_CTX_SCHED_MASK};
-    if let Ok(c) = client() {
-        c.set_blocking_sync(flags & CU_CTX_SCHED_MASK.0 == CU_CTX_SCHED_BLOCKING_SYNC.0);
-    }
+    c.set_blocking_sync(flags & CU_CTX_SCHED_MASK.0 == CU_CTX_SCHED_BLOCKING_SYNC.0);
 }
 
 /// Forgets a destroyed context: its objects, and its place on the calling

@@ -4,6 +4,7 @@
 //! libraries and kernels, streams, allocations), so that it can answer many
 //! calls without a round trip and tell device pointers from host pointers.
 
+pub mod backends;
 pub mod ctx;
 pub mod objects;
 
@@ -13,57 +14,35 @@ pub use objects::{FnInfo, HostInfo, Objects, StreamInfo, objects};
 use pvgpu_frontend::{Client, CuError, CuResult, Error, Stream};
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Mutex, Once, OnceLock};
+use std::sync::{Once, OnceLock};
 
 /// Result of an API body.
 pub type Res = Result<(), CuError>;
 
-static CLIENT: OnceLock<Client> = OnceLock::new();
-static CONNECT: Mutex<()> = Mutex::new(());
 /// Starts logging to stderr if `PVGPU_LOG` is set (e.g. `PVGPU_LOG=info`);
 /// the library is silent otherwise.
 pub fn init_log() {
     pvgpu_frontend::log::init_dropin();
 }
 
-/// Connects to the backend named by `PVGPU_BACKEND` (once).
-pub fn connect() -> Result<&'static Client, CuError> {
+/// Connects to the backends named by `PVGPU_BACKEND` (once).
+pub fn connect() -> Result<&'static [Client], CuError> {
     init_log();
-    if let Some(c) = CLIENT.get() {
-        return Ok(c);
-    }
-    let _guard = CONNECT.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(c) = CLIENT.get() {
-        return Ok(c);
-    }
-    pvgpu_frontend::set_output_handler(c_stdout);
-    match Client::from_env() {
-        Ok(c) => {
-            tracing::info!(info = ?c.info(), "libcuda: connected to the pvgpu backend");
-            let counting = c.call_stats().is_some();
-            let c = CLIENT.get_or_init(|| c);
-            if counting {
-                // SAFETY: registers a plain `extern "C"` function with no
-                // arguments, which only reads the client's counters.
-                unsafe { libc::atexit(print_stats) };
-            }
-            Ok(c)
+    backends::connect(|first| {
+        pvgpu_frontend::set_output_handler(c_stdout);
+        if first.call_stats().is_some() {
+            // SAFETY: registers a plain `extern "C"` function with no
+            // arguments, which only reads the clients' counters.
+            unsafe { libc::atexit(print_stats) };
         }
-        Err(e) => {
-            tracing::error!(error = %pvgpu_frontend::error::Chain(&e), "libcuda: cannot reach the pvgpu backend (PVGPU_BACKEND)");
-            Err(match e {
-                Error::Address(_) => CuError::INVALID_VALUE,
-                _ => CuError::NO_DEVICE,
-            })
-        }
-    }
+    })
 }
 
 /// Prints what the session sent, command by command, at exit
 /// (`PVGPU_STATS=1`).
 extern "C" fn print_stats() {
     let _ = catch_unwind(|| {
-        if let Some(s) = CLIENT.get().and_then(Client::call_stats) {
+        for s in backends::connected().unwrap_or_default().iter().filter_map(Client::call_stats) {
             eprint!("{}", s.table());
         }
     });
@@ -82,12 +61,70 @@ fn c_stdout(bytes: &[u8]) {
     unsafe { libc::fwrite(bytes.as_ptr().cast(), 1, bytes.len(), stdout) };
 }
 
-/// The connection, once `cuInit` has succeeded.
+/// The connection to the backend of the calling thread's current context
+/// (the first backend without one), once `cuInit` has succeeded.
 pub fn client() -> Result<&'static Client, CuError> {
-    match (CLIENT.get(), INITIALIZED.get()) {
-        (Some(c), Some(_)) => Ok(c),
-        _ => Err(CuError::NOT_INITIALIZED),
+    INITIALIZED.get().ok_or(CuError::NOT_INITIALIZED)?;
+    backends::at(backends::current_backend())
+}
+
+/// The connection to the backend that made handle `id` (a context,
+/// stream, event, module, function or graph of a backend's).
+pub fn client_of(id: u64) -> Result<&'static Client, CuError> {
+    INITIALIZED.get().ok_or(CuError::NOT_INITIALIZED)?;
+    backends::at(backends::backend_of_handle(id))
+}
+
+/// The connection to the backend of context handle `h`.
+pub fn client_of_ctx(h: u64) -> Result<&'static Client, CuError> {
+    INITIALIZED.get().ok_or(CuError::NOT_INITIALIZED)?;
+    backends::at(backends::backend_of_ctx(h))
+}
+
+/// The connection to the backend of stream handle `h`: the current
+/// context's for a default stream.
+pub fn client_of_stream(h: *mut c_void) -> Result<&'static Client, CuError> {
+    match stream(h) {
+        Stream::DEFAULT => client(),
+        Stream(id) => client_of(id),
     }
+}
+
+/// The connection to the backend of device memory at `p`, if the library
+/// knows it, else the current context's.
+pub fn client_of_pointer(p: u64) -> Result<&'static Client, CuError> {
+    INITIALIZED.get().ok_or(CuError::NOT_INITIALIZED)?;
+    backends::at(backends::backend_of_pointer(p).unwrap_or_else(backends::current_backend))
+}
+
+/// The connection for work on device memory at `p` on stream `s`: the
+/// stream's backend, or for a default stream the backend of the memory
+/// (a program may name any device's memory there, as with unified
+/// addressing natively).
+pub fn client_for(p: u64, s: Stream) -> Result<&'static Client, CuError> {
+    match s {
+        Stream::DEFAULT => client_of_pointer(p),
+        Stream(id) => client_of(id),
+    }
+}
+
+/// Device `dev`'s properties (`CUDA_ERROR_INVALID_DEVICE` for no such
+/// device).
+pub fn device_props(dev: i32) -> Result<std::sync::Arc<pvgpu_frontend::DeviceProps>, CuError> {
+    let (c, local) = device(dev)?;
+    c.device_props(local).map_err(cu)
+}
+
+/// Attribute `attr` of device `dev`.
+pub fn device_attribute(dev: i32, attr: pvgpu_ring::cuda::api::CUdevice_attribute) -> Result<i32, CuError> {
+    let (c, local) = device(dev)?;
+    c.device_attribute(local, attr).map_err(cu)
+}
+
+/// The backend serving device `dev`, and the device's ordinal there.
+pub fn device(dev: i32) -> Result<(&'static Client, i32), CuError> {
+    INITIALIZED.get().ok_or(CuError::NOT_INITIALIZED)?;
+    backends::on_device(dev)
 }
 
 /// Set once `cuInit` succeeded.

@@ -124,6 +124,17 @@ macro_rules! wire_structs {
     };
 }
 
+/// How many backends one program may use at once: [`Hello::space`] is
+/// below it.
+pub const MAX_SPACES: u16 = 16;
+/// Where a handle carries its [`Hello::space`].
+pub const SPACE_SHIFT: u32 = 56;
+
+/// The address space a backend's handle `id` belongs to.
+pub fn space_of(id: u64) -> u16 {
+    ((id >> SPACE_SHIFT) & 0x3f) as u16
+}
+
 mod array;
 mod exec;
 mod graph;
@@ -188,8 +199,16 @@ wire_structs! {
         pub min_version: U16,
         /// Newest protocol version the frontend speaks.
         pub max_version: U16,
+        /// The program's address space for this backend: its place in
+        /// the program's list of backends (`PVGPU_BACKEND=a,b`), below
+        /// [`MAX_SPACES`]. The backend puts it in every handle it makes
+        /// (bits 56 to 61) and keeps its device addresses apart from the
+        /// other spaces' where it places them itself, so that one program's
+        /// handles and pointers name one backend each. 0 for a program with
+        /// one backend.
+        pub space: U16,
         /// Reserved, zero.
-        pub reserved: U32,
+        pub reserved: U16,
     }
     /// First message of a connection that takes back a checkpointed
     /// session: its token, and the versions the frontend speaks.

@@ -13,8 +13,9 @@ wire_structs! {
     pub struct HelloRep {
         /// The version both sides will speak.
         pub version: U16,
-        /// Reserved, zero.
-        pub reserved: U16,
+        /// The address space the session's handles carry (the hello's;
+        /// a backend from before spaces answers 0 whatever was asked).
+        pub space: U16,
         /// `cuDriverGetVersion` of the backend's driver.
         pub driver_version: I32,
         /// Session number, for logs on both sides.

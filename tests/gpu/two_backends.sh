@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# On a machine with two GPUs: one program, two backends (docs/operations.md,
+# "Several backends for one program"). Backend A serves GPU 0 over the
+# local transport, backend B GPU 1 over TCP; the program's
+# PVGPU_BACKEND lists both. Runs tests/runtime/two_backends.cu (built here
+# with nvcc) and tests/gpu/two_backends.py (PyTorch on cuda:0 and cuda:1,
+# with copies between them) natively and through pvgpu, and compares
+# their outputs; the timings they print are reported beside.
+#
+#   MEMORY=placed|driver tests/gpu/two_backends.sh BIN_DIR OUT_DIR
+#
+# BIN_DIR holds release builds of pvgpu-backend and libpvgpu_cuda.so.
+# OUT_DIR receives two_backends.txt.
+set -u
+bin=$(realpath "$1")
+mkdir -p "$2"
+out=$(realpath "$2")
+root=$(cd "$(dirname "$0")/../.." && pwd)
+w=$(mktemp -d)
+r=$out/two_backends.txt
+memory=${MEMORY:-placed}
+export PATH=/usr/local/cuda/bin:$PATH
+mkdir -p "$w/lib"
+cp "$bin/libpvgpu_cuda.so" "$w/lib/libcuda.so.1"
+nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader >> "$r"
+nvcc -O2 -gencode arch=compute_90,code=[sm_90,compute_90] -o "$w/two_backends" "$root/tests/runtime/two_backends.cu" || echo "nvcc failed" >> "$r"
+head -c 32 /dev/urandom | base64 > "$w/key"; chmod 600 "$w/key"
+port=$((20000 + RANDOM % 10000))
+start() { # name, GPU, listen address
+  CUDA_VISIBLE_DEVICES=$2 "$bin/pvgpu-backend" --listen "$3" --executor cuda --device-memory "$memory" \
+    --control "unix:$w/$1-ctl.sock" --tcp-key "$w/key" --image-cache off > "$out/backend-$1-$memory.log" 2>&1 &
+  echo $!
+}
+a=$(start a 0 "local:$w/a.sock")
+b=$(start b 1 "tcp:127.0.0.1:$port")
+for _ in $(seq 200); do [ -S "$w/a.sock" ] && [ -S "$w/b-ctl.sock" ] && break; sleep 0.1; done
+sleep 1
+through() {
+  PVGPU_BACKEND="local:$w/a.sock,tcp:127.0.0.1:$port" PVGPU_TCP_KEY="$w/key" LD_LIBRARY_PATH="$w/lib" "$@"
+}
+compare() { # name, native output, pvgpu output (timing lines start with "time")
+  if diff <(grep -v '^time' "$2" | grep -v 'directly') <(grep -v '^time' "$3" | grep -v 'directly') > "$w/diff" 2>&1; then
+    echo "$1 ($memory): same output as native" >> "$r"
+  else
+    echo "$1 ($memory): DIFFERENT from native:" >> "$r"; head -20 "$w/diff" >> "$r"
+  fi
+  { echo "  native:"; grep -E '^time|directly' "$2" | sed 's/^/    /'; echo "  pvgpu:"; grep -E '^time|directly' "$3" | sed 's/^/    /'; } >> "$r"
+}
+"$w/two_backends" 2 > "$w/n1.txt" 2>&1
+through "$w/two_backends" 2 > "$w/p1.txt" 2>&1
+tail -3 "$w/p1.txt" | sed 's/^/  last lines: /' >> "$r"
+compare two_backends.cu "$w/n1.txt" "$w/p1.txt"
+python3 "$root/tests/gpu/two_backends.py" > "$w/n2.txt" 2>&1
+through python3 "$root/tests/gpu/two_backends.py" > "$w/p2.txt" 2>&1
+tail -3 "$w/p2.txt" | sed 's/^/  last lines: /' >> "$r"
+compare two_backends.py "$w/n2.txt" "$w/p2.txt"
+kill "$a" "$b"; wait 2>/dev/null
+cp "$w"/n*.txt "$w"/p*.txt "$out/" 2>/dev/null
+for f in "$out"/n1.txt "$out"/p1.txt "$out"/n2.txt "$out"/p2.txt; do mv "$f" "${f%.txt}-$memory.txt"; done
