@@ -30,11 +30,10 @@ pub fn load(image: &[u8]) -> Result<u64, CuError> {
 pub fn unload(lib: u64) -> Result<(), CuError> {
     let info = objects().libraries.remove(&lib).ok_or(CuError::INVALID_HANDLE)?;
     objects().kernels.retain(|_, k| k.library != lib);
-    let c = client()?;
     for (_, m) in info.modules {
         // A module of a context destroyed since is gone with it.
         if objects().modules.contains_key(&m) {
-            c.module_unload(Module(m)).map_err(state::cu)?;
+            state::client_of(m)?.module_unload(Module(m)).map_err(state::cu)?;
             objects().drop_module(m);
         }
     }
@@ -52,7 +51,7 @@ pub fn module(lib: u64, ctx: u64) -> Result<u64, CuError> {
         l.image.clone()
     };
     let backend = ctx::backend(ctx)?;
-    let m = client()?.module_load(backend, &crate::image::for_context(&image, ctx)?).map_err(state::cu)?;
+    let m = state::client_of_ctx(ctx)?.module_load(backend, &crate::image::for_context(&image, ctx)?).map_err(state::cu)?;
     let mut o = objects();
     o.modules.insert(m.0, ctx);
     match o.libraries.get_mut(&lib) {
@@ -67,7 +66,7 @@ pub fn module(lib: u64, ctx: u64) -> Result<u64, CuError> {
 
 /// Looks a kernel up by name in module `m` and records it.
 pub fn module_function(m: u64, name: &str) -> Result<u64, CuError> {
-    let f = client()?.module_get_function(Module(m), name).map_err(state::cu)?;
+    let f = state::client_of(m)?.module_get_function(Module(m), name).map_err(state::cu)?;
     let fid = f.id;
     let cname = CString::new(name).map_err(|_| CuError::INVALID_VALUE)?;
     // The first name stays: `cuFuncGetName` handed out its address.
@@ -110,7 +109,7 @@ pub fn kernel_function(k: u64, ctx: u64) -> Result<u64, CuError> {
     };
     let m = module(lib, ctx)?;
     let fid = module_function(m, &name)?;
-    let c = client()?;
+    let c = state::client_of_ctx(ctx)?;
     let f = objects().functions.get(&fid).map(|f| f.func.clone()).ok_or(CuError::INVALID_HANDLE)?;
     for (attr, value) in attrs {
         c.func_set_attribute(&f, attr, value).map_err(state::cu)?;
@@ -141,5 +140,5 @@ pub fn function(h: u64) -> Result<(u64, Function), CuError> {
 pub fn kernel_names(lib: u64) -> Result<Vec<String>, CuError> {
     let cur = ctx::current_handle().ok_or(CuError::INVALID_CONTEXT)?;
     let m = module(lib, cur)?;
-    client()?.module_function_names(Module(m)).map_err(state::cu)
+    state::client_of(m)?.module_function_names(Module(m)).map_err(state::cu)
 }

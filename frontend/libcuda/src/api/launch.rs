@@ -148,7 +148,7 @@ fn launch(
     check_launch(fid, grid, block, s)?;
     // SAFETY: the driver API's contract for kernelParams and extra.
     let packed = unsafe { pack(&f, params, extra) }?;
-    state::client()?.launch_packed(&f, grid, block, shared, state::ordered(s), &packed).map_err(state::cu)
+    state::client_of(f.id)?.launch_packed(&f, grid, block, shared, state::ordered(s), &packed).map_err(state::cu)
 }
 
 /// `cuLaunchKernel`, with `kernelParams` or the `extra` packed buffer.
@@ -218,7 +218,7 @@ fn launch_ex(cfg: &Shape, hfunc: *mut c_void, attrs: &[LaunchAttr], params: *mut
     // SAFETY: the driver API's contract for kernelParams and extra.
     let packed = unsafe { pack(&f, params, extra) }?;
     let s = state::ordered(cfg.stream);
-    state::client()?.launch_ex(&f, cfg.grid, cfg.block, cfg.shared_mem, s, attrs, &packed).map_err(state::cu)
+    state::client_of(f.id)?.launch_ex(&f, cfg.grid, cfg.block, cfg.shared_mem, s, attrs, &packed).map_err(state::cu)
 }
 
 /// `cuLaunchKernelEx`: a launch with attributes. Accepted: access policy
@@ -284,7 +284,7 @@ fn clusters(out: *mut c_int, hfunc: *mut c_void, config: *const CUlaunchConfig, 
     let attrs = unsafe { attributes(cfg) }?;
     let (_, f) = crate::library::function(id(hfunc))?;
     let shape = Shape::of(cfg);
-    let n = state::client()?.occupancy_clusters(&f, shape.grid, shape.block, shape.shared_mem, &attrs, kind).map_err(state::cu)?;
+    let n = state::client_of(f.id)?.occupancy_clusters(&f, shape.grid, shape.block, shape.shared_mem, &attrs, kind).map_err(state::cu)?;
     // SAFETY: writable per the API.
     unsafe { put(out, n) }
 }

@@ -128,7 +128,7 @@ pub unsafe extern "C" fn cuLibraryGetGlobal(dptr: *mut u64, bytes: *mut usize, l
         let n = unsafe { state::name(name) }?;
         let cur = state::current_handle().ok_or(CuError::INVALID_CONTEXT)?;
         let m = library::module(id(lib), cur)?;
-        let (p, size) = state::client()?.module_get_global(Module(m), n).map_err(state::cu)?;
+        let (p, size) = state::client_of(m)?.module_get_global(Module(m), n).map_err(state::cu)?;
         objects().device.entry(p).or_insert_with(|| DevAlloc::new(size, cur, DevKind::Global(m)));
         if !dptr.is_null() {
             // SAFETY: non-null and writable per the API.
@@ -161,7 +161,7 @@ pub unsafe extern "C" fn cuLibraryGetManaged(dptr: *mut u64, bytes: *mut usize, 
             None => state::ctx::primary_held(0)?,
         };
         let m = library::module(id(lib), cur)?;
-        let (p, size) = state::client()?.module_get_global(Module(m), n).map_err(state::cu)?;
+        let (p, size) = state::client_of(m)?.module_get_global(Module(m), n).map_err(state::cu)?;
         if !crate::managed::map_variable(p, size as usize) {
             tracing::warn!(name = n, ptr = p, "cuLibraryGetManaged: the variable's address is taken in this process");
             return Err(CuError::NOT_SUPPORTED);
@@ -219,7 +219,7 @@ pub unsafe extern "C" fn cuLibraryEnumerateKernels(kernels: *mut *mut c_void, nu
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleGetFunctionCount(count: *mut c_uint, module: *mut c_void) -> CuResult {
     run("cuModuleGetFunctionCount", || {
-        let n = state::client()?.module_function_names(Module(id(module))).map_err(state::cu)?.len();
+        let n = state::client_of(id(module))?.module_function_names(Module(id(module))).map_err(state::cu)?.len();
         // SAFETY: writable per the API.
         unsafe { put(count, n as c_uint) }
     })
@@ -235,7 +235,7 @@ pub unsafe extern "C" fn cuModuleEnumerateFunctions(functions: *mut *mut c_void,
         if functions.is_null() {
             return Err(CuError::INVALID_VALUE);
         }
-        let names = state::client()?.module_function_names(Module(id(module))).map_err(state::cu)?;
+        let names = state::client_of(id(module))?.module_function_names(Module(id(module))).map_err(state::cu)?;
         for (i, n) in names.iter().take(num as usize).enumerate() {
             let f = library::module_function(id(module), n)?;
             // SAFETY: `num` writable handles, per the API.
@@ -307,7 +307,8 @@ fn kernel_function(kernel: *mut c_void) -> Result<Function, CuError> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetAttribute(pi: *mut c_int, attrib: CUfunction_attribute, kernel: *mut c_void, _dev: c_int) -> CuResult {
     run("cuKernelGetAttribute", || {
-        let v = state::client()?.func_get_attribute(&kernel_function(kernel)?, attrib.0 as i32).map_err(state::cu)?;
+        let f = kernel_function(kernel)?;
+        let v = state::client_of(f.id)?.func_get_attribute(&f, attrib.0 as i32).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(pi, v) }
     })
@@ -327,11 +328,10 @@ pub extern "C" fn cuKernelSetAttribute(attrib: CUfunction_attribute, value: c_in
             info.attrs.push((attrib, value));
             info.functions.values().copied().collect()
         };
-        let c = state::client()?;
         for fid in fids {
             let f = objects().functions.get(&fid).map(|f| f.func.clone());
             if let Some(f) = f {
-                c.func_set_attribute(&f, attrib, value).map_err(state::cu)?;
+                state::client_of(fid)?.func_set_attribute(&f, attrib, value).map_err(state::cu)?;
             }
         }
         Ok(())

@@ -192,7 +192,7 @@ pub extern "C" fn cuModuleUnload(module: *mut c_void) -> CuResult {
         if !objects().modules.contains_key(&m) {
             return Err(CuError::INVALID_HANDLE);
         }
-        state::client()?.module_unload(Module(m)).map_err(state::cu)?;
+        state::client_of(m)?.module_unload(Module(m)).map_err(state::cu)?;
         objects().drop_module(m);
         Ok(())
     })
@@ -223,7 +223,7 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(dptr: *mut u64, bytes: *mut usize,
         // SAFETY: NUL-terminated per the API.
         let n = unsafe { state::name(name) }?;
         let m = id(module);
-        let (p, size, managed) = state::client()?.module_global(Module(m), n).map_err(state::cu)?;
+        let (p, size, managed) = state::client_of(m)?.module_global(Module(m), n).map_err(state::cu)?;
         // A `__managed__` variable is kept coherent with the program's
         // accesses through its pointer, as the runtime's are.
         if managed && !crate::managed::map_variable(p, size as usize) {
@@ -260,7 +260,7 @@ fn function(f: *mut c_void) -> Result<pvgpu_frontend::Function, CuError> {
 pub unsafe extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: CUfunction_attribute, hfunc: *mut c_void) -> CuResult {
     run("cuFuncGetAttribute", || {
         let f = function(hfunc)?;
-        let v = state::client()?.func_get_attribute(&f, attrib.0 as i32).map_err(state::cu)?;
+        let v = state::client_of(f.id)?.func_get_attribute(&f, attrib.0 as i32).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(pi, v) }
     })
@@ -271,7 +271,7 @@ pub unsafe extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: CUfunction_a
 pub extern "C" fn cuFuncSetAttribute(hfunc: *mut c_void, attrib: CUfunction_attribute, value: c_int) -> CuResult {
     run("cuFuncSetAttribute", || {
         let f = function(hfunc)?;
-        state::client()?.func_set_attribute(&f, attrib.0 as i32, value).map_err(state::cu)
+        state::client_of(f.id)?.func_set_attribute(&f, attrib.0 as i32, value).map_err(state::cu)
     })
 }
 
@@ -341,7 +341,7 @@ pub unsafe extern "C" fn cuFuncGetModule(module: *mut *mut c_void, hfunc: *mut c
 
 fn max_active_blocks(num: *mut c_int, hfunc: *mut c_void, block_size: c_int, dyn_smem: usize, flags: c_uint) -> Res {
     let f = function(hfunc)?;
-    let n = state::client()?.occupancy_max_active_blocks(&f, block_size, dyn_smem as u64, flags).map_err(state::cu)?;
+    let n = state::client_of(f.id)?.occupancy_max_active_blocks(&f, block_size, dyn_smem as u64, flags).map_err(state::cu)?;
     // SAFETY: writable per the API.
     unsafe { put(num, n) }
 }
@@ -396,7 +396,7 @@ fn potential_block_size(
         return Err(CuError::INVALID_VALUE);
     }
     let f = function(hfunc)?;
-    let c = state::client()?;
+    let c = state::client_of(f.id)?;
     let (g, b) = match b2d {
         None => c.occupancy_max_potential_block_size(&f, dyn_smem as u64, limit, flags).map_err(state::cu)?,
         Some(cb) => {
@@ -485,7 +485,7 @@ pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
 ) -> CuResult {
     run("cuOccupancyAvailableDynamicSMemPerBlock", || {
         let f = function(hfunc)?;
-        let v = state::client()?.occupancy_available_dynamic_smem(&f, num_blocks, block_size).map_err(state::cu)?;
+        let v = state::client_of(f.id)?.occupancy_available_dynamic_smem(&f, num_blocks, block_size).map_err(state::cu)?;
         // SAFETY: writable per the API.
         unsafe { put(size, v as usize) }
     })
