@@ -83,13 +83,15 @@ pub struct BackendInfo {
 /// Device attributes reported as 0: features of the local driver that pvgpu
 /// does not provide across the connection (mapped host memory, concurrent
 /// and direct access to managed memory (the drop-in library provides
-/// managed memory without them), pageable-memory access, memory-pool IPC
-/// and host-located pools, Windows, fabric and interop handles, GPUDirect
-/// RDMA, multi-device cooperative launches, multicast). Cooperative and
-/// cluster launches, the default memory pool, virtual memory management
-/// (with compressible memory and file-descriptor shareable handles),
-/// interprocess memory and events, tensor maps and stream memory
-/// operations are provided, so their attributes read as the GPU reports
+/// managed memory without them), pageable-memory access, host-located
+/// pools, Windows, fabric and interop handles, GPUDirect RDMA, multi-device
+/// cooperative launches, multicast). Cooperative and cluster launches, the
+/// default memory pool, virtual memory management (with compressible
+/// memory and file-descriptor shareable handles), interprocess memory and
+/// events, pools shared by file descriptor (the backend leaves only that
+/// handle type in `CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES`),
+/// tensor maps and stream memory operations are provided, so their
+/// attributes read as the GPU reports
 /// them.
 pub const MASKED_ATTRS: &[CUdevice_attribute] = &[
     CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY,
@@ -108,7 +110,6 @@ pub const MASKED_ATTRS: &[CUdevice_attribute] = &[
     CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED,
     CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS,
     CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING,
-    CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES,
     CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED,
     CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
     CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED,

@@ -91,6 +91,37 @@ impl Client {
     pub fn mem_import(&self, ctx: Context, handle: &[u8; 64]) -> Result<PhysInfo> {
         Ok(self.call(&MemImport { ctx: ctx.0.into(), handle: parse(handle) })?.into())
     }
+
+    /// `cuMemPoolCreate` on `ctx`'s device with `flags` (`MEM_SHAREABLE`:
+    /// exportable to another process of the guest).
+    pub fn mem_pool_create_with(&self, ctx: Context, max_size: u64, flags: u32) -> Result<MemPool> {
+        let r = MemPoolCreateWith { ctx: ctx.0.into(), max_size: max_size.into(), flags: flags.into(), reserved: 0.into() };
+        Ok(MemPool(self.call(&r)?.handle.get()))
+    }
+
+    /// `cuMemPoolExportToShareableHandle`: what the shareable handle's
+    /// file holds.
+    pub fn mem_pool_export(&self, pool: MemPool) -> Result<[u8; 64]> {
+        Ok(bytes(&self.call(&MemPoolExport { pool: pool.0.into() })?.handle))
+    }
+
+    /// `cuMemPoolImportFromShareableHandle`, as a pool of `ctx`.
+    pub fn mem_pool_import(&self, ctx: Context, handle: &[u8; 64]) -> Result<MemPool> {
+        Ok(MemPool(self.call(&MemPoolImport { ctx: ctx.0.into(), handle: parse(handle) })?.handle.get()))
+    }
+
+    /// `cuMemPoolExportPointer`: what `CUmemPoolPtrExportData` holds.
+    pub fn mem_pool_export_pointer(&self, ptr: u64) -> Result<[u8; 64]> {
+        Ok(bytes(&self.call(&MemPoolExportPointer { ptr: ptr.into() })?.handle))
+    }
+
+    /// `cuMemPoolImportPointer` from imported `pool`: the address and size
+    /// of the allocation (freed with [`Client::mem_free`] or
+    /// [`Client::mem_free_async`]).
+    pub fn mem_pool_import_pointer(&self, pool: MemPool, data: &[u8; 64]) -> Result<(u64, u64)> {
+        let r = self.call(&MemPoolImportPointer { pool: pool.0.into(), handle: parse(data) })?;
+        Ok((r.ptr.get(), r.size.get()))
+    }
 }
 
 impl Client {

@@ -401,6 +401,20 @@ fn ipc_over_tcp() {
 /// A memory pool of the program's own (`cudaMemPoolCreate`): allocations
 /// from it and through `cudaMallocAsync` once current, its attributes,
 /// trim, size limit and destroy (`tests/runtime/mem_pool.cu`).
+/// A pool shared with a child process (`tests/runtime/pool_ipc.cu`, as
+/// NVIDIA's streamOrderedAllocationIPC): the descriptor passed over a Unix
+/// socket, the allocation imported by its export data, the child's
+/// kernel's writes checked by the parent.
+#[test]
+fn pool_ipc_over_local() {
+    worker_run("pool_ipc", Transport::Local);
+}
+
+#[test]
+fn pool_ipc_over_tcp() {
+    worker_run("pool_ipc", Transport::Tcp);
+}
+
 #[test]
 fn mem_pool_over_local() {
     worker_run("mem_pool", Transport::Local);

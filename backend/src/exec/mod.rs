@@ -386,6 +386,20 @@ pub trait ExecContext: Send + 'static {
     /// An operation on a memory pool of the program's own, or the trim of
     /// the device's default pool ([`pool::PoolOp`]).
     fn pool(&mut self, op: pool::PoolOp<Self::Stream>) -> CuRes<u64>;
+    /// `cuMemPoolExportToShareableHandle` of a pool made shareable: what
+    /// another session imports.
+    fn pool_export(&mut self, pool: u64) -> CuRes<crate::ipc::IpcObject>;
+    /// `cuMemPoolImportFromShareableHandle`: another session's pool, as a
+    /// pool value of this context.
+    fn pool_import(&mut self, o: &crate::ipc::IpcObject) -> CuRes<u64>;
+    /// `cuMemPoolExportPointer` of an allocation of the session's from a
+    /// shareable pool (`INVALID_VALUE` for one of another pool).
+    fn pool_export_pointer(&mut self, ptr: u64) -> CuRes<crate::ipc::IpcObject>;
+    /// `cuMemPoolImportPointer`: `size` bytes another session exported
+    /// from the pool this context imported as `pool`; their address here.
+    /// Freed as an allocation is (`mem_free`, `mem_free_async`), and
+    /// counted in the exporter's quota.
+    fn pool_import_pointer(&mut self, pool: u64, o: &crate::ipc::IpcObject, size: u64) -> CuRes<u64>;
     /// A 2D copy over ranges the caller checked.
     ///
     /// # Safety

@@ -7,12 +7,15 @@
 /// What [`super::ExecContext::pool`] does; each answers one value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolOp<S> {
-    /// Makes a pool of device memory on the context's device, with no
-    /// shareable handle types; `max_size` 0 is the driver's default.
-    /// Answers the pool.
+    /// Makes a pool of device memory on the context's device;
+    /// `max_size` 0 is the driver's default. Answers the pool.
     Create {
         /// The most the pool may reserve (`CUmemPoolProps::maxSize`).
         max_size: u64,
+        /// Whether another process may import it
+        /// (`CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`), else no
+        /// shareable handle types.
+        shareable: bool,
     },
     /// Destroys a pool; its outstanding allocations stay valid until
     /// freed. Answers 0.

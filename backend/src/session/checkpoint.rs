@@ -195,6 +195,7 @@ impl<E: Executor> Session<E> {
                 AllocKind::Mirror => "mirrored host memory",
                 AllocKind::Opened => "another process's memory opened through an interprocess handle",
                 AllocKind::Pooled => "memory from a pool of the program's own (cuMemPoolCreate)",
+                AllocKind::PoolImported => "another process's memory from a pool it shared (cuMemPoolImportPointer)",
                 _ => "graph memory",
             }));
         }

@@ -72,6 +72,10 @@ pub(super) enum AllocKind {
     /// Memory from a pool of the program's own (`pool`), counted in
     /// `mem_used`.
     Pooled,
+    /// Another process's allocation from a pool this session imported
+    /// (`pool_ipc`): freed as an allocation is, counted in its exporter's
+    /// quota.
+    PoolImported,
     /// Graph memory: the address of an allocation node, or of an
     /// allocation captured on a stream. The driver maps it while a graph
     /// runs (and until it is freed); counted through the session's

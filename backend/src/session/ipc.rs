@@ -1,5 +1,6 @@
 //! Interprocess handles: memory, events and shareable physical memory
-//! another session of the same guest may open ([`crate::ipc`]).
+//! another session of the same guest may open ([`crate::ipc`]); memory
+//! pools and their allocations are in [`super::pool_ipc`].
 //!
 //! Rules enforced here, besides the registry's scope:
 //! - only memory the session allocated with `cuMemAlloc` is exported, and
@@ -52,7 +53,7 @@ struct Opened {
     count: u32,
 }
 
-fn broker<E: Executor>(s: &Session<E>) -> CuRes<std::sync::Arc<crate::ipc::Broker>> {
+pub(super) fn broker<E: Executor>(s: &Session<E>) -> CuRes<std::sync::Arc<crate::ipc::Broker>> {
     s.limits.ipc.clone().ok_or(CuError::NOT_SUPPORTED)
 }
 
@@ -62,7 +63,7 @@ fn handle(kind: u32, token: Token, size: u64) -> IpcHandleRep {
 
 /// The handle of `size` bytes of `kind` named by `key`: the one given
 /// before, or a new export of what `object` makes.
-fn export<E: Executor>(
+pub(super) fn export<E: Executor>(
     s: &mut Session<E>,
     kind: u32,
     key: u64,
@@ -201,6 +202,8 @@ pub(super) fn forget<E: Executor>(s: &mut Session<E>, ctx: Option<u64>) {
     let owner = |kind: u32, key: u64| match kind {
         IPC_MEMORY => s.allocs.get(&key).map(|a| a.ctx),
         IPC_EVENT => s.events.get(key).map(|e| e.ctx),
+        proto::IPC_POOL => s.pools.get(key).map(|p| p.ctx),
+        proto::IPC_POOL_POINTER => s.allocs.get(&key).map(|a| a.ctx),
         _ => super::vmm::phys(s, key).map(|p| p.0),
     };
     let gone: Vec<(u32, u64)> = s.ipc.exported.keys().copied().filter(|&(k, key)| owner(k, key).is_none_or(mine)).collect();

@@ -52,7 +52,7 @@ fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> C
     let a = *s
         .allocs
         .get(&dptr)
-        .filter(|a| matches!(a.kind, AllocKind::Memory | AllocKind::Pooled | AllocKind::Graph))
+        .filter(|a| matches!(a.kind, AllocKind::Memory | AllocKind::Pooled | AllocKind::PoolImported | AllocKind::Graph))
         .ok_or(CuError::INVALID_VALUE)?;
     // A stream of another context than the allocating one.
     let other_ctx = match stream {
@@ -76,6 +76,10 @@ fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> C
         s.allocs.remove(&dptr);
         s.mem_used -= a.len;
         super::ipc::withdraw(s, pvgpu_ring::proto::IPC_MEMORY, dptr);
+        super::ipc::withdraw(s, pvgpu_ring::proto::IPC_POOL_POINTER, dptr);
+    } else if a.kind == AllocKind::PoolImported {
+        // The exporter's memory: not counted here.
+        s.allocs.remove(&dptr);
     } else {
         // The address stays the graph's: its next launch maps it again.
         s.remeasure();

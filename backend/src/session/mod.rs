@@ -44,6 +44,7 @@ mod pinning;
 mod pitched;
 mod policy;
 mod pool;
+mod pool_ipc;
 mod restore;
 mod stream;
 mod turns;

@@ -16,9 +16,14 @@ use pvgpu_ring::proto::{self, DptrRep, HandleRep, I32Rep, U64Rep};
 /// A pool of the session.
 pub(super) struct PoolEntry {
     /// The context it was made in.
-    ctx: u64,
+    pub(super) ctx: u64,
     /// The executor's pool.
-    raw: u64,
+    pub(super) raw: u64,
+    /// Made with a shareable handle type (`pool_ipc`).
+    pub(super) shareable: bool,
+    /// Imported from another process (`pool_ipc`): it gives allocations
+    /// only by import.
+    pub(super) imported: bool,
 }
 
 fn entry<E: Executor>(s: &Session<E>, pool: u64) -> CuRes<(u64, u64)> {
@@ -26,12 +31,24 @@ fn entry<E: Executor>(s: &Session<E>, pool: u64) -> CuRes<(u64, u64)> {
 }
 
 pub(super) fn mem_pool_create<E: Executor>(s: &mut Session<E>, r: proto::MemPoolCreate, _: &mut Io<'_>) -> CuRes<HandleRep> {
-    let ctx = r.ctx.get();
+    create(s, r.ctx.get(), r.max_size.get(), false)
+}
+
+/// Makes a pool in `ctx` (`shareable`: another process of the guest may
+/// import it).
+pub(super) fn create<E: Executor>(s: &mut Session<E>, ctx: u64, max_size: u64, shareable: bool) -> CuRes<HandleRep> {
     if s.pools.len() >= s.limits.max_objects {
         return Err(CuError::OUT_OF_MEMORY);
     }
-    let raw = s.enter(ctx)?.pool(PoolOp::Create { max_size: r.max_size.get() })?;
-    match s.pools.insert(PoolEntry { ctx, raw }) {
+    let raw = s.enter(ctx)?.pool(PoolOp::Create { max_size, shareable })?;
+    adopt(s, PoolEntry { ctx, raw, shareable, imported: false })
+}
+
+/// Keeps a pool the executor made; destroys it if the session holds as
+/// many objects as it may.
+pub(super) fn adopt<E: Executor>(s: &mut Session<E>, p: PoolEntry) -> CuRes<HandleRep> {
+    let (ctx, raw) = (p.ctx, p.raw);
+    match s.pools.insert(p) {
         Ok(id) => Ok(HandleRep { handle: id.into() }),
         Err(e) => {
             let _ = s.enter(ctx).and_then(|c| c.pool(PoolOp::Destroy(raw)));
@@ -44,6 +61,7 @@ pub(super) fn mem_pool_destroy<E: Executor>(s: &mut Session<E>, r: proto::MemPoo
     let (ctx, raw) = entry(s, r.pool.get())?;
     s.enter(ctx)?.pool(PoolOp::Destroy(raw))?;
     s.pools.remove(r.pool.get());
+    super::ipc::withdraw(s, pvgpu_ring::proto::IPC_POOL, r.pool.get());
     Ok(())
 }
 
@@ -53,6 +71,11 @@ pub(super) fn mem_pool_destroy<E: Executor>(s: &mut Session<E>, r: proto::MemPoo
 pub(super) fn mem_alloc_from_pool<E: Executor>(s: &mut Session<E>, r: proto::MemAllocFromPool, _: &mut Io<'_>) -> CuRes<DptrRep> {
     let (ctx, size, pool) = (r.ctx.get(), r.size.get(), r.pool.get());
     let (_, raw) = entry(s, pool)?;
+    if s.pools.get(pool).is_some_and(|p| p.imported) {
+        // An imported pool gives no new allocations; refused as the driver
+        // refuses it (H100, driver 580).
+        return Err(CuError::INVALID_VALUE);
+    }
     if size == 0 {
         return Err(CuError::INVALID_VALUE);
     }
@@ -110,11 +133,16 @@ pub(super) fn mem_pool_trim<E: Executor>(s: &mut Session<E>, r: proto::MemPoolTr
 /// freed, and a session that ends frees nothing more.
 pub(super) fn forget<E: Executor>(s: &mut Session<E>, ctx: Option<u64>) {
     let mine = |c: u64| ctx.is_none_or(|x| x == c);
-    let held: Vec<(u64, u64)> =
-        s.allocs.iter().filter(|(_, a)| a.kind == AllocKind::Pooled && mine(a.ctx)).map(|(&d, a)| (d, a.ctx)).collect();
+    let held: Vec<(u64, u64)> = s
+        .allocs
+        .iter()
+        .filter(|(_, a)| matches!(a.kind, AllocKind::Pooled | AllocKind::PoolImported) && mine(a.ctx))
+        .map(|(&d, a)| (d, a.ctx))
+        .collect();
     for (dptr, c) in held {
         if s.enter(c).and_then(|x| x.mem_free(dptr)).is_ok()
             && let Some(a) = s.allocs.remove(&dptr)
+            && a.kind == AllocKind::Pooled
         {
             s.mem_used -= a.len;
         }

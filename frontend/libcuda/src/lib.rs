@@ -64,6 +64,7 @@ pub use api::module::*;
 pub use api::pitched::*;
 pub use api::pointer::*;
 pub use api::pool::*;
+pub use api::pool_ipc::*;
 pub use api::shareable::*;
 pub use api::stream_attr::*;
 pub use api::texture::*;

@@ -518,6 +518,16 @@ macro_rules! command_table {
             146 MemPoolAccessOf(pool::mem_pool_access_of) [quiet]: MemPoolAccessOf => I32Rep;
             /// `cuMemPoolTrimTo`.
             147 MemPoolTrim(pool::mem_pool_trim) [quiet]: MemPoolTrim => ();
+            /// `cuMemPoolCreate` of a shareable pool.
+            148 MemPoolCreateWith(pool_ipc::mem_pool_create_with) [quiet]: MemPoolCreateWith => HandleRep;
+            /// `cuMemPoolExportToShareableHandle`.
+            149 MemPoolExport(pool_ipc::mem_pool_export) [quiet]: MemPoolExport => IpcHandleRep;
+            /// `cuMemPoolImportFromShareableHandle`.
+            150 MemPoolImport(pool_ipc::mem_pool_import) [quiet]: MemPoolImport => HandleRep;
+            /// `cuMemPoolExportPointer`.
+            151 MemPoolExportPointer(pool_ipc::mem_pool_export_pointer) [quiet]: MemPoolExportPointer => IpcHandleRep;
+            /// `cuMemPoolImportPointer`.
+            152 MemPoolImportPointer(pool_ipc::mem_pool_import_pointer) [quiet]: MemPoolImportPointer => IpcOpenRep;
         }
     };
 }

@@ -1,6 +1,7 @@
-//! Interprocess handles: memory, an event and shareable physical memory of
-//! one session opened by another session of the same guest (two programs
-//! of one user, one address, one domain), and refused everywhere else.
+//! Interprocess handles: memory, an event, shareable physical memory and
+//! memory pools of one session opened by another session of the same
+//! guest (two programs of one user, one address, one domain), and refused
+//! everywhere else.
 
 use super::*;
 
@@ -86,6 +87,15 @@ pub(crate) fn interprocess_handles_stay_in_their_guest(_: Transport) {
     let ph = a.mem_export(phys.mem).unwrap();
     assert_eq!(code(far.mem_import(gf.ctx, &ph)), CuResult::INVALID_VALUE, "another guest's physical memory");
     b.mem_release(b.mem_import(gb.ctx, &ph).unwrap().mem).unwrap();
+    let pool = a.mem_pool_create_with(ga.ctx, 0, pvgpu_ring::proto::MEM_SHAREABLE).unwrap();
+    let pool_handle = a.mem_pool_export(pool).unwrap();
+    let pd = a.mem_alloc_from_pool(ga.ctx, pool, 4096, Stream::DEFAULT).unwrap();
+    let pdata = a.mem_pool_export_pointer(pd).unwrap();
+    assert_eq!(code(far.mem_pool_import(gf.ctx, &pool_handle)), CuResult::INVALID_VALUE, "another guest's pool");
+    let near = b.mem_pool_import(gb.ctx, &pool_handle).unwrap();
+    let (pp, _) = b.mem_pool_import_pointer(near, &pdata).unwrap();
+    b.mem_free(pp).unwrap();
+    b.mem_pool_destroy(near).unwrap();
     let (p, _) = b.ipc_open_mem_handle(gb.ctx, &h, 1).unwrap();
     b.ipc_close_mem_handle(gb.ctx, p).unwrap();
     drop(a);
@@ -140,6 +150,72 @@ pub(crate) fn shareable_physical_memory(t: Transport) {
     a.mem_release(p.mem).unwrap();
     a.mem_address_free(va, gran).unwrap();
     assert_eq!(code(b.mem_import(gb.ctx, &h)), CuResult::INVALID_VALUE, "released and unmapped");
+}
+
+/// A memory pool made shareable, imported by another program of the
+/// same guest, and an allocation of it handed over by its export data, as
+/// NVIDIA's streamOrderedAllocationIPC does: the importer reads the
+/// exporter's bytes, writes, the exporter sees them; the importer frees
+/// it, then the exporter. Refused: a pool made without a shareable handle
+/// type, an allocation of such a pool, new allocations from an imported
+/// pool, forged data, another guest's pool, the exporter's own handles,
+/// and a freed allocation's data.
+pub(crate) fn shared_memory_pools(t: Transport) {
+    use pvgpu_ring::proto::MEM_SHAREABLE;
+    let (a, b) = (shared().client(t), shared().client(t));
+    let (ga, gb) = (Gpu::new(&a).unwrap(), Gpu::new(&b).unwrap());
+    let pool = a.mem_pool_create_with(ga.ctx, 0, MEM_SHAREABLE).unwrap();
+    let n = 1 << 20;
+    let d = a.mem_alloc_from_pool(ga.ctx, pool, n, Stream::DEFAULT).unwrap();
+    a.memcpy_htod(d, &vec![6u8; n as usize]).unwrap();
+    let ph = a.mem_pool_export(pool).unwrap();
+    let data = a.mem_pool_export_pointer(d + 64).unwrap();
+    assert_eq!(a.mem_pool_export_pointer(d).unwrap(), data, "one handle per allocation");
+
+    let plain = a.mem_pool_create(ga.ctx, 0).unwrap();
+    assert_eq!(code(a.mem_pool_export(plain)), CuResult::INVALID_VALUE, "a pool not made shareable");
+    let pd = a.mem_alloc_from_pool(ga.ctx, plain, 4096, Stream::DEFAULT).unwrap();
+    assert_eq!(code(a.mem_pool_export_pointer(pd)), CuResult::INVALID_VALUE, "an allocation of such a pool");
+    let plain_alloc = a.mem_alloc(ga.ctx, 4096).unwrap();
+    assert_eq!(code(a.mem_pool_export_pointer(plain_alloc)), CuResult::INVALID_VALUE, "memory of no pool of the program's");
+
+    let q = b.mem_pool_import(gb.ctx, &ph).unwrap();
+    assert_eq!(
+        code(b.mem_alloc_from_pool(gb.ctx, q, 4096, Stream::DEFAULT)),
+        CuResult::INVALID_VALUE,
+        "an imported pool gives no new memory"
+    );
+    assert_eq!(code(b.mem_pool_export(q)), CuResult::INVALID_VALUE, "nor is exported again");
+    let mut forged = data;
+    forged[20] ^= 1;
+    assert_eq!(code(b.mem_pool_import_pointer(q, &forged)), CuResult::INVALID_VALUE, "forged data");
+    assert_eq!(code(b.mem_pool_import_pointer(q, &ph)), CuResult::INVALID_VALUE, "a pool's handle is no allocation's");
+    let (p, size) = b.mem_pool_import_pointer(q, &data).unwrap();
+    assert_eq!(size, n);
+    let mut got = vec![0u8; n as usize];
+    b.memcpy_dtoh(&mut got, p).unwrap();
+    assert!(got.iter().all(|&x| x == 6), "the exporter's bytes");
+    b.memset(p + 100, 8, 1, 10, Stream::DEFAULT).unwrap();
+    b.ctx_synchronize(gb.ctx).unwrap();
+    let mut back = [0u8; 16];
+    a.memcpy_dtoh(&mut back, d + 96).unwrap();
+    assert_eq!(back, [6, 6, 6, 6, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 6, 6], "the importer's writes");
+    assert_eq!(code(a.mem_pool_import(ga.ctx, &ph)), CuResult::INVALID_CONTEXT, "not in the exporting program");
+
+    // The importer frees first, as the driver asks; then the exporter.
+    b.mem_free_async(p, Stream::DEFAULT).unwrap();
+    b.ctx_synchronize(gb.ctx).unwrap();
+    assert_eq!(code(b.memcpy_dtoh(&mut back, p)), CuResult::INVALID_VALUE, "freed by the importer");
+    a.mem_free(d).unwrap();
+    a.ctx_synchronize(ga.ctx).unwrap();
+    assert_eq!(code(b.mem_pool_import_pointer(q, &data)), CuResult::INVALID_VALUE, "freed by the exporter");
+    b.mem_pool_destroy(q).unwrap();
+    a.mem_free(pd).unwrap();
+    a.mem_free(plain_alloc).unwrap();
+    a.mem_pool_destroy(plain).unwrap();
+    a.mem_pool_destroy(pool).unwrap();
+    a.ctx_synchronize(ga.ctx).unwrap();
+    assert_eq!(code(b.mem_pool_import(gb.ctx, &ph)), CuResult::INVALID_VALUE, "destroyed");
 }
 
 /// Peer access as the backend's driver answers it: a device and itself

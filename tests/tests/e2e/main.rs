@@ -184,6 +184,7 @@ over_every_transport!(
         stream_attributes_and_persisting_l2,
         interprocess_handles,
         shareable_physical_memory,
+        shared_memory_pools,
         peer_access,
         tensor_maps,
         virtual_memory,

@@ -456,6 +456,22 @@ impl ExecContext for CudaContext {
         self.pool_op(op)
     }
 
+    fn pool_export(&mut self, pool: u64) -> CuRes<crate::ipc::IpcObject> {
+        self.pool_export_fd(pool)
+    }
+
+    fn pool_import(&mut self, o: &crate::ipc::IpcObject) -> CuRes<u64> {
+        self.pool_import_fd(o)
+    }
+
+    fn pool_export_pointer(&mut self, ptr: u64) -> CuRes<crate::ipc::IpcObject> {
+        self.pool_export_ptr(ptr)
+    }
+
+    fn pool_import_pointer(&mut self, pool: u64, o: &crate::ipc::IpcObject, _size: u64) -> CuRes<u64> {
+        self.pool_import_ptr(pool, o)
+    }
+
     unsafe fn copy_2d(&mut self, c: Copy2D, width: u64, height: u64, stream: Option<CudaStream>, wait: bool) -> CuRes<()> {
         // SAFETY: the same contract.
         unsafe { self.copy2d(c, width, height, stream, wait) }

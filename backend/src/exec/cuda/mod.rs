@@ -230,6 +230,12 @@ fn describe(drv: &Driver, dev: sys::CUdevice) -> Result<DeviceInfo, CudaInitErro
         // SAFETY: valid out-pointer; an unknown attribute number is answered
         // with an error status.
         if unsafe { get_attr(&mut v, CUdevice_attribute(a), dev) } == CuResult::SUCCESS {
+            if a == CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES.0 {
+                // Pools go to another process by file descriptor only
+                // (docs/compatibility.md): a program that finds fabric
+                // handles among the types would ask for them.
+                v &= CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0 as i32;
+            }
             attrs.push((a as i32, v));
         }
     }

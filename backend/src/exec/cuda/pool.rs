@@ -7,13 +7,16 @@ use super::driver::{entry, ok};
 use super::{CudaContext, CudaStream, ck, raw_stream};
 use crate::exec::CuRes;
 use crate::exec::pool::PoolOp;
+use crate::ipc::IpcObject;
 use cudarc::driver::sys;
 use pvgpu_ring::cuda::api::{
     CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUmemAccess_flags, CUmemAccessDesc, CUmemLocation, CUmemPool_attribute,
     Driver,
 };
 use std::ffi::{c_int, c_void};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr;
+use std::sync::Arc;
 
 /// The driver's pool a session's pool value is.
 fn raw(pool: u64) -> sys::CUmemoryPool {
@@ -51,7 +54,7 @@ impl CudaContext {
     /// A pool of the program's own, or the default pool's trim.
     pub(super) fn pool_op(&mut self, op: PoolOp<CudaStream>) -> CuRes<u64> {
         match op {
-            PoolOp::Create { max_size } => self.pool_create(max_size),
+            PoolOp::Create { max_size, shareable } => self.pool_create(max_size, shareable),
             PoolOp::Destroy(pool) => {
                 // SAFETY: a pool this context made and the session has not
                 // destroyed; allocations from it stay valid until freed.
@@ -77,10 +80,11 @@ impl CudaContext {
         }
     }
 
-    fn pool_create(&mut self, max_size: u64) -> CuRes<u64> {
+    fn pool_create(&mut self, max_size: u64, shareable: bool) -> CuRes<u64> {
+        use sys::CUmemAllocationHandleType as Handles;
         let props = sys::CUmemPoolProps {
             allocType: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
-            handleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
+            handleTypes: if shareable { Handles::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR } else { Handles::CU_MEM_HANDLE_TYPE_NONE },
             location: sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: self.dev },
             win32SecurityAttributes: ptr::null_mut(),
             maxSize: max_size as usize,
@@ -89,11 +93,71 @@ impl CudaContext {
         };
         let mut pool = ptr::null_mut();
         // SAFETY: valid out-pointer and properties: device memory of this
-        // context's device, no shareable handles.
+        // context's device, file descriptors as the only shareable handles.
         ck(unsafe { sys::cuMemPoolCreate(&mut pool, &props) })?;
         Ok(pool as usize as u64)
     }
 
+    /// The descriptor of a pool made shareable, for the registry.
+    pub(super) fn pool_export_fd(&mut self, pool: u64) -> CuRes<IpcObject> {
+        let mut fd: c_int = -1;
+        // SAFETY: a POSIX descriptor is an int, written to `fd`; a live pool
+        // of the session made shareable (the session checked; the driver
+        // refuses one that is not).
+        ck(unsafe {
+            sys::cuMemPoolExportToShareableHandle(
+                (&raw mut fd).cast(),
+                raw(pool),
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            )
+        })?;
+        if fd < 0 {
+            return Err(pvgpu_ring::CuError::UNKNOWN);
+        }
+        // SAFETY: the driver just opened this descriptor for us.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(IpcObject { bytes: [0; 64], fd: Some(Arc::new(fd)) })
+    }
+
+    /// Another session's pool, from its descriptor.
+    pub(super) fn pool_import_fd(&mut self, o: &IpcObject) -> CuRes<u64> {
+        let fd = o.fd.as_ref().ok_or(pvgpu_ring::CuError::INVALID_VALUE)?;
+        let mut pool = ptr::null_mut();
+        // SAFETY: valid out-pointer; a POSIX handle is the descriptor as a
+        // pointer-sized value; the descriptor is one the driver made in
+        // another session's worker (the registry's, never the guest's),
+        // open during the call.
+        ck(unsafe {
+            sys::cuMemPoolImportFromShareableHandle(
+                &mut pool,
+                fd.as_raw_fd() as usize as *mut c_void,
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            )
+        })?;
+        Ok(pool as usize as u64)
+    }
+
+    /// The driver's export data of an allocation from a shareable pool.
+    pub(super) fn pool_export_ptr(&mut self, dptr: u64) -> CuRes<IpcObject> {
+        let mut data = sys::CUmemPoolPtrExportData { reserved: [0; 64] };
+        // SAFETY: valid out-pointer; an allocation of the session's (the
+        // driver refuses one not from a shareable pool).
+        ck(unsafe { sys::cuMemPoolExportPointer(&mut data, dptr) })?;
+        Ok(IpcObject { bytes: data.reserved, fd: None })
+    }
+
+    /// Another session's allocation, from `pool` (imported here).
+    pub(super) fn pool_import_ptr(&mut self, pool: u64, o: &IpcObject) -> CuRes<u64> {
+        let mut data = sys::CUmemPoolPtrExportData { reserved: o.bytes };
+        let mut p = 0;
+        // SAFETY: valid out-pointer; a pool this context imported; export
+        // data the driver made in another session's worker (the
+        // registry's, never the guest's).
+        ck(unsafe { sys::cuMemPoolImportPointer(&mut p, raw(pool), &mut data) })?;
+        Ok(p)
+    }
     fn access_of(&mut self, pool: sys::CUmemoryPool, device: usize, set: Option<u32>) -> CuRes<u32> {
         let mut peer = 0;
         // SAFETY: valid out-pointer; the session checked the ordinal.

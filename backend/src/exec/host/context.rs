@@ -474,6 +474,22 @@ impl ExecContext for HostContext {
         self.pool_op(op)
     }
 
+    fn pool_export(&mut self, pool: u64) -> CuRes<crate::ipc::IpcObject> {
+        self.pool_export_object(pool)
+    }
+
+    fn pool_import(&mut self, o: &crate::ipc::IpcObject) -> CuRes<u64> {
+        self.pool_import_object(o)
+    }
+
+    fn pool_export_pointer(&mut self, ptr: u64) -> CuRes<crate::ipc::IpcObject> {
+        self.pool_export_ptr(ptr)
+    }
+
+    fn pool_import_pointer(&mut self, pool: u64, o: &crate::ipc::IpcObject, size: u64) -> CuRes<u64> {
+        self.pool_import_ptr(pool, o, size)
+    }
+
     unsafe fn copy_2d(&mut self, c: Copy2D, width: u64, height: u64, s: Option<u64>, _wait: bool) -> CuRes<()> {
         if self.graphs.capturing(s) {
             // Pitched copies are not captured by the double.

@@ -123,6 +123,7 @@ impl HostExecutor {
             a(CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, 4 << 20),
             a(CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, 1),
             a(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 1),
+            a(CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0 as i32),
         ];
         // Like a driver, answer every attribute; those not listed are 0.
         let attrs: Vec<(i32, i32)> =
@@ -359,6 +360,11 @@ impl HostContext {
     /// Frees device memory (whether a capture allows it or not).
     fn free_unchecked(&mut self, dptr: u64) -> CuRes<()> {
         self.ok()?;
+        if self.opened.contains(&dptr) {
+            // Another session's memory imported from a pool: its
+            // exporter's, unmapped here and not counted.
+            return self.close_mem(dptr);
+        }
         let v = self.mem.allocs.remove(&dptr).ok_or(CuError::INVALID_VALUE)?;
         self.used.fetch_sub(v.len() as u64, Ordering::Relaxed);
         self.held -= v.len() as u64;

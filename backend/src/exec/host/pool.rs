@@ -24,6 +24,12 @@ pub(super) struct HostPools {
 #[derive(Default)]
 struct HostPool {
     max_size: u64,
+    /// Made with a shareable handle type: it and its allocations may be
+    /// exported.
+    shareable: bool,
+    /// Imported from another session: allocations come from it only by
+    /// import.
+    imported: bool,
     /// Reuse policies (1-3) and release threshold (4) as set.
     attrs: HashMap<u32, u64>,
     /// Live allocations: address and length.
@@ -80,9 +86,9 @@ impl HostContext {
     pub(super) fn pool_op(&mut self, op: PoolOp<u64>) -> CuRes<u64> {
         self.ok()?;
         match op {
-            PoolOp::Create { max_size } => {
+            PoolOp::Create { max_size, shareable } => {
                 let id = self.handle();
-                self.pools.pools.insert(id, HostPool { max_size, ..HostPool::default() });
+                self.pools.pools.insert(id, HostPool { max_size, shareable, ..HostPool::default() });
                 Ok(id)
             }
             PoolOp::Destroy(pool) => self.pools.pools.remove(&pool).map(|_| 0).ok_or(CuError::INVALID_VALUE),
@@ -124,7 +130,12 @@ impl HostContext {
             return Err(CuError::NOT_SUPPORTED);
         }
         let used = self.in_use(pool)?;
-        let max = self.pools.pools.get(&pool).ok_or(CuError::INVALID_VALUE)?.max_size;
+        let p = self.pools.pools.get(&pool).ok_or(CuError::INVALID_VALUE)?;
+        if p.imported {
+            // As the driver: an imported pool gives no new allocations.
+            return Err(CuError::INVALID_VALUE);
+        }
+        let max = p.max_size;
         if max != 0 && used.saturating_add(size) > max {
             return Err(CuError::OUT_OF_MEMORY);
         }
@@ -141,5 +152,45 @@ impl HostContext {
         let p = self.pools.pools.get_mut(&pool).ok_or(CuError::INVALID_VALUE)?;
         p.allocs.retain(|dptr, _| live.contains_key(dptr));
         Ok(p.allocs.values().sum())
+    }
+
+    /// A shareable pool's export: the double's pools hold no memory of
+    /// their own, so what goes to the registry is only that it may be
+    /// imported.
+    pub(super) fn pool_export_object(&mut self, pool: u64) -> CuRes<crate::ipc::IpcObject> {
+        self.ok()?;
+        match self.pools.pools.get(&pool) {
+            Some(p) if p.shareable => Ok(crate::ipc::IpcObject::default()),
+            _ => Err(CuError::INVALID_VALUE),
+        }
+    }
+
+    /// Another session's pool, as an imported pool of this context.
+    pub(super) fn pool_import_object(&mut self, _o: &crate::ipc::IpcObject) -> CuRes<u64> {
+        self.ok()?;
+        let id = self.handle();
+        self.pools.pools.insert(id, HostPool { imported: true, ..HostPool::default() });
+        Ok(id)
+    }
+
+    /// An allocation from a shareable pool: its bytes move to a memfd,
+    /// which the importing session maps.
+    pub(super) fn pool_export_ptr(&mut self, dptr: u64) -> CuRes<crate::ipc::IpcObject> {
+        let live = &self.mem.allocs;
+        let shareable = self.pools.pools.values().any(|p| p.shareable && p.allocs.contains_key(&dptr) && live.contains_key(&dptr));
+        if !shareable {
+            return Err(CuError::INVALID_VALUE);
+        }
+        self.export_mem(dptr)
+    }
+
+    /// Another session's allocation, from imported pool `pool`, mapped
+    /// here (the double does not check that it came from that pool; the
+    /// driver does).
+    pub(super) fn pool_import_ptr(&mut self, pool: u64, o: &crate::ipc::IpcObject, size: u64) -> CuRes<u64> {
+        if !self.pools.pools.get(&pool).is_some_and(|p| p.imported) {
+            return Err(CuError::INVALID_VALUE);
+        }
+        self.open_mem(o, size)
     }
 }

@@ -32,6 +32,7 @@ pub mod module;
 pub mod pitched;
 pub mod pointer;
 pub mod pool;
+pub mod pool_ipc;
 pub mod shareable;
 pub mod stream_attr;
 pub mod texture;

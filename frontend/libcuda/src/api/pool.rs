@@ -10,16 +10,16 @@
 //! the library then keeps retained). Attributes, other devices' access and
 //! trims are the backend pool's. The current pool of a device is kept
 //! here, per process, and never set in the backend's driver, whose
-//! devices other sessions share. Sharing pools between processes
-//! (shareable handle types, `cuMemPoolExportToShareableHandle`) is not
-//! supported.
+//! devices other sessions share. Pools shared between processes of the
+//! guest (file descriptors) are in [`super::pool_ipc`].
 
 use crate::state::objects::{DevAlloc, DevKind};
 use crate::state::{self, Res, ctx, handle, id, objects, put, run};
 use pvgpu_frontend::{MemPool, Stream};
 use pvgpu_ring::cuda::api::{
-    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUmemAccess_flags, CUmemAccessDesc,
-    CUmemLocation, CUmemPool_attribute, CUmemPoolProps,
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_HANDLE_TYPE_NONE, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, CU_MEM_LOCATION_TYPE_DEVICE,
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationType, CUmemLocation, CUmemPool_attribute,
+    CUmemPoolProps,
 };
 use pvgpu_ring::{CuError, CuResult};
 use std::collections::BTreeMap;
@@ -30,14 +30,14 @@ use std::sync::Mutex;
 const POOL_TAG: u64 = state::LOCAL_TAG | 0x4000_0000_0000_0000;
 
 /// Tag of pools of the program's own: `OWN_TAG | backend id`.
-const OWN_TAG: u64 = state::LOCAL_TAG | 0x2000_0000_0000_0000;
+pub(super) const OWN_TAG: u64 = state::LOCAL_TAG | 0x2000_0000_0000_0000;
 
 /// The program's pools, by backend id: their devices.
 static OWN: Mutex<BTreeMap<u64, c_int>> = Mutex::new(BTreeMap::new());
 /// Each device's current pool where it is one of the program's own.
 static CURRENT: Mutex<BTreeMap<c_int, u64>> = Mutex::new(BTreeMap::new());
 
-fn own() -> std::sync::MutexGuard<'static, BTreeMap<u64, c_int>> {
+pub(super) fn own() -> std::sync::MutexGuard<'static, BTreeMap<u64, c_int>> {
     OWN.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -47,7 +47,7 @@ fn current() -> std::sync::MutexGuard<'static, BTreeMap<c_int, u64>> {
 
 /// A pool handle, as the program holds it.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Pool {
+pub(super) enum Pool {
     /// A device's default pool.
     Default(c_int),
     /// A pool of the program's own, on a device.
@@ -55,7 +55,7 @@ enum Pool {
 }
 
 impl Pool {
-    fn of(pool: *mut c_void) -> Result<Pool, CuError> {
+    pub(super) fn of(pool: *mut c_void) -> Result<Pool, CuError> {
         let h = id(pool);
         if h & POOL_TAG == POOL_TAG {
             return Ok(Pool::Default((h & 0xffff_ffff) as u32 as c_int));
@@ -69,13 +69,13 @@ impl Pool {
         Err(CuError::INVALID_VALUE)
     }
 
-    fn device(self) -> c_int {
+    pub(super) fn device(self) -> c_int {
         match self {
             Pool::Default(d) | Pool::Own(_, d) => d,
         }
     }
 
-    fn handle(self) -> *mut c_void {
+    pub(super) fn handle(self) -> *mut c_void {
         match self {
             Pool::Default(d) => handle(POOL_TAG | d as u32 as u64),
             Pool::Own(p, _) => handle(OWN_TAG | p.0),
@@ -192,23 +192,75 @@ pub unsafe extern "C" fn cuDeviceGetMemPool(pool: *mut *mut c_void, dev: c_int) 
 /// (what `cuMemAllocAsync` allocates from in this process).
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceSetMemPool(dev: c_int, pool: *mut c_void) -> CuResult {
-    run("cuDeviceSetMemPool", || {
-        let pool = Pool::of(pool)?;
-        if pool.device() != dev {
-            return Err(CuError::INVALID_DEVICE);
-        }
-        match pool {
-            Pool::Default(_) => current().remove(&dev),
-            Pool::Own(p, _) => current().insert(dev, p.0),
-        };
-        Ok(())
-    })
+    run("cuDeviceSetMemPool", || set_current(dev, pool))
+}
+
+fn set_current(dev: c_int, pool: *mut c_void) -> Res {
+    let pool = Pool::of(pool)?;
+    if pool.device() != dev {
+        return Err(CuError::INVALID_DEVICE);
+    }
+    match pool {
+        Pool::Default(_) => current().remove(&dev),
+        Pool::Own(p, _) => current().insert(dev, p.0),
+    };
+    Ok(())
+}
+
+/// The device a pool location of CUDA 13's location-based calls names:
+/// device memory of a device. Host and managed pools are not offered
+/// (`CUDA_ERROR_NOT_SUPPORTED`).
+///
+/// # Safety
+/// `location` must be null or readable.
+unsafe fn located(location: *const CUmemLocation, kind: CUmemAllocationType) -> Result<c_int, CuError> {
+    // SAFETY: null or readable, per the caller.
+    let l = unsafe { location.as_ref() }.ok_or(CuError::INVALID_VALUE)?;
+    if kind != CU_MEM_ALLOCATION_TYPE_PINNED || l.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    state::device_props(l.id).map_err(|_| CuError::INVALID_DEVICE)?;
+    Ok(l.id)
+}
+
+/// `cuMemGetDefaultMemPool` (CUDA 13): a device's default pool.
+///
+/// # Safety
+/// `pool` must be writable, `location` readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetDefaultMemPool(
+    pool: *mut *mut c_void,
+    location: *mut CUmemLocation,
+    kind: CUmemAllocationType,
+) -> CuResult {
+    // SAFETY: per the caller.
+    run("cuMemGetDefaultMemPool", || put_pool(pool, unsafe { located(location, kind) }?, Pool::Default))
+}
+
+/// `cuMemGetMemPool` (CUDA 13): a device's current pool.
+///
+/// # Safety
+/// `pool` must be writable, `location` readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetMemPool(pool: *mut *mut c_void, location: *mut CUmemLocation, kind: CUmemAllocationType) -> CuResult {
+    // SAFETY: per the caller.
+    run("cuMemGetMemPool", || put_pool(pool, unsafe { located(location, kind) }?, Pool::current))
+}
+
+/// `cuMemSetMemPool` (CUDA 13): a pool of a device becomes its current one.
+///
+/// # Safety
+/// `location` must be readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemSetMemPool(location: *mut CUmemLocation, kind: CUmemAllocationType, pool: *mut c_void) -> CuResult {
+    // SAFETY: per the caller.
+    run("cuMemSetMemPool", || set_current(unsafe { located(location, kind) }?, pool))
 }
 
 /// A context of device `dev` for what concerns its pools: the current one
 /// if it is there, else the device's primary context (retained for the
 /// life of the process, as the driver keeps a device's pools).
-fn device_ctx(dev: c_int) -> Result<pvgpu_frontend::Context, CuError> {
+pub(super) fn device_ctx(dev: c_int) -> Result<pvgpu_frontend::Context, CuError> {
     match state::current_handle().filter(|&h| ctx::device_of(h).is_ok_and(|d| d == dev)) {
         Some(h) => ctx::backend(h),
         None => ctx::backend(ctx::primary_held(dev)?),
@@ -228,12 +280,23 @@ pub unsafe extern "C" fn cuMemPoolCreate(pool: *mut *mut c_void, props: *const C
         if pool.is_null() || p.allocType != CU_MEM_ALLOCATION_TYPE_PINNED {
             return Err(CuError::INVALID_VALUE);
         }
-        if p.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE || p.handleTypes.0 != 0 || p.usage != 0 {
+        let shareable = match p.handleTypes {
+            CU_MEM_HANDLE_TYPE_NONE => false,
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR => true,
+            _ => return Err(CuError::NOT_SUPPORTED),
+        };
+        if p.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE || p.usage != 0 {
             return Err(CuError::NOT_SUPPORTED);
         }
         let dev = p.location.id;
         state::device_props(dev).map_err(|_| CuError::INVALID_DEVICE)?;
-        let made = state::device(dev)?.0.mem_pool_create(device_ctx(dev)?, p.maxSize as u64).map_err(state::cu)?;
+        let c = state::device(dev)?.0;
+        let made = if shareable {
+            c.mem_pool_create_with(device_ctx(dev)?, p.maxSize as u64, pvgpu_ring::proto::MEM_SHAREABLE)
+        } else {
+            c.mem_pool_create(device_ctx(dev)?, p.maxSize as u64)
+        }
+        .map_err(state::cu)?;
         own().insert(made.0, dev);
         // SAFETY: non-null and writable per the API.
         unsafe { put(pool, Pool::Own(made, dev).handle()) }

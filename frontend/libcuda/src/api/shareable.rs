@@ -84,7 +84,7 @@ pub unsafe extern "C" fn cuMemGetAllocationPropertiesFromHandle(prop: *mut CUmem
 }
 
 /// A sealed memfd holding `bytes`.
-fn sealed_file(bytes: &[u8; 64]) -> Result<OwnedFd, CuError> {
+pub(super) fn sealed_file(bytes: &[u8; 64]) -> Result<OwnedFd, CuError> {
     use nix::fcntl::{FcntlArg, SealFlag, fcntl};
     use nix::sys::memfd::{MFdFlags, memfd_create};
     let fd = memfd_create("pvgpu-shareable", MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING).map_err(|_| CuError::OUT_OF_MEMORY)?;
@@ -95,6 +95,21 @@ fn sealed_file(bytes: &[u8; 64]) -> Result<OwnedFd, CuError> {
     let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_WRITE | SealFlag::F_SEAL_SEAL;
     fcntl(&fd, FcntlArg::F_ADD_SEALS(seals)).map_err(|_| CuError::OUT_OF_MEMORY)?;
     Ok(fd)
+}
+
+/// The 64 bytes the file of shareable handle `os_handle` (a descriptor as
+/// a pointer, the program's) holds.
+pub(super) fn read_file(os_handle: *mut c_void) -> Result<[u8; 64], CuError> {
+    let raw = c_int::try_from(os_handle as usize).map_err(|_| CuError::INVALID_VALUE)?;
+    // Borrowed: the program keeps its descriptor.
+    // SAFETY: `raw` is only read through, never closed (ManuallyDrop).
+    let file = std::mem::ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(raw) });
+    let mut bytes = [0u8; 64];
+    let n = nix::sys::uio::pread(&*file, &mut bytes, 0).map_err(|_| CuError::INVALID_VALUE)?;
+    if n != bytes.len() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    Ok(bytes)
 }
 
 /// `cuMemExportToShareableHandle` (file descriptors).
@@ -141,15 +156,7 @@ pub unsafe extern "C" fn cuMemImportFromShareableHandle(
         if kind != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR {
             return Err(CuError::NOT_SUPPORTED);
         }
-        let raw = c_int::try_from(os_handle as usize).map_err(|_| CuError::INVALID_VALUE)?;
-        // Borrowed: the program keeps its descriptor.
-        // SAFETY: `raw` is only read through, never closed (ManuallyDrop).
-        let file = std::mem::ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(raw) });
-        let mut bytes = [0u8; 64];
-        let n = nix::sys::uio::pread(&*file, &mut bytes, 0).map_err(|_| CuError::INVALID_VALUE)?;
-        if n != bytes.len() {
-            return Err(CuError::INVALID_VALUE);
-        }
+        let bytes = read_file(os_handle)?;
         let h = super::vmm::any_context()?;
         let p = state::client()?.mem_import(ctx::backend(h)?, &bytes).map_err(state::cu)?;
         made(&p, ctx::device_of(h)?);

@@ -198,6 +198,7 @@ fixed! { checked requests: HostMirrorMap }
 fixed! { requests: MipmapLevel, CtxResetL2, Resume }
 
 fixed! { requests: IpcGetMemHandle, IpcCloseMemHandle, IpcGetEventHandle, IpcOpenEventHandle, MemExport, MemImport }
+fixed! { requests: MemPoolCreateWith, MemPoolExport, MemPoolImport, MemPoolExportPointer, MemPoolImportPointer }
 
 fixed! { requests: MemPoolCreate, MemPoolDestroy, MemAllocFromPool, MemPoolAttributeOf, MemPoolAccessOf, MemPoolTrim }
 

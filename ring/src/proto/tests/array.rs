@@ -115,6 +115,16 @@ pub(super) fn requests() -> Vec<Arb> {
         arb::<MemExport>().prop_map(|r| (Opcode::MemExport, r.as_bytes().to_vec())).boxed(),
         arb::<Resume>().prop_map(|r| (Opcode::Resume, r.as_bytes().to_vec())).boxed(),
         arb::<MemImport>().prop_map(|r| (Opcode::MemImport, r.as_bytes().to_vec())).boxed(),
+        arb::<MemPoolCreateWith>()
+            .prop_map(|mut r| {
+                r.reserved = 0.into();
+                (Opcode::MemPoolCreateWith, r.as_bytes().to_vec())
+            })
+            .boxed(),
+        arb::<MemPoolExport>().prop_map(|r| (Opcode::MemPoolExport, r.as_bytes().to_vec())).boxed(),
+        arb::<MemPoolImport>().prop_map(|r| (Opcode::MemPoolImport, r.as_bytes().to_vec())).boxed(),
+        arb::<MemPoolExportPointer>().prop_map(|r| (Opcode::MemPoolExportPointer, r.as_bytes().to_vec())).boxed(),
+        arb::<MemPoolImportPointer>().prop_map(|r| (Opcode::MemPoolImportPointer, r.as_bytes().to_vec())).boxed(),
         (arb::<TexObjectDestroy>(), 0u32..=1)
             .prop_map(|(mut r, s)| {
                 r.surface = s.into();

@@ -21,6 +21,13 @@ pub const IPC_EVENT: u32 = 2;
 /// shareable handle names it.
 pub const IPC_PHYSICAL: u32 = 3;
 
+/// [`IpcHandle::kind`]: a memory pool made with a shareable handle type
+/// (`cuMemPoolExportToShareableHandle`).
+pub const IPC_POOL: u32 = 4;
+/// [`IpcHandle::kind`]: an allocation of such a pool
+/// (`cuMemPoolExportPointer`): what `CUmemPoolPtrExportData` holds.
+pub const IPC_POOL_POINTER: u32 = 5;
+
 /// [`MemCreateWith::flags`]: generic compression
 /// (`CU_MEM_ALLOCATION_COMP_GENERIC`).
 pub const MEM_COMPRESSIBLE: u32 = 1;
@@ -138,6 +145,46 @@ wire_structs! {
         /// Context id (the current one).
         pub ctx: U64,
         /// What the shareable handle's file holds.
+        pub handle: IpcHandle,
+    }
+    /// `cuMemPoolCreate` of a pool whose handle may go to another process
+    /// of the guest (`CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`).
+    pub struct MemPoolCreateWith {
+        /// Context id, on the pool's device.
+        pub ctx: U64,
+        /// As in `MemPoolCreate`.
+        pub max_size: U64,
+        /// [`MEM_SHAREABLE`].
+        pub flags: U32,
+        /// Reserved, zero.
+        pub reserved: U32,
+    }
+    /// `cuMemPoolExportToShareableHandle`: a handle of a shareable pool.
+    pub struct MemPoolExport {
+        /// Pool id.
+        pub pool: U64,
+    }
+    /// `cuMemPoolImportFromShareableHandle`: another process's pool, as a
+    /// pool of this session's context `ctx` (allocations come from it only
+    /// through `MemPoolImportPointer`).
+    pub struct MemPoolImport {
+        /// Context id, on the pool's device.
+        pub ctx: U64,
+        /// What the shareable handle's file holds.
+        pub handle: IpcHandle,
+    }
+    /// `cuMemPoolExportPointer`: a handle of an allocation of a shareable
+    /// pool, for a process that imported the pool.
+    pub struct MemPoolExportPointer {
+        /// A device address the session allocated from such a pool.
+        pub ptr: U64,
+    }
+    /// `cuMemPoolImportPointer`: another process's allocation, from a pool
+    /// this session imported; answered with `IpcOpenRep`.
+    pub struct MemPoolImportPointer {
+        /// Pool id (imported).
+        pub pool: U64,
+        /// The handle, as `CUmemPoolPtrExportData` holds it.
         pub handle: IpcHandle,
     }
     /// Peer access between the backend's devices: `cuDeviceCanAccessPeer`
