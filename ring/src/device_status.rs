@@ -40,6 +40,59 @@ pub struct DeviceStatus {
     pub power_mw: Option<u32>,
     /// The backend driver's version (`580.159.04`).
     pub driver_version: String,
+    /// The device's PCIe link as NVML reports it in the backend.
+    pub link: PcieLink,
+}
+
+/// A device's PCIe link; each field `None` where the backend cannot read
+/// it (no NVML, the host test double).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PcieLink {
+    /// Generation the link runs at now.
+    pub generation: Option<u32>,
+    /// Lanes it runs on now.
+    pub width: Option<u32>,
+    /// The most the device and its slot allow: generation.
+    pub max_gen: Option<u32>,
+    /// Lanes.
+    pub max_width: Option<u32>,
+}
+
+/// pvgpu's libcuda export that answers a device's PCIe link for pvgpu's
+/// libnvidia-ml (absent from libcuda builds before it: NVML then answers
+/// `NVML_ERROR_NOT_SUPPORTED`).
+pub const DEVICE_LINK_SYMBOL: &str = "pvgpu_device_link";
+
+/// `CUresult pvgpu_device_link(int dev, PvgpuDeviceLink *out)`.
+pub type DeviceLinkFn = unsafe extern "C" fn(c_int, *mut PvgpuDeviceLink) -> crate::CuResult;
+
+/// What `pvgpu_device_link` writes: [`PcieLink`], `u32::MAX` for unknown.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PvgpuDeviceLink {
+    /// Generation now.
+    pub generation: u32,
+    /// Lanes now.
+    pub width: u32,
+    /// Most generation.
+    pub max_gen: u32,
+    /// Most lanes.
+    pub max_width: u32,
+}
+
+const _: () = assert!(size_of::<PvgpuDeviceLink>() == 16);
+
+impl From<PcieLink> for PvgpuDeviceLink {
+    fn from(l: PcieLink) -> Self {
+        let v = |x: Option<u32>| x.unwrap_or(UNKNOWN);
+        PvgpuDeviceLink { generation: v(l.generation), width: v(l.width), max_gen: v(l.max_gen), max_width: v(l.max_width) }
+    }
+}
+
+impl From<PvgpuDeviceLink> for PcieLink {
+    fn from(l: PvgpuDeviceLink) -> Self {
+        PcieLink { generation: known(l.generation), width: known(l.width), max_gen: known(l.max_gen), max_width: known(l.max_width) }
+    }
 }
 
 /// What `pvgpu_device_status` writes.
@@ -88,6 +141,12 @@ impl From<&DeviceStatusRep> for DeviceStatus {
             temperature: known(r.temperature.get()),
             power_mw: known(r.power_mw.get()),
             driver_version: str_from_fixed(&r.driver_version),
+            link: PcieLink {
+                generation: known(r.pcie_gen.get()),
+                width: known(r.pcie_width.get()),
+                max_gen: known(r.pcie_max_gen.get()),
+                max_width: known(r.pcie_max_width.get()),
+            },
         }
     }
 }
@@ -103,6 +162,7 @@ impl From<&PvgpuDeviceStatus> for DeviceStatus {
             temperature: known(s.temperature),
             power_mw: known(s.power_mw),
             driver_version: String::from_utf8_lossy(&version).into_owned(),
+            link: PcieLink::default(),
         }
     }
 }
@@ -150,6 +210,10 @@ mod tests {
         assert_eq!((st.gpu_util, st.mem_util, st.temperature, st.power_mw), (Some(7), None, Some(40), None));
         assert_eq!(st.driver_version, "580.159.04");
         assert_eq!(PvgpuDeviceStatus::from(&st), raw, "and back");
+        let link = PcieLink { generation: Some(5), width: Some(16), max_gen: None, max_width: Some(16) };
+        let raw_link = PvgpuDeviceLink::from(link);
+        assert_eq!(raw_link.max_gen, UNKNOWN);
+        assert_eq!(PcieLink::from(raw_link), link, "a link and back");
         // Unterminated: all 32 bytes, nothing beyond.
         raw.driver_version = [b'9' as c_char; DRIVER_VERSION_LEN];
         assert_eq!(DeviceStatus::from(&raw).driver_version.len(), DRIVER_VERSION_LEN);

@@ -86,6 +86,9 @@ def device(i, count):
         check(0 <= util.gpu <= 100 and 0 <= util.memory <= 100, "utilization is a percentage")
     print(f"device {i} temperature: {gauge(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)}")
     print(f"device {i} power_mw: {gauge(nv.nvmlDeviceGetPowerUsage, h)}")
+    link = [gauge(f, h) for f in (nv.nvmlDeviceGetCurrPcieLinkGeneration, nv.nvmlDeviceGetCurrPcieLinkWidth,
+                                   nv.nvmlDeviceGetMaxPcieLinkGeneration, nv.nvmlDeviceGetMaxPcieLinkWidth)]
+    print(f"device {i} pcie: gen {link[0]} x{link[1]}, at most gen {link[2]} x{link[3]}")
     check(error_of(nv.nvmlDeviceGetTemperature, h, 7) == nv.NVML_ERROR_INVALID_ARGUMENT, "unknown sensor")
 
     major, minor = nv.nvmlDeviceGetCudaComputeCapability(h)

@@ -60,6 +60,8 @@ pub struct Gauges {
     pub power_mw: Option<u32>,
     /// The driver's version (`580.159.04`), empty when unknown.
     pub driver_version: String,
+    /// The device's PCIe link.
+    pub link: pvgpu_ring::device_status::PcieLink,
 }
 
 /// Offset and size of one kernel parameter in the packed buffer.

@@ -322,5 +322,9 @@ pub(super) fn device_status<E: Executor>(s: &mut Session<E>, r: proto::DeviceSta
         temperature: unknown(g.temperature),
         power_mw: unknown(g.power_mw),
         driver_version: proto::fixed_str(&g.driver_version),
+        pcie_gen: unknown(g.link.generation),
+        pcie_width: unknown(g.link.width),
+        pcie_max_gen: unknown(g.link.max_gen),
+        pcie_max_width: unknown(g.link.max_width),
     })
 }

@@ -128,6 +128,12 @@ impl Session {
         Ok(st)
     }
 
+    /// Device `index`'s PCIe link, asked of the backend now.
+    pub fn link(&self, index: u32) -> Res<crate::libcuda::abi::PcieLink> {
+        let dev = self.dev(index)?;
+        Ok(self.cuda.link(dev)?)
+    }
+
     /// The backend driver's version (`580.159.04`), asked of the first
     /// device once; `NVML_ERROR_NOT_FOUND` when the backend has none.
     pub fn driver_version(&self) -> Res<&str> {

@@ -41,6 +41,8 @@ struct Fns {
     name: Option<unsafe extern "C" fn(Handle, *mut c_char, c_uint) -> u32>,
     uuid: Option<unsafe extern "C" fn(Handle, *mut c_char, c_uint) -> u32>,
     memory: Option<unsafe extern "C" fn(Handle, *mut MemoryInfo) -> u32>,
+    /// The PCIe link: generation and lanes now, and at most.
+    link: [Option<unsafe extern "C" fn(Handle, *mut c_uint) -> u32>; 4],
 }
 
 /// `nvmlMemory_t`.
@@ -89,6 +91,12 @@ impl Nvml {
                 name: lib.get(b"nvmlDeviceGetName").ok().map(|f| *f),
                 uuid: lib.get(b"nvmlDeviceGetUUID").ok().map(|f| *f),
                 memory: lib.get(b"nvmlDeviceGetMemoryInfo").ok().map(|f| *f),
+                link: [
+                    lib.get(b"nvmlDeviceGetCurrPcieLinkGeneration").ok().map(|f| *f),
+                    lib.get(b"nvmlDeviceGetCurrPcieLinkWidth").ok().map(|f| *f),
+                    lib.get(b"nvmlDeviceGetMaxPcieLinkGeneration").ok().map(|f| *f),
+                    lib.get(b"nvmlDeviceGetMaxPcieLinkWidth").ok().map(|f| *f),
+                ],
             };
             (init, fns)
         };
@@ -160,6 +168,12 @@ impl Nvml {
             if (self.fns.power)(h, &mut p) == 0 {
                 g.power_mw = Some(p);
             }
+            let read = |f: Option<unsafe extern "C" fn(Handle, *mut c_uint) -> u32>| {
+                let mut v = 0;
+                f.filter(|f| f(h, &mut v) == 0).map(|_| v)
+            };
+            let [generation, width, max_gen, max_width] = self.fns.link.map(read);
+            g.link = pvgpu_ring::device_status::PcieLink { generation, width, max_gen, max_width };
         }
         g
     }

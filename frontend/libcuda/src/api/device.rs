@@ -3,7 +3,7 @@
 use crate::state::{self, Res, put, run};
 use pvgpu_ring::cuda::api::*;
 use pvgpu_ring::cuda::api::{CUdevice_attribute, CUdevprop, CUexecAffinityType, CUuuid};
-use pvgpu_ring::device_status::PvgpuDeviceStatus;
+use pvgpu_ring::device_status::{PvgpuDeviceLink, PvgpuDeviceStatus};
 use pvgpu_ring::{CuError, CuResult};
 use std::ffi::{c_char, c_int};
 
@@ -287,5 +287,23 @@ pub unsafe extern "C" fn pvgpu_device_status(dev: c_int, out: *mut PvgpuDeviceSt
         let s = c.device_status(local).map_err(state::cu)?;
         // SAFETY: null is refused; otherwise writable, per the caller.
         unsafe { put(out, PvgpuDeviceStatus::from(&s)) }
+    })
+}
+
+/// pvgpu's own entry point ([`pvgpu_ring::device_status::DEVICE_LINK_SYMBOL`]):
+/// the PCIe link of device `dev` as the backend's NVML reads it, for
+/// pvgpu's `libnvidia-ml.so.1` (`nvmlDeviceGetCurrPcieLinkGeneration` and
+/// the like).
+///
+/// # Safety
+/// `out` must be null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pvgpu_device_link(dev: c_int, out: *mut PvgpuDeviceLink) -> CuResult {
+    run("pvgpu_device_link", || {
+        let clients = state::connect()?;
+        let (c, local) = state::backends::on_device(dev).unwrap_or((&clients[0], dev));
+        let s = c.device_status(local).map_err(state::cu)?;
+        // SAFETY: null is refused; otherwise writable, per the caller.
+        unsafe { put(out, PvgpuDeviceLink::from(s.link)) }
     })
 }

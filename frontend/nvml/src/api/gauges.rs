@@ -191,3 +191,54 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
     // SAFETY: the caller's pointers, as documented.
     run("nvmlDeviceGetComputeRunningProcesses", || unsafe { processes(device, info_count, infos) })
 }
+
+/// One figure of a device's PCIe link, `NVML_ERROR_NOT_SUPPORTED` where
+/// the backend cannot read it (the host test double, a backend without
+/// NVML).
+fn link(device: NvmlDevice, out: *mut c_uint, pick: fn(&crate::libcuda::abi::PcieLink) -> Option<u32>) -> Res {
+    let (s, i) = handle::device(device)?;
+    if out.is_null() {
+        return Err(NvmlError::INVALID_ARGUMENT);
+    }
+    let v = pick(&s.link(i)?).ok_or(NvmlError::NOT_SUPPORTED)?;
+    // SAFETY: non-null and writable (the caller's contract).
+    unsafe { put(out, v) }
+}
+
+/// `nvmlDeviceGetCurrPcieLinkGeneration`: the generation the link runs at
+/// now (XLA reads it to estimate host transfers).
+///
+/// # Safety
+/// `out` must be null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetCurrPcieLinkGeneration(device: NvmlDevice, out: *mut c_uint) -> NvmlReturn {
+    run("nvmlDeviceGetCurrPcieLinkGeneration", || link(device, out, |l| l.generation))
+}
+
+/// `nvmlDeviceGetCurrPcieLinkWidth`: the lanes it runs on now.
+///
+/// # Safety
+/// `out` must be null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetCurrPcieLinkWidth(device: NvmlDevice, out: *mut c_uint) -> NvmlReturn {
+    run("nvmlDeviceGetCurrPcieLinkWidth", || link(device, out, |l| l.width))
+}
+
+/// `nvmlDeviceGetMaxPcieLinkGeneration`: the most the device and its slot
+/// allow.
+///
+/// # Safety
+/// `out` must be null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMaxPcieLinkGeneration(device: NvmlDevice, out: *mut c_uint) -> NvmlReturn {
+    run("nvmlDeviceGetMaxPcieLinkGeneration", || link(device, out, |l| l.max_gen))
+}
+
+/// `nvmlDeviceGetMaxPcieLinkWidth`: the most lanes.
+///
+/// # Safety
+/// `out` must be null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMaxPcieLinkWidth(device: NvmlDevice, out: *mut c_uint) -> NvmlReturn {
+    run("nvmlDeviceGetMaxPcieLinkWidth", || link(device, out, |l| l.max_width))
+}

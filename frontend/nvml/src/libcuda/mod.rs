@@ -12,7 +12,7 @@ pub mod abi;
 
 pub use abi::DeviceStatus;
 
-use abi::{DeviceStatusFn, PvgpuDeviceStatus};
+use abi::{DeviceLinkFn, DeviceStatusFn, PcieLink, PvgpuDeviceLink, PvgpuDeviceStatus};
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::{
@@ -39,6 +39,8 @@ struct Fns {
     device_total_mem: PFN_cuDeviceTotalMem_v2,
     device_get_attribute: PFN_cuDeviceGetAttribute,
     device_status: DeviceStatusFn,
+    /// Absent from pvgpu's libcuda before the PCIe link was answered.
+    device_link: Option<DeviceLinkFn>,
 }
 
 /// pvgpu's `libcuda.so.1`, loaded, with its entry points.
@@ -99,6 +101,7 @@ impl Libcuda {
         let fns = unsafe {
             Fns {
                 device_status: sym(&lib, abi::DEVICE_STATUS).map_err(|_| LoadError::NotPvgpu)?,
+                device_link: sym(&lib, abi::DEVICE_LINK).ok(),
                 init: sym(&lib, "cuInit")?,
                 driver_get_version: sym(&lib, "cuDriverGetVersion")?,
                 device_get_count: sym(&lib, "cuDeviceGetCount")?,
@@ -185,6 +188,16 @@ impl Libcuda {
         // SAFETY: a valid out-pointer to the structure the function writes.
         unsafe { (self.fns.device_status)(dev, &mut st) }.result()?;
         Ok(DeviceStatus::from(&st))
+    }
+
+    /// `pvgpu_device_link`: the device's PCIe link, asked of the backend
+    /// now (all unknown from a libcuda without it).
+    pub fn link(&self, dev: CuDevice) -> Result<PcieLink, CuError> {
+        let Some(f) = self.fns.device_link else { return Ok(PcieLink::default()) };
+        let mut l = PvgpuDeviceLink::from(PcieLink::default());
+        // SAFETY: a valid out-pointer to the structure the function writes.
+        unsafe { f(dev, &mut l) }.result()?;
+        Ok(PcieLink::from(l))
     }
 }
 

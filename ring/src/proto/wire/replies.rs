@@ -44,6 +44,14 @@ wire_structs! {
         pub power_mw: U32,
         /// The driver's version (`580.159.04`), NUL-padded.
         pub driver_version: [u8; 32],
+        /// The PCIe link now: generation and lanes.
+        pub pcie_gen: U32,
+        /// Lanes.
+        pub pcie_width: U32,
+        /// The most the link may run at: generation and lanes.
+        pub pcie_max_gen: U32,
+        /// Lanes.
+        pub pcie_max_width: U32,
     }
     /// A signed 32-bit answer (counts, versions, attribute values, devices).
     pub struct I32Rep {
