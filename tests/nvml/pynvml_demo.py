@@ -89,6 +89,11 @@ def device(i, count):
     link = [gauge(f, h) for f in (nv.nvmlDeviceGetCurrPcieLinkGeneration, nv.nvmlDeviceGetCurrPcieLinkWidth,
                                    nv.nvmlDeviceGetMaxPcieLinkGeneration, nv.nvmlDeviceGetMaxPcieLinkWidth)]
     print(f"device {i} pcie: gen {link[0]} x{link[1]}, at most gen {link[2]} x{link[3]}")
+    fabric = nv.c_nvmlGpuFabricInfo_v2_t()
+    nv.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(fabric))
+    links = nv.nvmlDeviceGetFieldValues(h, [nv.NVML_FI_DEV_NVLINK_LINK_COUNT])[0]
+    print(f"device {i} nvlink: link 0 {gauge(nv.nvmlDeviceGetNvLinkState, h, 0)}, fabric state {fabric.state}, links {links.value.uiVal}")
+    print(f"device {i} mig: {nv.nvmlDeviceGetMigMode(h)}")
     check(error_of(nv.nvmlDeviceGetTemperature, h, 7) == nv.NVML_ERROR_INVALID_ARGUMENT, "unknown sensor")
 
     major, minor = nv.nvmlDeviceGetCudaComputeCapability(h)

@@ -128,6 +128,8 @@ fn check(h: &Harness, t: Transport) {
         assert_eq!(get("device 0 temperature"), "not supported");
         assert_eq!(get("device 0 power_mw"), "not supported");
         assert_eq!(get("device 0 pcie"), "gen not supported xnot supported, at most gen not supported xnot supported");
+        assert_eq!(get("device 0 nvlink"), "link 0 not supported, fabric state 0, links 0");
+        assert_eq!(get("device 0 mig"), "[0, 0]");
         assert_eq!(get("device 0 compute_capability"), "7.5");
         assert!(get("device 0 pci").starts_with("bus_id=00000000:00:00.0 legacy=0000:00:00.0 "));
         assert_eq!(get("nvml_version"), "12");
