@@ -119,7 +119,9 @@ impl Conn {
 
     /// Marks the connection broken and returns the error.
     pub(crate) fn fail<T>(&mut self, e: TransportError) -> Result<T> {
-        tracing::error!(error = %crate::error::Chain(&e), "pvgpu connection lost");
+        // Which backend, for a program that uses several.
+        let backend = self.reattach.as_ref().map(|r| r.addr.to_string()).unwrap_or_default();
+        tracing::error!(%backend, error = %crate::error::Chain(&e), "pvgpu connection lost");
         self.dead = true;
         Err(e.into())
     }

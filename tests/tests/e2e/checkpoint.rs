@@ -8,7 +8,9 @@ use pvgpu_ctl::api::{CheckpointRequest, RestoreRequest};
 use pvgpu_ctl::client::CtlError;
 
 /// Keeps making calls that wait until `done` (the call that finds a
-/// checkpoint ordered takes it).
+/// checkpoint ordered takes it). Callers end it also when the checkpoint's
+/// thread has finished, so a checkpoint that fails reports its error
+/// instead of a timeout.
 pub(crate) fn call_while(c: &Client, ctx: pvgpu_frontend::Context, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !done() {
@@ -69,7 +71,7 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     // The checkpoint, at the program's next call that waits.
     let report = std::thread::scope(|s| {
         let taken = s.spawn(|| ctl.checkpoint(id, &req(false)));
-        call_while(&c, g.ctx, || c.detached());
+        call_while(&c, g.ctx, || c.detached() || taken.is_finished());
         taken.join().unwrap().expect("the checkpoint")
     });
     assert!(report.state_bytes >= 3 * bytes + 64, "{report:?}");

@@ -191,7 +191,7 @@ pub(crate) fn graphs_survive_a_backend_restart(t: Transport) {
     let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
     std::thread::scope(|s| {
         let taken = s.spawn(|| ctl.checkpoint(id, &req));
-        call_while(&c, g.ctx, || c.detached());
+        call_while(&c, g.ctx, || c.detached() || taken.is_finished());
         taken.join().unwrap().expect("the checkpoint of a session holding graphs")
     });
     let described = pvgpu_ctl::snapshot::decode(&std::fs::read(&file).unwrap()).unwrap().0;

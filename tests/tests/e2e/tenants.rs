@@ -157,13 +157,16 @@ fn a_tenant_session_comes_back_under_its_tenant() {
     let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
     std::thread::scope(|s| {
         let taken = s.spawn(|| ctl.checkpoint(id, &req));
+        // Until the program is detached, or the checkpoint has failed (its
+        // error then says why, not a timeout).
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !c.detached() {
+        while !c.detached() && !taken.is_finished() {
             assert!(Instant::now() < deadline, "the session was not checkpointed within 30 s");
             c.ctx_synchronize(ctx).unwrap();
             std::thread::sleep(Duration::from_millis(2));
         }
         taken.join().unwrap().expect("the checkpoint");
+        assert!(c.detached(), "checkpointed, but the program was not told it left");
     });
     h.restart();
     let ctl = h.control().unwrap();

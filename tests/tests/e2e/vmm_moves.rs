@@ -117,7 +117,7 @@ pub(crate) fn virtual_memory_survives_a_backend_restart(t: Transport) {
     let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
     let report = std::thread::scope(|s| {
         let taken = s.spawn(|| ctl.checkpoint(id, &req));
-        call_while(&c, g.ctx, || c.detached());
+        call_while(&c, g.ctx, || c.detached() || taken.is_finished());
         taken.join().unwrap().expect("the checkpoint of a session holding virtual memory")
     });
     assert!(report.state_bytes >= 4 * held.gran + 8192, "{report:?}");
