@@ -139,6 +139,16 @@ impl Supervised {
         if let Some(why) = other_model(&meta, &self.metrics.gpus()) {
             return Err(Refusal::new(422, format!("{}: {why}; restore it where the same GPU models are", path.display())));
         }
+        // The GPUs its peer (its tenant) gets here now: the program's
+        // device handles are places in the list it saw.
+        let quota = meta.peer.strip_prefix("tenant:").and_then(|t| self.tenants.as_ref()?.tenants.quota(t));
+        let here = self.metrics.devices().for_session(quota.as_ref().and_then(|q| q.gpus.as_deref()));
+        if let Some(why) = other_gpus(&meta, here, count) {
+            return Err(Refusal::new(
+                422,
+                format!("{}: {why}; restore it once they are (undrain a GPU, or give the tenant its GPUs back)", path.display()),
+            ));
+        }
         let report = RestoreReport {
             session: meta.session,
             peer: meta.peer.clone(),
@@ -275,6 +285,16 @@ fn other_model(meta: &snapshot::Meta, gpus: &[crate::metrics::GpuReading]) -> Op
     })
 }
 
+/// The snapshot's program saw other GPUs than its peer gets here now
+/// (`here`: the session's list, `None` all `count` GPUs), as the worker
+/// would find when the program comes back: a tenant's GPUs changed, or one
+/// was drained.
+fn other_gpus(meta: &snapshot::Meta, here: Option<Vec<usize>>, count: usize) -> Option<String> {
+    let saw = meta.gpus.clone().unwrap_or_else(|| (0..count).collect());
+    let here = here.unwrap_or_else(|| (0..count).collect());
+    (saw != here).then(|| format!("its program saw this backend's GPUs {saw:?}, and its peer {} gets {here:?} here now", meta.peer))
+}
+
 fn open_snapshot(path: &Path) -> Result<(File, snapshot::Meta), Refusal> {
     let bad = |status, why: String| Refusal::new(status, format!("{}: {why}; nothing was restored", path.display()));
     let mut file = File::open(path).map_err(|e| bad(400, e.to_string()))?;
@@ -328,6 +348,23 @@ mod tests {
             temperature_celsius: None,
             power_watts: None,
         }
+    }
+
+    #[test]
+    fn a_snapshot_whose_gpus_changed_is_refused_when_handed_over() {
+        let meta: snapshot::Meta = serde_json::from_value(serde_json::json!({
+            "created_unix_seconds": 0, "session": 1, "peer": "tenant:bob", "token": "00".repeat(16), "executor": "host",
+            "devices": [], "gpus": [0, 1],
+            "state_bytes": 0, "state": {"initialized": true, "contexts": [], "current": null, "allocations": [],
+            "modules": [], "streams": [], "events": [], "pending_error": null}
+        }))
+        .unwrap();
+        assert_eq!(other_gpus(&meta, None, 2), None, "every GPU, as before");
+        assert_eq!(other_gpus(&meta, Some(vec![0, 1]), 4), None);
+        let why = other_gpus(&meta, Some(vec![0]), 2).unwrap();
+        assert!(why.contains("[0, 1]") && why.contains("tenant:bob gets [0]"), "{why}");
+        assert!(other_gpus(&meta, Some(vec![1, 0]), 2).is_some(), "another order is other handles");
+        assert!(other_gpus(&meta, None, 3).is_some(), "a GPU more");
     }
 
     #[test]

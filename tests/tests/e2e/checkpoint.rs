@@ -93,6 +93,15 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
         Err(CtlError::Refused { status: 422, message }) => assert!(message.contains("checksum"), "{message}"),
         other => panic!("a corrupt snapshot: {other:?}"),
     }
+    // The GPU its program saw is drained here now: refused when handed
+    // over, the file kept, not when the program comes back.
+    let _: serde_json::Value = ctl.call("POST", "/v1/devices/0/drain").unwrap();
+    match ctl.restore(&RestoreRequest { file: file.display().to_string() }) {
+        Err(CtlError::Refused { status: 422, message }) => assert!(message.contains("gets [] here now"), "{message}"),
+        other => panic!("a snapshot whose GPU is drained: {other:?}"),
+    }
+    assert!(file.exists(), "kept");
+    let _: serde_json::Value = ctl.call("DELETE", "/v1/devices/0/drain").unwrap();
     let restored = ctl.restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
     assert_eq!((restored.session, restored.state_bytes), (id, report.state_bytes));
     let waiting = ctl.waiting().unwrap();
