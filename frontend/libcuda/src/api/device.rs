@@ -283,7 +283,8 @@ pub unsafe extern "C" fn pvgpu_device_status(dev: c_int, out: *mut PvgpuDeviceSt
     run("pvgpu_device_status", || {
         let clients = state::connect()?;
         // Before `cuInit` numbered the backends' devices: the first's.
-        let (c, local) = state::backends::on_device(dev).unwrap_or((&clients[0], dev));
+        let first = clients.first().ok_or(CuError::NO_DEVICE)?;
+        let (c, local) = state::backends::on_device(dev).unwrap_or((first, dev));
         let s = c.device_status(local).map_err(state::cu)?;
         // SAFETY: null is refused; otherwise writable, per the caller.
         unsafe { put(out, PvgpuDeviceStatus::from(&s)) }
@@ -301,7 +302,8 @@ pub unsafe extern "C" fn pvgpu_device_status(dev: c_int, out: *mut PvgpuDeviceSt
 pub unsafe extern "C" fn pvgpu_device_link(dev: c_int, out: *mut PvgpuDeviceLink) -> CuResult {
     run("pvgpu_device_link", || {
         let clients = state::connect()?;
-        let (c, local) = state::backends::on_device(dev).unwrap_or((&clients[0], dev));
+        let first = clients.first().ok_or(CuError::NO_DEVICE)?;
+        let (c, local) = state::backends::on_device(dev).unwrap_or((first, dev));
         let s = c.device_status(local).map_err(state::cu)?;
         // SAFETY: null is refused; otherwise writable, per the caller.
         unsafe { put(out, PvgpuDeviceLink::from(s.link)) }

@@ -52,7 +52,8 @@ pub fn connect(on_first: impl FnOnce(&Client)) -> Result<&'static [Client], CuEr
             for c in &list {
                 tracing::info!(info = ?c.info(), "libcuda: connected to the pvgpu backend");
             }
-            on_first(&list[0]);
+            // The list has an address at least (`backends_from_env`).
+            on_first(list.first().ok_or(CuError::NO_DEVICE)?);
             Ok(CLIENTS.get_or_init(|| list))
         }
         Err(e) => {
