@@ -7,6 +7,9 @@
  *   ./driver_api kernels.ptx
  *   ./driver_api kernels.ptx --lost-backend
  *
+ * With --lost-second-backend (PVGPU_BACKEND listing two backends) it does
+ * the same on a device of each, and then checks that the second's calls
+ * fail and the first's go on.
  * With --lost-backend it sets up a context, prints READY, waits for a line
  * on stdin (the test kills the backend meanwhile) and checks that calls then
  * fail with CUDA_ERROR_DEVICE_UNAVAILABLE instead of hanging.
@@ -163,6 +166,32 @@ int main(int argc, char **argv) {
     CUuuid uuid;
     CHECK(cuDeviceGetUuid(&uuid, dev));
 
+    if (argc > 2 && strcmp(argv[2], "--lost-second-backend") == 0) {
+        /* Two backends, a device each; the test kills the second. */
+        int n = 0;
+        CHECK(cuDeviceGetCount(&n));
+        EXPECT(n == 2, "two backends, a device each");
+        CUdevice d1;
+        CHECK(cuDeviceGet(&d1, 1));
+        CUcontext c0, c1;
+        CUdeviceptr p0, p1;
+        CHECK(cuCtxCreate(&c0, NULL, 0, dev));
+        CHECK(cuMemAlloc(&p0, 4096));
+        CHECK(cuCtxCreate(&c1, NULL, 0, d1));
+        CHECK(cuMemAlloc(&p1, 4096));
+        printf("READY\n");
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) return 2;
+        EXPECT(cuMemAlloc(&p1, 4096) == CUDA_ERROR_DEVICE_UNAVAILABLE, "the lost backend's device is unavailable");
+        CHECK(cuCtxSetCurrent(c0));
+        CHECK(cuMemsetD32(p0, 7, 1024));
+        unsigned int back[1024];
+        CHECK(cuMemcpyDtoH(back, p0, sizeof back));
+        EXPECT(back[0] == 7 && back[1023] == 7, "the other backend's device goes on");
+        printf("PASS\n");
+        return 0;
+    }
     CUcontext ctx, cur;
     CHECK(cuCtxCreate(&ctx, NULL, 0, dev));
     if (argc > 2 && strcmp(argv[2], "--lost-backend") == 0) {

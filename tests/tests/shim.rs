@@ -173,6 +173,33 @@ fn lost_backend_is_an_error_not_a_hang() {
     }
 }
 
+/// One program, two backends (`PVGPU_BACKEND=local:…,tcp:…`), the second
+/// lost while the program holds memory on both: its device's calls fail
+/// with `CUDA_ERROR_DEVICE_UNAVAILABLE`, and the first backend's device
+/// goes on.
+#[test]
+fn a_lost_backend_leaves_the_others() {
+    let a = Harness::with(HarnessOptions { process: true, ..Default::default() });
+    let mut b = Harness::with(HarnessOptions { process: true, ..Default::default() });
+    let mut child = Command::new(c_program())
+        .arg(ptx())
+        .arg("--lost-second-backend")
+        .env("LD_LIBRARY_PATH", shim_dir())
+        .env("PVGPU_BACKEND", format!("{},{}", a.addr(Transport::Local), b.addr(Transport::Tcp)))
+        .env("PVGPU_TCP_KEY", &b.tcp_key)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.is_ok_and(|l| l.contains("READY"))), "the program did not get going");
+    assert!(b.kill());
+    writeln!(child.stdin.take().unwrap()).unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    assert!(status.success() && rest.iter().any(|l| l == "PASS"), "{rest:?}");
+}
+
 /// `CUDA_VISIBLE_DEVICES` as NVIDIA's driver reads it, through the library
 /// from an unmodified program (Python calling the driver API by ctypes):
 /// indices and UUIDs list devices; an entry naming no device ends the list;
