@@ -87,6 +87,29 @@ fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> C
     Ok(())
 }
 
+/// Whether an operation on memory of context `ctx` queued on stream
+/// `stream` names a stream of another context of the session (a stream of
+/// one device copying to or from another device's memory, as unified
+/// addressing allows natively; cuFFT's multi-GPU copies do). Then that
+/// stream's earlier work is waited for here, and the operation runs in the
+/// memory's context, complete when it returns, so the stream's later work
+/// follows it. Refused on a capturing stream.
+pub(super) fn after_foreign_stream<E: Executor>(s: &mut Session<E>, ctx: u64, stream: u64) -> CuRes<bool> {
+    let other = match stream {
+        0 => return Ok(false),
+        id => s.streams.get(id).map(|st| (st.ctx, st.value)).ok_or(CuError::INVALID_HANDLE)?,
+    };
+    let (other_ctx, st) = other;
+    if other_ctx == ctx {
+        return Ok(false);
+    }
+    if super::graph::capturing(s, other_ctx, st)? {
+        return Err(CuError::STREAM_CAPTURE_UNSUPPORTED);
+    }
+    s.enter(other_ctx)?.stream_synchronize(st)?;
+    Ok(true)
+}
+
 /// `cuMemFreeAsync` on a stream of another context than the one that
 /// allocated (device 1's stream freeing what device 0's pool gave, as
 /// streamOrderedAllocationP2P does): the allocating context frees it once
@@ -190,7 +213,7 @@ pub(super) fn memset<E: Executor>(s: &mut Session<E>, r: proto::Memset, _: &mut 
         return Err(CuError::INVALID_VALUE);
     }
     let ctx = s.device_ranges(&[(dptr, len)], r.stream.get())?;
-    let st = s.stream(r.stream.get(), ctx)?;
+    let st = if after_foreign_stream(s, ctx, r.stream.get())? { None } else { s.stream(r.stream.get(), ctx)? };
     s.enter(ctx)?.memset(dptr, r.value.get(), elem, count, st)
 }
 
@@ -201,8 +224,9 @@ pub(super) fn memcpy_htod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyHtoD<
     }
     let dst = r.head.dst.get();
     let ctx = s.range(dst, len as u64)?;
-    let st = s.stream(r.head.stream.get(), ctx)?;
-    let wait = !pinned_async(r.head.flags.get(), &r.head.data);
+    let foreign = after_foreign_stream(s, ctx, r.head.stream.get())?;
+    let st = if foreign { None } else { s.stream(r.head.stream.get(), ctx)? };
+    let wait = foreign || !pinned_async(r.head.flags.get(), &r.head.data);
     super::graph::refuse_during_capture(s, ctx, st, !wait)?;
     match r.head.data.location() {
         Ok(DataLoc::Inline) => super::pinning::ensure(s, ctx, len),
@@ -225,7 +249,8 @@ pub(super) fn memcpy_dtoh<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoH,
     }
     let src = r.src.get();
     let ctx = s.range(src, len as u64)?;
-    let st = s.stream(r.stream.get(), ctx)?;
+    let foreign = after_foreign_stream(s, ctx, r.stream.get())?;
+    let st = if foreign { None } else { s.stream(r.stream.get(), ctx)? };
     super::graph::refuse_during_capture(s, ctx, st, pinned_async(r.flags.get(), &r.data))?;
     match r.data.location().map_err(|_| CuError::INVALID_VALUE)? {
         DataLoc::Inline => match io.reply_room.and_then(|r| r.take(len)) {
@@ -249,7 +274,7 @@ pub(super) fn memcpy_dtoh<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoH,
             let area = io.area.ok_or(CuError::INVALID_VALUE)?;
             let p = area.ptr(offset, len as u64).map_err(|_| CuError::INVALID_VALUE)?;
             super::area_pin::before_copy(s, ctx, offset, len);
-            let wait = !pinned_async(r.flags.get(), &r.data);
+            let wait = foreign || !pinned_async(r.flags.get(), &r.data);
             let c = s.enter(ctx)?;
             // SAFETY: [p, p+len) was checked to lie in the data area, which
             // stays mapped until the session's contexts are gone.
@@ -269,10 +294,7 @@ pub(super) fn memcpy_dtod<E: Executor>(s: &mut Session<E>, r: proto::MemcpyDtoD,
     // A copy between the memory of two contexts (`cuMemcpyPeerAsync`) may
     // run on a stream of either, or of a third: the stream's context runs
     // it (the backend's address space holds every side).
-    let ctx = match r.stream.get() {
-        0 => ranges,
-        id => s.streams.get(id).map(|st| st.ctx).ok_or(CuError::INVALID_HANDLE)?,
-    };
+    let ctx = s.run_context(ranges, r.stream.get())?;
     let st = s.stream(r.stream.get(), ctx)?;
     let is_async = r.flags.get() & proto::COPY_ASYNC != 0;
     let n = usize::try_from(len).map_err(|_| CuError::INVALID_VALUE)?;

@@ -471,6 +471,17 @@ impl<E: Executor> Session<E> {
         Ok(&mut e.ctx)
     }
 
+    /// The context that runs a device-to-device copy of memory of context
+    /// `mem_ctx` queued on stream `stream`: the stream's own (the backend's
+    /// address space holds every side), or `mem_ctx` for the default
+    /// stream.
+    fn run_context(&self, mem_ctx: u64, stream: u64) -> CuRes<u64> {
+        match stream {
+            0 => Ok(mem_ctx),
+            id => self.streams.get(id).map(|st| st.ctx).ok_or(CuError::INVALID_HANDLE),
+        }
+    }
+
     /// The stream `id` (0: the default stream) of context `ctx`.
     fn stream(&self, id: u64, ctx: u64) -> CuRes<Option<Stream<E>>> {
         if id == 0 {

@@ -31,9 +31,18 @@ pub(super) fn memcpy_2d<E: Executor>(s: &mut Session<E>, r: proto::Memcpy2D<'_>,
             s.range(h.dst.get(), span(h.dst_pitch.get(), w, ht)?)?
         }
     };
-    let st = s.stream(h.stream.get(), ctx)?;
+    // On a stream of another context (a device's stream copying another
+    // device's memory, as cuFFT's multi-GPU copies do): a copy between
+    // device memory runs in the stream's context, whose address space holds
+    // every side; one with the host runs in the memory's, after the
+    // stream's earlier work ([`super::memory::after_foreign_stream`]).
+    let (ctx, foreign) = match kind {
+        COPY_2D_HTOD | COPY_2D_DTOH => (ctx, super::memory::after_foreign_stream(s, ctx, h.stream.get())?),
+        _ => (s.run_context(ctx, h.stream.get())?, false),
+    };
+    let st = if foreign { None } else { s.stream(h.stream.get(), ctx)? };
     let len = usize::try_from(w * ht).map_err(|_| CuError::INVALID_VALUE)?;
-    let wait = !pinned_async(h.flags.get(), &h.data);
+    let wait = foreign || !pinned_async(h.flags.get(), &h.data);
     if kind != COPY_2D_DTOD {
         super::graph::refuse_during_capture(s, ctx, st, !wait)?;
     }

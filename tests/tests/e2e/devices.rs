@@ -110,12 +110,17 @@ pub(crate) fn bad_handles(t: Transport) {
         code(c.launch(&f, [1, 1, 1], [1, 1, 1], 0, Stream::DEFAULT, &[arg(&x), arg(&x), arg(&x), arg(&x)])),
         CuResult::INVALID_VALUE
     );
-    // A stream of another context.
+    // A stream of another context of the session may set this context's
+    // memory (as with unified addressing natively; cuFFT's multi-GPU
+    // copies queue so); a stream of another session may not (above).
     let own = c.ctx_create(0, 0).unwrap();
     let s_own = c.stream_create(own, 0, 0).unwrap();
     let d = c.mem_alloc(g.ctx, 16).unwrap();
-    c.memset(d, 0, 1, 16, s_own).unwrap();
-    assert_eq!(code(c.ctx_synchronize(g.ctx)), CuResult::INVALID_HANDLE);
+    c.memset(d, 3, 1, 16, s_own).unwrap();
+    c.stream_synchronize(s_own).unwrap();
+    let mut back = [0u8; 16];
+    c.memcpy_dtoh(&mut back, d).unwrap();
+    assert_eq!(back, [3; 16]);
     c.ctx_destroy(own).unwrap();
 }
 

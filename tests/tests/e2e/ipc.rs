@@ -220,8 +220,8 @@ pub(crate) fn shared_memory_pools(t: Transport) {
 
 /// Peer access as the backend's driver answers it: a device and itself
 /// are no peers; contexts of one device cannot enable access to each
-/// other, but a stream of one may wait for an event of the other and free
-/// what the other's pool gave. A
+/// other, but a stream of one may wait for an event of the other, free
+/// what the other's pool gave, and copy to and from the other's memory. A
 /// default pool's own device reads and writes it. With two
 /// devices (the two-GPU machine): device 1's access to device 0's default
 /// pool given and taken back, access enabled both ways, peer copies in both directions (also on a stream of the other
@@ -249,6 +249,16 @@ pub(crate) fn peer_access(t: Transport) {
     c.stream_synchronize(s).unwrap();
     c.mem_free(p).unwrap(); // posted: refused at the next waited call
     assert_eq!(code(c.ctx_synchronize(g.ctx)), CuResult::INVALID_VALUE, "freed already");
+    // Copies and memsets of one context's memory queued on a stream of the
+    // other run there, as cuFFT's multi-GPU copies queue them.
+    let mine = c.mem_alloc(g.ctx, 4096).unwrap();
+    c.memcpy_htod_async(mine, &[4u8; 4096], s).unwrap();
+    c.memset(mine + 64, 9, 1, 8, s).unwrap();
+    let mut back = [0u8; 4096];
+    c.memcpy_dtoh_async(&mut back, mine, s).unwrap();
+    c.stream_synchronize(s).unwrap();
+    assert_eq!((back[0], back[64], back[71], back[72]), (4, 9, 9, 4), "on the other context's stream");
+    c.mem_free(mine).unwrap();
     c.stream_destroy(s).unwrap();
     c.event_destroy(ev).unwrap();
     c.ctx_destroy(other).unwrap();
