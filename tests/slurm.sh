@@ -52,7 +52,29 @@ chmod 600 "$w/control.token" "$w/control.key"
 
 # The backend: two GPUs (the host executor's), tenants under a state
 # directory, TCP for the jobs, the control API over HTTPS.
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# Four ports in a row (the backend, slurmctld, slurmd, the control API),
+# below the kernel's ephemeral range (32768 and up), so that no outgoing
+# connection takes one as its source port before its server binds it.
+port=$(python3 - <<'PY'
+import random, socket
+for _ in range(500):
+    p = random.randrange(20000, 32000 - 4)
+    held = []
+    try:
+        for q in range(p, p + 4):
+            s = socket.socket()
+            s.bind(("0.0.0.0", q))
+            held.append(s)
+    except OSError:
+        continue
+    finally:
+        for s in held:
+            s.close()
+    if len(held) == 4:
+        print(p)
+        break
+PY
+)
 RUST_LOG=warn "$repo/target/debug/pvgpu-backend" --executor host --host-devices 2 --listen "tcp:127.0.0.1:$port" \
   --state-dir "$w/state-pvgpu" --control off --control-http "127.0.0.1:$((port + 3))" \
   --control-token "$w/control.token" --control-tls-cert "$w/control.pem" --control-tls-key "$w/control.key" &
