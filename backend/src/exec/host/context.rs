@@ -212,27 +212,7 @@ impl ExecContext for HostContext {
     }
 
     fn restore_memory(&mut self, ranges: &[(u64, u64)]) -> CuRes<()> {
-        self.ok()?;
-        let total = ranges.iter().try_fold(0u64, |t, (_, len)| t.checked_add(*len)).ok_or(CuError::INVALID_VALUE)?;
-        if total > self.free_bytes() {
-            return Err(CuError::OUT_OF_MEMORY);
-        }
-        let mut sorted = ranges.to_vec();
-        sorted.sort_unstable();
-        let clear = sorted.windows(2).all(|w| w[0].0.saturating_add(w[0].1) < w[1].0);
-        if !clear || sorted.iter().any(|&(a, len)| len == 0 || !self.mem.is_free(a, len)) {
-            return Err(CuError::ALREADY_MAPPED);
-        }
-        for (addr, len) in sorted {
-            let len = usize::try_from(len).map_err(|_| CuError::OUT_OF_MEMORY)?;
-            let mut v = Vec::new();
-            v.try_reserve_exact(len).map_err(|_| CuError::OUT_OF_MEMORY)?;
-            v.resize(len, 0);
-            self.mem.place(addr, v.into());
-        }
-        self.used.fetch_add(total, Ordering::Relaxed);
-        self.held += total;
-        Ok(())
+        self.place_ranges(ranges)
     }
 
     fn module_unload(&mut self, m: HostModule) -> CuRes<()> {

@@ -357,6 +357,32 @@ impl HostContext {
         Ok(addr)
     }
 
+    /// Device memory of `ranges` at their addresses, zeroed (a restored
+    /// session's allocations, whose bytes the restore writes next).
+    fn place_ranges(&mut self, ranges: &[(u64, u64)]) -> CuRes<()> {
+        self.ok()?;
+        let total = ranges.iter().try_fold(0u64, |t, (_, len)| t.checked_add(*len)).ok_or(CuError::INVALID_VALUE)?;
+        if total > self.free_bytes() {
+            return Err(CuError::OUT_OF_MEMORY);
+        }
+        let mut sorted = ranges.to_vec();
+        sorted.sort_unstable();
+        let clear = sorted.windows(2).all(|w| w[0].0.saturating_add(w[0].1) < w[1].0);
+        if !clear || sorted.iter().any(|&(a, len)| len == 0 || !self.mem.is_free(a, len)) {
+            return Err(CuError::ALREADY_MAPPED);
+        }
+        for (addr, len) in sorted {
+            let len = usize::try_from(len).map_err(|_| CuError::OUT_OF_MEMORY)?;
+            let mut v = Vec::new();
+            v.try_reserve_exact(len).map_err(|_| CuError::OUT_OF_MEMORY)?;
+            v.resize(len, 0);
+            self.mem.place(addr, v.into());
+        }
+        self.used.fetch_add(total, Ordering::Relaxed);
+        self.held += total;
+        Ok(())
+    }
+
     /// Frees device memory (whether a capture allows it or not).
     fn free_unchecked(&mut self, dptr: u64) -> CuRes<()> {
         self.ok()?;

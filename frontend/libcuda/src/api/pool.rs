@@ -30,7 +30,7 @@ use std::sync::Mutex;
 const POOL_TAG: u64 = state::LOCAL_TAG | 0x4000_0000_0000_0000;
 
 /// Tag of pools of the program's own: `OWN_TAG | backend id`.
-pub(super) const OWN_TAG: u64 = state::LOCAL_TAG | 0x2000_0000_0000_0000;
+const OWN_TAG: u64 = state::LOCAL_TAG | 0x2000_0000_0000_0000;
 
 /// The program's pools, by backend id: their devices.
 static OWN: Mutex<BTreeMap<u64, c_int>> = Mutex::new(BTreeMap::new());

@@ -101,8 +101,8 @@ pub(super) fn sealed_file(bytes: &[u8; 64]) -> Result<OwnedFd, CuError> {
 /// a pointer, the program's) holds.
 pub(super) fn read_file(os_handle: *mut c_void) -> Result<[u8; 64], CuError> {
     let raw = c_int::try_from(os_handle as usize).map_err(|_| CuError::INVALID_VALUE)?;
-    // Borrowed: the program keeps its descriptor.
-    // SAFETY: `raw` is only read through, never closed (ManuallyDrop).
+    // SAFETY: `raw` is only read through, never closed (ManuallyDrop):
+    // borrowed, the program keeps its descriptor.
     let file = std::mem::ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(raw) });
     let mut bytes = [0u8; 64];
     let n = nix::sys::uio::pread(&*file, &mut bytes, 0).map_err(|_| CuError::INVALID_VALUE)?;

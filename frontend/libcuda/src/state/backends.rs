@@ -98,11 +98,6 @@ pub fn on_device(dev: i32) -> Result<(&'static Client, i32), CuError> {
     Ok((&clients[b], local))
 }
 
-/// The program's number of ordinal `local` of backend `backend`.
-pub fn device_number(backend: usize, local: i32) -> Option<i32> {
-    DEVICES.get()?.iter().position(|&d| d == (backend, local)).map(|i| i as i32)
-}
-
 /// Which backend device `dev` is on.
 pub fn backend_of_device(dev: i32) -> Option<usize> {
     DEVICES.get()?.get(usize::try_from(dev).ok()?).map(|d| d.0)

@@ -71,10 +71,10 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(device: NvmlDevice, info: *
         if unsafe { info.read_unaligned() } != FABRIC_INFO_V2 {
             return Err(NvmlError::ARGUMENT_VERSION_MISMATCH);
         }
-        // Everything after the version: the cluster UUID (16 bytes), the
-        // status (success), the clique, the state (not supported) and the
-        // health mask, all zero.
         // SAFETY: the caller's structure is 36 bytes (its version says so).
+        // Everything after the version is zeroed: the cluster UUID (16
+        // bytes), the status (success), the clique, the state (not
+        // supported) and the health mask.
         unsafe { std::ptr::write_bytes(info.cast::<u8>().add(4), 0, 32) };
         Ok(())
     })
