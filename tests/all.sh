@@ -8,15 +8,17 @@ step() { printf '\n==> %s\n' "$*"; }
 # works on one: rustfmt and clippy (when the toolchain came without them),
 # libxen-dev (the Xen headers the /dev/xen layer is checked against),
 # Chromium with its WebDriver (the dashboard is tested in a real browser),
-# Slurm with munge (a one-node cluster runs jobs on pvgpu GPUs) and openssl
-# (its test reaches the backend over HTTPS with a certificate made for it).
+# Slurm with munge (a one-node cluster runs jobs on pvgpu GPUs), openssl
+# (its test reaches the backend over HTTPS with a certificate made for it),
+# and rdma-core's libraries with the soft-RoCE provider (the RDMA transport,
+# run in the Xen lab's kernel, which has rdma_rxe).
 # The Xen lab at the end installs its own (QEMU, busybox, Xen, a kernel).
 step "toolchain components and Debian packages the build needs"
 for c in clippy rustfmt; do
   rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
 done
 missing=()
-for p in libxen-dev chromium chromium-driver slurm-wlm munge openssl; do
+for p in libxen-dev chromium chromium-driver slurm-wlm munge openssl librdmacm1 libibverbs1 ibverbs-providers iproute2; do
   dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -15,6 +15,9 @@ pub enum Listen {
     Tcp(String),
     /// A TCP address served inside TLS (`--tls-cert`, `--tls-key`).
     Tls(String),
+    /// An address of an RDMA device's interface, `host:port`, served over
+    /// rsockets (the TCP key check as for TCP).
+    Rdma(String),
     /// vgpu devices of Xen guests, found in XenStore (this must be the
     /// backend domain, usually Dom0).
     Xen,
@@ -27,6 +30,7 @@ impl FromStr for Listen {
             Addr::Local(p) => Ok(Listen::Local(p)),
             Addr::Tcp(a) => Ok(Listen::Tcp(a)),
             Addr::Tls(a) => Ok(Listen::Tls(a)),
+            Addr::Rdma(a) => Ok(Listen::Rdma(a)),
             Addr::Xen(None) => Ok(Listen::Xen),
             // A backend serves every device it finds, not one.
             Addr::Xen(Some(_)) => Err(AddrError(s.to_string())),

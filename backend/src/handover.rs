@@ -16,31 +16,34 @@ pub enum Transport {
     Tcp,
     /// TCP inside TLS.
     Tls,
+    /// RDMA (rsockets).
+    Rdma,
     /// A Xen guest's vgpu device.
     Xen,
 }
 
 impl Transport {
-    /// The name logs and limits use (`local`, `tcp`, `tls`, `xen`).
+    /// The name logs and limits use (`local`, `tcp`, `tls`, `rdma`, `xen`).
     pub fn name(self) -> &'static str {
         match self {
             Transport::Local => "local",
             Transport::Tcp => "tcp",
             Transport::Tls => "tls",
+            Transport::Rdma => "rdma",
             Transport::Xen => "xen",
         }
     }
 
-    /// Which session limit counts it: local 0, TCP and TLS 1, Xen 2.
+    /// Which session limit counts it: local 0, TCP, TLS and RDMA 1, Xen 2.
     pub fn session_class(self) -> usize {
         match self {
             Transport::Local => 0,
-            Transport::Tcp | Transport::Tls => 1,
+            Transport::Tcp | Transport::Tls | Transport::Rdma => 1,
             Transport::Xen => 2,
         }
     }
 
-    /// The session limit's name (`tcp` for TLS too).
+    /// The session limit's name (`tcp` for TLS and RDMA too).
     pub fn session_class_name(self) -> &'static str {
         ["local", "tcp", "xen"][self.session_class()]
     }
@@ -59,13 +62,16 @@ pub enum Handover {
     },
     /// TCP, past its key check.
     Tcp(TcpStream),
-    /// A TLS connection the supervisor relays, after its handshake and key
-    /// check: the session's end of the relay, and who the peer is.
+    /// A TLS or RDMA connection the supervisor relays, after its opening
+    /// and key check: the session's end of the relay, who the peer is, and
+    /// over what.
     Relayed {
         /// The session's end.
         sock: UnixStream,
-        /// The TCP peer (see [`crate::admission::peer::tcp_peer`]).
+        /// The peer (see [`crate::admission::peer::tcp_peer`]).
         peer: String,
+        /// TLS or RDMA.
+        transport: Transport,
     },
     /// A Xen guest's vgpu device whose frontend is `Initialised`.
     Xen {
@@ -96,7 +102,7 @@ impl Handover {
         match self {
             Handover::Local { .. } => Transport::Local,
             Handover::Tcp(_) => Transport::Tcp,
-            Handover::Relayed { .. } => Transport::Tls,
+            Handover::Relayed { transport, .. } => *transport,
             Handover::Xen { .. } => Transport::Xen,
         }
     }

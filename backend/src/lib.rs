@@ -34,6 +34,7 @@
 //!   (a test double that runs without a GPU);
 //! - [`conn`]: the backend's end of a ring or TCP connection;
 //! - [`tls`]: TLS for TCP listeners, relayed by the supervisor;
+//! - [`rdma`]: RDMA listeners (rsockets), relayed by the supervisor;
 //! - [`xen`]: vgpu devices in XenStore, the xenbus handshake, sessions over
 //!   grant-mapped rings.
 //!
@@ -62,6 +63,7 @@ pub mod log_limit;
 pub mod meter;
 pub mod metrics;
 pub mod peers;
+pub mod rdma;
 pub mod roster;
 pub mod sandbox;
 pub mod session;

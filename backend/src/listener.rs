@@ -1,11 +1,12 @@
 //! The listeners: sockets bound for each `--listen` address, and the
 //! connections they accept, before any opening.
 
+use crate::admission::pending::Cutter;
 use crate::config::{AdmissionConfig, Listen};
 use crate::handover::Transport;
+use pvgpu_rdma::{RdmaListener, RdmaStream};
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,12 +28,16 @@ pub enum ListenError {
     InUse(PathBuf),
     /// TCP without a key, and the network not declared trusted.
     #[error(
-        "Refusing to serve TCP without a key: pass --tcp-key FILE (clients set PVGPU_TCP_KEY to a copy), or --state-dir DIR to serve tenant keys (`pvgpu-ctl key issue`), or --tcp-trusted-network if every host that can reach the port is trusted"
+        "Refusing to serve TCP or RDMA without a key: pass --tcp-key FILE (clients set PVGPU_TCP_KEY to a copy), or --state-dir DIR to serve tenant keys (`pvgpu-ctl key issue`), or --tcp-trusted-network if every host that can reach the port is trusted"
     )]
     TcpWithoutKey,
     /// A TLS listener without a certificate.
     #[error("--listen tls: needs --tls-cert FILE and --tls-key FILE")]
     TlsWithoutCert,
+    /// RDMA cannot be served here (rdma-core missing, no RDMA device on
+    /// the address).
+    #[error("Cannot serve RDMA")]
+    Rdma(#[from] pvgpu_rdma::RdmaError),
     /// XenStore is not reachable.
     #[error("Cannot serve Xen guests (run the backend in the domain that owns the GPU, with xenstored running)")]
     Xen(#[from] pvgpu_xen::XenError),
@@ -49,6 +54,8 @@ pub enum Listener {
         /// Whether its connections speak TLS.
         tls: bool,
     },
+    /// An RDMA port (rsockets).
+    Rdma(RdmaListener),
     /// XenStore, for guests' vgpu devices.
     Xen(pvgpu_xen::XenStore),
 }
@@ -66,6 +73,8 @@ pub enum Accepted {
     Tcp(TcpStream),
     /// TCP on a TLS listener, before its TLS handshake.
     Tls(TcpStream),
+    /// RDMA.
+    Rdma(RdmaStream),
 }
 
 impl Accepted {
@@ -75,6 +84,9 @@ impl Accepted {
         match self {
             Accepted::Unix { uid, .. } => peer::local_peer(*uid),
             Accepted::Tcp(s) | Accepted::Tls(s) => s.peer_addr().map_or("tcp".into(), |a| peer::tcp_peer(a.ip())),
+            // An RDMA peer is its IP address, as over TCP: one host's
+            // connections share its limits whichever way they come.
+            Accepted::Rdma(s) => s.peer_addr().map_or("tcp".into(), |a| peer::tcp_peer(a.ip())),
         }
     }
 
@@ -84,20 +96,24 @@ impl Accepted {
             Accepted::Unix { .. } => Transport::Local,
             Accepted::Tcp(_) => Transport::Tcp,
             Accepted::Tls(_) => Transport::Tls,
+            Accepted::Rdma(_) => Transport::Rdma,
         }
     }
 
     /// A duplicate of the socket, for the pool of openings to cut it.
-    pub fn dup(&self) -> io::Result<OwnedFd> {
-        match self {
-            Accepted::Unix { sock, .. } => sock.try_clone().map(OwnedFd::from),
-            Accepted::Tcp(s) | Accepted::Tls(s) => s.try_clone().map(OwnedFd::from),
-        }
+    pub fn dup(&self) -> io::Result<Cutter> {
+        use std::os::fd::OwnedFd;
+        Ok(match self {
+            Accepted::Unix { sock, .. } => sock.try_clone().map(OwnedFd::from)?.into(),
+            Accepted::Tcp(s) | Accepted::Tls(s) => s.try_clone().map(OwnedFd::from)?.into(),
+            Accepted::Rdma(s) => Cutter::Rdma(s.clone()),
+        })
     }
 }
 
-/// Binds `l`. A TCP or TLS listener needs a key (or a trusted network) and
-/// TLS its certificate; a local socket gets the configured mode.
+/// Binds `l`. A TCP, TLS or RDMA listener needs a key (or a trusted
+/// network) and TLS its certificate; a local socket gets the configured
+/// mode.
 pub fn bind(l: &Listen, adm: &AdmissionConfig) -> Result<(Listener, Option<SocketAddr>), ListenError> {
     match l {
         Listen::Local(path) => {
@@ -129,6 +145,14 @@ pub fn bind(l: &Listen, adm: &AdmissionConfig) -> Result<(Listener, Option<Socke
             let addr = tl.local_addr().map_err(err)?;
             Ok((Listener::Tcp { l: tl, tls }, Some(addr)))
         }
+        Listen::Rdma(a) => {
+            if adm.tcp_key.is_none() && adm.tenants.is_none() && !adm.tcp_trusted_network {
+                return Err(ListenError::TcpWithoutKey);
+            }
+            let rl = RdmaListener::bind(a)?;
+            let addr = rl.local_addr().map_err(|source| ListenError::Bind { what: format!("rdma:{a}"), source })?;
+            Ok((Listener::Rdma(rl), Some(addr)))
+        }
         Listen::Xen => Ok((Listener::Xen(pvgpu_xen::XenStore::open()?), None)),
     }
 }
@@ -140,6 +164,7 @@ impl Listener {
             Listener::Unix(_) => Transport::Local,
             Listener::Tcp { tls: false, .. } => Transport::Tcp,
             Listener::Tcp { tls: true, .. } => Transport::Tls,
+            Listener::Rdma(_) => Transport::Rdma,
             Listener::Xen(_) => Transport::Xen,
         }
     }
@@ -176,6 +201,10 @@ impl Listener {
                     Err(e) => return Err(e),
                 }
             }
+            Listener::Rdma(l) => match l.accept(tick)? {
+                Some(s) => Accepted::Rdma(s),
+                None => return Ok(None),
+            },
             Listener::Xen(_) => return Ok(None),
         };
         Ok(Some(acc))

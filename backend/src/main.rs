@@ -273,7 +273,7 @@ enum Cmd {
         /// vgpu device of the guest (xen).
         #[arg(long)]
         devid: Option<u32>,
-        /// The TCP peer of a relayed TLS session.
+        /// The peer of a relayed TLS or RDMA session.
         #[arg(long)]
         peer: Option<String>,
         /// The ring a Xen guest published (read by the backend).

@@ -433,7 +433,7 @@ impl Spawner for ProcessSpawner {
                 fds.push((hello.memfd, MEMFD_FD));
             }
             Handover::Tcp(s) => fds.push((s.into(), WORKER_FD)),
-            Handover::Relayed { sock, peer } => {
+            Handover::Relayed { sock, peer, .. } => {
                 cmd.arg("--peer").arg(peer);
                 fds.push((sock.into(), WORKER_FD));
             }

@@ -186,8 +186,12 @@ impl Backend {
             let (listener, addr) = bind(l, &cfg.admission)?;
             if let Some(a) = addr {
                 let auth = if cfg.admission.tcp_key.is_some() { "key required" } else { "trusted network, no key" };
-                tracing::info!(address = %a, auth, "listening (tcp)");
-                tcp_addrs.push(a);
+                if let Listen::Rdma(_) = l {
+                    tracing::info!(address = %a, auth, "listening (rdma)");
+                } else {
+                    tracing::info!(address = %a, auth, "listening (tcp)");
+                    tcp_addrs.push(a);
+                }
             }
             if let Listen::Local(p) = l {
                 tracing::info!(path = %p.display(), "listening (local shared memory)");
@@ -327,8 +331,8 @@ fn enter(acc: Accepted, sh: &Arc<Shared>) {
     }
 }
 
-/// One connection's opening, then its session; for TLS, this thread then
-/// relays the session's traffic.
+/// One connection's opening, then its session; for TLS and RDMA, this
+/// thread then relays the session's traffic.
 fn admit(acc: Accepted, pending: admission::pending::Pending, sh: &Shared) {
     let (peer, transport) = (acc.peer(), acc.transport());
     match admission::open(acc, pending, &sh.admission, &sh.pools, sh.session.max_data_area) {
@@ -343,8 +347,8 @@ fn admit(acc: Accepted, pending: admission::pending::Pending, sh: &Shared) {
                 tracing::error!(session = id, error = %e, "cannot start a session");
                 return;
             }
-            if let Some((tls, local)) = relay {
-                crate::tls::relay(tls, local);
+            if let Some(relay) = relay {
+                relay.run();
             }
         }
         Err(why) => admission::log_refusal(&peer, transport, &why),

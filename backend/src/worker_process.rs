@@ -6,7 +6,7 @@
 use crate::config::{ExecutorConfig, ExecutorKind, SessionConfig};
 use crate::exec::cuda::{CudaExecutor, CudaInitError};
 use crate::exec::host::HostExecutor;
-use crate::handover::Handover;
+use crate::handover::{Handover, Transport};
 use crate::sandbox::{Confinement, SandboxError, confine};
 use crate::session_loop::{Ended, open_connection, serve_opened};
 use crate::spawn::{BROKER_FD, LEDGER_FD, MEMFD_FD, METER_FD, WORKER_FD};
@@ -75,7 +75,7 @@ pub fn prepare_cuda(memory: crate::config::DeviceMemory) -> Result<Arc<CudaExecu
 /// The session a worker serves, as the supervisor names it.
 #[derive(Debug, Clone)]
 pub struct WorkerSession<'a> {
-    /// `local`, `tcp`, `tls` (a connection on fd 3) or `xen`.
+    /// `local`, `tcp`, `tls`, `rdma` (a connection on fd 3) or `xen`.
     pub conn: &'a str,
     /// Guest domain and vgpu device (`xen`).
     pub xen: Option<(u16, u32)>,
@@ -83,7 +83,7 @@ pub struct WorkerSession<'a> {
     pub xen_ring: Option<&'a str>,
     /// Session number.
     pub id: u64,
-    /// The TCP peer of a relayed TLS session.
+    /// The peer of a relayed TLS or RDMA session.
     pub peer: Option<&'a str>,
     /// Where to report how the session ended.
     pub report_fd: Option<i32>,
@@ -201,7 +201,8 @@ pub fn run_worker(
 }
 
 /// The connection the supervisor handed over: on fd 3 (`local`, with its
-/// hello and memfd; `tcp`; `tls`), or guest `xen`'s device.
+/// hello and memfd; `tcp`; `tls` and `rdma`, relayed), or guest `xen`'s
+/// device.
 fn handover(
     conn: &str,
     xen: Option<(u16, u32)>,
@@ -215,7 +216,7 @@ fn handover(
             let ring = xen_ring.and_then(crate::xen::XenRing::from_arg).ok_or_else(bad)?;
             Ok(Handover::Xen { domid, devid, ring })
         }
-        ("local" | "tcp" | "tls", None) => {
+        ("local" | "tcp" | "tls" | "rdma", None) => {
             // SAFETY: the backend placed this session's socket on WORKER_FD
             // before exec (spawn::ProcessSpawner) and nothing else in this
             // process owns it.
@@ -230,7 +231,10 @@ fn handover(
                     Handover::Local { sock, hello, uid }
                 }
                 "tcp" => Handover::Tcp(fd.into()),
-                _ => Handover::Relayed { sock: fd.into(), peer: peer.unwrap_or("tcp").to_string() },
+                relayed => {
+                    let transport = if relayed == "rdma" { Transport::Rdma } else { Transport::Tls };
+                    Handover::Relayed { sock: fd.into(), peer: peer.unwrap_or("tcp").to_string(), transport }
+                }
             })
         }
         _ => Err(bad()),

@@ -445,6 +445,7 @@ pub(crate) fn open_transport(addr: &BackendAddr, opts: &Options) -> Result<Box<d
             let tls = transport::tcp::TlsClient::from_ca_file(ca)?;
             Box::new(transport::tcp::TcpTransport::connect(a, Some(&tls), opts.tcp_key.as_deref(), opts.timeout)?)
         }
+        BackendAddr::Rdma(a) => Box::new(transport::tcp::TcpTransport::connect_rdma(a, opts.tcp_key.as_deref(), opts.timeout)?),
         BackendAddr::Local(p) => Box::new(transport::local::connect(p, opts)?),
         BackendAddr::Xen(d) => Box::new(transport::xen::connect(*d, opts)?),
     })

@@ -45,6 +45,10 @@ pub enum TransportError {
         #[source]
         source: std::io::Error,
     },
+    /// An RDMA connection could not be made (no rdma-core, no RDMA device,
+    /// nothing listening): the error says which.
+    #[error("Cannot connect to the pvgpu backend over RDMA: {0}")]
+    Rdma(#[from] pvgpu_rdma::RdmaError),
     /// TLS could not be set up (its settings, or the handshake).
     #[error("TLS: {why} (PVGPU_TLS_CA names the certificate the backend's --tls-cert is, or is signed by)")]
     Tls {

@@ -3,6 +3,8 @@
 //! ```text
 //! local:PATH        the local shared-memory transport, through the Unix socket PATH
 //! tcp:HOST:PORT     TCP (a backend may listen on port 0 to pick one)
+//! tls:HOST:PORT     TCP inside TLS
+//! rdma:HOST:PORT    RDMA (rsockets over an RDMA device's address)
 //! xen               a Xen vgpu device (frontend: the first free one;
 //!                   backend: every guest's devices in XenStore)
 //! xen:DEVID         a given vgpu device of this guest (frontend only)
@@ -22,13 +24,18 @@ pub enum Addr {
     /// TCP inside TLS, `host:port`: the backend proves its identity with a
     /// certificate and the traffic is encrypted.
     Tls(String),
+    /// RDMA, `host:port`: a reliable connection through the RDMA
+    /// connection manager to an address of an RDMA device's interface.
+    Rdma(String),
     /// Xen vgpu devices: a given device id, or any.
     Xen(Option<u32>),
 }
 
 /// An address that does not follow the grammar.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("Bad address '{0}': use local:PATH, tcp:HOST:PORT, tls:HOST:PORT or xen (a frontend may name a vgpu device: xen:DEVICE)")]
+#[error(
+    "Bad address '{0}': use local:PATH, tcp:HOST:PORT, tls:HOST:PORT, rdma:HOST:PORT or xen (a frontend may name a vgpu device: xen:DEVICE)"
+)]
 pub struct AddrError(pub String);
 
 impl FromStr for Addr {
@@ -37,11 +44,13 @@ impl FromStr for Addr {
         let bad = || AddrError(s.to_string());
         if let Some(p) = s.strip_prefix("local:") {
             if p.is_empty() { Err(bad()) } else { Ok(Addr::Local(PathBuf::from(p))) }
-        } else if let Some((kind, a)) = s.split_once(':').filter(|(k, _)| *k == "tcp" || *k == "tls") {
+        } else if let Some((kind, a)) = s.split_once(':').filter(|(k, _)| matches!(*k, "tcp" | "tls" | "rdma")) {
             match a.rsplit_once(':') {
-                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
-                    Ok(if kind == "tcp" { Addr::Tcp(a.to_string()) } else { Addr::Tls(a.to_string()) })
-                }
+                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(match kind {
+                    "tcp" => Addr::Tcp(a.to_string()),
+                    "tls" => Addr::Tls(a.to_string()),
+                    _ => Addr::Rdma(a.to_string()),
+                }),
                 _ => Err(bad()),
             }
         } else if s == "xen" {
@@ -60,6 +69,7 @@ impl fmt::Display for Addr {
             Addr::Local(p) => write!(f, "local:{}", p.display()),
             Addr::Tcp(a) => write!(f, "tcp:{a}"),
             Addr::Tls(a) => write!(f, "tls:{a}"),
+            Addr::Rdma(a) => write!(f, "rdma:{a}"),
             Addr::Xen(None) => write!(f, "xen"),
             Addr::Xen(Some(d)) => write!(f, "xen:{d}"),
         }
@@ -76,12 +86,32 @@ mod tests {
         assert_eq!("tcp:127.0.0.1:7300".parse(), Ok(Addr::Tcp("127.0.0.1:7300".into())));
         assert_eq!("tcp:[::1]:0".parse(), Ok(Addr::Tcp("[::1]:0".into())));
         assert_eq!("tls:gpu-host:7301".parse(), Ok(Addr::Tls("gpu-host:7301".into())));
+        assert_eq!("rdma:10.0.0.1:7400".parse(), Ok(Addr::Rdma("10.0.0.1:7400".into())));
         assert_eq!("xen".parse(), Ok(Addr::Xen(None)));
         assert_eq!("xen:3".parse(), Ok(Addr::Xen(Some(3))));
-        for bad in ["", "local:", "tcp:host", "tcp::7300", "tcp:host:port", "tls:host", "xen:x", "udp:1.2.3.4:5", "/run/pvgpu.sock"] {
+        for bad in [
+            "",
+            "local:",
+            "tcp:host",
+            "tcp::7300",
+            "tcp:host:port",
+            "tls:host",
+            "rdma:host",
+            "rdma::1",
+            "xen:x",
+            "udp:1.2.3.4:5",
+            "/run/pvgpu.sock",
+        ] {
             assert_eq!(bad.parse::<Addr>(), Err(AddrError(bad.into())), "{bad}");
         }
-        for a in [Addr::Local("/x".into()), Addr::Tcp("h:1".into()), Addr::Tls("h:2".into()), Addr::Xen(None), Addr::Xen(Some(7))] {
+        for a in [
+            Addr::Local("/x".into()),
+            Addr::Tcp("h:1".into()),
+            Addr::Tls("h:2".into()),
+            Addr::Rdma("h:3".into()),
+            Addr::Xen(None),
+            Addr::Xen(Some(7)),
+        ] {
             assert_eq!(a.to_string().parse(), Ok(a));
         }
     }

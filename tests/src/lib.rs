@@ -49,20 +49,66 @@ pub enum Transport {
     Tcp,
     /// TCP inside TLS on loopback (the supervisor relays it).
     Tls,
+    /// RDMA (rsockets) on an RDMA device's address (the supervisor relays
+    /// it): see [`rdma_missing`].
+    Rdma,
     /// Grant-table ring between a Xen guest and its backend domain (the
     /// backend runs elsewhere: see [`Harness::external`]).
     Xen,
 }
 
 impl Transport {
-    /// The name the backend gives it (`local`, `tcp`, `tls`, `xen`).
+    /// The name the backend gives it (`local`, `tcp`, `tls`, `rdma`, `xen`).
     pub fn name(self) -> &'static str {
         match self {
             Transport::Local => "local",
             Transport::Tcp => "tcp",
             Transport::Tls => "tls",
+            Transport::Rdma => "rdma",
             Transport::Xen => "xen",
         }
+    }
+
+    /// Whether copies travel inline in a byte stream (no shared memory, no
+    /// page-locked memory of the guest's own).
+    pub fn is_stream(self) -> bool {
+        matches!(self, Transport::Tcp | Transport::Tls | Transport::Rdma)
+    }
+}
+
+/// Whether the suite's tests over RDMA run here. Where they cannot, each
+/// says why on standard error and passes, unless `PVGPU_TEST_RDMA=required`
+/// (the Xen lab, whose kernel has soft-RoCE): then it fails.
+pub fn rdma_runs() -> bool {
+    match rdma_missing() {
+        None => true,
+        Some(why) => {
+            assert!(std::env::var("PVGPU_TEST_RDMA").as_deref() != Ok("required"), "RDMA is required here, but {why}");
+            eprintln!("not run over RDMA: {why}");
+            false
+        }
+    }
+}
+
+/// Why the suite's tests over RDMA cannot run here, if they cannot: they
+/// need an RDMA device (soft-RoCE counts), rdma-core, and an address of
+/// the device's interface: `PVGPU_TEST_RDMA_HOST` for a backend the suite
+/// starts, `PVGPU_TEST_RDMA_ADDR` (`HOST:PORT`) for the external backend
+/// of the Xen lab.
+pub fn rdma_missing() -> Option<String> {
+    if pvgpu_rdma::devices().is_empty() {
+        return Some(
+            "no RDMA device here (for soft-RoCE: `modprobe rdma_rxe && rdma link add rxe0 type rxe netdev IFACE`; CI's kernel has no rdma_rxe, the Xen lab's has)"
+                .into(),
+        );
+    }
+    if let Err(e) = pvgpu_rdma::available() {
+        return Some(e.to_string());
+    }
+    let var = if cfg!(feature = "xen") { "PVGPU_TEST_RDMA_ADDR" } else { "PVGPU_TEST_RDMA_HOST" };
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => None,
+        _ => Some(format!("{var} is not set: name an address of the RDMA device's network interface")),
     }
 }
 
@@ -155,6 +201,8 @@ pub struct Harness {
     pub tcp: String,
     /// TLS address (a second TCP listener, with a certificate).
     pub tls: String,
+    /// RDMA address, where the suite has RDMA ([`rdma_missing`]).
+    pub rdma: Option<String>,
     /// The key file TCP clients prove they hold (`PVGPU_TCP_KEY`).
     pub tcp_key: PathBuf,
     /// The certificate authority TLS clients trust (`PVGPU_TLS_CA`).
@@ -306,6 +354,7 @@ impl Harness {
             socket: dir.0.join("none"),
             tcp: String::new(),
             tls: String::new(),
+            rdma: std::env::var("PVGPU_TEST_RDMA_ADDR").ok().filter(|_| rdma_missing().is_none()),
             tcp_key,
             tls_ca: dir.0.join("none"),
             launch: None,
@@ -328,6 +377,10 @@ impl Harness {
         let (tls_ca, tls_cert, tls_key) = write_tls_files(&dir.0);
         let tcp = format!("127.0.0.1:{}", free_tcp_port());
         let tls = format!("127.0.0.1:{}", free_tcp_port());
+        let rdma = match (rdma_missing(), std::env::var("PVGPU_TEST_RDMA_HOST")) {
+            (None, Ok(host)) => Some(format!("{host}:{}", free_tcp_port())),
+            _ => None,
+        };
         let state_dir = opts.state_dir.then(|| dir.0.join("state"));
         let launch = Launch {
             process: opts.process || process_isolation(),
@@ -338,7 +391,7 @@ impl Harness {
             tls_cert,
             tls_key,
         };
-        let mut h = Harness { running: Running::External, exec, socket, tcp, tls, tcp_key, tls_ca, launch: Some(launch), _dir: dir };
+        let mut h = Harness { running: Running::External, exec, socket, tcp, tls, rdma, tcp_key, tls_ca, launch: Some(launch), _dir: dir };
         h.running = h.launch();
         if h.is_process() {
             h.wait_ready();
@@ -364,6 +417,9 @@ impl Harness {
             let mut cmd = Command::new(backend_bin());
             cmd.arg("--listen").arg(format!("local:{}", self.socket.display())).arg("--listen").arg(format!("tcp:{}", self.tcp));
             cmd.arg("--listen").arg(format!("tls:{}", self.tls)).arg("--tls-cert").arg(&l.tls_cert).arg("--tls-key").arg(&l.tls_key);
+            if let Some(r) = &self.rdma {
+                cmd.arg("--listen").arg(format!("rdma:{r}"));
+            }
             cmd.arg("--executor").arg(if self.exec == ExecKind::Cuda { "cuda" } else { "host" }).arg("--spin-us").arg("20");
             if std::env::var_os("RUST_LOG").is_none() {
                 cmd.env("RUST_LOG", "warn");
@@ -410,7 +466,8 @@ impl Harness {
                     .map(|d| Arc::new(pvgpu_backend::tenants::Tenants::open(d).expect("cannot open the state directory"))),
                 ..AdmissionConfig::default()
             };
-            let listen = vec![Listen::Local(self.socket.clone()), Listen::Tcp(self.tcp.clone()), Listen::Tls(self.tls.clone())];
+            let mut listen = vec![Listen::Local(self.socket.clone()), Listen::Tcp(self.tcp.clone()), Listen::Tls(self.tls.clone())];
+            listen.extend(self.rdma.clone().map(Listen::Rdma));
             let cfg = Config {
                 listen,
                 session,
@@ -452,6 +509,7 @@ impl Harness {
             Transport::Local => BackendAddr::Local(self.socket.clone()),
             Transport::Tcp => BackendAddr::Tcp(self.tcp.clone()),
             Transport::Tls => BackendAddr::Tls(self.tls.clone()),
+            Transport::Rdma => BackendAddr::Rdma(self.rdma.clone().expect("no RDMA here: check rdma_missing() first")),
             Transport::Xen => BackendAddr::Xen(None),
         }
     }

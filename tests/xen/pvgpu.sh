@@ -44,8 +44,21 @@ cp "$B/pvgpu-dom0/tcp.key" "$B/pvgpu-domu/tcp.key"
 chmod 600 "$B/pvgpu-dom0/tcp.key" "$B/pvgpu-domu/tcp.key"
 strip "$B"/pvgpu-dom0/pvgpu-* "$B"/pvgpu-domu/pvgpu-bench "$B"/pvgpu-domu/e2e "$B"/pvgpu-domu/lib/libcuda.so.1
 
+# Soft-RoCE in both domains for the RDMA transport: the kernel's rxe driver
+# (and the crc32 it asks the crypto API for), rdma-core's libraries, which
+# pvgpu loads at run time, the rxe provider and iproute2's `rdma`.
+RDMA_MODULES="crc32_generic rdma_rxe ib_uverbs rdma_ucm"
+ML=/usr/lib/x86_64-linux-gnu
+RDMA_BINS="rdma $ML/librdmacm.so.1 $ML/libibverbs.so.1 $ML/libibverbs/librxe-rdmav34.so"
+for f in $RDMA_BINS /etc/libibverbs.d/rxe.driver; do
+  [ -e "$(command -v "$f" || echo "$f")" ] || { echo "missing $f: install librdmacm1 libibverbs1 ibverbs-providers iproute2"; exit 3; }
+done
+cp /etc/libibverbs.d/rxe.driver "$B/pvgpu-dom0/"
+cp /etc/libibverbs.d/rxe.driver "$B/pvgpu-domu/"
+
 # -cpu qemu64: under TCG, -cpu max (even without SMAP) corrupts memory of
 # both domains once grant mappings come and go quickly (see README.md).
-LAB_CPU=${LAB_CPU:-qemu64} LAB_DOM0_DIR=$B/pvgpu-dom0 LAB_DOMU_DIR=$B/pvgpu-domu LAB_DOMU_MEM=${LAB_DOMU_MEM:-384} LAB_MEM=${LAB_MEM:-2048} \
+LAB_DOM0_MODULES="$RDMA_MODULES" LAB_DOMU_MODULES="$RDMA_MODULES" LAB_DOM0_BINS="$RDMA_BINS" LAB_DOMU_BINS="$RDMA_BINS" \
+  LAB_CPU=${LAB_CPU:-qemu64} LAB_DOM0_DIR=$B/pvgpu-dom0 LAB_DOMU_DIR=$B/pvgpu-domu LAB_DOMU_MEM=${LAB_DOMU_MEM:-384} LAB_MEM=${LAB_MEM:-2048} \
   LAB_TIMEOUT=${LAB_TIMEOUT:-900} \
   bash "$HERE/lab.sh"

@@ -30,10 +30,10 @@ use std::sync::Arc;
 
 /// The pools an admission draws from.
 pub struct Pools {
-    /// Connections opening, per transport (local, TCP, TLS); Xen guests
+    /// Connections opening, per transport (local, TCP, TLS, RDMA); Xen guests
     /// publish their whole ring before the backend reads it, so a Xen
     /// opening is read in one step and waits in no pool.
-    pub pending: [Arc<PendingPool>; 3],
+    pub pending: [Arc<PendingPool>; 4],
     /// Sessions being served.
     pub sessions: Arc<Slots>,
     /// What each peer holds across its sessions, capped by
@@ -59,7 +59,7 @@ impl Pools {
         let seats = per_transport.iter().map(|l| l.total.max(l.per_peer)).max().unwrap_or(1);
         let peer_cap = cfg.peer_mem_quota.unwrap_or(u64::MAX);
         Pools {
-            pending: [pending(Transport::Local), pending(Transport::Tcp), pending(Transport::Tls)],
+            pending: [pending(Transport::Local), pending(Transport::Tcp), pending(Transport::Tls), pending(Transport::Rdma)],
             sessions: Slots::new(SlotLimits { total: cfg.max_sessions, per_transport }),
             ledgers: Arc::new(Ledgers::new(peer_cap, seats)),
             transport_totals: per_transport.map(|l| l.total),
@@ -83,6 +83,7 @@ impl Pools {
             Transport::Local => Some(&self.pending[0]),
             Transport::Tcp => Some(&self.pending[1]),
             Transport::Tls => Some(&self.pending[2]),
+            Transport::Rdma => Some(&self.pending[3]),
             Transport::Xen => None,
         }
     }
@@ -126,8 +127,8 @@ pub enum Refused {
 }
 
 /// An admitted connection: what its session serves, its slot and ledger
-/// seat, its tenant, and, for TLS, the relay the supervisor runs between
-/// the peer and the session.
+/// seat, its tenant, and, for TLS and RDMA, the relay the supervisor runs
+/// between the peer and the session.
 pub struct Admitted {
     /// The tenant the session belongs to: by the key a TCP or TLS peer
     /// opened with, or as a member peer.
@@ -138,8 +139,9 @@ pub struct Admitted {
     pub slot: Slot,
     /// Its seat in its peer's memory ledger.
     pub seat: Seat,
-    /// TLS: the peer's side of the relay, and the session's other end.
-    pub relay: Option<(crate::tls::TlsStream, std::os::unix::net::UnixStream)>,
+    /// TLS and RDMA: the peer's side of the relay, and the session's
+    /// other end.
+    pub relay: Option<crate::rdma::Relay>,
 }
 
 /// Runs a connection's opening while it holds its place in the pool
@@ -192,7 +194,16 @@ pub fn open(acc: Accepted, pending: Pending, cfg: &AdmissionConfig, pools: &Pool
             let mut s = crate::tls::accept(tls, s).map_err(|e| give_up(e.into()))?;
             let (slot, seat, tenant) = key_check(&mut s, pending, cfg, pools, transport, &peer)?;
             let (worker_end, relay_end) = std::os::unix::net::UnixStream::pair()?;
-            Ok(Admitted { handover: Handover::Relayed { sock: worker_end, peer }, slot, seat, relay: Some((s, relay_end)), tenant })
+            let handover = Handover::Relayed { sock: worker_end, peer, transport };
+            Ok(Admitted { handover, slot, seat, relay: Some(crate::rdma::Relay::Tls(Box::new(s), relay_end)), tenant })
+        }
+        Accepted::Rdma(mut s) => {
+            s.set_read_timeout(Some(cfg.handshake_timeout));
+            s.set_write_timeout(Some(cfg.handshake_timeout));
+            let (slot, seat, tenant) = key_check(&mut s, pending, cfg, pools, transport, &peer)?;
+            let (worker_end, relay_end) = std::os::unix::net::UnixStream::pair()?;
+            let handover = Handover::Relayed { sock: worker_end, peer, transport };
+            Ok(Admitted { handover, slot, seat, relay: Some(crate::rdma::Relay::Rdma(s, relay_end)), tenant })
         }
     }
 }

@@ -49,11 +49,37 @@ pub enum Cut {
     Evicted,
 }
 
+/// What the pool shuts down to cut a connection: a duplicate of its
+/// socket, or (RDMA) a handle on its rsocket.
+pub enum Cutter {
+    /// A kernel socket.
+    Socket(OwnedFd),
+    /// An rsocket.
+    Rdma(pvgpu_rdma::RdmaStream),
+}
+
+impl From<OwnedFd> for Cutter {
+    fn from(fd: OwnedFd) -> Cutter {
+        Cutter::Socket(fd)
+    }
+}
+
+impl Cutter {
+    fn shut(&self) {
+        match self {
+            Cutter::Socket(fd) => {
+                let _ = nix::sys::socket::shutdown(std::os::fd::AsRawFd::as_raw_fd(fd), nix::sys::socket::Shutdown::Both);
+            }
+            Cutter::Rdma(s) => s.shutdown(),
+        }
+    }
+}
+
 struct Entry {
     id: u64,
     peer: String,
     started: Instant,
-    sock: OwnedFd,
+    sock: Cutter,
 }
 
 #[derive(Default)]
@@ -93,7 +119,8 @@ impl PendingPool {
     /// Takes a place for `peer`'s new connection, whose socket `sock` (a
     /// duplicate) the pool shuts down to cut it. A full pool cuts its
     /// oldest opening first.
-    pub fn enter(self: &Arc<Self>, peer: &str, sock: OwnedFd) -> Result<Pending, Full> {
+    pub fn enter(self: &Arc<Self>, peer: &str, sock: impl Into<Cutter>) -> Result<Pending, Full> {
+        let sock = sock.into();
         let mut g = self.lock();
         if g.per_peer.get(peer).copied().unwrap_or(0) >= self.limits.per_peer {
             return Err(Full::Peer(self.limits.per_peer));
@@ -135,7 +162,7 @@ impl PendingPool {
 /// Shuts `e`'s socket down (its admission thread's reads and writes end)
 /// and remembers why, for that thread.
 fn cut(g: &mut Inner, e: Entry, why: Cut) {
-    let _ = nix::sys::socket::shutdown(std::os::fd::AsRawFd::as_raw_fd(&e.sock), nix::sys::socket::Shutdown::Both);
+    e.sock.shut();
     forget_peer(g, &e.peer);
     g.cut.insert(e.id, why);
 }

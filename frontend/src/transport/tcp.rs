@@ -1,6 +1,7 @@
-//! The TCP transport, plain (`tcp:`) or inside TLS (`tls:`): framed
-//! messages, bulk data inline, after the opening in which both sides prove
-//! they hold the TCP key ([`pvgpu_ring::tcp_auth`]).
+//! The stream transports: TCP, plain (`tcp:`) or inside TLS (`tls:`), and
+//! RDMA (`rdma:`, [`pvgpu_rdma`]): framed messages, bulk data inline, after
+//! the opening in which both sides prove they hold the TCP key
+//! ([`pvgpu_ring::tcp_auth`]).
 
 use super::{Staged, Transport};
 use crate::error::{ProtocolError, TransportError};
@@ -22,7 +23,7 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 trait Stream: Read + Write + Send {}
 impl<T: Read + Write + Send> Stream for T {}
 
-/// A TCP connection to a backend.
+/// A stream connection (TCP, TLS or RDMA) to a backend.
 pub struct TcpTransport {
     sock: Box<dyn Stream>,
     /// Reads the replies (a small one in one `read`).
@@ -89,6 +90,24 @@ impl TcpTransport {
         raw.set_write_timeout(None)?;
         raw.set_read_timeout(timeout)?;
         Ok(TcpTransport { sock: stream, reader: FrameReader::new(timeout.unwrap_or(STALL)), kind })
+    }
+
+    /// Connects to `addr` (`host:port`) over RDMA and opens a session as
+    /// [`TcpTransport::connect`] does, without TLS: the fabric is the
+    /// trust boundary of RDMA, as a trusted network is of plain TCP, and
+    /// the key check still proves the peer.
+    pub fn connect_rdma(addr: &str, key: Option<&Path>, timeout: Option<Duration>) -> Result<Self, TransportError> {
+        let name = || format!("rdma:{addr}");
+        let auth = |source| TransportError::Auth { addr: name(), source };
+        let key = key.map(ClientKey::from_file).transpose().map_err(auth)?;
+        let sock = pvgpu_rdma::RdmaStream::connect(addr)?;
+        sock.set_read_timeout(Some(OPEN_TIMEOUT));
+        sock.set_write_timeout(Some(OPEN_TIMEOUT));
+        let mut stream: Box<dyn Stream> = Box::new(sock.clone());
+        tcp_auth::client_open(&mut stream, key.as_ref()).map_err(auth)?;
+        sock.set_write_timeout(None);
+        sock.set_read_timeout(timeout);
+        Ok(TcpTransport { sock: stream, reader: FrameReader::new(timeout.unwrap_or(STALL)), kind: "rdma" })
     }
 }
 

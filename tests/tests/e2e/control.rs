@@ -8,7 +8,7 @@ use pvgpu_ctl::client::CtlError;
 fn expected_peer(t: Transport) -> String {
     match t {
         Transport::Local => format!("uid:{}", nix::unistd::getuid()),
-        Transport::Tcp | Transport::Tls => "tcp:127.0.0.1".into(),
+        Transport::Tcp | Transport::Tls | Transport::Rdma => "tcp:127.0.0.1".into(),
         Transport::Xen => unreachable!("the control socket is tested on a backend of the test's own"),
     }
 }

@@ -12,6 +12,7 @@ pub(crate) fn hello_and_devices(t: Transport) {
             Transport::Local => "local",
             Transport::Tcp => "tcp",
             Transport::Tls => "tls",
+            Transport::Rdma => "rdma",
             Transport::Xen => "xen",
         }
     );

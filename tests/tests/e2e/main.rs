@@ -128,6 +128,16 @@ macro_rules! over_every_transport {
         mod tls {
             $( #[test] fn $any() { super::$any(pvgpu_tests::Transport::Tls) } )*
         }
+        // Over RDMA where there is an RDMA device (the Xen lab's guest, or
+        // a host with soft-RoCE), against the suite's own backend, or the
+        // lab's in Dom0; elsewhere each says why it did not run.
+        mod rdma {
+            $( #[test] fn $any() {
+                if pvgpu_tests::rdma_runs() {
+                    super::$any(pvgpu_tests::Transport::Rdma)
+                }
+            } )*
+        }
         #[cfg(feature = "xen")]
         mod xen {
             $( #[test] fn $any() { super::$any(pvgpu_tests::Transport::Xen) } )*

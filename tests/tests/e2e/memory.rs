@@ -91,7 +91,7 @@ pub(crate) fn pinned_host_memory(t: Transport) {
     let pinned = if t == Transport::Xen { test_options().xen_pinned } else { test_options().pinned };
     let n = (pinned as usize * 3 / 4).min(3 << 20);
     let Some(p) = c.host_alloc(n) else {
-        assert!(matches!(t, Transport::Tcp | Transport::Tls), "the ring transports have page-locked memory");
+        assert!(t.is_stream(), "the ring transports have page-locked memory");
         return;
     };
     assert!(c.is_pinned(p, n) && !c.is_pinned(p, n + 1));
@@ -138,7 +138,7 @@ pub(crate) fn mapped_host_memory(t: Transport) {
     let g = Gpu::new(&c).unwrap();
     let n = 4096usize;
     let Some(p) = c.host_alloc(2 * n * 4) else {
-        assert!(matches!(t, Transport::Tcp | Transport::Tls), "the ring transports have page-locked memory");
+        assert!(t.is_stream(), "the ring transports have page-locked memory");
         return;
     };
     let dp = c.host_device_pointer(p).unwrap();

@@ -32,3 +32,16 @@ wait_key() {
   done
   return 1
 }
+
+# lab_rxe IFACE: soft-RoCE on IFACE (device rxe0), for the RDMA transport.
+# Needs rdma_rxe, ib_uverbs and rdma_ucm loaded (LAB_*_MODULES), and
+# rdma-core's libraries, the rxe provider and iproute2's `rdma` copied in
+# (LAB_*_BINS); the provider's driver file is given as $2. Prints why it
+# could not, and fails.
+lab_rxe() {
+  grep -q "^rdma_rxe " /proc/modules || { echo "no rdma_rxe module loaded"; return 1; }
+  mkdir -p /etc/libibverbs.d && cp "$2" /etc/libibverbs.d/rxe.driver
+  rdma link show rxe0/1 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev "$1" || { echo "rdma link add rxe0 on $1 failed"; return 1; }
+  [ -e /dev/infiniband/rdma_cm ] || { echo "no /dev/infiniband/rdma_cm"; return 1; }
+  echo "rxe0 on $1: $(rdma link show rxe0/1 2>&1)"
+}

@@ -334,6 +334,7 @@ fn connect(args: &Args, setup: &Setup) -> Result<(Targets, Option<Backend>)> {
                 BackendAddr::Local(_) => "local",
                 BackendAddr::Tcp(_) => "tcp",
                 BackendAddr::Tls(_) => "tls",
+                BackendAddr::Rdma(_) => "rdma",
                 BackendAddr::Xen(_) => "xen",
             };
             addrs.push((name.into(), addr));

@@ -1,7 +1,8 @@
 #!/bin/sh
 # pvgpu in the Xen lab, Dom0 side: run pvgpu-backend (host executor, a worker
-# process per session) on vgpu devices and TCP, start the guest, attach its
-# devices, wait for the guest's end-to-end suite, programs and benchmark, kill the
+# process per session) on vgpu devices, TCP and RDMA (soft-RoCE on the
+# guests' bridge), start the guest, attach its devices, wait for the
+# guest's end-to-end suites (Xen, RDMA), programs and benchmark, kill the
 # backend under a waiting guest call and start a new one, then destroy the
 # guest in the middle of a session and check that everything of it is
 # reclaimed. Exits 0 only if every step passed.
@@ -20,19 +21,31 @@ cd /lab
 # Crashes of any process (a session worker, say) reach the console.
 echo 7 > /proc/sys/kernel/printk
 chmod 600 tcp.key
+# Every test of the RDMA suite is one peer: allow it as many sessions as
+# the Xen suite's guest has.
 start_backend() {
-  RUST_LOG=${RUST_LOG:-info,pvgpu_backend::xen=debug} ./pvgpu-backend --listen xen --listen tcp:0.0.0.0:7300 --tcp-key tcp.key --executor host --host-mem 1G >> /tmp/backend.log 2>&1 &
+  RUST_LOG=${RUST_LOG:-info,pvgpu_backend::xen=debug} ./pvgpu-backend --listen xen --listen tcp:0.0.0.0:7300 $RDMA_LISTEN --tcp-key tcp.key \
+    --max-tcp-sessions 64 --max-sessions-per-peer 32 --executor host --host-mem 1G >> /tmp/backend.log 2>&1 &
   BPID=$!
   say "pvgpu-backend pid $BPID"
 }
 : > /tmp/backend.log
+xl create "$LAB_DOMU_CFG" || { say "FAIL: xl create"; exit 1; }
+# Soft-RoCE on the bridge the guest's vif joins, before the backend binds
+# its RDMA address there.
+if RXE=$(lab_rxe "$LAB_BRIDGE" /lab/rxe.driver); then
+  say "$RXE"
+  RDMA_LISTEN="--listen rdma:$LAB_DOM0_IP:7400"
+else
+  fail "soft-RoCE in Dom0: $RXE"
+  RDMA_LISTEN=
+fi
 start_backend
 # Stream the backend's warnings and the guest's console to the serial log as
 # they happen.
 tail -F /tmp/backend.log 2>/dev/null | grep -E "WARN|ERROR" &
 tail -F "/var/log/xen/console/guest-$LAB_DOMU_NAME.log" 2>/dev/null &
 
-xl create "$LAB_DOMU_CFG" || { say "FAIL: xl create"; exit 1; }
 DOMID=$(xl domid "$LAB_DOMU_NAME")
 D=/local/domain/$DOMID
 ./pvgpu-xl attach "$LAB_DOMU_NAME" --count 12 || fail "pvgpu-xl attach"
@@ -50,6 +63,10 @@ say "guest runtime-API programs over xen: $PROGS"
 BENCH=$(wait_key "$D/data/pvgpu-bench" 400) || BENCH="no result"
 say "guest benchmark: $BENCH"
 [ "$BENCH" = done ] || fail "benchmark: $BENCH"
+
+RDMA=$(wait_key "$D/data/pvgpu-rdma" 900) || RDMA="no result"
+say "guest end-to-end suite over rdma: $RDMA"
+[ "$RDMA" = pass ] || fail "end-to-end suite over rdma: $RDMA"
 
 HELD=$(wait_key "$D/data/pvgpu-held" 120) || HELD="no result"
 [ "$HELD" = 1 ] || fail "program holding a session: $HELD"

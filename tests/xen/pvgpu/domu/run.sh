@@ -1,12 +1,14 @@
 #!/bin/sh
 # pvgpu in the Xen lab, guest side: the end-to-end suite over the Xen
 # transport, runtime-API programs built by nvcc on the drop-in libcuda, the
-# ring-vs-TCP benchmark between the domains, a program whose
+# ring-vs-TCP-vs-RDMA benchmark between the domains, the suite over RDMA
+# (soft-RoCE), a program whose
 # backend Dom0 kills and restarts, then a client that Dom0 destroys the
 # guest under. Results go to XenStore (data/) for
 # Dom0 and to the console.
 say() { echo "LAB-PVGPU domU: $* [+$(cut -d' ' -f1 /proc/uptime)s]"; }
 cd /lab
+. /etc/lab/lib.sh   # lab_rxe
 # Every page of a session's region is a grant; allow more than the default
 # 1024 so that several sessions run at once.
 echo 65536 > /sys/module/xen_gntalloc/parameters/limit
@@ -77,12 +79,31 @@ say "runtime-API programs over xen: $P"
 xenstore-write data/pvgpu-programs "$P"
 
 chmod 600 tcp.key
-RUST_LOG=warn PVGPU_TCP_KEY=/lab/tcp.key ./pvgpu-bench --quick --connect xen --connect "tcp:$LAB_DOM0_IP:7300" > /tmp/bench.out 2> /tmp/bench.err
+# Soft-RoCE on the guest's interface, for the benchmark's and the suite's
+# RDMA connections to Dom0.
+RXE=$(lab_rxe eth0 /lab/rxe.driver) && RDMA=1 || RDMA=0
+say "$RXE"
+RUST_LOG=warn PVGPU_TCP_KEY=/lab/tcp.key ./pvgpu-bench --quick --connect xen --connect "tcp:$LAB_DOM0_IP:7300" \
+  $([ $RDMA = 1 ] && echo "--connect rdma:$LAB_DOM0_IP:7400") > /tmp/bench.out 2> /tmp/bench.err
 BRC=$?
-echo "----- pvgpu-bench (xen vs tcp between domains) -----"
+echo "----- pvgpu-bench (xen vs tcp vs rdma between domains) -----"
 cat /tmp/bench.err /tmp/bench.out
 echo "----- end of pvgpu-bench -----"
 [ $BRC -eq 0 ] && xenstore-write data/pvgpu-bench done || xenstore-write data/pvgpu-bench "fail rc=$BRC"
+
+# The suite's bodies over RDMA, in one process (two at a time), against the
+# same backend; PVGPU_TEST_RDMA=required makes a missing RDMA a failure.
+if [ $RDMA = 1 ]; then
+  PVGPU_TEST_RDMA=required PVGPU_TEST_RDMA_ADDR=$LAB_DOM0_IP:7400 PVGPU_TCP_KEY=/lab/tcp.key RUST_LOG=warn \
+    timeout 700 ./e2e rdma:: --test-threads=2 > /tmp/rdma.log 2>&1
+  RRC=$?
+  grep -E "^test |test result" /tmp/rdma.log
+  if [ $RRC -eq 0 ] && grep -q "test result: ok" /tmp/rdma.log; then RR=pass; else RR="fail rc=$RRC"; tail -60 /tmp/rdma.log; fi
+else
+  RR="fail: no soft-RoCE in the guest: $RXE"
+fi
+say "end-to-end suite over rdma: $RR"
+xenstore-write data/pvgpu-rdma "$RR"
 
 # A program waits in a call while Dom0 kills the backend (SIGKILL) and starts
 # a new one: the call must fail rather than hang, and a program started
