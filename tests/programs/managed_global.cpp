@@ -66,7 +66,12 @@ int main() {
     unsigned int is_managed = 0;
     CU(cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, d));
     printf("counts: %zu bytes, managed: %s\n", bytes, is_managed ? "yes" : "no");
-    int* counts = (int*)(uintptr_t)d;
+    // The host pointer of managed memory is its device pointer, as NVIDIA's
+    // uvmlite sample reads it.
+    void* host = nullptr;
+    CU(cuPointerGetAttribute(&host, CU_POINTER_ATTRIBUTE_HOST_POINTER, d));
+    printf("host pointer is the device pointer: %s\n", (uintptr_t)host == (uintptr_t)d ? "yes" : "no");
+    int* counts = (int*)host;
     for (int i = 0; i < 256; i++) counts[i] = i;
     CUfunction add;
     CU(cuModuleGetFunction(&add, mod, "add"));

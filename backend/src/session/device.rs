@@ -137,7 +137,17 @@ pub(super) fn ctx_create<E: Executor>(s: &mut Session<E>, r: proto::CtxCreate, i
 pub(super) fn ctx_destroy<E: Executor>(s: &mut Session<E>, r: proto::CtxDestroy, _: &mut Io<'_>) -> CuRes<()> {
     let id = r.ctx.get();
     match s.ctxs.get(id) {
-        Some(c) if !c.primary => destroy_context(s, id),
+        Some(c) if !c.primary => {
+            // The driver finishes the context's work before destroying it,
+            // and what its kernels printed comes out then (NVIDIA's
+            // device-side-launch sample prints only this way): finished
+            // here first, so the output goes with this call's reply. A
+            // fault of that work is the context's, which is going anyway.
+            if let Ok(ctx) = s.enter(id) {
+                let _ = ctx.synchronize();
+            }
+            destroy_context(s, id)
+        }
         // The primary context goes with its last release, never by destroy.
         _ => Err(CuError::INVALID_CONTEXT),
     }
@@ -277,7 +287,10 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
     super::pool::forget(s, Some(id));
     super::mirror::context_going(s, id);
     super::pinning::context_going(s, id);
-    let entry = s.ctxs.remove(id).ok_or(CuError::INVALID_CONTEXT)?;
+    let mut entry = s.ctxs.remove(id).ok_or(CuError::INVALID_CONTEXT)?;
+    // What its kernels printed goes out with the next reply, even when no
+    // context is left to ask.
+    entry.ctx.take_output(&mut s.output_left);
     s.functions.drain_where(|f| f.ctx == id);
     let functions = &s.functions;
     s.function_ids.retain(|_, f| functions.get(*f).is_some());

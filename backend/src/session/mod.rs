@@ -184,6 +184,8 @@ pub struct Session<E: Executor> {
     /// checkpoint (all zero: the kernel gave no random bytes, and the
     /// session cannot be checkpointed).
     token: [u8; 16],
+    /// What kernels of destroyed contexts printed, not yet sent.
+    output_left: Vec<u8>,
 }
 
 /// Device-side range to check.
@@ -242,6 +244,7 @@ impl<E: Executor> Session<E> {
             host_calls: Arc::default(),
             max_reply: pvgpu_ring::proto::MAX_PAYLOAD,
             token: crate::ipc::random_token().unwrap_or_default(),
+            output_left: Vec::new(),
         }
     }
 
@@ -375,6 +378,7 @@ impl<E: Executor> Session<E> {
     /// Moves what the session's kernels printed since the last call into
     /// `out`, for the program's standard output.
     pub fn take_output(&mut self, out: &mut Vec<u8>) {
+        out.append(&mut self.output_left);
         for c in self.ctxs.iter_mut() {
             c.ctx.take_output(out);
         }

@@ -42,7 +42,11 @@ fn pointer_attribute(data: *mut c_void, attribute: CUpointer_attribute, ptr: u64
             (CU_POINTER_ATTRIBUTE_CONTEXT, None, Some(_)) => put(data.cast::<*mut c_void>(), handle(host_ctx)),
             (CU_POINTER_ATTRIBUTE_DEVICE_POINTER, Some(_), _) => put(data.cast::<u64>(), ptr),
             (CU_POINTER_ATTRIBUTE_HOST_POINTER, None, Some(_)) => put(data.cast::<u64>(), ptr),
-            (CU_POINTER_ATTRIBUTE_HOST_POINTER, Some((_, a)), _) if a.kind == DevKind::Managed => put(data.cast::<u64>(), ptr),
+            // Managed memory, allocated or `__managed__`, is the program's
+            // at the same address.
+            (CU_POINTER_ATTRIBUTE_HOST_POINTER, Some((_, a)), _) if a.kind == DevKind::Managed || crate::managed::contains(ptr, 1) => {
+                put(data.cast::<u64>(), ptr)
+            }
             (CU_POINTER_ATTRIBUTE_DEVICE_POINTER, None, Some(_)) => {
                 drop(o);
                 put(data.cast::<u64>(), host_device_pointer(ptr as usize as *mut c_void)?)
