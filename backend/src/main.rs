@@ -29,7 +29,7 @@ struct Cli {
     /// `no-seccomp = true`); options on the command line win.
     #[arg(long, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
-    /// Where to listen: local:PATH (shared-memory transport), tcp:HOST:PORT, or xen (vgpu devices of Xen guests). Repeatable.
+    /// Where to listen: local:PATH (shared-memory transport), tcp:HOST:PORT, tls:HOST:PORT, rdma:HOST:PORT (an RDMA device's address), or xen (vgpu devices of Xen guests). Repeatable.
     #[arg(long = "listen", value_name = "ADDR")]
     listen: Vec<Listen>,
     /// The control socket pvgpu-ctl talks to: unix:PATH, or off. Default:

@@ -73,10 +73,10 @@ impl FromStr for PeerSpec {
 }
 
 /// Whether a guest may be sent to `address` (`STATUS_MOVED`): one a
-/// program reaches (`local:`, `tcp:`, `tls:`), at most 64 bytes, no
-/// control characters.
+/// program reaches (`local:`, `tcp:`, `tls:`, `rdma:`), at most 64 bytes,
+/// no control characters.
 pub fn guest_address(address: &str) -> bool {
-    ["local:", "tcp:", "tls:"].iter().any(|p| address.starts_with(p))
+    ["local:", "tcp:", "tls:", "rdma:"].iter().any(|p| address.starts_with(p))
         && address.len() <= pvgpu_ring::proto::MOVED_ADDRESS_MAX
         && !address.chars().any(char::is_control)
 }

@@ -28,7 +28,7 @@ fn refuses_to_start_without_listeners() {
 fn bad_listen_address_is_explained() {
     let out = bin().args(["--listen", "udp:1.2.3.4:5"]).output().unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("local:PATH, tcp:HOST:PORT, tls:HOST:PORT or xen"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("local:PATH, tcp:HOST:PORT, tls:HOST:PORT, rdma:HOST:PORT or xen"));
 }
 
 #[test]

@@ -95,7 +95,8 @@ pub struct MoveRecord {
     /// Whose session it is (from its snapshot).
     pub peer: String,
     /// Where its guest finds it now, as `PVGPU_BACKEND` writes it
-    /// (`local:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT`), at most 64 bytes.
+    /// (`local:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT`, `rdma:HOST:PORT`),
+    /// at most 64 bytes.
     pub to: String,
 }
 

@@ -109,7 +109,7 @@ enum Cmd {
         /// The other backend's control API (unix:PATH, or https://HOST:PORT with the same --token).
         #[arg(long, value_name = "ADDRESS", value_parser = Endpoint::parse, required_unless_present = "peer", requires = "address")]
         to: Option<Endpoint>,
-        /// Where the program reaches the other backend, as PVGPU_BACKEND writes it (local:PATH, tcp:HOST:PORT, tls:HOST:PORT).
+        /// Where the program reaches the other backend, as PVGPU_BACKEND writes it (local:PATH, tcp:HOST:PORT, tls:HOST:PORT, rdma:HOST:PORT).
         #[arg(long, requires = "to")]
         address: Option<String>,
         /// Instead of --to and --address: one of the backend's --peer by name (`pvgpu-ctl peers`); the backend moves the session itself.
