@@ -43,6 +43,12 @@ impl Transport {
         }
     }
 
+    /// Whether the session's bytes travel inline on a stream (TCP, TLS,
+    /// RDMA) rather than through shared memory.
+    pub fn is_stream(self) -> bool {
+        matches!(self, Transport::Tcp | Transport::Tls | Transport::Rdma)
+    }
+
     /// The session limit's name (`tcp` for TLS and RDMA too).
     pub fn session_class_name(self) -> &'static str {
         ["local", "tcp", "xen"][self.session_class()]

@@ -17,8 +17,10 @@
 
 pub mod dropin;
 pub mod native;
+mod transport;
 mod workloads;
 
+pub use transport::{Transport, rdma_missing, rdma_runs};
 pub use workloads::*;
 
 use pvgpu_backend::config::{AdmissionConfig, ControlSocket};
@@ -39,78 +41,6 @@ pub const PTX: &[u8] = include_bytes!("../kernels/kernels.ptx");
 pub const CUBIN: &[u8] = include_bytes!("../kernels/kernels.sm_90.cubin");
 /// Fatbin (sm_90 code and compute_75 PTX) of the same kernels.
 pub const FATBIN: &[u8] = include_bytes!("../kernels/kernels.fatbin");
-
-/// The transports every end-to-end test runs over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    /// memfd ring + eventfds.
-    Local,
-    /// TCP on loopback.
-    Tcp,
-    /// TCP inside TLS on loopback (the supervisor relays it).
-    Tls,
-    /// RDMA (rsockets) on an RDMA device's address (the supervisor relays
-    /// it): see [`rdma_missing`].
-    Rdma,
-    /// Grant-table ring between a Xen guest and its backend domain (the
-    /// backend runs elsewhere: see [`Harness::external`]).
-    Xen,
-}
-
-impl Transport {
-    /// The name the backend gives it (`local`, `tcp`, `tls`, `rdma`, `xen`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Transport::Local => "local",
-            Transport::Tcp => "tcp",
-            Transport::Tls => "tls",
-            Transport::Rdma => "rdma",
-            Transport::Xen => "xen",
-        }
-    }
-
-    /// Whether copies travel inline in a byte stream (no shared memory, no
-    /// page-locked memory of the guest's own).
-    pub fn is_stream(self) -> bool {
-        matches!(self, Transport::Tcp | Transport::Tls | Transport::Rdma)
-    }
-}
-
-/// Whether the suite's tests over RDMA run here. Where they cannot, each
-/// says why on standard error and passes, unless `PVGPU_TEST_RDMA=required`
-/// (the Xen lab, whose kernel has soft-RoCE): then it fails.
-pub fn rdma_runs() -> bool {
-    match rdma_missing() {
-        None => true,
-        Some(why) => {
-            assert!(std::env::var("PVGPU_TEST_RDMA").as_deref() != Ok("required"), "RDMA is required here, but {why}");
-            eprintln!("not run over RDMA: {why}");
-            false
-        }
-    }
-}
-
-/// Why the suite's tests over RDMA cannot run here, if they cannot: they
-/// need an RDMA device (soft-RoCE counts), rdma-core, and an address of
-/// the device's interface: `PVGPU_TEST_RDMA_HOST` for a backend the suite
-/// starts, `PVGPU_TEST_RDMA_ADDR` (`HOST:PORT`) for the external backend
-/// of the Xen lab.
-pub fn rdma_missing() -> Option<String> {
-    if pvgpu_rdma::devices().is_empty() {
-        return Some(
-            "no RDMA device here (for soft-RoCE: `modprobe rdma_rxe && rdma link add rxe0 type rxe netdev IFACE`; CI's kernel has no rdma_rxe, the Xen lab's has)"
-                .into(),
-        );
-    }
-    if let Err(e) = pvgpu_rdma::available() {
-        return Some(e.to_string());
-    }
-    let var = if cfg!(feature = "xen") { "PVGPU_TEST_RDMA_ADDR" } else { "PVGPU_TEST_RDMA_HOST" };
-    match std::env::var(var) {
-        Ok(v) if !v.is_empty() => None,
-        _ => Some(format!("{var} is not set: name an address of the RDMA device's network interface")),
-    }
-}
 
 /// Which executor the backend under test uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
