@@ -50,6 +50,24 @@ fn absolute(file: &str) -> Result<PathBuf, Refusal> {
 }
 
 impl Supervised {
+    /// Tells session `id` to look at its checkpoint order. A worker given
+    /// its connection serves at once, before the spawner lists it (under
+    /// load, long enough for a program to make calls and an operator to
+    /// order a checkpoint: seen in CI, where such an order was refused as
+    /// "ending"); a live session not listed yet gets up to two seconds.
+    fn nudge_when_listed(&self, id: u64) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            if self.spawner.nudge(id) {
+                return true;
+            }
+            if Instant::now() >= deadline || self.roster.get(id).is_none() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     fn take_checkpoint(&self, id: u64, req: CheckpointRequest) -> Result<CheckpointReport, Refusal> {
         let session =
             self.roster.get(id).ok_or_else(|| Refusal::new(404, format!("No live session {id} (`pvgpu-ctl sessions` lists them)")))?;
@@ -70,7 +88,7 @@ impl Supervised {
         let t = Instant::now();
         let desk = self.spawner.desk();
         let done = desk.order(id, file, req.leave_running);
-        if !self.spawner.nudge(id) {
+        if !self.nudge_when_listed(id) {
             desk.withdraw(id);
             let _ = std::fs::remove_file(&path);
             return Err(Refusal::new(404, format!("Session {id} is ending")));
