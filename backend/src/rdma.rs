@@ -13,7 +13,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A connection the supervisor relays for its session, and the session's
 /// end's partner.
@@ -38,6 +38,9 @@ impl Relay {
 /// direction has ended.
 const TICK: Duration = Duration::from_millis(250);
 
+/// Longest a relay waits for the peer to take more of what it sends.
+const STALL: Duration = Duration::from_secs(30);
+
 /// Relays between `rdma` and `local` until either side closes (or fails);
 /// then ends both, so the other side sees it. Each direction has a thread
 /// of its own: rsockets' poll over an rsocket and a kernel socket together
@@ -54,7 +57,7 @@ pub fn relay(rdma: RdmaStream, local: UnixStream) {
     let up = local.try_clone().and_then(|l| {
         let (r, done) = (rdma.clone(), done.clone());
         std::thread::Builder::new().name("pvgpu-rdma-up".into()).spawn(move || {
-            if let Err(e) = pump(&l, &r, &done) {
+            if let Err(e) = pump(&l, &r, &done, STALL) {
                 tracing::debug!(error = %e, "RDMA relay to the peer ended");
             }
             done.store(true, Ordering::Relaxed);
@@ -72,7 +75,7 @@ pub fn relay(rdma: RdmaStream, local: UnixStream) {
         }
     };
     if up.is_some() {
-        if let Err(e) = pump(&rdma, &local, &done) {
+        if let Err(e) = pump(&rdma, &local, &done, STALL) {
             tracing::debug!(error = %e, "RDMA relay from the peer ended");
         }
     }
@@ -87,8 +90,8 @@ pub fn relay(rdma: RdmaStream, local: UnixStream) {
 }
 
 /// Copies from `from` to `to` until `from` ends, or `done` is found set
-/// while a wait timed out.
-fn pump(mut from: impl Read, mut to: impl Write, done: &AtomicBool) -> io::Result<()> {
+/// while a wait timed out, or `to` takes nothing for `stall`.
+fn pump(mut from: impl Read, mut to: impl Write, done: &AtomicBool, stall: Duration) -> io::Result<()> {
     let waited = |e: &io::Error| matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted);
     // A chunk of a copy (8 MiB) crosses in a few turns.
     let mut buf = vec![0u8; 1 << 20];
@@ -102,13 +105,68 @@ fn pump(mut from: impl Read, mut to: impl Write, done: &AtomicBool) -> io::Resul
             return Ok(());
         }
         let mut left = &buf[..n];
+        let mut moved = Instant::now();
         while !left.is_empty() {
             match to.write(left) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(k) => left = &left[k..],
+                Ok(k) => {
+                    left = &left[k..];
+                    moved = Instant::now();
+                }
+                // A peer that stops reading holds the relay no longer than
+                // a stalled frame holds a session.
+                Err(e) if waited(&e) && moved.elapsed() >= stall => {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "the peer stopped reading"));
+                }
                 Err(e) if waited(&e) && !done.load(Ordering::Relaxed) => {}
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that takes nothing, as a peer that stopped reading.
+    struct Full;
+    impl Write for Full {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            std::thread::sleep(Duration::from_millis(5));
+            Err(io::ErrorKind::WouldBlock.into())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A reader with nothing to read yet, as a quiet peer.
+    struct Quiet;
+    impl Read for Quiet {
+        fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+            std::thread::sleep(Duration::from_millis(5));
+            Err(io::ErrorKind::WouldBlock.into())
+        }
+    }
+
+    #[test]
+    fn copies_everything_until_the_end() {
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| i as u8).collect();
+        let mut out = Vec::new();
+        pump(&data[..], &mut out, &AtomicBool::new(false), STALL).unwrap();
+        assert_eq!(out, data);
+    }
+
+    #[test]
+    fn a_peer_that_stops_reading_is_let_go() {
+        let e = pump(&[1u8; 10][..], Full, &AtomicBool::new(false), Duration::from_millis(50)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+    }
+
+    #[test]
+    fn a_quiet_peer_is_left_once_the_other_direction_ended() {
+        let done = AtomicBool::new(true);
+        pump(Quiet, Vec::new(), &done, STALL).unwrap();
     }
 }
