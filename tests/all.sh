@@ -100,7 +100,7 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p pvgpu-ring --t
 step "fuzzing: the request decoder, the ring under a hostile peer, module images, the local handshake and XenStore replies (${PVGPU_FUZZ_SECONDS:-20} s each)"
 bash tests/fuzz.sh
 
-step "two domains on a real Xen (under QEMU): the suite over grant pages, xen vs tcp, a backend killed and a guest destroyed mid-session"
+step "two domains on a real Xen (under QEMU): the suite over grant pages and over RDMA (soft-RoCE), xen vs tcp vs rdma, a backend killed and a guest destroyed mid-session"
 if [ "${PVGPU_SKIP_XEN_LAB:-0}" = 1 ]; then
   echo "skipped: PVGPU_SKIP_XEN_LAB=1"
 elif [ "$(id -u)" != 0 ]; then
