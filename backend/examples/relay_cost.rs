@@ -1,28 +1,20 @@
 //! What the supervisor's relay of an RDMA (or TLS) session costs on this
 //! machine: a session's bytes cross a socket pair and a thread each way
 //! before its worker sees them. Measures a 32-byte round trip and a 1 GiB
-//! one-way stream, directly over a socket pair and through a relay that
-//! copies as `backend/src/rdma.rs` does (a thread per direction, 1 MiB
-//! reads), so that the hop's share can be put beside a fabric's figures.
+//! one-way stream, directly over a socket pair and through the relay's own
+//! copy loop (`pvgpu_backend::rdma::pump`, a thread per direction), so
+//! that the hop's share can be put beside a fabric's figures.
 //!
 //! `cargo run --release -p pvgpu-backend --example relay_cost`
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::time::Instant;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
 
-fn copy(mut from: UnixStream, mut to: UnixStream) {
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if to.write_all(&buf[..n]).is_err() {
-                    break;
-                }
-            }
-        }
-    }
+/// One direction of the relay, as the supervisor runs it.
+fn copy(from: UnixStream, to: UnixStream) {
+    let _ = pvgpu_backend::rdma::pump(&from, &to, &AtomicBool::new(false), Duration::from_secs(30));
     let _ = to.shutdown(std::net::Shutdown::Write);
 }
 

@@ -67,6 +67,11 @@ impl Desk {
         lock(&self.orders).remove(&id);
     }
 
+    /// Whether session `id` has an order waiting.
+    pub fn has_order(&self, id: u64) -> bool {
+        lock(&self.orders).contains_key(&id)
+    }
+
     /// Session `id`'s order, if any: the file and whether it stays.
     pub fn take_order(&self, id: u64) -> Option<(Arc<OwnedFd>, bool)> {
         lock(&self.orders).get(&id).map(|o| (o.file.clone(), o.leave_running))

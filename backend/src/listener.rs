@@ -111,6 +111,15 @@ impl Accepted {
     }
 }
 
+/// A network listener needs a key to check, tenants' keys, or the
+/// operator's word that the network is trusted.
+fn keyed(adm: &AdmissionConfig) -> Result<(), ListenError> {
+    if adm.tcp_key.is_none() && adm.tenants.is_none() && !adm.tcp_trusted_network {
+        return Err(ListenError::TcpWithoutKey);
+    }
+    Ok(())
+}
+
 /// Binds `l`. A TCP, TLS or RDMA listener needs a key (or a trusted
 /// network) and TLS its certificate; a local socket gets the configured
 /// mode.
@@ -133,9 +142,7 @@ pub fn bind(l: &Listen, adm: &AdmissionConfig) -> Result<(Listener, Option<Socke
         }
         Listen::Tcp(a) | Listen::Tls(a) => {
             let tls = matches!(l, Listen::Tls(_));
-            if adm.tcp_key.is_none() && adm.tenants.is_none() && !adm.tcp_trusted_network {
-                return Err(ListenError::TcpWithoutKey);
-            }
+            keyed(adm)?;
             if tls && adm.tls.is_none() {
                 return Err(ListenError::TlsWithoutCert);
             }
@@ -146,9 +153,7 @@ pub fn bind(l: &Listen, adm: &AdmissionConfig) -> Result<(Listener, Option<Socke
             Ok((Listener::Tcp { l: tl, tls }, Some(addr)))
         }
         Listen::Rdma(a) => {
-            if adm.tcp_key.is_none() && adm.tenants.is_none() && !adm.tcp_trusted_network {
-                return Err(ListenError::TcpWithoutKey);
-            }
+            keyed(adm)?;
             let rl = RdmaListener::bind(a)?;
             let addr = rl.local_addr().map_err(|source| ListenError::Bind { what: format!("rdma:{a}"), source })?;
             Ok((Listener::Rdma(rl), Some(addr)))

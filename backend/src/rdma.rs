@@ -90,8 +90,10 @@ pub fn relay(rdma: RdmaStream, local: UnixStream) {
 }
 
 /// Copies from `from` to `to` until `from` ends, or `done` is found set
-/// while a wait timed out, or `to` takes nothing for `stall`.
-fn pump(mut from: impl Read, mut to: impl Write, done: &AtomicBool, stall: Duration) -> io::Result<()> {
+/// while a wait timed out, or `to` takes nothing for `stall`: one
+/// direction of [`relay`] (public for `examples/relay_cost.rs`, which
+/// measures it).
+pub fn pump(mut from: impl Read, mut to: impl Write, done: &AtomicBool, stall: Duration) -> io::Result<()> {
     let waited = |e: &io::Error| matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted);
     // A chunk of a copy (8 MiB) crosses in a few turns.
     let mut buf = vec![0u8; 1 << 20];

@@ -489,6 +489,12 @@ impl Spawner for ProcessSpawner {
             killed: false,
             started: Instant::now(),
         });
+        // The worker served as soon as it had its connection: a checkpoint
+        // ordered before it was listed here (`nudge` found nothing) is
+        // signalled now.
+        if self.desk.has_order(id) {
+            self.nudge(id);
+        }
         Ok(())
     }
 

@@ -18,7 +18,7 @@ const BUFFER: u32 = 1 << 20;
 
 /// How often [`RdmaListener::accept`] asks for a new connection: a
 /// program's first command waits at most this much longer for it.
-pub const ACCEPT_POLL: Duration = Duration::from_millis(5);
+const ACCEPT_POLL: Duration = Duration::from_millis(5);
 
 /// What [`RdmaStream`] and [`RdmaListener`] share: the rsocket, closed
 /// when the last handle goes.
@@ -60,9 +60,10 @@ impl Socket {
     }
 
     fn set_int(&self, level: c_int, name: c_int, v: c_int) -> io::Result<()> {
-        // SAFETY: `v` lives across the call, and its size is passed.
-        let r =
-            unsafe { (self.lib.rsetsockopt)(self.fd, level, name, (&v as *const c_int).cast::<c_void>(), size_of::<c_int>() as socklen_t) };
+        let (p, len) = ((&v as *const c_int).cast::<c_void>(), size_of::<c_int>() as socklen_t);
+        // SAFETY: `p` points to `v`, which lives across the call, and `len`
+        // is its size.
+        let r = unsafe { (self.lib.rsetsockopt)(self.fd, level, name, p, len) };
         if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
     }
 

@@ -193,19 +193,24 @@ pub fn open(acc: Accepted, pending: Pending, cfg: &AdmissionConfig, pools: &Pool
             let tls = cfg.tls.as_ref().ok_or(Refused::NoTls)?;
             let mut s = crate::tls::accept(tls, s).map_err(|e| give_up(e.into()))?;
             let (slot, seat, tenant) = key_check(&mut s, pending, cfg, pools, transport, &peer)?;
-            let (worker_end, relay_end) = std::os::unix::net::UnixStream::pair()?;
-            let handover = Handover::Relayed { sock: worker_end, peer, transport };
-            Ok(Admitted { handover, slot, seat, relay: Some(crate::rdma::Relay::Tls(Box::new(s), relay_end)), tenant })
+            let (handover, end) = relayed(peer, transport)?;
+            Ok(Admitted { handover, slot, seat, relay: Some(crate::rdma::Relay::Tls(Box::new(s), end)), tenant })
         }
         Accepted::Rdma(mut s) => {
             s.set_read_timeout(Some(cfg.handshake_timeout));
             s.set_write_timeout(Some(cfg.handshake_timeout));
             let (slot, seat, tenant) = key_check(&mut s, pending, cfg, pools, transport, &peer)?;
-            let (worker_end, relay_end) = std::os::unix::net::UnixStream::pair()?;
-            let handover = Handover::Relayed { sock: worker_end, peer, transport };
-            Ok(Admitted { handover, slot, seat, relay: Some(crate::rdma::Relay::Rdma(s, relay_end)), tenant })
+            let (handover, end) = relayed(peer, transport)?;
+            Ok(Admitted { handover, slot, seat, relay: Some(crate::rdma::Relay::Rdma(s, end)), tenant })
         }
     }
+}
+
+/// A relayed session's handover (the worker's end of a socket pair) and
+/// the supervisor's end of the pair.
+fn relayed(peer: String, transport: Transport) -> std::io::Result<(Handover, std::os::unix::net::UnixStream)> {
+    let (worker_end, relay_end) = std::os::unix::net::UnixStream::pair()?;
+    Ok((Handover::Relayed { sock: worker_end, peer, transport }, relay_end))
 }
 
 /// What a TCP or TLS peer's key check gives: its slot, its ledger seat,

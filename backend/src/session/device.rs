@@ -137,17 +137,7 @@ pub(super) fn ctx_create<E: Executor>(s: &mut Session<E>, r: proto::CtxCreate, i
 pub(super) fn ctx_destroy<E: Executor>(s: &mut Session<E>, r: proto::CtxDestroy, _: &mut Io<'_>) -> CuRes<()> {
     let id = r.ctx.get();
     match s.ctxs.get(id) {
-        Some(c) if !c.primary => {
-            // The driver finishes the context's work before destroying it,
-            // and what its kernels printed comes out then (NVIDIA's
-            // device-side-launch sample prints only this way): finished
-            // here first, so the output goes with this call's reply. A
-            // fault of that work is the context's, which is going anyway.
-            if let Ok(ctx) = s.enter(id) {
-                let _ = ctx.synchronize();
-            }
-            destroy_context(s, id)
-        }
+        Some(c) if !c.primary => destroy_context(s, id),
         // The primary context goes with its last release, never by destroy.
         _ => Err(CuError::INVALID_CONTEXT),
     }
@@ -280,6 +270,15 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
     if s.ctxs.get(id).is_none() {
         return Err(CuError::INVALID_CONTEXT);
     }
+    // The driver finishes a context's work before destroying it, and what
+    // its kernels printed comes out then (NVIDIA's device-side-launch
+    // sample prints only this way): finished here first, before anything
+    // of it is freed, and the output kept for the next reply, even when no
+    // context is left to ask. A fault of that work is the context's, which
+    // is going anyway.
+    if let Ok(ctx) = s.enter(id) {
+        let _ = ctx.synchronize();
+    }
     super::graph::forget(s, Some(id));
     super::vmm::forget(s, Some(id));
     super::array::forget(s, Some(id));
@@ -288,8 +287,6 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
     super::mirror::context_going(s, id);
     super::pinning::context_going(s, id);
     let mut entry = s.ctxs.remove(id).ok_or(CuError::INVALID_CONTEXT)?;
-    // What its kernels printed goes out with the next reply, even when no
-    // context is left to ask.
     entry.ctx.take_output(&mut s.output_left);
     s.functions.drain_where(|f| f.ctx == id);
     let functions = &s.functions;
