@@ -49,7 +49,8 @@ impl Client {
     /// Connects to the backend named by `PVGPU_BACKEND`, with options from
     /// the environment.
     pub fn from_env() -> Result<Client> {
-        Client::connect(&backend_from_env()?, &Options::from_env())
+        let addr = backend_from_env()?;
+        Client::connect(&addr, &Options::for_backend(&addr)?)
     }
 
     /// Connects to `addr`.

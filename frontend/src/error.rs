@@ -197,6 +197,21 @@ pub enum Error {
     /// `PVGPU_BACKEND` or an explicit address is malformed.
     #[error("Bad backend address (PVGPU_BACKEND)")]
     Address(#[from] AddrError),
+    /// A setting of the environment makes no sense.
+    #[error(transparent)]
+    Setting(#[from] SettingError),
+}
+
+/// A setting of the environment that makes no sense.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}='{value}': {why}")]
+pub struct SettingError {
+    /// The variable.
+    pub var: String,
+    /// Its value.
+    pub value: String,
+    /// What is wrong, and what to write instead.
+    pub why: String,
 }
 
 impl Error {
@@ -206,7 +221,7 @@ impl Error {
         match self {
             Error::Cuda(c) => *c,
             Error::Transport(_) => CuError::DEVICE_UNAVAILABLE,
-            Error::Address(_) => CuError::INVALID_VALUE,
+            Error::Address(_) | Error::Setting(_) => CuError::INVALID_VALUE,
         }
     }
 

@@ -62,7 +62,7 @@ mod vmm;
 pub use array::{ArrayEnd, ArrayShape, TexSampling};
 pub use client::{CACHED_IMAGE_MIN, Client};
 pub use copy::Pitched;
-pub use error::{Error, Result, TransportError};
+pub use error::{Error, Result, SettingError, TransportError};
 pub use graph::{CaptureInfo, Graph, GraphExec, GraphNode, KernelNode, NodeInfo};
 pub use graph_params::NodeParams;
 pub use handles::*;

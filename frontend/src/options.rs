@@ -2,6 +2,8 @@
 
 use crate::error::Result;
 use crate::transport;
+use crate::error::SettingError;
+use pvgpu_ring::addr::AddrError;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -72,10 +74,11 @@ pub struct Options {
     /// Count what the session sends, command by command
     /// ([`crate::Client::call_stats`]; `PVGPU_STATS=1`).
     pub stats: bool,
-    /// File holding the key a TCP backend checks (`PVGPU_TCP_KEY`).
+    /// File holding the key a TCP backend checks (`PVGPU_TCP_KEY`;
+    /// [`Options::for_backend`] picks a backend's own from a list).
     pub tcp_key: Option<PathBuf>,
     /// PEM file of the certificate (or its authority) a `tls:` backend
-    /// must present (`PVGPU_TLS_CA`).
+    /// must present (`PVGPU_TLS_CA`, a list as `PVGPU_TCP_KEY`).
     pub tls_ca: Option<PathBuf>,
     /// How long a session the backend checkpointed and detached may take
     /// to come back (a restore) before its next call fails
@@ -146,5 +149,84 @@ impl Options {
             o.resume_timeout = Duration::from_secs(s);
         }
         o
+    }
+
+    /// [`Options::from_env`] for the backend at `addr`: where
+    /// `PVGPU_TCP_KEY` or `PVGPU_TLS_CA` is a list
+    /// ([`file_for_backend`]), the file it names for `addr`.
+    pub fn for_backend(addr: &BackendAddr) -> Result<Self> {
+        let mut o = Options::from_env();
+        o.tcp_key = pick(&o.tcp_key, "PVGPU_TCP_KEY", addr)?;
+        o.tls_ca = pick(&o.tls_ca, "PVGPU_TLS_CA", addr)?;
+        Ok(o)
+    }
+}
+
+fn pick(setting: &Option<PathBuf>, var: &str, addr: &BackendAddr) -> Result<Option<PathBuf>> {
+    match setting.as_deref().map(|p| p.to_str()) {
+        Some(Some(v)) => Ok(file_for_backend(var, v, addr)?),
+        // Not UTF-8: one path, as it was given.
+        Some(None) => Ok(setting.clone()),
+        None => Ok(None),
+    }
+}
+
+/// The file a setting names for the backend at `addr`. The setting is one
+/// path, for every backend; or a comma-separated list of `ADDRESS=PATH`
+/// entries, each for the backend listed in `PVGPU_BACKEND` as `ADDRESS`,
+/// and at most one bare `PATH` for the others
+/// (`PVGPU_TCP_KEY=tcp:gpu1:7000=/etc/pvgpu/gpu1.key,tcp:gpu2:7000=/etc/pvgpu/gpu2.key`).
+/// A value without `=` is one path, commas and all.
+pub fn file_for_backend(var: &str, value: &str, addr: &BackendAddr) -> std::result::Result<Option<PathBuf>, SettingError> {
+    if !value.contains('=') {
+        return Ok(Some(PathBuf::from(value)));
+    }
+    let bad = |why: String| SettingError { var: var.into(), value: value.into(), why };
+    let (mut others, mut own) = (None, None);
+    for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        match item.split_once('=') {
+            Some((a, path)) => {
+                let named: BackendAddr = a.trim().parse().map_err(|AddrError(a)| {
+                    bad(format!("'{a}' is not a backend address; name each backend as PVGPU_BACKEND does (tcp:HOST:PORT=PATH)"))
+                })?;
+                if named == *addr && own.is_none() {
+                    own = Some(PathBuf::from(path.trim()));
+                }
+            }
+            None if others.is_some() => return Err(bad(format!("'{item}' is a second file for every backend; give one at most"))),
+            None => others = Some(PathBuf::from(item)),
+        }
+    }
+    Ok(own.or(others))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(addr: &str, value: &str) -> Option<PathBuf> {
+        file_for_backend("PVGPU_TCP_KEY", value, &addr.parse().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn one_path_is_every_backends() {
+        assert_eq!(at("tcp:a:1", "/k"), Some("/k".into()));
+        assert_eq!(at("tcp:a:1", "/keys/a,b"), Some("/keys/a,b".into()));
+    }
+
+    #[test]
+    fn each_backend_gets_its_own_file_or_the_default() {
+        let v = "tcp:a:1=/ka, /default ,tls:b:2=/kb";
+        assert_eq!(at("tcp:a:1", v), Some("/ka".into()));
+        assert_eq!(at("tls:b:2", v), Some("/kb".into()));
+        assert_eq!(at("tcp:b:2", v), Some("/default".into()));
+        assert_eq!(at("tcp:c:3", "tcp:a:1=/ka"), None);
+    }
+
+    #[test]
+    fn a_bad_entry_is_an_error_that_names_it() {
+        let e = file_for_backend("PVGPU_TCP_KEY", "gpu1:7000=/k", &"tcp:a:1".parse().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("'gpu1:7000' is not a backend address"), "{e}");
+        assert!(file_for_backend("PVGPU_TCP_KEY", "/a,/b,tcp:a:1=/k", &"tcp:a:1".parse().unwrap()).is_err());
     }
 }

@@ -439,31 +439,36 @@ fn registered_memory_over_tcp() {
     worker_run("registered", Transport::Tcp);
 }
 
-/// One program, the GPUs of two backends (`PVGPU_BACKEND=local:…,tcp:…`,
-/// `tests/runtime/two_backends.cu`): the devices are numbered in the
-/// list's order, each computes, and copies go between devices of the two
-/// backends (peer copies, one after an event of the other backend, and
-/// unified-addressing copies). `local_first` orders the list.
-fn two_backends(local_first: bool) {
+/// The two backends of the several-backends tests: one device, sessions
+/// in worker processes; and two devices, sessions in the backend's own
+/// process. Each has a TCP key of its own.
+fn backends_ab() -> (&'static Harness, &'static Harness) {
     static A: OnceLock<Harness> = OnceLock::new();
     static B: OnceLock<Harness> = OnceLock::new();
-    // One device behind the local socket, two behind TCP; sessions in
-    // worker processes on one, in the backend's own on the other.
     let a = A.get_or_init(|| Harness::with(HarnessOptions { process: true, ..Default::default() }));
     let b = B.get_or_init(|| Harness::with(HarnessOptions { host_devices: Some(2), ..Default::default() }));
-    let (local, tcp) = (a.addr(Transport::Local).to_string(), b.addr(Transport::Tcp).to_string());
-    let list = if local_first { format!("{local},{tcp}") } else { format!("{tcp},{local}") };
+    (a, b)
+}
+
+/// `tests/runtime/two_backends.cu` (three devices expected) against the
+/// backends `PVGPU_BACKEND=list`, with `PVGPU_TCP_KEY=keys`, silent.
+fn two_backends_program(list: &str, keys: &str) -> Command {
     let mut path = pvgpu_tests::dropin::shim_dir().into_os_string();
     path.push(":");
     path.push(cuda_home().join("lib"));
-    let out = Command::new(worker_program("two_backends"))
-        .arg("3")
-        .env("LD_LIBRARY_PATH", path)
-        .env("PVGPU_BACKEND", &list)
-        .env("PVGPU_TCP_KEY", &b.tcp_key)
-        .env_remove("PVGPU_LOG")
-        .output()
-        .expect("cannot start the program");
+    let mut cmd = Command::new(worker_program("two_backends"));
+    cmd.arg("3").env("LD_LIBRARY_PATH", path).env("PVGPU_BACKEND", list).env("PVGPU_TCP_KEY", keys).env_remove("PVGPU_LOG");
+    cmd
+}
+
+fn run_two_backends(list: &str, keys: &str) -> std::process::Output {
+    two_backends_program(list, keys).output().expect("cannot start the program")
+}
+
+/// Checks a passing run of `two_backends.cu`: the devices numbered in the
+/// list's order, each computing, copies between them, and no peer link
+/// between devices 0 and 2 (of different backends, in either order).
+fn assert_two_backends_ran(list: &str, out: &std::process::Output) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.lines().last() == Some("PASS"),
@@ -479,9 +484,45 @@ fn two_backends(local_first: bool) {
                 cudaMemcpyPeerAsync after another device's event: ok\n\
                 cudaMemcpy with cudaMemcpyDefault between devices: ok\n";
     assert!(stdout.starts_with(want), "PVGPU_BACKEND={list}:\n{stdout}");
-    // Devices 0 and 2 are on different backends (in either order): no
-    // peer link between them.
     assert!(stdout.contains("device 0 reaches device 2's memory directly: no\n"), "{stdout}");
+}
+
+/// One program, the GPUs of two backends (`PVGPU_BACKEND=local:…,tcp:…`,
+/// `tests/runtime/two_backends.cu`): the devices are numbered in the
+/// list's order, each computes, and copies go between devices of the two
+/// backends (peer copies, one after an event of the other backend, and
+/// unified-addressing copies). `local_first` orders the list.
+fn two_backends(local_first: bool) {
+    let (a, b) = backends_ab();
+    let (local, tcp) = (a.addr(Transport::Local).to_string(), b.addr(Transport::Tcp).to_string());
+    let list = if local_first { format!("{local},{tcp}") } else { format!("{tcp},{local}") };
+    let out = run_two_backends(&list, &b.tcp_key.to_string_lossy());
+    assert_two_backends_ran(&list, &out);
+}
+
+/// Two TCP backends, each with a key of its own: `PVGPU_TCP_KEY` names
+/// each one's file by its address (`tcp:…=PATH,tcp:…=PATH`). With one
+/// key for both, the backend whose key it is not refuses, and the program
+/// is told which backend failed.
+#[test]
+fn two_tcp_backends_each_with_its_own_key() {
+    let (a, b) = backends_ab();
+    let (ta, tb) = (a.addr(Transport::Tcp).to_string(), b.addr(Transport::Tcp).to_string());
+    assert_ne!(std::fs::read(&a.tcp_key).unwrap(), std::fs::read(&b.tcp_key).unwrap(), "the backends' keys must differ");
+    let list = format!("{ta},{tb}");
+    let keys = format!("{ta}={},{tb}={}", a.tcp_key.display(), b.tcp_key.display());
+    assert_two_backends_ran(&list, &run_two_backends(&list, &keys));
+    // The default file for the backend the list does not name.
+    let keys = format!("{tb}={},{}", b.tcp_key.display(), a.tcp_key.display());
+    assert_two_backends_ran(&list, &run_two_backends(&list, &keys));
+
+    let out = two_backends_program(&list, &b.tcp_key.to_string_lossy())
+        .env("PVGPU_LOG", "error")
+        .output()
+        .expect("cannot start the program");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a backend accepted another's key:\n{}", String::from_utf8_lossy(&out.stdout));
+    assert!(stderr.contains(&ta) && stderr.contains("key"), "the error names neither the backend nor its key:\n{stderr}");
 }
 
 #[test]

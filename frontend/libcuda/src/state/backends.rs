@@ -32,13 +32,12 @@ pub fn connect(on_first: impl FnOnce(&Client)) -> Result<&'static [Client], CuEr
         return Ok(c);
     }
     let made = pvgpu_frontend::backends_from_env().and_then(|addrs| {
-        let base = Options::from_env();
         let many = addrs.len() > 1;
         addrs
             .iter()
             .enumerate()
             .map(|(i, addr)| {
-                let opts = Options { space: i as u16, ..base.clone() };
+                let opts = Options { space: i as u16, ..Options::for_backend(addr)? };
                 Client::connect(addr, &opts).inspect_err(|e| {
                     if many {
                         tracing::error!(backend = %addr, place = i, error = %pvgpu_frontend::error::Chain(e), "libcuda: cannot reach this backend of PVGPU_BACKEND's list");
@@ -59,7 +58,7 @@ pub fn connect(on_first: impl FnOnce(&Client)) -> Result<&'static [Client], CuEr
         Err(e) => {
             tracing::error!(error = %pvgpu_frontend::error::Chain(&e), "libcuda: cannot reach the pvgpu backend (PVGPU_BACKEND)");
             Err(match e {
-                Error::Address(_) => CuError::INVALID_VALUE,
+                Error::Address(_) | Error::Setting(_) => CuError::INVALID_VALUE,
                 _ => CuError::NO_DEVICE,
             })
         }
