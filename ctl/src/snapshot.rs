@@ -24,7 +24,7 @@ mod graph;
 mod state;
 
 pub use graph::{Body, ExecGraphRec, GraphRec, NodeKind, NodeRec, from_hex, hex};
-pub use state::{Allocation, Context, Device, Function, Global, Mapped, Meta, Module, Physical, Queue, Reservation, State};
+pub use state::{Allocation, Context, Device, Function, Global, Mapped, Meta, MirrorRec, Module, Physical, Queue, Reservation, State};
 
 /// The file's first bytes.
 pub const MAGIC: &[u8; 8] = b"PVGPUSNP";

@@ -1,8 +1,8 @@
 //! Where the backend is and how to talk to it, from the environment.
 
 use crate::error::Result;
-use crate::transport;
 use crate::error::SettingError;
+use crate::transport;
 use pvgpu_ring::addr::AddrError;
 use std::path::PathBuf;
 use std::time::Duration;

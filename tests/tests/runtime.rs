@@ -516,10 +516,8 @@ fn two_tcp_backends_each_with_its_own_key() {
     let keys = format!("{tb}={},{}", b.tcp_key.display(), a.tcp_key.display());
     assert_two_backends_ran(&list, &run_two_backends(&list, &keys));
 
-    let out = two_backends_program(&list, &b.tcp_key.to_string_lossy())
-        .env("PVGPU_LOG", "error")
-        .output()
-        .expect("cannot start the program");
+    let out =
+        two_backends_program(&list, &b.tcp_key.to_string_lossy()).env("PVGPU_LOG", "error").output().expect("cannot start the program");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a backend accepted another's key:\n{}", String::from_utf8_lossy(&out.stdout));
     assert!(stderr.contains(&ta) && stderr.contains("key"), "the error names neither the backend nor its key:\n{stderr}");

@@ -1,14 +1,15 @@
 //! A session's state written to a snapshot ([`pvgpu_ctl::snapshot`]), at a
 //! command boundary: every context synchronised, then contexts, device
 //! memory with its bytes, modules (images, looked-up functions and globals
-//! with their bytes), streams and events, graphs and executable graphs
+//! with their bytes), streams and events, mirrored host memory
+//! ([`super::mirror::describe`]), graphs and executable graphs
 //! ([`super::graph::describe`]), with the handles the guest holds. Device
 //! memory comes before modules, so that a restore has the session's
 //! addresses back before any module is loaded.
 //!
 //! What a checkpoint does not cover yet is refused by name before
 //! anything is read, and the session goes on as if nothing had been asked:
-//! mirrored or mapped host memory, arrays and textures, interprocess
+//! arrays and textures, interprocess
 //! handles, virtual memory [`super::vmm::uncoverable`] names, memory pools
 //! of the program's own,
 //! linked images not yet read, and the graphs `describe` names (a capture
@@ -174,7 +175,6 @@ impl<E: Executor> Session<E> {
     /// Refuses, by name, what a checkpoint does not cover.
     fn coverable(&self) -> Result<(), CheckpointError> {
         let unsupported = [
-            (!self.mirrors.is_empty(), "mirrored (mapped page-locked) host memory"),
             (!self.arrays.is_empty(), "CUDA arrays, textures or surfaces"),
             (!self.ipc.is_empty(), "interprocess handles"),
             (self.pools.len() > 0, "memory pools of the program's own (cuMemPoolCreate)"),
@@ -186,13 +186,11 @@ impl<E: Executor> Session<E> {
         if let Some(what) = super::vmm::uncoverable(self) {
             return Err(CheckpointError::Unsupported(what));
         }
-        let other = self
-            .allocs
-            .values()
-            .find(|a| !matches!(a.kind, AllocKind::Memory | AllocKind::Global(_) | AllocKind::Area | AllocKind::Mapped));
+        let other = self.allocs.values().find(|a| {
+            !matches!(a.kind, AllocKind::Memory | AllocKind::Global(_) | AllocKind::Area | AllocKind::Mapped | AllocKind::Mirror)
+        });
         if let Some(a) = other {
             return Err(CheckpointError::Unsupported(match a.kind {
-                AllocKind::Mirror => "mirrored host memory",
                 AllocKind::Opened => "another process's memory opened through an interprocess handle",
                 AllocKind::Pooled => "memory from a pool of the program's own (cuMemPoolCreate)",
                 AllocKind::PoolImported => "another process's memory from a pool it shared (cuMemPoolImportPointer)",
@@ -264,6 +262,13 @@ impl<E: Executor> Session<E> {
         }
         for (id, e) in self.events.iter() {
             p.state.events.push(Queue { id, ctx: e.ctx, flags: e.flags, priority: 0, seq: e.seq });
+        }
+        // Host memory last: a restore makes it again after the modules,
+        // before the graphs whose copies may name it.
+        for (mut m, now, known) in super::mirror::describe(self) {
+            m.blob = p.blob(Source::Image(now.into()));
+            m.known = known.map(|k| p.blob(Source::Image(k.into())));
+            p.state.mirrors.push(m);
         }
         p
     }

@@ -15,10 +15,12 @@
 //! refuses any address the process already uses, so a guest can never
 //! replace the backend's own memory.
 
+use super::restore::RestoreError;
 use super::{Alloc, AllocKind, Io, Session};
 use crate::exec::graph::ExecGraph;
 use crate::exec::{CuRes, ExecContext, Executor};
 use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous, munmap};
+use pvgpu_ctl::snapshot::MirrorRec;
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::CU_STREAM_CAPTURE_MODE_RELAXED;
 use pvgpu_ring::proto::{self, MAX_PAYLOAD, MirrorPullRep, U64Rep, changed_runs};
@@ -57,13 +59,6 @@ pub(super) struct Mirrors {
     /// and an offset in it): the next pull goes on from there, so a pull
     /// of many pieces compares each byte once, not once per piece.
     cursor: Option<(u64, usize)>,
-}
-
-impl Mirrors {
-    /// Whether it holds nothing (a checkpoint covers only such sessions).
-    pub(super) fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
 }
 
 impl Mirrors {
@@ -135,8 +130,10 @@ fn unregister<E: Executor>(s: &mut Session<E>, ctx: u64, ptr: u64) {
     }
 }
 
-pub(super) fn host_mirror_map<E: Executor>(s: &mut Session<E>, r: proto::HostMirrorMap, _: &mut Io<'_>) -> CuRes<U64Rep> {
-    let (ptr, len) = (r.ptr.get(), r.len.get());
+/// Checks that the guest may have a mirror at `[ptr, ptr+len)`: page
+/// aligned, in the user half, clear of the session's mirrors and
+/// allocations, within the mirrors' limit and the quota.
+fn check_range<E: Executor>(s: &Session<E>, ptr: u64, len: u64) -> CuRes<()> {
     let end = ptr.checked_add(len).ok_or(CuError::INVALID_VALUE)?;
     if len == 0 || ptr % PAGE != 0 || len % PAGE != 0 || ptr < 1 << 20 || end > USER_END {
         return Err(CuError::INVALID_VALUE);
@@ -149,7 +146,12 @@ pub(super) fn host_mirror_map<E: Executor>(s: &mut Session<E>, r: proto::HostMir
     if s.mirrors.bytes + len > MIRROR_MAX || s.over_quota(len) {
         return Err(CuError::OUT_OF_MEMORY);
     }
-    let ctx = s.current.ok_or(CuError::INVALID_CONTEXT)?;
+    Ok(())
+}
+
+/// Maps fresh memory at exactly `[ptr, ptr+len)`, or fails with
+/// `CUDA_ERROR_NOT_SUPPORTED` where this process uses any of it.
+fn map_at(ptr: u64, len: u64) -> CuRes<NonNull<std::ffi::c_void>> {
     let at = NonZeroUsize::new(ptr as usize).ok_or(CuError::INVALID_VALUE)?;
     let size = NonZeroUsize::new(len as usize).ok_or(CuError::INVALID_VALUE)?;
     // SAFETY: fresh anonymous memory at an address no mapping of this
@@ -164,18 +166,87 @@ pub(super) fn host_mirror_map<E: Executor>(s: &mut Session<E>, r: proto::HostMir
         let _ = unsafe { munmap(got, len as usize) };
         return Err(CuError::NOT_SUPPORTED);
     }
+    Ok(got)
+}
+
+/// Lists mirror `ptr`, mapped at its address and registered through
+/// `registered_by`, in the session's books.
+fn keep<E: Executor>(s: &mut Session<E>, ptr: u64, mirror: Mirror, ctx: u64) {
+    let len = mirror.len;
+    s.mirrors.map.insert(ptr, mirror);
+    s.mirrors.bytes += len;
+    s.allocs.insert(ptr, Alloc { len, ctx, kind: AllocKind::Mirror });
+    s.mem_used += len;
+}
+
+pub(super) fn host_mirror_map<E: Executor>(s: &mut Session<E>, r: proto::HostMirrorMap, _: &mut Io<'_>) -> CuRes<U64Rep> {
+    let (ptr, len) = (r.ptr.get(), r.len.get());
+    check_range(s, ptr, len)?;
+    let ctx = s.current.ok_or(CuError::INVALID_CONTEXT)?;
+    let got = map_at(ptr, len)?;
     let pageable = r.pageable.get() == 1;
     if !pageable && !register(s, ctx, ptr, len) {
-        // SAFETY: as above.
+        // SAFETY: the mapping just made, used by nothing.
         let _ = unsafe { munmap(got, len as usize) };
         return Err(CuError::NOT_SUPPORTED);
     }
     let registered_by = (!pageable).then_some(ctx);
-    s.mirrors.map.insert(ptr, Mirror { len, pageable, known: vec![0; len as usize], registered_by });
-    s.mirrors.bytes += len;
-    s.allocs.insert(ptr, Alloc { len, ctx, kind: AllocKind::Mirror });
-    s.mem_used += len;
+    keep(s, ptr, Mirror { len, pageable, known: vec![0; len as usize], registered_by }, ctx);
     Ok(U64Rep { value: ptr.into() })
+}
+
+/// The session's mirrors as a snapshot holds them: each one's record
+/// (its blob numbers for the caller to fill in), its bytes, and what the
+/// guest last knew of it where that differs (device writes not pulled
+/// yet).
+pub(super) fn describe<E: Executor>(s: &Session<E>) -> Vec<(MirrorRec, Vec<u8>, Option<Vec<u8>>)> {
+    s.mirrors
+        .map
+        .iter()
+        .map(|(&ptr, m)| {
+            // SAFETY: a live mirror of the session; every context was
+            // synchronised for the checkpoint, so no device work writes it.
+            let now = unsafe { bytes(ptr, m.len) }.to_vec();
+            let known = (m.known != now).then(|| m.known.clone());
+            let rec = MirrorRec { address: ptr, length: m.len, pageable: m.pageable, ctx: m.registered_by, blob: 0, known: None };
+            (rec, now, known)
+        })
+        .collect()
+}
+
+/// Makes mirror `m` of a snapshot again, at its address, with its bytes
+/// and what the guest knew of it; registered through its context, whose
+/// handle the restored session holds.
+pub(super) fn restore<E: Executor>(s: &mut Session<E>, m: &MirrorRec, now: &[u8], known: Option<&[u8]>) -> Result<(), RestoreError> {
+    let (ptr, len) = (m.address, m.length);
+    let what = || format!("mirrored host memory of {len} bytes");
+    if now.len() as u64 != len || known.is_some_and(|k| k.len() != now.len()) {
+        return Err(RestoreError::Inconsistent(format!("{} whose bytes are {} long", what(), now.len())));
+    }
+    let address = |error| RestoreError::Address { what: what(), address: ptr, error };
+    check_range(s, ptr, len).map_err(address)?;
+    let ctx = match m.ctx {
+        Some(c) if s.ctxs.get(c).is_none() => {
+            return Err(RestoreError::Inconsistent(format!("{} of context {c:#x}, which it lacks", what())));
+        }
+        Some(c) => c,
+        None => s.current.ok_or_else(|| RestoreError::Inconsistent(format!("{} in a session without a context", what())))?,
+    };
+    let got = map_at(ptr, len).map_err(address)?;
+    // SAFETY: the mapping just made, `len` bytes, used by nothing else.
+    unsafe { bytes(ptr, len) }.copy_from_slice(now);
+    let registered_by = match m.ctx {
+        Some(c) if !m.pageable && !register(s, c, ptr, len) => {
+            // SAFETY: as above.
+            let _ = unsafe { munmap(got, len as usize) };
+            return Err(address(CuError::NOT_SUPPORTED));
+        }
+        Some(c) if !m.pageable => Some(c),
+        _ => None,
+    };
+    let known = known.unwrap_or(now).to_vec();
+    keep(s, ptr, Mirror { len, pageable: m.pageable, known, registered_by }, ctx);
+    Ok(())
 }
 
 /// Unregisters and unmaps the mirror at `ptr`.

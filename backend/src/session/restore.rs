@@ -157,6 +157,7 @@ impl<E: Executor> Session<E> {
         self.restore_memory(&state.allocations, &mut blobs)?;
         self.restore_vmm(state, &mut blobs)?;
         self.restore_in_order(state, &mut blobs)?;
+        self.restore_mirrors(&state.mirrors, &mut blobs)?;
         super::graph::rebuild(self, &state.graphs, &state.graph_execs)?;
         if let Some(c) = state.current {
             self.enter(c).map_err(rebuild("the current context"))?;
@@ -206,6 +207,20 @@ impl<E: Executor> Session<E> {
         }
         let last = state.modules.iter().map(|m| m.seq).chain(state.streams.iter().chain(&state.events).map(|q| q.seq)).max();
         self.made = last.unwrap_or(0);
+        Ok(())
+    }
+
+    /// Mirrored host memory at its addresses, with its bytes.
+    fn restore_mirrors<R: Read>(
+        &mut self,
+        mirrors: &[pvgpu_ctl::snapshot::MirrorRec],
+        blobs: &mut Blobs<'_, R>,
+    ) -> Result<(), RestoreError> {
+        for m in mirrors {
+            let now = blobs.take(m.blob)?;
+            let known = m.known.map(|k| blobs.take(k)).transpose()?;
+            super::mirror::restore(self, m, &now, known.as_deref())?;
+        }
         Ok(())
     }
 

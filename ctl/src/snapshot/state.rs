@@ -91,6 +91,27 @@ pub struct Mapped {
     pub blob: u32,
 }
 
+/// Host memory of the program held a second time in the backend, at the
+/// program's address (over TCP: page-locked memory the device reaches
+/// through the program's pointer, or ordinary memory graphs copy from or
+/// to).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorRec {
+    /// Its address, in the program and in the backend (kept on restore).
+    pub address: u64,
+    /// Its length.
+    pub length: u64,
+    /// Ordinary memory, never registered for the device.
+    pub pageable: bool,
+    /// The context it is registered through, if any.
+    pub ctx: Option<u64>,
+    /// The blob with its bytes.
+    pub blob: u32,
+    /// The blob with what the program last knew of it, where that differs
+    /// from its bytes (device writes it has not pulled yet).
+    pub known: Option<u32>,
+}
+
 /// A module global the guest looked up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Global {
@@ -183,6 +204,9 @@ pub struct State {
     /// Executable graphs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub graph_execs: Vec<ExecGraphRec>,
+    /// Mirrored host memory, with its bytes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirrors: Vec<MirrorRec>,
 }
 
 /// The description at the head of a snapshot.

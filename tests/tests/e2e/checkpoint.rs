@@ -12,10 +12,26 @@ use pvgpu_ctl::client::CtlError;
 /// thread has finished, so a checkpoint that fails reports its error
 /// instead of a timeout.
 pub(crate) fn call_while(c: &Client, ctx: pvgpu_frontend::Context, done: impl Fn() -> bool) {
+    calls_while(c, done, || {
+        c.ctx_synchronize(ctx).unwrap();
+    });
+}
+
+/// As [`call_while`], with calls that let no device work finish: after a
+/// synchronising call whose reply says the session left, a program with
+/// mirrored memory pulls what the device wrote at once, and so waits in
+/// that call for its session to come back.
+fn quiet_call_while(c: &Client, ctx: pvgpu_frontend::Context, done: impl Fn() -> bool) {
+    calls_while(c, done, || {
+        c.mem_get_info(ctx).unwrap();
+    });
+}
+
+fn calls_while(_c: &Client, done: impl Fn() -> bool, call: impl Fn()) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !done() {
         assert!(Instant::now() < deadline, "the session was not checkpointed within 30 s");
-        c.ctx_synchronize(ctx).unwrap();
+        call();
         std::thread::sleep(Duration::from_millis(2));
     }
 }
@@ -68,10 +84,22 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     assert!(!c.detached());
     c.graph_destroy(graph).unwrap();
 
+    // Page-locked memory mirrored in the backend (what the drop-in library
+    // makes of mapped page-locked memory over TCP), written by a kernel,
+    // then by the program just before the checkpoint (sent with the call
+    // that takes it). No work is left in flight: the library's thread that
+    // keeps mirrors fresh would otherwise wait, holding the connection, for
+    // the session to come back, and this test restores it from here.
+    let mirror = Mirror::new(&c, &g, 1024);
+    assert_eq!(mirror.is_some(), !h.is_embedded(), "a mirror where the backend is another process");
+    if let Some(m) = &mirror {
+        m.set_x(3.0);
+    }
+
     // The checkpoint, at the program's next call that waits.
     let report = std::thread::scope(|s| {
         let taken = s.spawn(|| ctl.checkpoint(id, &req(false)));
-        call_while(&c, g.ctx, || c.detached() || taken.is_finished());
+        quiet_call_while(&c, g.ctx, || c.detached() || taken.is_finished());
         taken.join().unwrap().expect("the checkpoint")
     });
     assert!(report.state_bytes >= 3 * bytes + 64, "{report:?}");
@@ -130,10 +158,97 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     }
     let again = c.mem_alloc(g.ctx, 1 << 20).unwrap();
     c.mem_free(again).unwrap();
+    if let Some(m) = mirror {
+        // At its address in the new backend process, with its bytes: the
+        // pending writes reach the program, and a kernel reaches it again.
+        m.check_y(|i| 2.0 * i as f32 + 1.0, "the kernel's writes of before the checkpoint");
+        m.launch_saxpy();
+        c.ctx_synchronize(g.ctx).unwrap();
+        m.check_y(|i| 2.0 * 3.0 + (2.0 * i as f32 + 1.0), "a kernel on the restored mirror, with what the program wrote");
+        m.drop_in(&c);
+    }
     let live = ctl.sessions().unwrap();
     assert_eq!(live.len(), 1, "the program's session is back: {live:?}");
     assert!(ctl.waiting().unwrap().is_empty(), "taken back once");
     assert_eq!(live[0].devices, [0]);
+}
+
+/// Host memory of the test mirrored in the backend: `x` then `y`, `n`
+/// floats each, `y = 2i + 1` once made.
+struct Mirror<'c> {
+    c: &'c Client,
+    saxpy: pvgpu_frontend::Function,
+    map: std::ptr::NonNull<std::ffi::c_void>,
+    n: usize,
+}
+
+impl<'c> Mirror<'c> {
+    /// `None` where the backend is in this process (it has the address).
+    fn new(c: &'c Client, g: &Gpu<'_>, n: usize) -> Option<Self> {
+        use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous, munmap};
+        let len = std::num::NonZeroUsize::new(2 * n * 4).unwrap();
+        // SAFETY: fresh anonymous memory of this test, unmapped in `drop_in`.
+        let map = unsafe { mmap_anonymous(None, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_PRIVATE) }.unwrap();
+        // SAFETY: as above, mapped until unmapped.
+        match unsafe { c.mirror_host(map.as_ptr().cast(), len.get()) } {
+            Ok(at) => assert_eq!(at, map.as_ptr() as u64),
+            Err(_) => {
+                // SAFETY: the mapping made above, used by nothing else.
+                unsafe { munmap(map, len.get()) }.unwrap();
+                return None;
+            }
+        }
+        let m = Mirror { c, saxpy: g.func("saxpy").unwrap(), map, n };
+        // SAFETY: 2n floats of the mapping; no kernel runs now.
+        unsafe {
+            for i in 0..n {
+                *m.x().add(i) = i as f32;
+                *m.y().add(i) = 1.0;
+            }
+        }
+        m.launch_saxpy();
+        c.ctx_synchronize(g.ctx).unwrap();
+        m.check_y(|i| 2.0 * i as f32 + 1.0, "saxpy on the mirror");
+        Some(m)
+    }
+
+    fn x(&self) -> *mut f32 {
+        self.map.as_ptr().cast()
+    }
+
+    fn y(&self) -> *mut f32 {
+        self.x().wrapping_add(self.n)
+    }
+
+    /// Sets every `x` to `a`, in the program's memory.
+    fn set_x(&self, a: f32) {
+        // SAFETY: n floats of the mapping; no kernel runs now.
+        unsafe {
+            for i in 0..self.n {
+                *self.x().add(i) = a;
+            }
+        }
+    }
+
+    /// Launches `y = 2x + y` on the mirror, without waiting.
+    fn launch_saxpy(&self) {
+        let (dx, dy, n) = (self.x() as u64, self.y() as u64, self.n as i32);
+        let grid = [(self.n as u32).div_ceil(256), 1, 1];
+        self.c.launch(&self.saxpy, grid, [256, 1, 1], 0, Stream::DEFAULT, &[arg(&2.0f32), arg(&dx), arg(&dy), arg(&n)]).unwrap();
+    }
+
+    fn check_y(&self, want: impl Fn(usize) -> f32, what: &str) {
+        // SAFETY: n floats of the mapping; the caller synchronised.
+        let bad = (0..self.n).find(|&i| unsafe { *self.y().add(i) } != want(i));
+        // SAFETY: as above.
+        assert!(bad.is_none(), "{what}: y[{0:?}] = {1}", bad, bad.map_or(0.0, |i| unsafe { *self.y().add(i) }));
+    }
+
+    fn drop_in(self, c: &Client) {
+        c.unmirror_host(self.map.as_ptr().cast()).unwrap();
+        // SAFETY: the mapping made in `new`, no longer mirrored.
+        unsafe { nix::sys::mman::munmap(self.map, 2 * self.n * 4) }.unwrap();
+    }
 }
 
 /// On the GPU with device memory where the driver puts it (the default),
