@@ -15,6 +15,9 @@
 # session from A to B while both run (the program is sent to B's socket).
 # MIGRATE_ARGS adds options to pvgpu-ctl migrate (--upload: the snapshot
 # goes to B as an upload, as to a backend on another host).
+# TRANSPORT=tcp runs the program over TCP (with a key) instead of the local
+# transport: page-locked memory kernels reach is then mirrored in the
+# backend, and moves with the session.
 # train-MB is train.py holding MB more of device memory; graph-MB the same
 # training replaying one CUDA graph per step (captured); jax-MB a JAX jit
 # training (train_jax.py, XLA's command buffers are CUDA graphs); symbols is
@@ -29,11 +32,15 @@ B=$BIN; S=$(cd "$(dirname "$0")" && pwd); W=$(mktemp -d); mkdir -p $W/lib
 cp $B/libpvgpu_cuda.so $W/lib/libcuda.so.1; cp $B/libpvgpu_nvml.so $W/lib/libnvidia-ml.so.1
 STEPS=${STEPS:-120}; AT=${AT:-40}; R=$OUT/migrate.txt
 CTL="$B/pvgpu-ctl --control unix:$W/pv-ctl.sock"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > $W/tcp.key; chmod 600 $W/tcp.key
+# The program's address of backend A (pv) and B (pvb).
+addr() { if [ "${TRANSPORT:-local}" = tcp ]; then [ $1 = pv ] && echo tcp:127.0.0.1:7391 || echo tcp:127.0.0.1:7392; else echo local:$W/$1.sock; fi; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> $R
 backend() { # log name, device memory (placed by default), socket name (pv)
   local n=${3:-pv}
-  $B/pvgpu-backend --listen local:$W/$n.sock --executor cuda --control unix:$W/$n-ctl.sock --device-memory ${2:-placed} \
-    --image-cache off > $OUT/backend-$1.log 2>&1 & bp=$!
+  local port=7391; [ $n = pvb ] && port=7392
+  $B/pvgpu-backend --listen local:$W/$n.sock --listen tcp:127.0.0.1:$port --tcp-key $W/tcp.key --executor cuda \
+    --control unix:$W/$n-ctl.sock --device-memory ${2:-placed} --image-cache off > $OUT/backend-$1.log 2>&1 & bp=$!
   for _ in $(seq 100); do [ -S $W/$n-ctl.sock ] && [ -S $W/$n.sock ] && break; sleep 0.1; done
 }
 for how in ${HOW:-restart migrate}; do
@@ -46,7 +53,8 @@ for case in ${CASES:-train-0 train-1024 symbols}; do
   esac
   $prog > $W/native.txt 2> $W/native.err || { echo "native run failed"; tail -5 $W/native.err; } >> $R
   backend A-$case
-  PVGPU_BACKEND=local:$W/pv.sock PVGPU_RESUME_TIMEOUT_S=120 LD_LIBRARY_PATH=$W/lib $prog > $W/pv.txt 2> $W/pv.err & tp=$!
+  : > $W/pv.txt   # before the program starts: the wait below reads it
+  PVGPU_BACKEND=$(addr pv) PVGPU_TCP_KEY=$W/tcp.key PVGPU_RESUME_TIMEOUT_S=120 LD_LIBRARY_PATH=$W/lib $prog > $W/pv.txt 2> $W/pv.err & tp=$!
   while [ $(wc -l < $W/pv.txt) -lt $AT ] && kill -0 $tp 2>/dev/null; do sleep 0.05; done
   sid=$($CTL sessions --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
   if [ $how = restart ]; then
@@ -60,7 +68,7 @@ for case in ${CASES:-train-0 train-1024 symbols}; do
   else
     ap=$bp; backend B-$case placed pvb
     t0=$(date +%s.%N); t1=$t0; t2=$t0; t3=$t0
-    $CTL migrate $sid --to unix:$W/pvb-ctl.sock --address local:$W/pvb.sock ${MIGRATE_ARGS:-} > $W/ckpt.txt 2>&1; rc=$?; rrc=$rc; t4=$(date +%s.%N)
+    $CTL migrate $sid --to unix:$W/pvb-ctl.sock --address $(addr pvb) ${MIGRATE_ARGS:-} > $W/ckpt.txt 2>&1; rc=$?; rrc=$rc; t4=$(date +%s.%N)
     at=$(wc -l < $W/pv.txt); size=0
     : > $W/restore.txt
   fi
@@ -80,7 +88,9 @@ else:
           f"backend B up in {t3-t2:.2f} s; restore rc {rrc} in {t4-t3:.2f} s; program rc {prc}, "
           f"rest of the run {t5-t4:.2f} s, longest step {pause} ms; losses {same}")
 PY
-  { echo "-- checkpoint"; cat $W/ckpt.txt; echo "-- restore"; cat $W/restore.txt; echo "-- program's last lines"; tail -3 $W/pv.txt; grep -v '^step_ms' $W/pv.err | tail -5; } >> $R
+  { echo "-- checkpoint"; cat $W/ckpt.txt; echo "-- restore"; cat $W/restore.txt; echo "-- program's last lines"; tail -3 $W/pv.txt; grep -v '^step_ms' $W/pv.err | tail -5
+    # With PVGPU_STATS=1, the commands of mirrored memory the program sent.
+    grep -i "mirror" $W/pv.err | head -5; } >> $R
 done
 done
 # What an allocation costs in each mode.
