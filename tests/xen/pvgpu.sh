@@ -3,15 +3,16 @@
 # (Xen transport), pvgpu-bench, the drop-in libcuda and runtime-API
 # programs built with nvcc, and runs them in a real Xen under QEMU
 # (tests/xen/lab.sh): the suite and the programs in a guest against the
-# backend in Dom0, the ring-vs-TCP benchmark between the domains, and a
-# guest destroyed mid-session. Exit status 0 only if all of it passed.
+# backend in Dom0, the ring-vs-TCP benchmark between the domains, a guest
+# program's session checkpointed and restored, and a guest destroyed
+# mid-session. Exit status 0 only if all of it passed.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 B=$HERE/build
 cd "$ROOT"
 
-cargo build --release -p pvgpu-backend -p pvgpu-xen --bins
+cargo build --release -p pvgpu-backend -p pvgpu-xen -p pvgpu-ctl --bins
 cargo build --release -p pvgpu-tests --bin pvgpu-bench
 E2E=$(cargo test --release -p pvgpu-tests --features xen --test e2e --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json,sys
@@ -28,7 +29,7 @@ cargo build --release -p pvgpu-libcuda
 PROGRAMS="graphs graph_nodes graph_host_memory graph_conditional graph_user_objects graph_memory graph_device_launch mapped textures managed ipc"
 rm -rf "$B/pvgpu-dom0" "$B/pvgpu-domu"
 mkdir -p "$B/pvgpu-dom0" "$B/pvgpu-domu"
-cp tests/xen/pvgpu/dom0/run.sh target/release/pvgpu-backend target/release/pvgpu-xl "$B/pvgpu-dom0/"
+cp tests/xen/pvgpu/dom0/run.sh target/release/pvgpu-backend target/release/pvgpu-xl target/release/pvgpu-ctl "$B/pvgpu-dom0/"
 cp tests/xen/pvgpu/domu/run.sh target/release/pvgpu-bench "$B/pvgpu-domu/"
 cp "$E2E" "$B/pvgpu-domu/e2e"
 mkdir -p "$B/pvgpu-domu/lib" "$B/pvgpu-domu/programs"

@@ -51,16 +51,7 @@ fn absolute(file: &str) -> Result<PathBuf, Refusal> {
 
 impl Supervised {
     fn take_checkpoint(&self, id: u64, req: CheckpointRequest) -> Result<CheckpointReport, Refusal> {
-        let session =
-            self.roster.get(id).ok_or_else(|| Refusal::new(404, format!("No live session {id} (`pvgpu-ctl sessions` lists them)")))?;
-        if session.transport == "xen" && !req.leave_running {
-            return Err(Refusal::new(
-                409,
-                format!(
-                    "Session {id} is a Xen guest's, and Xen guests do not reconnect after a checkpoint yet; --leave-running writes a snapshot and keeps it running"
-                ),
-            ));
-        }
+        self.roster.get(id).ok_or_else(|| Refusal::new(404, format!("No live session {id} (`pvgpu-ctl sessions` lists them)")))?;
         let path = absolute(&req.file)?;
         let file = OpenOptions::new().write(true).read(true).create_new(true).mode(0o600).open(&path).map_err(|e| {
             let status = if e.kind() == std::io::ErrorKind::AlreadyExists { 409 } else { 400 };

@@ -3,8 +3,9 @@
 # process per session) on vgpu devices, TCP and RDMA (soft-RoCE on the
 # guests' bridge), start the guest, attach its devices, wait for the
 # guest's end-to-end suites (Xen, RDMA), programs and benchmark, kill the
-# backend under a waiting guest call and start a new one, then destroy the
-# guest in the middle of a session and check that everything of it is
+# backend under a waiting guest call and start a new one, checkpoint and
+# restore a guest program's session, then destroy the guest in the middle
+# of a session and check that everything of it is
 # reclaimed. Exits 0 only if every step passed.
 say() { echo "LAB-PVGPU dom0: $* [+$(cut -d' ' -f1 /proc/uptime)s]"; }
 RC=0
@@ -81,6 +82,24 @@ xenstore-write "$D/data/pvgpu-restarted" 1
 RESTART=$(wait_key "$D/data/pvgpu-restart" 300) || RESTART="no result"
 say "guest across the backend restart: $RESTART"
 [ "$RESTART" = pass ] || fail "backend restart: $RESTART"
+
+# The guest's next program holds a session with state: checkpoint it (it
+# leaves the backend), restore it, and the program must go on.
+CKREADY=$(wait_key "$D/data/pvgpu-ckpt-ready" 300) || CKREADY="no result"
+if [ "$CKREADY" = 1 ]; then
+  SID=$(./pvgpu-ctl sessions --json | grep -o '"id": *[0-9]*' | head -1 | grep -o '[0-9]*$')
+  rm -f /tmp/session.pvgpu
+  if ./pvgpu-ctl checkpoint "$SID" /tmp/session.pvgpu && ./pvgpu-ctl restore /tmp/session.pvgpu; then
+    say "the guest's session $SID checkpointed and restored"
+  else
+    fail "checkpoint or restore of the guest's session ${SID:-(none listed)}"
+  fi
+else
+  fail "checkpointed program: $CKREADY"
+fi
+CK=$(wait_key "$D/data/pvgpu-checkpoint" 300) || CK="no result"
+say "guest program across a checkpoint and restore: $CK"
+[ "$CK" = pass ] || fail "checkpoint and restore: $CK"
 
 VICTIM=$(wait_key "$D/data/pvgpu-victim" 120) || VICTIM="no result"
 [ "$VICTIM" = ready ] || fail "victim client: $VICTIM"

@@ -3,8 +3,9 @@
 # transport, runtime-API programs built by nvcc on the drop-in libcuda, the
 # ring-vs-TCP-vs-RDMA benchmark between the domains, the suite over RDMA
 # (soft-RoCE), a program whose
-# backend Dom0 kills and restarts, then a client that Dom0 destroys the
-# guest under. Results go to XenStore (data/) for
+# backend Dom0 kills and restarts, a program whose session Dom0
+# checkpoints and restores, then a client that Dom0 destroys the guest
+# under. Results go to XenStore (data/) for
 # Dom0 and to the console.
 say() { echo "LAB-PVGPU domU: $* [+$(cut -d' ' -f1 /proc/uptime)s]"; }
 cd /lab
@@ -125,6 +126,22 @@ case "$HELD" in
   *) R="fail: the waiting call returned '${HELD:-nothing}'; new program: $AFTER" ;;
 esac
 xenstore-write data/pvgpu-restart "$R"
+
+# A program whose session Dom0 checkpoints (the session leaves the backend)
+# and restores: its next call claims a free vgpu device, presents the
+# session's token, and the program goes on with its memory, stream and
+# kernels.
+PVGPU_CHECKPOINTED_ADDR=xen RUST_LOG=warn,pvgpu_frontend=info timeout 700 ./e2e --exact checkpointed_client_helper --nocapture > /tmp/ckpt.log 2>&1 &
+CK=$!
+i=0
+while ! grep -q READY /tmp/ckpt.log && [ $i -lt 240 ]; do usleep 500000; i=$((i + 1)); done
+xenstore-write data/pvgpu-ckpt-ready "$(grep -c READY /tmp/ckpt.log)"
+wait $CK
+CRC=$?
+grep -E "READY|DETACHED|CHECKPOINT|panicked|taken back|waiting for it" /tmp/ckpt.log
+if [ $CRC -eq 0 ] && grep -q "CHECKPOINT ok" /tmp/ckpt.log; then CR=pass; else CR="fail rc=$CRC"; tail -30 /tmp/ckpt.log; fi
+say "a program checkpointed and restored from Dom0: $CR"
+xenstore-write data/pvgpu-checkpoint "$CR"
 
 PVGPU_CHILD_ADDR=xen ./e2e --exact child_client_helper --nocapture > /tmp/victim.log 2>&1 &
 i=0
