@@ -46,7 +46,7 @@ pub(super) fn migrate(
     tracing::info!(session = id, peer = %peer.listed.name, "moving a session (control API)");
     pvgpu_ctl::migrate::migrate(&Local(supervised), &peer.control, id, &peer.listed.address, &dir, timeout, req.upload).map_err(|e| {
         let status = match &e {
-            // The session's own refusal (not found, a Xen guest's, ...)
+            // The session's own refusal (not found, nothing it may take, ...)
             // keeps its status; the peer's failures are a bad gateway.
             MigrateError::Checkpoint(CtlError::Refused { status, .. }) => *status,
             _ => 502,
