@@ -169,8 +169,8 @@ fn map_at(ptr: u64, len: u64) -> CuRes<NonNull<std::ffi::c_void>> {
     Ok(got)
 }
 
-/// Lists mirror `ptr`, mapped at its address and registered through
-/// `registered_by`, in the session's books.
+/// Lists mirror `ptr` (mapped at its address) in the session's books, its
+/// allocation entry under context `ctx`, counted in the quota.
 fn keep<E: Executor>(s: &mut Session<E>, ptr: u64, mirror: Mirror, ctx: u64) {
     let len = mirror.len;
     s.mirrors.map.insert(ptr, mirror);
