@@ -292,8 +292,9 @@ pub struct TcpConn {
 /// flag and its idle time (the stream's read timeout).
 const TICK: Duration = Duration::from_millis(200);
 /// Longest a frontend may stop in the middle of a frame before it loses
-/// its session.
-const STALL: Duration = Duration::from_secs(30);
+/// its session; also how long the supervisor's relays (TLS, RDMA) wait for
+/// a peer that stops reading.
+pub(crate) const STALL: Duration = Duration::from_secs(30);
 
 impl TcpConn {
     /// Wraps a stream that passed its opening. A frontend that sends

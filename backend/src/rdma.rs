@@ -8,6 +8,9 @@
 //! access (its seccomp filter), and an rsocket cannot be handed to another
 //! process. The relay is a thread for each direction ([`relay`]).
 
+// How long a relay waits for a peer to take more of what it sends: as
+// long as a stalled frame holds a session.
+use crate::conn::STALL;
 use pvgpu_rdma::RdmaStream;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -37,9 +40,6 @@ impl Relay {
 /// How often a relay thread waiting on the fabric looks whether the other
 /// direction has ended.
 const TICK: Duration = Duration::from_millis(250);
-
-/// Longest a relay waits for the peer to take more of what it sends.
-const STALL: Duration = Duration::from_secs(30);
 
 /// Relays between `rdma` and `local` until either side closes (or fails);
 /// then ends both, so the other side sees it. Each direction has a thread

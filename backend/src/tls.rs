@@ -98,16 +98,12 @@ fn drain_plaintext(tls: &mut TlsStream, local: &mut UnixStream, buf: &mut [u8]) 
     }
 }
 
-/// Longest the relay waits for the peer to take more of what it sends: a
-/// peer that stops reading holds the relay (and its thread in the
-/// supervisor) no longer than a stalled frame holds a session, as over
-/// RDMA ([`crate::rdma`]).
-const STALL: std::time::Duration = std::time::Duration::from_secs(30);
-
 fn relay_inner(tls: &mut TlsStream, local: &mut UnixStream, idle: Option<std::time::Duration>) -> io::Result<()> {
     tls.sock.set_read_timeout(None)?;
-    // A write that times out fails, and the relay ends with it.
-    tls.sock.set_write_timeout(Some(STALL))?;
+    // A peer that stops reading holds the relay (and its thread in the
+    // supervisor) no longer than a stalled frame holds a session, as over
+    // RDMA: the write that times out fails, and the relay ends with it.
+    tls.sock.set_write_timeout(Some(crate::conn::STALL))?;
     let mut buf = vec![0u8; 64 << 10];
     let mut last = std::time::Instant::now();
     // Plaintext may have come with the handshake's last flight and wait in

@@ -235,15 +235,14 @@ pub(super) fn restore<E: Executor>(s: &mut Session<E>, m: &MirrorRec, now: &[u8]
     let got = map_at(ptr, len).map_err(address)?;
     // SAFETY: the mapping just made, `len` bytes, used by nothing else.
     unsafe { bytes(ptr, len) }.copy_from_slice(now);
-    let registered_by = match m.ctx {
-        Some(c) if !m.pageable && !register(s, c, ptr, len) => {
-            // SAFETY: as above.
-            let _ = unsafe { munmap(got, len as usize) };
-            return Err(address(CuError::NOT_SUPPORTED));
-        }
-        Some(c) if !m.pageable => Some(c),
-        _ => None,
-    };
+    let registered_by = m.ctx.filter(|_| !m.pageable);
+    if let Some(c) = registered_by
+        && !register(s, c, ptr, len)
+    {
+        // SAFETY: as above.
+        let _ = unsafe { munmap(got, len as usize) };
+        return Err(address(CuError::NOT_SUPPORTED));
+    }
     let known = known.unwrap_or(now).to_vec();
     keep(s, ptr, Mirror { len, pageable: m.pageable, known, registered_by }, ctx);
     Ok(())

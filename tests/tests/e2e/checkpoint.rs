@@ -12,9 +12,7 @@ use pvgpu_ctl::client::CtlError;
 /// thread has finished, so a checkpoint that fails reports its error
 /// instead of a timeout.
 pub(crate) fn call_while(c: &Client, ctx: pvgpu_frontend::Context, done: impl Fn() -> bool) {
-    calls_while(c, done, || {
-        c.ctx_synchronize(ctx).unwrap();
-    });
+    calls_while(done, || c.ctx_synchronize(ctx).unwrap());
 }
 
 /// As [`call_while`], with calls that let no device work finish: after a
@@ -22,12 +20,12 @@ pub(crate) fn call_while(c: &Client, ctx: pvgpu_frontend::Context, done: impl Fn
 /// mirrored memory pulls what the device wrote at once, and so waits in
 /// that call for its session to come back.
 fn quiet_call_while(c: &Client, ctx: pvgpu_frontend::Context, done: impl Fn() -> bool) {
-    calls_while(c, done, || {
+    calls_while(done, || {
         c.mem_get_info(ctx).unwrap();
     });
 }
 
-fn calls_while(_c: &Client, done: impl Fn() -> bool, call: impl Fn()) {
+fn calls_while(done: impl Fn() -> bool, call: impl Fn()) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !done() {
         assert!(Instant::now() < deadline, "the session was not checkpointed within 30 s");
@@ -165,7 +163,7 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
         m.launch_saxpy();
         c.ctx_synchronize(g.ctx).unwrap();
         m.check_y(|i| 2.0 * 3.0 + (2.0 * i as f32 + 1.0), "a kernel on the restored mirror, with what the program wrote");
-        m.drop_in(&c);
+        m.unmap();
     }
     let live = ctl.sessions().unwrap();
     assert_eq!(live.len(), 1, "the program's session is back: {live:?}");
@@ -187,7 +185,7 @@ impl<'c> Mirror<'c> {
     fn new(c: &'c Client, g: &Gpu<'_>, n: usize) -> Option<Self> {
         use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous, munmap};
         let len = std::num::NonZeroUsize::new(2 * n * 4).unwrap();
-        // SAFETY: fresh anonymous memory of this test, unmapped in `drop_in`.
+        // SAFETY: fresh anonymous memory of this test, unmapped in `unmap`.
         let map = unsafe { mmap_anonymous(None, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_PRIVATE) }.unwrap();
         // SAFETY: as above, mapped until unmapped.
         match unsafe { c.mirror_host(map.as_ptr().cast(), len.get()) } {
@@ -244,8 +242,8 @@ impl<'c> Mirror<'c> {
         assert!(bad.is_none(), "{what}: y[{0:?}] = {1}", bad, bad.map_or(0.0, |i| unsafe { *self.y().add(i) }));
     }
 
-    fn drop_in(self, c: &Client) {
-        c.unmirror_host(self.map.as_ptr().cast()).unwrap();
+    fn unmap(self) {
+        self.c.unmirror_host(self.map.as_ptr().cast()).unwrap();
         // SAFETY: the mapping made in `new`, no longer mirrored.
         unsafe { nix::sys::mman::munmap(self.map, 2 * self.n * 4) }.unwrap();
     }

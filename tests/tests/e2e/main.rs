@@ -117,17 +117,8 @@ fn checkpointed_client_helper() {
     let Ok(addr) = std::env::var("PVGPU_CHECKPOINTED_ADDR") else { return };
     let c = Client::connect(&addr.parse().unwrap(), &pvgpu_frontend::Options::from_env()).unwrap();
     let g = Gpu::new(&c).unwrap();
-    let matsum = g.func("mat_sum").unwrap();
-    let n = 1usize << 16;
-    let (a, b) = matsum_inputs(n);
-    let bytes = (n * 4) as u64;
-    let (da, db, dc) = (c.mem_alloc(g.ctx, bytes).unwrap(), c.mem_alloc(g.ctx, bytes).unwrap(), c.mem_alloc(g.ctx, bytes).unwrap());
-    c.memcpy_htod(da, &f32_bytes(&a)).unwrap();
-    c.memcpy_htod(db, &f32_bytes(&b)).unwrap();
-    let stream = c.stream_create(g.ctx, 1, 0).unwrap();
-    let (n32, grid) = (n as i32, [(n as u32).div_ceil(256), 1, 1]);
-    c.launch(&matsum, grid, [256, 1, 1], 0, stream, &[arg(&da), arg(&db), arg(&dc), arg(&n32)]).unwrap();
-    c.stream_synchronize(stream).unwrap();
+    let state = MatSumState::launch(&c, &g, 1 << 16);
+    c.ctx_synchronize(g.ctx).unwrap();
     println!("READY session {}", c.info().session_id);
     let deadline = Instant::now() + Duration::from_secs(600);
     while !c.detached() {
@@ -137,14 +128,8 @@ fn checkpointed_client_helper() {
     }
     println!("DETACHED");
     // The next call waits for the session to come back.
-    let mut out = vec![0u8; bytes as usize];
-    c.memcpy_dtoh(&mut out, dc).unwrap();
-    assert_same(&bytes_f32(&out), &matsum_cpu(&a, &b), "the kernel's result of before the checkpoint");
-    c.launch(&matsum, grid, [256, 1, 1], 0, stream, &[arg(&dc), arg(&da), arg(&db), arg(&n32)]).unwrap();
-    c.stream_synchronize(stream).unwrap();
-    c.memcpy_dtoh(&mut out, db).unwrap();
-    let want: Vec<f32> = matsum_cpu(&a, &b).iter().zip(&a).map(|(s, x)| s + x).collect();
-    assert_same(&bytes_f32(&out), &want, "a kernel on the restored stream and memory");
+    state.check_and_go_on(&c, "the checkpoint");
+    state.free(&c);
     println!("CHECKPOINT ok");
 }
 

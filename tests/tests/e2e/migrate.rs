@@ -6,6 +6,64 @@ use super::*;
 use pvgpu_ctl::api::MoveRecord;
 use pvgpu_ctl::client::CtlError;
 
+/// What the tests of sessions that move carry across: MatSum's inputs in
+/// device memory and its result, computed on a stream of the program's
+/// own.
+pub(crate) struct MatSumState {
+    x: Vec<f32>,
+    y: Vec<f32>,
+    /// Inputs `x`, `y` and the result.
+    d: [u64; 3],
+    stream: Stream,
+    matsum: pvgpu_frontend::Function,
+}
+
+impl MatSumState {
+    /// Allocates, uploads `n` elements of each input and launches MatSum on
+    /// a new stream, without waiting.
+    pub(crate) fn launch(c: &Client, g: &Gpu<'_>, n: usize) -> Self {
+        let (x, y) = matsum_inputs(n);
+        let bytes = (n * 4) as u64;
+        let d = [0; 3].map(|_| c.mem_alloc(g.ctx, bytes).unwrap());
+        c.memcpy_htod(d[0], &f32_bytes(&x)).unwrap();
+        c.memcpy_htod(d[1], &f32_bytes(&y)).unwrap();
+        let stream = c.stream_create(g.ctx, 1, 0).unwrap();
+        let state = MatSumState { x, y, d, stream, matsum: g.func("mat_sum").unwrap() };
+        state.run(c, [d[0], d[1], d[2]]);
+        state
+    }
+
+    /// Bytes of each allocation.
+    pub(crate) fn bytes(&self) -> u64 {
+        (self.x.len() * 4) as u64
+    }
+
+    fn run(&self, c: &Client, [a, b, out]: [u64; 3]) {
+        let (n32, blocks) = (self.x.len() as i32, (self.x.len() as u32).div_ceil(256));
+        c.launch(&self.matsum, [blocks, 1, 1], [256, 1, 1], 0, self.stream, &[arg(&a), arg(&b), arg(&out), arg(&n32)]).unwrap();
+    }
+
+    /// After `what`: the result computed before it, then MatSum again on
+    /// the stream, over the memory, as they came through.
+    pub(crate) fn check_and_go_on(&self, c: &Client, what: &str) {
+        let [dx, dy, dz] = self.d;
+        let mut out = vec![0u8; self.bytes() as usize];
+        c.memcpy_dtoh(&mut out, dz).unwrap();
+        assert_same(&bytes_f32(&out), &matsum_cpu(&self.x, &self.y), &format!("MatSum computed before {what}"));
+        self.run(c, [dz, dy, dx]);
+        c.stream_synchronize(self.stream).unwrap();
+        c.memcpy_dtoh(&mut out, dx).unwrap();
+        let twice: Vec<f32> = matsum_cpu(&self.x, &self.y).iter().zip(&self.y).map(|(s, y)| s + y).collect();
+        assert_same(&bytes_f32(&out), &twice, &format!("MatSum on the stream and over the memory after {what}"));
+    }
+
+    pub(crate) fn free(self, c: &Client) {
+        for p in self.d {
+            c.mem_free(p).unwrap();
+        }
+    }
+}
+
 pub(crate) fn session_moves_to_another_backend(t: Transport) {
     let a = Harness::start();
     let b = Harness::with(HarnessOptions { tcp_key_from: Some(a.tcp_key.clone()), ..HarnessOptions::default() });
@@ -17,16 +75,7 @@ pub(crate) fn session_moves_to_another_backend(t: Transport) {
         // GPU sessions with --device-memory placed).
         return a_gpu_session_does_not_leave(&a, &c, g.ctx);
     }
-    let matsum = g.func("mat_sum").unwrap();
-    let n = 5000usize;
-    let (x, y) = matsum_inputs(n);
-    let bytes = (n * 4) as u64;
-    let (dx, dy, dz) = (c.mem_alloc(g.ctx, bytes).unwrap(), c.mem_alloc(g.ctx, bytes).unwrap(), c.mem_alloc(g.ctx, bytes).unwrap());
-    c.memcpy_htod(dx, &f32_bytes(&x)).unwrap();
-    c.memcpy_htod(dy, &f32_bytes(&y)).unwrap();
-    let stream = c.stream_create(g.ctx, 1, 0).unwrap();
-    let (n32, blocks) = (n as i32, (n as u32).div_ceil(256));
-    c.launch(&matsum, [blocks, 1, 1], [256, 1, 1], 0, stream, &[arg(&dx), arg(&dy), arg(&dz), arg(&n32)]).unwrap();
+    let state = MatSumState::launch(&c, &g, 5000);
 
     let (from, to) = (a.control().unwrap(), b.control().unwrap());
     let id = from.sessions().unwrap()[0].id;
@@ -43,7 +92,7 @@ pub(crate) fn session_moves_to_another_backend(t: Transport) {
         }
         moving.join().unwrap().expect("the migration")
     });
-    assert!(report.state_bytes >= 3 * bytes, "{report:?}");
+    assert!(report.state_bytes >= 3 * state.bytes(), "{report:?}");
     assert_eq!(report.left_file, None);
     assert_eq!(report.uploaded, t == Transport::Tcp);
     assert!(std::fs::read_dir(&dir.0).unwrap().next().is_none(), "the snapshot's name is gone once the target holds it");
@@ -51,20 +100,11 @@ pub(crate) fn session_moves_to_another_backend(t: Transport) {
     assert!(eventually(Duration::from_secs(10), || from.sessions().unwrap().is_empty()), "the session left the source");
 
     // The program's next call follows the session to the other backend.
-    let mut out = vec![0u8; bytes as usize];
-    c.memcpy_dtoh(&mut out, dz).unwrap();
-    assert_same(&bytes_f32(&out), &matsum_cpu(&x, &y), "MatSum computed before the move");
-    c.launch(&matsum, [blocks, 1, 1], [256, 1, 1], 0, stream, &[arg(&dz), arg(&dy), arg(&dx), arg(&n32)]).unwrap();
-    c.stream_synchronize(stream).unwrap();
-    c.memcpy_dtoh(&mut out, dx).unwrap();
-    let twice: Vec<f32> = matsum_cpu(&x, &y).iter().zip(&y).map(|(s, y)| s + y).collect();
-    assert_same(&bytes_f32(&out), &twice, "MatSum on the moved stream, over the moved memory");
+    state.check_and_go_on(&c, "the move");
     let live = to.sessions().unwrap();
     assert_eq!(live.len(), 1, "the target serves the program now: {live:?}");
     assert!(to.waiting().unwrap().is_empty(), "taken back once");
-    for p in [dx, dy, dz] {
-        c.mem_free(p).unwrap();
-    }
+    state.free(&c);
 
     // A guest is only ever sent to an address a program can reach.
     let bad = MoveRecord { token: "00".repeat(16), peer: live[0].peer.clone(), to: "file:/etc/passwd".into() };
