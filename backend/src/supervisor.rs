@@ -477,7 +477,7 @@ fn start_xen_session(xs: &mut pvgpu_xen::XenStore, sh: &Shared, active: &crate::
         set.lock().unwrap_or_else(|p| p.into_inner()).remove(&(domid, devid));
     });
     let tenant = member.map(|(name, _)| crate::roster::TenantOf { name, key: None });
-    let scope = tenant.as_ref().map(|t| crate::tenants::peer_of(&t.name));
+    let scope = tenant.as_ref().map(|t| crate::tenants::peer_of(&t.name)).or_else(|| xen_vm(xs, domid));
     let gpus = gpus_for(sh, tenant.as_ref().map(|t| t.name.as_str()));
     let (on_end, meter) = enroll(sh, id, &handover, &seat, tenant, Some(close));
     let on_ready: OnEnd = Box::new(move || crate::xen::connect_device(domid, devid));
@@ -490,6 +490,19 @@ fn start_xen_session(xs: &mut pvgpu_xen::XenStore, sh: &Shared, active: &crate::
             None
         }
     }
+}
+
+/// The virtual machine guest `domid` runs, as the scope of its sessions'
+/// snapshots and handles ([`crate::admission::peer::xen_vm_scope`]): the
+/// toolstack writes `/local/domain/DOMID/vm` (`/vm/UUID`) and
+/// `/vm/UUID/uuid`, neither of which the guest may write. `None` (the
+/// domain's own scope) where they are missing or malformed.
+fn xen_vm(xs: &mut pvgpu_xen::XenStore, domid: u16) -> Option<String> {
+    use pvgpu_xen::XsAccess;
+    let vm = xs.try_read(&format!("/local/domain/{domid}/vm")).ok().flatten()?;
+    let vm = std::str::from_utf8(&vm).ok().filter(|p| p.starts_with("/vm/") && !p.contains(".."))?;
+    let uuid = xs.try_read(&format!("{vm}/uuid")).ok().flatten()?;
+    crate::admission::peer::xen_vm_scope(&uuid)
 }
 
 /// The tenant whose member guest `domid` is, by its domain name

@@ -87,13 +87,19 @@ impl Conn {
                     Err(Error::Cuda(e)) if e == CuError::NOT_FOUND => {}
                     // The backend it reached went away before answering (one
                     // stopping, whose successor starts at its address, may
-                    // still take a connection): try again.
-                    Err(Error::Transport(TransportError::BackendGone | TransportError::Io(_) | TransportError::Timeout)) => {
-                        tracing::debug!(addr = %r.addr, "the backend went away during the resume; trying again");
+                    // still take a connection), or the answer came broken (a
+                    // Xen guest saved while it waited finds, once restored,
+                    // whatever of the answer was written before its memory
+                    // was): a resume changes nothing until it succeeds, so
+                    // try again.
+                    Err(Error::Transport(e)) => {
+                        tracing::debug!(addr = %r.addr, error = %e, "the resume was not answered; trying again");
                     }
                     Err(e) => return Err(e),
                 }
             }
+            // No doorbell held while waiting (see `Transport::retire`).
+            self.t.retire();
             if Instant::now() + RETRY > deadline {
                 self.dead = true;
                 return Err(TransportError::NotResumed { secs: r.opts.resume_timeout.as_secs() }.into());

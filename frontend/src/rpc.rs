@@ -267,6 +267,8 @@ impl Conn {
         self.awaiting = self.awaiting.saturating_sub(1);
         if h.is_detached() {
             self.detached = true;
+            // Nothing comes on this connection any more.
+            self.t.retire();
         }
         if opcode == Opcode::CtxSynchronize as u16 && h.status.get() == 0 {
             self.in_flight = false;

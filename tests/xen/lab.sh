@@ -239,7 +239,7 @@ mkcpio "$R" "$B/domu.cpio.gz"
 log "build Dom0 initramfs"
 R=$B/dom0-root
 base_root "$R"
-for b in xl xenstored xenconsoled xen-init-dom0 xenconsole; do copy_bin "$R" "$X$XENBIN/$b" "$XENBIN/$b"; done
+for b in xl xenstored xenconsoled xen-init-dom0 xenconsole libxl-save-helper; do copy_bin "$R" "$X$XENBIN/$b" "$XENBIN/$b"; done
 xenstore_tools "$R"
 # the hotplug scripts (vif-bridge) want bash, and prefer a full iproute2
 copy_bin "$R" /bin/bash /bin/bash

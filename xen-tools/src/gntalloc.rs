@@ -187,9 +187,35 @@ impl GrantedPages {
     /// `event_port` must be a local port bound through `/dev/xen/evtchn`
     /// ([`crate::evtchn::EvtChn`]) in this domain.
     pub fn set_unmap_notify(&self, offset: u64, event_port: Option<u32>, clear_byte: bool) -> Result<(), XenError> {
-        let len = (self.pages * XEN_PAGE_SIZE) as u64;
-        if offset >= len {
-            return Err(XenError::InvalidArgument(format!("unmap-notify offset {offset:#x} is outside the {len:#x}-byte grant mapping")));
+        self.unmap_notice().set(offset, event_port, clear_byte)
+    }
+
+    /// A handle that sets these pages' unmap notification
+    /// ([`GrantedPages::set_unmap_notify`]) after they were handed to a
+    /// region.
+    pub fn unmap_notice(&self) -> UnmapNotice {
+        UnmapNotice { dev: self.dev.clone(), index: self.index, len: (self.pages * XEN_PAGE_SIZE) as u64 }
+    }
+}
+
+/// Sets the unmap notification of granted pages ([`GrantedPages::unmap_notice`]).
+#[derive(Debug, Clone)]
+pub struct UnmapNotice {
+    dev: GntAlloc,
+    index: u64,
+    len: u64,
+}
+
+impl UnmapNotice {
+    /// As [`GrantedPages::set_unmap_notify`]. Changing it releases the
+    /// kernel's hold on the port named before, so that the port can be
+    /// unbound for good.
+    pub fn set(&self, offset: u64, event_port: Option<u32>, clear_byte: bool) -> Result<(), XenError> {
+        if offset >= self.len {
+            return Err(XenError::InvalidArgument(format!(
+                "unmap-notify offset {offset:#x} is outside the {:#x}-byte grant mapping",
+                self.len
+            )));
         }
         let mut op = notify_arg(self.index + offset, event_port, clear_byte);
         // SAFETY: `op` is the struct IOCTL_GNTALLOC_SET_UNMAP_NOTIFY reads,

@@ -30,9 +30,35 @@ pub fn xen_peer(domid: u16) -> String {
     format!("xen:{domid}")
 }
 
+/// What a Xen guest's snapshots and interprocess handles are scoped to:
+/// its virtual machine (`xen-vm:UUID`), which keeps its UUID across
+/// `xl save` and `xl restore` where its domain id changes. `uuid` is what
+/// the toolstack wrote under `/vm/UUID/uuid`; `None` unless it has the
+/// form of one (36 characters, hexadecimal digits and dashes at 8, 13,
+/// 18 and 23).
+pub fn xen_vm_scope(uuid: &[u8]) -> Option<String> {
+    let well_formed = uuid.len() == 36
+        && uuid.iter().enumerate().all(|(i, b)| if [8, 13, 18, 23].contains(&i) { *b == b'-' } else { b.is_ascii_hexdigit() });
+    well_formed.then(|| format!("xen-vm:{}", String::from_utf8_lossy(uuid).to_ascii_lowercase()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_vm_scope_needs_a_well_formed_uuid() {
+        assert_eq!(xen_vm_scope(b"AF94108E-eb39-11f1-a3c6-6e7118d8b4b6").as_deref(), Some("xen-vm:af94108e-eb39-11f1-a3c6-6e7118d8b4b6"));
+        for bad in [
+            &b""[..],
+            b"af94108e-eb39-11f1-a3c6-6e7118d8b4b",
+            b"af94108e-eb39-11f1-a3c6-6e7118d8b4b6x",
+            b"af94108e/eb39-11f1-a3c6-6e7118d8b4b6",
+            b"af94108e-eb39-11f1-a3c6-6e7118d8b4bg",
+        ] {
+            assert_eq!(xen_vm_scope(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
 
     #[test]
     fn ipv6_peers_are_their_64_and_mapped_ipv4_is_ipv4() {

@@ -183,6 +183,21 @@ pub struct RingTransport {
     /// Whatever must live as long as the connection (Xen: the device claim
     /// and the reference directory); dropped last.
     keepalive: Vec<Box<dyn Send>>,
+    /// Run before the doorbell goes in [`Transport::retire`].
+    on_retire: Option<Box<dyn FnOnce() + Send>>,
+}
+
+/// The doorbell of a retired connection: nobody answers.
+struct Retired;
+
+impl Notifier for Retired {
+    fn notify(&self) -> Result<(), NotifyError> {
+        Err(NotifyError::PeerGone)
+    }
+
+    fn wait(&self, _: Option<Duration>) -> Result<pvgpu_ring::notify::Wake, NotifyError> {
+        Err(NotifyError::PeerGone)
+    }
 }
 
 /// A waiter on `notifier` with the connection's spin and timeout.
@@ -231,7 +246,14 @@ impl RingTransport {
             kind,
             _region: region,
             keepalive: Vec::new(),
+            on_retire: None,
         })
+    }
+
+    /// Runs `f` when the connection is retired, before its doorbell goes.
+    pub fn on_retire(mut self, f: Box<dyn FnOnce() + Send>) -> Self {
+        self.on_retire = Some(f);
+        self
     }
 
     /// Keeps `k` alive as long as the transport, dropping it after the ring.
@@ -422,6 +444,13 @@ impl Transport for RingTransport {
         Some(DataRef::area(off, len))
     }
 
+    fn retire(&mut self) {
+        if let Some(f) = self.on_retire.take() {
+            f();
+        }
+        self.notifier = Box::new(Retired);
+    }
+
     fn kind(&self) -> &'static str {
         self.kind
     }
@@ -486,5 +515,49 @@ mod tests {
     fn positions_wrap() {
         assert!(reached(5, u32::MAX - 2));
         assert!(!reached(u32::MAX - 2, 5));
+    }
+}
+
+#[cfg(test)]
+mod retire_tests {
+    use super::*;
+    use crate::transport::Transport;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A doorbell that never rings back, counting what it is asked.
+    struct Silent(Arc<AtomicUsize>);
+
+    impl Notifier for Silent {
+        fn notify(&self) -> Result<(), NotifyError> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+
+        fn wait(&self, _: Option<Duration>) -> Result<pvgpu_ring::notify::Wake, NotifyError> {
+            Ok(pvgpu_ring::notify::Wake::TimedOut)
+        }
+    }
+
+    #[test]
+    fn a_retired_connection_lets_go_of_its_doorbell_once() {
+        let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 8192 };
+        let region = SharedRegion::heap(g.pages() * 4096);
+        let (rung, hooks) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let h2 = hooks.clone();
+        let mut t =
+            RingTransport::new(region, &g, 4096, Box::new(Silent(rung.clone())), Duration::ZERO, Some(Duration::from_secs(2)), "test")
+                .unwrap()
+                .on_retire(Box::new(move || {
+                    h2.fetch_add(1, Ordering::Relaxed);
+                }));
+        t.retire();
+        t.retire();
+        assert_eq!(hooks.load(Ordering::Relaxed), 1, "the hook runs once");
+        // Nothing answers a retired connection: a wait ends at once, not at
+        // the connection's timeout.
+        let mut buf = Vec::new();
+        assert!(matches!(t.recv(&mut buf), Err(TransportError::BackendGone)));
+        assert_eq!(rung.load(Ordering::Relaxed), 0, "the old doorbell is not rung");
     }
 }

@@ -91,6 +91,53 @@ impl Drop for UnmapWait {
     }
 }
 
+/// Notices that this guest was saved and restored (`xl save`, `xl
+/// restore`) under the ring: the restored guest is a new domain, the
+/// ring's grants and event channel went with the old one, and nothing will
+/// ever answer on it. The "backend alive" byte cannot tell: the backend's
+/// kernel cleared it in the old domain's memory, if at all after the
+/// guest's memory was saved. The domain id read from XenStore can; it is
+/// read at most once every [`DOMAIN_CHECK`], from waits the ring's waiter
+/// wakes from every 200 ms.
+struct SameDomain {
+    xs: std::sync::Mutex<(XenStore, Instant)>,
+    domid: u16,
+    moved: std::sync::atomic::AtomicBool,
+}
+
+/// How often a waiting call asks XenStore for this guest's domain id.
+const DOMAIN_CHECK: Duration = Duration::from_secs(1);
+
+impl SameDomain {
+    fn new(domid: u16) -> Result<SameDomain, TransportError> {
+        let xs = XenStore::open().map_err(err("opening XenStore"))?;
+        Ok(SameDomain { xs: std::sync::Mutex::new((xs, Instant::now())), domid, moved: false.into() })
+    }
+
+    /// False once this guest is known to run under another domain id. An
+    /// unanswered XenStore leaves the answer as it was.
+    fn still(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.moved.load(Relaxed) {
+            return false;
+        }
+        let Ok(mut held) = self.xs.try_lock() else { return true };
+        let (xs, last) = &mut *held;
+        if last.elapsed() < DOMAIN_CHECK {
+            return true;
+        }
+        *last = Instant::now();
+        match xs.domid() {
+            Ok(now) if now != self.domid => {
+                tracing::info!(was = self.domid, now, "this guest was restored as another domain: its ring is gone");
+                self.moved.store(true, Relaxed);
+                false
+            }
+            _ => true,
+        }
+    }
+}
+
 /// A claim value unique to this connection: the process id (for
 /// `pvgpu-xl list`) and a per-connection tag, since several connections of
 /// one process may race for the same device.
@@ -215,6 +262,7 @@ pub fn connect(devid: Option<u32>, opts: &Options) -> Result<RingTransport, Tran
     }
     let notifier = EvtchnNotifier::offer(backend_id).map_err(err("offering an event channel"))?;
     pages.set_unmap_notify(FRONTEND_ALIVE as u64, Some(notifier.port()), true).map_err(err("arming the unmap notification"))?;
+    let notice = pages.unmap_notice();
     let region = SharedRegion::new(pages);
     init_region(&region, &g)?;
     region.write_byte(FRONTEND_ALIVE, 1)?;
@@ -242,8 +290,17 @@ pub fn connect(devid: Option<u32>, opts: &Options) -> Result<RingTransport, Tran
 
     let probe = region.clone();
     let unmapped = UnmapWait(region.clone());
-    let notifier = notifier.with_liveness(Arc::new(move || probe.read_byte(BACKEND_ALIVE).is_ok_and(|b| b == 1)));
-    let t = RingTransport::new(region, &g, staging, Box::new(notifier), opts.spin, opts.timeout, "xen")?;
+    let here = SameDomain::new(domid)?;
+    let notifier = notifier.with_liveness(Arc::new(move || probe.read_byte(BACKEND_ALIVE).is_ok_and(|b| b == 1) && here.still()));
+    // Retired (its session left), the connection lets go of its port: the
+    // unmap notification keeps only clearing the byte, so that the kernel
+    // holds the port no longer, and the port is unbound.
+    let retire = Box::new(move || {
+        if let Err(e) = notice.set(FRONTEND_ALIVE as u64, None, true) {
+            tracing::warn!(error = %e, "could not disarm the ring's unmap notification");
+        }
+    });
+    let t = RingTransport::new(region, &g, staging, Box::new(notifier), opts.spin, opts.timeout, "xen")?.on_retire(retire);
     // Dropped in order: the device released (the backend ends the session
     // and unmaps the ring), the directory, then the pages once unmapped.
     Ok(t.with_keepalive(Box::new((claimed, dir))).with_keepalive(Box::new(unmapped)))

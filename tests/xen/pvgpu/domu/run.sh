@@ -4,7 +4,8 @@
 # ring-vs-TCP-vs-RDMA benchmark between the domains, the suite over RDMA
 # (soft-RoCE), a program whose
 # backend Dom0 kills and restarts, a program whose session Dom0
-# checkpoints and restores, then a client that Dom0 destroys the guest
+# checkpoints and restores, a program running while Dom0 saves and
+# restores the guest, then a client that Dom0 destroys the guest
 # under. Results go to XenStore (data/) for
 # Dom0 and to the console.
 say() { echo "LAB-PVGPU domU: $* [+$(cut -d' ' -f1 /proc/uptime)s]"; }
@@ -142,6 +143,24 @@ grep -E "READY|DETACHED|CHECKPOINT|panicked|taken back|waiting for it" /tmp/ckpt
 if [ $CRC -eq 0 ] && grep -q "CHECKPOINT ok" /tmp/ckpt.log; then CR=pass; else CR="fail rc=$CRC"; tail -30 /tmp/ckpt.log; fi
 say "a program checkpointed and restored from Dom0: $CR"
 xenstore-write data/pvgpu-checkpoint "$CR"
+
+# A program running while Dom0 saves and restores this guest (`pvgpu-xl
+# save`, `pvgpu-xl restore`): its session leaves the backend before the
+# save, and the program takes it back in the restored domain (a new domain
+# id) through one of the devices attached to it.
+BEFORE=$(xenstore-read domid)
+PVGPU_CHECKPOINTED_ADDR=xen RUST_LOG=warn,pvgpu_frontend=info timeout 700 ./e2e --exact checkpointed_client_helper --nocapture > /tmp/xlsave.log 2>&1 &
+XS=$!
+i=0
+while ! grep -q READY /tmp/xlsave.log && [ $i -lt 240 ]; do usleep 500000; i=$((i + 1)); done
+xenstore-write data/pvgpu-xlsave-ready "$(grep -c READY /tmp/xlsave.log)"
+wait $XS
+XRC=$?
+AFTER=$(xenstore-read domid)
+grep -E "READY|DETACHED|CHECKPOINT|panicked|taken back|waiting for it|restored as" /tmp/xlsave.log
+if [ $XRC -eq 0 ] && grep -q "CHECKPOINT ok" /tmp/xlsave.log && [ "$BEFORE" != "$AFTER" ]; then XR=pass; else XR="fail rc=$XRC domid $BEFORE then $AFTER"; tail -30 /tmp/xlsave.log; fi
+say "a program across xl save and xl restore of this guest (domain $BEFORE, then $AFTER): $XR"
+xenstore-write data/pvgpu-xlsave "$XR"
 
 PVGPU_CHILD_ADDR=xen ./e2e --exact child_client_helper --nocapture > /tmp/victim.log 2>&1 &
 i=0

@@ -6,6 +6,8 @@
 //! pvgpu-xl attach <domain> [--count N] [--devid N]
 //! pvgpu-xl detach <domain> [--devid N]
 //! pvgpu-xl list [<domain>]
+//! pvgpu-xl save <domain> <file> [--timeout S]
+//! pvgpu-xl restore <file>
 //! ```
 
 use anyhow::{Context, Result, bail};
@@ -13,7 +15,10 @@ use clap::{Parser, Subcommand};
 use pvgpu_xen::vgpu::{self, be, fe};
 use pvgpu_xen::xenbus::{read_state, write_state};
 use pvgpu_xen::{XenStore, XenbusState, XsAccess};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+mod save;
 
 #[derive(Parser, Debug)]
 #[command(name = "pvgpu-xl", version, about = "Attach, detach and list pvgpu vgpu devices of Xen guests")]
@@ -45,6 +50,36 @@ enum Cmd {
         /// Only this device.
         #[arg(long)]
         devid: Option<u32>,
+        /// Domain of the backend.
+        #[arg(long, default_value = "0")]
+        backend_domid: u16,
+    },
+    /// `xl save` of a guest whose programs hold GPU sessions: each session is checkpointed
+    /// (into FILE.pvgpu/) and leaves the backend first.
+    Save {
+        /// Domain name or id.
+        domain: String,
+        /// The save file, as `xl save` takes it.
+        file: PathBuf,
+        /// How long each session may take to reach a call that waits for a reply (where it is
+        /// checkpointed), in seconds.
+        #[arg(long, default_value = "60")]
+        timeout: u64,
+        /// The backend's control socket, unix:PATH (default: the backend's default).
+        #[arg(long, value_name = "unix:PATH", value_parser = pvgpu_ctl::client::Endpoint::parse)]
+        control: Option<pvgpu_ctl::client::Endpoint>,
+        /// Domain of the backend.
+        #[arg(long, default_value = "0")]
+        backend_domid: u16,
+    },
+    /// `xl restore` of a guest saved with `pvgpu-xl save`: its vgpu devices, and its GPU
+    /// sessions handed back to the backend for its programs to take.
+    Restore {
+        /// The save file.
+        file: PathBuf,
+        /// The backend's control socket, unix:PATH (default: the backend's default).
+        #[arg(long, value_name = "unix:PATH", value_parser = pvgpu_ctl::client::Endpoint::parse)]
+        control: Option<pvgpu_ctl::client::Endpoint>,
         /// Domain of the backend.
         #[arg(long, default_value = "0")]
         backend_domid: u16,
@@ -94,7 +129,20 @@ fn main() -> Result<()> {
         Cmd::Attach { domain, count, devid, backend_domid } => attach(&mut xs, &domain, count, devid, backend_domid),
         Cmd::Detach { domain, devid, backend_domid } => detach(&mut xs, &domain, devid, backend_domid),
         Cmd::List { domain, backend_domid } => list(&mut xs, domain.as_deref(), backend_domid),
+        Cmd::Save { domain, file, timeout, control, backend_domid } => {
+            save::save(&mut xs, &control_api(control)?, &domain, &file, timeout, backend_domid)
+        }
+        Cmd::Restore { file, control, backend_domid } => save::restore(&mut xs, &control_api(control)?, &file, backend_domid),
     }
+}
+
+/// The backend's control API over its socket on this host.
+fn control_api(endpoint: Option<pvgpu_ctl::client::Endpoint>) -> Result<pvgpu_ctl::client::Control> {
+    let endpoint = endpoint.unwrap_or_else(|| pvgpu_ctl::client::Endpoint::Unix(pvgpu_ctl::default_socket()));
+    if !matches!(endpoint, pvgpu_ctl::client::Endpoint::Unix(_)) {
+        bail!("pvgpu-xl speaks to the backend in this domain: give its control socket as unix:PATH");
+    }
+    Ok(pvgpu_ctl::client::Control::at(endpoint, None, None)?)
 }
 
 /// `attach`: `count` new devices, numbered from `devid` or the first free.

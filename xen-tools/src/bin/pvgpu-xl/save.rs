@@ -1,0 +1,249 @@
+//! `pvgpu-xl save` and `pvgpu-xl restore`: `xl save` and `xl restore` of a
+//! guest whose programs hold GPU sessions.
+//!
+//! A guest's grants and event channels do not survive a save: the restored
+//! guest is a new domain, and a session's ring went with the old one. The
+//! GPU state stays in the backend only if it leaves the session first, at
+//! a point where the program knows it left. So `save` takes the guest's
+//! devices offline (no new connection), checkpoints each of the guest's
+//! sessions through the backend's control API (the session leaves at its
+//! program's next call that waits for a reply, which tells the program so;
+//! the backend writes nothing into the guest after that, and the program
+//! lets go of its event channel), waits until no worker maps a ring and no
+//! device is claimed, and then runs `xl save`. A guest must hold no event
+//! channel of a ring when it is saved: its kernel forgets every port across
+//! `xl restore`, and unbinding one afterwards crashes its evtchn driver.
+//! `restore` runs `xl restore`, gives the new domain as many vgpu devices
+//! as the old one had, and hands the snapshots back to the backend. Each
+//! program's next call claims a device of the restored guest and takes its
+//! session back with its token: the backend scopes a Xen guest's snapshots
+//! to its virtual machine's UUID, which `xl restore` keeps, not to its
+//! domain id, which changes.
+//!
+//! The snapshots go into `FILE.pvgpu/`, owner-only, beside the save file,
+//! with a small description of the domain (`domain`).
+
+use super::{attach, devices, resolve};
+use anyhow::{Context, Result, bail};
+use pvgpu_ctl::api::{CheckpointRequest, RestoreRequest};
+use pvgpu_ctl::client::Control;
+use pvgpu_xen::vgpu::{self, be, fe};
+use pvgpu_xen::xenbus::read_state;
+use pvgpu_xen::{XenStore, XenbusState, XsAccess};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// What `save` records of the domain for `restore`.
+#[derive(Debug, PartialEq, Eq)]
+struct Saved {
+    name: String,
+    uuid: String,
+    devices: u32,
+}
+
+impl Saved {
+    fn render(&self) -> String {
+        format!("name={}\nuuid={}\ndevices={}\n", self.name, self.uuid, self.devices)
+    }
+
+    fn parse(s: &str) -> Option<Saved> {
+        let field = |k: &str| s.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix('=')).map(str::to_string);
+        Some(Saved { name: field("name")?, uuid: field("uuid")?, devices: field("devices")?.parse().ok()? })
+    }
+}
+
+/// The folder of `file`'s snapshots.
+fn folder(file: &Path) -> PathBuf {
+    let mut p = file.as_os_str().to_owned();
+    p.push(".pvgpu");
+    PathBuf::from(p)
+}
+
+/// Domain `domid`'s name and its virtual machine's UUID.
+fn identity(xs: &mut XenStore, domid: u16) -> Result<(String, String)> {
+    let home = format!("/local/domain/{domid}");
+    let name = xs.read_string(&format!("{home}/name")).with_context(|| format!("reading the name of domain {domid}"))?;
+    let vm = xs.read_string(&format!("{home}/vm")).with_context(|| format!("reading the vm path of domain {domid}"))?;
+    let uuid = xs.read_string(&format!("{vm}/uuid")).with_context(|| format!("reading the UUID of domain {domid} ({vm}/uuid)"))?;
+    Ok((name, uuid))
+}
+
+fn xl(args: &[&str]) -> Result<()> {
+    let status = Command::new("xl").args(args).status().context("cannot run xl (is the Xen toolstack installed?)")?;
+    if !status.success() {
+        bail!("`xl {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+/// Takes domain `domid`'s vgpu devices offline (`online` = 0: the backend
+/// closes those without a session, and none can be claimed), or back
+/// online.
+fn set_online(xs: &mut XenStore, backend: u16, domid: u16, online: bool) -> Result<()> {
+    for id in devices(xs, backend, domid)? {
+        let key = vgpu::key(&vgpu::backend_dir(backend, domid, id), be::ONLINE);
+        xs.write(&key, if online { b"1" } else { b"0" }).with_context(|| format!("writing {key}"))?;
+    }
+    Ok(())
+}
+
+/// Waits until every vgpu device of `domid` is closed and unclaimed: no
+/// program of the guest holds a ring, a port or a claim when it is saved.
+fn wait_quiet(xs: &mut XenStore, backend: u16, domid: u16, within: Duration) -> Result<()> {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut busy = Vec::new();
+        for id in devices(xs, backend, domid)? {
+            let closed = matches!(read_state(xs, &vgpu::backend_dir(backend, domid, id)), Ok(XenbusState::Closed | XenbusState::Unknown));
+            let claimed = xs.try_read(&vgpu::key(&vgpu::frontend_dir(domid, id), fe::CLAIM))?.is_some();
+            if !closed || claimed {
+                busy.push(id);
+            }
+        }
+        if busy.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("vgpu devices {busy:?} of domain {domid} were still in use after {} s", within.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Hands snapshots back to the backend (their programs resume where they
+/// are); what could not be is reported, not fatal.
+fn give_back(control: &Control, files: &[PathBuf]) -> usize {
+    let mut back = 0;
+    for f in files {
+        match control.restore(&RestoreRequest { file: f.display().to_string() }) {
+            Ok(r) => {
+                println!("session {} handed back to the backend ({} bytes of device state)", r.session, r.state_bytes);
+                back += 1;
+            }
+            Err(e) => eprintln!("could not hand {} back to the backend: {e}", f.display()),
+        }
+    }
+    back
+}
+
+/// `save`: checkpoint the guest's sessions, then `xl save`.
+pub(super) fn save(xs: &mut XenStore, control: &Control, domain: &str, file: &Path, timeout: u64, backend: u16) -> Result<()> {
+    let domid = resolve(xs, domain)?;
+    let (name, uuid) = identity(xs, domid)?;
+    let file = std::path::absolute(file).with_context(|| format!("cannot make {} absolute", file.display()))?;
+    let dir = folder(&file);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("cannot create {} for the guest's GPU sessions (remove it if an earlier save left it)", dir.display()))?;
+    // No new connection from here on: a program whose session leaves waits,
+    // holding no port, until the restored guest has devices again.
+    set_online(xs, backend, domid, false)?;
+    let peer = format!("xen:{domid}");
+    let sessions: Vec<u64> =
+        control.sessions().context("listing the backend's sessions")?.into_iter().filter(|s| s.peer == peer).map(|s| s.id).collect();
+    let mut taken = Vec::new();
+    let undo = |xs: &mut XenStore, taken: &[PathBuf]| {
+        let back = give_back(control, taken);
+        if let Err(e) = set_online(xs, backend, domid, true) {
+            eprintln!("could not bring the devices of domain {domid} back online: {e:#}");
+        }
+        back
+    };
+    for id in &sessions {
+        let path = dir.join(format!("session-{id}.pvgpu"));
+        let req = CheckpointRequest { file: path.display().to_string(), leave_running: false, timeout_seconds: Some(timeout) };
+        match control.checkpoint(*id, &req) {
+            Ok(r) => {
+                println!("session {id}: {} bytes of device state checkpointed in {:.2} s", r.state_bytes, r.seconds);
+                taken.push(path);
+            }
+            Err(e) => {
+                let back = undo(xs, &taken);
+                bail!("checkpointing session {id} of domain {domid} failed: {e}; the guest was not saved ({back} session(s) handed back)");
+            }
+        }
+    }
+    // The rings are the guest's memory: wait until no worker maps them.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while control.sessions().context("listing the backend's sessions")?.iter().any(|s| sessions.contains(&s.id)) {
+        if Instant::now() > deadline {
+            let back = undo(xs, &taken);
+            bail!("the checkpointed sessions of domain {domid} did not end within 30 s; the guest was not saved ({back} handed back)");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if let Err(e) = wait_quiet(xs, backend, domid, Duration::from_secs(30)) {
+        let back = undo(xs, &taken);
+        return Err(e.context(format!("the guest was not saved ({back} session(s) handed back)")));
+    }
+    let count = u32::try_from(devices(xs, backend, domid)?.len()).unwrap_or(u32::MAX);
+    let saved = Saved { name, uuid, devices: count };
+    std::fs::write(dir.join("domain"), saved.render()).with_context(|| format!("writing {}", dir.join("domain").display()))?;
+    if let Err(e) = xl(&["save", &domid.to_string(), &file.display().to_string()]) {
+        let back = undo(xs, &taken);
+        return Err(e.context(format!("the guest keeps running ({back} session(s) handed back)")));
+    }
+    println!("domain {} saved to {} with {} GPU session(s) in {}", saved.name, file.display(), taken.len(), dir.display());
+    Ok(())
+}
+
+/// `restore`: `xl restore`, the vgpu devices, then the sessions back to the
+/// backend.
+pub(super) fn restore(xs: &mut XenStore, control: &Control, file: &Path, backend: u16) -> Result<()> {
+    let file = std::path::absolute(file).with_context(|| format!("cannot make {} absolute", file.display()))?;
+    let dir = folder(&file);
+    let described = std::fs::read_to_string(dir.join("domain"))
+        .with_context(|| format!("reading {} (was {} saved with `pvgpu-xl save`?)", dir.join("domain").display(), file.display()))?;
+    let saved =
+        Saved::parse(&described).with_context(|| format!("{} is not a description pvgpu-xl wrote", dir.join("domain").display()))?;
+    xl(&["restore", &file.display().to_string()])?;
+    let domid = resolve(xs, &saved.name)?;
+    let (_, uuid) = identity(xs, domid)?;
+    if uuid != saved.uuid {
+        bail!("domain {} came back with UUID {uuid}, not {}: its GPU sessions stay in {}", saved.name, saved.uuid, dir.display());
+    }
+    attach(xs, &domid.to_string(), saved.devices.max(1), None, backend)?;
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "pvgpu"))
+        .collect();
+    files.sort();
+    let back = give_back(control, &files);
+    if back < files.len() {
+        bail!(
+            "{} of {} GPU sessions of domain {} could not be handed back; their snapshots stay in {}",
+            files.len() - back,
+            files.len(),
+            saved.name,
+            dir.display()
+        );
+    }
+    println!(
+        "domain {} restored as {domid}; its {back} GPU session(s) wait for their programs (remove {} once `pvgpu-ctl restores` lists none of them)",
+        saved.name,
+        dir.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_description_reads_back() {
+        let s = Saved { name: "domu".into(), uuid: "af94108e-eb39-11f1-a3c6-6e7118d8b4b6".into(), devices: 4 };
+        assert_eq!(Saved::parse(&s.render()), Some(s));
+        assert_eq!(Saved::parse("name=domu\nuuid=x\n"), None, "no device count");
+        assert_eq!(Saved::parse("name=domu\nuuid=x\ndevices=four\n"), None);
+    }
+
+    #[test]
+    fn snapshots_go_beside_the_save_file() {
+        assert_eq!(folder(Path::new("/srv/domu.save")), PathBuf::from("/srv/domu.save.pvgpu"));
+    }
+}
