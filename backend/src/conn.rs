@@ -11,6 +11,7 @@ use pvgpu_ring::region::{DataArea, RegionChannel, SharedRegion};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -107,7 +108,35 @@ pub struct RingConn {
     yield_after: Duration,
     idle: IdleWakes,
     idle_timeout: Option<Duration>,
-    _region: SharedRegion,
+    leave: LeaveHint,
+    region: SharedRegion,
+}
+
+/// Asks the frontend for a call when a checkpoint is ordered while the
+/// session waits for one ([`pvgpu_ring::layout::LEAVE_WANTED`]): the
+/// session's checkpoint flag, and whether the byte was set for this order.
+#[derive(Default)]
+struct LeaveHint {
+    ordered: Option<Arc<AtomicBool>>,
+    asked: bool,
+}
+
+impl LeaveHint {
+    /// Sets the byte once per order. The doorbell is not rung: nothing of
+    /// the frontend waits on it while its program makes no call, and its
+    /// library looks at the byte a few times a second instead.
+    fn look(&mut self, region: &SharedRegion) -> Result<(), ConnError> {
+        let Some(ordered) = &self.ordered else { return Ok(()) };
+        match (ordered.load(Ordering::Relaxed), self.asked) {
+            (true, false) => {
+                region.write_byte(pvgpu_ring::layout::LEAVE_WANTED, 1).map_err(io::Error::other)?;
+                self.asked = true;
+            }
+            (false, true) => self.asked = false,
+            _ => {}
+        }
+        Ok(())
+    }
 }
 
 /// Counts wake-ups that found no request. A peer ringing the doorbell (or
@@ -157,7 +186,8 @@ impl RingConn {
             yield_after: pvgpu_ring::notify::yield_after(spin),
             idle: IdleWakes::new(),
             idle_timeout: None,
-            _region: region,
+            leave: LeaveHint::default(),
+            region,
         })
     }
 }
@@ -174,6 +204,13 @@ impl RingConn {
         self
     }
 
+    /// While the session waits for a request, a checkpoint ordered through
+    /// `ordered` (the session's nudge) asks the frontend for a call.
+    pub fn with_leave_hint(mut self, ordered: Option<Arc<AtomicBool>>) -> Self {
+        self.leave.ordered = ordered;
+        self
+    }
+
     /// Wake-ups so far that found no request.
     pub fn idle_wakes(&self) -> u64 {
         self.idle.total
@@ -186,7 +223,8 @@ impl Conn for RingConn {
             return Ok(());
         }
         self.release()?;
-        let (req, notifier, idle) = (&mut self.req, &*self.notifier, &mut self.idle);
+        let (req, notifier, idle, leave, region) = (&mut self.req, &*self.notifier, &mut self.idle, &mut self.leave, &self.region);
+        leave.look(region)?;
         let mut woke = false;
         let mut waiter = Waiter::new(notifier, self.spin);
         waiter.yield_after = self.yield_after;
@@ -206,6 +244,7 @@ impl Conn for RingConn {
                 }
                 Step::Tick => {
                     check_stop(stop)?;
+                    leave.look(region)?;
                     woke = true;
                     Ok(None)
                 }
@@ -450,5 +489,43 @@ mod tests {
         // 2 s: a thousand free wake-ups a second, then one per millisecond.
         assert!(conn.idle_wakes() < 5000, "{} idle wake-ups in 2 s", conn.idle_wakes());
         assert!(conn.idle_wakes() > 100, "the flood reached the session");
+    }
+
+    /// A checkpoint ordered while the session waits for a request sets the
+    /// frontend's "leave wanted" byte, once per order, within a wait slice.
+    #[test]
+    fn an_order_asks_a_waiting_frontend_for_a_call() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 4096 };
+        let t = std::thread::spawn(move || server_handshake(b, 1 << 20, false).unwrap());
+        let client = client_handshake(a, &g).unwrap();
+        let side = t.join().unwrap();
+        let ordered = Arc::new(AtomicBool::new(false));
+        let mut conn = RingConn::new(side.region, &side.geometry, Box::new(side.notifier), Duration::from_micros(10))
+            .unwrap()
+            .with_leave_hint(Some(ordered.clone()));
+        let wanted = || client.region.read_byte(pvgpu_ring::layout::LEAVE_WANTED).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (o, s) = (ordered.clone(), stop.clone());
+        let waiting = std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let r = conn.recv(&mut buf, &s);
+            (conn, r)
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(wanted(), 0, "no order yet");
+        o.store(true, Ordering::SeqCst);
+        let t0 = Instant::now();
+        while wanted() == 0 && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(wanted(), 1, "asked within a wait slice");
+        // The frontend takes the request; the same order does not ask again.
+        client.region.write_byte(pvgpu_ring::layout::LEAVE_WANTED, 0).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(wanted(), 0);
+        stop.store(true, Ordering::SeqCst);
+        let (_conn, r) = waiting.join().unwrap();
+        assert!(matches!(r, Err(ConnError::Shutdown)));
     }
 }

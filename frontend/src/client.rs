@@ -104,8 +104,13 @@ impl Client {
             transport,
         };
         tracing::debug!(?info, "connected to pvgpu backend");
+        let askable = conn.t.can_be_asked_to_leave();
+        let conn = std::sync::Arc::new(Mutex::new(conn));
+        if askable {
+            crate::leave_keeper::start(std::sync::Arc::downgrade(&conn));
+        }
         Ok(Client {
-            conn: std::sync::Arc::new(Mutex::new(conn)),
+            conn,
             keeper: std::sync::OnceLock::new(),
             info,
             devices: Mutex::new(HashMap::new()),

@@ -44,6 +44,7 @@ mod graph_params;
 mod handles;
 mod host_call;
 mod ipc;
+mod leave_keeper;
 mod link;
 pub mod log;
 mod memo;

@@ -5,7 +5,8 @@
 //! offset 0      control page (4 KiB)
 //!               0x000  magic "PVGPURG1" (u64), layout version (u32)
 //!               0x010  req_size (u32), rsp_size (u32), data_size (u64)
-//!               0x020  frontend alive (u8), backend alive (u8)
+//!               0x020  frontend alive (u8), backend alive (u8),
+//!                      leave wanted (u8)
 //!               0x100  request channel indices  (4 cache lines: prod, cons,
 //!                      prod_event, cons_event)
 //!               0x200  response channel indices (the same)
@@ -38,6 +39,11 @@ pub const FRONTEND_ALIVE: usize = 0x20;
 /// Dom0's kernel when the backend's mapping goes away (gntdev's unmap
 /// notification).
 pub const BACKEND_ALIVE: usize = 0x21;
+/// Control-page byte the backend sets to 1 when a checkpoint is ordered
+/// for a session that makes no call: the frontend clears it and makes a
+/// call that waits for a reply, where the checkpoint is taken. A frontend
+/// that never looks leaves such a session to the checkpoint's timeout.
+pub const LEAVE_WANTED: usize = 0x22;
 
 /// Largest record carried by a ring channel: the ring carries commands and
 /// small replies; bulk data goes through the data area.

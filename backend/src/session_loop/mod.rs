@@ -42,14 +42,14 @@ pub fn open_connection(handover: Handover, cfg: &SessionConfig, id: u64) -> Resu
             let side = local::finish_handshake(sock, hello, cfg.max_data_area, cfg.same_address).map_err(Broken::Handshake)?;
             tracing::debug!(session = id, same_address = side.same_address, "shared memory mapped");
             let c = RingConn::new(side.region, &side.geometry, Box::new(side.notifier), cfg.spin).map_err(Broken::Ring)?;
-            Box::new(c.with_idle_timeout(cfg.idle_timeout))
+            Box::new(c.with_idle_timeout(cfg.idle_timeout).with_leave_hint(cfg.limits.checkpoint.clone()))
         }
         Handover::Tcp(s) => Box::new(TcpConn::new(s, cfg.tcp_idle_timeout, cfg.spin).map_err(Broken::Socket)?),
         Handover::Relayed { sock, .. } => Box::new(TcpConn::relayed(sock, cfg.tcp_idle_timeout, cfg.spin).map_err(Broken::Socket)?),
         Handover::Xen { domid, devid, ring } => {
             let (c, hold) = crate::xen::open_session(domid, &ring, cfg).map_err(|source| Broken::Xen { domid, devid, source })?;
             xen_hold = Some(hold);
-            Box::new(c.with_idle_timeout(cfg.idle_timeout))
+            Box::new(c.with_idle_timeout(cfg.idle_timeout).with_leave_hint(cfg.limits.checkpoint.clone()))
         }
     };
     Ok(Opened { conn, xen_hold, owner, kind })

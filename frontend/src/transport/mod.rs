@@ -99,4 +99,14 @@ pub trait Transport: Send {
     /// before, and unbinding one of them then crashes the kernel's evtchn
     /// driver (Linux 6.1, `BUG_ON` in `evtchn_unbind_from_user`).
     fn retire(&mut self) {}
+    /// Whether the backend asks for a call (a checkpoint is ordered while
+    /// the program makes none, [`crate::leave_keeper`]); reading it takes
+    /// the request. Transports without shared memory cannot be asked.
+    fn leave_wanted(&mut self) -> bool {
+        false
+    }
+    /// Whether [`Transport::leave_wanted`] can ever be true.
+    fn can_be_asked_to_leave(&self) -> bool {
+        false
+    }
 }

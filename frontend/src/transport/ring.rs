@@ -179,7 +179,7 @@ pub struct RingTransport {
     yield_after: Duration,
     timeout: Option<Duration>,
     kind: &'static str,
-    _region: SharedRegion,
+    region: SharedRegion,
     /// Whatever must live as long as the connection (Xen: the device claim
     /// and the reference directory); dropped last.
     keepalive: Vec<Box<dyn Send>>,
@@ -244,7 +244,7 @@ impl RingTransport {
             yield_after: pvgpu_ring::notify::yield_after(spin),
             timeout,
             kind,
-            _region: region,
+            region,
             keepalive: Vec::new(),
             on_retire: None,
         })
@@ -442,6 +442,18 @@ impl Transport for RingTransport {
         let off = (ptr as usize).checked_sub(self.area.base() as usize)? as u64;
         self.heap.containing(off, len as u64)?;
         Some(DataRef::area(off, len))
+    }
+
+    fn leave_wanted(&mut self) -> bool {
+        let wanted = self.region.read_byte(pvgpu_ring::layout::LEAVE_WANTED).is_ok_and(|b| b == 1);
+        if wanted {
+            let _ = self.region.write_byte(pvgpu_ring::layout::LEAVE_WANTED, 0);
+        }
+        wanted
+    }
+
+    fn can_be_asked_to_leave(&self) -> bool {
+        true
     }
 
     fn retire(&mut self) {

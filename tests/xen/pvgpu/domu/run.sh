@@ -144,12 +144,14 @@ if [ $CRC -eq 0 ] && grep -q "CHECKPOINT ok" /tmp/ckpt.log; then CR=pass; else C
 say "a program checkpointed and restored from Dom0: $CR"
 xenstore-write data/pvgpu-checkpoint "$CR"
 
-# A program running while Dom0 saves and restores this guest (`pvgpu-xl
-# save`, `pvgpu-xl restore`): its session leaves the backend before the
-# save, and the program takes it back in the restored domain (a new domain
-# id) through one of the devices attached to it.
+# A program holding a session while Dom0 saves and restores this guest
+# (`pvgpu-xl save`, `pvgpu-xl restore`), idle (it makes no call until its
+# session has left: its library answers the backend's request for one):
+# its session leaves the backend before the save, and the program takes it
+# back in the restored domain (a new domain id) through one of the devices
+# attached to it.
 BEFORE=$(xenstore-read domid)
-PVGPU_CHECKPOINTED_ADDR=xen RUST_LOG=warn,pvgpu_frontend=info timeout 700 ./e2e --exact checkpointed_client_helper --nocapture > /tmp/xlsave.log 2>&1 &
+PVGPU_CHECKPOINTED_IDLE=1 PVGPU_CHECKPOINTED_ADDR=xen RUST_LOG=warn,pvgpu_frontend=info timeout 700 ./e2e --exact checkpointed_client_helper --nocapture > /tmp/xlsave.log 2>&1 &
 XS=$!
 i=0
 while ! grep -q READY /tmp/xlsave.log && [ $i -lt 240 ]; do usleep 500000; i=$((i + 1)); done

@@ -205,7 +205,9 @@ pub(super) fn restore(xs: &mut XenStore, control: &Control, file: &Path, backend
     if uuid != saved.uuid {
         bail!("domain {} came back with UUID {uuid}, not {}: its GPU sessions stay in {}", saved.name, saved.uuid, dir.display());
     }
-    attach(xs, &domid.to_string(), saved.devices.max(1), None, backend)?;
+    if saved.devices > 0 {
+        attach(xs, &domid.to_string(), saved.devices, None, backend)?;
+    }
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .with_context(|| format!("listing {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -240,6 +242,35 @@ mod tests {
         assert_eq!(Saved::parse(&s.render()), Some(s));
         assert_eq!(Saved::parse("name=domu\nuuid=x\n"), None, "no device count");
         assert_eq!(Saved::parse("name=domu\nuuid=x\ndevices=four\n"), None);
+    }
+
+    #[test]
+    fn a_saved_guest_waits_until_its_devices_are_closed_and_unclaimed() {
+        use pvgpu_xen::xenbus::write_state;
+        use pvgpu_xen::xenstore::fake::{Fake, SharedFake};
+        let store = SharedFake::new(Fake::default());
+        let mut xs = store.connect();
+        for id in 0..2 {
+            vgpu::create_device(&mut xs, 0, 3, id).unwrap();
+            write_state(&mut xs, &vgpu::backend_dir(0, 3, id), XenbusState::InitWait).unwrap();
+        }
+        set_online(&mut xs, 0, 3, false).unwrap();
+        for id in 0..2 {
+            assert_eq!(xs.read_string(&vgpu::key(&vgpu::backend_dir(0, 3, id), be::ONLINE)).unwrap(), "0");
+        }
+        let e = wait_quiet(&mut xs, 0, 3, Duration::ZERO).unwrap_err();
+        assert!(e.to_string().contains("[0, 1]"), "{e}");
+        // The backend closes them; a program still holds device 1's claim.
+        for id in 0..2 {
+            write_state(&mut xs, &vgpu::backend_dir(0, 3, id), XenbusState::Closed).unwrap();
+        }
+        xs.write(&vgpu::key(&vgpu::frontend_dir(3, 1), fe::CLAIM), b"77.0.1").unwrap();
+        let e = wait_quiet(&mut xs, 0, 3, Duration::ZERO).unwrap_err();
+        assert!(e.to_string().contains("[1]"), "{e}");
+        xs.rm(&vgpu::key(&vgpu::frontend_dir(3, 1), fe::CLAIM)).unwrap();
+        wait_quiet(&mut xs, 0, 3, Duration::ZERO).unwrap();
+        set_online(&mut xs, 0, 3, true).unwrap();
+        assert_eq!(xs.read_string(&vgpu::key(&vgpu::backend_dir(0, 3, 0), be::ONLINE)).unwrap(), "1");
     }
 
     #[test]
