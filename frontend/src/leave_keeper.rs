@@ -32,7 +32,9 @@ fn keep(conn: Weak<Mutex<Conn>>) {
         if c.is_dead() {
             return;
         }
-        if c.detached || !c.t.leave_wanted() {
+        // Host functions of graphs waiting for the program are the
+        // program's own threads' to run; the checkpoint waits for its call.
+        if c.detached || c.host.pending || !c.t.leave_wanted() {
             continue;
         }
         tracing::debug!("the backend asks for a call (a checkpoint is ordered)");
