@@ -4,8 +4,8 @@
 # guests' bridge), start the guest, attach its devices, wait for the
 # guest's end-to-end suites (Xen, RDMA), programs and benchmark, kill the
 # backend under a waiting guest call and start a new one, checkpoint and
-# restore a guest program's session, save and restore the guest with a
-# program's session in it (pvgpu-xl save/restore), then destroy the guest in the middle
+# restore a guest program's session, save and restore the guest with two
+# programs' sessions in it (pvgpu-xl save/restore), then destroy the guest in the middle
 # of a session and check that everything of it is
 # reclaimed. Exits 0 only if every step passed.
 say() { echo "LAB-PVGPU dom0: $* [+$(cut -d' ' -f1 /proc/uptime)s]"; }
@@ -102,15 +102,15 @@ CK=$(wait_key "$D/data/pvgpu-checkpoint" 300) || CK="no result"
 say "guest program across a checkpoint and restore: $CK"
 [ "$CK" = pass ] || fail "checkpoint and restore: $CK"
 
-# The guest's next program holds a session while the guest is saved and
-# restored: `pvgpu-xl save` checkpoints the session (it leaves the backend)
-# before `xl save`; `pvgpu-xl restore` runs `xl restore`, attaches devices
-# to the new domain and hands the session back to the backend.
+# Two guest programs (one idle) hold sessions while the guest is saved and
+# restored: `pvgpu-xl save` checkpoints the sessions (they leave the
+# backend) before `xl save`; `pvgpu-xl restore` runs `xl restore`, attaches
+# devices to the new domain and hands the sessions back to the backend.
 XSREADY=$(wait_key "$D/data/pvgpu-xlsave-ready" 300) || XSREADY="no result"
-if [ "$XSREADY" = 1 ]; then
+if [ "$XSREADY" = 2 ]; then
   rm -rf /tmp/domu.save /tmp/domu.save.pvgpu
   if ./pvgpu-xl save "$LAB_DOMU_NAME" /tmp/domu.save && ./pvgpu-xl restore /tmp/domu.save; then
-    say "the guest saved and restored with its program's session"
+    say "the guest saved and restored with its programs' sessions"
   else
     fail "pvgpu-xl save or restore"
   fi
@@ -122,7 +122,7 @@ else
   fail "program for xl save: $XSREADY"
 fi
 XSAVE=$(wait_key "$D/data/pvgpu-xlsave" 300) || XSAVE="no result"
-say "guest program across xl save and xl restore: $XSAVE"
+say "guest programs across xl save and xl restore: $XSAVE"
 [ "$XSAVE" = pass ] || fail "xl save and restore: $XSAVE"
 
 VICTIM=$(wait_key "$D/data/pvgpu-victim" 120) || VICTIM="no result"

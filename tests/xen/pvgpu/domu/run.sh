@@ -144,24 +144,31 @@ if [ $CRC -eq 0 ] && grep -q "CHECKPOINT ok" /tmp/ckpt.log; then CR=pass; else C
 say "a program checkpointed and restored from Dom0: $CR"
 xenstore-write data/pvgpu-checkpoint "$CR"
 
-# A program holding a session while Dom0 saves and restores this guest
-# (`pvgpu-xl save`, `pvgpu-xl restore`), idle (it makes no call until its
-# session has left: its library answers the backend's request for one):
-# its session leaves the backend before the save, and the program takes it
-# back in the restored domain (a new domain id) through one of the devices
-# attached to it.
+# Two programs holding sessions while Dom0 saves and restores this guest
+# (`pvgpu-xl save`, `pvgpu-xl restore`): one idle (it makes no call until
+# its session has left: its library answers the backend's request for
+# one), one making calls. Both sessions leave the backend before the save,
+# and each program takes its own back in the restored domain (a new domain
+# id) through a device attached to it.
 BEFORE=$(xenstore-read domid)
-PVGPU_CHECKPOINTED_IDLE=1 PVGPU_CHECKPOINTED_ADDR=xen RUST_LOG=warn,pvgpu_frontend=info timeout 700 ./e2e --exact checkpointed_client_helper --nocapture > /tmp/xlsave.log 2>&1 &
-XS=$!
+PVGPU_CHECKPOINTED_IDLE=1 PVGPU_CHECKPOINTED_ADDR=xen RUST_LOG=warn,pvgpu_frontend=info timeout 700 ./e2e --exact checkpointed_client_helper --nocapture > /tmp/xlsave-idle.log 2>&1 &
+XI=$!
+PVGPU_CHECKPOINTED_ADDR=xen RUST_LOG=warn,pvgpu_frontend=info timeout 700 ./e2e --exact checkpointed_client_helper --nocapture > /tmp/xlsave-busy.log 2>&1 &
+XB=$!
 i=0
-while ! grep -q READY /tmp/xlsave.log && [ $i -lt 240 ]; do usleep 500000; i=$((i + 1)); done
-xenstore-write data/pvgpu-xlsave-ready "$(grep -c READY /tmp/xlsave.log)"
-wait $XS
-XRC=$?
+while [ "$(cat /tmp/xlsave-idle.log /tmp/xlsave-busy.log | grep -c READY)" -lt 2 ] && [ $i -lt 240 ]; do usleep 500000; i=$((i + 1)); done
+xenstore-write data/pvgpu-xlsave-ready "$(cat /tmp/xlsave-idle.log /tmp/xlsave-busy.log | grep -c READY)"
+wait $XI; XIRC=$?
+wait $XB; XBRC=$?
 AFTER=$(xenstore-read domid)
-grep -E "READY|DETACHED|CHECKPOINT|panicked|taken back|waiting for it|restored as" /tmp/xlsave.log
-if [ $XRC -eq 0 ] && grep -q "CHECKPOINT ok" /tmp/xlsave.log && [ "$BEFORE" != "$AFTER" ]; then XR=pass; else XR="fail rc=$XRC domid $BEFORE then $AFTER"; tail -30 /tmp/xlsave.log; fi
-say "a program across xl save and xl restore of this guest (domain $BEFORE, then $AFTER): $XR"
+XR=pass
+for l in idle busy; do
+  grep -E "READY|DETACHED|CHECKPOINT|panicked|taken back|waiting for it|restored as" /tmp/xlsave-$l.log | sed "s/^/$l: /"
+  grep -q "CHECKPOINT ok" /tmp/xlsave-$l.log || { XR="fail ($l program)"; tail -30 /tmp/xlsave-$l.log; }
+done
+[ $XIRC -eq 0 ] && [ $XBRC -eq 0 ] || XR="fail rc=$XIRC,$XBRC"
+[ "$BEFORE" != "$AFTER" ] || XR="fail: the domain id stayed $BEFORE"
+say "two programs (idle, busy) across xl save and xl restore of this guest (domain $BEFORE, then $AFTER): $XR"
 xenstore-write data/pvgpu-xlsave "$XR"
 
 PVGPU_CHILD_ADDR=xen ./e2e --exact child_client_helper --nocapture > /tmp/victim.log 2>&1 &

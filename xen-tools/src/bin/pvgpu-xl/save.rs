@@ -128,7 +128,9 @@ fn give_back(control: &Control, files: &[PathBuf]) -> usize {
     back
 }
 
-/// `save`: checkpoint the guest's sessions, then `xl save`.
+/// `save`: checkpoint the guest's sessions, then `xl save`. Whatever fails
+/// on the way, the sessions taken so far go back to the backend and the
+/// devices come back online: the guest runs on as before.
 pub(super) fn save(xs: &mut XenStore, control: &Control, domain: &str, file: &Path, timeout: u64, backend: u16) -> Result<()> {
     let domid = resolve(xs, domain)?;
     let (name, uuid) = identity(xs, domid)?;
@@ -138,56 +140,65 @@ pub(super) fn save(xs: &mut XenStore, control: &Control, domain: &str, file: &Pa
         .mode(0o700)
         .create(&dir)
         .with_context(|| format!("cannot create {} for the guest's GPU sessions (remove it if an earlier save left it)", dir.display()))?;
+    let mut taken = Vec::new();
+    let job = Job { control, domid, backend, timeout, file: &file, dir: &dir };
+    match take_and_save(xs, &job, Saved { name, uuid, devices: 0 }, &mut taken) {
+        Ok(saved) => {
+            println!("domain {} saved to {} with {} GPU session(s) in {}", saved.name, file.display(), taken.len(), dir.display());
+            Ok(())
+        }
+        Err(e) => {
+            let back = give_back(control, &taken);
+            if let Err(e) = set_online(xs, backend, domid, true) {
+                eprintln!("could not bring the devices of domain {domid} back online: {e:#}");
+            }
+            Err(e.context(format!("domain {domid} was not saved and runs on ({back} GPU session(s) handed back to the backend)")))
+        }
+    }
+}
+
+/// What `save` was asked.
+struct Job<'a> {
+    control: &'a Control,
+    domid: u16,
+    backend: u16,
+    /// Seconds each session may take to reach a waited call.
+    timeout: u64,
+    /// The save file.
+    file: &'a Path,
+    /// The folder of its snapshots.
+    dir: &'a Path,
+}
+
+/// The steps of `save`; the snapshots written go into `taken`.
+fn take_and_save(xs: &mut XenStore, job: &Job<'_>, mut saved: Saved, taken: &mut Vec<PathBuf>) -> Result<Saved> {
+    let Job { control, domid, backend, timeout, file, dir } = *job;
     // No new connection from here on: a program whose session leaves waits,
     // holding no port, until the restored guest has devices again.
     set_online(xs, backend, domid, false)?;
     let peer = format!("xen:{domid}");
-    let sessions: Vec<u64> =
-        control.sessions().context("listing the backend's sessions")?.into_iter().filter(|s| s.peer == peer).map(|s| s.id).collect();
-    let mut taken = Vec::new();
-    let undo = |xs: &mut XenStore, taken: &[PathBuf]| {
-        let back = give_back(control, taken);
-        if let Err(e) = set_online(xs, backend, domid, true) {
-            eprintln!("could not bring the devices of domain {domid} back online: {e:#}");
-        }
-        back
-    };
+    let listed = || control.sessions().context("listing the backend's sessions");
+    let sessions: Vec<u64> = listed()?.into_iter().filter(|s| s.peer == peer).map(|s| s.id).collect();
     for id in &sessions {
         let path = dir.join(format!("session-{id}.pvgpu"));
         let req = CheckpointRequest { file: path.display().to_string(), leave_running: false, timeout_seconds: Some(timeout) };
-        match control.checkpoint(*id, &req) {
-            Ok(r) => {
-                println!("session {id}: {} bytes of device state checkpointed in {:.2} s", r.state_bytes, r.seconds);
-                taken.push(path);
-            }
-            Err(e) => {
-                let back = undo(xs, &taken);
-                bail!("checkpointing session {id} of domain {domid} failed: {e}; the guest was not saved ({back} session(s) handed back)");
-            }
-        }
+        let r = control.checkpoint(*id, &req).with_context(|| format!("checkpointing session {id}"))?;
+        println!("session {id}: {} bytes of device state checkpointed in {:.2} s", r.state_bytes, r.seconds);
+        taken.push(path);
     }
     // The rings are the guest's memory: wait until no worker maps them.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while control.sessions().context("listing the backend's sessions")?.iter().any(|s| sessions.contains(&s.id)) {
+    while listed()?.iter().any(|s| sessions.contains(&s.id)) {
         if Instant::now() > deadline {
-            let back = undo(xs, &taken);
-            bail!("the checkpointed sessions of domain {domid} did not end within 30 s; the guest was not saved ({back} handed back)");
+            bail!("the checkpointed sessions did not end within 30 s");
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    if let Err(e) = wait_quiet(xs, backend, domid, Duration::from_secs(30)) {
-        let back = undo(xs, &taken);
-        return Err(e.context(format!("the guest was not saved ({back} session(s) handed back)")));
-    }
-    let count = u32::try_from(devices(xs, backend, domid)?.len()).unwrap_or(u32::MAX);
-    let saved = Saved { name, uuid, devices: count };
+    wait_quiet(xs, backend, domid, Duration::from_secs(30))?;
+    saved.devices = u32::try_from(devices(xs, backend, domid)?.len()).unwrap_or(u32::MAX);
     std::fs::write(dir.join("domain"), saved.render()).with_context(|| format!("writing {}", dir.join("domain").display()))?;
-    if let Err(e) = xl(&["save", &domid.to_string(), &file.display().to_string()]) {
-        let back = undo(xs, &taken);
-        return Err(e.context(format!("the guest keeps running ({back} session(s) handed back)")));
-    }
-    println!("domain {} saved to {} with {} GPU session(s) in {}", saved.name, file.display(), taken.len(), dir.display());
-    Ok(())
+    xl(&["save", &domid.to_string(), &file.display().to_string()])?;
+    Ok(saved)
 }
 
 /// `restore`: `xl restore`, the vgpu devices, then the sessions back to the
