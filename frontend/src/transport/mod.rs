@@ -100,8 +100,8 @@ pub trait Transport: Send {
     /// driver (Linux 6.1, `BUG_ON` in `evtchn_unbind_from_user`).
     fn retire(&mut self) {}
     /// Whether the backend asks for a call (a checkpoint is ordered while
-    /// the program makes none, [`crate::leave_keeper`]); reading it takes
-    /// the request. Transports without shared memory cannot be asked.
+    /// the program makes none, [`pvgpu_ring::layout::LEAVE_WANTED`]);
+    /// reading it takes the request. Transports without shared memory cannot be asked.
     fn leave_wanted(&mut self) -> bool {
         false
     }
