@@ -461,14 +461,21 @@ mod tests {
 
     /// A frontend ringing the doorbell without posting requests costs the
     /// backend a bounded number of wake-ups.
-    #[test]
-    fn doorbell_flood_is_throttled() {
+    /// A small local ring: the frontend's side and the session's
+    /// connection.
+    fn ring() -> (pvgpu_ring::local::ClientSide, RingConn) {
         let (a, b) = UnixStream::pair().unwrap();
         let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 4096 };
         let t = std::thread::spawn(move || server_handshake(b, 1 << 20, false).unwrap());
         let client = client_handshake(a, &g).unwrap();
         let side = t.join().unwrap();
-        let mut conn = RingConn::new(side.region, &side.geometry, Box::new(side.notifier), Duration::from_micros(10)).unwrap();
+        let conn = RingConn::new(side.region, &side.geometry, Box::new(side.notifier), Duration::from_micros(10)).unwrap();
+        (client, conn)
+    }
+
+    #[test]
+    fn doorbell_flood_is_throttled() {
+        let (client, mut conn) = ring();
         let stop = Arc::new(AtomicBool::new(false));
         let flooding = Arc::new(AtomicBool::new(true));
         let f = flooding.clone();
@@ -495,15 +502,9 @@ mod tests {
     /// frontend's "leave wanted" byte, once per order, within a wait slice.
     #[test]
     fn an_order_asks_a_waiting_frontend_for_a_call() {
-        let (a, b) = UnixStream::pair().unwrap();
-        let g = Geometry { req_size: 4096, rsp_size: 4096, data_size: 4096 };
-        let t = std::thread::spawn(move || server_handshake(b, 1 << 20, false).unwrap());
-        let client = client_handshake(a, &g).unwrap();
-        let side = t.join().unwrap();
+        let (client, conn) = ring();
         let ordered = Arc::new(AtomicBool::new(false));
-        let mut conn = RingConn::new(side.region, &side.geometry, Box::new(side.notifier), Duration::from_micros(10))
-            .unwrap()
-            .with_leave_hint(Some(ordered.clone()));
+        let mut conn = conn.with_leave_hint(Some(ordered.clone()));
         let wanted = || client.region.read_byte(pvgpu_ring::layout::LEAVE_WANTED).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let (o, s) = (ordered.clone(), stop.clone());

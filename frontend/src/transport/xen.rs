@@ -109,9 +109,10 @@ struct SameDomain {
 const DOMAIN_CHECK: Duration = Duration::from_secs(1);
 
 impl SameDomain {
-    fn new(domid: u16) -> Result<SameDomain, TransportError> {
-        let xs = XenStore::open().map_err(err("opening XenStore"))?;
-        Ok(SameDomain { xs: std::sync::Mutex::new((xs, Instant::now())), domid, moved: false.into() })
+    /// Watches through `xs`, the connection's own XenStore handle once its
+    /// handshake is done.
+    fn new(xs: XenStore, domid: u16) -> SameDomain {
+        SameDomain { xs: std::sync::Mutex::new((xs, Instant::now())), domid, moved: false.into() }
     }
 
     /// False once this guest is known to run under another domain id. An
@@ -290,7 +291,7 @@ pub fn connect(devid: Option<u32>, opts: &Options) -> Result<RingTransport, Tran
 
     let probe = region.clone();
     let unmapped = UnmapWait(region.clone());
-    let here = SameDomain::new(domid)?;
+    let here = SameDomain::new(xs, domid);
     let notifier = notifier.with_liveness(Arc::new(move || probe.read_byte(BACKEND_ALIVE).is_ok_and(|b| b == 1) && here.still()));
     // Retired (its session left), the connection lets go of its port: the
     // unmap notification keeps only clearing the byte, so that the kernel
