@@ -79,7 +79,7 @@ impl Client {
             min_version: PROTOCOL_VERSION.into(),
             max_version: PROTOCOL_VERSION.into(),
             space: opts.space.into(),
-            reserved: 0.into(),
+            features: FEATURE_LEAVE_FRAMES.into(),
         };
         let rep = conn.call(&hello)?;
         if rep.space.get() != opts.space {

@@ -166,6 +166,13 @@ pub enum ProtocolError {
         /// The space answered.
         got: u16,
     },
+    /// The backend sent a message while no call waited, other than its
+    /// request for a call: the connection is out of step.
+    #[error("The backend sent a message (flags {flags:#x}) while no call waited; the connection is out of step and ends")]
+    Stray {
+        /// The message's flags.
+        flags: u32,
+    },
     /// A page of kernel names that was empty before the last name.
     #[error("Kernel-name page ended early")]
     NamesPage,

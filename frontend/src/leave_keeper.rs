@@ -1,17 +1,21 @@
 //! A session asked to leave while its program makes no call. A checkpoint
 //! is taken at a call that waits for a reply; a program that makes none
 //! (waiting for its user, or busy on the CPU) would hold its session
-//! until the checkpoint's timeout. Over a shared-memory ring the backend
-//! asks for a call instead ([`pvgpu_ring::layout::LEAVE_WANTED`]): a thread
-//! of the library looks a few times a second and, while no call is under
-//! way, makes one (`Nop`), at which the checkpoint is taken. The program
-//! learns at its next call that its session left, as after any checkpoint.
+//! until the checkpoint's timeout. The backend asks for a call instead:
+//! over a shared-memory ring with the control page's byte
+//! ([`pvgpu_ring::layout::LEAVE_WANTED`]), over TCP, TLS and RDMA with a
+//! message of its own ([`pvgpu_ring::proto::FLAG_LEAVE_WANTED`], sent to
+//! frontends that announce [`pvgpu_ring::proto::FEATURE_LEAVE_FRAMES`]). A
+//! thread of the library looks a few times a second and, while no call is
+//! under way, makes one (`Nop`), at which the checkpoint is taken. The
+//! program learns at its next call that its session left, as after any
+//! checkpoint.
 
 use crate::rpc::Conn;
 use std::sync::{Mutex, Weak};
 use std::time::Duration;
 
-/// How often the thread looks at the connection's byte.
+/// How often the thread looks at the connection's byte or socket.
 pub const LOOK_EVERY: Duration = Duration::from_millis(100);
 
 /// Starts the thread for the connection `conn` when its transport can be

@@ -13,7 +13,7 @@ use crate::error::{Error, Result, TransportError};
 use crate::options::{BackendAddr, Options};
 use crate::rpc::Conn;
 use pvgpu_ring::CuError;
-use pvgpu_ring::proto::{FLAG_REPLY, HelloRep, MOVED_ADDRESS_MAX, Opcode, PROTOCOL_VERSION, Reply, Resume, STATUS_MOVED};
+use pvgpu_ring::proto::{FEATURE_LEAVE_FRAMES, FLAG_REPLY, HelloRep, MOVED_ADDRESS_MAX, Opcode, PROTOCOL_VERSION, Reply, Resume, STATUS_MOVED};
 use std::time::{Duration, Instant};
 
 /// What a connection needs to come back.
@@ -65,6 +65,7 @@ impl Conn {
                     token: self.token,
                     min_version: PROTOCOL_VERSION.into(),
                     max_version: PROTOCOL_VERSION.into(),
+                    features: FEATURE_LEAVE_FRAMES.into(),
                     reserved: 0.into(),
                 };
                 match self.resume(&resume) {

@@ -175,6 +175,17 @@ impl RdmaStream {
         self.sock.write_ms.store(t.map_or(0, |t| t.as_millis().max(1) as u64), Ordering::Relaxed);
     }
 
+    /// Whether a read would find something now (without waiting).
+    pub fn readable(&self) -> io::Result<bool> {
+        let mut p = libc::pollfd { fd: self.sock.fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd naming this rsocket; a zero timeout
+        // only looks.
+        match unsafe { (self.sock.lib.rpoll)(&mut p, 1, 0) } {
+            n if n >= 0 => Ok(n > 0),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+
     /// The peer's address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.sock.name(true)

@@ -90,6 +90,9 @@ pub(super) fn resume<E: Executor>(
     match outcome {
         Ok(()) => {
             use zerocopy::IntoBytes;
+            if r.features.get() & pvgpu_ring::proto::FEATURE_LEAVE_FRAMES != 0 {
+                conn.leave_frames_understood();
+            }
             let rep = session.hello_rep();
             conn.send(&h.reply(CuResult::SUCCESS, rep.as_bytes().len()), rep.as_bytes(), stop)?;
             tracing::info!(session = session.id(), secs = t.elapsed().as_secs_f64(), "session resumed from its checkpoint");

@@ -44,8 +44,14 @@ pub fn open_connection(handover: Handover, cfg: &SessionConfig, id: u64) -> Resu
             let c = RingConn::new(side.region, &side.geometry, Box::new(side.notifier), cfg.spin).map_err(Broken::Ring)?;
             Box::new(c.with_idle_timeout(cfg.idle_timeout).with_leave_hint(cfg.limits.checkpoint.clone()))
         }
-        Handover::Tcp(s) => Box::new(TcpConn::new(s, cfg.tcp_idle_timeout, cfg.spin).map_err(Broken::Socket)?),
-        Handover::Relayed { sock, .. } => Box::new(TcpConn::relayed(sock, cfg.tcp_idle_timeout, cfg.spin).map_err(Broken::Socket)?),
+        Handover::Tcp(s) => {
+            let c = TcpConn::new(s, cfg.tcp_idle_timeout, cfg.spin).map_err(Broken::Socket)?;
+            Box::new(c.with_leave_hint(cfg.limits.checkpoint.clone()))
+        }
+        Handover::Relayed { sock, .. } => {
+            let c = TcpConn::relayed(sock, cfg.tcp_idle_timeout, cfg.spin).map_err(Broken::Socket)?;
+            Box::new(c.with_leave_hint(cfg.limits.checkpoint.clone()))
+        }
         Handover::Xen { domid, devid, ring } => {
             let (c, hold) = crate::xen::open_session(domid, &ring, cfg).map_err(|source| Broken::Xen { domid, devid, source })?;
             xen_hold = Some(hold);
@@ -115,6 +121,13 @@ pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, owner: Own
     }
 }
 
+/// The features a hello's payload announces (none where it is too short:
+/// the session's own decoding refuses it).
+fn features(payload: &[u8]) -> u16 {
+    use zerocopy::FromBytes;
+    pvgpu_ring::proto::Hello::read_from_prefix(payload).map_or(0, |(h, _)| h.features.get())
+}
+
 /// The buffers a session reuses from request to request.
 #[derive(Default)]
 struct Buffers {
@@ -164,7 +177,11 @@ fn serve_one<E: Executor>(
     }
     let req = if unstaged { &b.req[..] } else { conn.received(&b.req) };
     let payload = &req[HEADER_LEN.min(req.len())..];
+    let hello = (!session.greeted() && h.opcode.get() == pvgpu_ring::proto::Opcode::Hello as u16).then(|| features(payload));
     let outcome = session.process(&h, payload, conn.area(), &mut b.out);
+    if hello.is_some_and(|f| f & pvgpu_ring::proto::FEATURE_LEAVE_FRAMES != 0) {
+        conn.leave_frames_understood();
+    }
     conn.release()?;
     let (status, last) = match outcome.map_err(Broken::Session)? {
         Outcome::Quiet => return Ok(()),

@@ -20,8 +20,21 @@ use std::time::Duration;
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the transport reads and writes: the socket, or TLS over it.
-trait Stream: Read + Write + Send {}
-impl<T: Read + Write + Send> Stream for T {}
+trait Stream: Read + Write + Send {
+    /// Whether bytes already taken from the socket wait to be read (TLS
+    /// decrypts a record whole, and may hold a message the socket no
+    /// longer shows).
+    fn holds_data(&mut self) -> bool {
+        false
+    }
+}
+impl Stream for TcpStream {}
+impl Stream for pvgpu_rdma::RdmaStream {}
+impl Stream for rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    fn holds_data(&mut self) -> bool {
+        self.conn.process_new_packets().is_ok_and(|s| s.plaintext_bytes_to_read() > 0)
+    }
+}
 
 /// A stream connection (TCP, TLS or RDMA) to a backend.
 pub struct TcpTransport {
@@ -29,7 +42,49 @@ pub struct TcpTransport {
     /// Reads the replies (a small one in one `read`).
     reader: FrameReader,
     kind: &'static str,
+    /// The socket under `sock`, whose read timeout a look for the
+    /// backend's [`FLAG_LEAVE_WANTED`](pvgpu_ring::proto::FLAG_LEAVE_WANTED) shortens for a moment.
+    raw: Raw,
+    /// Each wait for a reply's bound (the socket's read timeout).
+    timeout: Option<Duration>,
+    /// A message that came while no call waited and was not the backend's
+    /// request for a call: the connection is out of step, and its next
+    /// call fails.
+    stray: Option<u32>,
 }
+
+/// The socket under a stream connection, for its read timeout.
+enum Raw {
+    Tcp(TcpStream),
+    Rdma(pvgpu_rdma::RdmaStream),
+}
+
+impl Raw {
+    /// Whether the socket has something to read now.
+    fn readable(&self) -> bool {
+        match self {
+            Raw::Tcp(s) => {
+                use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+                let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(s), PollFlags::POLLIN)];
+                poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
+            }
+            Raw::Rdma(s) => s.readable().unwrap_or(false),
+        }
+    }
+
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Raw::Tcp(s) => s.set_read_timeout(t),
+            Raw::Rdma(s) => {
+                s.set_read_timeout(t);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// How long a look for the backend's request for a call waits for it.
+const LOOK: Duration = Duration::from_millis(1);
 
 /// Longest a reply may stop arriving part-way when calls have no timeout.
 const STALL: Duration = Duration::from_secs(30);
@@ -89,7 +144,7 @@ impl TcpTransport {
         tcp_auth::client_open(&mut stream, key.as_ref()).map_err(auth)?;
         raw.set_write_timeout(None)?;
         raw.set_read_timeout(timeout)?;
-        Ok(TcpTransport { sock: stream, reader: FrameReader::new(timeout.unwrap_or(STALL)), kind })
+        Ok(TcpTransport::new(stream, Raw::Tcp(raw), timeout, kind))
     }
 
     /// Connects to `addr` (`host:port`) over RDMA and opens a session as
@@ -107,7 +162,20 @@ impl TcpTransport {
         tcp_auth::client_open(&mut stream, key.as_ref()).map_err(auth)?;
         sock.set_write_timeout(None);
         sock.set_read_timeout(timeout);
-        Ok(TcpTransport { sock: stream, reader: FrameReader::new(timeout.unwrap_or(STALL)), kind: "rdma" })
+        Ok(TcpTransport::new(stream, Raw::Rdma(sock), timeout, "rdma"))
+    }
+
+    fn new(sock: Box<dyn Stream>, raw: Raw, timeout: Option<Duration>, kind: &'static str) -> TcpTransport {
+        TcpTransport { sock, reader: FrameReader::new(timeout.unwrap_or(STALL)), kind, raw, timeout, stray: None }
+    }
+
+    /// Fails the call about to be made if a stray message came while the
+    /// connection was idle.
+    fn in_step(&self) -> Result<(), TransportError> {
+        match self.stray {
+            Some(flags) => Err(ProtocolError::Stray { flags }.into()),
+            None => Ok(()),
+        }
     }
 }
 
@@ -132,6 +200,7 @@ fn frame_error(e: FrameError) -> TransportError {
 
 impl Transport for TcpTransport {
     fn send(&mut self, h: &Header, parts: &[&[u8]]) -> Result<(), TransportError> {
+        self.in_step()?;
         write_frame(&mut self.sock, h, parts).and_then(|()| self.sock.flush()).map_err(gone)
     }
 
@@ -141,22 +210,37 @@ impl Transport for TcpTransport {
     /// blocking, 39-58 µs spinning), unlike the backend's spin for its next
     /// request, which helps graph replays.
     fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Header, TransportError> {
-        self.reader.read_payload(&mut self.sock, buf).map_err(frame_error)
+        loop {
+            let h = self.reader.read_payload(&mut self.sock, buf).map_err(frame_error)?;
+            // Asked for a call while this one waits: this call is it.
+            if !h.is_leave_wanted() {
+                return Ok(h);
+            }
+        }
     }
 
     fn recv_into(&mut self, buf: &mut Vec<u8>, dst: &mut [u8], _spin: Option<Duration>) -> Result<(Header, bool), TransportError> {
         let mut direct = SliceSink::new(dst);
-        let mut used = false;
-        // A frame is read whole or the connection fails: a payload chosen
-        // for `dst` fills it exactly.
-        let h = self
-            .reader
-            .read_payload_choosing(&mut self.sock, |h| {
-                used = !h.is_output() && !h.is_host_call() && h.status.get() == 0 && h.payload_len.get() as usize == direct.room();
-                if used { &mut direct as &mut dyn FrameSink } else { buf as &mut dyn FrameSink }
-            })
-            .map_err(frame_error)?;
-        Ok((h, used))
+        loop {
+            let mut used = false;
+            // A frame is read whole or the connection fails: a payload
+            // chosen for `dst` fills it exactly. A request for a call has
+            // no payload, and is skipped as in `recv`.
+            let h = self
+                .reader
+                .read_payload_choosing(&mut self.sock, |h| {
+                    used = !h.is_output()
+                        && !h.is_host_call()
+                        && !h.is_leave_wanted()
+                        && h.status.get() == 0
+                        && h.payload_len.get() as usize == direct.room();
+                    if used { &mut direct as &mut dyn FrameSink } else { buf as &mut dyn FrameSink }
+                })
+                .map_err(frame_error)?;
+            if !h.is_leave_wanted() {
+                return Ok((h, used));
+            }
+        }
     }
 
     fn recv_spinning(&mut self, buf: &mut Vec<u8>, _spin: Duration) -> Result<Header, TransportError> {
@@ -191,5 +275,38 @@ impl Transport for TcpTransport {
 
     fn kind(&self) -> &'static str {
         self.kind
+    }
+
+    /// Reads what the backend sent while no call waited: its request for
+    /// a call, or nothing. The look itself does not wait (it holds the
+    /// connection, which the program's next call may want); only when
+    /// something came is a message read, for at most [`LOOK`] (it comes
+    /// whole).
+    fn leave_wanted(&mut self) -> bool {
+        if self.stray.is_some() {
+            return false;
+        }
+        let came = self.reader.buffered() > 0 || self.sock.holds_data() || self.raw.readable();
+        if !came || self.raw.set_read_timeout(Some(LOOK)).is_err() {
+            return false;
+        }
+        let mut payload = Vec::new();
+        let read = self.reader.read_payload(&mut self.sock, &mut payload);
+        if let Err(e) = self.raw.set_read_timeout(self.timeout) {
+            tracing::warn!(error = %e, "cannot restore the connection's read timeout");
+        }
+        match read {
+            Ok(h) if h.is_leave_wanted() => true,
+            Ok(h) => {
+                self.stray = Some(h.flags.get());
+                false
+            }
+            // Nothing came; a connection that failed fails the next call.
+            Err(_) => false,
+        }
+    }
+
+    fn can_be_asked_to_leave(&self) -> bool {
+        true
     }
 }

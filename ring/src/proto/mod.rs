@@ -90,6 +90,21 @@ pub const FLAG_HOST_CALL: u32 = 8;
 /// backend; the frontend sends its next request on a new connection that
 /// opens with [`Resume`] (the session's token from [`HelloRep`]).
 pub const FLAG_DETACHED: u32 = 16;
+/// A message from the backend that is not a reply, sent over the stream
+/// transports (TCP, TLS, RDMA) to a frontend that announced
+/// [`FEATURE_LEAVE_FRAMES`]: a checkpoint is ordered while the session
+/// waits for a request, and the backend asks for a call that waits for a
+/// reply, at which the checkpoint is taken. Its request id is 0, its
+/// opcode 0 and it has no payload. A frontend skips one that arrives while
+/// a call of its own waits (that call is where the checkpoint is taken).
+/// Over the rings the same request is the control page's
+/// [`LEAVE_WANTED`](crate::layout::LEAVE_WANTED) byte.
+pub const FLAG_LEAVE_WANTED: u32 = 32;
+
+/// [`Hello::features`] bit: the frontend reads [`FLAG_LEAVE_WANTED`]
+/// messages while its program makes no call, and answers one with a call.
+/// A backend sends them to no other frontend.
+pub const FEATURE_LEAVE_FRAMES: u16 = 1;
 
 /// Reply status of a [`Resume`] whose session moved to another backend
 /// (`pvgpu-ctl migrate`): the payload is that backend's address, as
@@ -181,6 +196,23 @@ impl Header {
     /// Whether this is a host-call message.
     pub fn is_host_call(&self) -> bool {
         self.flags.get() & FLAG_HOST_CALL != 0
+    }
+
+    /// A [`FLAG_LEAVE_WANTED`] message.
+    pub fn leave_wanted() -> Self {
+        Header {
+            version: PROTOCOL_VERSION.into(),
+            opcode: 0.into(),
+            flags: (FLAG_IS_REPLY | FLAG_LEAVE_WANTED).into(),
+            request_id: 0.into(),
+            payload_len: 0.into(),
+            status: 0.into(),
+        }
+    }
+
+    /// Whether this is a [`FLAG_LEAVE_WANTED`] message.
+    pub fn is_leave_wanted(&self) -> bool {
+        self.flags.get() & FLAG_LEAVE_WANTED != 0
     }
 
     /// Whether this is an output message.

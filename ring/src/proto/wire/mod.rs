@@ -207,8 +207,10 @@ wire_structs! {
         /// handles and pointers name one backend each. 0 for a program with
         /// one backend.
         pub space: U16,
-        /// Reserved, zero.
-        pub reserved: U16,
+        /// What the frontend understands besides the protocol version:
+        /// [`FEATURE_LEAVE_FRAMES`](crate::proto::FEATURE_LEAVE_FRAMES).
+        /// A backend ignores bits it does not know.
+        pub features: U16,
     }
     /// First message of a connection that takes back a checkpointed
     /// session: its token, and the versions the frontend speaks.
@@ -219,8 +221,10 @@ wire_structs! {
         pub min_version: U16,
         /// Newest protocol version the frontend speaks.
         pub max_version: U16,
+        /// As [`Hello::features`].
+        pub features: U16,
         /// Reserved, zero.
-        pub reserved: U32,
+        pub reserved: U16,
     }
     /// `cuDeviceGet`.
     pub struct DeviceGet {

@@ -1,16 +1,12 @@
 //! The backend's side of a connection: receive a request (copied out of
 //! shared memory or read off the socket), mark it done, send a reply.
 
-use crate::staging::Staging;
 use pvgpu_ring::channel::{ChannelError, Consumer, Producer, Sent};
-use pvgpu_ring::frame::{FrameError, FrameReader, FrameSink};
 use pvgpu_ring::layout::{Geometry, LayoutError, MAX_RING_RECORD, attach_region};
 use pvgpu_ring::notify::{Notifier, NotifyError, Step, WaitError, Waiter};
 use pvgpu_ring::proto::{DecodeError, Header};
 use pvgpu_ring::region::{DataArea, RegionChannel, SharedRegion};
-use std::io::{self, Read, Write};
-use std::net::TcpStream;
-use std::os::fd::AsFd;
+use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -94,6 +90,10 @@ pub trait Conn {
     /// The serving thread was moved to other CPUs: how it waits may change
     /// ([`pvgpu_ring::notify::yield_after`]).
     fn cpus_changed(&mut self) {}
+    /// The frontend's hello (or resume) said that it reads
+    /// [`pvgpu_ring::proto::FLAG_LEAVE_WANTED`] messages; transports that
+    /// ask otherwise (the rings' control byte) ignore it.
+    fn leave_frames_understood(&mut self) {}
 }
 
 /// A connection over a shared region: request and response channels, data
@@ -122,18 +122,26 @@ struct LeaveHint {
 }
 
 impl LeaveHint {
+    /// Whether to ask now: once per order.
+    fn due(&mut self) -> bool {
+        let Some(ordered) = &self.ordered else { return false };
+        match (ordered.load(Ordering::Relaxed), self.asked) {
+            (true, false) => {
+                self.asked = true;
+                return true;
+            }
+            (false, true) => self.asked = false,
+            _ => {}
+        }
+        false
+    }
+
     /// Sets the byte once per order. The doorbell is not rung: nothing of
     /// the frontend waits on it while its program makes no call, and its
     /// library looks at the byte a few times a second instead.
     fn look(&mut self, region: &SharedRegion) -> Result<(), ConnError> {
-        let Some(ordered) = &self.ordered else { return Ok(()) };
-        match (ordered.load(Ordering::Relaxed), self.asked) {
-            (true, false) => {
-                region.write_byte(pvgpu_ring::layout::LEAVE_WANTED, 1).map_err(io::Error::other)?;
-                self.asked = true;
-            }
-            (false, true) => self.asked = false,
-            _ => {}
+        if self.due() {
+            region.write_byte(pvgpu_ring::layout::LEAVE_WANTED, 1).map_err(io::Error::other)?;
         }
         Ok(())
     }
@@ -304,152 +312,9 @@ impl Conn for RingConn {
     }
 }
 
-/// What a [`TcpConn`] reads frames from: a TCP socket, or the worker's end
-/// of a TLS relay.
-trait FrameStream: Read + Write + AsFd + Send {}
-impl<T: Read + Write + AsFd + Send> FrameStream for T {}
-
-/// A connection over a TCP stream (or the supervisor's TLS relay): framed
-/// messages, bulk data inline. The session's thread looks for its next
-/// request for a short spin (a program's next call often follows at once:
-/// a synchronisation after a launch), then blocks in `read` (a small
-/// request arrives in one call), waking every [`TICK`] to see whether it
-/// must stop.
-pub struct TcpConn {
-    sock: Box<dyn FrameStream>,
-    reader: FrameReader,
-    /// Where large requests are read and copies' replies written.
-    staging: Option<Staging>,
-    /// Whether the last request received is in the staging.
-    staged: bool,
-    idle_timeout: Option<Duration>,
-    /// How long it looks for the next request before it blocks.
-    spin: Duration,
-}
-
-/// How often a session waiting for its next request looks at its stop
-/// flag and its idle time (the stream's read timeout).
-const TICK: Duration = Duration::from_millis(200);
-/// Longest a frontend may stop in the middle of a frame before it loses
-/// its session; also how long the supervisor's relays (TLS, RDMA) wait for
-/// a peer that stops reading.
-pub(crate) const STALL: Duration = Duration::from_secs(30);
-
-impl TcpConn {
-    /// Wraps a stream that passed its opening. A frontend that sends
-    /// nothing for `idle_timeout` loses its session.
-    pub fn new(sock: TcpStream, idle_timeout: Option<Duration>, spin: Duration) -> io::Result<Self> {
-        sock.set_nodelay(true)?;
-        sock.set_read_timeout(Some(TICK))?;
-        sock.set_write_timeout(Some(STALL))?;
-        Ok(TcpConn::wrap(Box::new(sock), idle_timeout, spin))
-    }
-
-    /// Wraps the worker's end of the supervisor's TLS relay.
-    pub fn relayed(sock: std::os::unix::net::UnixStream, idle_timeout: Option<Duration>, spin: Duration) -> io::Result<Self> {
-        sock.set_read_timeout(Some(TICK))?;
-        sock.set_write_timeout(Some(STALL))?;
-        Ok(TcpConn::wrap(Box::new(sock), idle_timeout, spin))
-    }
-
-    fn wrap(sock: Box<dyn FrameStream>, idle_timeout: Option<Duration>, spin: Duration) -> TcpConn {
-        // Without staging (no memory for it), requests are read into the
-        // session's buffer, as small ones always are.
-        let staging = Staging::new().inspect_err(|e| tracing::warn!(error = %e, "no staging for the connection")).ok();
-        TcpConn { sock, reader: FrameReader::new(STALL), staging, staged: false, idle_timeout, spin }
-    }
-}
-
-/// Waits up to `timeout` for `sock` to have something to read (an
-/// interrupted wait reads as "not yet").
-pub(crate) fn readable(sock: &impl AsFd, timeout: Duration) -> io::Result<bool> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
-    match poll(&mut fds, PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX)) {
-        Ok(n) => Ok(n > 0),
-        Err(nix::Error::EINTR) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
-
-impl Conn for TcpConn {
-    fn recv(&mut self, buf: &mut Vec<u8>, stop: &AtomicBool) -> Result<(), ConnError> {
-        let since = Instant::now();
-        if !self.reader.frame_ready() {
-            pvgpu_ring::frame::spin_until_readable(self.sock.as_fd(), self.spin);
-        }
-        self.staged = false;
-        loop {
-            let (staging, staged) = (&mut self.staging, &mut self.staged);
-            let read = self.reader.read_choosing(&mut self.sock, |h| match staging {
-                Some(st) if Staging::takes(h) => {
-                    *staged = true;
-                    st as &mut dyn FrameSink
-                }
-                _ => buf as &mut dyn FrameSink,
-            });
-            match read {
-                Ok(_) => return Ok(()),
-                Err(FrameError::Idle) => {
-                    check_stop(stop)?;
-                    if self.idle_timeout.is_some_and(|t| since.elapsed() >= t) {
-                        return Err(ConnError::Idle);
-                    }
-                }
-                Err(FrameError::Closed) => return Err(ConnError::PeerGone),
-                Err(FrameError::Io(e)) => return Err(e.into()),
-                Err(FrameError::Header(e)) => return Err(e.into()),
-            }
-        }
-    }
-
-    fn release(&mut self) -> Result<(), ConnError> {
-        Ok(())
-    }
-
-    fn send(&mut self, h: &Header, payload: &[u8], stop: &AtomicBool) -> Result<(), ConnError> {
-        self.send_staged(h, payload, 0, stop)
-    }
-
-    fn received<'a>(&'a self, buf: &'a [u8]) -> &'a [u8] {
-        match &self.staging {
-            Some(st) if self.staged => st.request(),
-            _ => buf,
-        }
-    }
-
-    fn unstage(&mut self, buf: &mut Vec<u8>) {
-        if let (Some(st), true) = (&self.staging, self.staged) {
-            buf.clear();
-            buf.extend_from_slice(st.request());
-            self.staged = false;
-        }
-    }
-
-    fn send_staged(&mut self, h: &Header, payload: &[u8], staged: usize, _stop: &AtomicBool) -> Result<(), ConnError> {
-        let tail = match &self.staging {
-            Some(st) if staged > 0 => st.reply(staged),
-            _ => &[],
-        };
-        if tail.len() != staged {
-            return Err(ConnError::Io(io::Error::other("a staged reply longer than the staging")));
-        }
-        pvgpu_ring::frame::write_frame(&mut self.sock, h, &[payload, tail]).map_err(|e| match e.kind() {
-            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => ConnError::PeerGone,
-            _ => ConnError::Io(e),
-        })?;
-        self.sock.flush()?;
-        Ok(())
-    }
-
-    fn area(&self) -> Option<&DataArea> {
-        None
-    }
-
-    fn staging(&mut self) -> Option<&mut Staging> {
-        self.staging.as_mut()
-    }
-}
+mod stream;
+pub use stream::TcpConn;
+pub(crate) use stream::{STALL, readable};
 
 #[cfg(test)]
 mod tests {
