@@ -49,9 +49,14 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     let bytes = (n * 4) as u64;
     let (da, db, dc) = (c.mem_alloc(g.ctx, bytes).unwrap(), c.mem_alloc(g.ctx, bytes).unwrap(), c.mem_alloc(g.ctx, bytes).unwrap());
     let small = c.mem_alloc(g.ctx, 64).unwrap();
+    // Large enough that the snapshot's digest is taken on several threads
+    // (in the sandboxed worker, and in the backend that checks it).
+    let large_bytes: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    let large = c.mem_alloc(g.ctx, large_bytes.len() as u64).unwrap();
     c.memcpy_htod(da, &f32_bytes(&a)).unwrap();
     c.memcpy_htod(db, &f32_bytes(&b)).unwrap();
     c.memcpy_htod(small, &[7u8; 64]).unwrap();
+    c.memcpy_htod(large, &large_bytes).unwrap();
     let stream = c.stream_create(g.ctx, 1, 0).unwrap();
     let event = c.event_create(g.ctx, 0).unwrap();
     let n32 = n as i32;
@@ -142,6 +147,9 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     let mut seven = [0u8; 64];
     c.memcpy_dtoh(&mut seven, small).unwrap();
     assert_eq!(seven, [7u8; 64]);
+    let mut large_back = vec![0u8; large_bytes.len()];
+    c.memcpy_dtoh(&mut large_back, large).unwrap();
+    assert!(large_back == large_bytes, "3 MiB of device memory through the checkpoint");
     let m = 100i32;
     c.launch(&scale_f, [1, 1, 1], [128, 1, 1], 0, stream, &[arg(&da), arg(&m)]).unwrap();
     c.event_record(event, stream).unwrap();
@@ -151,7 +159,7 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     assert_same(&bytes_f32(&out[..400]), &want, "a kernel reading the restored global, on the restored stream");
     c.launch(&matsum_f, [blocks, 1, 1], [256, 1, 1], 0, Stream::DEFAULT, &[arg(&da), arg(&db), arg(&dc), arg(&n32)]).unwrap();
     c.ctx_synchronize(g.ctx).unwrap();
-    for p in [da, db, dc, small] {
+    for p in [da, db, dc, small, large] {
         c.mem_free(p).unwrap();
     }
     let again = c.mem_alloc(g.ctx, 1 << 20).unwrap();
