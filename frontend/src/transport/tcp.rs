@@ -47,10 +47,20 @@ pub struct TcpTransport {
     raw: Raw,
     /// Each wait for a reply's bound (the socket's read timeout).
     timeout: Option<Duration>,
-    /// A message that came while no call waited and was not the backend's
-    /// request for a call: the connection is out of step, and its next
-    /// call fails.
-    stray: Option<u32>,
+    /// What put the connection out of step while no call waited (its next
+    /// call fails with it).
+    out_of_step: Option<OutOfStep>,
+}
+
+/// What a look for the backend's request for a call found instead.
+#[derive(Debug, Clone, Copy)]
+enum OutOfStep {
+    /// Another message (its flags).
+    Stray(u32),
+    /// The end of the connection.
+    Closed,
+    /// A message that stopped part-way.
+    Stalled,
 }
 
 /// The socket under a stream connection, for its read timeout.
@@ -166,15 +176,17 @@ impl TcpTransport {
     }
 
     fn new(sock: Box<dyn Stream>, raw: Raw, timeout: Option<Duration>, kind: &'static str) -> TcpTransport {
-        TcpTransport { sock, reader: FrameReader::new(timeout.unwrap_or(STALL)), kind, raw, timeout, stray: None }
+        TcpTransport { sock, reader: FrameReader::new(timeout.unwrap_or(STALL)), kind, raw, timeout, out_of_step: None }
     }
 
-    /// Fails the call about to be made if a stray message came while the
-    /// connection was idle.
+    /// Fails the call about to be made if the connection went out of step
+    /// while it was idle.
     fn in_step(&self) -> Result<(), TransportError> {
-        match self.stray {
-            Some(flags) => Err(ProtocolError::Stray { flags }.into()),
+        match self.out_of_step {
             None => Ok(()),
+            Some(OutOfStep::Stray(flags)) => Err(ProtocolError::Stray { flags }.into()),
+            Some(OutOfStep::Closed) => Err(TransportError::BackendGone),
+            Some(OutOfStep::Stalled) => Err(TransportError::Timeout),
         }
     }
 }
@@ -283,7 +295,7 @@ impl Transport for TcpTransport {
     /// something came is a message read, for at most [`LOOK`] (it comes
     /// whole).
     fn leave_wanted(&mut self) -> bool {
-        if self.stray.is_some() {
+        if self.out_of_step.is_some() {
             return false;
         }
         let came = self.reader.buffered() > 0 || self.sock.holds_data() || self.raw.readable();
@@ -295,15 +307,16 @@ impl Transport for TcpTransport {
         if let Err(e) = self.raw.set_read_timeout(self.timeout) {
             tracing::warn!(error = %e, "cannot restore the connection's read timeout");
         }
-        match read {
-            Ok(h) if h.is_leave_wanted() => true,
-            Ok(h) => {
-                self.stray = Some(h.flags.get());
-                false
-            }
-            // Nothing came; a connection that failed fails the next call.
-            Err(_) => false,
-        }
+        let fault = match read {
+            Ok(h) if h.is_leave_wanted() => return true,
+            Err(FrameError::Idle) => return false,
+            Ok(h) => OutOfStep::Stray(h.flags.get()),
+            Err(FrameError::Closed) => OutOfStep::Closed,
+            Err(_) => OutOfStep::Stalled,
+        };
+        tracing::debug!(?fault, "the connection went out of step while no call waited");
+        self.out_of_step = Some(fault);
+        false
     }
 
     fn can_be_asked_to_leave(&self) -> bool {
