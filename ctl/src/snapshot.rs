@@ -88,14 +88,25 @@ impl Checksum {
     fn update(&mut self, b: &[u8]) {
         match self {
             Checksum::Sha256(h) => h.update(b),
-            // BLAKE3 is a tree: a large part hashes on every core, with
-            // the digest one thread would give.
-            Checksum::Blake3(h) if b.len() >= PARALLEL_HASH => {
-                h.update_rayon(b);
-            }
             Checksum::Blake3(h) => {
                 h.update(b);
             }
+        }
+    }
+
+    /// [`Checksum::update`] on every core for a large part: BLAKE3 is a
+    /// tree, and gives the digest one thread would. Only for a process
+    /// whose mappings nothing depends on (the supervisor's check): a
+    /// session's worker must not start threads that a restore in another
+    /// worker would not have, since where its mappings lie decides where
+    /// the driver places module globals (the H200 showed cuBLAS's moving
+    /// when workers hashed on a pool of threads).
+    fn update_parallel(&mut self, b: &[u8]) {
+        match self {
+            Checksum::Blake3(h) if b.len() >= PARALLEL_HASH => {
+                h.update_rayon(b);
+            }
+            _ => self.update(b),
         }
     }
 
@@ -171,7 +182,9 @@ impl<W: Write> Writer<W> {
     }
 }
 
-/// Checks the digest of a whole snapshot of `len` bytes read from `r`.
+/// Checks the digest of a whole snapshot of `len` bytes read from `r`,
+/// hashing on every core (threads of this process's own: not for a
+/// session's worker, see [`Checksum::update_parallel`]).
 pub fn verify(mut r: impl Read, len: u64) -> Result<(), SnapshotError> {
     let body = len.checked_sub(DIGEST as u64).ok_or(SnapshotError::Digest)?;
     // Large reads, so that each is hashed on several threads.
@@ -186,7 +199,7 @@ pub fn verify(mut r: impl Read, len: u64) -> Result<(), SnapshotError> {
     while left > 0 {
         let n = (left.min(buf.len() as u64)) as usize;
         r.read_exact(&mut buf[..n]).map_err(|_| SnapshotError::Digest)?;
-        hash.update(&buf[..n]);
+        hash.update_parallel(&buf[..n]);
         left -= n as u64;
     }
     let mut digest = [0u8; DIGEST];
@@ -353,7 +366,7 @@ mod tests {
         let bytes: Vec<u8> = (0..(5 << 20) + 12345u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
         let mut parts = Checksum::of_version(VERSION);
         for part in [&bytes[..100], &bytes[100..(3 << 20)], &bytes[(3 << 20)..]] {
-            parts.update(part);
+            parts.update_parallel(part);
         }
         assert_eq!(parts.finalize(), *blake3::hash(&bytes).as_bytes());
     }

@@ -134,6 +134,7 @@ impl<E: Executor> Session<E> {
             )));
         }
         self.set_space(meta.space);
+        let mut phases = Phases::start();
         self.hello = true;
         self.initialized = state.initialized;
         for c in &state.contexts {
@@ -152,13 +153,27 @@ impl<E: Executor> Session<E> {
         if let Some(first) = state.contexts.first() {
             super::area_pin::at_new_context(self, first.id, area);
         }
+        phases.contexts = phases.lap();
         // The session's addresses first, then what the driver places.
         super::vmm::rebuild_reservations(self, &state.reservations)?;
         self.restore_memory(&state.allocations, &mut blobs)?;
         self.restore_vmm(state, &mut blobs)?;
+        phases.memory = phases.lap();
         self.restore_in_order(state, &mut blobs)?;
+        phases.modules = phases.lap();
         self.restore_mirrors(&state.mirrors, &mut blobs)?;
         super::graph::rebuild(self, &state.graphs, &state.graph_execs)?;
+        phases.graphs = phases.lap();
+        tracing::info!(
+            session = self.id(),
+            contexts_secs = phases.contexts,
+            memory_secs = phases.memory,
+            modules_secs = phases.modules,
+            graphs_secs = phases.graphs,
+            modules = state.modules.len(),
+            allocations = state.allocations.len() + state.mappings.len(),
+            "session rebuilt from its snapshot"
+        );
         if let Some(c) = state.current {
             self.enter(c).map_err(rebuild("the current context"))?;
         }
@@ -381,6 +396,31 @@ impl<E: Executor> Session<E> {
         // SAFETY: `bytes` is readable for its length and the copy waits; the
         // range was just made at this address for these bytes.
         unsafe { c.htod(addr, bytes.as_ptr(), bytes.len(), None, true) }.map_err(rebuild(format!("{what} at {addr:#x}")))
+    }
+}
+
+/// How long each part of a rebuild took, in seconds: the contexts; the
+/// device memory and virtual memory, mapped and written; modules, streams
+/// and events; mirrors and graphs.
+struct Phases {
+    last: std::time::Instant,
+    contexts: f64,
+    memory: f64,
+    modules: f64,
+    graphs: f64,
+}
+
+impl Phases {
+    fn start() -> Phases {
+        Phases { last: std::time::Instant::now(), contexts: 0.0, memory: 0.0, modules: 0.0, graphs: 0.0 }
+    }
+
+    /// Seconds since the last lap.
+    fn lap(&mut self) -> f64 {
+        let now = std::time::Instant::now();
+        let secs = (now - self.last).as_secs_f64();
+        self.last = now;
+        secs
     }
 }
 

@@ -49,8 +49,8 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     let bytes = (n * 4) as u64;
     let (da, db, dc) = (c.mem_alloc(g.ctx, bytes).unwrap(), c.mem_alloc(g.ctx, bytes).unwrap(), c.mem_alloc(g.ctx, bytes).unwrap());
     let small = c.mem_alloc(g.ctx, 64).unwrap();
-    // Large enough that the snapshot's digest is taken on several threads
-    // (in the sandboxed worker, and in the backend that checks it).
+    // Large enough that the backend checks the snapshot's digest on
+    // several threads.
     let large_bytes: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
     let large = c.mem_alloc(g.ctx, large_bytes.len() as u64).unwrap();
     c.memcpy_htod(da, &f32_bytes(&a)).unwrap();
