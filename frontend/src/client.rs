@@ -126,7 +126,7 @@ impl Client {
     /// connection: the next call first waits for it to come back (a
     /// restore, [`Options::resume_timeout`]).
     pub fn detached(&self) -> bool {
-        self.conn().detached
+        self.conn_as_is().detached
     }
 
     /// What the backend said about itself.
@@ -138,7 +138,16 @@ impl Client {
         self.memo.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The connection, for a call: a session that left is taken back
+    /// first ([`Conn::take_back_before_a_call`]).
     pub(crate) fn conn(&self) -> MutexGuard<'_, Conn> {
+        let mut c = self.conn_as_is();
+        c.take_back_before_a_call();
+        c
+    }
+
+    /// The connection as it is, for a look that makes no call.
+    pub(crate) fn conn_as_is(&self) -> MutexGuard<'_, Conn> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -192,7 +201,7 @@ impl Client {
     /// What the session sent so far, command by command; `None` unless
     /// [`Options::stats`] was set.
     pub fn call_stats(&self) -> Option<crate::CallStats> {
-        self.conn().stats.as_deref().cloned()
+        self.conn_as_is().stats.as_deref().cloned()
     }
 
     /// Round trip that does nothing (latency measurement).

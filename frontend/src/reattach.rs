@@ -39,6 +39,24 @@ const MAX_HOPS: u32 = 8;
 const RETRY: Duration = Duration::from_millis(100);
 
 impl Conn {
+    /// Takes a session that left back before a call builds its request: a
+    /// request names places in its connection's data area (bytes staged
+    /// there, page-locked memory the program allocated there), and they
+    /// must be places of the connection it goes on, not of the one the
+    /// session left (a copy into page-locked memory made before the session
+    /// left was otherwise written into the new connection's area, and the
+    /// program's memory kept its old bytes). A session that does not come
+    /// back ends here: the call fails, as every later one.
+    pub(crate) fn take_back_before_a_call(&mut self) {
+        if !self.detached || self.dead {
+            return;
+        }
+        if let Err(e) = self.reattach() {
+            tracing::warn!(error = %e, "the session did not come back; its calls fail from now on");
+            self.dead = true;
+        }
+    }
+
     /// Opens a new connection and takes the session back on it.
     pub(crate) fn reattach(&mut self) -> Result<()> {
         let Some(mut r) = self.reattach.clone() else {

@@ -99,6 +99,11 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
         m.set_x(3.0);
     }
 
+    // Page-locked memory in the data area (local): it stays the program's
+    // after the session leaves that connection.
+    let pinned = c.host_alloc(64);
+    assert_eq!(pinned.is_some(), t == Transport::Local);
+
     // The checkpoint, at the program's next call that waits.
     let report = std::thread::scope(|s| {
         let taken = s.spawn(|| ctl.checkpoint(id, &req(false)));
@@ -139,7 +144,17 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     assert_eq!(waiting.len(), 1, "{waiting:?}");
     assert_eq!(waiting[0].file, file.display().to_string());
 
-    // The program goes on: the kernel's result, the global, the handles.
+    // The program goes on. Its first call copies into the page-locked
+    // memory of the connection its session left: the session is taken back
+    // on a new connection before the request is made, so that the backend
+    // writes the program's memory, not a place in the new connection's area.
+    if let Some(p) = pinned {
+        // SAFETY: 64 bytes of page-locked memory the client allocated,
+        // used by nothing else.
+        unsafe { c.memcpy_dtoh_raw(p, 64, small, Stream::DEFAULT, false) }.unwrap();
+        // SAFETY: as above; the copy is complete.
+        assert_eq!(unsafe { std::slice::from_raw_parts(p, 64) }, &[7u8; 64], "a copy into page-locked memory after the resume");
+    }
     let mut out = vec![0u8; bytes as usize];
     c.memcpy_dtoh(&mut out, dc).unwrap();
     assert!(!c.detached());
