@@ -13,7 +13,9 @@ use crate::error::{Error, Result, TransportError};
 use crate::options::{BackendAddr, Options};
 use crate::rpc::Conn;
 use pvgpu_ring::CuError;
-use pvgpu_ring::proto::{FEATURE_LEAVE_FRAMES, FLAG_REPLY, HelloRep, MOVED_ADDRESS_MAX, Opcode, PROTOCOL_VERSION, Reply, Resume, STATUS_MOVED};
+use pvgpu_ring::proto::{
+    FEATURE_LEAVE_FRAMES, FLAG_REPLY, HelloRep, MOVED_ADDRESS_MAX, Opcode, PROTOCOL_VERSION, Reply, Resume, STATUS_MOVED,
+};
 use std::time::{Duration, Instant};
 
 /// What a connection needs to come back.
