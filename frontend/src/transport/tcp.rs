@@ -323,3 +323,62 @@ impl Transport for TcpTransport {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pvgpu_ring::cuda::CuResult;
+    use pvgpu_ring::proto::Opcode;
+
+    /// A transport over a loopback connection (past its opening) and the
+    /// backend's end of it.
+    fn pair() -> (TcpTransport, TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let sock = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let backend = listener.accept().unwrap().0;
+        let raw = sock.try_clone().unwrap();
+        (TcpTransport::new(Box::new(sock), Raw::Tcp(raw), Some(Duration::from_secs(5)), "tcp"), backend)
+    }
+
+    fn settle() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    #[test]
+    fn the_backend_s_request_for_a_call_is_seen_while_idle_and_skipped_by_a_call() {
+        let (mut t, mut backend) = pair();
+        assert!(!t.leave_wanted(), "nothing came");
+        write_frame(&mut backend, &Header::leave_wanted(), &[]).unwrap();
+        settle();
+        assert!(t.leave_wanted());
+        assert!(!t.leave_wanted(), "taken once");
+        // One that comes while a call waits is skipped: the reply follows.
+        let req = Header::request(Opcode::Nop, 7, pvgpu_ring::proto::FLAG_REPLY, 0);
+        t.send(&req, &[]).unwrap();
+        write_frame(&mut backend, &Header::leave_wanted(), &[]).unwrap();
+        write_frame(&mut backend, &req.reply(CuResult::SUCCESS, 3), &[b"abc"]).unwrap();
+        let mut buf = Vec::new();
+        let h = t.recv(&mut buf).unwrap();
+        assert_eq!((h.request_id.get(), &buf[..]), (7, &b"abc"[..]));
+    }
+
+    #[test]
+    fn anything_else_while_idle_puts_the_connection_out_of_step() {
+        let (mut t, mut backend) = pair();
+        let stray = Header::request(Opcode::Nop, 9, 0, 0).reply(CuResult::SUCCESS, 0);
+        write_frame(&mut backend, &stray, &[]).unwrap();
+        settle();
+        assert!(!t.leave_wanted());
+        let req = Header::request(Opcode::Nop, 10, pvgpu_ring::proto::FLAG_REPLY, 0);
+        match t.send(&req, &[]) {
+            Err(TransportError::Protocol(ProtocolError::Stray { flags })) => assert_eq!(flags, stray.flags.get()),
+            other => panic!("a call after a stray message: {other:?}"),
+        }
+        // A backend that went away is the next call's error too.
+        let (mut t, backend) = pair();
+        drop(backend);
+        settle();
+        assert!(!t.leave_wanted());
+        assert!(matches!(t.send(&req, &[]), Err(TransportError::BackendGone)));
+    }
+}
