@@ -93,7 +93,7 @@ impl Supervised {
                 Err(Refusal::new(
                     504,
                     format!(
-                        "Session {id} made no call that waits for a reply within {} s (a checkpoint is taken at one); nothing was written and it goes on. Its library asks for such a call when it is idle unless it predates that (over TCP, TLS and RDMA, before 2026-11-28: upgrade the program's pvgpu library) or the program is held in a call that does not return; retry with a longer --timeout.",
+                        "Session {id} made no call that waits for a reply within {} s (a checkpoint is taken at one); nothing was written and it goes on. An idle program's library makes such a call when asked, unless the library is too old to be asked over TCP, TLS or RDMA (upgrade the program's pvgpu library) or the program is held in a call that does not return; retry with a longer --timeout.",
                         wait.as_secs()
                     ),
                 ))
