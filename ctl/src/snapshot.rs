@@ -187,8 +187,9 @@ impl<W: Write> Writer<W> {
 /// session's worker, see [`Checksum::update_parallel`]).
 pub fn verify(mut r: impl Read, len: u64) -> Result<(), SnapshotError> {
     let body = len.checked_sub(DIGEST as u64).ok_or(SnapshotError::Digest)?;
-    // Large reads, so that each is hashed on several threads.
-    let mut buf = vec![0u8; 16 << 20];
+    // Large reads, so that each is hashed on several threads (no larger
+    // than the file).
+    let mut buf = vec![0u8; usize::try_from(body).unwrap_or(usize::MAX).clamp(12, 16 << 20)];
     // The version (after the magic) says which digest the file carries.
     let head = body.min(12) as usize;
     r.read_exact(&mut buf[..head]).map_err(|_| SnapshotError::Digest)?;
