@@ -442,7 +442,7 @@ impl Client {
 
 impl Drop for Client {
     fn drop(&mut self) {
-        let mut c = self.conn();
+        let mut c = self.conn_as_is();
         // A session that left with a checkpoint is not brought back only to
         // say goodbye.
         if !c.is_dead() && !c.detached {

@@ -339,6 +339,17 @@ pub(crate) fn checkpoint_leaving_the_session_running(t: Transport) {
     assert!(!c.detached());
     c.memcpy_dtoh(&mut back, buf).unwrap();
     assert_eq!(back, [3u8; 4096]);
+
+    // A program that ends while its session is away does not wait for the
+    // session to come back only to say goodbye (its resume would wait
+    // minutes for a restore that never comes).
+    let away = CheckpointRequest { file: dir.0.join("away.pvgpu").display().to_string(), leave_running: false, timeout_seconds: Some(5) };
+    ctl.checkpoint(id, &away).expect("a detaching checkpoint of an idle program");
+    assert!(eventually(Duration::from_secs(5), || c.detached()), "the library's call took the reply that says the session left");
+    drop(g);
+    let t0 = Instant::now();
+    drop(c);
+    assert!(t0.elapsed() < Duration::from_secs(30), "ending the program waited {:?} for its session", t0.elapsed());
 }
 
 /// The idle checkpoint over TLS as well: the backend's request for a call
