@@ -346,7 +346,6 @@ pub(crate) fn checkpoint_leaving_the_session_running(t: Transport) {
     let away = CheckpointRequest { file: dir.0.join("away.pvgpu").display().to_string(), leave_running: false, timeout_seconds: Some(5) };
     ctl.checkpoint(id, &away).expect("a detaching checkpoint of an idle program");
     assert!(eventually(Duration::from_secs(5), || c.detached()), "the library's call took the reply that says the session left");
-    drop(g);
     let t0 = Instant::now();
     drop(c);
     assert!(t0.elapsed() < Duration::from_secs(30), "ending the program waited {:?} for its session", t0.elapsed());
