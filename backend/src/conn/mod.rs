@@ -11,6 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+mod stream;
+pub use stream::TcpConn;
+pub(crate) use stream::{STALL, readable};
+
 /// Why a connection stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnError {
@@ -311,10 +315,6 @@ impl Conn for RingConn {
         self.yield_after = pvgpu_ring::notify::yield_after(self.spin);
     }
 }
-
-mod stream;
-pub use stream::TcpConn;
-pub(crate) use stream::{STALL, readable};
 
 #[cfg(test)]
 mod tests {

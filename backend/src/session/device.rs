@@ -29,6 +29,7 @@ pub(super) fn hello<E: Executor>(s: &mut Session<E>, r: proto::Hello, _: &mut Io
         return Err(CuError::INVALID_VALUE);
     }
     s.set_space(r.space.get());
+    s.features = r.features.get();
     s.hello = true;
     Ok(s.hello_rep())
 }

@@ -113,6 +113,9 @@ pub struct Session<E: Executor> {
     /// The executor's devices the guest sees, by the guest's ordinal.
     gpus: Vec<usize>,
     hello: bool,
+    /// What the frontend's hello announced besides its versions
+    /// (`Hello::features`).
+    features: u16,
     /// The program's address space at this backend (the hello's
     /// `space`): in every id the session makes, and where it places
     /// contexts' memory.
@@ -208,6 +211,7 @@ impl<E: Executor> Session<E> {
             id,
             limits,
             hello: false,
+            features: 0,
             space: 0,
             initialized: false,
             ctxs: HandleTable::new(n.min(256)),
@@ -302,6 +306,12 @@ impl<E: Executor> Session<E> {
     /// Whether the connection opened (hello or resume).
     pub fn greeted(&self) -> bool {
         self.hello
+    }
+
+    /// Whether the frontend's hello said that it reads
+    /// [`pvgpu_ring::proto::FLAG_LEAVE_WANTED`] messages.
+    pub fn reads_leave_frames(&self) -> bool {
+        self.features & pvgpu_ring::proto::FEATURE_LEAVE_FRAMES != 0
     }
 
     /// Session number.

@@ -121,13 +121,6 @@ pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, owner: Own
     }
 }
 
-/// The features a hello's payload announces (none where it is too short:
-/// the session's own decoding refuses it).
-fn features(payload: &[u8]) -> u16 {
-    use zerocopy::FromBytes;
-    pvgpu_ring::proto::Hello::read_from_prefix(payload).map_or(0, |(h, _)| h.features.get())
-}
-
 /// The buffers a session reuses from request to request.
 #[derive(Default)]
 struct Buffers {
@@ -177,9 +170,9 @@ fn serve_one<E: Executor>(
     }
     let req = if unstaged { &b.req[..] } else { conn.received(&b.req) };
     let payload = &req[HEADER_LEN.min(req.len())..];
-    let hello = (!session.greeted() && h.opcode.get() == pvgpu_ring::proto::Opcode::Hello as u16).then(|| features(payload));
+    let greeted = session.greeted();
     let outcome = session.process(&h, payload, conn.area(), &mut b.out);
-    if hello.is_some_and(|f| f & pvgpu_ring::proto::FEATURE_LEAVE_FRAMES != 0) {
+    if !greeted && session.reads_leave_frames() {
         conn.leave_frames_understood();
     }
     conn.release()?;
