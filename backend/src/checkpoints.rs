@@ -33,9 +33,13 @@ struct Parked {
     path: PathBuf,
 }
 
-/// Orders, parked snapshots, and where moved sessions went.
+/// Orders, parked snapshots, and where moved sessions went; and the
+/// tickets of copies between backends, which reach sessions the same way
+/// ([`crate::peer_copy`]).
 #[derive(Default)]
 pub struct Desk {
+    /// Copies from other backends into these sessions, and to them.
+    pub copies: crate::peer_copy::Copies,
     orders: Mutex<HashMap<u64, Order>>,
     parked: Mutex<HashMap<Token, Parked>>,
     /// Token to (peer, the other backend's address).

@@ -62,6 +62,7 @@ pub mod listener;
 pub mod log_limit;
 pub mod meter;
 pub mod metrics;
+pub mod peer_copy;
 pub mod peers;
 pub mod rdma;
 pub mod roster;

@@ -128,6 +128,7 @@ impl Backend {
 
     fn start(cfg: Config, spawner: Arc<dyn Spawner>) -> Result<Backend, BackendError> {
         let pools = Pools::new(&cfg.admission);
+        spawner.desk().copies.set_peers(cfg.peers.iter().map(|p| p.listed.address.clone()).collect());
         let stats = Arc::new(Stats { sessions: pools.sessions.clone(), total: AtomicU64::new(0) });
         let shared = Arc::new(Shared {
             stop: Arc::new(AtomicBool::new(false)),
@@ -335,8 +336,10 @@ fn enter(acc: Accepted, sh: &Arc<Shared>) {
 /// thread then relays the session's traffic.
 fn admit(acc: Accepted, pending: admission::pending::Pending, sh: &Shared) {
     let (peer, transport) = (acc.peer(), acc.transport());
-    match admission::open(acc, pending, &sh.admission, &sh.pools, sh.session.max_data_area) {
-        Ok(admission::Admitted { handover, slot, seat, relay, tenant }) => {
+    match admission::open(acc, pending, &sh.admission, &sh.pools, sh.session.max_data_area, &sh.spawner.desk().copies) {
+        // Another backend's copy, parked for its session.
+        Ok(None) => {}
+        Ok(Some(admission::Admitted { handover, slot, seat, relay, tenant })) => {
             let id = sh.stats.next_id();
             let scope = tenant.as_ref().map(|t| crate::tenants::peer_of(&t.name));
             let gpus = gpus_for(sh, tenant.as_ref().map(|t| t.name.as_str()));

@@ -17,6 +17,7 @@
 //! - [`cuda`]: `CUresult` codes (and [`CuError`], a status that is not
 //!   success) and attribute numbers as CUDA 13 defines them;
 //! - [`addr`]: the `local:`/`tcp:`/`xen` address grammar both sides parse;
+//! - [`peer_copy`]: the opening of a copy from one backend to another;
 //! - [`report`]: errors printed with their sources, for logs.
 //!
 //! The consumer side treats the peer as hostile: it copies each record out
@@ -35,6 +36,8 @@ pub mod layout;
 #[cfg(not(loom))]
 pub mod local;
 pub mod notify;
+#[cfg(not(loom))]
+pub mod peer_copy;
 pub mod proto;
 #[cfg(not(loom))]
 pub mod region;

@@ -151,6 +151,8 @@ struct Launch {
     gpu_slice: Option<Duration>,
     tls_cert: PathBuf,
     tls_key: PathBuf,
+    /// `--peer` options: other backends this one may send copies to.
+    peers: Vec<String>,
 }
 
 /// PEM files of a TLS set-up made for the tests in `dir`: an authority
@@ -294,6 +296,39 @@ impl Harness {
 
     /// A backend with options.
     pub fn with(opts: HarnessOptions) -> Harness {
+        Harness::planned(opts).started()
+    }
+
+    /// Two backends, each listing the other as a peer (`--peer`) by its
+    /// local and TCP addresses: copies between them go from backend to
+    /// backend.
+    pub fn peered(a: HarnessOptions, b: HarnessOptions) -> (Harness, Harness) {
+        let (mut a, mut b) = (Harness::planned(a), Harness::planned(b));
+        let (to_b, to_a) = (b.peer_options("b"), a.peer_options("a"));
+        a.launch.as_mut().expect("planned").peers = to_b;
+        b.launch.as_mut().expect("planned").peers = to_a;
+        (a.started(), b.started())
+    }
+
+    /// `--peer` options naming this backend (`name-local`, `name-tcp`).
+    fn peer_options(&self, name: &str) -> Vec<String> {
+        let control = self._dir.0.join("control.sock");
+        [("local", format!("local:{}", self.socket.display())), ("tcp", format!("tcp:{}", self.tcp))]
+            .into_iter()
+            .map(|(kind, address)| format!("name={name}-{kind},control=unix:{},address={address}", control.display()))
+            .collect()
+    }
+
+    fn started(mut self) -> Harness {
+        self.running = self.launch();
+        if self.is_process() {
+            self.wait_ready();
+        }
+        self
+    }
+
+    /// A backend with options, not started.
+    fn planned(opts: HarnessOptions) -> Harness {
         let exec = ExecKind::from_env();
         let dir = TempDir::new("harness");
         let socket = dir.0.join("pvgpu.sock");
@@ -320,13 +355,9 @@ impl Harness {
             gpu_slice: opts.gpu_slice,
             tls_cert,
             tls_key,
+            peers: Vec::new(),
         };
-        let mut h = Harness { running: Running::External, exec, socket, tcp, tls, rdma, tcp_key, tls_ca, launch: Some(launch), _dir: dir };
-        h.running = h.launch();
-        if h.is_process() {
-            h.wait_ready();
-        }
-        h
+        Harness { running: Running::External, exec, socket, tcp, tls, rdma, tcp_key, tls_ca, launch: Some(launch), _dir: dir }
     }
 
     /// Stops the backend (as [`Harness::stop`]) and starts a new one at the
@@ -363,6 +394,9 @@ impl Harness {
             cmd.arg("--tcp-key").arg(&self.tcp_key);
             if let Some(d) = &l.state_dir {
                 cmd.arg("--state-dir").arg(d);
+            }
+            for p in &l.peers {
+                cmd.arg("--peer").arg(p);
             }
             if let Some(slice) = l.gpu_slice {
                 cmd.arg("--gpu-share").arg("weighted").arg("--gpu-slice-ms").arg(slice.as_millis().to_string());
@@ -405,7 +439,11 @@ impl Harness {
                 control: ControlSocket::At(dir.join("control.sock")),
                 metrics: None,
                 control_http: None,
-                peers: Vec::new(),
+                peers: l
+                    .peers
+                    .iter()
+                    .map(|p| p.parse::<pvgpu_backend::peers::PeerSpec>().and_then(|p| p.open()).expect("a test's --peer"))
+                    .collect(),
             };
             let backend = Backend::start_threads(host.clone(), cfg).expect("cannot start the embedded backend");
             Running::Embedded { backend: Some(Box::new(backend)), exec: host }

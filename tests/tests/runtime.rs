@@ -528,6 +528,72 @@ fn one_program_two_backends_local_first() {
     two_backends(true);
 }
 
+/// Two backends that list each other (`--peer`): one device with sessions
+/// in worker processes, two devices with sessions in the backend's own
+/// process.
+fn peered_ab() -> (&'static Harness, &'static Harness) {
+    static AB: OnceLock<(Harness, Harness)> = OnceLock::new();
+    let (a, b) = AB.get_or_init(|| {
+        Harness::peered(
+            HarnessOptions { process: true, ..Default::default() },
+            HarnessOptions { host_devices: Some(2), ..Default::default() },
+        )
+    });
+    (a, b)
+}
+
+/// What the library logs when a copy between backends passes through the
+/// program.
+const THROUGH_THE_PROGRAM: &str = "it passes through the program";
+
+/// `two_backends.cu` against `list`, logging at info: its output, checked,
+/// and what it logged.
+fn two_backends_logged(list: &str, keys: &str) -> String {
+    let out = two_backends_program(list, keys).env("PVGPU_LOG", "info").output().expect("cannot start the program");
+    assert_two_backends_ran(list, &out);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Copies between two backends that list each other go from backend to
+/// backend, both ways, over a local socket (to the backend whose sessions
+/// run in worker processes, so a worker receives and sends through the
+/// descriptors its supervisor hands it) and over TCP; the program's
+/// output is the same as when they pass through it.
+#[test]
+fn copies_between_peered_backends_go_backend_to_backend() {
+    let (a, b) = peered_ab();
+    let (local, tcp) = (a.addr(Transport::Local).to_string(), b.addr(Transport::Tcp).to_string());
+    for list in [format!("{local},{tcp}"), format!("{tcp},{local}")] {
+        let log = two_backends_logged(&list, &b.tcp_key.to_string_lossy());
+        assert!(!log.contains(THROUGH_THE_PROGRAM), "PVGPU_BACKEND={list}: a copy passed through the program:\n{log}");
+    }
+}
+
+/// Backends that do not list each other: the copies pass through the
+/// program, and the library says why once.
+#[test]
+fn copies_between_backends_that_are_not_peers_pass_through_the_program() {
+    let (a, b) = backends_ab();
+    let list = format!("{},{}", a.addr(Transport::Local), b.addr(Transport::Tcp));
+    let log = two_backends_logged(&list, &b.tcp_key.to_string_lossy());
+    assert_eq!(log.matches(THROUGH_THE_PROGRAM).count(), 2, "once for each direction:\n{log}");
+}
+
+/// A connection that presents a ticket no session opened is refused, at
+/// the local socket and the TCP port, and the backend serves on.
+#[test]
+fn a_backend_refuses_a_copy_whose_ticket_it_never_gave() {
+    use pvgpu_ring::peer_copy::{Arrival, PeerCopyError, open_local, open_tcp};
+    let (a, b) = peered_ab();
+    let forged = Arrival { ticket: [0x5a; 16], len: 4096 };
+    let mut s = std::os::unix::net::UnixStream::connect(&a.socket).expect("local socket");
+    assert!(matches!(open_local(&mut s, forged), Err(PeerCopyError::Refused)));
+    let mut t = std::net::TcpStream::connect(a.addr(Transport::Tcp).to_string().trim_start_matches("tcp:")).expect("TCP port");
+    assert!(matches!(open_tcp(&mut t, forged), Err(PeerCopyError::Refused)));
+    let list = format!("{},{}", a.addr(Transport::Local), b.addr(Transport::Tcp));
+    assert_two_backends_ran(&list, &run_two_backends(&list, &b.tcp_key.to_string_lossy()));
+}
+
 #[test]
 fn one_program_two_backends_tcp_first() {
     two_backends(false);

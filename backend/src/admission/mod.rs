@@ -20,6 +20,7 @@ use crate::handover::{Handover, Transport};
 use crate::ledger::{Ledgers, Seat};
 use crate::listener::Accepted;
 use crate::log_limit;
+use crate::peer_copy::Copies;
 use crate::roster::TenantOf;
 use pending::{Cut, Pending, PendingLimits, PendingPool};
 use pvgpu_ring::local::{self, LocalError, Refusal};
@@ -120,6 +121,10 @@ pub enum Refused {
     /// The peer's memory ledger could not be made or has no seat left.
     #[error("no seat in the peer's memory ledger")]
     Ledger(#[source] std::io::Error),
+    /// Another backend's copy whose ticket is unknown, used, expired or of
+    /// another length, or that came over TLS or RDMA.
+    #[error("a backend's copy with a ticket this backend does not hold")]
+    Ticket,
     /// A TLS connection without TLS settings (cannot happen: the listener
     /// needs them).
     #[error("no TLS settings")]
@@ -146,9 +151,17 @@ pub struct Admitted {
 
 /// Runs a connection's opening while it holds its place in the pool
 /// (`pending`). Returns the connection, its slot and its seat when it may
-/// have a worker; otherwise the peer has been told why (where the
-/// transport can say) and the connection is dropped.
-pub fn open(acc: Accepted, pending: Pending, cfg: &AdmissionConfig, pools: &Pools, max_data: u64) -> Result<Admitted, Refused> {
+/// have a worker; `None` for another backend's copy, parked under its
+/// ticket in `copies` ([`crate::peer_copy`]); otherwise the peer has been
+/// told why (where the transport can say) and the connection is dropped.
+pub fn open(
+    acc: Accepted,
+    pending: Pending,
+    cfg: &AdmissionConfig,
+    pools: &Pools,
+    max_data: u64,
+    copies: &Copies,
+) -> Result<Option<Admitted>, Refused> {
     let peer = acc.peer();
     let transport = acc.transport();
     // Also bounded by the pool's deadline, which cuts the socket.
@@ -163,7 +176,13 @@ pub fn open(acc: Accepted, pending: Pending, cfg: &AdmissionConfig, pools: &Pool
                 return Err(Refused::User(uid));
             }
             sock.set_read_timeout(Some(cfg.handshake_timeout))?;
-            let hello = local::read_hello(&sock, max_data).map_err(|e| give_up(e.into()))?;
+            let hello = match local::read_hello(&sock, max_data).map_err(|e| give_up(e.into()))? {
+                local::Opening::Session(hello) => hello,
+                local::Opening::Peer(a) => {
+                    pending.finish()?;
+                    return peer_copy(copies, a, &sock, sock.try_clone()?.into());
+                }
+            };
             pending.finish()?;
             // A local user may be a member of a tenant: its sessions are the
             // tenant's, under its quota.
@@ -174,7 +193,7 @@ pub fn open(acc: Accepted, pending: Pending, cfg: &AdmissionConfig, pools: &Pool
             };
             let tenant = member.map(|(name, _)| TenantOf { name, key: None });
             match held {
-                Ok((slot, seat)) => Ok(Admitted { handover: Handover::Local { sock, hello, uid }, slot, seat, relay: None, tenant }),
+                Ok((slot, seat)) => Ok(Some(Admitted { handover: Handover::Local { sock, hello, uid }, slot, seat, relay: None, tenant })),
                 Err(why) => {
                     local::refuse(&sock, Refusal::Busy, max_data);
                     Err(why)
@@ -184,24 +203,27 @@ pub fn open(acc: Accepted, pending: Pending, cfg: &AdmissionConfig, pools: &Pool
         Accepted::Tcp(mut s) => {
             s.set_read_timeout(Some(cfg.handshake_timeout))?;
             s.set_write_timeout(Some(cfg.handshake_timeout))?;
-            let (slot, seat, tenant) = key_check(&mut s, pending, cfg, pools, transport, &peer)?;
-            Ok(Admitted { handover: Handover::Tcp(s), slot, seat, relay: None, tenant })
+            let (slot, seat, tenant) = match key_check(&mut s, pending, cfg, pools, transport, &peer)? {
+                Keyed::Session(k) => k,
+                Keyed::Peer(a) => return peer_copy(copies, a, &s, s.try_clone()?.into()),
+            };
+            Ok(Some(Admitted { handover: Handover::Tcp(s), slot, seat, relay: None, tenant }))
         }
         Accepted::Tls(s) => {
             s.set_read_timeout(Some(cfg.handshake_timeout))?;
             s.set_write_timeout(Some(cfg.handshake_timeout))?;
             let tls = cfg.tls.as_ref().ok_or(Refused::NoTls)?;
             let mut s = crate::tls::accept(tls, s).map_err(|e| give_up(e.into()))?;
-            let (slot, seat, tenant) = key_check(&mut s, pending, cfg, pools, transport, &peer)?;
+            let (slot, seat, tenant) = key_check(&mut s, pending, cfg, pools, transport, &peer)?.session()?;
             let (handover, end) = relayed(peer, transport)?;
-            Ok(Admitted { handover, slot, seat, relay: Some(crate::rdma::Relay::Tls(Box::new(s), end)), tenant })
+            Ok(Some(Admitted { handover, slot, seat, relay: Some(crate::rdma::Relay::Tls(Box::new(s), end)), tenant }))
         }
         Accepted::Rdma(mut s) => {
             s.set_read_timeout(Some(cfg.handshake_timeout));
             s.set_write_timeout(Some(cfg.handshake_timeout));
-            let (slot, seat, tenant) = key_check(&mut s, pending, cfg, pools, transport, &peer)?;
+            let (slot, seat, tenant) = key_check(&mut s, pending, cfg, pools, transport, &peer)?.session()?;
             let (handover, end) = relayed(peer, transport)?;
-            Ok(Admitted { handover, slot, seat, relay: Some(crate::rdma::Relay::Rdma(s, end)), tenant })
+            Ok(Some(Admitted { handover, slot, seat, relay: Some(crate::rdma::Relay::Rdma(s, end)), tenant }))
         }
     }
 }
@@ -217,6 +239,38 @@ fn relayed(peer: String, transport: Transport) -> std::io::Result<(Handover, std
 /// and the tenant and key it opened with.
 type KeyChecked = (Slot, Seat, Option<TenantOf>);
 
+/// A key check's outcome: a session, or another backend's copy (which
+/// presents a ticket instead of a key).
+enum Keyed {
+    Session(KeyChecked),
+    Peer(pvgpu_ring::peer_copy::Arrival),
+}
+
+impl Keyed {
+    /// A session: copies from backends come over TCP and local sockets
+    /// only.
+    fn session(self) -> Result<KeyChecked, Refused> {
+        match self {
+            Keyed::Session(k) => Ok(k),
+            Keyed::Peer(_) => Err(Refused::Ticket),
+        }
+    }
+}
+
+/// Another backend's copy, `a`, arrived on `conn`: parked under its
+/// ticket, or refused.
+fn peer_copy<S>(copies: &Copies, a: pvgpu_ring::peer_copy::Arrival, conn: S, fd: std::os::fd::OwnedFd) -> Result<Option<Admitted>, Refused>
+where
+    S: Write,
+{
+    if copies.arrive(a, conn, fd) {
+        tracing::debug!(len = a.len, "another backend's copy arrived");
+        Ok(None)
+    } else {
+        Err(Refused::Ticket)
+    }
+}
+
 /// The key check of a TCP or TLS connection, with a session slot taken
 /// between the peer's proof and the backend's answer, so that a peer told
 /// "busy" has proved its key and one told "welcome" has its slot. A peer
@@ -229,7 +283,7 @@ fn key_check<S: Read + Write>(
     pools: &Pools,
     transport: Transport,
     peer: &str,
-) -> Result<KeyChecked, Refused> {
+) -> Result<Keyed, Refused> {
     let tenants = cfg.tenants.as_deref();
     let lookup = |id| tenants.and_then(|t| t.verifier(id));
     let accepting = tcp_auth::Accepting {
@@ -242,6 +296,9 @@ fn key_check<S: Read + Write>(
         Err(e) => return Err(pending.cut().map_or(Refused::Auth(e), Refused::Cut)),
     };
     pending.finish()?;
+    if let Some(a) = opened.peer_copy() {
+        return Ok(Keyed::Peer(a));
+    }
     // The key may have been revoked since its proof was checked: then the
     // tenant is gone from the lookup and the peer is refused.
     let tenant = match opened.tenant_key() {
@@ -268,7 +325,7 @@ fn key_check<S: Read + Write>(
     };
     tcp_auth::accept(s, &opened)?;
     s.flush()?;
-    Ok((slot, seat, tenant.map(|(name, id, _)| TenantOf { name, key: Some(id) })))
+    Ok(Keyed::Session((slot, seat, tenant.map(|(name, id, _)| TenantOf { name, key: Some(id) }))))
 }
 
 /// Logs a refusal, within the backend's limit for peer-triggered lines.

@@ -32,6 +32,14 @@ const OP_CLAIM: u32 = 6;
 /// Where the session with the token in `token` moved (the address in
 /// `bytes`, its length in `size`).
 const OP_MOVED: u32 = 7;
+/// A ticket for a copy of `size` bytes from another backend
+/// ([`crate::peer_copy`]): its token.
+const OP_COPY_OPEN: u32 = 8;
+/// The connection that arrived for the ticket in `token`.
+const OP_COPY_TAKE: u32 = 9;
+/// A connection to the backend at the address in `bytes` (its length in
+/// `kind`) for the ticket in `token`, of `size` bytes.
+const OP_COPY_CONNECT: u32 = 10;
 
 const OK: u32 = 0;
 const UNKNOWN: u32 = 1;
@@ -79,8 +87,9 @@ impl Drop for Broker {
     fn drop(&mut self) {
         // A worker's exports go when its socket closes (the supervisor's
         // thread sees it); a thread's when its broker goes.
-        if let Broker::Direct { registry, session, .. } = self {
+        if let Broker::Direct { registry, session, desk, .. } = self {
             registry.end_session(*session);
+            desk.copies.end_session(*session);
         }
     }
 }
@@ -171,6 +180,45 @@ impl Broker {
                 let (r, _) = call(sock, &m, None).ok()?;
                 let len = usize::try_from(r.size.get()).ok().filter(|&n| n <= r.bytes.len())?;
                 String::from_utf8(r.bytes[..len].to_vec()).ok()
+            }
+        }
+    }
+
+    /// A ticket for `len` bytes into this session from another backend.
+    pub fn copy_open(&self, len: u64) -> Result<Token, IpcError> {
+        match self {
+            Broker::Direct { desk, session, .. } => desk.copies.open(*session, len),
+            Broker::Remote(sock) => {
+                let m = Msg { op: OP_COPY_OPEN.into(), size: len.into(), ..Default::default() };
+                Ok(call(sock, &m, None)?.0.token)
+            }
+        }
+    }
+
+    /// The connection of the copy this session's `ticket` names, once it
+    /// has arrived (waiting up to [`crate::peer_copy::TICKET_LIFE`]).
+    pub fn copy_take(&self, ticket: &Token) -> Result<OwnedFd, IpcError> {
+        match self {
+            Broker::Direct { desk, session, .. } => desk.copies.take(*session, ticket, crate::peer_copy::TICKET_LIFE),
+            Broker::Remote(sock) => {
+                let m = Msg { op: OP_COPY_TAKE.into(), token: *ticket, ..Default::default() };
+                call(sock, &m, None)?.1.ok_or(IpcError::Unreachable)
+            }
+        }
+    }
+
+    /// A connection to the backend at `address` for the copy `ticket`
+    /// names, of `len` bytes, accepted there.
+    pub fn copy_connect(&self, address: &str, ticket: &Token, len: u64) -> Result<OwnedFd, IpcError> {
+        let a = pvgpu_ring::peer_copy::Arrival { ticket: *ticket, len };
+        match self {
+            Broker::Direct { desk, .. } => desk.copies.connect(address, a),
+            Broker::Remote(sock) => {
+                let mut m = Msg { op: OP_COPY_CONNECT.into(), size: len.into(), token: *ticket, ..Default::default() };
+                let to = m.bytes.get_mut(..address.len()).ok_or(IpcError::Unknown)?;
+                to.copy_from_slice(address.as_bytes());
+                m.kind = (address.len() as u32).into();
+                call(sock, &m, None)?.1.ok_or(IpcError::Unreachable)
             }
         }
     }
@@ -294,6 +342,18 @@ pub fn serve_worker(registry: &Registry, desk: &Desk, scope: &Arc<str>, session:
                 }
                 None => Err(IpcError::Unknown),
             },
+            OP_COPY_OPEN => desk.copies.open(session, m.size.get()).map(|t| reply.token = t),
+            OP_COPY_TAKE => desk.copies.take(session, &m.token, crate::peer_copy::TICKET_LIFE).map(|fd| out_fd = Some(Arc::new(fd))),
+            OP_COPY_CONNECT => {
+                let address = usize::try_from(m.kind.get()).ok().and_then(|n| m.bytes.get(..n)).and_then(|b| std::str::from_utf8(b).ok());
+                match address {
+                    Some(a) => desk
+                        .copies
+                        .connect(a, pvgpu_ring::peer_copy::Arrival { ticket: m.token, len: m.size.get() })
+                        .map(|fd| out_fd = Some(Arc::new(fd))),
+                    None => Err(IpcError::Unreachable),
+                }
+            }
             _ => Err(IpcError::Unreachable),
         };
         reply.op = match status {
@@ -309,6 +369,7 @@ pub fn serve_worker(registry: &Registry, desk: &Desk, scope: &Arc<str>, session:
         }
     }
     registry.end_session(session);
+    desk.copies.end_session(session);
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //! (`pvgpu_ring::command_table!`), generated: a new command's table line
 //! asks for its handler and nothing else here.
 
-use super::{Io, Session, area_pin, array, device, graph, ipc, launch, link, memory, mirror, module, pitched, pool, pool_ipc, stream, vmm};
+use super::{
+    Io, Session, area_pin, array, device, graph, ipc, launch, link, memory, mirror, module, peer_copy, pitched, pool, pool_ipc, stream, vmm,
+};
 use crate::exec::{CuRes, Executor};
 use pvgpu_ring::proto::*;
 

@@ -40,6 +40,7 @@ mod memop;
 mod memory;
 mod mirror;
 mod module;
+mod peer_copy;
 mod pinning;
 mod pitched;
 mod policy;
@@ -142,6 +143,8 @@ pub struct Session<E: Executor> {
     arrays: array::Arrays,
     /// What the session exported to, and opened from, other processes.
     ipc: ipc::Ipc,
+    /// Copies to and from another backend's session, under way.
+    copies: peer_copy::PeerCopies,
     mem_used: u64,
     /// Device memory the session holds besides its allocations (what the
     /// driver reserved for its contexts, limits and modules), as last
@@ -229,6 +232,7 @@ impl<E: Executor> Session<E> {
             vmm: vmm::Vmm::new(n),
             arrays: array::Arrays::new(n),
             ipc: ipc::Ipc::default(),
+            copies: Default::default(),
             mem_used: 0,
             overhead: 0,
             baseline: None,

@@ -63,6 +63,10 @@ struct LocalHello {
     region_addr: U64,
 }
 
+// Another backend's copy opens with a message of the same size
+// (`crate::peer_copy`), so one read takes either.
+const _: () = assert!(size_of::<LocalHello>() == size_of::<crate::peer_copy::PeerCopyHello>());
+
 /// Backend to frontend.
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
 #[repr(C)]
@@ -246,7 +250,7 @@ pub struct Hello {
 /// until the whole hello has arrived or the socket fails; the caller bounds
 /// the time (it shuts the socket down at its deadline). On failure the
 /// frontend has been told why (when the socket still works).
-pub fn read_hello(sock: &UnixStream, max_data: u64) -> Result<Hello, LocalError> {
+pub fn read_hello(sock: &UnixStream, max_data: u64) -> Result<Opening, LocalError> {
     let mut hb = [0u8; core::mem::size_of::<LocalHello>()];
     // Room for every descriptor one message can carry (SCM_MAX_FD), so the
     // kernel never truncates them: nix reports a truncated message as an
@@ -277,6 +281,11 @@ pub fn read_hello(sock: &UnixStream, max_data: u64) -> Result<Hello, LocalError>
     if n < hb.len() {
         (&*sock).read_exact(&mut hb[n..]).map_err(ios("reading the handshake"))?;
     }
+    if fds.is_empty()
+        && let Some(a) = crate::peer_copy::PeerCopyHello::parse(&hb, crate::peer_copy::LOCAL_MAGIC)
+    {
+        return Ok(Opening::Peer(a));
+    }
     let hello = LocalHello::read_from_bytes(&hb).map_err(|_| LocalError::Malformed("short hello"))?;
     if hello.magic.get() != HELLO_MAGIC || hello.version.get() != LOCAL_VERSION || fds.len() != 1 {
         let _ = answer(sock, Refusal::Malformed as u32, max_data);
@@ -291,7 +300,16 @@ pub fn read_hello(sock: &UnixStream, max_data: u64) -> Result<Hello, LocalError>
         let _ = answer(sock, Refusal::Malformed as u32, max_data);
         return Err(LocalError::Malformed("no memfd"));
     };
-    Ok(Hello { geometry: g, region_addr: hello.region_addr.get(), memfd })
+    Ok(Opening::Session(Hello { geometry: g, region_addr: hello.region_addr.get(), memfd }))
+}
+
+/// What a local connection opened with.
+pub enum Opening {
+    /// A session's hello.
+    Session(Hello),
+    /// Another backend's copy ([`crate::peer_copy`]): what its ticket
+    /// asks for. The caller answers it ([`crate::peer_copy::answer`]).
+    Peer(crate::peer_copy::Arrival),
 }
 
 /// Backend side, second half: checks and maps the hello's memfd and
@@ -327,8 +345,10 @@ pub fn finish_handshake(sock: UnixStream, hello: Hello, max_data: u64, same_addr
 /// per read.
 pub fn server_handshake(sock: UnixStream, max_data: u64, same_address: bool) -> Result<ServerSide, LocalError> {
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(ios("socket timeout"))?;
-    let hello = read_hello(&sock, max_data)?;
-    finish_handshake(sock, hello, max_data, same_address)
+    match read_hello(&sock, max_data)? {
+        Opening::Session(hello) => finish_handshake(sock, hello, max_data, same_address),
+        Opening::Peer(_) => Err(LocalError::Malformed("a backend's copy where a session was expected")),
+    }
 }
 
 /// Refuses a connection during the handshake (for example when the backend

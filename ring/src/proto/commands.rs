@@ -528,6 +528,16 @@ macro_rules! command_table {
             151 MemPoolExportPointer(pool_ipc::mem_pool_export_pointer) [quiet]: MemPoolExportPointer => IpcHandleRep;
             /// `cuMemPoolImportPointer`.
             152 MemPoolImportPointer(pool_ipc::mem_pool_import_pointer) [quiet]: MemPoolImportPointer => IpcOpenRep;
+            /// A copy from another backend of the program into this
+            /// session's memory: its ticket.
+            153 PeerCopyOpen(peer_copy::peer_copy_open) [quiet]: PeerCopyOpen => PeerTicketRep;
+            /// A copy from this session's memory to another backend: the
+            /// connection, made by this backend.
+            154 PeerCopyConnect(peer_copy::peer_copy_connect) [quiet]: PeerCopyConnect => ();
+            /// The bytes of a copy to another backend, sent.
+            155 PeerCopySend(peer_copy::peer_copy_send) [quiet]: PeerCopySend => ();
+            /// The bytes of a copy from another backend, received.
+            156 PeerCopyReceive(peer_copy::peer_copy_receive) [quiet]: PeerCopyReceive => ();
         }
     };
 }

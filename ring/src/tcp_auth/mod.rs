@@ -69,6 +69,11 @@ pub struct ClientHello {
     mac: [u8; 32],
 }
 
+// Another backend's copy opens in the same number of bytes each way
+// (`crate::peer_copy`).
+const _: () = assert!(size_of::<ServerHello>() == crate::peer_copy::TCP_CHALLENGE_LEN);
+const _: () = assert!(size_of::<ClientHello>() == crate::peer_copy::TCP_OPENING_LEN);
+
 /// Backend to client: the outcome.
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
 #[repr(C)]
@@ -217,6 +222,9 @@ enum Proof {
     None,
     Shared(TcpKey),
     Tenant(KeyId, KeyVerifier),
+    /// Not a session: another backend's copy ([`crate::peer_copy`]),
+    /// whose ticket the caller checks.
+    PeerCopy(crate::peer_copy::Arrival),
 }
 
 /// A client that passed (or did not need) the key check, waiting for the
@@ -231,7 +239,17 @@ pub struct Opened {
 impl Opened {
     /// Whether the client proved it holds a key.
     pub fn authenticated(&self) -> bool {
-        !matches!(self.proof, Proof::None)
+        matches!(self.proof, Proof::Shared(_) | Proof::Tenant(..))
+    }
+
+    /// Another backend's copy, not a session: what its ticket asks for.
+    /// The caller answers it ([`crate::peer_copy::answer`]), never with
+    /// [`accept`].
+    pub fn peer_copy(&self) -> Option<crate::peer_copy::Arrival> {
+        match self.proof {
+            Proof::PeerCopy(a) => Some(a),
+            _ => None,
+        }
     }
 
     /// The tenant key the client proved it holds.
@@ -266,6 +284,9 @@ pub fn server_open<S: Read + Write>(s: &mut S, accepting: &Accepting<'_>) -> Res
     };
     s.write_all(hello.as_bytes())?;
     let c: ClientHello = read_msg(s)?;
+    if let Some(a) = crate::peer_copy::PeerCopyHello::parse(c.as_bytes(), crate::peer_copy::TCP_MAGIC) {
+        return Ok(Opened { server, client: [0; 32], proof: Proof::PeerCopy(a) });
+    }
     if c.magic.get() != CLIENT_MAGIC || c.version.get() != AUTH_VERSION {
         let _ = refuse(s, Status::Malformed);
         return Err(AuthError::Malformed);
@@ -310,7 +331,7 @@ fn tenant_proof_holds(v: &KeyVerifier, server: &[u8; 32], c: &ClientHello, id: &
 /// Backend side, step 3: the session starts.
 pub fn accept<S: Write>(s: &mut S, opened: &Opened) -> Result<(), AuthError> {
     let mac = match &opened.proof {
-        Proof::None => [0; 32],
+        Proof::None | Proof::PeerCopy(_) => [0; 32],
         Proof::Shared(key) => key.mac(SERVER_LABEL, &[&opened.server, &opened.client]).finalize().into_bytes().into(),
         Proof::Tenant(id, v) => keys::mac32(&v.server_key, TENANT_SERVER_LABEL, &transcript(&opened.server, &opened.client, id)),
     };

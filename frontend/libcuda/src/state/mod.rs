@@ -75,6 +75,11 @@ pub fn client_of(id: u64) -> Result<&'static Client, CuError> {
     backends::at(backends::backend_of_handle(id))
 }
 
+/// Where `c` is in `PVGPU_BACKEND`'s list (0 for a client not of it).
+pub fn place_of(c: &Client) -> usize {
+    backends::connected().and_then(|all| all.iter().position(|x| std::ptr::eq(x, c))).unwrap_or(0)
+}
+
 /// The connection to the backend of context handle `h`.
 pub fn client_of_ctx(h: u64) -> Result<&'static Client, CuError> {
     INITIALIZED.get().ok_or(CuError::NOT_INITIALIZED)?;

@@ -204,7 +204,20 @@ fixed! { requests: MemPoolCreate, MemPoolDestroy, MemAllocFromPool, MemPoolAttri
 
 fixed! { checked requests: IpcOpenMemHandle, MemCreateWith, PeerAccess }
 
-fixed! { replies: IpcHandleRep, IpcOpenRep, MemCreateRep }
+fixed! { replies: IpcHandleRep, IpcOpenRep, MemCreateRep, PeerTicketRep }
+
+fixed! { requests: PeerCopyOpen, PeerCopySend, PeerCopyReceive }
+
+fixed! { checked requests: PeerCopyConnect }
+
+impl Validate for PeerCopyConnect {
+    fn validate(&self) -> Result<(), DecodeError> {
+        if self.reserved.get() != 0 || self.address().is_none() {
+            return Err(DecodeError::BadField("address"));
+        }
+        Ok(())
+    }
+}
 
 impl Validate for PeerAccess {
     fn validate(&self) -> Result<(), DecodeError> {

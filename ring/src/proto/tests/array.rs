@@ -125,6 +125,17 @@ pub(super) fn requests() -> Vec<Arb> {
         arb::<MemPoolImport>().prop_map(|r| (Opcode::MemPoolImport, r.as_bytes().to_vec())).boxed(),
         arb::<MemPoolExportPointer>().prop_map(|r| (Opcode::MemPoolExportPointer, r.as_bytes().to_vec())).boxed(),
         arb::<MemPoolImportPointer>().prop_map(|r| (Opcode::MemPoolImportPointer, r.as_bytes().to_vec())).boxed(),
+        arb::<PeerCopyOpen>().prop_map(|r| (Opcode::PeerCopyOpen, r.as_bytes().to_vec())).boxed(),
+        (arb::<PeerCopyConnect>(), 0u32..=64)
+            .prop_map(|(mut r, n)| {
+                r.address_len = n.into();
+                r.reserved = 0.into();
+                r.address = [b'a'; PEER_ADDRESS_MAX];
+                (Opcode::PeerCopyConnect, r.as_bytes().to_vec())
+            })
+            .boxed(),
+        arb::<PeerCopySend>().prop_map(|r| (Opcode::PeerCopySend, r.as_bytes().to_vec())).boxed(),
+        arb::<PeerCopyReceive>().prop_map(|r| (Opcode::PeerCopyReceive, r.as_bytes().to_vec())).boxed(),
         (arb::<TexObjectDestroy>(), 0u32..=1)
             .prop_map(|(mut r, s)| {
                 r.surface = s.into();

@@ -144,6 +144,7 @@ mod link;
 mod memop;
 mod memory;
 mod mirror;
+mod peer_copy;
 mod replies;
 
 pub use array::*;
@@ -155,6 +156,7 @@ pub use link::*;
 pub use memop::*;
 pub use memory::*;
 pub use mirror::*;
+pub use peer_copy::*;
 pub use replies::*;
 
 // Requests without a payload.

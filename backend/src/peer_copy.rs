@@ -1,0 +1,244 @@
+//! Copies between the device memory of two backends' sessions of one
+//! program, from backend to backend (`PVGPU_BACKEND=a,b`,
+//! `cuMemcpyPeer`): the supervisor's part.
+//!
+//! - **Receiving backend.** Its session *opens* the copy: the supervisor
+//!   hands out a ticket (16 random bytes) naming the session and the
+//!   copy's length ([`Copies::open`]). The sending backend's connection
+//!   arrives at a listener with the ticket instead of a hello
+//!   ([`pvgpu_ring::peer_copy`]); admission parks it under its ticket
+//!   ([`Copies::arrive`]) and the session takes it ([`Copies::take`]).
+//!   A ticket is good for one connection of the length it was opened
+//!   for, for [`TICKET_LIFE`]; a session holds one at a time; the
+//!   tickets of a session go with it.
+//! - **Sending backend.** Its session asks for a connection to the
+//!   receiving backend's address ([`Copies::connect`]). The supervisor
+//!   makes it only to a backend it lists with `--peer` (by the address
+//!   programs reach it at), over the local transport or TCP: a guest
+//!   cannot make a backend connect anywhere else. A sandboxed worker opens
+//!   no socket of its own; it gets the connection's descriptor.
+//!
+//! The ticket stands in for the key of a TCP listener: whoever presents
+//! it writes into the memory its session opened for it, as the program
+//! that asked for it would through its own connection.
+
+use crate::ipc::{IpcError, Token};
+use pvgpu_ring::peer_copy::{self, Arrival};
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long a ticket waits for its connection, and a parked connection
+/// for its session.
+pub const TICKET_LIFE: Duration = Duration::from_secs(30);
+/// Tickets held at once, in all (each session holds one at most).
+const MAX_TICKETS: usize = 4096;
+/// How long the connection's reads and writes may stall before the copy
+/// fails.
+pub const STALL: Duration = Duration::from_secs(30);
+
+struct Ticket {
+    session: u64,
+    len: u64,
+    made: Instant,
+    conn: Option<OwnedFd>,
+}
+
+/// The tickets of copies into this backend's sessions, and the backends
+/// this one may send copies to.
+#[derive(Default)]
+pub struct Copies {
+    tickets: Mutex<HashMap<Token, Ticket>>,
+    arrived: Condvar,
+    /// The `--peer` addresses, as programs reach those backends.
+    peers: OnceLock<Vec<String>>,
+}
+
+impl std::fmt::Debug for Copies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Copies").finish_non_exhaustive()
+    }
+}
+
+impl Copies {
+    /// The backends copies may go to (set once, at start).
+    pub fn set_peers(&self, addresses: Vec<String>) {
+        let _ = self.peers.set(addresses);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Ticket>> {
+        self.tickets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A ticket for `len` bytes into session `session` (which gives up the
+    /// one it held).
+    pub fn open(&self, session: u64, len: u64) -> Result<Token, IpcError> {
+        let mut t = self.lock();
+        t.retain(|_, k| k.session != session && k.made.elapsed() < TICKET_LIFE);
+        if t.len() >= MAX_TICKETS {
+            return Err(IpcError::Full);
+        }
+        let token = crate::ipc::random_token()?;
+        t.insert(token, Ticket { session, len, made: Instant::now(), conn: None });
+        Ok(token)
+    }
+
+    /// A connection presenting `a`: parked under its ticket, and told so
+    /// through `answer` while the ticket is held (so no session reads it
+    /// before the answer is written). Whether the ticket took it; a
+    /// connection it did not take is told so.
+    pub fn arrive<S: Write>(&self, a: Arrival, mut conn: S, fd: OwnedFd) -> bool {
+        let mut t = self.lock();
+        let ok = t.get(&a.ticket).is_some_and(|k| k.conn.is_none() && k.len == a.len && k.made.elapsed() < TICKET_LIFE);
+        if !ok {
+            drop(t);
+            let _ = peer_copy::answer(&mut conn, false);
+            return false;
+        }
+        if peer_copy::answer(&mut conn, true).is_err() {
+            t.remove(&a.ticket);
+            return false;
+        }
+        if let Some(k) = t.get_mut(&a.ticket) {
+            k.conn = Some(fd);
+        }
+        self.arrived.notify_all();
+        true
+    }
+
+    /// The connection that arrived for session `session`'s `ticket`,
+    /// waiting up to `wait` for it. The ticket is used up either way.
+    pub fn take(&self, session: u64, ticket: &Token, wait: Duration) -> Result<OwnedFd, IpcError> {
+        let deadline = Instant::now() + wait;
+        let mut t = self.lock();
+        loop {
+            match t.get_mut(ticket) {
+                Some(k) if k.session == session => {
+                    if let Some(fd) = k.conn.take() {
+                        t.remove(ticket);
+                        return Ok(fd);
+                    }
+                }
+                _ => return Err(IpcError::Unknown),
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                t.remove(ticket);
+                return Err(IpcError::Unknown);
+            }
+            t = self.arrived.wait_timeout(t, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// Session `session` ended: its ticket goes.
+    pub fn end_session(&self, session: u64) {
+        self.lock().retain(|_, k| k.session != session);
+    }
+
+    /// A connection to the backend at `address` for the copy `a`, accepted
+    /// by it. Only to a `--peer` backend, over the local transport or TCP
+    /// (`Unknown` otherwise: the program copies through itself).
+    pub fn connect(&self, address: &str, a: Arrival) -> Result<OwnedFd, IpcError> {
+        if !self.peers.get().is_some_and(|p| p.iter().any(|x| x == address)) {
+            return Err(IpcError::Unknown);
+        }
+        let refused = |e: peer_copy::PeerCopyError| {
+            tracing::debug!(to = address, error = %pvgpu_ring::report::Chain(&e), "a copy to another backend could not open");
+            IpcError::Unreachable
+        };
+        let io = |e: std::io::Error| refused(e.into());
+        match address.parse::<pvgpu_ring::addr::Addr>() {
+            Ok(pvgpu_ring::addr::Addr::Local(path)) => {
+                let mut s = UnixStream::connect(path).map_err(io)?;
+                s.set_read_timeout(Some(STALL)).map_err(io)?;
+                s.set_write_timeout(Some(STALL)).map_err(io)?;
+                peer_copy::open_local(&mut s, a).map_err(refused)?;
+                Ok(s.into())
+            }
+            Ok(pvgpu_ring::addr::Addr::Tcp(hp)) => {
+                let to = hp.to_socket_addrs().map_err(io)?.next().ok_or(IpcError::Unreachable)?;
+                let mut s = TcpStream::connect_timeout(&to, STALL).map_err(io)?;
+                s.set_nodelay(true).map_err(io)?;
+                s.set_read_timeout(Some(STALL)).map_err(io)?;
+                s.set_write_timeout(Some(STALL)).map_err(io)?;
+                peer_copy::open_tcp(&mut s, a).map_err(refused)?;
+                Ok(s.into())
+            }
+            _ => Err(IpcError::Unknown),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn arrive(c: &Copies, a: Arrival) -> (bool, UnixStream) {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let fd = OwnedFd::from(ours.try_clone().unwrap());
+        let took = c.arrive(a, &ours, fd);
+        (took, theirs)
+    }
+
+    fn verdict(s: &mut UnixStream) -> [u8; 16] {
+        let mut b = [0; 16];
+        s.read_exact(&mut b).unwrap();
+        b
+    }
+
+    #[test]
+    fn a_ticket_takes_one_connection_of_its_length_for_its_session() {
+        let c = Copies::default();
+        let t = c.open(7, 100).unwrap();
+        assert!(!arrive(&c, Arrival { ticket: t, len: 99 }).0, "another length");
+        assert!(!arrive(&c, Arrival { ticket: [0; 16], len: 100 }).0, "an unknown ticket");
+        let (took, mut sender) = arrive(&c, Arrival { ticket: t, len: 100 });
+        assert!(took);
+        assert_eq!(verdict(&mut sender)[8..12], [0, 0, 0, 0], "accepted");
+        assert!(!arrive(&c, Arrival { ticket: t, len: 100 }).0, "a second connection");
+        assert_eq!(c.take(8, &t, Duration::ZERO).err(), Some(IpcError::Unknown), "another session's ticket");
+        assert!(c.take(7, &t, Duration::ZERO).is_ok());
+        assert_eq!(c.take(7, &t, Duration::ZERO).err(), Some(IpcError::Unknown), "used up");
+    }
+
+    #[test]
+    fn a_session_holds_one_ticket_and_its_tickets_end_with_it() {
+        let c = Copies::default();
+        let first = c.open(1, 10).unwrap();
+        let second = c.open(1, 10).unwrap();
+        assert_ne!(first, second);
+        assert!(!arrive(&c, Arrival { ticket: first, len: 10 }).0, "replaced");
+        c.end_session(1);
+        assert!(!arrive(&c, Arrival { ticket: second, len: 10 }).0, "ended");
+    }
+
+    #[test]
+    fn a_take_waits_for_its_connection() {
+        let c = std::sync::Arc::new(Copies::default());
+        let t = c.open(3, 5).unwrap();
+        let c2 = c.clone();
+        let taker = std::thread::spawn(move || c2.take(3, &t, Duration::from_secs(20)).is_ok());
+        std::thread::sleep(Duration::from_millis(50));
+        let (took, _sender) = arrive(&c, Arrival { ticket: t, len: 5 });
+        assert!(took);
+        assert!(taker.join().unwrap());
+        let t = c.open(3, 5).unwrap();
+        assert_eq!(c.take(3, &t, Duration::from_millis(20)).err(), Some(IpcError::Unknown), "none came");
+    }
+
+    #[test]
+    fn connections_go_only_to_listed_peers_over_local_and_tcp() {
+        let c = Copies::default();
+        let a = Arrival { ticket: [1; 16], len: 1 };
+        assert_eq!(c.connect("tcp:127.0.0.1:9", a).err(), Some(IpcError::Unknown), "no peers");
+        c.set_peers(vec!["tls:127.0.0.1:9".into(), "tcp:127.0.0.1:1".into()]);
+        assert_eq!(c.connect("tcp:10.0.0.1:9", a).err(), Some(IpcError::Unknown), "not listed");
+        assert_eq!(c.connect("tls:127.0.0.1:9", a).err(), Some(IpcError::Unknown), "TLS is not sent to");
+        assert_eq!(c.connect("tcp:127.0.0.1:1", a).err(), Some(IpcError::Unreachable), "listed, nobody there");
+    }
+}
