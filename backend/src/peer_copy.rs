@@ -99,6 +99,7 @@ impl Copies {
             let _ = peer_copy::answer(&mut conn, false);
             return false;
         }
+        widen(&fd);
         if peer_copy::answer(&mut conn, true).is_err() {
             t.remove(&a.ticket);
             return false;
@@ -157,6 +158,7 @@ impl Copies {
                 s.set_read_timeout(Some(STALL)).map_err(io)?;
                 s.set_write_timeout(Some(STALL)).map_err(io)?;
                 peer_copy::open_local(&mut s, a).map_err(refused)?;
+                widen(&s);
                 Ok(s.into())
             }
             Ok(pvgpu_ring::addr::Addr::Tcp(hp)) => {
@@ -166,10 +168,27 @@ impl Copies {
                 s.set_read_timeout(Some(STALL)).map_err(io)?;
                 s.set_write_timeout(Some(STALL)).map_err(io)?;
                 peer_copy::open_tcp(&mut s, a).map_err(refused)?;
+                widen(&s);
                 Ok(s.into())
             }
             _ => Err(IpcError::Unknown),
         }
+    }
+}
+
+/// Socket buffers a copy's connection asks for: a few pieces in flight
+/// each way, above the kernel's default where the backend may (it runs
+/// as root with `CAP_NET_ADMIN`), else as far as the kernel allows.
+const SOCKET_BUFFER: usize = 8 << 20;
+
+/// Widens `s`'s socket buffers for bulk bytes.
+fn widen(s: &impl std::os::fd::AsFd) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    if setsockopt(s, sockopt::SndBufForce, &SOCKET_BUFFER).is_err() {
+        let _ = setsockopt(s, sockopt::SndBuf, &SOCKET_BUFFER);
+    }
+    if setsockopt(s, sockopt::RcvBufForce, &SOCKET_BUFFER).is_err() {
+        let _ = setsockopt(s, sockopt::RcvBuf, &SOCKET_BUFFER);
     }
 }
 

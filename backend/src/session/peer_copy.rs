@@ -23,11 +23,11 @@ use pvgpu_ring::proto::{self, PeerTicketRep};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
+use std::sync::mpsc;
 
-/// Bytes moved between device memory and the connection at a time.
-const PIECE: usize = 16 << 20;
-/// A buffer this large or larger is page-locked for its copies.
-const PIN_FROM: usize = 2 << 20;
+/// Bytes moved between device memory and the connection at a time: one
+/// piece crosses the connection while the next crosses the device's link.
+const PIECE: usize = 8 << 20;
 
 /// The session's copies under way.
 #[derive(Default)]
@@ -36,6 +36,9 @@ pub(super) struct PeerCopies {
     receive: Option<(Token, u64, u64)>,
     /// Connected to send: ticket, bytes, connection.
     send: Option<(Token, u64, OwnedFd)>,
+    /// The host memory they pass through, and the context it is
+    /// page-locked through.
+    region: Option<(u64, Region)>,
 }
 
 /// The connection broke or the other side did not take the bytes.
@@ -77,29 +80,57 @@ pub(super) fn peer_copy_send<E: Executor>(s: &mut Session<E>, r: proto::PeerCopy
         _ => return Err(CuError::INVALID_VALUE),
     };
     let mut conn = File::from(fd);
-    let mut buf = Buffer::new(s, ctx, len)?;
-    let sent: CuRes<()> = (|| {
-        let mut done = 0u64;
-        while done < len {
-            let n = buf.len().min((len - done) as usize);
-            let p = buf.ptr();
-            // SAFETY: `buf` holds `n` writable bytes at `p`, which nothing
-            // else touches during this synchronous copy.
-            unsafe { s.enter(ctx)?.dtoh(p, src + done, n, None, true)? };
-            conn.write_all(&buf.bytes()[..n]).map_err(lost)?;
-            done += n as u64;
-        }
+    let mut region = Region::take(s, ctx)?;
+    let sent = send_pieces(s, ctx, &mut conn, src, len, region.pieces(len)).and_then(|()| {
         let mut taken = [1u8];
         conn.read_exact(&mut taken).map_err(lost)?;
         if taken[0] != 0 {
             return Err(lost("the receiving backend did not take the bytes"));
         }
         Ok(())
-    })();
-    buf.release(s, ctx);
+    });
+    region.keep(s, ctx);
     sent?;
     s.count_copy(Direction::DeviceToHost, len);
     Ok(())
+}
+
+/// Reads `len` bytes at `src` piece by piece into `pieces` and writes
+/// them to `conn`, on a thread of its own, while the next is read.
+fn send_pieces<E: Executor>(s: &mut Session<E>, ctx: u64, conn: &mut File, src: u64, len: u64, pieces: Vec<&mut [u8]>) -> CuRes<()> {
+    let (full_tx, full_rx) = mpsc::channel::<(&mut [u8], usize)>();
+    let (free_tx, free_rx) = mpsc::channel::<&mut [u8]>();
+    for p in pieces {
+        let _ = free_tx.send(p);
+    }
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(move || -> std::io::Result<()> {
+            for (p, n) in full_rx {
+                conn.write_all(&p[..n])?;
+                // The device side may have stopped.
+                let _ = free_tx.send(p);
+            }
+            Ok(())
+        });
+        let mut done = 0u64;
+        let mut read = Ok(());
+        while done < len {
+            // None left: the writer stopped, and says why below.
+            let Ok(p) = free_rx.recv() else { break };
+            let n = p.len().min((len - done) as usize);
+            // SAFETY: `p` holds `n` writable bytes, which nothing else
+            // touches during this synchronous copy.
+            read = s.enter(ctx).and_then(|c| unsafe { c.dtoh(p.as_mut_ptr(), src + done, n, None, true) });
+            if read.is_err() || full_tx.send((p, n)).is_err() {
+                break;
+            }
+            done += n as u64;
+        }
+        drop(full_tx);
+        let wrote = writer.join().unwrap_or_else(|_| Err(std::io::Error::other("the writer stopped")));
+        read?;
+        wrote.map_err(lost)
+    })
 }
 
 pub(super) fn peer_copy_receive<E: Executor>(s: &mut Session<E>, r: proto::PeerCopyReceive, _: &mut Io<'_>) -> CuRes<()> {
@@ -119,62 +150,97 @@ pub(super) fn peer_copy_receive<E: Executor>(s: &mut Session<E>, r: proto::PeerC
             return Err(e);
         }
     };
-    let mut buf = Buffer::new(s, ctx, len)?;
-    let received: CuRes<()> = (|| {
-        let mut done = 0u64;
-        while done < len {
-            let n = buf.len().min((len - done) as usize);
-            conn.read_exact(&mut buf.bytes_mut()[..n]).map_err(lost)?;
-            let p = buf.ptr();
-            // SAFETY: `buf` holds the `n` bytes just read at `p`; the copy
-            // is synchronous.
-            unsafe { s.enter(ctx)?.htod(dst + done, p, n, None, true)? };
-            done += n as u64;
-        }
-        Ok(())
-    })();
-    buf.release(s, ctx);
+    let mut region = Region::take(s, ctx)?;
+    let received = receive_pieces(s, ctx, &mut conn, dst, len, region.pieces(len));
+    region.keep(s, ctx);
     let _ = conn.write_all(&[u8::from(received.is_err())]);
     received?;
     s.count_copy(Direction::HostToDevice, len);
     Ok(())
 }
 
-/// Host memory a copy passes through: a piece of the copy, page-locked
-/// through the copy's context when large.
-struct Buffer {
+/// Reads `len` bytes from `conn` piece by piece into `pieces`, on a
+/// thread of its own, and writes each at `dst` while the next is read.
+fn receive_pieces<E: Executor>(s: &mut Session<E>, ctx: u64, conn: &mut File, dst: u64, len: u64, pieces: Vec<&mut [u8]>) -> CuRes<()> {
+    let (full_tx, full_rx) = mpsc::channel::<(&mut [u8], usize)>();
+    let (free_tx, free_rx) = mpsc::channel::<&mut [u8]>();
+    for p in pieces {
+        let _ = free_tx.send(p);
+    }
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(move || -> std::io::Result<()> {
+            let mut done = 0u64;
+            while done < len {
+                // None left: the device side stopped.
+                let Ok(p) = free_rx.recv() else { return Ok(()) };
+                let n = p.len().min((len - done) as usize);
+                conn.read_exact(&mut p[..n])?;
+                if full_tx.send((p, n)).is_err() {
+                    return Ok(());
+                }
+                done += n as u64;
+            }
+            Ok(())
+        });
+        let mut done = 0u64;
+        let mut wrote = Ok(());
+        for (p, n) in &full_rx {
+            // SAFETY: `p` holds the `n` bytes just read; the copy is
+            // synchronous.
+            wrote = s.enter(ctx).and_then(|c| unsafe { c.htod(dst + done, p.as_ptr(), n, None, true) });
+            if wrote.is_err() {
+                break;
+            }
+            done += n as u64;
+            let _ = free_tx.send(p);
+        }
+        drop(free_tx);
+        drop(full_rx);
+        let read = reader.join().unwrap_or_else(|_| Err(std::io::Error::other("the reader stopped")));
+        wrote?;
+        read.map_err(lost)?;
+        if done < len {
+            return Err(lost("the connection ended early"));
+        }
+        Ok(())
+    })
+}
+
+/// Host memory copies pass through: two pieces, page-locked through the
+/// copies' context. A session keeps it between copies of one context
+/// (mapped, faulted in and page-locked once).
+pub(super) struct Region {
     map: memmap2::MmapMut,
     pinned: bool,
 }
 
-impl Buffer {
-    fn new<E: Executor>(s: &mut Session<E>, ctx: u64, len: u64) -> CuRes<Buffer> {
-        let size = usize::try_from(len).unwrap_or(PIECE).min(PIECE);
-        let mut map = memmap2::MmapMut::map_anon(size).map_err(|_| CuError::OUT_OF_MEMORY)?;
-        let mut pinned = false;
-        if size >= PIN_FROM {
-            let p = map.as_mut_ptr();
-            // SAFETY: the mapping outlives the registration: `release`
-            // undoes it before the buffer is dropped.
-            pinned = unsafe { s.enter(ctx)?.register_host(p, size) }.is_ok();
+impl Region {
+    /// The session's region for a copy through `ctx`: the one it kept, or
+    /// a new one.
+    fn take<E: Executor>(s: &mut Session<E>, ctx: u64) -> CuRes<Region> {
+        match s.copies.region.take() {
+            Some((c, r)) if c == ctx => return Ok(r),
+            Some((c, r)) => r.release(s, c),
+            None => {}
         }
-        Ok(Buffer { map, pinned })
+        let mut map = memmap2::MmapMut::map_anon(2 * PIECE).map_err(|_| CuError::OUT_OF_MEMORY)?;
+        let p = map.as_mut_ptr();
+        // SAFETY: the mapping outlives the page-locking: `release` undoes
+        // it before the region is dropped, or the context goes first (the
+        // session drops its contexts before its copies).
+        let pinned = unsafe { s.enter(ctx)?.pin_host(p, 2 * PIECE) }.is_ok();
+        Ok(Region { map, pinned })
     }
 
-    fn len(&self) -> usize {
-        self.map.len()
+    /// Kept for the session's next copy through `ctx`.
+    fn keep<E: Executor>(self, s: &mut Session<E>, ctx: u64) {
+        s.copies.region = Some((ctx, self));
     }
 
-    fn ptr(&mut self) -> *mut u8 {
-        self.map.as_mut_ptr()
-    }
-
-    fn bytes(&self) -> &[u8] {
-        &self.map
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.map
+    /// Its two pieces, for a copy of `len` bytes.
+    fn pieces(&mut self, len: u64) -> Vec<&mut [u8]> {
+        let piece = usize::try_from(len).unwrap_or(PIECE).clamp(1, PIECE);
+        self.map.chunks_mut(piece).take(2).collect()
     }
 
     /// Undoes the page-locking (before the mapping goes).
@@ -182,7 +248,7 @@ impl Buffer {
         if self.pinned
             && let Ok(c) = s.enter(ctx)
         {
-            let _ = c.unregister_host(self.map.as_mut_ptr());
+            let _ = c.unpin_host(self.map.as_mut_ptr());
         }
     }
 }
