@@ -43,6 +43,7 @@ pub struct Metrics {
     devices: Arc<Devices>,
     events: Arc<Events>,
     arbiter: Option<Arc<crate::share::Arbiter>>,
+    copies: Option<Arc<crate::peer_copy::CopyCounts>>,
 }
 
 /// What the control API did to sessions, counted for `/metrics`.
@@ -90,7 +91,13 @@ impl Metrics {
         gpus: Option<Arc<dyn GpuSource>>,
         devices: Arc<Devices>,
     ) -> Metrics {
-        Metrics { roster, tenants, ledgers, gpus, devices, events: Arc::default(), arbiter: None }
+        Metrics { roster, tenants, ledgers, gpus, devices, events: Arc::default(), arbiter: None, copies: None }
+    }
+
+    /// Reports the connections of copies between backends.
+    pub fn with_copies(mut self, copies: Arc<crate::peer_copy::CopyCounts>) -> Metrics {
+        self.copies = Some(copies);
+        self
     }
 
     /// Reports the GPU time `arbiter` granted (`--gpu-share weighted`).
@@ -329,6 +336,22 @@ impl Metrics {
             None,
             &[(outcome("moved"), n(&e.migrations_out)), (outcome("failed"), n(&e.migrations_failed))],
         )?;
+        if let Some(c) = &self.copies {
+            let side = |s: &str, o: &str| vec![("side", s.to_string()), ("outcome", o.to_string())];
+            counters(
+                enc,
+                "pvgpu_peer_copy_connections",
+                "Connections of copies between backends: in (from another backend, by whether its ticket was held) and out (to another backend, by outcome).",
+                None,
+                &[
+                    (side("in", "accepted"), n(&c.accepted)),
+                    (side("in", "refused"), n(&c.refused)),
+                    (side("out", "made"), n(&c.made)),
+                    (side("out", "not_a_peer"), n(&c.not_a_peer)),
+                    (side("out", "failed"), n(&c.failed)),
+                ],
+            )?;
+        }
         let drained: Vec<_> =
             (0..self.devices.count()).map(|g| (vec![("gpu", g.to_string())], if self.devices.is_drained(g) { 1.0 } else { 0.0 })).collect();
         gauges(enc, "pvgpu_gpu_drained", "1 while new sessions are not given the GPU.", None, &drained)

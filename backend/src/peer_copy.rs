@@ -29,7 +29,8 @@ use std::io::Write;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long a ticket waits for its connection, and a parked connection
@@ -48,6 +49,28 @@ struct Ticket {
     conn: Option<OwnedFd>,
 }
 
+/// Connections of copies between backends, counted for `/metrics`.
+#[derive(Debug, Default)]
+pub struct CopyCounts {
+    /// Arrived with a ticket a session held.
+    pub accepted: AtomicU64,
+    /// Arrived with a ticket no session held (unknown, used, expired, of
+    /// another length).
+    pub refused: AtomicU64,
+    /// Made to another backend, and accepted there.
+    pub made: AtomicU64,
+    /// Asked for to a backend that is not a `--peer`, or not over the
+    /// local transport or TCP.
+    pub not_a_peer: AtomicU64,
+    /// To a peer, failed (unreachable, or it refused the ticket).
+    pub failed: AtomicU64,
+}
+
+fn count(c: &AtomicU64) {
+    // Relaxed: a count read at the next scrape, ordered with nothing.
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
 /// The tickets of copies into this backend's sessions, and the backends
 /// this one may send copies to.
 #[derive(Default)]
@@ -56,6 +79,8 @@ pub struct Copies {
     arrived: Condvar,
     /// The `--peer` addresses, as programs reach those backends.
     peers: OnceLock<Vec<String>>,
+    /// What happened to connections, for `/metrics`.
+    pub counts: Arc<CopyCounts>,
 }
 
 impl std::fmt::Debug for Copies {
@@ -96,6 +121,7 @@ impl Copies {
         let ok = t.get(&a.ticket).is_some_and(|k| k.conn.is_none() && k.len == a.len && k.made.elapsed() < TICKET_LIFE);
         if !ok {
             drop(t);
+            count(&self.counts.refused);
             let _ = peer_copy::answer(&mut conn, false);
             return false;
         }
@@ -108,6 +134,7 @@ impl Copies {
             k.conn = Some(fd);
         }
         self.arrived.notify_all();
+        count(&self.counts.accepted);
         true
     }
 
@@ -144,6 +171,16 @@ impl Copies {
     /// by it. Only to a `--peer` backend, over the local transport or TCP
     /// (`Unknown` otherwise: the program copies through itself).
     pub fn connect(&self, address: &str, a: Arrival) -> Result<OwnedFd, IpcError> {
+        let made = self.connect_peer(address, a);
+        count(match &made {
+            Ok(_) => &self.counts.made,
+            Err(IpcError::Unknown) => &self.counts.not_a_peer,
+            Err(_) => &self.counts.failed,
+        });
+        made
+    }
+
+    fn connect_peer(&self, address: &str, a: Arrival) -> Result<OwnedFd, IpcError> {
         if !self.peers.get().is_some_and(|p| p.iter().any(|x| x == address)) {
             return Err(IpcError::Unknown);
         }

@@ -165,7 +165,8 @@ impl Backend {
             gpus,
             shared.devices.clone(),
         )
-        .with_arbiter(arbiter);
+        .with_arbiter(arbiter)
+        .with_copies(spawner.desk().copies.counts.clone());
         let metrics_server = match &cfg.metrics {
             Some(addr) => Some(crate::control::MetricsServer::start(addr, metrics.clone())?),
             None => None,

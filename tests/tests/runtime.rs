@@ -567,6 +567,19 @@ fn copies_between_peered_backends_go_backend_to_backend() {
         let log = two_backends_logged(&list, &b.tcp_key.to_string_lossy());
         assert!(!log.contains(THROUGH_THE_PROGRAM), "PVGPU_BACKEND={list}: a copy passed through the program:\n{log}");
     }
+    for h in [a, b] {
+        assert!(peer_copy_connections(h, "in", "accepted") > 0 && peer_copy_connections(h, "out", "made") > 0);
+    }
+}
+
+/// A backend's `pvgpu_peer_copy_connections_total` of `side` and
+/// `outcome` (`/metrics` on its control socket).
+fn peer_copy_connections(h: &Harness, side: &str, outcome: &str) -> u64 {
+    let (status, text) = h.control().expect("a control socket").request("GET", "/metrics", b"").expect("/metrics");
+    assert_eq!(status, 200);
+    let text = String::from_utf8_lossy(&text);
+    let row = format!("pvgpu_peer_copy_connections_total{{side=\"{side}\",outcome=\"{outcome}\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(&row)).and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| panic!("no {row} in\n{text}"))
 }
 
 /// Backends that do not list each other: the copies pass through the
@@ -577,6 +590,7 @@ fn copies_between_backends_that_are_not_peers_pass_through_the_program() {
     let list = format!("{},{}", a.addr(Transport::Local), b.addr(Transport::Tcp));
     let log = two_backends_logged(&list, &b.tcp_key.to_string_lossy());
     assert_eq!(log.matches(THROUGH_THE_PROGRAM).count(), 2, "once for each direction:\n{log}");
+    assert!(peer_copy_connections(a, "out", "not_a_peer") > 0 && peer_copy_connections(b, "out", "not_a_peer") > 0);
 }
 
 /// A connection that presents a ticket no session opened is refused, at
@@ -590,6 +604,7 @@ fn a_backend_refuses_a_copy_whose_ticket_it_never_gave() {
     assert!(matches!(open_local(&mut s, forged), Err(PeerCopyError::Refused)));
     let mut t = std::net::TcpStream::connect(a.addr(Transport::Tcp).to_string().trim_start_matches("tcp:")).expect("TCP port");
     assert!(matches!(open_tcp(&mut t, forged), Err(PeerCopyError::Refused)));
+    assert!(peer_copy_connections(a, "in", "refused") >= 2);
     let list = format!("{},{}", a.addr(Transport::Local), b.addr(Transport::Tcp));
     assert_two_backends_ran(&list, &run_two_backends(&list, &b.tcp_key.to_string_lossy()));
 }

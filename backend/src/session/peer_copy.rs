@@ -97,7 +97,17 @@ pub(super) fn peer_copy_send<E: Executor>(s: &mut Session<E>, r: proto::PeerCopy
 
 /// Reads `len` bytes at `src` piece by piece into `pieces` and writes
 /// them to `conn`, on a thread of its own, while the next is read.
-fn send_pieces<E: Executor>(s: &mut Session<E>, ctx: u64, conn: &mut File, src: u64, len: u64, pieces: Vec<&mut [u8]>) -> CuRes<()> {
+fn send_pieces<E: Executor>(s: &mut Session<E>, ctx: u64, conn: &mut File, src: u64, len: u64, mut pieces: Vec<&mut [u8]>) -> CuRes<()> {
+    if let [p, ..] = &mut pieces[..]
+        && len <= p.len() as u64
+    {
+        // One piece: nothing to overlap.
+        let n = len as usize;
+        // SAFETY: `p` holds `n` writable bytes, which nothing else touches
+        // during this synchronous copy.
+        unsafe { s.enter(ctx)?.dtoh(p.as_mut_ptr(), src, n, None, true)? };
+        return conn.write_all(&p[..n]).map_err(lost);
+    }
     let (full_tx, full_rx) = mpsc::channel::<(&mut [u8], usize)>();
     let (free_tx, free_rx) = mpsc::channel::<&mut [u8]>();
     for p in pieces {
@@ -161,7 +171,16 @@ pub(super) fn peer_copy_receive<E: Executor>(s: &mut Session<E>, r: proto::PeerC
 
 /// Reads `len` bytes from `conn` piece by piece into `pieces`, on a
 /// thread of its own, and writes each at `dst` while the next is read.
-fn receive_pieces<E: Executor>(s: &mut Session<E>, ctx: u64, conn: &mut File, dst: u64, len: u64, pieces: Vec<&mut [u8]>) -> CuRes<()> {
+fn receive_pieces<E: Executor>(s: &mut Session<E>, ctx: u64, conn: &mut File, dst: u64, len: u64, mut pieces: Vec<&mut [u8]>) -> CuRes<()> {
+    if let [p, ..] = &mut pieces[..]
+        && len <= p.len() as u64
+    {
+        // One piece: nothing to overlap.
+        let n = len as usize;
+        conn.read_exact(&mut p[..n]).map_err(lost)?;
+        // SAFETY: `p` holds the `n` bytes just read; the copy is synchronous.
+        return unsafe { s.enter(ctx)?.htod(dst, p.as_ptr(), n, None, true) };
+    }
     let (full_tx, full_rx) = mpsc::channel::<(&mut [u8], usize)>();
     let (free_tx, free_rx) = mpsc::channel::<&mut [u8]>();
     for p in pieces {
