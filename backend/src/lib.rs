@@ -60,6 +60,7 @@ pub mod layout;
 pub mod ledger;
 pub mod listener;
 pub mod log_limit;
+pub mod log_sink;
 pub mod meter;
 pub mod metrics;
 pub mod peer_copy;

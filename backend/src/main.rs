@@ -312,7 +312,7 @@ enum Cmd {
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
+        .with_writer(pvgpu_backend::log_sink::LogSink::default)
         .init();
     let args = pvgpu_backend::config_file::expand(std::env::args_os().collect())?;
     let cli = Cli::parse_from(args);

@@ -72,7 +72,7 @@ pub use host_call::HostFn;
 pub use ipc::PhysInfo;
 pub use link::Linked;
 pub use options::{BackendAddr, DEFAULT_SOCKET, Options, backend_from_env, backends_from_env};
-pub use output::set_output_handler;
+pub use output::{set_error_handler, set_output_handler};
 pub use peer_copy::Ticket;
 pub use pvgpu_ring::{CuError, CuResult};
 pub use stats::{CallCount, CallStats};

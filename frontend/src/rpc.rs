@@ -251,6 +251,7 @@ impl Conn {
             };
             self.buf = buf;
             match r {
+                Ok((h, _)) if h.is_stderr() => crate::output::write_err(&self.buf),
                 Ok((h, _)) if h.is_output() => crate::output::write(&self.buf),
                 Ok((h, _)) if h.is_host_call() => self.run_host_call()?,
                 Ok(r) => break r,

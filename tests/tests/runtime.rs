@@ -255,9 +255,14 @@ fn worker_program(name: &'static str) -> PathBuf {
 /// go). Where
 /// `tests/runtime/{name}.expected` exists, the whole output must be it
 /// (the H100 prints the same natively).
-fn worker_run(name: &'static str, t: Transport) {
+/// The backend of [`worker_run`]: sessions in worker processes.
+fn worker_harness() -> &'static Harness {
     static H: OnceLock<Harness> = OnceLock::new();
-    let h = H.get_or_init(|| Harness::with(HarnessOptions { process: true, ..Default::default() }));
+    H.get_or_init(|| Harness::with(HarnessOptions { process: true, ..Default::default() }))
+}
+
+fn worker_run(name: &'static str, t: Transport) {
+    let h = worker_harness();
     let out = run_program(&mut Command::new(worker_program(name)), h, t);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -270,6 +275,30 @@ fn worker_run(name: &'static str, t: Transport) {
     if let Ok(want) = std::fs::read_to_string(&expected) {
         assert_eq!(stdout, want, "over {t:?}: the output differs from {}", expected.display());
     }
+}
+
+/// A failed device assertion (`tests/runtime/device_assert.cu`): the
+/// synchronisation after it fails with `cudaErrorAssert`, and the message
+/// the driver writes to standard error reaches the program's standard
+/// error (not its standard output).
+fn device_assert(t: Transport) {
+    worker_run("device_assert", t);
+    let h = worker_harness();
+    let out = run_program(&mut Command::new(worker_program("device_assert")), h, t);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = "block: [1,0,0], thread: [5,0,0] Assertion `p[i] != tag` failed.";
+    assert_eq!(stderr.matches(line).count(), 1, "over {t:?}, standard error:\n{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("Assertion"));
+}
+
+#[test]
+fn device_assert_over_local() {
+    device_assert(Transport::Local);
+}
+
+#[test]
+fn device_assert_over_tcp() {
+    device_assert(Transport::Tcp);
 }
 
 #[test]

@@ -443,7 +443,7 @@ pub trait ExecContext: Send + 'static {
     fn tensor_map_encode(&mut self, r: &TensorMapEncode) -> CuRes<[u8; 128]>;
     /// Moves what the context's kernels printed since the last call into
     /// `out`. The default has nothing to give.
-    fn take_output(&mut self, _out: &mut Vec<u8>) {}
+    fn take_output(&mut self, _out: &mut Printed) {}
     /// Creates a stream.
     fn stream_create(&mut self, flags: u32, priority: i32) -> CuRes<Self::Stream>;
     /// Destroys a stream.
@@ -491,3 +491,27 @@ pub trait ExecContext: Send + 'static {
 
 /// Facts about a context.
 pub use pvgpu_ring::proto::CtxInfo;
+
+/// What a session's kernels printed (device `printf`), for the program's
+/// standard output, and what the driver wrote to standard error for them
+/// (device assertions).
+#[derive(Debug, Default)]
+pub struct Printed {
+    /// For standard output.
+    pub out: Vec<u8>,
+    /// For standard error.
+    pub err: Vec<u8>,
+}
+
+impl Printed {
+    /// Whether there is nothing.
+    pub fn is_empty(&self) -> bool {
+        self.out.is_empty() && self.err.is_empty()
+    }
+
+    /// Moves all of `other` after what this holds.
+    pub fn append(&mut self, other: &mut Printed) {
+        self.out.append(&mut other.out);
+        self.err.append(&mut other.err);
+    }
+}

@@ -191,7 +191,7 @@ pub struct Session<E: Executor> {
     /// session cannot be checkpointed).
     token: [u8; 16],
     /// What kernels of destroyed contexts printed, not yet sent.
-    output_left: Vec<u8>,
+    output_left: crate::exec::Printed,
 }
 
 /// Device-side range to check.
@@ -252,7 +252,7 @@ impl<E: Executor> Session<E> {
             host_calls: Arc::default(),
             max_reply: pvgpu_ring::proto::MAX_PAYLOAD,
             token: crate::ipc::random_token().unwrap_or_default(),
-            output_left: Vec::new(),
+            output_left: Default::default(),
         }
     }
 
@@ -390,8 +390,8 @@ impl<E: Executor> Session<E> {
     }
 
     /// Moves what the session's kernels printed since the last call into
-    /// `out`, for the program's standard output.
-    pub fn take_output(&mut self, out: &mut Vec<u8>) {
+    /// `out`, for the program's standard output and error.
+    pub fn take_output(&mut self, out: &mut crate::exec::Printed) {
         out.append(&mut self.output_left);
         for c in self.ctxs.iter_mut() {
             c.ctx.take_output(out);

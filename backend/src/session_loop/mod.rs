@@ -129,7 +129,7 @@ struct Buffers {
     /// The reply's payload.
     out: Vec<u8>,
     /// Kernel output to send before the reply.
-    printed: Vec<u8>,
+    printed: crate::exec::Printed,
     /// The program's answers to host calls.
     answers: host_calls::Buffers,
 }
@@ -191,10 +191,12 @@ fn serve_one<E: Executor>(
         if pvgpu_ring::proto::Opcode::try_from(h.opcode.get()).map_or(true, |op| op.may_print()) {
             session.take_output(&mut b.printed);
         }
-        if !b.printed.is_empty() {
-            let r = conn.send(&Header::output(b.printed.len()), &b.printed, stop);
-            b.printed.clear();
-            r?;
+        for (bytes, header) in [(&mut b.printed.out, Header::output as fn(usize) -> Header), (&mut b.printed.err, Header::output_stderr)] {
+            if !bytes.is_empty() {
+                let r = conn.send(&header(bytes.len()), bytes, stop);
+                bytes.clear();
+                r?;
+            }
         }
         let staged = session.staged_reply();
         let too_large = b.out.len() + staged > conn.max_reply();

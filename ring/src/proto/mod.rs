@@ -82,6 +82,10 @@ pub const FLAG_IS_REPLY: u32 = 2;
 /// (what its kernels printed), sent before the reply of the call that
 /// waited for them. Its request id is 0 and its opcode 0.
 pub const FLAG_OUTPUT: u32 = 4;
+/// The status of an output message ([`FLAG_OUTPUT`]) for the program's
+/// standard error (what the driver writes there: device assertions);
+/// 0 is its standard output.
+pub const OUTPUT_STDERR: u32 = 2;
 /// A message from the backend that is not a reply: a host function due in
 /// the program ([`HostCallMsg`]), sent only while the program waits in
 /// `HostCallWait`. Its request id is 0 and its opcode 0.
@@ -169,7 +173,8 @@ impl Header {
         }
     }
 
-    /// An output message carrying `payload_len` bytes of program output.
+    /// An output message carrying `payload_len` bytes of program output
+    /// for its standard output.
     pub fn output(payload_len: usize) -> Self {
         Header {
             version: PROTOCOL_VERSION.into(),
@@ -179,6 +184,18 @@ impl Header {
             payload_len: (payload_len as u32).into(),
             status: 0.into(),
         }
+    }
+
+    /// An output message carrying `payload_len` bytes for the program's
+    /// standard error (status [`OUTPUT_STDERR`]; a frontend that predates
+    /// it prints them on its standard output).
+    pub fn output_stderr(payload_len: usize) -> Self {
+        Header { status: OUTPUT_STDERR.into(), ..Header::output(payload_len) }
+    }
+
+    /// Whether this output message is for the program's standard error.
+    pub fn is_stderr(&self) -> bool {
+        self.is_output() && self.status.get() == OUTPUT_STDERR
     }
 
     /// A host-call message carrying a [`HostCallMsg`].

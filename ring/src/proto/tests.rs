@@ -49,6 +49,18 @@ fn every_opcode_round_trips_its_number() {
 }
 
 #[test]
+fn output_for_standard_error_is_output_with_its_status() {
+    let (out, err) = (Header::output(5), Header::output_stderr(5));
+    assert!(out.is_output() && !out.is_stderr());
+    assert!(err.is_output() && err.is_stderr(), "a frontend that knows only output prints it");
+    assert_eq!((err.payload_len.get(), err.flags.get()), (5, out.flags.get()));
+    let mut reply = Header::request(Opcode::Nop, 1, 0, 0).reply(CuResult(OUTPUT_STDERR), 0);
+    assert!(!reply.is_stderr(), "a reply with that status is not output");
+    reply.flags = out.flags;
+    assert!(reply.is_stderr());
+}
+
+#[test]
 fn wrong_version_is_rejected() {
     let mut h = Header::request(Opcode::Nop, 1, 0, 0);
     h.version = 2.into();

@@ -575,7 +575,7 @@ impl ExecContext for CudaContext {
         self.set_access(ptr, size, flags)
     }
 
-    fn take_output(&mut self, out: &mut Vec<u8>) {
+    fn take_output(&mut self, out: &mut crate::exec::Printed) {
         output::drain(out);
     }
 }

@@ -269,11 +269,19 @@ impl ExecContext for HostContext {
         }
         let st = self.modules.get(&f.module).ok_or(CuError::INVALID_HANDLE)?;
         let globals = st.globals.clone();
-        let mut call = Call { dims, args: Args { buf: params, layout }, mem: &mut self.mem, globals: &globals, out: &mut self.output };
+        let mut call = Call {
+            dims,
+            args: Args { buf: params, layout },
+            mem: &mut self.mem,
+            globals: &globals,
+            out: &mut self.output,
+            err: &mut self.errors,
+            asserted: false,
+        };
         if (f.kernel)(&mut call).is_err() {
             // A GPU reports a fault asynchronously and poisons the context;
             // do the same.
-            self.sticky = Some(CuError::ILLEGAL_ADDRESS);
+            self.sticky = Some(if call.asserted { CuError::ASSERT } else { CuError::ILLEGAL_ADDRESS });
             return Ok(());
         }
         self.run_device_launches()
@@ -579,7 +587,8 @@ impl ExecContext for HostContext {
         self.ok()
     }
 
-    fn take_output(&mut self, out: &mut Vec<u8>) {
-        out.append(&mut self.output);
+    fn take_output(&mut self, out: &mut crate::exec::Printed) {
+        out.out.append(&mut self.output);
+        out.err.append(&mut self.errors);
     }
 }

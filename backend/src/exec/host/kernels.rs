@@ -227,6 +227,12 @@ pub struct Call<'a> {
     pub globals: &'a HashMap<String, u64>,
     /// What the kernel prints (device `printf`).
     pub out: &'a mut Vec<u8>,
+    /// What the driver writes to standard error for it (a failed device
+    /// assertion).
+    pub err: &'a mut Vec<u8>,
+    /// A device assertion failed (the fault it returns is
+    /// `CUDA_ERROR_ASSERT`, not an illegal address).
+    pub asserted: bool,
 }
 
 impl Call<'_> {
@@ -253,6 +259,7 @@ pub static KERNELS: &[(&str, HostKernel)] = &[
     ("spin", k_spin),
     ("poke", k_poke),
     ("pvgpu_printf", k_printf),
+    ("pvgpu_assert", k_assert),
     ("pvgpu_cond_from_flag", k_cond_from_flag),
     ("pvgpu_cond_count_down", k_cond_count_down),
     ("pvgpu_graph_launch", k_graph_launch),
@@ -414,6 +421,24 @@ fn k_poke(c: &mut Call<'_>) -> Result<(), Fault> {
     let p = c.args.u64(0)?;
     c.mem.bytes_mut(p, 4)?.copy_from_slice(&1i32.to_le_bytes());
     Ok(())
+}
+
+/// `assert(p[i] != tag)` for each thread `i` along x (of the first 1024):
+/// each that fails writes the line the driver writes to standard error,
+/// and the kernel faults with `CUDA_ERROR_ASSERT`.
+fn k_assert(c: &mut Call<'_>) -> Result<(), Fault> {
+    let (p, tag) = (c.args.u64(0)?, c.args.i32(1)?);
+    let (blocks, threads) = (c.dims.grid[0], c.dims.block[0]);
+    for (i, (b, t)) in (0..blocks).flat_map(|b| (0..threads).map(move |t| (b, t))).enumerate().take(1024) {
+        let v = i32::from_le_bytes(c.mem.bytes_mut(p + 4 * i as u64, 4)?.try_into().map_err(|_| Fault)?);
+        if v == tag {
+            c.err.extend_from_slice(
+                format!("pvgpu_assert: block: [{b},0,0], thread: [{t},0,0] Assertion `p[i] != tag` failed.\n").as_bytes(),
+            );
+            c.asserted = true;
+        }
+    }
+    if c.asserted { Err(Fault) } else { Ok(()) }
 }
 
 /// `printf("pvgpu_printf tag %d block %d thread %d\n", ...)` from each

@@ -249,6 +249,7 @@ impl Executor for HostExecutor {
             pool_attrs: HashMap::new(),
             pools: pool::HostPools::on(device),
             output: Vec::new(),
+            errors: Vec::new(),
             phys: HashMap::new(),
             mapped: HashMap::new(),
             opened: HashSet::new(),
@@ -311,6 +312,8 @@ pub struct HostContext {
     pools: pool::HostPools,
     /// What kernels printed, for the session.
     output: Vec<u8>,
+    /// What a failed device assertion wrote to standard error.
+    errors: Vec<u8>,
     /// Physical allocations (`cuMemCreate`) by handle.
     phys: HashMap<u64, vmm::Phys>,
     /// Mappings: address to physical handle.

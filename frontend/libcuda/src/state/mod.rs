@@ -30,6 +30,7 @@ pub fn connect() -> Result<&'static [Client], CuError> {
     init_log();
     backends::connect(|first| {
         pvgpu_frontend::set_output_handler(c_stdout);
+        pvgpu_frontend::set_error_handler(c_stderr);
         if first.call_stats().is_some() {
             // SAFETY: registers a plain `extern "C"` function with no
             // arguments, which only reads the clients' counters.
@@ -51,6 +52,8 @@ extern "C" fn print_stats() {
 unsafe extern "C" {
     /// C's standard output stream.
     static stdout: *mut libc::FILE;
+    /// C's standard error stream.
+    static stderr: *mut libc::FILE;
 }
 
 /// Writes kernel output through C's `stdout`, in order with what the
@@ -59,6 +62,14 @@ fn c_stdout(bytes: &[u8]) {
     // SAFETY: `stdout` is the C library's stream, valid for the life of the
     // process; fwrite copies `bytes` into it.
     unsafe { libc::fwrite(bytes.as_ptr().cast(), 1, bytes.len(), stdout) };
+}
+
+/// Writes what the driver wrote to standard error for the program's
+/// kernels (device assertions) through C's `stderr`, as the driver does.
+fn c_stderr(bytes: &[u8]) {
+    // SAFETY: `stderr` is the C library's stream, valid for the life of the
+    // process; fwrite copies `bytes` into it.
+    unsafe { libc::fwrite(bytes.as_ptr().cast(), 1, bytes.len(), stderr) };
 }
 
 /// The connection to the backend of the calling thread's current context
