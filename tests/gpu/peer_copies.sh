@@ -29,6 +29,7 @@ native=${NATIVE:-1}
 nvcc=${NVCC:-nvcc}
 mkdir -p "$w/lib"
 cp "$bin/libpvgpu_cuda.so" "$w/lib/libcuda.so.1"
+[ -f "$bin/libpvgpu_nvml.so" ] && cp "$bin/libpvgpu_nvml.so" "$w/lib/libnvidia-ml.so.1"
 if [ "$executor" = cuda ]; then
   nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader >> "$r"
   gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
