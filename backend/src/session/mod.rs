@@ -573,6 +573,7 @@ impl<E: Executor> Drop for Session<E> {
         pool::forget(self, None);
         mirror::forget(self);
         pinning::release(self);
+        peer_copy::release(self);
         // Forget handles before their contexts go: dropping a context frees
         // everything made in it.
         self.functions.drain_where(|_| true);

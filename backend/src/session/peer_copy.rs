@@ -41,6 +41,23 @@ pub(super) struct PeerCopies {
     region: Option<(u64, Region)>,
 }
 
+/// Context `id` is going: the copies' host memory page-locked through it
+/// is released first (the page-locking is the process's, and must not
+/// outlive the mapping).
+pub(super) fn context_going<E: Executor>(s: &mut Session<E>, id: u64) {
+    if s.copies.region.as_ref().is_some_and(|(c, _)| *c == id) {
+        release(s);
+    }
+}
+
+/// Releases the copies' host memory (the session is ending, or its
+/// context is going).
+pub(super) fn release<E: Executor>(s: &mut Session<E>) {
+    if let Some((c, r)) = s.copies.region.take() {
+        r.release(s, c);
+    }
+}
+
 /// The connection broke or the other side did not take the bytes.
 fn lost(e: impl std::fmt::Display) -> CuError {
     tracing::debug!(error = %e, "a copy between backends failed");
@@ -245,8 +262,8 @@ impl Region {
         let mut map = memmap2::MmapMut::map_anon(2 * PIECE).map_err(|_| CuError::OUT_OF_MEMORY)?;
         let p = map.as_mut_ptr();
         // SAFETY: the mapping outlives the page-locking: `release` undoes
-        // it before the region is dropped, or the context goes first (the
-        // session drops its contexts before its copies).
+        // it before the region is dropped (when its context goes, or the
+        // session ends: `context_going`, `release`).
         let pinned = unsafe { s.enter(ctx)?.pin_host(p, 2 * PIECE) }.is_ok();
         Ok(Region { map, pinned })
     }
