@@ -29,17 +29,28 @@ fn keep_busy(c: &Client, start: &Barrier, done: &AtomicBool) -> u64 {
 }
 
 /// Runs one program per client for `run`, all at once; the kernels each
-/// ran, and the sessions as the control socket listed them at the end.
-fn contend(h: &Harness, clients: &[Client], run: Duration) -> (Vec<u64>, Vec<pvgpu_ctl::api::Session>) {
+/// ran, and the sessions as the control socket listed them five times in
+/// the run's second half, the last at its end.
+fn contend(h: &Harness, clients: &[Client], run: Duration) -> (Vec<u64>, Vec<Vec<pvgpu_ctl::api::Session>>) {
     let (start, done) = (Barrier::new(clients.len() + 1), AtomicBool::new(false));
     std::thread::scope(|s| {
         let runs: Vec<_> = clients.iter().map(|c| s.spawn(|| keep_busy(c, &start, &done))).collect();
         start.wait();
-        std::thread::sleep(run);
-        let listed = h.control().unwrap().sessions().unwrap();
+        std::thread::sleep(run / 2);
+        let mut listed = Vec::new();
+        for _ in 0..5 {
+            std::thread::sleep(run / 10);
+            listed.push(h.control().unwrap().sessions().unwrap());
+        }
         done.store(true, Ordering::Relaxed);
         (runs.into_iter().map(|r| r.join().unwrap()).collect(), listed)
     })
+}
+
+/// Whether session `id` was seen holding or waiting for GPU 0's turn in
+/// one of the listings (between two of its calls it does neither).
+fn seen_taking_turns(listed: &[Vec<pvgpu_ctl::api::Session>], id: u64) -> bool {
+    listed.iter().flatten().filter(|s| s.id == id).any(|s| matches!(s.gpu_turn.as_deref(), Some("holds GPU 0" | "waits for GPU 0")))
 }
 
 /// A session per key of `keys`.
@@ -65,13 +76,13 @@ fn gpu_time_follows_tenant_shares(t: Transport) {
     let bad = Quota { gpu_share: Some(0), ..Quota::default() };
     assert!(ctl.call_with::<Tenant, _>("PUT", "/v1/tenants/light/quota", Some(&bad)).is_err(), "a share of 0 is refused");
 
-    let (n, listed) = contend(&h, &open(&h, t, &[&heavy, &light]), Duration::from_secs(3));
+    let (n, samples) = contend(&h, &open(&h, t, &[&heavy, &light]), Duration::from_secs(3));
     // While they ran, each held the turn or waited for it, and had held it
     // for a while.
+    let listed = samples.last().expect("listings");
     assert_eq!(listed.len(), 2, "{listed:?}");
-    for s in &listed {
-        let turn = s.gpu_turn.as_deref().unwrap_or_default();
-        assert!(turn == "holds GPU 0" || turn == "waits for GPU 0", "{s:?}");
+    for s in listed {
+        assert!(seen_taking_turns(&samples, s.id), "{samples:?}");
         assert!(s.gpu_turn_seconds.is_some_and(|t| t > 0.1), "{s:?}");
     }
     let done = n[0] as f64 / n[1].max(1) as f64;
@@ -101,10 +112,11 @@ fn gpu_time_follows_tenant_shares_over_tcp() {
 /// no tenant.
 fn sessions_without_tenants_share_evenly(t: Transport) {
     let h = Harness::with(HarnessOptions { gpu_slice: Some(Duration::from_millis(20)), ..Default::default() });
-    let (n, listed) = contend(&h, &[h.client(t), h.client(t)], Duration::from_secs(2));
+    let (n, samples) = contend(&h, &[h.client(t), h.client(t)], Duration::from_secs(2));
     eprintln!("no tenants: kernels {n:?}");
     let done = n[0] as f64 / n[1].max(1) as f64;
     assert!((0.6..=1.6).contains(&done), "two sessions of share 1 ran {n:?} kernels");
+    let listed = samples.last().expect("listings");
     assert!(listed.iter().all(|s| s.gpu_turn_seconds.is_some()), "{listed:?}");
     assert!(turn_seconds(&h, "") > 0.5, "contended time counted under no tenant");
 }
