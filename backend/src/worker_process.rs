@@ -69,6 +69,7 @@ pub fn prepare_cuda(memory: crate::config::DeviceMemory) -> Result<Arc<CudaExecu
     if let Err(e) = crate::exec::cuda::output::capture() {
         tracing::warn!(error = %pvgpu_ring::report::Chain(&e), "kernel output stays in the backend's log");
     }
+    crate::session::reserve_copy_buffer();
     Ok(Arc::new(CudaExecutor::with_memory(memory)?))
 }
 
@@ -189,6 +190,7 @@ pub fn run_worker(
                     serve_opened(e, opened, cfg, session, &stop)
                 }
                 ExecutorKind::Host => {
+                    crate::session::reserve_copy_buffer();
                     let e = Arc::new(HostExecutor::with_devices(exec.host_mem, exec.host_devices));
                     confine(confinement).map_err(WorkerError::Sandbox)?;
                     serve_opened(e, opened, cfg, session, &stop)

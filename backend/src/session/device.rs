@@ -287,7 +287,6 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
     super::pool::forget(s, Some(id));
     super::mirror::context_going(s, id);
     super::pinning::context_going(s, id);
-    super::peer_copy::context_going(s, id);
     let mut entry = s.ctxs.remove(id).ok_or(CuError::INVALID_CONTEXT)?;
     entry.ctx.take_output(&mut s.output_left);
     s.functions.drain_where(|f| f.ctx == id);

@@ -52,6 +52,7 @@ mod turns;
 mod vmm;
 
 pub use checkpoint::{CheckpointError, Taken};
+pub use peer_copy::reserve as reserve_copy_buffer;
 pub use restore::RestoreError;
 
 use crate::config::SessionLimits;
@@ -573,7 +574,6 @@ impl<E: Executor> Drop for Session<E> {
         pool::forget(self, None);
         mirror::forget(self);
         pinning::release(self);
-        peer_copy::release(self);
         // Forget handles before their contexts go: dropping a context frees
         // everything made in it.
         self.functions.drain_where(|_| true);

@@ -120,7 +120,7 @@ impl<R: Read> Blobs<'_, R> {
 impl<E: Executor> Session<E> {
     /// Rebuilds, in this new session, the state `meta` describes, reading
     /// its blobs from `reader`; `area` is the connection's data area.
-    pub fn restore<R: Read + Send>(&mut self, meta: &Meta, reader: &mut Reader<R>, area: Option<&DataArea>) -> Result<(), RestoreError> {
+    pub fn restore<R: Read>(&mut self, meta: &Meta, reader: &mut Reader<R>, area: Option<&DataArea>) -> Result<(), RestoreError> {
         self.check_devices(meta)?;
         self.token = pvgpu_ctl::snapshot::token_from_hex(&meta.token)
             .ok_or_else(|| RestoreError::Inconsistent("a token that is not 32 hex digits".into()))?;
@@ -310,7 +310,7 @@ impl<E: Executor> Session<E> {
         Ok(())
     }
 
-    fn restore_memory<R: Read + Send>(
+    fn restore_memory<R: Read>(
         &mut self,
         allocations: &[pvgpu_ctl::snapshot::Allocation],
         blobs: &mut Blobs<'_, R>,
@@ -335,18 +335,18 @@ impl<E: Executor> Session<E> {
             }
         }
         // Each allocation's bytes go from the file to the device through
-        // page-locked chunks, a chunk at a time.
+        // one page-locked chunk, a chunk at a time.
         let mut chunks = Chunks::default();
-        let mut bufs = Vec::new();
-        let r = self.write_allocations(allocations, blobs, &mut chunks, &mut bufs);
+        let mut buf = None;
+        let r = self.write_allocations(allocations, blobs, &mut chunks, &mut buf);
         chunks.unpin(self);
-        drop(bufs);
+        drop(buf);
         r
     }
 
     /// Physical memory and mappings as they were, then each mapping's
     /// bytes.
-    fn restore_vmm<R: Read + Send>(&mut self, state: &pvgpu_ctl::snapshot::State, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
+    fn restore_vmm<R: Read>(&mut self, state: &pvgpu_ctl::snapshot::State, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
         if state.physical.is_empty() && state.mappings.is_empty() {
             return Ok(());
         }
@@ -357,77 +357,38 @@ impl<E: Executor> Session<E> {
             .map(|m| pvgpu_ctl::snapshot::Allocation { ctx: m.ctx, address: m.address, length: m.length, blob: m.blob })
             .collect();
         let mut chunks = Chunks::default();
-        let mut bufs = Vec::new();
-        let r = self.write_allocations(&ranges, blobs, &mut chunks, &mut bufs);
+        let mut buf = None;
+        let r = self.write_allocations(&ranges, blobs, &mut chunks, &mut buf);
         chunks.unpin(self);
-        drop(bufs);
         r
     }
 
-    /// Writes each allocation's bytes from the file to the device through
-    /// two page-locked chunks (kept in `bufs` until the caller unpins
-    /// them): the file's next part is read, and hashed, into one on a
-    /// thread of its own while the other is written to the device.
-    fn write_allocations<R: Read + Send>(
+    fn write_allocations<R: Read>(
         &mut self,
         allocations: &[pvgpu_ctl::snapshot::Allocation],
         blobs: &mut Blobs<'_, R>,
         chunks: &mut Chunks,
-        bufs: &mut Vec<memmap2::MmapMut>,
+        buf: &mut Option<memmap2::MmapMut>,
     ) -> Result<(), RestoreError> {
-        if allocations.is_empty() {
-            return Ok(());
-        }
-        while bufs.len() < 2 {
-            bufs.push(chunks.make().map_err(|e| RestoreError::File(e.into()))?);
-        }
-        let ctxs: std::collections::BTreeSet<u64> = allocations.iter().map(|a| a.ctx).collect();
-        for ctx in ctxs {
-            for b in bufs.iter_mut() {
-                chunks.pin(self, ctx, b).map_err(rebuild(format!("context {ctx:#x}")))?;
+        for a in allocations {
+            let len = blobs.start(a.blob)?;
+            if len != a.length {
+                return Err(RestoreError::Inconsistent(format!("allocation {:#x}: {len} bytes for {}", a.address, a.length)));
+            }
+            let mut off = 0;
+            while off < len {
+                let n = (len - off).min(CHUNK as u64) as usize;
+                let b = match buf {
+                    Some(b) => b,
+                    None => buf.insert(chunks.make().map_err(|e| RestoreError::File(e.into()))?),
+                };
+                chunks.pin(self, a.ctx, b).map_err(rebuild(format!("context {:#x}", a.ctx)))?;
+                blobs.reader.blob_part(&mut b[..n])?;
+                self.write_device(a.ctx, a.address + off, &b[..n], "device memory")?;
+                off += n as u64;
             }
         }
-        type Piece<'b> = (&'b mut [u8], u64, u64, usize);
-        let (full_tx, full_rx) = std::sync::mpsc::channel::<Piece<'_>>();
-        let (free_tx, free_rx) = std::sync::mpsc::channel::<&mut [u8]>();
-        for b in bufs.iter_mut() {
-            let _ = free_tx.send(&mut b[..]);
-        }
-        std::thread::scope(|scope| {
-            let reader = scope.spawn(move || -> Result<(), RestoreError> {
-                for a in allocations {
-                    let len = blobs.start(a.blob)?;
-                    if len != a.length {
-                        return Err(RestoreError::Inconsistent(format!("allocation {:#x}: {len} bytes for {}", a.address, a.length)));
-                    }
-                    let mut off = 0;
-                    while off < len {
-                        let n = (len - off).min(CHUNK as u64) as usize;
-                        // None left: the device side stopped, and says why.
-                        let Ok(buf) = free_rx.recv() else { return Ok(()) };
-                        blobs.reader.blob_part(&mut buf[..n])?;
-                        if full_tx.send((buf, a.ctx, a.address + off, n)).is_err() {
-                            return Ok(());
-                        }
-                        off += n as u64;
-                    }
-                }
-                Ok(())
-            });
-            let mut wrote = Ok(());
-            for (buf, ctx, addr, n) in &full_rx {
-                wrote = self.write_device(ctx, addr, &buf[..n], "device memory");
-                if wrote.is_err() {
-                    break;
-                }
-                let _ = free_tx.send(buf);
-            }
-            drop(free_tx);
-            drop(full_rx);
-            let read = reader.join().unwrap_or_else(|_| Err(RestoreError::Inconsistent("the snapshot's reader stopped".into())));
-            wrote?;
-            read
-        })
+        Ok(())
     }
 
     fn write_device(&mut self, ctx: u64, addr: u64, bytes: &[u8], what: &str) -> Result<(), RestoreError> {
