@@ -77,7 +77,7 @@ pub(super) fn peer_copy_send<E: Executor>(s: &mut Session<E>, r: proto::PeerCopy
         _ => return Err(CuError::INVALID_VALUE),
     };
     let mut conn = File::from(fd);
-    let mut held = Buffer::take(len)?;
+    let mut held = Buffer::take(s, ctx, len)?;
     let buf = held.bytes();
     let mut done = 0u64;
     while done < len {
@@ -107,7 +107,7 @@ pub(super) fn peer_copy_receive<E: Executor>(s: &mut Session<E>, r: proto::PeerC
     let fd = broker.copy_take(&ticket).map_err(lost)?;
     let mut conn = File::from(fd);
     let received = ctx.and_then(|ctx| {
-        let mut held = Buffer::take(len)?;
+        let mut held = Buffer::take(s, ctx, len)?;
         let buf = held.bytes();
         let mut done = 0u64;
         while done < len {
@@ -129,20 +129,20 @@ pub(super) fn peer_copy_receive<E: Executor>(s: &mut Session<E>, r: proto::PeerC
 }
 
 /// The worker's host memory for copies, mapped once when it starts
-/// ([`reserve`]).
-static RESERVED: std::sync::OnceLock<Mutex<memmap2::MmapMut>> = std::sync::OnceLock::new();
+/// ([`reserve`]), and the context it was last page-locked through.
+static RESERVED: std::sync::OnceLock<Mutex<(memmap2::MmapMut, Option<u64>)>> = std::sync::OnceLock::new();
 
 /// Maps the host memory copies between backends pass through, a piece at
 /// a time. A worker process calls it when it starts, before the driver:
 /// its mappings decide where the driver places modules' globals, which a
-/// restore must find where they were ([`super::restore`]), so a copy maps,
-/// page-locks and starts nothing of its own (no thread either) that would
-/// stay after it. The pages are touched when the first copy runs.
+/// restore must find where they were ([`super::restore`]), so a copy maps
+/// and starts nothing of its own (no thread either) that would stay after
+/// it. The pages are touched, and page-locked, when the first copy runs.
 pub fn reserve() {
     if RESERVED.get().is_none()
         && let Ok(m) = memmap2::MmapMut::map_anon(PIECE)
     {
-        let _ = RESERVED.set(Mutex::new(m));
+        let _ = RESERVED.set(Mutex::new((m, None)));
     }
 }
 
@@ -151,15 +151,26 @@ pub fn reserve() {
 /// this copy. The connection's socket buffers, wider than a piece, let one
 /// piece cross the connection while the next crosses the device's link.
 enum Buffer {
-    Reserved(std::sync::MutexGuard<'static, memmap2::MmapMut>),
+    Reserved(std::sync::MutexGuard<'static, (memmap2::MmapMut, Option<u64>)>),
     Own(memmap2::MmapMut),
 }
 
 impl Buffer {
-    fn take(len: u64) -> CuRes<Buffer> {
+    /// A buffer for a copy of `len` bytes through context `ctx`.
+    fn take<E: Executor>(s: &mut Session<E>, ctx: u64, len: u64) -> CuRes<Buffer> {
         if let Some(m) = RESERVED.get()
-            && let Ok(g) = m.try_lock()
+            && let Ok(mut g) = m.try_lock()
         {
+            if g.1 != Some(ctx) {
+                let p = g.0.as_mut_ptr();
+                // SAFETY: the mapping is the process's for its whole life,
+                // so it outlives the page-locking (never undone: the
+                // driver drops it with the context, or the process).
+                let r = unsafe { s.enter(ctx)?.pin_host(p, PIECE) };
+                if matches!(r, Ok(()) | Err(CuError::HOST_MEMORY_ALREADY_REGISTERED)) {
+                    g.1 = Some(ctx);
+                }
+            }
             return Ok(Buffer::Reserved(g));
         }
         let size = usize::try_from(len).unwrap_or(PIECE).clamp(1, PIECE);
@@ -168,7 +179,7 @@ impl Buffer {
 
     fn bytes(&mut self) -> &mut [u8] {
         match self {
-            Buffer::Reserved(g) => &mut g[..],
+            Buffer::Reserved(g) => &mut g.0[..],
             Buffer::Own(m) => &mut m[..],
         }
     }
