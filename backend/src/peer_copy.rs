@@ -14,9 +14,10 @@
 //! - **Sending backend.** Its session asks for a connection to the
 //!   receiving backend's address ([`Copies::connect`]). The supervisor
 //!   makes it only to a backend it lists with `--peer` (by the address
-//!   programs reach it at), over the local transport or TCP: a guest
+//!   programs reach it at), over the local transport, TCP or TLS: a guest
 //!   cannot make a backend connect anywhere else. A sandboxed worker opens
-//!   no socket of its own; it gets the connection's descriptor.
+//!   no socket of its own; it gets the connection's descriptor (over TLS,
+//!   one end of a socket pair the supervisor relays, as for a session).
 //!
 //! The ticket stands in for the key of a TCP listener: whoever presents
 //! it writes into the memory its session opened for it, as the program
@@ -49,6 +50,16 @@ struct Ticket {
     conn: Option<OwnedFd>,
 }
 
+/// A backend copies may go to: a `--peer`.
+#[derive(Debug, Clone)]
+pub struct PeerLink {
+    /// Where programs reach it (`local:`, `tcp:`, `tls:`).
+    pub address: String,
+    /// For a `tls:` address, how its certificate is checked (none: copies
+    /// to it pass through the program).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
 /// Connections of copies between backends, counted for `/metrics`.
 #[derive(Debug, Default)]
 pub struct CopyCounts {
@@ -77,8 +88,8 @@ fn count(c: &AtomicU64) {
 pub struct Copies {
     tickets: Mutex<HashMap<Token, Ticket>>,
     arrived: Condvar,
-    /// The `--peer` addresses, as programs reach those backends.
-    peers: OnceLock<Vec<String>>,
+    /// The `--peer` backends copies may go to.
+    peers: OnceLock<Vec<PeerLink>>,
     /// What happened to connections, for `/metrics`.
     pub counts: Arc<CopyCounts>,
 }
@@ -91,8 +102,8 @@ impl std::fmt::Debug for Copies {
 
 impl Copies {
     /// The backends copies may go to (set once, at start).
-    pub fn set_peers(&self, addresses: Vec<String>) {
-        let _ = self.peers.set(addresses);
+    pub fn set_peers(&self, peers: Vec<PeerLink>) {
+        let _ = self.peers.set(peers);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Ticket>> {
@@ -168,8 +179,9 @@ impl Copies {
     }
 
     /// A connection to the backend at `address` for the copy `a`, accepted
-    /// by it. Only to a `--peer` backend, over the local transport or TCP
-    /// (`Unknown` otherwise: the program copies through itself).
+    /// by it. Only to a `--peer` backend, over the local transport, TCP, or
+    /// TLS where the peer's authority is known (`Unknown` otherwise: the
+    /// program copies through itself).
     pub fn connect(&self, address: &str, a: Arrival) -> Result<OwnedFd, IpcError> {
         let made = self.connect_peer(address, a);
         count(match &made {
@@ -181,9 +193,9 @@ impl Copies {
     }
 
     fn connect_peer(&self, address: &str, a: Arrival) -> Result<OwnedFd, IpcError> {
-        if !self.peers.get().is_some_and(|p| p.iter().any(|x| x == address)) {
+        let Some(peer) = self.peers.get().and_then(|p| p.iter().find(|x| x.address == address)) else {
             return Err(IpcError::Unknown);
-        }
+        };
         let refused = |e: peer_copy::PeerCopyError| {
             tracing::debug!(to = address, error = %pvgpu_ring::report::Chain(&e), "a copy to another backend could not open");
             IpcError::Unreachable
@@ -207,6 +219,19 @@ impl Copies {
                 peer_copy::open_tcp(&mut s, a).map_err(refused)?;
                 widen(&s);
                 Ok(s.into())
+            }
+            // TLS ends in this supervisor: the worker gets one end of a
+            // socket pair, a thread relays between the other and the peer.
+            Ok(pvgpu_ring::addr::Addr::Tls(hp)) => {
+                let config = peer.tls.as_ref().ok_or(IpcError::Unknown)?;
+                let mut s = crate::tls::connect(config, &hp, STALL).map_err(io)?;
+                peer_copy::open_tcp(&mut s, a).map_err(refused)?;
+                widen(&s.sock);
+                let (worker_end, relay_end) = UnixStream::pair().map_err(io)?;
+                widen(&worker_end);
+                widen(&relay_end);
+                std::thread::Builder::new().name("pvgpu-copy-tls".into()).spawn(move || crate::tls::relay(s, relay_end)).map_err(io)?;
+                Ok(worker_end.into())
             }
             _ => Err(IpcError::Unknown),
         }
@@ -292,9 +317,11 @@ mod tests {
         let c = Copies::default();
         let a = Arrival { ticket: [1; 16], len: 1 };
         assert_eq!(c.connect("tcp:127.0.0.1:9", a).err(), Some(IpcError::Unknown), "no peers");
-        c.set_peers(vec!["tls:127.0.0.1:9".into(), "tcp:127.0.0.1:1".into()]);
+        let link = |address: &str| PeerLink { address: address.into(), tls: None };
+        c.set_peers(vec![link("tls:127.0.0.1:9"), link("tcp:127.0.0.1:1"), link("rdma:127.0.0.1:9")]);
         assert_eq!(c.connect("tcp:10.0.0.1:9", a).err(), Some(IpcError::Unknown), "not listed");
-        assert_eq!(c.connect("tls:127.0.0.1:9", a).err(), Some(IpcError::Unknown), "TLS is not sent to");
+        assert_eq!(c.connect("tls:127.0.0.1:9", a).err(), Some(IpcError::Unknown), "TLS without the peer's authority");
+        assert_eq!(c.connect("rdma:127.0.0.1:9", a).err(), Some(IpcError::Unknown), "RDMA is not sent to");
         assert_eq!(c.connect("tcp:127.0.0.1:1", a).err(), Some(IpcError::Unreachable), "listed, nobody there");
     }
 }

@@ -65,8 +65,11 @@ impl FromStr for PeerSpec {
         if !guest_address(&address) {
             return Err(bad("address= must be local:PATH, tcp:HOST:PORT or tls:HOST:PORT, at most 64 bytes"));
         }
-        if matches!(control, Endpoint::Unix(_)) && (token.is_some() || ca.is_some()) {
-            return Err(bad("token= and ca= are for an https control API"));
+        if matches!(control, Endpoint::Unix(_)) && token.is_some() {
+            return Err(bad("token= is for an https control API"));
+        }
+        if matches!(control, Endpoint::Unix(_)) && ca.is_some() && !address.starts_with("tls:") {
+            return Err(bad("ca= is for an https control API or a tls: address"));
         }
         Ok(PeerSpec { name, control, address, token: token.map(PathBuf::from), ca: ca.map(PathBuf::from) })
     }
@@ -92,6 +95,10 @@ pub struct Peer {
     pub listed: pvgpu_ctl::api::Peer,
     /// Its control API.
     pub control: Control,
+    /// For a `tls:` address: how this backend checks the peer's
+    /// certificate when it sends it a copy (`ca=`, else the system's
+    /// authorities).
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl PeerSpec {
@@ -107,9 +114,20 @@ impl PeerSpec {
             }
             (_, None) => return Err(open("an https control API needs token=FILE (the peer's --control-token)".into())),
         };
-        let control = Control::at(self.control.clone(), token, self.ca.as_deref()).map_err(|e| open(e.to_string()))?;
+        let https_ca = if matches!(self.control, Endpoint::Unix(_)) { None } else { self.ca.as_deref() };
+        let control = Control::at(self.control.clone(), token, https_ca).map_err(|e| open(e.to_string()))?;
+        // Copies to a tls: peer need its authority; without one they pass
+        // through the program (a peer used only to move sessions to needs
+        // none).
+        let tls = match (self.address.starts_with("tls:"), &self.ca) {
+            (true, Some(_)) => Some(pvgpu_ctl::client::tls_config(self.ca.as_deref()).map_err(|e| open(e.to_string()))?),
+            (true, None) => pvgpu_ctl::client::tls_config(None)
+                .inspect_err(|e| tracing::warn!(peer = %self.name, error = %e, "no authority to check this peer's TLS certificate (ca=): copies to it pass through the program"))
+                .ok(),
+            (false, _) => None,
+        };
         let listed = pvgpu_ctl::api::Peer { name: self.name.clone(), control: self.control.to_string(), address: self.address.clone() };
-        Ok(Peer { listed, control })
+        Ok(Peer { listed, control, tls })
     }
 }
 
@@ -134,6 +152,14 @@ mod tests {
     }
 
     #[test]
+    fn a_tls_peer_on_this_host_names_its_authority() {
+        let spec: PeerSpec = "name=b,control=unix:/run/b.sock,address=tls:127.0.0.1:7301,ca=/etc/pvgpu/b-ca.pem".parse().unwrap();
+        assert_eq!(spec.ca.as_deref(), Some(std::path::Path::new("/etc/pvgpu/b-ca.pem")));
+        let e = spec.open().unwrap_err();
+        assert!(e.to_string().contains("b-ca.pem"), "a missing authority file stops the backend at start: {e}");
+    }
+
+    #[test]
     fn malformed_peers_are_refused() {
         for bad in [
             "",
@@ -144,6 +170,8 @@ mod tests {
             "name=a,control=ftp://x,address=local:/s",
             "name=a,control=unix:/c,address=local:/s,name=b",
             "name=a,control=unix:/c,address=local:/s,token=/t",
+            "name=a,control=unix:/c,address=local:/s,ca=/ca.pem",
+            "name=a,control=unix:/c,address=tls:h:1,token=/t",
             "name=a,control=unix:/c,address=local:/s,colour=red",
             &format!("name=a,control=unix:/c,address=tcp:{}:1", "h".repeat(64)),
         ] {

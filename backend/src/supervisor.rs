@@ -128,7 +128,9 @@ impl Backend {
 
     fn start(cfg: Config, spawner: Arc<dyn Spawner>) -> Result<Backend, BackendError> {
         let pools = Pools::new(&cfg.admission);
-        spawner.desk().copies.set_peers(cfg.peers.iter().map(|p| p.listed.address.clone()).collect());
+        spawner.desk().copies.set_peers(
+            cfg.peers.iter().map(|p| crate::peer_copy::PeerLink { address: p.listed.address.clone(), tls: p.tls.clone() }).collect(),
+        );
         let stats = Arc::new(Stats { sessions: pools.sessions.clone(), total: AtomicU64::new(0) });
         let shared = Arc::new(Shared {
             stop: Arc::new(AtomicBool::new(false)),

@@ -10,9 +10,10 @@
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::{ServerConfig, ServerConnection, StreamOwned};
+use rustls::{ClientConfig, ClientConnection, ConnectionCommon, ServerConfig, ServerConnection, SideData, StreamOwned};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::ops::{Deref, DerefMut};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -54,6 +55,31 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsEr
 /// A TLS connection after its handshake.
 pub type TlsStream = StreamOwned<ServerConnection, TcpStream>;
 
+/// A TLS connection this backend opened (to a peer backend), after its
+/// handshake.
+pub type TlsClientStream = StreamOwned<ClientConnection, TcpStream>;
+
+/// Opens a TLS connection to `host_port` (`HOST:PORT`), checking its
+/// certificate for `HOST` against `config`'s authorities (bounded by
+/// `timeout` for the connection and each read and write).
+pub fn connect(config: &Arc<ClientConfig>, host_port: &str, timeout: std::time::Duration) -> io::Result<TlsClientStream> {
+    use std::net::ToSocketAddrs;
+    let (host, _) = host_port.rsplit_once(':').ok_or_else(|| io::Error::other("not HOST:PORT"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(io::Error::other)?;
+    let to = host_port.to_socket_addrs()?.next().ok_or_else(|| io::Error::other("no address"))?;
+    let sock = TcpStream::connect_timeout(&to, timeout)?;
+    sock.set_nodelay(true)?;
+    sock.set_read_timeout(Some(timeout))?;
+    sock.set_write_timeout(Some(timeout))?;
+    let conn = ClientConnection::new(config.clone(), name).map_err(io::Error::other)?;
+    let mut s = StreamOwned::new(conn, sock);
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock)?;
+    }
+    Ok(s)
+}
+
 /// Runs the server side of the handshake on `sock` (its timeouts bound it).
 pub fn accept(config: &Arc<ServerConfig>, sock: TcpStream) -> io::Result<TlsStream> {
     // Without it the end of every large reply waited for the client's
@@ -68,14 +94,23 @@ pub fn accept(config: &Arc<ServerConfig>, sock: TcpStream) -> io::Result<TlsStre
     Ok(s)
 }
 
-/// Relays plaintext between `tls` and `local` until either side closes
-/// (or fails); then closes both, so the other side sees it.
-pub fn relay(tls: TlsStream, local: UnixStream) {
+/// Relays plaintext between `tls` (either side's) and `local` until
+/// either side closes (or fails); then closes both, so the other side
+/// sees it.
+pub fn relay<C, S>(tls: StreamOwned<C, TcpStream>, local: UnixStream)
+where
+    C: DerefMut + Deref<Target = ConnectionCommon<S>>,
+    S: SideData,
+{
     relay_until_idle(tls, local, None);
 }
 
 /// [`relay`], also ended once neither side has sent anything for `idle`.
-pub fn relay_until_idle(mut tls: TlsStream, mut local: UnixStream, idle: Option<std::time::Duration>) {
+pub fn relay_until_idle<C, S>(mut tls: StreamOwned<C, TcpStream>, mut local: UnixStream, idle: Option<std::time::Duration>)
+where
+    C: DerefMut + Deref<Target = ConnectionCommon<S>>,
+    S: SideData,
+{
     if let Err(e) = relay_inner(&mut tls, &mut local, idle) {
         tracing::debug!(error = %e, "TLS relay ended");
     }
@@ -87,7 +122,11 @@ pub fn relay_until_idle(mut tls: TlsStream, mut local: UnixStream, idle: Option<
 
 /// Hands `local` what plaintext `tls` holds; true once the peer has
 /// closed.
-fn drain_plaintext(tls: &mut TlsStream, local: &mut UnixStream, buf: &mut [u8]) -> io::Result<bool> {
+fn drain_plaintext<C, S>(tls: &mut StreamOwned<C, TcpStream>, local: &mut UnixStream, buf: &mut [u8]) -> io::Result<bool>
+where
+    C: DerefMut + Deref<Target = ConnectionCommon<S>>,
+    S: SideData,
+{
     loop {
         match tls.conn.reader().read(buf) {
             Ok(0) => return Ok(true),
@@ -98,7 +137,11 @@ fn drain_plaintext(tls: &mut TlsStream, local: &mut UnixStream, buf: &mut [u8]) 
     }
 }
 
-fn relay_inner(tls: &mut TlsStream, local: &mut UnixStream, idle: Option<std::time::Duration>) -> io::Result<()> {
+fn relay_inner<C, S>(tls: &mut StreamOwned<C, TcpStream>, local: &mut UnixStream, idle: Option<std::time::Duration>) -> io::Result<()>
+where
+    C: DerefMut + Deref<Target = ConnectionCommon<S>>,
+    S: SideData,
+{
     tls.sock.set_read_timeout(None)?;
     // A peer that stops reading holds the relay (and its thread in the
     // supervisor) no longer than a stalled frame holds a session, as over

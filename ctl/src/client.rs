@@ -117,7 +117,7 @@ impl std::fmt::Debug for Control {
 /// The TLS client settings for `https`: the authorities in PEM file `ca`
 /// (one that signed the backend's certificate); without one, those the
 /// system trusts (`/etc/ssl/certs/ca-certificates.crt`).
-fn tls_config(ca: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, CtlError> {
+pub fn tls_config(ca: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, CtlError> {
     const SYSTEM: &str = "/etc/ssl/certs/ca-certificates.crt";
     let path = ca.unwrap_or(Path::new(SYSTEM));
     let mut roots = rustls::RootCertStore::empty();

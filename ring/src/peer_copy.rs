@@ -134,7 +134,9 @@ fn read_verdict<S: Read>(s: &mut S) -> Result<(), PeerCopyError> {
 /// Receiver: answers an opening.
 pub fn answer<S: Write>(s: &mut S, accepted: bool) -> io::Result<()> {
     let v = Verdict { magic: VERDICT_MAGIC.into(), status: u32::from(!accepted).into(), reserved: 0.into() };
-    s.write_all(v.as_bytes())
+    s.write_all(v.as_bytes())?;
+    // Over TLS the answer is a record to send now.
+    s.flush()
 }
 
 #[cfg(test)]

@@ -310,13 +310,15 @@ impl Harness {
         (a.started(), b.started())
     }
 
-    /// `--peer` options naming this backend (`name-local`, `name-tcp`).
+    /// `--peer` options naming this backend (`name-local`, `name-tcp`,
+    /// `name-tls` with its authority).
     fn peer_options(&self, name: &str) -> Vec<String> {
-        let control = self._dir.0.join("control.sock");
-        [("local", format!("local:{}", self.socket.display())), ("tcp", format!("tcp:{}", self.tcp))]
-            .into_iter()
-            .map(|(kind, address)| format!("name={name}-{kind},control=unix:{},address={address}", control.display()))
-            .collect()
+        let control = format!("unix:{}", self._dir.0.join("control.sock").display());
+        vec![
+            format!("name={name}-local,control={control},address=local:{}", self.socket.display()),
+            format!("name={name}-tcp,control={control},address=tcp:{}", self.tcp),
+            format!("name={name}-tls,control={control},address=tls:{},ca={}", self.tls, self.tls_ca.display()),
+        ]
     }
 
     fn started(mut self) -> Harness {

@@ -601,6 +601,27 @@ fn copies_between_peered_backends_go_backend_to_backend() {
     }
 }
 
+/// The same over TLS: the program reaches the backend with two devices at
+/// its TLS port, and the other backend sends its copies there too (its
+/// `--peer` names that backend's authority), its supervisor ending TLS and
+/// relaying for the worker, as the receiving supervisor does.
+#[test]
+fn copies_to_a_tls_peer_go_backend_to_backend() {
+    let (a, b) = peered_ab();
+    let (local, tls) = (a.addr(Transport::Local).to_string(), b.addr(Transport::Tls).to_string());
+    let list = format!("{tls},{local}");
+    let (made, accepted) = (peer_copy_connections(a, "out", "made"), peer_copy_connections(b, "in", "accepted"));
+    let out = two_backends_program(&list, &format!("{tls}={}", b.tcp_key.display()))
+        .env("PVGPU_TLS_CA", format!("{tls}={}", b.tls_ca.display()))
+        .env("PVGPU_LOG", "info")
+        .output()
+        .expect("cannot start the program");
+    assert_two_backends_ran(&list, &out);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!log.contains(THROUGH_THE_PROGRAM), "a copy passed through the program:\n{log}");
+    assert!(peer_copy_connections(a, "out", "made") > made && peer_copy_connections(b, "in", "accepted") > accepted);
+}
+
 /// A backend's `pvgpu_peer_copy_connections_total` of `side` and
 /// `outcome` (`/metrics` on its control socket).
 fn peer_copy_connections(h: &Harness, side: &str, outcome: &str) -> u64 {

@@ -122,7 +122,7 @@ pub enum Refused {
     #[error("no seat in the peer's memory ledger")]
     Ledger(#[source] std::io::Error),
     /// Another backend's copy whose ticket is unknown, used, expired or of
-    /// another length, or that came over TLS or RDMA.
+    /// another length, or that came over RDMA.
     #[error("a backend's copy with a ticket this backend does not hold")]
     Ticket,
     /// A TLS connection without TLS settings (cannot happen: the listener
@@ -214,7 +214,17 @@ pub fn open(
             s.set_write_timeout(Some(cfg.handshake_timeout))?;
             let tls = cfg.tls.as_ref().ok_or(Refused::NoTls)?;
             let mut s = crate::tls::accept(tls, s).map_err(|e| give_up(e.into()))?;
-            let (slot, seat, tenant) = key_check(&mut s, pending, cfg, pools, transport, &peer)?.session()?;
+            let (slot, seat, tenant) = match key_check(&mut s, pending, cfg, pools, transport, &peer)? {
+                Keyed::Session(k) => k,
+                // The copy's plaintext goes to its session through a socket
+                // pair this thread relays, as a session's does.
+                Keyed::Peer(a) => {
+                    let (worker_end, relay_end) = std::os::unix::net::UnixStream::pair()?;
+                    let took = peer_copy(copies, a, &mut s, worker_end.into())?;
+                    crate::tls::relay(s, relay_end);
+                    return Ok(took);
+                }
+            };
             let (handover, end) = relayed(peer, transport)?;
             Ok(Some(Admitted { handover, slot, seat, relay: Some(crate::rdma::Relay::Tls(Box::new(s), end)), tenant }))
         }
@@ -247,8 +257,8 @@ enum Keyed {
 }
 
 impl Keyed {
-    /// A session: copies from backends come over TCP and local sockets
-    /// only.
+    /// A session: copies from backends come over local sockets, TCP and
+    /// TLS, not RDMA.
     fn session(self) -> Result<KeyChecked, Refused> {
         match self {
             Keyed::Session(k) => Ok(k),
