@@ -61,9 +61,11 @@ struct Cli {
     #[arg(long, value_name = "FILE", requires = "control_http")]
     control_token: Option<std::path::PathBuf>,
     /// A backend sessions may be moved to by name (the dashboard's Move, `POST
-    /// /v1/sessions/ID/migrate`): name=NAME,control=unix:PATH|https://HOST:PORT,
-    /// address=WHERE-ITS-GUESTS-REACH-IT[,token=FILE,ca=FILE] (token and ca
-    /// for https). Repeatable.
+    /// /v1/sessions/ID/migrate`), and a program's copies sent to (from a
+    /// session of this backend to one of that backend, same program):
+    /// name=NAME,control=unix:PATH|https://HOST:PORT,
+    /// address=WHERE-ITS-GUESTS-REACH-IT[,token=FILE,ca=FILE] (token for
+    /// https; ca for https or a tls: address). Repeatable.
     #[arg(long = "peer", value_name = "SPEC")]
     peers: Vec<pvgpu_backend::peers::PeerSpec>,
     /// How sessions are separated: a worker process each (a GPU fault then
