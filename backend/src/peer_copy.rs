@@ -203,22 +203,14 @@ impl Copies {
         let io = |e: std::io::Error| refused(e.into());
         match address.parse::<pvgpu_ring::addr::Addr>() {
             Ok(pvgpu_ring::addr::Addr::Local(path)) => {
-                let mut s = UnixStream::connect(path).map_err(io)?;
-                s.set_read_timeout(Some(STALL)).map_err(io)?;
-                s.set_write_timeout(Some(STALL)).map_err(io)?;
-                peer_copy::open_local(&mut s, a).map_err(refused)?;
-                widen(&s);
-                Ok(s.into())
+                let s = UnixStream::connect(path).map_err(io)?;
+                opened(s, |s| peer_copy::open_local(s, a)).map_err(refused)
             }
             Ok(pvgpu_ring::addr::Addr::Tcp(hp)) => {
                 let to = hp.to_socket_addrs().map_err(io)?.next().ok_or(IpcError::Unreachable)?;
-                let mut s = TcpStream::connect_timeout(&to, STALL).map_err(io)?;
+                let s = TcpStream::connect_timeout(&to, STALL).map_err(io)?;
                 s.set_nodelay(true).map_err(io)?;
-                s.set_read_timeout(Some(STALL)).map_err(io)?;
-                s.set_write_timeout(Some(STALL)).map_err(io)?;
-                peer_copy::open_tcp(&mut s, a).map_err(refused)?;
-                widen(&s);
-                Ok(s.into())
+                opened(s, |s| peer_copy::open_tcp(s, a)).map_err(refused)
             }
             // TLS ends in this supervisor: the worker gets one end of a
             // socket pair, a thread relays between the other and the peer.
@@ -236,6 +228,21 @@ impl Copies {
             _ => Err(IpcError::Unknown),
         }
     }
+}
+
+/// `s`, a connection made for a copy, opened with `open`: its reads and
+/// writes stall for [`STALL`] at most, its socket buffers wide.
+fn opened<S>(mut s: S, open: impl FnOnce(&mut S) -> Result<(), peer_copy::PeerCopyError>) -> Result<OwnedFd, peer_copy::PeerCopyError>
+where
+    S: std::io::Read + Write + std::os::fd::AsFd + Into<OwnedFd>,
+{
+    use nix::sys::socket::{setsockopt, sockopt};
+    let stall = nix::sys::time::TimeVal::new(STALL.as_secs() as i64, 0);
+    setsockopt(&s, sockopt::ReceiveTimeout, &stall).map_err(std::io::Error::from)?;
+    setsockopt(&s, sockopt::SendTimeout, &stall).map_err(std::io::Error::from)?;
+    open(&mut s)?;
+    widen(&s);
+    Ok(s.into())
 }
 
 /// Socket buffers a copy's connection asks for: a few pieces in flight

@@ -9,17 +9,8 @@
 #
 # BIN_DIR holds release builds of pvgpu-backend, libpvgpu_cuda.so and
 # libpvgpu_nvml.so. OUT_DIR receives device_assert.txt.
-set -u
-bin=$(realpath "$1")
-mkdir -p "$2"
-out=$(realpath "$2")
-root=$(cd "$(dirname "$0")/../.." && pwd)
-w=$(mktemp -d)
+. "$(dirname "$0")/start.sh"
 r=$out/device_assert.txt
-export PATH=/usr/local/cuda/bin:$PATH
-mkdir -p "$w/lib"
-cp "$bin/libpvgpu_cuda.so" "$w/lib/libcuda.so.1"
-cp "$bin/libpvgpu_nvml.so" "$w/lib/libnvidia-ml.so.1"
 nvcc -O2 -gencode arch=compute_90,code=[sm_90,compute_90] -o "$w/device_assert" "$root/tests/runtime/device_assert.cu" || echo "nvcc failed" >> "$r"
 cat > "$w/index.py" <<'PY'
 import torch

@@ -16,20 +16,11 @@
 # EXECUTOR=host NATIVE=0 NVCC=target/cuda-toolkit/bin/nvcc
 # NVCC_ARGS=-Ltarget/cuda-toolkit/lib (the host executor's kernels are
 # not the programs', so only what the copies carry is checked).
-set -u
-bin=$(realpath "$1")
-mkdir -p "$2"
-out=$(realpath "$2")
-root=$(cd "$(dirname "$0")/../.." && pwd)
-w=$(mktemp -d)
+. "$(dirname "$0")/start.sh"
 r=$out/peer_copies.txt
-export PATH=/usr/local/cuda/bin:$PATH
 executor=${EXECUTOR:-cuda}
 native=${NATIVE:-1}
 nvcc=${NVCC:-nvcc}
-mkdir -p "$w/lib"
-cp "$bin/libpvgpu_cuda.so" "$w/lib/libcuda.so.1"
-[ -f "$bin/libpvgpu_nvml.so" ] && cp "$bin/libpvgpu_nvml.so" "$w/lib/libnvidia-ml.so.1"
 if [ "$executor" = cuda ]; then
   nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader >> "$r"
   gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)

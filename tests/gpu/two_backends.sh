@@ -15,19 +15,11 @@
 #
 # BIN_DIR holds release builds of pvgpu-backend and libpvgpu_cuda.so.
 # OUT_DIR receives two_backends.txt.
-set -u
-bin=$(realpath "$1")
-mkdir -p "$2"
-out=$(realpath "$2")
-root=$(cd "$(dirname "$0")/../.." && pwd)
-w=$(mktemp -d)
+. "$(dirname "$0")/start.sh"
 r=$out/two_backends.txt
 memory=${MEMORY:-placed}
 peers=${PEERS:-0}
 mode="$memory, peers=$peers"
-export PATH=/usr/local/cuda/bin:$PATH
-mkdir -p "$w/lib"
-cp "$bin/libpvgpu_cuda.so" "$w/lib/libcuda.so.1"
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader >> "$r"
 nvcc -O2 -gencode arch=compute_90,code=[sm_90,compute_90] -o "$w/two_backends" "$root/tests/runtime/two_backends.cu" || echo "nvcc failed" >> "$r"
 nvcc -O2 -gencode arch=compute_90,code=[sm_90,compute_90] -o "$w/peer_bandwidth" "$root/tests/gpu/peer_bandwidth.cu" || echo "nvcc failed" >> "$r"
