@@ -11,8 +11,11 @@
 //!
 //! Checked: no panic; a peer that must prove a key never passes without
 //! it (the proof is an HMAC over a nonce the side under test chose afresh,
-//! so no input can hold it); whatever the backend writes is one of its own
-//! messages (a challenge, then at most one verdict).
+//! so no input can hold it); an opening of another backend's copy (a
+//! ticket in place of the key, `pvgpu_ring::peer_copy`) is told apart,
+//! never counts as a key, and is not answered before its ticket is
+//! checked; whatever the backend writes is one of its own messages (a
+//! challenge, then at most one verdict).
 
 #![no_main]
 
@@ -67,6 +70,13 @@ fuzz_target!(|data: &[u8]| {
     let lookup = |id: KeyId| tenant.as_ref().filter(|k| k.id() == id).map(TenantKey::verifier);
     let accepting = Accepting { shared: shared.as_ref(), tenants: Some(&lookup), keyless: !holds_key };
     match server_open(&mut peer, &accepting) {
+        // Another backend's copy: not a session, and not past the key
+        // check; its ticket is the caller's to check, and nothing is
+        // answered yet.
+        Ok(opened) if opened.peer_copy().is_some() => {
+            assert!(!opened.authenticated(), "a copy's opening counted as a key");
+            assert_eq!(peer.heard.len(), 48, "answered before its ticket was checked");
+        }
         Ok(opened) => {
             assert!(!holds_key && !opened.authenticated(), "a stranger passed the key check");
             let _ = refuse(&mut peer, Status::Busy);
