@@ -34,8 +34,6 @@ const VERDICT_MAGIC: u64 = u64::from_le_bytes(*b"PVGPUPV1");
 pub const VERSION: u32 = 1;
 /// Bytes the sender writes on a TCP port: the key answer's size.
 pub const TCP_OPENING_LEN: usize = 80;
-/// Bytes of the TCP backend's challenge, which the sender reads first.
-pub(crate) const TCP_CHALLENGE_LEN: usize = 48;
 
 /// A copy's ticket.
 pub type Ticket = [u8; 16];
@@ -108,11 +106,10 @@ pub fn open_local<S: Read + Write>(s: &mut S, a: Arrival) -> Result<(), PeerCopy
 /// Sender, on a TCP port: reads the backend's challenge, presents `a`;
 /// returns once accepted.
 pub fn open_tcp<S: Read + Write>(s: &mut S, a: Arrival) -> Result<(), PeerCopyError> {
-    let mut challenge = [0u8; TCP_CHALLENGE_LEN];
-    s.read_exact(&mut challenge)?;
-    if challenge[..8] != *b"PVGPUTS1" {
-        return Err(PeerCopyError::Malformed);
-    }
+    crate::tcp_auth::read_challenge(s).map_err(|e| match e {
+        crate::tcp_auth::AuthError::Io(e) => PeerCopyError::Io(e),
+        _ => PeerCopyError::Malformed,
+    })?;
     let mut opening = [0u8; TCP_OPENING_LEN];
     let h = PeerCopyHello::new(TCP_MAGIC, a);
     opening[..size_of::<PeerCopyHello>()].copy_from_slice(h.as_bytes());
@@ -178,8 +175,11 @@ mod tests {
     fn over_tcp_the_sender_reads_the_challenge_first() {
         let (mut a, mut b) = UnixStream::pair().unwrap();
         let t = std::thread::spawn(move || {
-            let mut challenge = [0u8; TCP_CHALLENGE_LEN];
+            // A backend's challenge: its magic and version 1, flags and
+            // nonce left zero.
+            let mut challenge = [0u8; 48];
             challenge[..8].copy_from_slice(b"PVGPUTS1");
+            challenge[8] = 1;
             b.write_all(&challenge).unwrap();
             let mut o = [0u8; TCP_OPENING_LEN];
             b.read_exact(&mut o).unwrap();
@@ -190,7 +190,7 @@ mod tests {
         assert_eq!(t.join().unwrap(), Some(Arrival { ticket: [2; 16], len: 7 }));
 
         let (mut a, mut b) = UnixStream::pair().unwrap();
-        b.write_all(&[0u8; TCP_CHALLENGE_LEN]).unwrap();
+        b.write_all(&[0u8; 48]).unwrap();
         assert!(matches!(open_tcp(&mut a, Arrival { ticket: [2; 16], len: 7 }), Err(PeerCopyError::Malformed)));
     }
 }

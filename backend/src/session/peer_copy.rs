@@ -163,9 +163,9 @@ impl Buffer {
         {
             if g.1 != Some(ctx) {
                 let p = g.0.as_mut_ptr();
-                // SAFETY: the mapping is the process's for its whole life,
-                // so it outlives the page-locking (never undone: the
-                // driver drops it with the context, or the process).
+                // The page-locking is never undone: the driver drops it
+                // with the context, or the process.
+                // SAFETY: the mapping is the process's for its whole life.
                 let r = unsafe { s.enter(ctx)?.pin_host(p, PIECE) };
                 if matches!(r, Ok(()) | Err(CuError::HOST_MEMORY_ALREADY_REGISTERED)) {
                     g.1 = Some(ctx);

@@ -69,9 +69,8 @@ pub struct ClientHello {
     mac: [u8; 32],
 }
 
-// Another backend's copy opens in the same number of bytes each way
-// (`crate::peer_copy`).
-const _: () = assert!(size_of::<ServerHello>() == crate::peer_copy::TCP_CHALLENGE_LEN);
+// Another backend's copy answers the challenge in as many bytes as a
+// client does (`crate::peer_copy`), so one read takes either.
 const _: () = assert!(size_of::<ClientHello>() == crate::peer_copy::TCP_OPENING_LEN);
 
 /// Backend to client: the outcome.
@@ -347,13 +346,19 @@ pub fn refuse<S: Write>(s: &mut S, status: Status) -> Result<(), AuthError> {
     Ok(())
 }
 
-/// Client side: answers the backend's challenge with `key` (if any) and
-/// checks the backend's proof. Returns once the backend accepted.
-pub fn client_open<S: Read + Write>(s: &mut S, key: Option<&ClientKey>) -> Result<(), AuthError> {
+/// Client side, step 1: the backend's challenge, checked to be one.
+pub(crate) fn read_challenge<S: Read>(s: &mut S) -> Result<ServerHello, AuthError> {
     let h: ServerHello = read_msg(s)?;
     if h.magic.get() != SERVER_MAGIC || h.version.get() != AUTH_VERSION {
         return Err(AuthError::Malformed);
     }
+    Ok(h)
+}
+
+/// Client side: answers the backend's challenge with `key` (if any) and
+/// checks the backend's proof. Returns once the backend accepted.
+pub fn client_open<S: Read + Write>(s: &mut S, key: Option<&ClientKey>) -> Result<(), AuthError> {
+    let h = read_challenge(s)?;
     let client = nonce()?;
     let mut reply = ClientHello { magic: CLIENT_MAGIC.into(), version: AUTH_VERSION.into(), flags: 0.into(), nonce: client, mac: [0; 32] };
     match key {

@@ -68,6 +68,8 @@ fn worth_trying(pair: (usize, usize)) -> bool {
 /// with its ticket, then `from` sends while `to` receives.
 fn direct(dst: u64, to: &Client, src: u64, from: &Client, n: u64) -> Result<(), pvgpu_frontend::Error> {
     let ticket = to.peer_copy_open(dst, n)?;
+    // After the open: a session that moved is taken back at its first
+    // call, and its address is then the new backend's.
     let address = to.address().ok_or(pvgpu_frontend::Error::Cuda(CuError::PEER_ACCESS_UNSUPPORTED))?;
     from.peer_copy_connect(&ticket, n, &address)?;
     let (sent, received) = std::thread::scope(|scope| {
