@@ -22,6 +22,10 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
   pkill -f "slurmctld -D -f $w" 2> /dev/null || true
   pkill -f "slurmd -D -f $w" 2> /dev/null || true
+  # The daemons write their state as they stop: the folder goes once they
+  # have (a removal racing them failed with "Directory not empty").
+  for p in "${pids[@]}"; do wait "$p" 2> /dev/null || true; done
+  for _ in $(seq 100); do pgrep -f -- "-D -f $w" > /dev/null || break; sleep 0.1; done
   rm -f /etc/pvgpu/slurm.env
   rmdir /etc/pvgpu 2> /dev/null || true
   rm -rf "$w"
