@@ -308,14 +308,16 @@ fn inspect(path: &std::path::Path, json: bool) -> Result<()> {
     );
     println!("  {} of device state in a {} file", bytes(meta.state_bytes), bytes(len));
     println!(
-        "  {} contexts, {} allocations, {} modules, {} streams, {} events, {} graphs, {} executable graphs",
+        "  {} contexts, {} allocations, {} modules, {} streams, {} events, {} graphs, {} executable graphs, {} arrays, {} texture or surface objects",
         s.contexts.len(),
         s.allocations.len(),
         s.modules.len(),
         s.streams.len(),
         s.events.len(),
         s.graphs.len(),
-        s.graph_execs.len()
+        s.graph_execs.len(),
+        s.arrays.len(),
+        s.tex_objects.len()
     );
     Ok(())
 }

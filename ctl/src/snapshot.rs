@@ -24,17 +24,21 @@ mod graph;
 mod state;
 
 pub use graph::{Body, ExecGraphRec, GraphRec, NodeKind, NodeRec, from_hex, hex};
-pub use state::{Allocation, Context, Device, Function, Global, Mapped, Meta, MirrorRec, Module, Physical, Queue, Reservation, State};
+pub use state::{
+    Allocation, ArrayRec, Context, Device, Function, Global, Mapped, Meta, MirrorRec, Module, Physical, Queue, Reservation, State,
+    TexObjectRec,
+};
 
 /// The file's first bytes.
 pub const MAGIC: &[u8; 8] = b"PVGPUSNP";
 /// The format this crate writes. It reads this one and the ones before:
-/// version 1, whose digest is SHA-256, and version 2, which held no graphs
-/// and no virtual memory (what backends before it wrote), so a backend
-/// upgraded in place restores its predecessor's snapshots. A backend that
-/// reads at most 2 refuses a file of 3 by its version, rather than lose
-/// its graphs and virtual memory.
-pub const VERSION: u32 = 3;
+/// version 1, whose digest is SHA-256, version 2, which held no graphs
+/// and no virtual memory, and version 3, which held no arrays and no
+/// texture objects (what backends before it wrote), so a backend upgraded
+/// in place restores its predecessor's snapshots. A backend that reads at
+/// most 3 refuses a file of 4 by its version, rather than lose its arrays
+/// and objects.
+pub const VERSION: u32 = 4;
 /// The longest description accepted.
 pub const MAX_META: u64 = 64 << 20;
 /// The most blobs accepted.

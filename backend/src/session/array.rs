@@ -30,20 +30,14 @@ use std::collections::HashMap;
 
 /// A session's arrays and objects.
 pub(super) struct Arrays {
-    table: HandleTable<Entry>,
-    /// Objects by context and value (values are per context): whether
-    /// each is a surface.
-    objects: HashMap<(u64, u64), bool>,
+    pub(super) table: HandleTable<Entry>,
+    /// Objects by context and value (values are per context): the request
+    /// that made each (whether it is a surface, what it reads), which a
+    /// checkpoint keeps.
+    pub(super) objects: HashMap<(u64, u64), proto::TexObjectCreate>,
 }
 
-impl Arrays {
-    /// Whether it holds nothing (a checkpoint covers only such sessions).
-    pub(super) fn is_empty(&self) -> bool {
-        self.table.len() == 0 && self.objects.is_empty()
-    }
-}
-
-enum Kind {
+pub(super) enum Kind {
     Plain,
     /// Levels looked up so far, by level.
     Mipmapped {
@@ -54,13 +48,16 @@ enum Kind {
     Level,
 }
 
-struct Entry {
-    ctx: u64,
-    raw: u64,
-    shape: ArrayShape,
-    kind: Kind,
+pub(super) struct Entry {
+    pub(super) ctx: u64,
+    pub(super) raw: u64,
+    pub(super) shape: ArrayShape,
+    pub(super) kind: Kind,
     /// What the quota counts.
     bytes: u64,
+    /// When it was made, in the order of the session's modules, streams
+    /// and events (the driver places what it makes later after it).
+    pub(super) seq: u64,
 }
 
 impl Arrays {
@@ -88,7 +85,13 @@ pub(super) fn array_create<E: Executor>(s: &mut Session<E>, r: proto::ArrayCreat
         channels: r.channels.get(),
         flags: r.flags.get(),
     };
-    let (ctx, levels) = (r.ctx.get(), r.levels.get());
+    let seq = s.next_made();
+    make(s, r.ctx.get(), shape, r.levels.get(), seq, None).map(|id| HandleRep { handle: id.into() })
+}
+
+/// Makes an array of `levels` (0: a plain one) in context `ctx` under id
+/// `at` (a restore's), else a new one; its id.
+pub(super) fn make<E: Executor>(s: &mut Session<E>, ctx: u64, shape: ArrayShape, levels: u32, seq: u64, at: Option<u64>) -> CuRes<u64> {
     if format_bytes(shape.format).is_none() || shape.flags & !ARRAY_FLAGS != 0 {
         return Err(CuError::NOT_SUPPORTED);
     }
@@ -101,10 +104,15 @@ pub(super) fn array_create<E: Executor>(s: &mut Session<E>, r: proto::ArrayCreat
     }
     let raw = s.enter(ctx)?.array_create(&shape, levels)?;
     let kind = if levels == 0 { Kind::Plain } else { Kind::Mipmapped { levels, looked_up: HashMap::new() } };
-    match s.arrays.table.insert(Entry { ctx, raw, shape, kind, bytes }) {
+    let entry = Entry { ctx, raw, shape, kind, bytes, seq };
+    let id = match at {
+        Some(id) => s.arrays.table.insert_at(id, entry).map(|()| id),
+        None => s.arrays.table.insert(entry),
+    };
+    match id {
         Ok(id) => {
             s.mem_used += bytes;
-            Ok(HandleRep { handle: id.into() })
+            Ok(id)
         }
         Err(e) => {
             let _ = s.enter(ctx).and_then(|c| c.array_destroy(raw, levels > 0));
@@ -138,22 +146,31 @@ fn remove<E: Executor>(s: &mut Session<E>, id: u64) {
 }
 
 pub(super) fn mipmap_level<E: Executor>(s: &mut Session<E>, r: proto::MipmapLevel, _: &mut Io<'_>) -> CuRes<HandleRep> {
-    let (id, level) = (r.handle.get(), r.level.get());
+    look_up_level(s, r.handle.get(), r.level.get(), None).map(|l| HandleRep { handle: l.into() })
+}
+
+/// The id of level `level` of mipmapped array `id`, looked up (under id
+/// `at`, a restore's) if it was not yet.
+pub(super) fn look_up_level<E: Executor>(s: &mut Session<E>, id: u64, level: u32, at: Option<u64>) -> CuRes<u64> {
     let e = s.arrays.table.get(id).ok_or(CuError::INVALID_HANDLE)?;
     let Kind::Mipmapped { levels, looked_up } = &e.kind else { return Err(CuError::INVALID_HANDLE) };
     if let Some(&l) = looked_up.get(&level) {
-        return Ok(HandleRep { handle: l.into() });
+        return Ok(l);
     }
     if level >= *levels {
         return Err(CuError::INVALID_VALUE);
     }
-    let (ctx, raw, shape) = (e.ctx, e.raw, e.shape.level(level));
+    let (ctx, raw, shape, seq) = (e.ctx, e.raw, e.shape.level(level), e.seq);
     let level_raw = s.enter(ctx)?.mipmap_level(raw, level)?;
-    let l = s.arrays.table.insert(Entry { ctx, raw: level_raw, shape, kind: Kind::Level, bytes: 0 })?;
+    let entry = Entry { ctx, raw: level_raw, shape, kind: Kind::Level, bytes: 0, seq };
+    let l = match at {
+        Some(l) => s.arrays.table.insert_at(l, entry).map(|()| l)?,
+        None => s.arrays.table.insert(entry)?,
+    };
     if let Some(Entry { kind: Kind::Mipmapped { looked_up, .. }, .. }) = s.arrays.table.get_mut(id) {
         looked_up.insert(level, l);
     }
-    Ok(HandleRep { handle: l.into() })
+    Ok(l)
 }
 
 /// An array side of a copy: the array's context and the executor's side,
@@ -303,6 +320,12 @@ fn resource<E: Executor>(s: &Session<E>, res: &proto::ResourceDesc) -> CuRes<(u6
 }
 
 pub(super) fn tex_object_create<E: Executor>(s: &mut Session<E>, r: proto::TexObjectCreate, _: &mut Io<'_>) -> CuRes<U64Rep> {
+    make_object(s, &r).map(|object| U64Rep { value: object.into() })
+}
+
+/// Makes the object `r` asks for, every handle and range checked; its
+/// value.
+pub(super) fn make_object<E: Executor>(s: &mut Session<E>, r: &proto::TexObjectCreate) -> CuRes<u64> {
     let (ctx, res) = resource(s, &r.res)?;
     if ctx != r.ctx.get() {
         return Err(CuError::INVALID_CONTEXT);
@@ -322,14 +345,14 @@ pub(super) fn tex_object_create<E: Executor>(s: &mut Session<E>, r: proto::TexOb
         }),
     };
     let object = s.enter(ctx)?.tex_object_create(&res, (!surface).then_some(&sampling))?;
-    s.arrays.objects.insert((ctx, object), surface);
-    Ok(U64Rep { value: object.into() })
+    s.arrays.objects.insert((ctx, object), *r);
+    Ok(object)
 }
 
 pub(super) fn tex_object_destroy<E: Executor>(s: &mut Session<E>, r: proto::TexObjectDestroy, _: &mut Io<'_>) -> CuRes<()> {
     let key = (r.ctx.get(), r.object.get());
     let surface = r.surface.get() == 1;
-    if s.arrays.objects.get(&key) != Some(&surface) {
+    if s.arrays.objects.get(&key).map(|o| o.surface.get() == 1) != Some(surface) {
         return Err(CuError::INVALID_VALUE);
     }
     s.enter(key.0)?.tex_object_destroy(key.1, surface)?;
@@ -341,7 +364,8 @@ pub(super) fn tex_object_destroy<E: Executor>(s: &mut Session<E>, r: proto::TexO
 /// destroying them while the context exists.
 pub(super) fn forget<E: Executor>(s: &mut Session<E>, ctx: Option<u64>) {
     let mine = |c: u64| ctx.is_none_or(|x| x == c);
-    let objects: Vec<((u64, u64), bool)> = s.arrays.objects.iter().filter(|((c, _), _)| mine(*c)).map(|(&k, &sf)| (k, sf)).collect();
+    let objects: Vec<((u64, u64), bool)> =
+        s.arrays.objects.iter().filter(|((c, _), _)| mine(*c)).map(|(&k, o)| (k, o.surface.get() == 1)).collect();
     for ((c, o), surface) in objects {
         let _ = s.enter(c).and_then(|x| x.tex_object_destroy(o, surface));
         s.arrays.objects.remove(&(c, o));

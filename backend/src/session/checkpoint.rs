@@ -3,17 +3,17 @@
 //! memory with its bytes, modules (images, looked-up functions and globals
 //! with their bytes), streams and events, mirrored host memory
 //! ([`super::mirror::describe`]), graphs and executable graphs
-//! ([`super::graph::describe`]), with the handles the guest holds. Device
-//! memory comes before modules, so that a restore has the session's
-//! addresses back before any module is loaded.
+//! ([`super::graph::describe`]), CUDA arrays with their elements and
+//! texture and surface objects ([`super::array_moves`]), with the handles
+//! the guest holds. Device memory comes before modules, so that a restore
+//! has the session's addresses back before any module is loaded.
 //!
 //! What a checkpoint does not cover yet is refused by name before
 //! anything is read, and the session goes on as if nothing had been asked:
-//! arrays and textures, interprocess
-//! handles, virtual memory [`super::vmm::uncoverable`] names, memory pools
-//! of the program's own,
-//! linked images not yet read, and the graphs `describe` names (a capture
-//! under way, conditional and memory nodes, device launches).
+//! interprocess handles, virtual memory [`super::vmm::uncoverable`] names,
+//! memory pools of the program's own, linked images not yet read, and the
+//! graphs `describe` names (a capture under way, conditional and memory
+//! nodes, device launches).
 
 use super::chunks::{CHUNK, Chunks};
 use super::{AllocKind, Session};
@@ -59,6 +59,7 @@ pub struct Taken {
 enum Source {
     Image(Arc<[u8]>),
     Device { ctx: u64, addr: u64, len: u64 },
+    Array(super::array_moves::LevelBytes),
 }
 
 /// The state and the blobs it names, in order.
@@ -70,8 +71,10 @@ struct Plan {
 
 impl Plan {
     fn blob(&mut self, s: Source) -> u32 {
-        if let Source::Device { len, .. } = &s {
-            self.bytes += len;
+        match &s {
+            Source::Device { len, .. } => self.bytes += len,
+            Source::Array(l) => self.bytes += l.len(),
+            Source::Image(_) => {}
         }
         self.sources.push(s);
         (self.sources.len() - 1) as u32
@@ -142,6 +145,12 @@ impl<E: Executor> Session<E> {
             for s in sources {
                 match s {
                     Source::Image(image) => to_writer.send(Part::Image(image.clone())).map_err(|_| gone())?,
+                    Source::Array(level) => {
+                        let t = std::time::Instant::now();
+                        let bytes = super::array_moves::read(self, level).map_err(CheckpointError::Device)?;
+                        device += t.elapsed();
+                        to_writer.send(Part::Image(bytes.into())).map_err(|_| gone())?;
+                    }
                     Source::Device { ctx, addr, len } => {
                         to_writer.send(Part::Start(*len)).map_err(|_| gone())?;
                         let mut off = 0;
@@ -175,7 +184,6 @@ impl<E: Executor> Session<E> {
     /// Refuses, by name, what a checkpoint does not cover.
     fn coverable(&self) -> Result<(), CheckpointError> {
         let unsupported = [
-            (!self.arrays.is_empty(), "CUDA arrays, textures or surfaces"),
             (!self.ipc.is_empty(), "interprocess handles"),
             (self.pools.len() > 0, "memory pools of the program's own (cuMemPoolCreate)"),
             (!self.links.is_empty(), "linked images not yet read"),
@@ -270,6 +278,13 @@ impl<E: Executor> Session<E> {
             m.known = known.map(|k| p.blob(Source::Image(k.into())));
             p.state.mirrors.push(m);
         }
+        // Arrays after mirrors: a restore writes their elements once the
+        // rest of the session's memory is in place.
+        for (mut a, levels) in super::array_moves::describe(self) {
+            a.blobs = levels.into_iter().map(|l| p.blob(Source::Array(l))).collect();
+            p.state.arrays.push(a);
+        }
+        p.state.tex_objects = super::array_moves::describe_objects(self);
         p
     }
 }

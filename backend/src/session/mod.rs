@@ -27,6 +27,7 @@
 
 mod area_pin;
 mod array;
+mod array_moves;
 mod checkpoint;
 mod chunks;
 mod device;
@@ -157,7 +158,7 @@ pub struct Session<E: Executor> {
     baseline: Option<u64>,
     pending: Option<CuError>,
     current: Option<u64>,
-    /// Modules, streams and events made so far: each is numbered in turn,
+    /// Modules, streams, events and arrays made so far: each is numbered in turn,
     /// so that a restore makes them again in the same order (where the
     /// driver places a module's globals depends on what it made before).
     made: u64,
@@ -470,13 +471,14 @@ impl<E: Executor> Session<E> {
         usize::try_from(d).ok().and_then(|d| self.gpus.get(d).copied()).ok_or(CuError::INVALID_DEVICE)
     }
 
-    /// Makes context `id` current and returns it.
-    /// The next number in the order modules, streams and events are made.
+    /// The next number in the order modules, streams, events and arrays
+    /// are made.
     fn next_made(&mut self) -> u64 {
         self.made += 1;
         self.made
     }
 
+    /// Makes context `id` current and returns it.
     fn enter(&mut self, id: u64) -> CuRes<&mut Ctx<E>> {
         if self.limits.gpu_turns && self.turn.is_none() {
             let device = self.ctxs.get(id).ok_or(CuError::INVALID_CONTEXT)?.device;

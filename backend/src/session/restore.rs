@@ -1,10 +1,11 @@
 //! A session rebuilt from a snapshot ([`super::checkpoint`]): the same
 //! handles as the guest holds them, device memory and module globals at
-//! the same addresses with the same bytes, streams, events, graphs and
-//! executable graphs made as they were. Anything that cannot be had again as it was (another GPU
-//! model, an address taken, a global the driver placed elsewhere) fails
-//! the restore by name; the session is then dropped, which frees what was
-//! rebuilt.
+//! the same addresses with the same bytes, streams, events, graphs,
+//! executable graphs, arrays and texture objects made as they were.
+//! Anything that cannot be had again as it was (another GPU model, an
+//! address taken, a global the driver placed elsewhere, an object the
+//! driver numbers otherwise) fails the restore by name; the session is
+//! then dropped, which frees what was rebuilt.
 
 use super::chunks::{CHUNK, Chunks};
 use super::{Alloc, AllocKind, CtxEntry, FnEntry, ModEntry, Owned, Session};
@@ -55,6 +56,16 @@ pub enum RestoreError {
         address: u64,
         /// What the executor said.
         error: CuError,
+    },
+    /// The driver numbered a texture or surface object otherwise.
+    #[error(
+        "a texture or surface object had the value {from} and the driver gives {to} now (kernels receive the value); the snapshot is kept"
+    )]
+    ObjectValue {
+        /// Its value.
+        from: u64,
+        /// The value the driver gave.
+        to: u64,
     },
     /// The driver placed a module global elsewhere.
     #[error("module global {name} was at {from:#x} and the driver placed it at {to:#x} now; the snapshot is kept")]
@@ -162,6 +173,7 @@ impl<E: Executor> Session<E> {
         self.restore_in_order(state, &mut blobs)?;
         phases.modules = phases.lap();
         self.restore_mirrors(&state.mirrors, &mut blobs)?;
+        self.restore_arrays(state, &mut blobs)?;
         super::graph::rebuild(self, &state.graphs, &state.graph_execs)?;
         phases.graphs = phases.lap();
         tracing::info!(
@@ -186,20 +198,22 @@ impl<E: Executor> Session<E> {
         Ok(())
     }
 
-    /// Modules, streams and events, made again in the order they were
-    /// made: the driver places a module's globals after what it placed
-    /// before (a stream takes device memory of its own), so only that order
-    /// has them back where the guest knows them (JAX makes streams between
-    /// its modules, cuBLAS's among them).
+    /// Modules, streams, events and arrays (empty), made again in the
+    /// order they were made: the driver places a module's globals after
+    /// what it placed before (a stream takes device memory of its own), so
+    /// only that order has them back where the guest knows them (JAX makes
+    /// streams between its modules, cuBLAS's among them).
     fn restore_in_order<R: Read>(&mut self, state: &pvgpu_ctl::snapshot::State, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
         enum Made<'s> {
             Module(&'s pvgpu_ctl::snapshot::Module),
             Stream(&'s pvgpu_ctl::snapshot::Queue),
             Event(&'s pvgpu_ctl::snapshot::Queue),
+            Array(&'s pvgpu_ctl::snapshot::ArrayRec),
         }
         let mut order: Vec<(u64, Made<'_>)> = state.modules.iter().map(|m| (m.seq, Made::Module(m))).collect();
         order.extend(state.streams.iter().map(|s| (s.seq, Made::Stream(s))));
         order.extend(state.events.iter().map(|e| (e.seq, Made::Event(e))));
+        order.extend(state.arrays.iter().map(|a| (a.seq, Made::Array(a))));
         // Stable: snapshots without the numbers keep modules first.
         order.sort_by_key(|(seq, _)| *seq);
         for (_, made) in order {
@@ -218,9 +232,11 @@ impl<E: Executor> Session<E> {
                     let entry = Owned { ctx: e.ctx, value: ev, flags: e.flags, priority: 0, seq: e.seq };
                     self.events.insert_at(e.id, entry).map_err(bad_id("event", e.id))?;
                 }
+                Made::Array(a) => super::array_moves::rebuild(self, a)?,
             }
         }
-        let last = state.modules.iter().map(|m| m.seq).chain(state.streams.iter().chain(&state.events).map(|q| q.seq)).max();
+        let queues = state.streams.iter().chain(&state.events).map(|q| q.seq);
+        let last = state.modules.iter().map(|m| m.seq).chain(queues).chain(state.arrays.iter().map(|a| a.seq)).max();
         self.made = last.unwrap_or(0);
         Ok(())
     }
@@ -237,6 +253,18 @@ impl<E: Executor> Session<E> {
             super::mirror::restore(self, m, &now, known.as_deref())?;
         }
         Ok(())
+    }
+
+    /// Arrays' elements, then texture and surface objects with their
+    /// values.
+    fn restore_arrays<R: Read>(&mut self, state: &pvgpu_ctl::snapshot::State, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
+        for a in &state.arrays {
+            for (level, &blob) in (0u32..).zip(&a.blobs) {
+                let mut bytes = blobs.take(blob)?;
+                super::array_moves::write(self, a, level, &mut bytes)?;
+            }
+        }
+        super::array_moves::rebuild_objects(self, &state.tex_objects)
     }
 
     fn check_devices(&self, meta: &Meta) -> Result<(), RestoreError> {

@@ -170,6 +170,52 @@ pub struct Queue {
     pub seq: u64,
 }
 
+/// A CUDA array, or a mipmapped array with the levels the guest looked
+/// up, with the bytes of every level.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayRec {
+    /// The handle the guest holds.
+    pub id: u64,
+    /// Its context.
+    pub ctx: u64,
+    /// Elements per row.
+    pub width: u64,
+    /// Rows (0: one dimension).
+    pub height: u64,
+    /// Slices or layers (0: fewer than three dimensions).
+    pub depth: u64,
+    /// `CUarray_format`.
+    pub format: u32,
+    /// Channels per element.
+    pub channels: u32,
+    /// `CUDA_ARRAY3D_*` flags.
+    pub flags: u32,
+    /// 0: an array; `n`: a mipmapped array of `n` levels.
+    pub levels: u32,
+    /// The handles the guest holds of levels it looked up: level, handle.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub level_ids: Vec<(u32, u64)>,
+    /// The blobs with each level's elements (one for an array), rows and
+    /// slices packed.
+    pub blobs: Vec<u32>,
+    /// When it was made (see [`Module::seq`]).
+    pub seq: u64,
+}
+
+/// A texture or surface object. Kernels receive its value, which the
+/// driver numbers per context; a restore makes it again with that value or
+/// fails.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TexObjectRec {
+    /// Its context.
+    pub ctx: u64,
+    /// Its value.
+    pub value: u64,
+    /// The request that made it (the protocol's `TexObjectCreate`, in
+    /// hex), checked again as a request when it is restored.
+    pub request: String,
+}
+
 /// What a session held at its checkpoint.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
@@ -207,6 +253,12 @@ pub struct State {
     /// Mirrored host memory, with its bytes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirrors: Vec<MirrorRec>,
+    /// CUDA arrays, with their bytes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arrays: Vec<ArrayRec>,
+    /// Texture and surface objects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tex_objects: Vec<TexObjectRec>,
 }
 
 /// The description at the head of a snapshot.

@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+mod array_moves;
 mod arrays;
 mod checkpoint;
 mod conditional;
@@ -39,6 +40,7 @@ mod pools;
 mod tenants;
 mod vmm_moves;
 
+use array_moves::*;
 use arrays::*;
 use checkpoint::*;
 use conditional::*;
@@ -235,5 +237,5 @@ over_every_transport!(
         image_cache,
         kernel_output,
     ],
-    own_backend: [metrics_follow_a_running_program, pools_of_the_program_s_own, checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, session_moves_to_another_backend, graphs_move_with_their_session, graphs_survive_a_backend_restart, virtual_memory_moves_with_its_session, virtual_memory_survives_a_backend_restart, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
+    own_backend: [metrics_follow_a_running_program, pools_of_the_program_s_own, checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, session_moves_to_another_backend, graphs_move_with_their_session, graphs_survive_a_backend_restart, virtual_memory_moves_with_its_session, virtual_memory_survives_a_backend_restart, arrays_and_textures_move_with_their_session, arrays_and_textures_survive_a_backend_restart, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
 );

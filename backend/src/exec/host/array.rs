@@ -170,7 +170,10 @@ impl HostContext {
             }
             _ => {}
         }
-        let h = self.handle();
+        // As the driver numbers them (measured on the H200, driver 580):
+        // texture and surface objects of a context share one numbering,
+        // from 1, each taking the lowest number free.
+        let h = (1..).find(|v| !self.mem.arrays.objects.contains_key(v)).ok_or(CuError::OUT_OF_MEMORY)?;
         self.mem.arrays.objects.insert(h, (*res, sampling.is_none()));
         Ok(h)
     }
