@@ -25,7 +25,7 @@ mod state;
 
 pub use graph::{Body, ExecGraphRec, GraphRec, NodeKind, NodeRec, from_hex, hex};
 pub use state::{
-    Allocation, ArrayRec, Context, Device, Function, Global, Mapped, Meta, MirrorRec, Module, Physical, Queue, Reservation, State,
+    Allocation, ArrayRec, Context, Device, Function, Global, Mapped, Meta, MirrorRec, Module, Physical, PoolRec, Queue, Reservation, State,
     TexObjectRec,
 };
 
@@ -33,11 +33,11 @@ pub use state::{
 pub const MAGIC: &[u8; 8] = b"PVGPUSNP";
 /// The format this crate writes. It reads this one and the ones before:
 /// version 1, whose digest is SHA-256, version 2, which held no graphs
-/// and no virtual memory, and version 3, which held no arrays and no
-/// texture objects (what backends before it wrote), so a backend upgraded
-/// in place restores its predecessor's snapshots. A backend that reads at
-/// most 3 refuses a file of 4 by its version, rather than lose its arrays
-/// and objects.
+/// and no virtual memory, and version 3, which held no arrays, texture
+/// objects or pools of the program's own (what backends before it wrote),
+/// so a backend upgraded in place restores its predecessor's snapshots. A
+/// backend that reads at most 3 refuses a file of 4 by its version, rather
+/// than lose its arrays, objects and pools.
 pub const VERSION: u32 = 4;
 /// The longest description accepted.
 pub const MAX_META: u64 = 64 << 20;
@@ -387,7 +387,7 @@ mod tests {
             gpus: Some(vec![0]),
             space: 0,
             state_bytes: 5,
-            state: State { allocations: vec![Allocation { ctx: 1, address: 0x1000, length: 5, blob: 0 }], ..State::default() },
+            state: State { allocations: vec![Allocation { ctx: 1, address: 0x1000, length: 5, blob: 0, pool: None }], ..State::default() },
         }
     }
 

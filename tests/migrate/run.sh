@@ -23,7 +23,8 @@
 # training (train_jax.py, XLA's command buffers are CUDA graphs); symbols is
 # symbols.cu (built here with nvcc), a program with a __device__ table;
 # textures is textures.cu, a program holding CUDA arrays and texture and
-# surface objects.
+# surface objects; pools is pools.cu, a program allocating from memory
+# pools of its own.
 # BIN holds release builds of pvgpu-backend, pvgpu-ctl, libpvgpu_cuda.so
 # and libpvgpu_nvml.so. The report goes to OUT/migrate.txt, with what
 # cudaMalloc and cudaFree cost natively and in either --device-memory mode
@@ -53,6 +54,7 @@ for case in ${CASES:-train-0 train-1024 symbols}; do
     jax-*) mb=${case#jax-}; prog="env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_autotune_level=0 python3 $S/train_jax.py $STEPS $mb" ;;
     symbols) mb=0; [ -x $W/symbols ] || nvcc -O2 -o $W/symbols $S/symbols.cu; prog="$W/symbols $STEPS" ;;
     textures) mb=0; [ -x $W/textures ] || nvcc -O2 -o $W/textures $S/textures.cu; prog="$W/textures $STEPS" ;;
+    pools) mb=0; [ -x $W/pools ] || nvcc -O2 -o $W/pools $S/pools.cu; prog="$W/pools $STEPS" ;;
   esac
   $prog > $W/native.txt 2> $W/native.err || { echo "native run failed"; tail -5 $W/native.err; } >> $R
   backend A-$case

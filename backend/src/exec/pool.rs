@@ -50,6 +50,16 @@ pub enum PoolOp<S> {
         /// The flags to set.
         set: Option<u32>,
     },
+    /// Counts memory a restore placed at `dptr` as an allocation of
+    /// `pool` (its bytes in use, what frees give back). Answers 0.
+    Adopt {
+        /// The pool.
+        pool: u64,
+        /// The allocation's address.
+        dptr: u64,
+        /// Its bytes.
+        size: u64,
+    },
     /// Releases what a pool caches beyond `keep` bytes (`None`: the
     /// device's default pool). Answers 0.
     Trim {

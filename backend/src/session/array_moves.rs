@@ -217,7 +217,8 @@ mod tests {
         let mut s = Session::new(Arc::new(HostExecutor::new(64 << 20)), 1, SessionLimits::default());
         let mut out = Vec::new();
         device::init(&mut s, proto::Init {}, &mut io(&mut out)).unwrap();
-        let ctx = device::ctx_create(&mut s, proto::CtxCreate { device: 0.into(), flags: 0.into() }, &mut io(&mut out)).unwrap().handle.get();
+        let ctx =
+            device::ctx_create(&mut s, proto::CtxCreate { device: 0.into(), flags: 0.into() }, &mut io(&mut out)).unwrap().handle.get();
         let r = proto::ArrayCreate {
             ctx: ctx.into(),
             width: 4.into(),

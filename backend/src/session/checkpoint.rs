@@ -11,7 +11,8 @@
 //! What a checkpoint does not cover yet is refused by name before
 //! anything is read, and the session goes on as if nothing had been asked:
 //! interprocess handles, virtual memory [`super::vmm::uncoverable`] names,
-//! memory pools of the program's own, linked images not yet read, and the
+//! memory pools made to be shared with other processes, linked images not
+//! yet read, and the
 //! graphs `describe` names (a capture under way, conditional and memory
 //! nodes, device launches).
 
@@ -185,7 +186,7 @@ impl<E: Executor> Session<E> {
     fn coverable(&self) -> Result<(), CheckpointError> {
         let unsupported = [
             (!self.ipc.is_empty(), "interprocess handles"),
-            (self.pools.len() > 0, "memory pools of the program's own (cuMemPoolCreate)"),
+            (self.pools.iter().any(|(_, p)| p.shareable || p.imported), "memory pools shared between processes"),
             (!self.links.is_empty(), "linked images not yet read"),
         ];
         if let Some((_, what)) = unsupported.iter().find(|(held, _)| *held) {
@@ -195,12 +196,14 @@ impl<E: Executor> Session<E> {
             return Err(CheckpointError::Unsupported(what));
         }
         let other = self.allocs.values().find(|a| {
-            !matches!(a.kind, AllocKind::Memory | AllocKind::Global(_) | AllocKind::Area | AllocKind::Mapped | AllocKind::Mirror)
+            !matches!(
+                a.kind,
+                AllocKind::Memory | AllocKind::Pooled(_) | AllocKind::Global(_) | AllocKind::Area | AllocKind::Mapped | AllocKind::Mirror
+            )
         });
         if let Some(a) = other {
             return Err(CheckpointError::Unsupported(match a.kind {
                 AllocKind::Opened => "another process's memory opened through an interprocess handle",
-                AllocKind::Pooled => "memory from a pool of the program's own (cuMemPoolCreate)",
                 AllocKind::PoolImported => "another process's memory from a pool it shared (cuMemPoolImportPointer)",
                 _ => "graph memory",
             }));
@@ -229,10 +232,16 @@ impl<E: Executor> Session<E> {
             let retains = self.primary.get(&c.device).filter(|(pid, _)| *pid == id).map_or(0, |(_, n)| *n);
             p.state.contexts.push(Context { id, device: c.device, flags: c.flags, primary: c.primary, retains });
         }
-        for (&addr, a) in self.allocs.iter().filter(|(_, a)| a.kind == AllocKind::Memory) {
+        for (&addr, a) in self.allocs.iter() {
+            let pool = match a.kind {
+                AllocKind::Memory => None,
+                AllocKind::Pooled(pool) => Some(pool),
+                _ => continue,
+            };
             let blob = p.blob(Source::Device { ctx: a.ctx, addr, len: a.len });
-            p.state.allocations.push(Allocation { ctx: a.ctx, address: addr, length: a.len, blob });
+            p.state.allocations.push(Allocation { ctx: a.ctx, address: addr, length: a.len, blob, pool });
         }
+        p.state.pools = super::pool::describe(self);
         // Virtual memory after allocations: a restore has every address of
         // the session back before it loads a module.
         let (reservations, physical, mappings) = super::vmm::describe(self);

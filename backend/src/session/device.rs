@@ -296,7 +296,7 @@ fn destroy_context<E: Executor>(s: &mut Session<E>, id: u64) -> CuRes<()> {
     s.streams.drain_where(|st| st.ctx == id);
     s.events.drain_where(|e| e.ctx == id);
     let freed: u64 =
-        s.allocs.values().filter(|a| a.ctx == id && matches!(a.kind, AllocKind::Memory | AllocKind::Pooled)).map(|a| a.len).sum();
+        s.allocs.values().filter(|a| a.ctx == id && matches!(a.kind, AllocKind::Memory | AllocKind::Pooled(_))).map(|a| a.len).sum();
     s.allocs.retain(|_, a| a.ctx != id);
     s.mem_used -= freed;
     if s.current == Some(id) {

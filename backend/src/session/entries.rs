@@ -69,9 +69,9 @@ pub(super) enum AllocKind {
     /// Another process's memory, opened through its interprocess handle
     /// (counted in its exporter's quota).
     Opened,
-    /// Memory from a pool of the program's own (`pool`), counted in
+    /// Memory from pool `.0` of the program's own (`pool`), counted in
     /// `mem_used`.
-    Pooled,
+    Pooled(u64),
     /// Another process's allocation from a pool this session imported
     /// (`pool_ipc`): freed as an allocation is, counted in its exporter's
     /// quota.

@@ -52,7 +52,7 @@ fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> C
     let a = *s
         .allocs
         .get(&dptr)
-        .filter(|a| matches!(a.kind, AllocKind::Memory | AllocKind::Pooled | AllocKind::PoolImported | AllocKind::Graph))
+        .filter(|a| matches!(a.kind, AllocKind::Memory | AllocKind::Pooled(_) | AllocKind::PoolImported | AllocKind::Graph))
         .ok_or(CuError::INVALID_VALUE)?;
     // A stream of another context than the allocating one.
     let other_ctx = match stream {
@@ -72,7 +72,7 @@ fn release<E: Executor>(s: &mut Session<E>, dptr: u64, stream: Option<u64>) -> C
             }
         }
     }
-    if matches!(a.kind, AllocKind::Memory | AllocKind::Pooled) {
+    if matches!(a.kind, AllocKind::Memory | AllocKind::Pooled(_)) {
         s.allocs.remove(&dptr);
         s.mem_used -= a.len;
         super::ipc::withdraw(s, pvgpu_ring::proto::IPC_MEMORY, dptr);

@@ -24,6 +24,21 @@ pub(super) struct PoolEntry {
     /// Imported from another process (`pool_ipc`): it gives allocations
     /// only by import.
     pub(super) imported: bool,
+    /// What a checkpoint keeps to make it again: its size limit, the
+    /// attributes set on it (reuse policies, release threshold) and the
+    /// access set for other devices.
+    pub(super) made: PoolMade,
+}
+
+/// How a pool was made and set up since.
+#[derive(Default, Clone)]
+pub(super) struct PoolMade {
+    pub(super) max_size: u64,
+    pub(super) attributes: std::collections::BTreeMap<u32, u64>,
+    pub(super) access: std::collections::BTreeMap<usize, u32>,
+    /// When it was made, in the order of the session's modules, streams
+    /// and events.
+    pub(super) seq: u64,
 }
 
 fn entry<E: Executor>(s: &Session<E>, pool: u64) -> CuRes<(u64, u64)> {
@@ -34,6 +49,49 @@ pub(super) fn mem_pool_create<E: Executor>(s: &mut Session<E>, r: proto::MemPool
     create(s, r.ctx.get(), r.max_size.get(), false)
 }
 
+/// The session's pools, as a checkpoint keeps them (it holds no shared
+/// ones).
+pub(super) fn describe<E: Executor>(s: &Session<E>) -> Vec<pvgpu_ctl::snapshot::PoolRec> {
+    s.pools
+        .iter()
+        .map(|(id, p)| pvgpu_ctl::snapshot::PoolRec {
+            id,
+            ctx: p.ctx,
+            max_size: p.made.max_size,
+            attributes: p.made.attributes.iter().map(|(&a, &v)| (a, v)).collect(),
+            access: p.made.access.iter().map(|(&d, &f)| (d, f)).collect(),
+            seq: p.made.seq,
+        })
+        .collect()
+}
+
+/// Makes a pool as a snapshot describes it, under the id the guest holds.
+pub(super) fn remake<E: Executor>(s: &mut Session<E>, id: u64, ctx: u64, made: PoolMade) -> CuRes<()> {
+    // As the commands that set them are checked.
+    let attributes_allowed =
+        made.attributes.iter().all(|(&a, &v)| (1..=4).contains(&a) && super::memory::pool_attribute_allowed(a, Some(v)));
+    let access_allowed = made.access.iter().all(|(d, f)| s.gpus.contains(d) && matches!(f, 0 | 1 | 3));
+    if !attributes_allowed || !access_allowed || s.pools.len() >= s.limits.max_objects {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let raw = s.enter(ctx)?.pool(PoolOp::Create { max_size: made.max_size, shareable: false })?;
+    let settings: Vec<PoolOp<_>> = made
+        .attributes
+        .iter()
+        .map(|(&attr, &v)| PoolOp::Attribute { pool: raw, attr, set: Some(v) })
+        .chain(made.access.iter().map(|(&device, &f)| PoolOp::Access { pool: raw, device, set: Some(f) }))
+        .collect();
+    let entry = PoolEntry { ctx, raw, shareable: false, imported: false, made };
+    if let Err(e) = s.pools.insert_at(id, entry) {
+        let _ = s.enter(ctx).and_then(|c| c.pool(PoolOp::Destroy(raw)));
+        return Err(e);
+    }
+    for op in settings {
+        s.enter(ctx)?.pool(op)?;
+    }
+    Ok(())
+}
+
 /// Makes a pool in `ctx` (`shareable`: another process of the guest may
 /// import it).
 pub(super) fn create<E: Executor>(s: &mut Session<E>, ctx: u64, max_size: u64, shareable: bool) -> CuRes<HandleRep> {
@@ -41,7 +99,8 @@ pub(super) fn create<E: Executor>(s: &mut Session<E>, ctx: u64, max_size: u64, s
         return Err(CuError::OUT_OF_MEMORY);
     }
     let raw = s.enter(ctx)?.pool(PoolOp::Create { max_size, shareable })?;
-    adopt(s, PoolEntry { ctx, raw, shareable, imported: false })
+    let made = PoolMade { max_size, seq: s.next_made(), ..PoolMade::default() };
+    adopt(s, PoolEntry { ctx, raw, shareable, imported: false, made })
 }
 
 /// Keeps a pool the executor made; destroys it if the session holds as
@@ -89,9 +148,9 @@ pub(super) fn mem_alloc_from_pool<E: Executor>(s: &mut Session<E>, r: proto::Mem
     };
     super::graph::refuse_during_capture(s, ctx, st, super::graph::graph_memory_allowed(s))?;
     let dptr = s.enter(ctx)?.pool(PoolOp::Alloc { pool: raw, size, stream: st })?;
-    let kind = if in_graph { AllocKind::Graph } else { AllocKind::Pooled };
+    let kind = if in_graph { AllocKind::Graph } else { AllocKind::Pooled(pool) };
     s.allocs.insert(dptr, Alloc { len: size, ctx, kind });
-    if kind == AllocKind::Pooled {
+    if !in_graph {
         s.mem_used += size;
     }
     Ok(DptrRep { dptr: dptr.into() })
@@ -106,6 +165,11 @@ pub(super) fn mem_pool_attribute_of<E: Executor>(s: &mut Session<E>, r: proto::M
         return Err(CuError::INVALID_VALUE);
     }
     let v = s.enter(ctx)?.pool(PoolOp::Attribute { pool: raw, attr, set })?;
+    if let (Some(v), 1..=4) = (set, attr)
+        && let Some(p) = s.pools.get_mut(r.pool.get())
+    {
+        p.made.attributes.insert(attr, v);
+    }
     Ok(U64Rep { value: v.into() })
 }
 
@@ -114,6 +178,9 @@ pub(super) fn mem_pool_access_of<E: Executor>(s: &mut Session<E>, r: proto::MemP
     let device = s.device(r.dev.get())?;
     let set = super::memory::access_flags(r.set.get(), r.flags.get())?;
     let flags = s.enter(ctx)?.pool(PoolOp::Access { pool: raw, device, set })?;
+    if let (Some(f), Some(p)) = (set, s.pools.get_mut(r.pool.get())) {
+        p.made.access.insert(device, f);
+    }
     Ok(I32Rep { value: (flags as i32).into() })
 }
 
@@ -136,13 +203,13 @@ pub(super) fn forget<E: Executor>(s: &mut Session<E>, ctx: Option<u64>) {
     let held: Vec<(u64, u64)> = s
         .allocs
         .iter()
-        .filter(|(_, a)| matches!(a.kind, AllocKind::Pooled | AllocKind::PoolImported) && mine(a.ctx))
+        .filter(|(_, a)| matches!(a.kind, AllocKind::Pooled(_) | AllocKind::PoolImported) && mine(a.ctx))
         .map(|(&d, a)| (d, a.ctx))
         .collect();
     for (dptr, c) in held {
         if s.enter(c).and_then(|x| x.mem_free(dptr)).is_ok()
             && let Some(a) = s.allocs.remove(&dptr)
-            && a.kind == AllocKind::Pooled
+            && matches!(a.kind, AllocKind::Pooled(_))
         {
             s.mem_used -= a.len;
         }

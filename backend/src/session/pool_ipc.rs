@@ -49,7 +49,7 @@ pub(super) fn mem_pool_import<E: Executor>(s: &mut Session<E>, r: proto::MemPool
     let token = r.handle.token(IPC_POOL).ok_or(CuError::INVALID_VALUE)?;
     let (_, object) = broker.import(IPC_POOL, &token)?;
     let raw = s.enter(ctx)?.pool_import(&object)?;
-    adopt(s, PoolEntry { ctx, raw, shareable: false, imported: true })
+    adopt(s, PoolEntry { ctx, raw, shareable: false, imported: true, made: Default::default() })
 }
 
 pub(super) fn mem_pool_export_pointer<E: Executor>(
@@ -61,7 +61,7 @@ pub(super) fn mem_pool_export_pointer<E: Executor>(
     // The whole allocation holding `ptr`, of a pool of the session's own
     // (the executor checks the pool is shareable).
     let (&base, &a) = s.allocs.range(..=ptr).next_back().filter(|(b, a)| ptr < *b + a.len).ok_or(CuError::INVALID_VALUE)?;
-    if a.kind != AllocKind::Pooled {
+    if !matches!(a.kind, AllocKind::Pooled(_)) {
         return Err(CuError::INVALID_VALUE);
     }
     super::ipc::export(s, IPC_POOL_POINTER, base, a.len, |s| s.enter(a.ctx)?.pool_export_pointer(base))

@@ -209,11 +209,13 @@ impl<E: Executor> Session<E> {
             Stream(&'s pvgpu_ctl::snapshot::Queue),
             Event(&'s pvgpu_ctl::snapshot::Queue),
             Array(&'s pvgpu_ctl::snapshot::ArrayRec),
+            Pool(&'s pvgpu_ctl::snapshot::PoolRec),
         }
         let mut order: Vec<(u64, Made<'_>)> = state.modules.iter().map(|m| (m.seq, Made::Module(m))).collect();
         order.extend(state.streams.iter().map(|s| (s.seq, Made::Stream(s))));
         order.extend(state.events.iter().map(|e| (e.seq, Made::Event(e))));
         order.extend(state.arrays.iter().map(|a| (a.seq, Made::Array(a))));
+        order.extend(state.pools.iter().map(|p| (p.seq, Made::Pool(p))));
         // Stable: snapshots without the numbers keep modules first.
         order.sort_by_key(|(seq, _)| *seq);
         for (_, made) in order {
@@ -233,11 +235,45 @@ impl<E: Executor> Session<E> {
                     self.events.insert_at(e.id, entry).map_err(bad_id("event", e.id))?;
                 }
                 Made::Array(a) => super::array_moves::rebuild(self, a)?,
+                Made::Pool(p) => {
+                    let made = super::pool::PoolMade {
+                        max_size: p.max_size,
+                        attributes: p.attributes.iter().copied().collect(),
+                        access: p.access.iter().copied().collect(),
+                        seq: p.seq,
+                    };
+                    super::pool::remake(self, p.id, p.ctx, made).map_err(rebuild(format!("memory pool {:#x}", p.id)))?;
+                }
             }
         }
+        self.adopt_pooled(&state.allocations)?;
         let queues = state.streams.iter().chain(&state.events).map(|q| q.seq);
-        let last = state.modules.iter().map(|m| m.seq).chain(queues).chain(state.arrays.iter().map(|a| a.seq)).max();
+        let made = state.arrays.iter().map(|a| a.seq).chain(state.pools.iter().map(|p| p.seq));
+        let last = state.modules.iter().map(|m| m.seq).chain(queues).chain(made).max();
         self.made = last.unwrap_or(0);
+        Ok(())
+    }
+
+    /// Allocations from pools of the program's own, restored as memory,
+    /// counted as their pools' again.
+    fn adopt_pooled(&mut self, allocations: &[pvgpu_ctl::snapshot::Allocation]) -> Result<(), RestoreError> {
+        for a in allocations {
+            let Some(pool) = a.pool else { continue };
+            let raw = match self.pools.get(pool) {
+                Some(p) if p.ctx == a.ctx => p.raw,
+                _ => {
+                    return Err(RestoreError::Inconsistent(format!(
+                        "allocation {:#x} of pool {pool:#x}, which is not its context's",
+                        a.address
+                    )));
+                }
+            };
+            let adopt = crate::exec::pool::PoolOp::Adopt { pool: raw, dptr: a.address, size: a.length };
+            self.enter(a.ctx).and_then(|c| c.pool(adopt)).map_err(rebuild(format!("allocation {:#x} of pool {pool:#x}", a.address)))?;
+            if let Some(m) = self.allocs.get_mut(&a.address) {
+                m.kind = AllocKind::Pooled(pool);
+            }
+        }
         Ok(())
     }
 
@@ -382,7 +418,7 @@ impl<E: Executor> Session<E> {
         let ranges: Vec<pvgpu_ctl::snapshot::Allocation> = state
             .mappings
             .iter()
-            .map(|m| pvgpu_ctl::snapshot::Allocation { ctx: m.ctx, address: m.address, length: m.length, blob: m.blob })
+            .map(|m| pvgpu_ctl::snapshot::Allocation { ctx: m.ctx, address: m.address, length: m.length, blob: m.blob, pool: None })
             .collect();
         let mut chunks = Chunks::default();
         let mut buf = None;

@@ -42,6 +42,31 @@ pub struct Allocation {
     pub length: u64,
     /// The blob with its bytes.
     pub blob: u32,
+    /// The pool of the program's own it came from (the handle the guest
+    /// holds), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<u64>,
+}
+
+/// A memory pool of the program's own (`cuMemPoolCreate`), as made and set
+/// up since; its allocations are [`Allocation`]s that name it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRec {
+    /// The handle the guest holds.
+    pub id: u64,
+    /// The context it was made in.
+    pub ctx: u64,
+    /// Its size limit (0: the driver's default).
+    pub max_size: u64,
+    /// Attributes set on it (reuse policies, release threshold): attribute,
+    /// value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attributes: Vec<(u32, u64)>,
+    /// Access set for devices: the backend's device ordinal, flags.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub access: Vec<(usize, u32)>,
+    /// When it was made (see [`Module::seq`]).
+    pub seq: u64,
 }
 
 /// Addresses the guest reserved (`cuMemAddressReserve`).
@@ -259,6 +284,9 @@ pub struct State {
     /// Texture and surface objects.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tex_objects: Vec<TexObjectRec>,
+    /// Memory pools of the program's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolRec>,
 }
 
 /// The description at the head of a snapshot.

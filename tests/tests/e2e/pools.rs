@@ -1,7 +1,9 @@
 //! Memory pools of the program's own (`cuMemPoolCreate`): allocated from
 //! on streams, their attributes, size limit and access, trimmed,
-//! destroyed; named only within their session; and a checkpoint that
-//! cannot carry them refused by name.
+//! destroyed; named only within their session; a checkpoint that cannot
+//! carry a pool made to be shared refused by name; and pools that go with
+//! their session (moved, or through a restart of its backend) with their
+//! allocations, settings and limit.
 
 use super::*;
 use pvgpu_ctl::api::CheckpointRequest;
@@ -45,7 +47,9 @@ pub(crate) fn pools_of_the_program_s_own(t: Transport) {
     assert_eq!(code(other.mem_pool_destroy(pool)), CuResult::INVALID_VALUE);
     drop(other);
 
-    // The checkpoint cannot carry it yet, and says so.
+    // The checkpoint cannot carry a pool made to be shared with other
+    // processes, and says so.
+    let shared = c.mem_pool_create_with(g.ctx, 0, pvgpu_ring::proto::MEM_SHAREABLE).unwrap();
     if h.exec == ExecKind::Host {
         let ctl = h.control().unwrap();
         let id = ctl.sessions().unwrap().iter().map(|s| s.id).min().unwrap();
@@ -58,11 +62,12 @@ pub(crate) fn pools_of_the_program_s_own(t: Transport) {
                 std::thread::sleep(Duration::from_millis(2));
             }
             match refused.join().unwrap() {
-                Err(CtlError::Refused { status: 409, message }) => assert!(message.contains("pool"), "{message}"),
-                other => panic!("a checkpoint of a session with a pool: {other:?}"),
+                Err(CtlError::Refused { status: 409, message }) => assert!(message.contains("pools shared"), "{message}"),
+                other => panic!("a checkpoint of a session with a shareable pool: {other:?}"),
             }
         });
     }
+    c.mem_pool_destroy(shared).unwrap();
 
     c.mem_free_async(d, s).unwrap();
     c.stream_synchronize(s).unwrap();
@@ -87,4 +92,112 @@ pub(crate) fn pools_of_the_program_s_own(t: Transport) {
     c.memcpy_htod(b, &[1u8; 16]).unwrap();
     c.mem_free(b).unwrap();
     c.mem_pool_destroy(pool).unwrap();
+}
+
+/// What a program holds in its pools: one with a size limit, a release
+/// threshold and a reuse policy set, two allocations from it with their
+/// bytes (one freed before the move, so the pool's use is what stays), and
+/// a second pool made after a module.
+struct Held {
+    pool: pvgpu_frontend::MemPool,
+    late: pvgpu_frontend::MemPool,
+    a: u64,
+    b: u64,
+    c: u64,
+    s: Stream,
+}
+
+const A: u64 = 64 << 10;
+const B: u64 = 1 << 20;
+
+fn fill(n: u64, seed: u64) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + seed) as u8).collect()
+}
+
+fn hold(c: &Client, g: &Gpu<'_>) -> Held {
+    let s = c.stream_create(g.ctx, 1, 0).unwrap();
+    let pool = c.mem_pool_create(g.ctx, 4 << 20).unwrap();
+    c.mem_pool_attribute_of(pool, THRESHOLD, Some(1 << 20)).unwrap();
+    c.mem_pool_attribute_of(pool, 2, Some(0)).unwrap();
+    let gone = c.mem_alloc_from_pool(g.ctx, pool, 4096, s).unwrap();
+    let a = c.mem_alloc_from_pool(g.ctx, pool, A, s).unwrap();
+    let b = c.mem_alloc_from_pool(g.ctx, pool, B, s).unwrap();
+    c.mem_free_async(gone, s).unwrap();
+    let late = c.mem_pool_create(g.ctx, 0).unwrap();
+    let cc = c.mem_alloc_from_pool(g.ctx, late, 4096, s).unwrap();
+    c.memcpy_htod_async(a, &fill(A, 1), s).unwrap();
+    c.memcpy_htod_async(b, &fill(B, 2), s).unwrap();
+    c.memcpy_htod_async(cc, &fill(4096, 3), s).unwrap();
+    c.stream_synchronize(s).unwrap();
+    Held { pool, late, a, b, c: cc, s }
+}
+
+fn go_on(c: &Client, g: &Gpu<'_>, h: &Held) {
+    for (d, n, seed) in [(h.a, A, 1), (h.b, B, 2), (h.c, 4096, 3)] {
+        let mut back = vec![0u8; n as usize];
+        c.memcpy_dtoh(&mut back, d).unwrap();
+        assert!(back == fill(n, seed), "the bytes of a pool's allocation at {d:#x}");
+    }
+    assert_eq!(c.mem_pool_attribute_of(h.pool, THRESHOLD, None).unwrap(), 1 << 20, "the release threshold set");
+    assert_eq!(c.mem_pool_attribute_of(h.pool, 2, None).unwrap(), 0, "the reuse policy set");
+    assert_eq!(c.mem_pool_attribute_of(h.pool, USED, None).unwrap(), A + B, "the pool's allocations, counted as its own");
+    assert_eq!(code(c.mem_alloc_from_pool(g.ctx, h.pool, 3 << 20, h.s)), CuResult::OUT_OF_MEMORY, "its size limit");
+    let more = c.mem_alloc_from_pool(g.ctx, h.pool, 4096, h.s).unwrap();
+    c.mem_free_async(h.a, h.s).unwrap();
+    c.mem_free_async(more, h.s).unwrap();
+    c.stream_synchronize(h.s).unwrap();
+    assert_eq!(c.mem_pool_attribute_of(h.pool, USED, None).unwrap(), B, "a free gives the pool back its bytes");
+    c.mem_free(h.b).unwrap();
+    c.mem_free(h.c).unwrap();
+    c.mem_pool_destroy(h.pool).unwrap();
+    c.mem_pool_destroy(h.late).unwrap();
+    c.ctx_synchronize(g.ctx).unwrap();
+}
+
+pub(crate) fn pools_move_with_their_session(t: Transport) {
+    let a = Harness::start();
+    let c = a.client(t);
+    let g = Gpu::new(&c).unwrap();
+    if a.exec == ExecKind::Cuda {
+        return a_gpu_session_does_not_leave(&a, &c, g.ctx);
+    }
+    let b = Harness::with(HarnessOptions { tcp_key_from: Some(a.tcp_key.clone()), ..HarnessOptions::default() });
+    let held = hold(&c, &g);
+    let (from, to) = (a.control().unwrap(), b.control().unwrap());
+    let id = from.sessions().unwrap()[0].id;
+    let dir = TempDir::new("pool-move");
+    let address = b.addr(t).to_string();
+    std::thread::scope(|s| {
+        let moving = s.spawn(|| pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, t == Transport::Tcp));
+        call_while(&c, g.ctx, || c.detached() || moving.is_finished());
+        moving.join().unwrap().expect("the migration of a session holding pools of its own")
+    });
+    go_on(&c, &g, &held);
+}
+
+pub(crate) fn pools_survive_a_backend_restart(t: Transport) {
+    let mut h = Harness::start();
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    if h.exec == ExecKind::Cuda {
+        return a_gpu_session_does_not_leave(&h, &c, g.ctx);
+    }
+    let held = hold(&c, &g);
+    let ctl = h.control().unwrap();
+    let id = ctl.sessions().unwrap()[0].id;
+    let dir = TempDir::new("pool-checkpoint");
+    let file = dir.0.join("pools.pvgpu");
+    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
+    std::thread::scope(|s| {
+        let taken = s.spawn(|| ctl.checkpoint(id, &req));
+        call_while(&c, g.ctx, || c.detached() || taken.is_finished());
+        taken.join().unwrap().expect("the checkpoint of a session holding pools of its own")
+    });
+    let state = pvgpu_ctl::snapshot::decode(&std::fs::read(&file).unwrap()).unwrap().0.state;
+    assert_eq!(state.pools.len(), 2, "{:?}", state.pools);
+    assert_eq!(state.allocations.iter().filter(|a| a.pool.is_some()).count(), 3, "the pools' allocations");
+    h.restart();
+    let ctl = h.control().unwrap();
+    ctl.restore(&pvgpu_ctl::api::RestoreRequest { file: file.display().to_string() }).unwrap();
+    go_on(&c, &g, &held);
 }

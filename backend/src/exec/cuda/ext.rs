@@ -261,7 +261,7 @@ impl Tensor {
 }
 
 /// Whether `stream` is being captured into a graph.
-fn capturing(stream: Option<CudaStream>) -> CuRes<bool> {
+pub(super) fn capturing(stream: Option<CudaStream>) -> CuRes<bool> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: valid out-pointer; the stream belongs to the current context.
     ck(unsafe { sys::cuStreamIsCapturing(raw_stream(stream), &mut status) })?;

@@ -19,6 +19,11 @@
 //! - The memory is accessible from the context's device and every device
 //!   that can reach it peer to peer, as `cuMemAlloc` memory is once peer
 //!   access is enabled.
+//! - Pools of the program's own that are not shareable give their
+//!   allocations from the arena too, so that they go with the session;
+//!   the pool keeps its size limit and answers its usage attributes from
+//!   here (reserved bytes are the bytes in use: the arena caches nothing
+//!   per pool). Shareable pools stay the driver's.
 
 use super::arena::{Arena, Backing};
 use super::driver::{entry, ok};
@@ -30,7 +35,7 @@ use pvgpu_ring::cuda::api::{
     CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationProp, CUmemLocation,
     Driver,
 };
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 /// Streams of this process being captured (raw handles).
@@ -170,7 +175,32 @@ pub(super) struct Placed {
     deferred: Vec<(u64, sys::CUevent)>,
     /// Frees waiting for the end of every capture.
     after_capture: Vec<u64>,
+    /// Pools of the program's own whose allocations come from the arena,
+    /// by the driver's pool.
+    pools: HashMap<u64, PlacedPool>,
 }
+
+/// What a pool of the program's own holds in the arena: the driver's pool
+/// gives none of it, so its size limit and its usage attributes are kept
+/// here.
+#[derive(Default)]
+struct PlacedPool {
+    max_size: u64,
+    /// Live allocations: address and bytes.
+    allocs: HashMap<u64, u64>,
+    /// Most bytes in use since made or reset.
+    high: u64,
+}
+
+impl PlacedPool {
+    fn used(&self) -> u64 {
+        self.allocs.values().sum()
+    }
+}
+
+/// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT` to `..._USED_MEM_HIGH`: what a
+/// placed pool answers itself.
+const USAGE_ATTRS: std::ops::RangeInclusive<u32> = 5..=8;
 
 impl Placed {
     /// Placed memory of `dev`, reachable from the devices in `peers` too.
@@ -187,7 +217,71 @@ impl Placed {
             vmm: Vmm { drv, dev, access },
             deferred: Vec::new(),
             after_capture: Vec::new(),
+            pools: HashMap::new(),
         })
+    }
+
+    /// Pool `pool` (not shareable) gives its allocations from the arena.
+    pub(super) fn pool_made(&mut self, pool: u64, max_size: u64) {
+        self.pools.insert(pool, PlacedPool { max_size, ..PlacedPool::default() });
+    }
+
+    /// Whether `pool` gives its allocations from the arena.
+    pub(super) fn has_pool(&self, pool: u64) -> bool {
+        self.pools.contains_key(&pool)
+    }
+
+    /// The pool is destroyed; its allocations stay until freed.
+    pub(super) fn pool_gone(&mut self, pool: u64) {
+        self.pools.remove(&pool);
+    }
+
+    /// An allocation of `pool` (ready at once), within its size limit.
+    pub(super) fn pool_alloc(&mut self, pool: u64, size: u64) -> CuRes<u64> {
+        let p = self.pools.get(&pool).ok_or(CuError::INVALID_VALUE)?;
+        if p.max_size != 0 && p.used().saturating_add(size) > p.max_size {
+            return Err(CuError::OUT_OF_MEMORY);
+        }
+        let dptr = self.alloc(size)?;
+        self.pool_adopt(pool, dptr, size)?;
+        Ok(dptr)
+    }
+
+    /// Counts `dptr` as `pool`'s.
+    pub(super) fn pool_adopt(&mut self, pool: u64, dptr: u64, size: u64) -> CuRes<()> {
+        let p = self.pools.get_mut(&pool).ok_or(CuError::INVALID_VALUE)?;
+        p.allocs.insert(dptr, size);
+        p.high = p.high.max(p.used());
+        Ok(())
+    }
+
+    /// A usage attribute of `pool` (its bytes reserved and in use, which
+    /// are the same here, and their high-water marks; a high-water mark is
+    /// reset by setting it), or `None` for an attribute the driver's pool
+    /// answers.
+    pub(super) fn pool_attribute(&mut self, pool: u64, attr: u32, set: Option<u64>) -> Option<CuRes<u64>> {
+        let p = self.pools.get_mut(&pool)?;
+        if !USAGE_ATTRS.contains(&attr) {
+            return None;
+        }
+        Some(match (attr, set) {
+            (5 | 7, None) => Ok(p.used()),
+            (6 | 8, None) => Ok(p.high),
+            (6 | 8, Some(0)) => {
+                p.high = p.used();
+                Ok(0)
+            }
+            _ => Err(CuError::INVALID_VALUE),
+        })
+    }
+
+    /// Forgets `dptr` in the pool that gave it, if one did.
+    fn pool_free(&mut self, dptr: u64) {
+        for p in self.pools.values_mut() {
+            if p.allocs.remove(&dptr).is_some() {
+                return;
+            }
+        }
     }
 
     /// Whether `dptr` is placed memory of this context (else the driver's:
@@ -213,6 +307,7 @@ impl Placed {
     /// Frees `dptr`, an address this arena [`Placed::owns`], once the
     /// context's work is done (the context is current).
     pub(super) fn free(&mut self, dptr: u64) -> CuRes<()> {
+        self.pool_free(dptr);
         if any_capturing() {
             may_manage_memory()?;
             self.after_capture.push(dptr);
@@ -226,6 +321,7 @@ impl Placed {
 
     /// Frees `dptr` once the work queued on `stream` so far is done.
     pub(super) fn free_async(&mut self, dptr: u64, stream: Option<CudaStream>) -> CuRes<()> {
+        self.pool_free(dptr);
         let mut ev = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the context is current.
         ck(unsafe { sys::cuEventCreate(&mut ev, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) })?;

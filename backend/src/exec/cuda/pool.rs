@@ -4,6 +4,7 @@
 //! ever sees the session's id for it.
 
 use super::driver::{entry, ok};
+use super::ext::capturing;
 use super::{CudaContext, CudaStream, ck, raw_stream};
 use crate::exec::CuRes;
 use crate::exec::pool::PoolOp;
@@ -54,11 +55,26 @@ impl CudaContext {
     /// A pool of the program's own, or the default pool's trim.
     pub(super) fn pool_op(&mut self, op: PoolOp<CudaStream>) -> CuRes<u64> {
         match op {
-            PoolOp::Create { max_size, shareable } => self.pool_create(max_size, shareable),
+            PoolOp::Create { max_size, shareable } => {
+                let pool = self.pool_create(max_size, shareable)?;
+                if let Some(placed) = self.placed.as_mut().filter(|_| !shareable) {
+                    placed.pool_made(pool, max_size);
+                }
+                Ok(pool)
+            }
             PoolOp::Destroy(pool) => {
+                if let Some(placed) = self.placed.as_mut() {
+                    placed.pool_gone(pool);
+                }
                 // SAFETY: a pool this context made and the session has not
                 // destroyed; allocations from it stay valid until freed.
                 ck(unsafe { sys::cuMemPoolDestroy(raw(pool)) }).map(|()| 0)
+            }
+            PoolOp::Alloc { pool, size, stream } if self.placed.as_ref().is_some_and(|p| p.has_pool(pool)) && !capturing(stream)? => {
+                self.placed.as_mut().ok_or(pvgpu_ring::CuError::INVALID_VALUE)?.pool_alloc(pool, size)
+            }
+            PoolOp::Adopt { pool, dptr, size } => {
+                self.placed.as_mut().ok_or(pvgpu_ring::CuError::NOT_SUPPORTED)?.pool_adopt(pool, dptr, size).map(|()| 0)
             }
             PoolOp::Alloc { pool, size, stream } => {
                 let mut p = 0;
@@ -67,7 +83,10 @@ impl CudaContext {
                 ck(unsafe { sys::cuMemAllocFromPoolAsync(&mut p, size as usize, raw(pool), raw_stream(stream)) })?;
                 Ok(p)
             }
-            PoolOp::Attribute { pool, attr, set } => self.attribute_of(raw(pool), attr, set),
+            PoolOp::Attribute { pool, attr, set } => match self.placed.as_mut().and_then(|p| p.pool_attribute(pool, attr, set)) {
+                Some(answer) => answer,
+                None => self.attribute_of(raw(pool), attr, set),
+            },
             PoolOp::Access { pool, device, set } => self.access_of(raw(pool), device, set).map(u64::from),
             PoolOp::Trim { pool, keep } => {
                 let pool = match pool {

@@ -116,6 +116,13 @@ impl HostContext {
                 self.pools.pools.get(&pool).ok_or(CuError::INVALID_VALUE)?;
                 access(self.pools.device, device, set).map(u64::from)
             }
+            PoolOp::Adopt { pool, dptr, size } => {
+                let used = self.in_use(pool)?;
+                let p = self.pools.pools.get_mut(&pool).ok_or(CuError::INVALID_VALUE)?;
+                p.allocs.insert(dptr, size);
+                p.high = p.high.max(used + size);
+                Ok(0)
+            }
             PoolOp::Trim { pool, .. } => match pool {
                 Some(p) if !self.pools.pools.contains_key(&p) => Err(CuError::INVALID_VALUE),
                 _ => Ok(0),
