@@ -197,28 +197,19 @@ pub(super) fn rebuild_objects<E: Executor>(s: &mut Session<E>, recs: &[TexObject
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Io, array, device};
+    use super::super::array;
+    use super::super::snapshot_fixture::{io, restore, session, snapshot};
     use super::*;
-    use crate::config::SessionLimits;
     use crate::exec::host::HostExecutor;
-    use pvgpu_ctl::snapshot::{Meta, Reader, Writer};
     use pvgpu_ring::proto::{self, RESOURCE_ARRAY, ResourceDesc};
-    use std::sync::Arc;
 
     const FLOAT: u32 = 0x20;
 
-    fn io(out: &mut Vec<u8>) -> Io<'_> {
-        Io { area: None, out, reply_room: None, staged: 0 }
-    }
-
-    /// A session with a context, a 4 x 4 float array and texture objects
-    /// 1, 2 and 4 over it (3 destroyed); the array's id.
-    fn session() -> (Session<HostExecutor>, u64) {
-        let mut s = Session::new(Arc::new(HostExecutor::new(64 << 20)), 1, SessionLimits::default());
+    /// A session with a 4 x 4 float array and texture objects 1, 2 and 4
+    /// over it (3 destroyed); the array's id.
+    fn holding_objects() -> (Session<HostExecutor>, u64) {
+        let (mut s, ctx) = session();
         let mut out = Vec::new();
-        device::init(&mut s, proto::Init {}, &mut io(&mut out)).unwrap();
-        let ctx =
-            device::ctx_create(&mut s, proto::CtxCreate { device: 0.into(), flags: 0.into() }, &mut io(&mut out)).unwrap().handle.get();
         let r = proto::ArrayCreate {
             ctx: ctx.into(),
             width: 4.into(),
@@ -237,32 +228,12 @@ mod tests {
         assert_eq!(values, [1, 2, 3, 4]);
         let gone = proto::TexObjectDestroy { ctx: ctx.into(), object: 3.into(), ..Default::default() };
         array::tex_object_destroy(&mut s, gone, &mut io(&mut out)).unwrap();
-        s.token = [7; 16];
         (s, a)
-    }
-
-    /// The session's snapshot, its description changed by `change`.
-    fn snapshot(s: &mut Session<HostExecutor>, change: impl FnOnce(&mut Meta)) -> Vec<u8> {
-        let mut file = Vec::new();
-        s.checkpoint(&mut file, "test", false).unwrap();
-        let (mut r, mut meta) = Reader::open(&file[..], file.len() as u64).unwrap();
-        change(&mut meta);
-        let blobs: Vec<Vec<u8>> = (0..meta.state.arrays.iter().map(|a| a.blobs.len()).sum()).map(|_| r.blob().unwrap()).collect();
-        let mut w = Writer::new(Vec::new(), &meta, blobs.len() as u32).unwrap();
-        blobs.iter().for_each(|b| w.blob(b).unwrap());
-        w.finish().unwrap()
-    }
-
-    fn restore(file: &[u8]) -> Result<Session<HostExecutor>, RestoreError> {
-        let mut s = Session::new(Arc::new(HostExecutor::new(64 << 20)), 2, SessionLimits::default());
-        let (mut r, meta) = Reader::open(file, file.len() as u64)?;
-        s.restore(&meta, &mut r, None)?;
-        Ok(s)
     }
 
     #[test]
     fn objects_come_back_with_their_values_and_no_stand_in_stays() {
-        let (mut s, a) = session();
+        let (mut s, a) = holding_objects();
         let file = snapshot(&mut s, |_| {});
         let back = restore(&file).unwrap();
         let mut values: Vec<u64> = back.arrays.objects.keys().map(|(_, v)| *v).collect();
@@ -273,7 +244,7 @@ mod tests {
 
     #[test]
     fn a_hostile_description_of_arrays_or_objects_is_refused_by_name() {
-        let (mut s, a) = session();
+        let (mut s, a) = holding_objects();
         let twice = snapshot(&mut s, |m| {
             let o = m.state.tex_objects[0].clone();
             m.state.tex_objects.push(o);

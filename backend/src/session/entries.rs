@@ -53,7 +53,7 @@ pub(super) struct Alloc {
 }
 
 /// Where a range of device memory the session may touch comes from.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum AllocKind {
     /// `cuMemAlloc` or `cuMemAllocAsync`: counted in `mem_used`.
     Memory,

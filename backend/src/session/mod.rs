@@ -48,6 +48,8 @@ mod policy;
 mod pool;
 mod pool_ipc;
 mod restore;
+#[cfg(test)]
+mod snapshot_fixture;
 mod stream;
 mod turns;
 mod vmm;

@@ -1,0 +1,46 @@
+//! Sessions of the host executor checkpointed into memory and restored
+//! from a description a test changed: the unit tests of what snapshots
+//! carry (`array_moves`, `pool`).
+
+use super::{Io, Session, device};
+use crate::config::SessionLimits;
+use crate::exec::host::HostExecutor;
+use pvgpu_ctl::snapshot::{Meta, Reader, Writer};
+use pvgpu_ring::proto;
+use std::sync::Arc;
+
+pub(super) fn io(out: &mut Vec<u8>) -> Io<'_> {
+    Io { area: None, out, reply_room: None, staged: 0 }
+}
+
+/// A session with `cuInit` done and a context; the context's id. It has
+/// a token, so it may be checkpointed.
+pub(super) fn session() -> (Session<HostExecutor>, u64) {
+    let mut s = Session::new(Arc::new(HostExecutor::new(64 << 20)), 1, SessionLimits::default());
+    let mut out = Vec::new();
+    device::init(&mut s, proto::Init {}, &mut io(&mut out)).unwrap();
+    let ctx = device::ctx_create(&mut s, proto::CtxCreate { device: 0.into(), flags: 0.into() }, &mut io(&mut out)).unwrap().handle.get();
+    s.token = [7; 16];
+    (s, ctx)
+}
+
+/// The session's snapshot, its description changed by `change`.
+pub(super) fn snapshot(s: &mut Session<HostExecutor>, change: impl FnOnce(&mut Meta)) -> Vec<u8> {
+    let mut file = Vec::new();
+    s.checkpoint(&mut file, "test", false).unwrap();
+    let (mut r, mut meta) = Reader::open(&file[..], file.len() as u64).unwrap();
+    change(&mut meta);
+    let blobs: Vec<Vec<u8>> = (0..r.blobs_left()).map(|_| r.blob().unwrap()).collect();
+    let mut w = Writer::new(Vec::new(), &meta, blobs.len() as u32).unwrap();
+    blobs.iter().for_each(|b| w.blob(b).unwrap());
+    w.finish().unwrap()
+}
+
+/// A new session rebuilt from `file`.
+pub(super) fn restore(file: &[u8]) -> Result<Session<HostExecutor>, super::RestoreError> {
+    let mut s = Session::new(Arc::new(HostExecutor::new(64 << 20)), 2, SessionLimits::default());
+    let (mut r, meta) = Reader::open(file, file.len() as u64)?;
+    s.restore(&meta, &mut r, None)?;
+    r.finish()?;
+    Ok(s)
+}
