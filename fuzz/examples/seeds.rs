@@ -426,7 +426,7 @@ fn snapshot_file() {
         contexts: vec![Context { id: 0x1_0000_0001, device: 0, flags: 0, primary: true, retains: 1 }],
         current: Some(0x1_0000_0001),
         allocations: vec![Allocation { ctx: 0x1_0000_0001, address: 0x7f00_0000_1000, length: 16, blob: 0, pool: None }],
-        modules: vec![Module { id: 0x1_0000_0001, ctx: 0x1_0000_0001, image: 2, functions: vec![], globals: vec![], seq: 1 }],
+        modules: vec![Module { id: 0x1_0000_0001, ctx: 0x1_0000_0001, image: 2, functions: vec![], globals: vec![], unlooked: vec![], seq: 1 }],
         streams: vec![Queue { id: 0x1_0000_0001, ctx: 0x1_0000_0001, flags: 1, priority: 0, seq: 2 }],
         events: vec![],
         pending_error: None,

@@ -24,7 +24,8 @@
 # symbols.cu (built here with nvcc), a program with a __device__ table;
 # textures is textures.cu, a program holding CUDA arrays and texture and
 # surface objects; pools is pools.cu, a program allocating from memory
-# pools of its own.
+# pools of its own; counter is counter.cu, whose kernels keep state in
+# __device__ variables the host never names.
 # BIN holds release builds of pvgpu-backend, pvgpu-ctl, libpvgpu_cuda.so
 # and libpvgpu_nvml.so. The report goes to OUT/migrate.txt, with what
 # cudaMalloc and cudaFree cost natively and in either --device-memory mode
@@ -55,6 +56,7 @@ for case in ${CASES:-train-0 train-1024 symbols}; do
     symbols) mb=0; [ -x $W/symbols ] || nvcc -O2 -o $W/symbols $S/symbols.cu; prog="$W/symbols $STEPS" ;;
     textures) mb=0; [ -x $W/textures ] || nvcc -O2 -o $W/textures $S/textures.cu; prog="$W/textures $STEPS" ;;
     pools) mb=0; [ -x $W/pools ] || nvcc -O2 -o $W/pools $S/pools.cu; prog="$W/pools $STEPS" ;;
+    counter) mb=0; [ -x $W/counter ] || nvcc -O2 -o $W/counter $S/counter.cu; prog="$W/counter $STEPS" ;;
   esac
   $prog > $W/native.txt 2> $W/native.err || { echo "native run failed"; tail -5 $W/native.err; } >> $R
   backend A-$case

@@ -101,7 +101,16 @@ impl<E: Executor> Session<E> {
         for id in &ids {
             self.enter(*id).and_then(|c| c.synchronize()).map_err(CheckpointError::Device)?;
         }
-        let mut plan = self.plan();
+        let t = std::time::Instant::now();
+        let unlooked = super::global_moves::look_up(self);
+        let found: usize = unlooked.values().map(Vec::len).sum();
+        tracing::info!(
+            session = self.id,
+            globals = found,
+            secs = t.elapsed().as_secs_f64(),
+            "globals the program never looked up, found for the checkpoint"
+        );
+        let mut plan = self.plan(&unlooked);
         (plan.state.graphs, plan.state.graph_execs) = super::graph::describe(self)?;
         let meta = Meta {
             created_unix_seconds: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
@@ -223,7 +232,7 @@ impl<E: Executor> Session<E> {
             .collect()
     }
 
-    fn plan(&self) -> Plan {
+    fn plan(&self, unlooked: &super::global_moves::Unlooked) -> Plan {
         let mut p = Plan { state: State::default(), sources: Vec::new(), bytes: 0 };
         p.state.initialized = self.initialized;
         p.state.current = self.current;
@@ -272,7 +281,17 @@ impl<E: Executor> Session<E> {
                     blob: p.blob(Source::Device { ctx: m.ctx, addr: *addr, len: *len }),
                 })
                 .collect();
-            p.state.modules.push(Module { id, ctx: m.ctx, image, functions, globals, seq: m.seq });
+            p.state.modules.push(Module { id, ctx: m.ctx, image, functions, globals, unlooked: Vec::new(), seq: m.seq });
+        }
+        // Globals never looked up after every module: a restore writes
+        // them once all are loaded.
+        for m in &mut p.state.modules {
+            for (name, addr, len) in unlooked.get(&m.id).into_iter().flatten() {
+                let blob = p.sources.len() as u32;
+                m.unlooked.push(Global { name: name.clone(), address: *addr, length: *len, blob });
+                p.bytes += len;
+                p.sources.push(Source::Device { ctx: m.ctx, addr: *addr, len: *len });
+            }
         }
         for (id, s) in self.streams.iter() {
             p.state.streams.push(Queue { id, ctx: s.ctx, flags: s.flags, priority: s.priority, seq: s.seq });

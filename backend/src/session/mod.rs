@@ -32,6 +32,7 @@ mod checkpoint;
 mod chunks;
 mod device;
 mod entries;
+mod global_moves;
 mod graph;
 mod handler;
 mod ipc;

@@ -32,7 +32,7 @@ pub(super) fn module_load<E: Executor>(s: &mut Session<E>, r: proto::ModuleLoad<
 /// Loads `image` (checked, NUL-terminated) in context `ctx`.
 /// Its code and globals count against the quota: a module that does not
 /// fit is unloaded again (`CUDA_ERROR_OUT_OF_MEMORY`).
-fn load_image<E: Executor>(s: &mut Session<E>, ctx: u64, image: &[u8]) -> CuRes<u64> {
+pub(super) fn load_image<E: Executor>(s: &mut Session<E>, ctx: u64, image: &[u8]) -> CuRes<u64> {
     let m = s.enter(ctx)?.module_load(image)?;
     if !s.remeasure() {
         s.enter(ctx)?.module_unload(m)?;

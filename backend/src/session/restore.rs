@@ -247,6 +247,7 @@ impl<E: Executor> Session<E> {
             }
         }
         self.adopt_pooled(&state.allocations)?;
+        self.restore_unlooked(&state.modules, |blob| blobs.take(blob))?;
         let queues = state.streams.iter().chain(&state.events).map(|q| q.seq);
         let made = state.arrays.iter().map(|a| a.seq).chain(state.pools.iter().map(|p| p.seq));
         let last = state.modules.iter().map(|m| m.seq).chain(queues).chain(made).max();
@@ -343,7 +344,9 @@ impl<E: Executor> Session<E> {
             return Err(RestoreError::Inconsistent(format!("module {:#x}: an image the backend would not load", m.id)));
         }
         crate::exec::image::check_bounds(&image[..image.len() - 1]).map_err(rebuild(format!("module {:#x}", m.id)))?;
-        let placed: Vec<(String, u64)> = m.globals.iter().map(|g| (g.name.clone(), g.address)).collect();
+        // Where every global the snapshot names was (an executor that
+        // places them itself puts them there; the driver does as it did).
+        let placed: Vec<(String, u64)> = m.globals.iter().chain(&m.unlooked).map(|g| (g.name.clone(), g.address)).collect();
         let module =
             self.enter(m.ctx).and_then(|c| c.module_load_placed(&image, &placed)).map_err(rebuild(format!("module {:#x}", m.id)))?;
         let globals = m.globals.iter().map(|g| (g.name.clone(), g.address, g.length)).collect();
@@ -455,7 +458,7 @@ impl<E: Executor> Session<E> {
         Ok(())
     }
 
-    fn write_device(&mut self, ctx: u64, addr: u64, bytes: &[u8], what: &str) -> Result<(), RestoreError> {
+    pub(super) fn write_device(&mut self, ctx: u64, addr: u64, bytes: &[u8], what: &str) -> Result<(), RestoreError> {
         let c = self.enter(ctx).map_err(rebuild(format!("context {ctx:#x}")))?;
         // SAFETY: `bytes` is readable for its length and the copy waits; the
         // range was just made at this address for these bytes.

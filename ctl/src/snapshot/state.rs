@@ -173,6 +173,11 @@ pub struct Module {
     pub functions: Vec<Function>,
     /// Its globals the guest looked up.
     pub globals: Vec<Global>,
+    /// Globals its image declares that the guest never looked up (a
+    /// kernel's own state), with their bytes: a restore writes them once
+    /// every module is loaded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unlooked: Vec<Global>,
     /// When it was loaded, in the order of the session's modules, streams
     /// and events (0 in snapshots before this field).
     #[serde(default)]

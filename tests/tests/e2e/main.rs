@@ -22,6 +22,7 @@ mod control;
 mod copy_nodes;
 mod devices;
 mod execution;
+mod global_moves;
 mod gpu_share;
 mod graph_memory;
 mod graph_moves;
@@ -48,6 +49,7 @@ use control::*;
 use copy_nodes::*;
 use devices::*;
 use execution::*;
+use global_moves::*;
 use graph_memory::*;
 use graph_moves::*;
 use graphs::*;
@@ -237,5 +239,5 @@ over_every_transport!(
         image_cache,
         kernel_output,
     ],
-    own_backend: [metrics_follow_a_running_program, pools_of_the_program_s_own, checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, session_moves_to_another_backend, graphs_move_with_their_session, graphs_survive_a_backend_restart, virtual_memory_moves_with_its_session, virtual_memory_survives_a_backend_restart, arrays_and_textures_move_with_their_session, arrays_and_textures_survive_a_backend_restart, pools_move_with_their_session, pools_survive_a_backend_restart, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
+    own_backend: [metrics_follow_a_running_program, pools_of_the_program_s_own, checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, session_moves_to_another_backend, graphs_move_with_their_session, graphs_survive_a_backend_restart, virtual_memory_moves_with_its_session, virtual_memory_survives_a_backend_restart, arrays_and_textures_move_with_their_session, arrays_and_textures_survive_a_backend_restart, pools_move_with_their_session, pools_survive_a_backend_restart, globals_never_looked_up_move_with_their_session, globals_never_looked_up_survive_a_backend_restart, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
 );

@@ -264,6 +264,7 @@ pub static KERNELS: &[(&str, HostKernel)] = &[
     ("pvgpu_cond_count_down", k_cond_count_down),
     ("pvgpu_graph_launch", k_graph_launch),
     ("pvgpu_tex_read", k_tex_read),
+    ("pvgpu_count_calls", k_count_calls),
     ("pvgpu_surf_scale", k_surf_scale),
 ];
 
@@ -408,6 +409,20 @@ fn k_scale_by_global(c: &mut Call<'_>) -> Result<(), Fault> {
     let s = c.mem.read_f32(g, 1)?[0];
     let v: Vec<f32> = c.mem.read_f32(x, n)?.into_iter().map(|e| e * s).collect();
     c.mem.write_f32(x, &v)
+}
+
+/// `pvgpu_count_calls(unsigned *out)`: `*out = ++pvgpu_calls`, a kernel
+/// keeping its state in a `__device__ unsigned pvgpu_calls` of its module
+/// that the host never looks up. Not in `kernels.cu`: tests load a module
+/// declaring both.
+fn k_count_calls(c: &mut Call<'_>) -> Result<(), Fault> {
+    let g = *c.globals.get("pvgpu_calls").ok_or(Fault)?;
+    let b = c.mem.bytes_mut(g, 4)?;
+    let n = u32::from_le_bytes([b[0], b[1], b[2], b[3]]).wrapping_add(1);
+    b.copy_from_slice(&n.to_le_bytes());
+    let out = c.args.u64(0)?;
+    c.mem.bytes_mut(out, 4)?.copy_from_slice(&n.to_le_bytes());
+    Ok(())
 }
 
 fn k_spin(c: &mut Call<'_>) -> Result<(), Fault> {

@@ -61,6 +61,21 @@ pub fn parse(d: &[u8]) -> Result<ImageInfo, CuError> {
     Ok(info)
 }
 
+/// Data symbols in the `.nv.global` sections (`.nv.global`,
+/// `.nv.global.init`): variables in global memory, not constants, nor the
+/// compiler's own (`$str`, a `printf` format).
+pub fn writable_globals(d: &[u8]) -> Result<Vec<String>, CuError> {
+    let file = ElfFile64::<LittleEndian>::parse(d).map_err(invalid)?;
+    let in_global = |i: Option<SectionIndex>| {
+        i.and_then(|i| file.section_by_index(i).ok()).and_then(|s| s.name().ok().map(|n| n.starts_with(".nv.global"))).unwrap_or(false)
+    };
+    Ok(file
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Data && in_global(s.section_index()))
+        .filter_map(|s| s.name().ok().filter(|n| !n.is_empty() && !n.starts_with(['.', '$'])).map(str::to_string))
+        .collect())
+}
+
 /// A global's bytes in its section (zeros where the section holds none).
 fn initial_bytes(file: &ElfFile64<'_, LittleEndian>, section: Option<SectionIndex>, at: u64, size: u64) -> Vec<u8> {
     let mut init = vec![0u8; size as usize];

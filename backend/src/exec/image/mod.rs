@@ -72,6 +72,24 @@ pub fn parse(image: &[u8]) -> Result<ImageInfo, CuError> {
     ptx::parse(text)
 }
 
+/// The names of the variables in global memory an image declares: those
+/// a kernel may change (`__constant__` variables are left out: only the
+/// host writes them, through a lookup). Of a fatbin, its first cubin's,
+/// else its first PTX's.
+pub fn writable_globals(image: &[u8]) -> Result<Vec<String>, CuError> {
+    if image.starts_with(ELF_MAGIC) {
+        return elf::writable_globals(image);
+    }
+    if pvgpu_fatbin::is_fatbin(image) {
+        let fat = pvgpu_fatbin::parse(image).map_err(|_| CuError::INVALID_IMAGE)?;
+        let pick = fat.entries.iter().find(|e| e.is_elf()).or_else(|| fat.entries.iter().find(|e| e.is_ptx()));
+        let e = pick.ok_or(CuError::NO_BINARY_FOR_GPU)?;
+        let payload = e.decompressed().map_err(|_| CuError::INVALID_IMAGE)?;
+        return writable_globals(&payload);
+    }
+    Ok(parse(image)?.globals.into_keys().filter(|n| !n.starts_with('$')).collect())
+}
+
 /// Checks the sizes and offsets a driver trusts when it parses a cubin or a
 /// fatbin, since it is never told the buffer's length: the fatbin's
 /// containers and each entry's extent, that each compressed payload
@@ -114,6 +132,13 @@ mod tests {
         assert_eq!(info.entries["saxpy"].params, vec![p(0, 4), p(8, 8), p(16, 8), p(24, 4)]);
         assert_eq!(info.globals["pvgpu_scale"].size, 4);
         assert_eq!(info.globals["pvgpu_scale"].init, 3.0f32.to_le_bytes());
+    }
+
+    #[test]
+    fn every_form_names_the_same_writable_globals() {
+        for image in [PTX, CUBIN, FATBIN] {
+            assert_eq!(writable_globals(image).unwrap(), ["pvgpu_scale"]);
+        }
     }
 
     #[test]

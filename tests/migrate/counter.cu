@@ -1,0 +1,47 @@
+// A program whose kernels keep their state in __device__ variables the
+// host never names, for tests/migrate/run.sh: a step counter and a table a
+// kernel fills once. Each step prints what the kernels see, so a session
+// that moved shows whether those globals kept their bytes (a module
+// loaded afresh would give the counter back its initial value, 100).
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+
+__device__ unsigned counter = 100;
+__device__ int table[512];
+
+__global__ void fill_table(int seed) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < 512) table[i] = (i * 37 + seed) % 1009;
+}
+
+__global__ void step(int *out) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i == 0) atomicAdd(&counter, 1);
+  if (i < 512) out[i] = table[i] + i;
+}
+
+__global__ void read_counter(unsigned *out) { *out = counter; }
+
+int main(int argc, char **argv) {
+  int steps = argc > 1 ? atoi(argv[1]) : 100;
+  int *out;
+  unsigned *c;
+  cudaMalloc(&out, 512 * sizeof(int));
+  cudaMalloc(&c, sizeof(unsigned));
+  fill_table<<<2, 256>>>(7);
+  int h[512];
+  for (int s = 0; s < steps; s++) {
+    step<<<2, 256>>>(out);
+    read_counter<<<1, 1>>>(c);
+    unsigned n = 0;
+    cudaMemcpy(&n, c, sizeof n, cudaMemcpyDeviceToHost);
+    cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);
+    long long sum = 0;
+    for (int i = 0; i < 512; i++) sum += h[i] * (long long)(i % 11 + 1);
+    printf("%d counter %u table %lld %s\n", s, n, sum, cudaGetErrorString(cudaGetLastError()));
+    fflush(stdout);
+    usleep(50000);
+  }
+  return 0;
+}

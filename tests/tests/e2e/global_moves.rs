@@ -1,0 +1,79 @@
+//! A module global the program never looks up goes with its session: a
+//! kernel keeps a count in a `__device__` variable of its module that the
+//! host never names; moved to another backend or checkpointed through a
+//! restart of its own, the program's next launch goes on counting from
+//! where it was, not from the module's initial value.
+
+use super::*;
+use pvgpu_ctl::api::{CheckpointRequest, RestoreRequest};
+
+/// A module with the host double's counting kernel and its global,
+/// starting at 40.
+const PTX: &str = ".version 7.0\n.target sm_50\n.address_size 64\n\
+.visible .global .align 4 .u32 pvgpu_calls = 40;\n\
+.visible .entry pvgpu_count_calls(.param .u64 out)\n{\n\tret;\n}\n";
+
+/// Launches the counter and returns its new value.
+fn count(c: &Client, f: &pvgpu_frontend::Function, out: u64) -> u32 {
+    c.launch(f, [1, 1, 1], [1, 1, 1], 0, Stream::DEFAULT, &[arg(&out)]).unwrap();
+    let mut b = [0u8; 4];
+    c.memcpy_dtoh(&mut b, out).unwrap();
+    u32::from_le_bytes(b)
+}
+
+/// Counts three times; the function and its output.
+fn hold(c: &Client, g: &Gpu<'_>) -> (pvgpu_frontend::Function, u64) {
+    let m = c.module_load(g.ctx, PTX.as_bytes()).unwrap();
+    let f = c.module_get_function(m, "pvgpu_count_calls").unwrap();
+    let out = c.mem_alloc(g.ctx, 4).unwrap();
+    assert_eq!([count(c, &f, out), count(c, &f, out), count(c, &f, out)], [41, 42, 43]);
+    (f, out)
+}
+
+pub(crate) fn globals_never_looked_up_move_with_their_session(t: Transport) {
+    let a = Harness::start();
+    let c = a.client(t);
+    let g = Gpu::new(&c).unwrap();
+    if a.exec == ExecKind::Cuda {
+        return a_gpu_session_does_not_leave(&a, &c, g.ctx);
+    }
+    let b = Harness::with(HarnessOptions { tcp_key_from: Some(a.tcp_key.clone()), ..HarnessOptions::default() });
+    let (f, out) = hold(&c, &g);
+    let (from, to) = (a.control().unwrap(), b.control().unwrap());
+    let id = from.sessions().unwrap()[0].id;
+    let dir = TempDir::new("global-move");
+    let address = b.addr(t).to_string();
+    std::thread::scope(|s| {
+        let moving = s.spawn(|| pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, t == Transport::Tcp));
+        call_while(&c, g.ctx, || c.detached() || moving.is_finished());
+        moving.join().unwrap().expect("the migration of a session whose kernel keeps a count in a global")
+    });
+    assert_eq!(count(&c, &f, out), 44, "the count goes on where it was");
+}
+
+pub(crate) fn globals_never_looked_up_survive_a_backend_restart(t: Transport) {
+    let mut h = Harness::start();
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    if h.exec == ExecKind::Cuda {
+        return a_gpu_session_does_not_leave(&h, &c, g.ctx);
+    }
+    let (f, out) = hold(&c, &g);
+    let ctl = h.control().unwrap();
+    let id = ctl.sessions().unwrap()[0].id;
+    let dir = TempDir::new("global-checkpoint");
+    let file = dir.0.join("globals.pvgpu");
+    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
+    std::thread::scope(|s| {
+        let taken = s.spawn(|| ctl.checkpoint(id, &req));
+        call_while(&c, g.ctx, || c.detached() || taken.is_finished());
+        taken.join().unwrap().expect("the checkpoint of a session whose kernel keeps a count in a global")
+    });
+    let state = pvgpu_ctl::snapshot::decode(&std::fs::read(&file).unwrap()).unwrap().0.state;
+    let counted = state.modules.iter().flat_map(|m| &m.unlooked).find(|g| g.name == "pvgpu_calls");
+    assert!(counted.is_some_and(|g| g.length == 4), "the global the program never named is in the snapshot");
+    h.restart();
+    let ctl = h.control().unwrap();
+    ctl.restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
+    assert_eq!(count(&c, &f, out), 44, "the count goes on where it was");
+}
