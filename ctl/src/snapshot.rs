@@ -25,8 +25,8 @@ mod state;
 
 pub use graph::{Body, ExecGraphRec, GraphRec, NodeKind, NodeRec, from_hex, hex};
 pub use state::{
-    Allocation, ArrayRec, Context, Device, Function, Global, Mapped, Meta, MirrorRec, Module, Physical, PoolRec, Queue, Reservation, State,
-    TexObjectRec,
+    Allocation, ArrayRec, Context, Device, Function, Global, LimitRec, Mapped, Meta, MirrorRec, Module, Physical, PoolRec, Queue,
+    Reservation, State, TexObjectRec,
 };
 
 /// The file's first bytes.

@@ -423,7 +423,7 @@ fn snapshot_file() {
     write("snapshot_file", "empty", &encode(&meta(State::default(), 0), &[]));
     let state = State {
         initialized: true,
-        contexts: vec![Context { id: 0x1_0000_0001, device: 0, flags: 0, primary: true, retains: 1 }],
+        contexts: vec![Context { id: 0x1_0000_0001, device: 0, flags: 0, primary: true, retains: 1, limits: vec![] }],
         current: Some(0x1_0000_0001),
         allocations: vec![Allocation { ctx: 0x1_0000_0001, address: 0x7f00_0000_1000, length: 16, blob: 0, pool: None }],
         modules: vec![Module { id: 0x1_0000_0001, ctx: 0x1_0000_0001, image: 2, functions: vec![], globals: vec![], unlooked: vec![], seq: 1 }],

@@ -1,8 +1,10 @@
 // A program whose kernels keep their state in __device__ variables the
 // host never names, for tests/migrate/run.sh: a step counter and a table a
-// kernel fills once. Each step prints what the kernels see, so a session
-// that moved shows whether those globals kept their bytes (a module
-// loaded afresh would give the counter back its initial value, 100).
+// kernel fills once; and whose kernels need the context limits it set (a
+// device heap of 64 MiB for a 16 MiB malloc, past the 8 MiB default). Each
+// step prints what the kernels see, so a session that moved shows whether
+// those globals kept their bytes (a module loaded afresh would give the
+// counter back its initial value, 100) and its limits came along.
 #include <cstdio>
 #include <cstdlib>
 #include <unistd.h>
@@ -23,12 +25,22 @@ __global__ void step(int *out) {
 
 __global__ void read_counter(unsigned *out) { *out = counter; }
 
+__global__ void use_heap(int *ok) {
+  char *p = (char *)malloc(16 << 20);
+  *ok = p != nullptr;
+  if (p) { p[0] = 1; free(p); }
+}
+
 int main(int argc, char **argv) {
   int steps = argc > 1 ? atoi(argv[1]) : 100;
   int *out;
   unsigned *c;
   cudaMalloc(&out, 512 * sizeof(int));
   cudaMalloc(&c, sizeof(unsigned));
+  cudaDeviceSetLimit(cudaLimitMallocHeapSize, 64 << 20);
+  cudaDeviceSetLimit(cudaLimitPrintfFifoSize, 4 << 20);
+  int *ok;
+  cudaMalloc(&ok, sizeof(int));
   fill_table<<<2, 256>>>(7);
   int h[512];
   for (int s = 0; s < steps; s++) {
@@ -39,7 +51,14 @@ int main(int argc, char **argv) {
     cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);
     long long sum = 0;
     for (int i = 0; i < 512; i++) sum += h[i] * (long long)(i % 11 + 1);
-    printf("%d counter %u table %lld %s\n", s, n, sum, cudaGetErrorString(cudaGetLastError()));
+    use_heap<<<1, 1>>>(ok);
+    int heap_ok = 0;
+    cudaMemcpy(&heap_ok, ok, sizeof heap_ok, cudaMemcpyDeviceToHost);
+    size_t heap = 0, fifo = 0;
+    cudaDeviceGetLimit(&heap, cudaLimitMallocHeapSize);
+    cudaDeviceGetLimit(&fifo, cudaLimitPrintfFifoSize);
+    printf("%d counter %u table %lld heap %zu fifo %zu malloc %s %s\n", s, n, sum, heap, fifo, heap_ok ? "ok" : "failed",
+           cudaGetErrorString(cudaGetLastError()));
     fflush(stdout);
     usleep(50000);
   }

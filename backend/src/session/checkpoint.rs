@@ -239,7 +239,8 @@ impl<E: Executor> Session<E> {
         p.state.pending_error = self.pending.map(|e| e.code());
         for (id, c) in self.ctxs.iter() {
             let retains = self.primary.get(&c.device).filter(|(pid, _)| *pid == id).map_or(0, |(_, n)| *n);
-            p.state.contexts.push(Context { id, device: c.device, flags: c.flags, primary: c.primary, retains });
+            let limits = c.limits.iter().map(|(&limit, &(value, seq))| snapshot::LimitRec { limit, value, seq }).collect();
+            p.state.contexts.push(Context { id, device: c.device, flags: c.flags, primary: c.primary, retains, limits });
         }
         for (&addr, a) in self.allocs.iter() {
             let pool = match a.kind {

@@ -188,6 +188,18 @@ pub(super) fn ctx_get_info<E: Executor>(s: &mut Session<E>, r: proto::CtxGetInfo
     Ok(s.enter(r.ctx.get())?.info()?.into())
 }
 
+/// Sets a limit a snapshot names, checked as the guest's command is (the
+/// persisting L2 set-aside was cut to the session's share when it was
+/// set, and is cut again here).
+pub(super) fn restore_limit<E: Executor>(s: &mut Session<E>, ctx: u64, limit: u32, value: u64, seq: u64) -> CuRes<()> {
+    let r = proto::CtxLimit { ctx: ctx.into(), limit: limit.into(), set: 1.into(), value: value.into() };
+    ctx_limit(s, r, &mut Io { area: None, out: &mut Vec::new(), reply_room: None, staged: 0 })?;
+    if let Some((_, at)) = s.ctxs.get_mut(ctx).and_then(|e| e.limits.get_mut(&limit)) {
+        *at = seq;
+    }
+    Ok(())
+}
+
 pub(super) fn ctx_limit<E: Executor>(s: &mut Session<E>, r: proto::CtxLimit, _: &mut Io<'_>) -> CuRes<proto::U64Rep> {
     let set = r.set.get() != 0;
     if set {
@@ -215,6 +227,10 @@ pub(super) fn ctx_limit<E: Executor>(s: &mut Session<E>, r: proto::CtxLimit, _: 
         s.remeasure();
         return Err(CuError::OUT_OF_MEMORY);
     }
+    let seq = s.next_made();
+    if let Some(e) = s.ctxs.get_mut(ctx) {
+        e.limits.insert(limit, (value, seq));
+    }
     Ok(proto::U64Rep { value: value.into() })
 }
 
@@ -226,7 +242,7 @@ fn new_context<E: Executor>(s: &mut Session<E>, device: usize, flags: u32, prima
     }
     let mut ctx = s.exec.create_context(device, flags, s.space)?;
     ctx.attach_host_calls(s.host_calls.clone());
-    let id = s.ctxs.insert(CtxEntry { primary, device, flags, ctx })?;
+    let id = s.ctxs.insert(CtxEntry { primary, device, flags, ctx, limits: Default::default() })?;
     if let Some(l) = &s.limits.peer_ledger {
         l.note_device(device);
     }
@@ -338,4 +354,33 @@ pub(super) fn device_status<E: Executor>(s: &mut Session<E>, r: proto::DeviceSta
         pcie_max_gen: unknown(g.link.max_gen),
         pcie_max_width: unknown(g.link.max_width),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::snapshot_fixture::{io, restore, session, snapshot};
+    use super::*;
+
+    /// `CU_LIMIT_STACK_SIZE`, `CU_LIMIT_PRINTF_FIFO_SIZE`.
+    const STACK: u32 = 0;
+    const PRINTF: u32 = 1;
+
+    fn limit(s: &mut Session<crate::exec::host::HostExecutor>, ctx: u64, limit: u32, set: Option<u64>) -> u64 {
+        let r =
+            proto::CtxLimit { ctx: ctx.into(), limit: limit.into(), set: u32::from(set.is_some()).into(), value: set.unwrap_or(0).into() };
+        ctx_limit(s, r, &mut io(&mut Vec::new())).unwrap().value.get()
+    }
+
+    #[test]
+    fn limits_the_guest_set_come_back_with_its_context() {
+        let (mut s, ctx) = session();
+        limit(&mut s, ctx, STACK, Some(8192));
+        limit(&mut s, ctx, PRINTF, Some(4 << 20));
+        let file = snapshot(&mut s, |m| assert_eq!(m.state.contexts[0].limits.len(), 2));
+        let mut back = restore(&file).unwrap();
+        assert_eq!(limit(&mut back, ctx, STACK, None), 8192);
+        assert_eq!(limit(&mut back, ctx, PRINTF, None), 4 << 20);
+        let refused = snapshot(&mut s, |m| m.state.contexts[0].limits[0].limit = 99);
+        assert!(restore(&refused).is_err(), "a limit a guest may not set");
+    }
 }

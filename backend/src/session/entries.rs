@@ -12,6 +12,10 @@ pub(super) struct CtxEntry<C> {
     /// The flags it was made with.
     pub(super) flags: u32,
     pub(super) ctx: C,
+    /// Limits the guest set (`cuCtxSetLimit`): limit to the value the
+    /// context has and when it was set (the session's `made` order), for
+    /// a checkpoint.
+    pub(super) limits: std::collections::BTreeMap<u32, (u64, u64)>,
 }
 
 pub(super) struct Owned<T> {

@@ -151,7 +151,7 @@ impl<E: Executor> Session<E> {
         for c in &state.contexts {
             let ctx = self.exec.create_context(c.device, c.flags, self.space).map_err(rebuild(format!("context {:#x}", c.id)))?;
             self.ctxs
-                .insert_at(c.id, CtxEntry { primary: c.primary, device: c.device, flags: c.flags, ctx })
+                .insert_at(c.id, CtxEntry { primary: c.primary, device: c.device, flags: c.flags, ctx, limits: Default::default() })
                 .map_err(bad_id("context", c.id))?;
             self.current = Some(c.id);
             if c.primary {
@@ -210,12 +210,14 @@ impl<E: Executor> Session<E> {
             Event(&'s pvgpu_ctl::snapshot::Queue),
             Array(&'s pvgpu_ctl::snapshot::ArrayRec),
             Pool(&'s pvgpu_ctl::snapshot::PoolRec),
+            Limit(u64, &'s pvgpu_ctl::snapshot::LimitRec),
         }
         let mut order: Vec<(u64, Made<'_>)> = state.modules.iter().map(|m| (m.seq, Made::Module(m))).collect();
         order.extend(state.streams.iter().map(|s| (s.seq, Made::Stream(s))));
         order.extend(state.events.iter().map(|e| (e.seq, Made::Event(e))));
         order.extend(state.arrays.iter().map(|a| (a.seq, Made::Array(a))));
         order.extend(state.pools.iter().map(|p| (p.seq, Made::Pool(p))));
+        order.extend(state.contexts.iter().flat_map(|c| c.limits.iter().map(|l| (l.seq, Made::Limit(c.id, l)))));
         // Stable: snapshots without the numbers keep modules first.
         order.sort_by_key(|(seq, _)| *seq);
         for (_, made) in order {
@@ -244,12 +246,17 @@ impl<E: Executor> Session<E> {
                     };
                     super::pool::remake(self, p.id, p.ctx, made).map_err(rebuild(format!("memory pool {:#x}", p.id)))?;
                 }
+                Made::Limit(ctx, l) => {
+                    let what = format!("limit {} of context {ctx:#x}", l.limit);
+                    super::device::restore_limit(self, ctx, l.limit, l.value, l.seq).map_err(rebuild(what))?;
+                }
             }
         }
         self.adopt_pooled(&state.allocations)?;
         self.restore_unlooked(&state.modules, |blob| blobs.take(blob))?;
         let queues = state.streams.iter().chain(&state.events).map(|q| q.seq);
-        let made = state.arrays.iter().map(|a| a.seq).chain(state.pools.iter().map(|p| p.seq));
+        let limits = state.contexts.iter().flat_map(|c| c.limits.iter().map(|l| l.seq));
+        let made = state.arrays.iter().map(|a| a.seq).chain(state.pools.iter().map(|p| p.seq)).chain(limits);
         let last = state.modules.iter().map(|m| m.seq).chain(queues).chain(made).max();
         self.made = last.unwrap_or(0);
         Ok(())

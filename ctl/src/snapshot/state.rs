@@ -29,6 +29,21 @@ pub struct Context {
     pub primary: bool,
     /// How many retains the guest holds (primary contexts).
     pub retains: u32,
+    /// Limits the guest set (`cuCtxSetLimit`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<LimitRec>,
+}
+
+/// A context limit the guest set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitRec {
+    /// `CUlimit`.
+    pub limit: u32,
+    /// Its value, as the context had it.
+    pub value: u64,
+    /// When it was set (see [`Module::seq`]): the driver reserves memory
+    /// for some, which places what it makes later.
+    pub seq: u64,
 }
 
 /// Device memory from `cuMemAlloc` (or an asynchronous allocation).
