@@ -269,7 +269,11 @@ impl<E: Executor> Session<E> {
                 .function_ids
                 .iter()
                 .filter(|((mid, _), _)| *mid == id)
-                .map(|((_, name), fid)| Function { id: *fid, name: name.clone() })
+                .map(|((_, name), fid)| Function {
+                    id: *fid,
+                    name: name.clone(),
+                    attributes: self.functions.get(*fid).map(|f| f.attributes.iter().map(|(&a, &v)| (a, v)).collect()).unwrap_or_default(),
+                })
                 .collect();
             functions.sort_by_key(|f| f.id);
             let globals = m

@@ -47,6 +47,10 @@ pub(super) struct FnEntry<F> {
     pub(super) func: F,
     pub(super) layout: std::sync::Arc<[Param]>,
     pub(super) param_bytes: usize,
+    /// Attributes the guest set (`cuFuncSetAttribute`: the dynamic shared
+    /// memory it may use, the carve-out, cluster settings), for a
+    /// checkpoint.
+    pub(super) attributes: std::collections::BTreeMap<i32, i32>,
 }
 
 #[derive(Clone, Copy)]

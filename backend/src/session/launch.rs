@@ -102,7 +102,11 @@ pub(super) fn func_get_attribute<E: Executor>(s: &mut Session<E>, r: proto::Func
 pub(super) fn func_set_attribute<E: Executor>(s: &mut Session<E>, r: proto::FuncSetAttribute, _: &mut Io<'_>) -> CuRes<()> {
     super::policy::func_attribute(r.attr.get())?;
     let (ctx, func) = function(s, r.function.get())?;
-    s.enter(ctx)?.func_set_attribute(func, r.attr.get(), r.value.get())
+    s.enter(ctx)?.func_set_attribute(func, r.attr.get(), r.value.get())?;
+    if let Some(f) = s.functions.get_mut(r.function.get()) {
+        f.attributes.insert(r.attr.get(), r.value.get());
+    }
+    Ok(())
 }
 
 pub(super) fn occupancy<E: Executor>(s: &mut Session<E>, r: proto::Occupancy, _: &mut Io<'_>) -> CuRes<OccupancyRep> {

@@ -92,7 +92,8 @@ pub(super) fn module_get_function<E: Executor>(s: &mut Session<E>, r: proto::Mod
     if param_bytes > proto::MAX_PARAM_BYTES {
         return Err(CuError::NOT_SUPPORTED);
     }
-    let fid = s.functions.insert(FnEntry { ctx, module, func, layout: layout.clone().into(), param_bytes })?;
+    let fid =
+        s.functions.insert(FnEntry { ctx, module, func, layout: layout.clone().into(), param_bytes, attributes: Default::default() })?;
     s.function_ids.insert((module, name.to_string()), fid);
     Ok(function_rep(fid, &layout, param_bytes))
 }

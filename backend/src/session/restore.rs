@@ -365,8 +365,15 @@ impl<E: Executor> Session<E> {
             let c = self.ctxs.get_mut(m.ctx).ok_or_else(|| RestoreError::Inconsistent(format!("module {:#x} in no context", m.id)))?;
             let (func, layout) = c.ctx.function(mentry, &f.name).map_err(rebuild(format!("function {}", f.name)))?;
             let param_bytes = layout.iter().map(|p| p.offset as usize + p.size as usize).max().unwrap_or(0);
-            let fe = FnEntry { ctx: m.ctx, module: m.id, func, layout: layout.into(), param_bytes };
+            let fe = FnEntry { ctx: m.ctx, module: m.id, func, layout: layout.into(), param_bytes, attributes: Default::default() };
             self.functions.insert_at(f.id, fe).map_err(bad_id("function", f.id))?;
+            // As the guest set them, checked as its commands are.
+            for &(attr, value) in &f.attributes {
+                let r = pvgpu_ring::proto::FuncSetAttribute { function: f.id.into(), attr: attr.into(), value: value.into() };
+                let mut out = Vec::new();
+                let mut io = super::Io { area: None, out: &mut out, reply_room: None, staged: 0 };
+                super::launch::func_set_attribute(self, r, &mut io).map_err(rebuild(format!("attribute {attr} of function {}", f.name)))?;
+            }
             self.function_ids.insert((m.id, f.name.clone()), f.id);
         }
         for g in &m.globals {

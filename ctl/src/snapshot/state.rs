@@ -173,6 +173,9 @@ pub struct Function {
     pub id: u64,
     /// Its name.
     pub name: String,
+    /// Attributes the guest set (`cuFuncSetAttribute`): attribute, value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attributes: Vec<(i32, i32)>,
 }
 
 /// A loaded module.

@@ -2,7 +2,9 @@
 //! kernel keeps a count in a `__device__` variable of its module that the
 //! host never names; moved to another backend or checkpointed through a
 //! restart of its own, the program's next launch goes on counting from
-//! where it was, not from the module's initial value.
+//! where it was, not from the module's initial value. The kernel's
+//! attributes the program set (the dynamic shared memory it may use, as
+//! Triton's and PyTorch's attention kernels set it) come along too.
 
 use super::*;
 use pvgpu_ctl::api::{CheckpointRequest, RestoreRequest};
@@ -21,10 +23,16 @@ fn count(c: &Client, f: &pvgpu_frontend::Function, out: u64) -> u32 {
     u32::from_le_bytes(b)
 }
 
+/// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`, and a value past
+/// the 48 KiB every kernel may use.
+const DYN_SHARED: i32 = 8;
+const SHARED: i32 = 60 << 10;
+
 /// Counts three times; the function and its output.
 fn hold(c: &Client, g: &Gpu<'_>) -> (pvgpu_frontend::Function, u64) {
     let m = c.module_load(g.ctx, PTX.as_bytes()).unwrap();
     let f = c.module_get_function(m, "pvgpu_count_calls").unwrap();
+    c.func_set_attribute(&f, DYN_SHARED, SHARED).unwrap();
     let out = c.mem_alloc(g.ctx, 4).unwrap();
     assert_eq!([count(c, &f, out), count(c, &f, out), count(c, &f, out)], [41, 42, 43]);
     (f, out)
@@ -49,6 +57,7 @@ pub(crate) fn globals_never_looked_up_move_with_their_session(t: Transport) {
         moving.join().unwrap().expect("the migration of a session whose kernel keeps a count in a global")
     });
     assert_eq!(count(&c, &f, out), 44, "the count goes on where it was");
+    assert_eq!(c.func_get_attribute(&f, DYN_SHARED).unwrap(), SHARED, "the attribute the program set");
 }
 
 pub(crate) fn globals_never_looked_up_survive_a_backend_restart(t: Transport) {
@@ -76,4 +85,5 @@ pub(crate) fn globals_never_looked_up_survive_a_backend_restart(t: Transport) {
     let ctl = h.control().unwrap();
     ctl.restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
     assert_eq!(count(&c, &f, out), 44, "the count goes on where it was");
+    assert_eq!(c.func_get_attribute(&f, DYN_SHARED).unwrap(), SHARED, "the attribute the program set");
 }
