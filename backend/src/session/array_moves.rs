@@ -90,6 +90,15 @@ pub(super) fn describe<E: Executor>(s: &Session<E>) -> Vec<(ArrayRec, Vec<LevelB
     out
 }
 
+/// Whether an object reads memory the program has freed since it made it
+/// (a restore could not make it again).
+pub(super) fn any_dangling<E: Executor>(s: &Session<E>) -> bool {
+    s.arrays.objects.values().any(|r| {
+        matches!(r.res.kind.get(), pvgpu_ring::proto::RESOURCE_LINEAR | pvgpu_ring::proto::RESOURCE_PITCH2D)
+            && s.range(r.res.addr.get(), 1).is_err()
+    })
+}
+
 /// The session's texture and surface objects, by context and value.
 pub(super) fn describe_objects<E: Executor>(s: &Session<E>) -> Vec<TexObjectRec> {
     let mut out: Vec<TexObjectRec> =
@@ -197,8 +206,8 @@ pub(super) fn rebuild_objects<E: Executor>(s: &mut Session<E>, recs: &[TexObject
 
 #[cfg(test)]
 mod tests {
-    use super::super::array;
     use super::super::snapshot_fixture::{io, restore, session, snapshot};
+    use super::super::{array, memory};
     use super::*;
     use crate::exec::host::HostExecutor;
     use pvgpu_ring::proto::{self, RESOURCE_ARRAY, ResourceDesc};
@@ -240,6 +249,25 @@ mod tests {
         values.sort_unstable();
         assert_eq!(values, [1, 2, 4], "3 was a stand-in, destroyed again");
         assert!(back.arrays.table.get(a).is_some(), "the array under its id");
+    }
+
+    #[test]
+    fn an_object_over_freed_memory_is_refused_at_the_checkpoint() {
+        let (mut s, ctx) = session();
+        let mut out = Vec::new();
+        let d = memory::mem_alloc(&mut s, proto::MemAlloc { ctx: ctx.into(), size: 4096.into() }, &mut io(&mut out)).unwrap().dptr.get();
+        let res = ResourceDesc {
+            kind: proto::RESOURCE_LINEAR.into(),
+            addr: d.into(),
+            format: FLOAT.into(),
+            channels: 1.into(),
+            bytes: 4096.into(),
+            ..Default::default()
+        };
+        make_object(&mut s, &TexObjectCreate { ctx: ctx.into(), res, ..Default::default() }).unwrap();
+        memory::mem_free(&mut s, proto::MemFree { dptr: d.into() }, &mut io(&mut out)).unwrap();
+        let refused = s.checkpoint(&mut Vec::new(), "test", false);
+        assert!(matches!(refused, Err(super::super::CheckpointError::Unsupported(w)) if w.contains("freed")), "{refused:?}");
     }
 
     #[test]
