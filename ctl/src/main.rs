@@ -293,14 +293,15 @@ fn inspect(path: &std::path::Path, json: bool) -> Result<()> {
     let len = f.metadata()?.len();
     snapshot::verify(std::io::BufReader::new(&mut f), len)?;
     f.seek(std::io::SeekFrom::Start(0))?;
-    let (_, mut meta) = snapshot::Reader::open(std::io::BufReader::new(&mut f), len)?;
+    let (reader, mut meta) = snapshot::Reader::open(std::io::BufReader::new(&mut f), len)?;
+    let version = reader.version();
     meta.token = "(hidden)".into();
     if json {
         println!("{}", serde_json::to_string_pretty(&meta)?);
         return Ok(());
     }
     let s = &meta.state;
-    println!("snapshot of session {} of {}, format {}, checksum good", meta.session, meta.peer, snapshot::VERSION);
+    println!("snapshot of session {} of {}, format {version}, checksum good", meta.session, meta.peer);
     println!(
         "  executor {}, devices: {}",
         meta.executor,

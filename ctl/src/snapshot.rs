@@ -222,6 +222,8 @@ pub fn verify(mut r: impl Read, len: u64) -> Result<(), SnapshotError> {
 /// reads and checks a file, where [`verify`] first would read it twice.
 pub struct Reader<R: Read> {
     input: R,
+    /// The file's format version.
+    version: u32,
     /// Bytes left before the digest.
     left: u64,
     blobs: u32,
@@ -268,7 +270,12 @@ impl<R: Read> Reader<R> {
         if blobs > MAX_BLOBS {
             return Err(SnapshotError::Malformed(format!("{blobs} blobs")));
         }
-        Ok((Reader { input, left, blobs, hash, owed: 0 }, meta))
+        Ok((Reader { input, version, left, blobs, hash, owed: 0 }, meta))
+    }
+
+    /// The file's format version.
+    pub fn version(&self) -> u32 {
+        self.version
     }
 
     /// Blobs not yet read.
@@ -500,6 +507,7 @@ mod tests {
         let digest = Sha256::digest(&file[..body]);
         file[body..].copy_from_slice(&digest);
         assert_eq!(read_once(&file).unwrap(), vec![b"hello".to_vec(), b"world!".to_vec()]);
+        assert_eq!(Reader::open(&file[..], file.len() as u64).unwrap().0.version(), 1, "the file's own version");
         verify(&file[..], file.len() as u64).unwrap();
         // A BLAKE3 digest under version 1 is a wrong digest.
         let digest = blake3::hash(&file[..body]);
