@@ -396,10 +396,13 @@ fn tcp_stream() {
 }
 
 /// Snapshots as a checkpoint writes them: an empty session, and one with
-/// a context, an allocation, a module and a stream.
+/// a context (and a limit it set), an allocation of a pool, a module (and
+/// a global no host call named), a stream, virtual memory, a graph, an
+/// array and a texture object.
 fn snapshot_file() {
     use pvgpu_ctl::snapshot::{
-        Allocation, Body, Context, Device, GraphRec, Mapped, Meta, Module, NodeKind, NodeRec, Physical, Queue, Reservation, State, Writer,
+        Allocation, ArrayRec, Body, Context, Device, Function, Global, GraphRec, LimitRec, Mapped, Meta, Module, NodeKind, NodeRec,
+        Physical, PoolRec, Queue, Reservation, State, TexObjectRec, Writer,
     };
     let meta = |state: State, bytes: u64| Meta {
         created_unix_seconds: 1_800_000_000,
@@ -423,10 +426,41 @@ fn snapshot_file() {
     write("snapshot_file", "empty", &encode(&meta(State::default(), 0), &[]));
     let state = State {
         initialized: true,
-        contexts: vec![Context { id: 0x1_0000_0001, device: 0, flags: 0, primary: true, retains: 1, limits: vec![] }],
+        contexts: vec![Context {
+            id: 0x1_0000_0001,
+            device: 0,
+            flags: 0,
+            primary: true,
+            retains: 1,
+            limits: vec![LimitRec { limit: 2, value: 64 << 20, seq: 3 }],
+        }],
         current: Some(0x1_0000_0001),
-        allocations: vec![Allocation { ctx: 0x1_0000_0001, address: 0x7f00_0000_1000, length: 16, blob: 0, pool: None }],
-        modules: vec![Module { id: 0x1_0000_0001, ctx: 0x1_0000_0001, image: 2, functions: vec![], globals: vec![], unlooked: vec![], seq: 1 }],
+        allocations: vec![Allocation { ctx: 0x1_0000_0001, address: 0x7f00_0000_1000, length: 16, blob: 0, pool: Some(0x1_0000_0001) }],
+        pools: vec![PoolRec { id: 0x1_0000_0001, ctx: 0x1_0000_0001, max_size: 0, attributes: vec![(4, 1 << 20)], access: vec![], seq: 4 }],
+        modules: vec![Module {
+            id: 0x1_0000_0001,
+            ctx: 0x1_0000_0001,
+            image: 2,
+            functions: vec![Function { id: 0x1_0000_0001, name: "k".into(), attributes: vec![(8, 80 << 10)] }],
+            globals: vec![],
+            unlooked: vec![Global { name: "counter".into(), address: 0x7f00_0000_2000, length: 4, blob: 3 }],
+            seq: 1,
+        }],
+        arrays: vec![ArrayRec {
+            id: 0x1_0000_0001,
+            ctx: 0x1_0000_0001,
+            width: 4,
+            height: 4,
+            depth: 0,
+            format: 0x20,
+            channels: 1,
+            flags: 2,
+            levels: 0,
+            level_ids: vec![],
+            blobs: vec![4],
+            seq: 5,
+        }],
+        tex_objects: vec![TexObjectRec { ctx: 0x1_0000_0001, value: 1, request: "00".repeat(std::mem::size_of::<TexObjectCreate>()) }],
         streams: vec![Queue { id: 0x1_0000_0001, ctx: 0x1_0000_0001, flags: 1, priority: 0, seq: 2 }],
         events: vec![],
         pending_error: None,
@@ -451,7 +485,8 @@ fn snapshot_file() {
         }],
         ..State::default()
     };
-    write("snapshot_file", "session", &encode(&meta(state, 16 + 4096), &[&[7; 16], &[9; 4096], b".version 8.0\n\0"]));
+    let blobs: [&[u8]; 5] = [&[7; 16], &[9; 4096], b".version 8.0\n\0", &[3; 4], &[1; 64]];
+    write("snapshot_file", "session", &encode(&meta(state, 16 + 4096 + 4 + 64), &blobs));
 }
 
 fn main() {
