@@ -8,7 +8,6 @@
 //! elements.
 
 use super::*;
-use pvgpu_ctl::api::{CheckpointRequest, RestoreRequest};
 use pvgpu_frontend::{ArrayEnd, ArrayShape, TexSampling};
 use pvgpu_ring::proto::{RESOURCE_ARRAY, RESOURCE_PITCH2D, ResourceDesc};
 
@@ -173,19 +172,10 @@ pub(crate) fn arrays_and_textures_move_with_their_session(t: Transport) {
     if a.exec == ExecKind::Cuda {
         return a_gpu_session_does_not_leave(&a, &c, g.ctx);
     }
-    let b = Harness::with(HarnessOptions { tcp_key_from: Some(a.tcp_key.clone()), ..HarnessOptions::default() });
     let held = hold(&c, &g);
-    let (from, to) = (a.control().unwrap(), b.control().unwrap());
-    let id = from.sessions().unwrap()[0].id;
-    let dir = TempDir::new("array-move");
-    let address = b.addr(t).to_string();
-    std::thread::scope(|s| {
-        let moving = s.spawn(|| pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, t == Transport::Tcp));
-        call_while(&c, g.ctx, || c.detached() || moving.is_finished());
-        moving.join().unwrap().expect("the migration of a session holding arrays and texture objects")
-    });
+    let (b, _) = move_to_another_backend(&a, &c, g.ctx, t, "holding arrays and texture objects");
     go_on(&c, &g, &held);
-    assert_eq!(to.sessions().unwrap().len(), 1, "the target serves the program");
+    assert_eq!(b.control().unwrap().sessions().unwrap().len(), 1, "the target serves the program");
 }
 
 pub(crate) fn arrays_and_textures_survive_a_backend_restart(t: Transport) {
@@ -196,22 +186,9 @@ pub(crate) fn arrays_and_textures_survive_a_backend_restart(t: Transport) {
         return a_gpu_session_does_not_leave(&h, &c, g.ctx);
     }
     let held = hold(&c, &g);
-    let ctl = h.control().unwrap();
-    let id = ctl.sessions().unwrap()[0].id;
-    let dir = TempDir::new("array-checkpoint");
-    let file = dir.0.join("arrays.pvgpu");
-    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
-    std::thread::scope(|s| {
-        let taken = s.spawn(|| ctl.checkpoint(id, &req));
-        call_while(&c, g.ctx, || c.detached() || taken.is_finished());
-        taken.join().unwrap().expect("the checkpoint of a session holding arrays and texture objects")
-    });
-    let state = pvgpu_ctl::snapshot::decode(&std::fs::read(&file).unwrap()).unwrap().0.state;
+    let state = through_a_restart(&mut h, &c, g.ctx, "holding arrays and texture objects").state;
     assert_eq!((state.arrays.len(), state.tex_objects.len()), (3, 4), "three arrays, four objects");
     let mm = state.arrays.iter().find(|a| a.levels == 3).expect("the mipmapped array");
     assert_eq!((mm.blobs.len(), mm.level_ids.len()), (3, 2), "every level's bytes, the levels looked up");
-    h.restart();
-    let ctl = h.control().unwrap();
-    ctl.restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
     go_on(&c, &g, &held);
 }

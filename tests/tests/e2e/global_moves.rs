@@ -7,7 +7,6 @@
 //! Triton's and PyTorch's attention kernels set it) come along too.
 
 use super::*;
-use pvgpu_ctl::api::{CheckpointRequest, RestoreRequest};
 
 /// A module with the host double's counting kernel and its global,
 /// starting at 40.
@@ -45,17 +44,8 @@ pub(crate) fn globals_never_looked_up_move_with_their_session(t: Transport) {
     if a.exec == ExecKind::Cuda {
         return a_gpu_session_does_not_leave(&a, &c, g.ctx);
     }
-    let b = Harness::with(HarnessOptions { tcp_key_from: Some(a.tcp_key.clone()), ..HarnessOptions::default() });
     let (f, out) = hold(&c, &g);
-    let (from, to) = (a.control().unwrap(), b.control().unwrap());
-    let id = from.sessions().unwrap()[0].id;
-    let dir = TempDir::new("global-move");
-    let address = b.addr(t).to_string();
-    std::thread::scope(|s| {
-        let moving = s.spawn(|| pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, t == Transport::Tcp));
-        call_while(&c, g.ctx, || c.detached() || moving.is_finished());
-        moving.join().unwrap().expect("the migration of a session whose kernel keeps a count in a global")
-    });
+    let _b = move_to_another_backend(&a, &c, g.ctx, t, "whose kernel keeps a count in a global");
     assert_eq!(count(&c, &f, out), 44, "the count goes on where it was");
     assert_eq!(c.func_get_attribute(&f, DYN_SHARED).unwrap(), SHARED, "the attribute the program set");
 }
@@ -68,22 +58,9 @@ pub(crate) fn globals_never_looked_up_survive_a_backend_restart(t: Transport) {
         return a_gpu_session_does_not_leave(&h, &c, g.ctx);
     }
     let (f, out) = hold(&c, &g);
-    let ctl = h.control().unwrap();
-    let id = ctl.sessions().unwrap()[0].id;
-    let dir = TempDir::new("global-checkpoint");
-    let file = dir.0.join("globals.pvgpu");
-    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
-    std::thread::scope(|s| {
-        let taken = s.spawn(|| ctl.checkpoint(id, &req));
-        call_while(&c, g.ctx, || c.detached() || taken.is_finished());
-        taken.join().unwrap().expect("the checkpoint of a session whose kernel keeps a count in a global")
-    });
-    let state = pvgpu_ctl::snapshot::decode(&std::fs::read(&file).unwrap()).unwrap().0.state;
+    let state = through_a_restart(&mut h, &c, g.ctx, "whose kernel keeps a count in a global").state;
     let counted = state.modules.iter().flat_map(|m| &m.unlooked).find(|g| g.name == "pvgpu_calls");
     assert!(counted.is_some_and(|g| g.length == 4), "the global the program never named is in the snapshot");
-    h.restart();
-    let ctl = h.control().unwrap();
-    ctl.restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
     assert_eq!(count(&c, &f, out), 44, "the count goes on where it was");
     assert_eq!(c.func_get_attribute(&f, DYN_SHARED).unwrap(), SHARED, "the attribute the program set");
 }

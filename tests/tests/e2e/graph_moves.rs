@@ -5,7 +5,6 @@
 //! run there with the same handles and results, never told.
 
 use super::*;
-use pvgpu_ctl::api::{CheckpointRequest, RestoreRequest};
 use pvgpu_frontend::{Event, Graph, GraphExec, GraphNode, KernelNode};
 use pvgpu_ring::cuda::api::*;
 
@@ -160,20 +159,11 @@ pub(crate) fn graphs_move_with_their_session(t: Transport) {
     if a.exec == ExecKind::Cuda {
         return a_gpu_session_does_not_leave(&a, &c, g.ctx);
     }
-    let b = Harness::with(HarnessOptions { tcp_key_from: Some(a.tcp_key.clone()), ..HarnessOptions::default() });
     let held = hold(&c, &g);
-    let (from, to) = (a.control().unwrap(), b.control().unwrap());
-    let id = from.sessions().unwrap()[0].id;
-    let dir = TempDir::new("graph-move");
-    let address = b.addr(t).to_string();
-    let report = std::thread::scope(|s| {
-        let moving = s.spawn(|| pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, t == Transport::Tcp));
-        call_while(&c, g.ctx, || c.detached() || moving.is_finished());
-        moving.join().unwrap().expect("the migration of a session holding graphs")
-    });
+    let (b, report) = move_to_another_backend(&a, &c, g.ctx, t, "holding graphs");
     assert!(report.state_bytes >= 6 * (N * 4) as u64, "{report:?}");
     run_on(&c, &g, &held);
-    assert_eq!(to.sessions().unwrap().len(), 1, "the target serves the program");
+    assert_eq!(b.control().unwrap().sessions().unwrap().len(), 1, "the target serves the program");
 }
 
 pub(crate) fn graphs_survive_a_backend_restart(t: Transport) {
@@ -184,25 +174,12 @@ pub(crate) fn graphs_survive_a_backend_restart(t: Transport) {
         return a_gpu_session_does_not_leave(&h, &c, g.ctx);
     }
     let held = hold(&c, &g);
-    let ctl = h.control().unwrap();
-    let id = ctl.sessions().unwrap()[0].id;
-    let dir = TempDir::new("graph-checkpoint");
-    let file = dir.0.join("graphs.pvgpu");
-    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
-    std::thread::scope(|s| {
-        let taken = s.spawn(|| ctl.checkpoint(id, &req));
-        call_while(&c, g.ctx, || c.detached() || taken.is_finished());
-        taken.join().unwrap().expect("the checkpoint of a session holding graphs")
-    });
-    let described = pvgpu_ctl::snapshot::decode(&std::fs::read(&file).unwrap()).unwrap().0;
+    let described = through_a_restart(&mut h, &c, g.ctx, "holding graphs");
     assert_eq!(described.state.graphs.len(), 1, "the graph the program holds");
     assert_eq!(described.state.graph_execs.len(), 2, "its two executable graphs");
     // The order things were made in, which a restore follows: the module,
     // then the stream, then the event.
     let st = &described.state;
     assert!(st.modules[0].seq > 0 && st.modules[0].seq < st.streams[0].seq && st.streams[0].seq < st.events[0].seq, "{st:?}");
-    h.restart();
-    let ctl = h.control().unwrap();
-    ctl.restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
     run_on(&c, &g, &held);
 }

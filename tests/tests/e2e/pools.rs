@@ -161,17 +161,8 @@ pub(crate) fn pools_move_with_their_session(t: Transport) {
     if a.exec == ExecKind::Cuda {
         return a_gpu_session_does_not_leave(&a, &c, g.ctx);
     }
-    let b = Harness::with(HarnessOptions { tcp_key_from: Some(a.tcp_key.clone()), ..HarnessOptions::default() });
     let held = hold(&c, &g);
-    let (from, to) = (a.control().unwrap(), b.control().unwrap());
-    let id = from.sessions().unwrap()[0].id;
-    let dir = TempDir::new("pool-move");
-    let address = b.addr(t).to_string();
-    std::thread::scope(|s| {
-        let moving = s.spawn(|| pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, t == Transport::Tcp));
-        call_while(&c, g.ctx, || c.detached() || moving.is_finished());
-        moving.join().unwrap().expect("the migration of a session holding pools of its own")
-    });
+    let _b = move_to_another_backend(&a, &c, g.ctx, t, "holding pools of its own");
     go_on(&c, &g, &held);
 }
 
@@ -183,21 +174,8 @@ pub(crate) fn pools_survive_a_backend_restart(t: Transport) {
         return a_gpu_session_does_not_leave(&h, &c, g.ctx);
     }
     let held = hold(&c, &g);
-    let ctl = h.control().unwrap();
-    let id = ctl.sessions().unwrap()[0].id;
-    let dir = TempDir::new("pool-checkpoint");
-    let file = dir.0.join("pools.pvgpu");
-    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
-    std::thread::scope(|s| {
-        let taken = s.spawn(|| ctl.checkpoint(id, &req));
-        call_while(&c, g.ctx, || c.detached() || taken.is_finished());
-        taken.join().unwrap().expect("the checkpoint of a session holding pools of its own")
-    });
-    let state = pvgpu_ctl::snapshot::decode(&std::fs::read(&file).unwrap()).unwrap().0.state;
+    let state = through_a_restart(&mut h, &c, g.ctx, "holding pools of its own").state;
     assert_eq!(state.pools.len(), 2, "{:?}", state.pools);
     assert_eq!(state.allocations.iter().filter(|a| a.pool.is_some()).count(), 3, "the pools' allocations");
-    h.restart();
-    let ctl = h.control().unwrap();
-    ctl.restore(&pvgpu_ctl::api::RestoreRequest { file: file.display().to_string() }).unwrap();
     go_on(&c, &g, &held);
 }

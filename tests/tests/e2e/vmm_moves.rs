@@ -6,7 +6,6 @@
 //! and bytes.
 
 use super::*;
-use pvgpu_ctl::api::{CheckpointRequest, RestoreRequest};
 use pvgpu_frontend::{Access, PhysMem};
 
 const N: usize = 1000;
@@ -87,19 +86,10 @@ pub(crate) fn virtual_memory_moves_with_its_session(t: Transport) {
     if a.exec == ExecKind::Cuda {
         return a_gpu_session_does_not_leave(&a, &c, g.ctx);
     }
-    let b = Harness::with(HarnessOptions { tcp_key_from: Some(a.tcp_key.clone()), ..HarnessOptions::default() });
     let held = hold(&c, &g);
-    let (from, to) = (a.control().unwrap(), b.control().unwrap());
-    let id = from.sessions().unwrap()[0].id;
-    let dir = TempDir::new("vmm-move");
-    let address = b.addr(t).to_string();
-    std::thread::scope(|s| {
-        let moving = s.spawn(|| pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, t == Transport::Tcp));
-        call_while(&c, g.ctx, || c.detached() || moving.is_finished());
-        moving.join().unwrap().expect("the migration of a session holding virtual memory")
-    });
+    let (b, _) = move_to_another_backend(&a, &c, g.ctx, t, "holding virtual memory");
     go_on(&c, &g, &held);
-    assert_eq!(to.sessions().unwrap().len(), 1, "the target serves the program");
+    assert_eq!(b.control().unwrap().sessions().unwrap().len(), 1, "the target serves the program");
 }
 
 pub(crate) fn virtual_memory_survives_a_backend_restart(t: Transport) {
@@ -110,22 +100,10 @@ pub(crate) fn virtual_memory_survives_a_backend_restart(t: Transport) {
         return a_gpu_session_does_not_leave(&h, &c, g.ctx);
     }
     let held = hold(&c, &g);
-    let ctl = h.control().unwrap();
-    let id = ctl.sessions().unwrap()[0].id;
-    let dir = TempDir::new("vmm-checkpoint");
-    let file = dir.0.join("vmm.pvgpu");
-    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
-    let report = std::thread::scope(|s| {
-        let taken = s.spawn(|| ctl.checkpoint(id, &req));
-        call_while(&c, g.ctx, || c.detached() || taken.is_finished());
-        taken.join().unwrap().expect("the checkpoint of a session holding virtual memory")
-    });
-    assert!(report.state_bytes >= 4 * held.gran + 8192, "{report:?}");
-    let state = pvgpu_ctl::snapshot::decode(&std::fs::read(&file).unwrap()).unwrap().0.state;
+    let meta = through_a_restart(&mut h, &c, g.ctx, "holding virtual memory");
+    assert!(meta.state_bytes >= 4 * held.gran + 8192, "{}", meta.state_bytes);
+    let state = meta.state;
     assert_eq!((state.reservations.len(), state.physical.len(), state.mappings.len()), (2, 2, 2));
     assert!(state.physical.iter().any(|p| p.released), "{:?}", state.physical);
-    h.restart();
-    let ctl = h.control().unwrap();
-    ctl.restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
     go_on(&c, &g, &held);
 }
