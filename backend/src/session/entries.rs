@@ -37,6 +37,11 @@ pub(super) struct ModEntry<M> {
     pub(super) image: Arc<[u8]>,
     /// Globals the guest looked up: name, address, size.
     pub(super) globals: Vec<(String, u64, u64)>,
+    /// The variables in global memory its image declares
+    /// ([`crate::exec::image::writable_globals`]), read when it was loaded
+    /// where sessions may leave (so that a checkpoint need not read the
+    /// image within its pause); `None`: read at a checkpoint.
+    pub(super) writable: Option<std::sync::Arc<[String]>>,
     /// When it was loaded ([`super::Session`]'s `made`).
     pub(super) seq: u64,
 }

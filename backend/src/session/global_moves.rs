@@ -3,11 +3,14 @@
 //! a table it fills), and a restore that loaded the module afresh would
 //! hand the program its initial bytes instead.
 //!
-//! A checkpoint reads the variables in global memory each module image
+//! A checkpoint takes the variables in global memory each module image
 //! declares (its symbol table's `.nv.global` sections, or its PTX's
-//! `.global` declarations; constants only the host can change, through a
-//! lookup) and looks up, at the driver, those the program did not; their
-//! bytes go in the snapshot. A restore writes them back once every module is loaded, so
+//! `.global` declarations; not constants, which only the host can change,
+//! through a lookup), and looks up, at the driver, those the program did
+//! not; their bytes go in the snapshot. Where sessions may leave the
+//! backend (`--device-memory placed`), the image is read when the module
+//! is loaded, so that a migration's pause does not; elsewhere, at the
+//! checkpoint. A restore writes them back once every module is loaded, so
 //! the lookups happen after the loads in both processes, in the same
 //! order; a global the driver placed elsewhere fails the restore by name.
 
@@ -28,7 +31,13 @@ pub(super) fn look_up<E: Executor>(s: &mut Session<E>) -> Unlooked {
     for id in ids {
         let Some(m) = s.modules.get(id) else { continue };
         let ctx = m.ctx;
-        let Ok(all) = crate::exec::image::writable_globals(&m.image[..m.image.len().saturating_sub(1)]) else { continue };
+        let all: Vec<String> = match &m.writable {
+            Some(names) => names.to_vec(),
+            None => match crate::exec::image::writable_globals(&m.image[..m.image.len().saturating_sub(1)]) {
+                Ok(names) => names,
+                Err(_) => continue,
+            },
+        };
         let mut names: Vec<String> = all.into_iter().filter(|n| !m.globals.iter().any(|(looked, _, _)| looked == n)).collect();
         names.sort();
         if names.is_empty() || s.enter(ctx).is_err() {
@@ -87,7 +96,16 @@ mod tests {
         let (mut s, ctx) = session();
         let mut image = PTX.as_bytes().to_vec();
         image.push(0);
-        module::load_image(&mut s, ctx, &image).unwrap();
+        let id = module::load_image(&mut s, ctx, &image).unwrap();
+        let names = s.modules.get(id).and_then(|m| m.writable.clone());
+        assert_eq!(names.as_deref(), Some(&["pvgpu_calls".to_string()][..]), "read at the load, where sessions may leave");
+        let file = snapshot(&mut s, |meta| assert_eq!(meta.state.modules[0].unlooked.len(), 1));
+        let back = restore(&file).unwrap();
+        assert_eq!(back.modules.get(id).and_then(|m| m.writable.clone()), names, "a restored module's, from the snapshot");
+        // Elsewhere the image is read at the checkpoint.
+        if let Some(m) = s.modules.get_mut(id) {
+            m.writable = None;
+        }
         let file = snapshot(&mut s, |meta| assert_eq!(meta.state.modules[0].unlooked.len(), 1));
         restore(&file).unwrap();
     }

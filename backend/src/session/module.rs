@@ -40,7 +40,13 @@ pub(super) fn load_image<E: Executor>(s: &mut Session<E>, ctx: u64, image: &[u8]
         return Err(CuError::OUT_OF_MEMORY);
     }
     let seq = s.next_made();
-    s.modules.insert(ModEntry { ctx, module: Some(m), image: image.into(), globals: Vec::new(), seq })
+    // Where sessions may leave this backend, what a checkpoint will need
+    // of the image is read now, off the pause of a migration.
+    let writable = s
+        .exec
+        .restores_addresses()
+        .then(|| crate::exec::image::writable_globals(&image[..image.len().saturating_sub(1)]).unwrap_or_default().into());
+    s.modules.insert(ModEntry { ctx, module: Some(m), image: image.into(), globals: Vec::new(), writable, seq })
 }
 
 /// A module from the image cache: only an image this guest sent before,

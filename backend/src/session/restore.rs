@@ -357,7 +357,10 @@ impl<E: Executor> Session<E> {
         let module =
             self.enter(m.ctx).and_then(|c| c.module_load_placed(&image, &placed)).map_err(rebuild(format!("module {:#x}", m.id)))?;
         let globals = m.globals.iter().map(|g| (g.name.clone(), g.address, g.length)).collect();
-        let entry = ModEntry { ctx: m.ctx, module: Some(module), image: image.into(), globals, seq: m.seq };
+        // The variables a later checkpoint looks at: those the snapshot
+        // named (any other the driver did not know at the checkpoint).
+        let writable = Some(m.globals.iter().chain(&m.unlooked).map(|g| g.name.clone()).collect());
+        let entry = ModEntry { ctx: m.ctx, module: Some(module), image: image.into(), globals, writable, seq: m.seq };
         self.modules.insert_at(m.id, entry).map_err(bad_id("module", m.id))?;
         for f in &m.functions {
             let mentry =
