@@ -266,7 +266,7 @@ mod tests {
         };
         make_object(&mut s, &TexObjectCreate { ctx: ctx.into(), res, ..Default::default() }).unwrap();
         memory::mem_free(&mut s, proto::MemFree { dptr: d.into() }, &mut io(&mut out)).unwrap();
-        let refused = s.checkpoint(&mut Vec::new(), "test", false);
+        let refused = s.checkpoint(Vec::new(), "test", false);
         assert!(matches!(refused, Err(super::super::CheckpointError::Unsupported(w)) if w.contains("freed")), "{refused:?}");
     }
 
