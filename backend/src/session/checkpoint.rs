@@ -246,7 +246,9 @@ impl<E: Executor> Session<E> {
         for (&addr, a) in self.allocs.iter() {
             let pool = match a.kind {
                 AllocKind::Memory => None,
-                AllocKind::Pooled(pool) => Some(pool),
+                // An allocation outlives its pool: once the pool is
+                // destroyed it is memory like any other.
+                AllocKind::Pooled(pool) => self.pools.get(pool).map(|_| pool),
                 _ => continue,
             };
             let blob = p.blob(Source::Device { ctx: a.ctx, addr, len: a.len });

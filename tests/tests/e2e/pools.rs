@@ -96,14 +96,16 @@ pub(crate) fn pools_of_the_program_s_own(t: Transport) {
 
 /// What a program holds in its pools: one with a size limit, a release
 /// threshold and a reuse policy set, two allocations from it with their
-/// bytes (one freed before the move, so the pool's use is what stays), and
-/// a second pool made after a module.
+/// bytes (one freed before the move, so the pool's use is what stays), a
+/// second pool made later, and an allocation of a pool destroyed since.
 struct Held {
     pool: pvgpu_frontend::MemPool,
     late: pvgpu_frontend::MemPool,
     a: u64,
     b: u64,
     c: u64,
+    /// From a pool destroyed since.
+    outlives: u64,
     s: Stream,
 }
 
@@ -125,15 +127,20 @@ fn hold(c: &Client, g: &Gpu<'_>) -> Held {
     c.mem_free_async(gone, s).unwrap();
     let late = c.mem_pool_create(g.ctx, 0).unwrap();
     let cc = c.mem_alloc_from_pool(g.ctx, late, 4096, s).unwrap();
+    // A pool destroyed while its allocation lives on.
+    let gone_pool = c.mem_pool_create(g.ctx, 0).unwrap();
+    let outlives = c.mem_alloc_from_pool(g.ctx, gone_pool, 4096, s).unwrap();
+    c.mem_pool_destroy(gone_pool).unwrap();
     c.memcpy_htod_async(a, &fill(A, 1), s).unwrap();
     c.memcpy_htod_async(b, &fill(B, 2), s).unwrap();
     c.memcpy_htod_async(cc, &fill(4096, 3), s).unwrap();
+    c.memcpy_htod_async(outlives, &fill(4096, 4), s).unwrap();
     c.stream_synchronize(s).unwrap();
-    Held { pool, late, a, b, c: cc, s }
+    Held { pool, late, a, b, c: cc, outlives, s }
 }
 
 fn go_on(c: &Client, g: &Gpu<'_>, h: &Held) {
-    for (d, n, seed) in [(h.a, A, 1), (h.b, B, 2), (h.c, 4096, 3)] {
+    for (d, n, seed) in [(h.a, A, 1), (h.b, B, 2), (h.c, 4096, 3), (h.outlives, 4096, 4)] {
         let mut back = vec![0u8; n as usize];
         c.memcpy_dtoh(&mut back, d).unwrap();
         assert!(back == fill(n, seed), "the bytes of a pool's allocation at {d:#x}");
@@ -149,6 +156,7 @@ fn go_on(c: &Client, g: &Gpu<'_>, h: &Held) {
     assert_eq!(c.mem_pool_attribute_of(h.pool, USED, None).unwrap(), B, "a free gives the pool back its bytes");
     c.mem_free(h.b).unwrap();
     c.mem_free(h.c).unwrap();
+    c.mem_free(h.outlives).unwrap();
     c.mem_pool_destroy(h.pool).unwrap();
     c.mem_pool_destroy(h.late).unwrap();
     c.ctx_synchronize(g.ctx).unwrap();
