@@ -90,12 +90,12 @@ pub(super) fn describe<E: Executor>(s: &Session<E>) -> Vec<(ArrayRec, Vec<LevelB
     out
 }
 
-/// Whether an object reads memory the program has freed since it made it
-/// (a restore could not make it again).
+/// Whether an object reads memory or an array the program has freed
+/// since it made it (a restore could not make it again).
 pub(super) fn any_dangling<E: Executor>(s: &Session<E>) -> bool {
-    s.arrays.objects.values().any(|r| {
-        matches!(r.res.kind.get(), pvgpu_ring::proto::RESOURCE_LINEAR | pvgpu_ring::proto::RESOURCE_PITCH2D)
-            && s.range(r.res.addr.get(), 1).is_err()
+    s.arrays.objects.values().any(|r| match r.res.kind.get() {
+        pvgpu_ring::proto::RESOURCE_LINEAR | pvgpu_ring::proto::RESOURCE_PITCH2D => s.range(r.res.addr.get(), 1).is_err(),
+        _ => s.arrays.table.get(r.res.addr.get()).is_none(),
     })
 }
 
@@ -266,6 +266,16 @@ mod tests {
         };
         make_object(&mut s, &TexObjectCreate { ctx: ctx.into(), res, ..Default::default() }).unwrap();
         memory::mem_free(&mut s, proto::MemFree { dptr: d.into() }, &mut io(&mut out)).unwrap();
+        let refused = s.checkpoint(Vec::new(), "test", false);
+        assert!(matches!(refused, Err(super::super::CheckpointError::Unsupported(w)) if w.contains("freed")), "{refused:?}");
+    }
+
+    #[test]
+    fn an_object_over_a_destroyed_array_is_refused_at_the_checkpoint() {
+        let (mut s, a) = holding_objects();
+        let mut out = Vec::new();
+        let gone = proto::ArrayDestroy { handle: a.into(), ..Default::default() };
+        array::array_destroy(&mut s, gone, &mut io(&mut out)).unwrap();
         let refused = s.checkpoint(Vec::new(), "test", false);
         assert!(matches!(refused, Err(super::super::CheckpointError::Unsupported(w)) if w.contains("freed")), "{refused:?}");
     }

@@ -12,9 +12,9 @@
 //! anything is read, and the session goes on as if nothing had been asked:
 //! interprocess handles, virtual memory [`super::vmm::uncoverable`] names,
 //! memory pools made to be shared with other processes, linked images not
-//! yet read, texture objects over memory the program has freed, and the
-//! graphs `describe` names (a capture under way, conditional and memory
-//! nodes, device launches).
+//! yet read, texture objects over memory or arrays the program has freed,
+//! and the graphs `describe` names (a capture under way, conditional and
+//! memory nodes, device launches).
 
 use super::chunks::{CHUNK, Chunks};
 use super::{AllocKind, Session};
@@ -197,7 +197,7 @@ impl<E: Executor> Session<E> {
             (!self.ipc.is_empty(), "interprocess handles"),
             (self.pools.iter().any(|(_, p)| p.shareable || p.imported), "memory pools shared between processes"),
             (!self.links.is_empty(), "linked images not yet read"),
-            (super::array_moves::any_dangling(self), "a texture object over memory the program has freed"),
+            (super::array_moves::any_dangling(self), "a texture object over memory or an array the program has freed"),
         ];
         if let Some((_, what)) = unsupported.iter().find(|(held, _)| *held) {
             return Err(CheckpointError::Unsupported(what));
