@@ -188,14 +188,10 @@ struct PlacedPool {
     max_size: u64,
     /// Live allocations: address and bytes.
     allocs: HashMap<u64, u64>,
+    /// Their bytes.
+    used: u64,
     /// Most bytes in use since made or reset.
     high: u64,
-}
-
-impl PlacedPool {
-    fn used(&self) -> u64 {
-        self.allocs.values().sum()
-    }
 }
 
 /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT` to `..._USED_MEM_HIGH`: what a
@@ -239,7 +235,7 @@ impl Placed {
     /// An allocation of `pool` (ready at once), within its size limit.
     pub(super) fn pool_alloc(&mut self, pool: u64, size: u64) -> CuRes<u64> {
         let p = self.pools.get(&pool).ok_or(CuError::INVALID_VALUE)?;
-        if p.max_size != 0 && p.used().saturating_add(size) > p.max_size {
+        if p.max_size != 0 && p.used.saturating_add(size) > p.max_size {
             return Err(CuError::OUT_OF_MEMORY);
         }
         let dptr = self.alloc(size)?;
@@ -250,8 +246,11 @@ impl Placed {
     /// Counts `dptr` as `pool`'s.
     pub(super) fn pool_adopt(&mut self, pool: u64, dptr: u64, size: u64) -> CuRes<()> {
         let p = self.pools.get_mut(&pool).ok_or(CuError::INVALID_VALUE)?;
-        p.allocs.insert(dptr, size);
-        p.high = p.high.max(p.used());
+        if let Some(was) = p.allocs.insert(dptr, size) {
+            p.used -= was;
+        }
+        p.used += size;
+        p.high = p.high.max(p.used);
         Ok(())
     }
 
@@ -265,10 +264,10 @@ impl Placed {
             return None;
         }
         Some(match (attr, set) {
-            (5 | 7, None) => Ok(p.used()),
+            (5 | 7, None) => Ok(p.used),
             (6 | 8, None) => Ok(p.high),
             (6 | 8, Some(0)) => {
-                p.high = p.used();
+                p.high = p.used;
                 Ok(0)
             }
             _ => Err(CuError::INVALID_VALUE),
@@ -278,7 +277,8 @@ impl Placed {
     /// Forgets `dptr` in the pool that gave it, if one did.
     fn pool_free(&mut self, dptr: u64) {
         for p in self.pools.values_mut() {
-            if p.allocs.remove(&dptr).is_some() {
+            if let Some(size) = p.allocs.remove(&dptr) {
+                p.used -= size;
                 return;
             }
         }
