@@ -206,7 +206,8 @@ pub(super) fn rebuild_objects<E: Executor>(s: &mut Session<E>, recs: &[TexObject
 
 #[cfg(test)]
 mod tests {
-    use super::super::snapshot_fixture::{io, restore, session, snapshot};
+    use super::super::Io;
+    use super::super::snapshot_fixture::{restore, session, snapshot};
     use super::super::{array, memory};
     use super::*;
     use crate::exec::host::HostExecutor;
@@ -227,7 +228,7 @@ mod tests {
             channels: 1.into(),
             ..Default::default()
         };
-        let a = array::array_create(&mut s, r, &mut io(&mut out)).unwrap().handle.get();
+        let a = array::array_create(&mut s, r, &mut Io::internal(&mut out)).unwrap().handle.get();
         let tex = proto::TexObjectCreate {
             ctx: ctx.into(),
             res: ResourceDesc { kind: RESOURCE_ARRAY.into(), addr: a.into(), ..Default::default() },
@@ -236,7 +237,7 @@ mod tests {
         let values: Vec<u64> = (0..4).map(|_| make_object(&mut s, &tex).unwrap()).collect();
         assert_eq!(values, [1, 2, 3, 4]);
         let gone = proto::TexObjectDestroy { ctx: ctx.into(), object: 3.into(), ..Default::default() };
-        array::tex_object_destroy(&mut s, gone, &mut io(&mut out)).unwrap();
+        array::tex_object_destroy(&mut s, gone, &mut Io::internal(&mut out)).unwrap();
         (s, a)
     }
 
@@ -255,7 +256,10 @@ mod tests {
     fn an_object_over_freed_memory_is_refused_at_the_checkpoint() {
         let (mut s, ctx) = session();
         let mut out = Vec::new();
-        let d = memory::mem_alloc(&mut s, proto::MemAlloc { ctx: ctx.into(), size: 4096.into() }, &mut io(&mut out)).unwrap().dptr.get();
+        let d = memory::mem_alloc(&mut s, proto::MemAlloc { ctx: ctx.into(), size: 4096.into() }, &mut Io::internal(&mut out))
+            .unwrap()
+            .dptr
+            .get();
         let res = ResourceDesc {
             kind: proto::RESOURCE_LINEAR.into(),
             addr: d.into(),
@@ -265,7 +269,7 @@ mod tests {
             ..Default::default()
         };
         make_object(&mut s, &TexObjectCreate { ctx: ctx.into(), res, ..Default::default() }).unwrap();
-        memory::mem_free(&mut s, proto::MemFree { dptr: d.into() }, &mut io(&mut out)).unwrap();
+        memory::mem_free(&mut s, proto::MemFree { dptr: d.into() }, &mut Io::internal(&mut out)).unwrap();
         let refused = s.checkpoint(Vec::new(), "test", false);
         assert!(matches!(refused, Err(super::super::CheckpointError::Unsupported(w)) if w.contains("freed")), "{refused:?}");
     }
@@ -275,7 +279,7 @@ mod tests {
         let (mut s, a) = holding_objects();
         let mut out = Vec::new();
         let gone = proto::ArrayDestroy { handle: a.into(), ..Default::default() };
-        array::array_destroy(&mut s, gone, &mut io(&mut out)).unwrap();
+        array::array_destroy(&mut s, gone, &mut Io::internal(&mut out)).unwrap();
         let refused = s.checkpoint(Vec::new(), "test", false);
         assert!(matches!(refused, Err(super::super::CheckpointError::Unsupported(w)) if w.contains("freed")), "{refused:?}");
     }

@@ -193,7 +193,7 @@ pub(super) fn ctx_get_info<E: Executor>(s: &mut Session<E>, r: proto::CtxGetInfo
 /// set, and is cut again here).
 pub(super) fn restore_limit<E: Executor>(s: &mut Session<E>, ctx: u64, limit: u32, value: u64, seq: u64) -> CuRes<()> {
     let r = proto::CtxLimit { ctx: ctx.into(), limit: limit.into(), set: 1.into(), value: value.into() };
-    ctx_limit(s, r, &mut Io { area: None, out: &mut Vec::new(), reply_room: None, staged: 0 })?;
+    ctx_limit(s, r, &mut Io::internal(&mut Vec::new()))?;
     if let Some((_, at)) = s.ctxs.get_mut(ctx).and_then(|e| e.limits.get_mut(&limit)) {
         *at = seq;
     }
@@ -358,7 +358,7 @@ pub(super) fn device_status<E: Executor>(s: &mut Session<E>, r: proto::DeviceSta
 
 #[cfg(test)]
 mod tests {
-    use super::super::snapshot_fixture::{io, restore, session, snapshot};
+    use super::super::snapshot_fixture::{restore, session, snapshot};
     use super::*;
 
     /// `CU_LIMIT_STACK_SIZE`, `CU_LIMIT_PRINTF_FIFO_SIZE`.
@@ -368,7 +368,7 @@ mod tests {
     fn limit(s: &mut Session<crate::exec::host::HostExecutor>, ctx: u64, limit: u32, set: Option<u64>) -> u64 {
         let r =
             proto::CtxLimit { ctx: ctx.into(), limit: limit.into(), set: u32::from(set.is_some()).into(), value: set.unwrap_or(0).into() };
-        ctx_limit(s, r, &mut io(&mut Vec::new())).unwrap().value.get()
+        ctx_limit(s, r, &mut Io::internal(&mut Vec::new())).unwrap().value.get()
     }
 
     #[test]

@@ -17,6 +17,7 @@
 use super::Session;
 use super::restore::RestoreError;
 use crate::exec::{ExecContext, Executor};
+use pvgpu_ctl::snapshot::Global;
 use std::collections::HashMap;
 
 /// Globals not looked up, by module id: name, address, size.
@@ -66,19 +67,29 @@ impl<E: Executor> Session<E> {
         for m in modules {
             for g in &m.unlooked {
                 let bytes = take(g.blob)?;
-                let module = self.modules.get(m.id).and_then(|e| e.module.as_ref());
-                let found = match (module, self.ctxs.get_mut(m.ctx)) {
-                    (Some(module), Some(c)) => c.ctx.global(module, &g.name),
-                    _ => return Err(RestoreError::Inconsistent(format!("module {:#x} gone", m.id))),
-                };
-                let (addr, len) = found.map_err(|error| RestoreError::Rebuild { what: format!("global {}", g.name), error })?;
-                if addr != g.address || len != g.length || bytes.len() as u64 != len {
-                    return Err(RestoreError::Moved { name: g.name.clone(), from: g.address, to: addr });
-                }
-                self.write_device(m.ctx, addr, &bytes, &g.name)?;
+                self.put_global(m.id, m.ctx, g, &bytes)?;
             }
         }
         Ok(())
+    }
+
+    /// Writes `bytes` into global `g` of module `module` (of context
+    /// `ctx`), once the driver says it is where the snapshot says, of its
+    /// size, and `bytes` are as many.
+    pub(super) fn put_global(&mut self, module: u64, ctx: u64, g: &Global, bytes: &[u8]) -> Result<(), RestoreError> {
+        let loaded = self.modules.get(module).and_then(|e| e.module.as_ref());
+        let found = match (loaded, self.ctxs.get_mut(ctx)) {
+            (Some(loaded), Some(c)) => c.ctx.global(loaded, &g.name),
+            _ => return Err(RestoreError::Inconsistent(format!("module {module:#x} gone, or in no context"))),
+        };
+        let (addr, len) = found.map_err(|error| RestoreError::Rebuild { what: format!("global {}", g.name), error })?;
+        if addr != g.address || len != g.length {
+            return Err(RestoreError::Moved { name: g.name.clone(), from: g.address, to: addr });
+        }
+        if bytes.len() as u64 != len {
+            return Err(RestoreError::Inconsistent(format!("global {}: {} bytes for {len}", g.name, bytes.len())));
+        }
+        self.write_device(ctx, addr, bytes, &g.name)
     }
 }
 

@@ -107,6 +107,14 @@ pub struct Io<'a> {
     staged: usize,
 }
 
+impl<'a> Io<'a> {
+    /// For a command the backend makes itself (a restore's, as the guest's
+    /// was): no data area, and replies only into `out`.
+    pub(super) fn internal(out: &'a mut Vec<u8>) -> Self {
+        Io { area: None, out, reply_room: None, staged: 0 }
+    }
+}
+
 type Ctx<E> = <E as Executor>::Context;
 type Stream<E> = <Ctx<E> as ExecContext>::Stream;
 

@@ -221,30 +221,36 @@ pub(super) fn forget<E: Executor>(s: &mut Session<E>, ctx: Option<u64>) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Io;
     use super::super::RestoreError;
-    use super::super::snapshot_fixture::{io, restore, session, snapshot};
+    use super::super::snapshot_fixture::{restore, session, snapshot};
     use super::*;
 
     #[test]
     fn a_pool_comes_back_with_its_settings_and_allocations() {
         let (mut s, ctx) = session();
         let mut out = Vec::new();
-        let pool = mem_pool_create(&mut s, proto::MemPoolCreate { ctx: ctx.into(), max_size: (1 << 20).into() }, &mut io(&mut out))
-            .unwrap()
-            .handle
-            .get();
+        let pool =
+            mem_pool_create(&mut s, proto::MemPoolCreate { ctx: ctx.into(), max_size: (1 << 20).into() }, &mut Io::internal(&mut out))
+                .unwrap()
+                .handle
+                .get();
         let set = proto::MemPoolAttributeOf { pool: pool.into(), attr: 4.into(), set: 1.into(), value: 4096.into() };
-        mem_pool_attribute_of(&mut s, set, &mut io(&mut out)).unwrap();
+        mem_pool_attribute_of(&mut s, set, &mut Io::internal(&mut out)).unwrap();
         let alloc = proto::MemAllocFromPool { ctx: ctx.into(), pool: pool.into(), size: 8192.into(), stream: 0.into() };
-        let d = mem_alloc_from_pool(&mut s, alloc, &mut io(&mut out)).unwrap().dptr.get();
+        let d = mem_alloc_from_pool(&mut s, alloc, &mut Io::internal(&mut out)).unwrap().dptr.get();
         let file = snapshot(&mut s, |_| {});
         let mut back = restore(&file).unwrap();
         assert_eq!(back.allocs.get(&d).map(|a| a.kind), Some(AllocKind::Pooled(pool)));
         let get = |attr: u32| proto::MemPoolAttributeOf { pool: pool.into(), attr: attr.into(), set: 0.into(), value: 0.into() };
-        assert_eq!(mem_pool_attribute_of(&mut back, get(4), &mut io(&mut out)).unwrap().value.get(), 4096, "its release threshold");
-        assert_eq!(mem_pool_attribute_of(&mut back, get(7), &mut io(&mut out)).unwrap().value.get(), 8192, "its bytes in use");
+        assert_eq!(
+            mem_pool_attribute_of(&mut back, get(4), &mut Io::internal(&mut out)).unwrap().value.get(),
+            4096,
+            "its release threshold"
+        );
+        assert_eq!(mem_pool_attribute_of(&mut back, get(7), &mut Io::internal(&mut out)).unwrap().value.get(), 8192, "its bytes in use");
         let over = proto::MemAllocFromPool { size: (1 << 20).into(), ..alloc };
-        assert!(mem_alloc_from_pool(&mut back, over, &mut io(&mut out)).is_err(), "its size limit");
+        assert!(mem_alloc_from_pool(&mut back, over, &mut Io::internal(&mut out)).is_err(), "its size limit");
 
         let attribute = snapshot(&mut s, |m| m.state.pools[0].attributes.push((7, 1)));
         assert!(matches!(restore(&attribute), Err(RestoreError::Rebuild { .. })), "a read-only attribute set");

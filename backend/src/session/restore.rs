@@ -220,6 +220,7 @@ impl<E: Executor> Session<E> {
         order.extend(state.contexts.iter().flat_map(|c| c.limits.iter().map(|l| (l.seq, Made::Limit(c.id, l)))));
         // Stable: snapshots without the numbers keep modules first.
         order.sort_by_key(|(seq, _)| *seq);
+        let last = order.last().map_or(0, |(seq, _)| *seq);
         for (_, made) in order {
             match made {
                 Made::Module(m) => self.restore_module(m, blobs)?,
@@ -254,11 +255,7 @@ impl<E: Executor> Session<E> {
         }
         self.adopt_pooled(&state.allocations)?;
         self.restore_unlooked(&state.modules, |blob| blobs.take(blob))?;
-        let queues = state.streams.iter().chain(&state.events).map(|q| q.seq);
-        let limits = state.contexts.iter().flat_map(|c| c.limits.iter().map(|l| l.seq));
-        let made = state.arrays.iter().map(|a| a.seq).chain(state.pools.iter().map(|p| p.seq)).chain(limits);
-        let last = state.modules.iter().map(|m| m.seq).chain(queues).chain(made).max();
-        self.made = last.unwrap_or(0);
+        self.made = last;
         Ok(())
     }
 
@@ -373,23 +370,15 @@ impl<E: Executor> Session<E> {
             // As the guest set them, checked as its commands are.
             for &(attr, value) in &f.attributes {
                 let r = pvgpu_ring::proto::FuncSetAttribute { function: f.id.into(), attr: attr.into(), value: value.into() };
-                let mut out = Vec::new();
-                let mut io = super::Io { area: None, out: &mut out, reply_room: None, staged: 0 };
-                super::launch::func_set_attribute(self, r, &mut io).map_err(rebuild(format!("attribute {attr} of function {}", f.name)))?;
+                let what = format!("attribute {attr} of function {}", f.name);
+                super::launch::func_set_attribute(self, r, &mut super::Io::internal(&mut Vec::new())).map_err(rebuild(what))?;
             }
             self.function_ids.insert((m.id, f.name.clone()), f.id);
         }
         for g in &m.globals {
-            let mentry =
-                self.modules.get(m.id).and_then(|e| e.module.as_ref()).ok_or_else(|| RestoreError::Inconsistent("module gone".into()))?;
-            let c = self.ctxs.get_mut(m.ctx).ok_or_else(|| RestoreError::Inconsistent(format!("module {:#x} in no context", m.id)))?;
-            let (addr, len) = c.ctx.global(mentry, &g.name).map_err(rebuild(format!("global {}", g.name)))?;
-            if addr != g.address || len != g.length {
-                return Err(RestoreError::Moved { name: g.name.clone(), from: g.address, to: addr });
-            }
             let bytes = blobs.take(g.blob)?;
-            self.write_device(m.ctx, addr, &bytes, &g.name)?;
-            self.allocs.insert(addr, Alloc { len, ctx: m.ctx, kind: AllocKind::Global(m.id) });
+            self.put_global(m.id, m.ctx, g, &bytes)?;
+            self.allocs.insert(g.address, Alloc { len: g.length, ctx: m.ctx, kind: AllocKind::Global(m.id) });
         }
         Ok(())
     }

@@ -9,17 +9,16 @@ use pvgpu_ctl::snapshot::{Meta, Reader, Writer};
 use pvgpu_ring::proto;
 use std::sync::Arc;
 
-pub(super) fn io(out: &mut Vec<u8>) -> Io<'_> {
-    Io { area: None, out, reply_room: None, staged: 0 }
-}
-
 /// A session with `cuInit` done and a context; the context's id. It has
 /// a token, so it may be checkpointed.
 pub(super) fn session() -> (Session<HostExecutor>, u64) {
     let mut s = Session::new(Arc::new(HostExecutor::new(64 << 20)), 1, SessionLimits::default());
     let mut out = Vec::new();
-    device::init(&mut s, proto::Init {}, &mut io(&mut out)).unwrap();
-    let ctx = device::ctx_create(&mut s, proto::CtxCreate { device: 0.into(), flags: 0.into() }, &mut io(&mut out)).unwrap().handle.get();
+    device::init(&mut s, proto::Init {}, &mut Io::internal(&mut out)).unwrap();
+    let ctx = device::ctx_create(&mut s, proto::CtxCreate { device: 0.into(), flags: 0.into() }, &mut Io::internal(&mut out))
+        .unwrap()
+        .handle
+        .get();
     s.token = [7; 16];
     (s, ctx)
 }
