@@ -293,12 +293,11 @@ impl<E: Executor> Session<E> {
         }
         // Globals never looked up after every module: a restore writes
         // them once all are loaded.
-        for m in &mut p.state.modules {
-            for (name, addr, len) in unlooked.get(&m.id).into_iter().flatten() {
-                let blob = p.sources.len() as u32;
-                m.unlooked.push(Global { name: name.clone(), address: *addr, length: *len, blob });
-                p.bytes += len;
-                p.sources.push(Source::Device { ctx: m.ctx, addr: *addr, len: *len });
+        for i in 0..p.state.modules.len() {
+            let (id, ctx) = (p.state.modules[i].id, p.state.modules[i].ctx);
+            for (name, addr, len) in unlooked.get(&id).into_iter().flatten() {
+                let blob = p.blob(Source::Device { ctx, addr: *addr, len: *len });
+                p.state.modules[i].unlooked.push(Global { name: name.clone(), address: *addr, length: *len, blob });
             }
         }
         for (id, s) in self.streams.iter() {

@@ -35,7 +35,8 @@ pub(super) struct PoolEntry {
 pub(super) struct PoolMade {
     pub(super) max_size: u64,
     pub(super) attributes: std::collections::BTreeMap<u32, u64>,
-    pub(super) access: std::collections::BTreeMap<usize, u32>,
+    /// By the device's ordinal as the guest numbers it.
+    pub(super) access: std::collections::BTreeMap<i32, u32>,
     /// When it was made, in the order of the session's modules, streams
     /// and events.
     pub(super) seq: u64,
@@ -65,29 +66,27 @@ pub(super) fn describe<E: Executor>(s: &Session<E>) -> Vec<pvgpu_ctl::snapshot::
         .collect()
 }
 
-/// Makes a pool as a snapshot describes it, under the id the guest holds.
+/// Makes a pool as a snapshot describes it, under the id the guest holds,
+/// and sets it up again through the commands that set it up (checked as
+/// they are).
 pub(super) fn remake<E: Executor>(s: &mut Session<E>, id: u64, ctx: u64, made: PoolMade) -> CuRes<()> {
-    // As the commands that set them are checked.
-    let attributes_allowed =
-        made.attributes.iter().all(|(&a, &v)| (1..=4).contains(&a) && super::memory::pool_attribute_allowed(a, Some(v)));
-    let access_allowed = made.access.iter().all(|(d, f)| s.gpus.contains(d) && matches!(f, 0 | 1 | 3));
-    if !attributes_allowed || !access_allowed || s.pools.len() >= s.limits.max_objects {
-        return Err(CuError::INVALID_VALUE);
+    if s.pools.len() >= s.limits.max_objects {
+        return Err(CuError::OUT_OF_MEMORY);
     }
     let raw = s.enter(ctx)?.pool(PoolOp::Create { max_size: made.max_size, shareable: false })?;
-    let settings: Vec<PoolOp<_>> = made
-        .attributes
-        .iter()
-        .map(|(&attr, &v)| PoolOp::Attribute { pool: raw, attr, set: Some(v) })
-        .chain(made.access.iter().map(|(&device, &f)| PoolOp::Access { pool: raw, device, set: Some(f) }))
-        .collect();
-    let entry = PoolEntry { ctx, raw, shareable: false, imported: false, made };
-    if let Err(e) = s.pools.insert_at(id, entry) {
+    let fresh = PoolMade { max_size: made.max_size, seq: made.seq, ..PoolMade::default() };
+    if let Err(e) = s.pools.insert_at(id, PoolEntry { ctx, raw, shareable: false, imported: false, made: fresh }) {
         let _ = s.enter(ctx).and_then(|c| c.pool(PoolOp::Destroy(raw)));
         return Err(e);
     }
-    for op in settings {
-        s.enter(ctx)?.pool(op)?;
+    let mut out = Vec::new();
+    for (&attr, &value) in &made.attributes {
+        let r = proto::MemPoolAttributeOf { pool: id.into(), attr: attr.into(), set: 1.into(), value: value.into() };
+        mem_pool_attribute_of(s, r, &mut Io::internal(&mut out))?;
+    }
+    for (&dev, &flags) in &made.access {
+        let r = proto::MemPoolAccessOf { pool: id.into(), dev: dev.into(), set: 1.into(), flags: flags.into(), reserved: 0.into() };
+        mem_pool_access_of(s, r, &mut Io::internal(&mut out))?;
     }
     Ok(())
 }
@@ -179,7 +178,7 @@ pub(super) fn mem_pool_access_of<E: Executor>(s: &mut Session<E>, r: proto::MemP
     let set = super::memory::access_flags(r.set.get(), r.flags.get())?;
     let flags = s.enter(ctx)?.pool(PoolOp::Access { pool: raw, device, set })?;
     if let (Some(f), Some(p)) = (set, s.pools.get_mut(r.pool.get())) {
-        p.made.access.insert(device, f);
+        p.made.access.insert(r.dev.get(), f);
     }
     Ok(I32Rep { value: (flags as i32).into() })
 }

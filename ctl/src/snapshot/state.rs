@@ -77,9 +77,10 @@ pub struct PoolRec {
     /// value.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attributes: Vec<(u32, u64)>,
-    /// Access set for devices: the backend's device ordinal, flags.
+    /// Access set for devices: the device's ordinal as the guest numbers
+    /// it (a restore has the same devices), flags.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub access: Vec<(usize, u32)>,
+    pub access: Vec<(i32, u32)>,
     /// When it was made (see [`Module::seq`]).
     pub seq: u64,
 }
