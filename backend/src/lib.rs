@@ -52,6 +52,7 @@ pub mod conn;
 pub mod control;
 pub mod devices;
 pub mod exec;
+pub mod file_guard;
 mod handles;
 pub mod handover;
 pub mod image_cache;

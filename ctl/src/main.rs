@@ -291,7 +291,7 @@ fn absolute(p: &std::path::Path) -> Result<String> {
 fn inspect(path: &std::path::Path, json: bool) -> Result<()> {
     let mut f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let len = f.metadata()?.len();
-    snapshot::verify(std::io::BufReader::new(&mut f), len)?;
+    snapshot::verify_file(&f, len)?;
     f.seek(std::io::SeekFrom::Start(0))?;
     let (reader, mut meta) = snapshot::Reader::open(std::io::BufReader::new(&mut f), len)?;
     let version = reader.version();

@@ -25,7 +25,12 @@
 # textures is textures.cu, a program holding CUDA arrays and texture and
 # surface objects; pools is pools.cu, a program allocating from memory
 # pools of its own; counter is counter.cu, whose kernels keep state in
-# __device__ variables the host never names.
+# __device__ variables the host never names; cnn-MB and attn-MB are
+# train_real.py (cuDNN convolutions and batch norm in autocast, or
+# transformer blocks with fused attention, fused AdamW); jaxconv-MB,
+# jaxscan-MB and jaxrejit-MB train_jax.py's other modes (a cuDNN
+# convolution network, a lax.scan per step, modules unloaded first);
+# cupy is cupy_fft.py (cuFFT, NVRTC-compiled kernels).
 # BIN holds release builds of pvgpu-backend, pvgpu-ctl, libpvgpu_cuda.so
 # and libpvgpu_nvml.so. The report goes to OUT/migrate.txt, with what
 # cudaMalloc and cudaFree cost natively and in either --device-memory mode
@@ -53,6 +58,9 @@ for case in ${CASES:-train-0 train-1024 symbols}; do
     train-*) mb=${case#train-}; prog="python3 $S/train.py $STEPS $mb" ;;
     graph-*) mb=${case#graph-}; prog="python3 $S/train.py $STEPS $mb 0.05 graph" ;;
     jax-*) mb=${case#jax-}; prog="env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_autotune_level=0 python3 $S/train_jax.py $STEPS $mb" ;;
+    cnn-*|attn-*) mb=${case#*-}; prog="python3 $S/train_real.py $STEPS ${case%-*} $mb" ;;
+    jaxconv-*|jaxscan-*|jaxrejit-*) mb=${case#*-}; mode=${case%-*}; prog="env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_autotune_level=0 python3 $S/train_jax.py $STEPS $mb 0.05 ${mode#jax}" ;;
+    cupy) mb=0; prog="python3 $S/cupy_fft.py $STEPS" ;;
     symbols) mb=0; [ -x $W/symbols ] || nvcc -O2 -o $W/symbols $S/symbols.cu; prog="$W/symbols $STEPS" ;;
     textures) mb=0; [ -x $W/textures ] || nvcc -O2 -o $W/textures $S/textures.cu; prog="$W/textures $STEPS" ;;
     pools) mb=0; [ -x $W/pools ] || nvcc -O2 -o $W/pools $S/pools.cu; prog="$W/pools $STEPS" ;;

@@ -297,13 +297,15 @@ fn open_snapshot(path: &Path) -> Result<(File, snapshot::Meta), Refusal> {
     if md.mode() & 0o022 != 0 {
         return Err(bad(403, "others may write it (a snapshot must be its owner's only: chmod 600)".into()));
     }
+    // Before the check: a writer since then breaks it (crate::file_guard).
+    crate::file_guard::lease(&file);
     let meta = check_snapshot(&mut file, md.len()).map_err(|(status, why)| bad(status, why))?;
     Ok((file, meta))
 }
 
 /// Checks a snapshot of `len` bytes: its digest, then its description.
 fn check_snapshot(file: &mut File, len: u64) -> Result<snapshot::Meta, (u16, String)> {
-    snapshot::verify(std::io::BufReader::new(&mut *file), len).map_err(|e| (422, e.to_string()))?;
+    snapshot::verify_file(file, len).map_err(|e| (422, e.to_string()))?;
     file.rewind().map_err(|e| (400, e.to_string()))?;
     let (_, meta) = Reader::open(std::io::BufReader::new(&mut *file), len).map_err(|e| (422, e.to_string()))?;
     Ok(meta)
@@ -314,13 +316,15 @@ fn check_snapshot(file: &mut File, len: u64) -> Result<snapshot::Meta, (u16, Str
 fn receive_snapshot(body: &mut dyn std::io::Read, len: Option<u64>) -> Result<(File, snapshot::Meta), Refusal> {
     let len = len.ok_or_else(|| Refusal::new(411, "An uploaded snapshot needs its Content-Length".into()))?;
     let bad = |status, why: String| Refusal::new(status, format!("the uploaded snapshot: {why}; nothing was restored"));
-    let fd = nix::sys::memfd::memfd_create("pvgpu-snapshot", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
-        .map_err(|e| bad(507, format!("no memory file: {e}")))?;
+    let flags = nix::sys::memfd::MFdFlags::MFD_CLOEXEC | nix::sys::memfd::MFdFlags::MFD_ALLOW_SEALING;
+    let fd = nix::sys::memfd::memfd_create("pvgpu-snapshot", flags).map_err(|e| bad(507, format!("no memory file: {e}")))?;
     let mut file = File::from(fd);
     let got = std::io::copy(&mut body.take(len), &mut file).map_err(|e| bad(400, e.to_string()))?;
     if got != len {
         return Err(bad(400, format!("{got} of its {len} bytes came")));
     }
+    // Sealed before the check: what the worker reads is what was checked.
+    crate::file_guard::seal(&file).map_err(|e| bad(500, format!("cannot seal the memory file: {e}")))?;
     file.rewind().map_err(|e| bad(400, e.to_string()))?;
     let meta = check_snapshot(&mut file, len).map_err(|(status, why)| bad(status, why))?;
     Ok((file, meta))

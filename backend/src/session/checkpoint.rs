@@ -124,14 +124,19 @@ impl<E: Executor> Session<E> {
             state_bytes: plan.bytes,
             state: plan.state,
         };
-        let w = snapshot::Writer::new(out, &meta, plan.sources.len() as u32)?;
-        // Device reads here, hashing and writing on a thread of its own,
-        // through a few page-locked chunks that go back and forth.
+        // Device reads and the digest here, writing on a thread of its own
+        // that ends with the checkpoint, at once (hashing takes about as
+        // long as writing), through a few page-locked chunks that go back
+        // and forth.
+        let (w, mut digest) = snapshot::Writer::unhashed(out, &meta, plan.sources.len() as u32)?;
         let (to_writer, parts) = std::sync::mpsc::sync_channel::<Part>(CHUNKS);
         let (give_back, returned) = std::sync::mpsc::channel::<memmap2::MmapMut>();
         std::thread::scope(|scope| {
             let writer = scope.spawn(move || write_parts(w, parts, give_back));
-            let read = self.send_parts(&plan.sources, &to_writer, &returned);
+            let read = self.send_parts(&plan.sources, &mut digest, &to_writer, &returned);
+            if read.is_ok() {
+                let _ = to_writer.send(Part::Digest(digest.finalize()));
+            }
             drop(to_writer);
             let written = writer.join().unwrap_or_else(|_| Err(SnapshotError::Malformed("the snapshot writer failed".into())));
             let device = read?;
@@ -145,6 +150,7 @@ impl<E: Executor> Session<E> {
     fn send_parts(
         &mut self,
         sources: &[Source],
+        digest: &mut snapshot::Digest,
         to_writer: &std::sync::mpsc::SyncSender<Part>,
         returned: &std::sync::mpsc::Receiver<memmap2::MmapMut>,
     ) -> Result<f64, CheckpointError> {
@@ -154,14 +160,19 @@ impl<E: Executor> Session<E> {
             let gone = || CheckpointError::File(SnapshotError::Malformed("the snapshot writer stopped".into()));
             for s in sources {
                 match s {
-                    Source::Image(image) => to_writer.send(Part::Image(image.clone())).map_err(|_| gone())?,
+                    Source::Image(image) => {
+                        digest.blob(image);
+                        to_writer.send(Part::Image(image.clone())).map_err(|_| gone())?;
+                    }
                     Source::Array(level) => {
                         let t = std::time::Instant::now();
                         let bytes = super::array_moves::read(self, level).map_err(CheckpointError::Device)?;
                         device += t.elapsed();
+                        digest.blob(&bytes);
                         to_writer.send(Part::Image(bytes.into())).map_err(|_| gone())?;
                     }
                     Source::Device { ctx, addr, len } => {
+                        digest.blob_start(*len);
                         to_writer.send(Part::Start(*len)).map_err(|_| gone())?;
                         let mut off = 0;
                         while off < *len {
@@ -179,6 +190,7 @@ impl<E: Executor> Session<E> {
                             // session's allocations.
                             unsafe { c.dtoh(buf.as_mut_ptr(), addr + off, n, None, true) }.map_err(CheckpointError::Device)?;
                             device += t.elapsed();
+                            digest.update(&buf[..n]);
                             to_writer.send(Part::Bytes(buf, n)).map_err(|_| gone())?;
                             off += n as u64;
                         }
@@ -332,15 +344,19 @@ enum Part {
     Image(Arc<[u8]>),
     Start(u64),
     Bytes(memmap2::MmapMut, usize),
+    /// The digest of everything sent before, last.
+    Digest([u8; 32]),
 }
 
-/// Writes the parts in order, giving each chunk back; returns when the
-/// reading side hangs up.
+/// Writes the parts in order, giving each chunk back, and ends the file
+/// with the digest that comes last; returns when the reading side hangs
+/// up (without a digest: it failed, and so does the file).
 fn write_parts<W: Write>(
     mut w: snapshot::Writer<W>,
     parts: std::sync::mpsc::Receiver<Part>,
     give_back: std::sync::mpsc::Sender<memmap2::MmapMut>,
 ) -> Result<(), SnapshotError> {
+    let mut digest = None;
     for p in parts {
         match p {
             Part::Image(image) => w.blob(&image)?,
@@ -349,7 +365,9 @@ fn write_parts<W: Write>(
                 w.blob_part(&buf[..n])?;
                 let _ = give_back.send(buf);
             }
+            Part::Digest(d) => digest = Some(d),
         }
     }
-    w.finish().map(drop)
+    let digest = digest.ok_or_else(|| SnapshotError::Malformed("the snapshot's reading side stopped".into()))?;
+    w.finish_with(digest).map(drop)
 }

@@ -33,6 +33,9 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
     });
     match written {
         Ok((taken, written)) => {
+            // Closed before the report: a restore that follows at once can
+            // hold the file under a read lease (crate::file_guard).
+            drop(file);
             let bytes = taken.bytes;
             tracing::info!(
                 session = session.id(),
@@ -111,13 +114,21 @@ fn take_back<E: Executor>(session: &mut Session<E>, conn: &dyn Conn, limits: &Se
     let restored = (|| {
         let len = file.metadata()?.len();
         file.rewind()?;
-        // One pass: the session is rebuilt as the blobs come and handed to
-        // the guest only if the digest at the end agrees (the supervisor
-        // checked it when the snapshot was parked; this catches a file
-        // changed since). A failure drops the half-built session.
-        let (mut reader, meta) = Reader::open(std::io::BufReader::with_capacity(8 << 20, &mut file), len)?;
+        // The supervisor checked the digest when the snapshot was parked.
+        // A file kept unchanged since (sealed, or under a lease no writer
+        // broke before the end of the read) is read without hashing;
+        // another is hashed as it is read, the session rebuilt as the
+        // blobs come and handed to the guest only if the digest at the end
+        // agrees. A failure drops the half-built session.
+        let checked = crate::file_guard::unchanged(&file);
+        let input = std::io::BufReader::with_capacity(8 << 20, &mut file);
+        let (mut reader, meta) = if checked { Reader::open_checked(input, len)? } else { Reader::open(input, len)? };
         session.restore(&meta, &mut reader, conn.area())?;
         reader.finish()?;
+        if checked && !crate::file_guard::unchanged(&file) {
+            return Err(RestoreFailure::Changed);
+        }
+        tracing::info!(session = session.id(), hashed = !checked, "snapshot read");
         Ok::<_, RestoreFailure>(())
     })();
     restored.map_err(|e| {
@@ -135,4 +146,6 @@ enum RestoreFailure {
     Snapshot(#[from] snapshot::SnapshotError),
     #[error(transparent)]
     Restore(#[from] crate::session::RestoreError),
+    #[error("the snapshot file was opened for writing while it was restored; restore it again")]
+    Changed,
 }

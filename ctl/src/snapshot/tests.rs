@@ -1,0 +1,207 @@
+//! The snapshot file's writer and reader: round trips, digests, and
+//! hostile files.
+
+use super::*;
+
+/// Large parts hashed on several threads give the digest of one
+/// thread, in any split: files stay readable across builds.
+#[test]
+fn parallel_hashing_gives_the_same_digest() {
+    let bytes: Vec<u8> = (0..(5 << 20) + 12345u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let mut parts = Checksum::of_version(VERSION);
+    for part in [&bytes[..100], &bytes[100..(3 << 20)], &bytes[(3 << 20)..]] {
+        parts.update_parallel(part);
+    }
+    assert_eq!(parts.finalize(), *blake3::hash(&bytes).as_bytes());
+}
+
+fn sample() -> Meta {
+    Meta {
+        created_unix_seconds: 1,
+        session: 3,
+        peer: "uid:1000".into(),
+        token: "00".repeat(16),
+        executor: "host".into(),
+        devices: vec![Device { ordinal: 0, name: "pvgpu host double".into(), total_memory_bytes: 1 << 30 }],
+        gpus: Some(vec![0]),
+        space: 0,
+        state_bytes: 5,
+        state: State { allocations: vec![Allocation { ctx: 1, address: 0x1000, length: 5, blob: 0, pool: None }], ..State::default() },
+    }
+}
+
+fn encode(meta: &Meta, blobs: &[&[u8]]) -> Vec<u8> {
+    let mut w = Writer::new(Vec::new(), meta, blobs.len() as u32).unwrap();
+    for b in blobs {
+        w.blob(b).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+/// A digest computed apart, fed as the writer is, gives the file
+/// [`Writer::new`] writes.
+#[test]
+fn a_digest_computed_apart_gives_the_same_file() {
+    let (mut w, mut d) = Writer::unhashed(Vec::new(), &sample(), 2).unwrap();
+    w.blob(b"hel").unwrap();
+    d.blob(b"hel");
+    w.blob_start(2).unwrap();
+    d.blob_start(2);
+    w.blob_part(b"lo").unwrap();
+    d.update(b"lo");
+    assert_eq!(w.finish_with(d.finalize()).unwrap(), encode(&sample(), &[b"hel", b"lo"]));
+    let (w, _) = Writer::unhashed(Vec::new(), &sample(), 0).unwrap();
+    assert!(w.finish().is_err(), "a writer that hashes nothing has no digest of its own");
+    let (w, d) = Writer::unhashed(Vec::new(), &sample(), 1).unwrap();
+    assert!(w.finish_with(d.finalize()).is_err(), "a blob missing");
+}
+
+/// A file checked on several threads gives what one reader gives: its
+/// parts hashed in order, whatever their number.
+#[test]
+fn a_file_checked_in_parts_is_checked_whole() {
+    let big: Vec<u8> = (0..(70u32 << 20) / 4).flat_map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes()).collect();
+    let mut file = encode(&sample(), &[&big, b"tail"]);
+    let path = std::env::temp_dir().join(format!("pvgpu-verify-{}", std::process::id()));
+    let check = |bytes: &[u8]| {
+        std::fs::write(&path, bytes).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        verify_file(&f, bytes.len() as u64)
+    };
+    check(&file).unwrap();
+    for at in [5, file.len() / 3, (48 << 20) + 7, file.len() - 1] {
+        file[at] ^= 4;
+        assert!(matches!(check(&file), Err(SnapshotError::Digest)), "a change at {at}");
+        file[at] ^= 4;
+    }
+    assert!(check(&file[..file.len() - 1]).is_err(), "cut");
+    assert!(check(&file[..10]).is_err(), "shorter than a head");
+    let _ = std::fs::remove_file(&path);
+}
+
+/// A file read as checked skips the digest, and nothing else.
+#[test]
+fn a_checked_file_is_read_without_its_digest_and_still_bounded() {
+    let mut file = encode(&sample(), &[b"hello"]);
+    let last = file.len() - 1;
+    file[last] ^= 1;
+    let (mut r, _) = Reader::open_checked(&file[..], file.len() as u64).unwrap();
+    assert_eq!(r.blob().unwrap(), b"hello");
+    r.finish().unwrap();
+    let (mut r, _) = Reader::open(&file[..], file.len() as u64).unwrap();
+    r.blob().unwrap();
+    assert!(matches!(r.finish(), Err(SnapshotError::Digest)), "read as usual, the digest is checked");
+    let cut = &file[..file.len() - 3];
+    let (mut r, _) = Reader::open_checked(cut, cut.len() as u64).unwrap();
+    assert!(r.blob().is_err() || r.finish().is_err(), "a cut file is still an error");
+}
+
+#[test]
+fn a_snapshot_reads_back_as_written() {
+    let file = encode(&sample(), &[b"hello", b""]);
+    let (meta, blobs) = decode(&file).unwrap();
+    assert_eq!(meta, sample());
+    assert_eq!(blobs, vec![b"hello".to_vec(), vec![]]);
+}
+
+#[test]
+fn any_change_or_cut_is_refused_before_use() {
+    let file = encode(&sample(), &[b"hello"]);
+    for i in 0..file.len() {
+        let mut bad = file.clone();
+        bad[i] ^= 0x40;
+        assert!(matches!(decode(&bad), Err(SnapshotError::Digest)), "a flipped byte {i} passed");
+    }
+    for n in 0..file.len() {
+        assert!(decode(&file[..n]).is_err(), "a file cut at {n} passed");
+    }
+}
+
+/// What a resuming worker does: one pass, acting on the blobs as they
+/// come, trusting them only when `finish` agrees.
+fn read_once(file: &[u8]) -> Result<Vec<Vec<u8>>, SnapshotError> {
+    let (mut r, _) = Reader::open(file, file.len() as u64)?;
+    let mut blobs = Vec::new();
+    while r.blobs_left() > 0 {
+        blobs.push(r.blob()?);
+    }
+    r.finish()?;
+    Ok(blobs)
+}
+
+#[test]
+fn the_reader_alone_refuses_any_change_or_cut() {
+    let file = encode(&sample(), &[b"hello", b"world!"]);
+    assert_eq!(read_once(&file).unwrap(), vec![b"hello".to_vec(), b"world!".to_vec()]);
+    for i in 0..file.len() {
+        let mut bad = file.clone();
+        bad[i] ^= 0x40;
+        assert!(read_once(&bad).is_err(), "a flipped byte {i} passed the reader");
+    }
+    for n in 0..file.len() {
+        assert!(read_once(&file[..n]).is_err(), "a file cut at {n} passed the reader");
+    }
+}
+
+#[test]
+fn lengths_past_the_end_are_errors_even_with_a_good_digest() {
+    // A hostile writer computes a good digest over impossible lengths.
+    let json = serde_json::to_vec(&sample()).unwrap();
+    let mut body = Vec::new();
+    body.extend_from_slice(MAGIC);
+    body.extend_from_slice(&VERSION.to_le_bytes());
+    body.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    body.extend_from_slice(&json);
+    body.extend_from_slice(&1u32.to_le_bytes());
+    body.extend_from_slice(&u64::MAX.to_le_bytes());
+    let digest = blake3::hash(&body);
+    body.extend_from_slice(digest.as_bytes());
+    assert!(matches!(decode(&body), Err(SnapshotError::Malformed(_))));
+}
+
+#[test]
+fn another_version_is_named() {
+    let mut file = encode(&sample(), &[b"x"]);
+    file[8] = 9;
+    let body = file.len() - DIGEST;
+    let digest = blake3::hash(&file[..body]);
+    file[body..].copy_from_slice(digest.as_bytes());
+    assert!(matches!(decode(&file), Err(SnapshotError::Version(9))));
+}
+
+#[test]
+fn a_blob_reads_in_parts() {
+    let file = encode(&sample(), &[b"hello world", b"!"]);
+    let (mut r, _) = Reader::open(&file[..], file.len() as u64).unwrap();
+    assert_eq!(r.blob_start().unwrap(), 11);
+    let (mut a, mut b) = ([0u8; 5], [0u8; 6]);
+    r.blob_part(&mut a).unwrap();
+    assert!(matches!(r.blob_start(), Err(SnapshotError::Malformed(_))), "the blob is not read whole");
+    r.blob_part(&mut b).unwrap();
+    assert_eq!((&a, &b), (b"hello", b" world"));
+    assert_eq!(r.blob_start().unwrap(), 1);
+    assert!(matches!(r.blob_part(&mut [0u8; 2]), Err(SnapshotError::Malformed(_))), "past the blob's end");
+    let (mut r, _) = Reader::open(&file[..], file.len() as u64).unwrap();
+    r.blob_start().unwrap();
+    r.blob_part(&mut [0u8; 11]).unwrap();
+    r.blob_start().unwrap();
+    assert!(matches!(r.finish(), Err(SnapshotError::Malformed(_))), "a blob started and not read");
+}
+
+#[test]
+fn a_version_1_file_is_read_by_its_sha256_digest() {
+    // What a backend before version 2 wrote: the same layout, SHA-256.
+    let mut file = encode(&sample(), &[b"hello", b"world!"]);
+    file[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let body = file.len() - DIGEST;
+    let digest = Sha256::digest(&file[..body]);
+    file[body..].copy_from_slice(&digest);
+    assert_eq!(read_once(&file).unwrap(), vec![b"hello".to_vec(), b"world!".to_vec()]);
+    assert_eq!(Reader::open(&file[..], file.len() as u64).unwrap().0.version(), 1, "the file's own version");
+    verify(&file[..], file.len() as u64).unwrap();
+    // A BLAKE3 digest under version 1 is a wrong digest.
+    let digest = blake3::hash(&file[..body]);
+    file[body..].copy_from_slice(digest.as_bytes());
+    assert!(matches!(verify(&file[..], file.len() as u64), Err(SnapshotError::Digest)));
+    assert!(matches!(read_once(&file), Err(SnapshotError::Digest)));
+}
