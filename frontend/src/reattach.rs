@@ -37,7 +37,11 @@ enum Resumed {
 /// two backends that name each other would otherwise bounce it forever.
 const MAX_HOPS: u32 = 8;
 
-/// How long to wait between tries.
+/// How long to wait between tries: briefly at first (a migration's target
+/// takes the session within a fraction of a second, and every wait adds
+/// to the program's pause), then longer (each try is a connection, and a
+/// worker process in the backend, while a backend restarts).
+const FIRST_RETRY: Duration = Duration::from_millis(10);
 const RETRY: Duration = Duration::from_millis(100);
 
 impl Conn {
@@ -69,6 +73,7 @@ impl Conn {
         let deadline = Instant::now() + r.opts.resume_timeout;
         let mut kept_old = false;
         let mut hops = 0;
+        let mut wait = FIRST_RETRY;
         loop {
             if let Ok(t) = crate::client::open_transport(&r.addr, &r.opts) {
                 let old = std::mem::replace(&mut self.t, t);
@@ -121,11 +126,12 @@ impl Conn {
             }
             // No doorbell held while waiting (see `Transport::retire`).
             self.t.retire();
-            if Instant::now() + RETRY > deadline {
+            if Instant::now() + wait > deadline {
                 self.dead = true;
                 return Err(TransportError::NotResumed { secs: r.opts.resume_timeout.as_secs() }.into());
             }
-            std::thread::sleep(RETRY);
+            std::thread::sleep(wait);
+            wait = (wait * 2).min(RETRY);
         }
     }
 

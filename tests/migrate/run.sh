@@ -15,6 +15,8 @@
 # session from A to B while both run (the program is sent to B's socket).
 # MIGRATE_ARGS adds options to pvgpu-ctl migrate (--upload: the snapshot
 # goes to B as an upload, as to a backend on another host).
+# BACKEND_ARGS adds options to both backends (--worker-pool 1: the target
+# has a worker with its driver started waiting for the session).
 # TRANSPORT=tcp runs the program over TCP (with a key) instead of the local
 # transport: page-locked memory kernels reach is then mirrored in the
 # backend, and moves with the session.
@@ -49,7 +51,7 @@ backend() { # log name, device memory (placed by default), socket name (pv)
   local n=${3:-pv}
   local port=7391; [ $n = pvb ] && port=7392
   $B/pvgpu-backend --listen local:$W/$n.sock --listen tcp:127.0.0.1:$port --tcp-key $W/tcp.key --executor cuda \
-    --control unix:$W/$n-ctl.sock --device-memory ${2:-placed} --image-cache off > $OUT/backend-$1.log 2>&1 & bp=$!
+    --control unix:$W/$n-ctl.sock --device-memory ${2:-placed} --image-cache off ${BACKEND_ARGS:-} > $OUT/backend-$1.log 2>&1 & bp=$!
   for _ in $(seq 100); do [ -S $W/$n-ctl.sock ] && [ -S $W/$n.sock ] && break; sleep 0.1; done
 }
 for how in ${HOW:-restart migrate}; do

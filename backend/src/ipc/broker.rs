@@ -40,6 +40,8 @@ const OP_COPY_TAKE: u32 = 9;
 /// A connection to the backend at the address in `bytes` (its length in
 /// `kind`) for the ticket in `token`, of `size` bytes.
 const OP_COPY_CONNECT: u32 = 10;
+/// The worker is done with the snapshot it claimed for `token`.
+const OP_RELEASE: u32 = 11;
 
 const OK: u32 = 0;
 const UNKNOWN: u32 = 1;
@@ -166,6 +168,18 @@ impl Broker {
                 let m = Msg { op: OP_CLAIM.into(), token: *token, ..Default::default() };
                 let (_, fd) = call(sock, &m, None)?;
                 fd.map(std::fs::File::from).ok_or(IpcError::Unreachable)
+            }
+        }
+    }
+
+    /// Tells the supervisor this session is done with the snapshot it
+    /// claimed for `token` (whose descriptor it closed).
+    pub fn release_snapshot(&self, token: &Token) {
+        match self {
+            Broker::Direct { desk, scope, .. } => desk.release(scope, token),
+            Broker::Remote(sock) => {
+                let m = Msg { op: OP_RELEASE.into(), token: *token, ..Default::default() };
+                let _ = call(sock, &m, None);
             }
         }
     }
@@ -334,6 +348,10 @@ pub fn serve_worker(registry: &Registry, desk: &Desk, scope: &Arc<str>, session:
                 Ok(())
             }
             OP_CLAIM => desk.claim(scope, &m.token).map(|fd| out_fd = Some(fd)),
+            OP_RELEASE => {
+                desk.release(scope, &m.token);
+                Ok(())
+            }
             OP_MOVED => match desk.moved_to(scope, &m.token).filter(|to| to.len() <= reply.bytes.len()) {
                 Some(to) => {
                     reply.bytes[..to.len()].copy_from_slice(to.as_bytes());

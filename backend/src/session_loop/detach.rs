@@ -111,30 +111,37 @@ pub(super) fn resume<E: Executor>(
 fn take_back<E: Executor>(session: &mut Session<E>, conn: &dyn Conn, limits: &SessionLimits, token: &[u8; 16]) -> Result<(), CuError> {
     let broker = limits.ipc.as_ref().ok_or(CuError::NOT_FOUND)?;
     let mut file = broker.claim(token).map_err(|_| CuError::NOT_FOUND)?;
-    let restored = (|| {
-        let len = file.metadata()?.len();
-        file.rewind()?;
-        // The supervisor checked the digest when the snapshot was parked.
-        // A file kept unchanged since (sealed, or under a lease no writer
-        // broke before the end of the read) is read without hashing;
-        // another is hashed as it is read, the session rebuilt as the
-        // blobs come and handed to the guest only if the digest at the end
-        // agrees. A failure drops the half-built session.
-        let checked = crate::file_guard::unchanged(&file);
-        let input = std::io::BufReader::with_capacity(8 << 20, &mut file);
-        let (mut reader, meta) = if checked { Reader::open_checked(input, len)? } else { Reader::open(input, len)? };
-        session.restore(&meta, &mut reader, conn.area())?;
-        reader.finish()?;
-        if checked && !crate::file_guard::unchanged(&file) {
-            return Err(RestoreFailure::Changed);
-        }
-        tracing::info!(session = session.id(), hashed = !checked, "snapshot read");
-        Ok::<_, RestoreFailure>(())
-    })();
+    let restored = restore_from(session, conn, &mut file);
+    // Closed here, then released: the supervisor drops the snapshot last,
+    // off this session's way.
+    drop(file);
+    broker.release_snapshot(token);
     restored.map_err(|e| {
         tracing::error!(session = session.id(), error = %e, "restoring a checkpointed session failed; its snapshot file is kept");
         CuError::DEVICE_UNAVAILABLE
     })
+}
+
+/// Rebuilds the session from the snapshot in `file`.
+fn restore_from<E: Executor>(session: &mut Session<E>, conn: &dyn Conn, file: &mut std::fs::File) -> Result<(), RestoreFailure> {
+    let len = file.metadata()?.len();
+    file.rewind()?;
+    // The supervisor checked the digest when the snapshot was parked. A
+    // file kept unchanged since (sealed, or under a lease no writer broke
+    // before the end of the read) is read without hashing; another is
+    // hashed as it is read, the session rebuilt as the blobs come and
+    // handed to the guest only if the digest at the end agrees. A failure
+    // drops the half-built session.
+    let checked = crate::file_guard::unchanged(file);
+    let input = std::io::BufReader::with_capacity(8 << 20, &mut *file);
+    let (mut reader, meta) = if checked { Reader::open_checked(input, len)? } else { Reader::open(input, len)? };
+    session.restore(&meta, &mut reader, conn.area())?;
+    reader.finish()?;
+    if checked && !crate::file_guard::unchanged(file) {
+        return Err(RestoreFailure::Changed);
+    }
+    tracing::info!(session = session.id(), hashed = !checked, "snapshot read");
+    Ok(())
 }
 
 /// Why a claimed snapshot could not be restored.
