@@ -29,6 +29,11 @@
 //!      448..451  the session's GPU turn: turn, want, activity (`crate::share`;
 //!                written by both sides, by compare-and-swap)
 //!      451       contended GPU time it has held, in ns (the supervisor's)
+//!      452..459  a restored session's rebuild (written once, by the
+//!                session): its number where it was checkpointed, then the
+//!                seconds of the rebuild and of its parts in ns (whole,
+//!                contexts, memory, modules, graphs), then when it was back
+//!                (Unix ms, written last: non-zero once the rest is there)
 //! ```
 
 use std::io;
@@ -81,6 +86,9 @@ const WORDS: usize = CODES + 2 * ERROR_SLOTS;
 /// The session's GPU turn words ([`crate::share`]): turn, want, activity,
 /// and the contended time held (written by the supervisor only).
 const TURN: usize = 448;
+/// A restored session's rebuild: from-session, five durations, back-at.
+const RESTORED: usize = TURN + 4;
+const RESTORED_WORDS: usize = 7;
 const OTHER: u64 = u64::MAX;
 
 /// Which way a copy went.
@@ -112,7 +120,7 @@ struct Words(memmap2::MmapRaw);
 
 impl Words {
     fn word(&self, i: usize) -> &AtomicU64 {
-        assert!(i < WORDS || (TURN..TURN + 4).contains(&i), "meter word out of range");
+        assert!(i < WORDS || (TURN..RESTORED + RESTORED_WORDS).contains(&i), "meter word out of range");
         // SAFETY: the mapping holds WORDS aligned u64 words (it is at least
         // a page, page-aligned, checked when mapped); the memory is shared
         // and reached only through atomics, which have u64's layout. The
@@ -133,7 +141,7 @@ impl Words {
 }
 
 const LEN: usize = 4096;
-const _: () = assert!(WORDS <= TURN && (TURN + 4) * 8 <= LEN);
+const _: () = assert!(WORDS <= TURN && (RESTORED + RESTORED_WORDS) * 8 <= LEN);
 
 /// The supervisor's side: the memfd and its mapping.
 pub struct Meter {
@@ -171,6 +179,26 @@ impl Meter {
     /// The session's GPU turn, as the supervisor sees it.
     pub fn turn(&self) -> crate::share::Turn<'_> {
         self.words.turn()
+    }
+
+    /// How the session was rebuilt, where it was restored from a snapshot.
+    pub fn restored(&self) -> Option<pvgpu_ctl::api::Restored> {
+        // Acquire: pairs with the Release store of `back` in
+        // `MeterView::restored`, which follows the other words.
+        let back = self.words.word(RESTORED + 6).load(Ordering::Acquire);
+        if back == 0 {
+            return None;
+        }
+        let secs = |i| Duration::from_nanos(self.words.word(RESTORED + i).load(Ordering::Relaxed)).as_secs_f64();
+        Some(pvgpu_ctl::api::Restored {
+            from_session: self.words.word(RESTORED).load(Ordering::Relaxed),
+            back_unix_ms: back,
+            rebuild_seconds: secs(1),
+            contexts_seconds: secs(2),
+            memory_seconds: secs(3),
+            modules_seconds: secs(4),
+            graphs_seconds: secs(5),
+        })
     }
 
     /// What the session has counted so far.
@@ -230,6 +258,21 @@ impl MeterView {
     /// The session's GPU turn, as the session sees it.
     pub fn turn(&self) -> crate::share::Turn<'_> {
         self.words.turn()
+    }
+
+    /// The session was restored from a snapshot of session `from`: its
+    /// rebuild took `took`, in parts (contexts, memory, modules, graphs).
+    pub fn restored(&self, from: u64, took: Duration, parts: [Duration; 4]) {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.words.word(RESTORED).store(from, Ordering::Relaxed);
+        self.words.word(RESTORED + 1).store(ns(took), Ordering::Relaxed);
+        for (i, d) in parts.into_iter().enumerate() {
+            self.words.word(RESTORED + 2 + i).store(ns(d), Ordering::Relaxed);
+        }
+        let back = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_millis() as u64).max(1);
+        // Release: pairs with the Acquire load in `Meter::restored`, so
+        // that the words above are there once `back` is.
+        self.words.word(RESTORED + 6).store(back, Ordering::Release);
     }
 
     /// A request arrived.
@@ -347,6 +390,21 @@ impl Reading {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rebuild_reads_back_once_written_whole() {
+        let m = Meter::new().unwrap();
+        assert_eq!(m.restored(), None, "not a restored session");
+        let v = MeterView::map(m.fd().try_clone_to_owned().unwrap()).unwrap();
+        let ms = Duration::from_millis;
+        v.restored(12, ms(900), [ms(300), ms(250), ms(300), ms(50)]);
+        let r = m.restored().unwrap();
+        assert_eq!(r.from_session, 12);
+        assert!(r.back_unix_ms > 1_700_000_000_000, "a time: {}", r.back_unix_ms);
+        let parts = [r.rebuild_seconds, r.contexts_seconds, r.memory_seconds, r.modules_seconds, r.graphs_seconds];
+        assert_eq!(parts, [0.9, 0.3, 0.25, 0.3, 0.05]);
+        assert_eq!(m.read().commands, 0, "the other counts untouched");
+    }
 
     #[test]
     fn a_mapped_view_counts_what_the_supervisor_reads() {

@@ -38,6 +38,7 @@ impl Entry {
             started_unix_seconds: self.started.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             gpu_turn: self.meter.as_ref().and_then(|m| m.turn().describe()),
             gpu_turn_seconds: self.meter.as_ref().and_then(|m| m.turn().held_for()).map(|d| d.as_secs_f64()),
+            restored: self.meter.as_ref().and_then(|m| m.restored()),
         }
     }
 }

@@ -35,6 +35,32 @@ pub struct Session {
     /// weighted` (none otherwise).
     #[serde(default)]
     pub gpu_turn_seconds: Option<f64>,
+    /// How it was rebuilt, where it was restored from a snapshot.
+    #[serde(default)]
+    pub restored: Option<Restored>,
+}
+
+/// How a session restored from a snapshot was rebuilt, by its worker, at
+/// its guest's first call after the restore.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Restored {
+    /// The session's number at the backend that checkpointed it.
+    pub from_session: u64,
+    /// When it served its guest again, in milliseconds since the Unix
+    /// epoch.
+    pub back_unix_ms: u64,
+    /// Seconds from the guest's `Resume` to the session rebuilt (the
+    /// snapshot claimed, read and rebuilt).
+    pub rebuild_seconds: f64,
+    /// Of those, making its contexts again.
+    pub contexts_seconds: f64,
+    /// Mapping and writing its device memory.
+    pub memory_seconds: f64,
+    /// Loading its modules and making its streams, events and arrays in
+    /// their order.
+    pub modules_seconds: f64,
+    /// Its mirrors, arrays' elements and graphs.
+    pub graphs_seconds: f64,
 }
 
 /// The body of every answer that is not a success.
@@ -125,6 +151,10 @@ pub struct MigrateRequest {
     /// Seconds to wait for the session's next call that waits (default 60).
     #[serde(default)]
     pub timeout_seconds: Option<u64>,
+    /// Seconds to wait, after the move, for the session to serve its
+    /// program at the peer, to report the whole pause (none: not waited).
+    #[serde(default)]
+    pub wait_seconds: Option<u64>,
 }
 
 /// A snapshot accepted for restore: its guest's next connection that

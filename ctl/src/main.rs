@@ -124,6 +124,9 @@ enum Cmd {
         /// Upload the snapshot to the other backend even when its control socket is on this host (always so over https).
         #[arg(long)]
         upload: bool,
+        /// Then wait up to SECONDS for the session to serve its program at the other backend, and report the whole pause and the rebuild's parts (a program that makes no call meanwhile is not waited for).
+        #[arg(long, value_name = "SECONDS")]
+        wait: Option<u64>,
         /// Prints the report as JSON.
         #[arg(long)]
         json: bool,
@@ -188,17 +191,21 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Cmd::Migrate { session, to, address, peer, dir, timeout, upload, json } => {
+        Cmd::Migrate { session, to, address, peer, dir, timeout, upload, wait, json } => {
             let r = match (peer, to, address) {
                 (Some(peer), _, _) => {
-                    let req = pvgpu_ctl::api::MigrateRequest { peer, upload, timeout_seconds: Some(timeout) };
+                    let req = pvgpu_ctl::api::MigrateRequest { peer, upload, timeout_seconds: Some(timeout), wait_seconds: wait };
                     control.migrate(session, &req)?
                 }
                 (None, Some(to), Some(address)) => {
                     let token = control_token(cli.token.as_deref(), &to)?;
                     let target = Control::at(to, token, cli.ca.as_deref())?;
                     let dir = dir.unwrap_or_else(pvgpu_ctl::migrate::default_dir);
-                    pvgpu_ctl::migrate::migrate(&control, &target, session, &address, &dir, timeout, upload)?
+                    let mut r = pvgpu_ctl::migrate::migrate(&control, &target, session, &address, &dir, timeout, upload)?;
+                    if let Some(w) = wait {
+                        pvgpu_ctl::migrate::wait_back(&target, &mut r, std::time::Duration::from_secs(w));
+                    }
+                    r
                 }
                 _ => anyhow::bail!("name the other backend: --peer NAME, or --to CONTROL with --address ADDRESS"),
             };
@@ -217,6 +224,20 @@ fn run(cli: Cli) -> Result<()> {
                 );
                 if let Some(f) = &r.left_file {
                     println!("the snapshot could not be removed: {f}");
+                }
+                match (&r.back, wait) {
+                    (Some(b), _) => println!(
+                        "back at work there after a pause of {:.3} s: {:.3} s after the move was recorded, of which the rebuild {:.3} s (contexts {:.3} s, memory {:.3} s, modules {:.3} s, graphs {:.3} s)",
+                        b.pause_seconds,
+                        b.after_move_seconds,
+                        b.rebuild.rebuild_seconds,
+                        b.rebuild.contexts_seconds,
+                        b.rebuild.memory_seconds,
+                        b.rebuild.modules_seconds,
+                        b.rebuild.graphs_seconds
+                    ),
+                    (None, Some(w)) => println!("its program made no call within {w} s; it takes the session back at its next"),
+                    (None, None) => {}
                 }
             }
         }

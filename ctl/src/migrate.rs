@@ -16,14 +16,17 @@
 //!    and answers as a hello.
 //!
 //! The pause the program sees is the sum of the three, plus the rebuild in
-//! the target's worker and at most one of the program's 100 ms retries.
+//! the target's worker and the program's wait between tries (from 10 ms,
+//! backing off to 100 ms). [`wait_back`] waits for the session to serve its
+//! program at the target, and reports the whole pause with the rebuild's
+//! parts, as the target's worker measured them.
 
 use crate::api::{CheckpointReport, CheckpointRequest, MoveRecord, RestoreRequest};
 use crate::client::{Control, CtlError};
 use crate::snapshot;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Why a migration stopped.
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +104,25 @@ pub struct MigrateReport {
     pub record_seconds: f64,
     /// The snapshot, where its file could not be removed (and why).
     pub left_file: Option<String>,
+    /// The session serving its program at the target again, where the
+    /// migration waited for it ([`wait_back`]).
+    #[serde(default)]
+    pub back: Option<Back>,
+}
+
+/// A moved session back at work at the target.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Back {
+    /// Seconds from the checkpoint's order to the target listing the
+    /// session rebuilt, as this side's clock sees them (to within its 10 ms
+    /// looks): the program's pause, but for the first launches of its
+    /// kernels in the new process.
+    pub pause_seconds: f64,
+    /// Of those, seconds after the move was recorded: the program's next
+    /// try finding the target, and the rebuild.
+    pub after_move_seconds: f64,
+    /// The rebuild, as the target's worker measured it.
+    pub rebuild: crate::api::Restored,
 }
 
 /// Moves session `session` of `source` to `target`, whose guests reach it
@@ -142,7 +164,36 @@ pub fn migrate(
         uploaded,
         record_seconds: (t3 - t2).as_secs_f64(),
         left_file,
+        back: None,
     })
+}
+
+/// Waits up to `wait` for the session `report` moved to serve its program
+/// at `target` (its program's next call takes it back there), and fills
+/// `report.back`; leaves it `None` when the program made no call within
+/// `wait` (an idle program comes back at its next call). Call it right
+/// after [`migrate`]: the pause counts from the migration's start.
+pub fn wait_back(target: &Control, report: &mut MigrateReport, wait: Duration) {
+    let t0 = Instant::now();
+    let before = report.checkpoint_seconds + report.restore_seconds + report.record_seconds;
+    let deadline = t0 + wait;
+    loop {
+        // The target's session restored from this one's snapshot, admitted
+        // since the migration began (by the target's own clock).
+        let since = before + t0.elapsed().as_secs_f64() + 1.0;
+        let found = target.sessions().ok().and_then(|live| {
+            live.into_iter().filter(|s| s.age_seconds <= since).filter_map(|s| s.restored).find(|r| r.from_session == report.session)
+        });
+        if let Some(rebuild) = found {
+            let after = t0.elapsed().as_secs_f64();
+            report.back = Some(Back { pause_seconds: before + after, after_move_seconds: after, rebuild });
+            return;
+        }
+        if Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// The snapshot's description (its token and peer), without reading the

@@ -85,7 +85,7 @@ for case in ${CASES:-train-0 train-1024 symbols}; do
   else
     ap=$bp; backend B-$case placed pvb
     t0=$(date +%s.%N); t1=$t0; t2=$t0; t3=$t0
-    $CTL migrate $sid --to unix:$W/pvb-ctl.sock --address $(addr pvb) ${MIGRATE_ARGS:-} > $W/ckpt.txt 2>&1; rc=$?; rrc=$rc; t4=$(date +%s.%N)
+    $CTL migrate $sid --to unix:$W/pvb-ctl.sock --address $(addr pvb) --wait 60 ${MIGRATE_ARGS:-} > $W/ckpt.txt 2>&1; rc=$?; rrc=$rc; t4=$(date +%s.%N)
     at=$(wc -l < $W/pv.txt); size=0
     : > $W/restore.txt
   fi

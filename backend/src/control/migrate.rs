@@ -44,14 +44,22 @@ pub(super) fn migrate(
     let timeout = req.timeout_seconds.unwrap_or(60);
     let dir = pvgpu_ctl::migrate::default_dir();
     tracing::info!(session = id, peer = %peer.listed.name, "moving a session (control API)");
-    pvgpu_ctl::migrate::migrate(&Local(supervised), &peer.control, id, &peer.listed.address, &dir, timeout, req.upload).map_err(|e| {
-        let status = match &e {
-            // The session's own refusal (not found, nothing it may take, ...)
-            // keeps its status; the peer's failures are a bad gateway.
-            MigrateError::Checkpoint(CtlError::Refused { status, .. }) => *status,
-            _ => 502,
-        };
-        tracing::warn!(session = id, peer = %peer.listed.name, error = %e, "moving a session failed");
-        Refusal::new(status, e.to_string())
-    })
+    let moved = pvgpu_ctl::migrate::migrate(&Local(supervised), &peer.control, id, &peer.listed.address, &dir, timeout, req.upload);
+    moved
+        .map(|mut report| {
+            if let Some(w) = req.wait_seconds {
+                pvgpu_ctl::migrate::wait_back(&peer.control, &mut report, std::time::Duration::from_secs(w.min(600)));
+            }
+            report
+        })
+        .map_err(|e| {
+            let status = match &e {
+                // The session's own refusal (not found, nothing it may take, ...)
+                // keeps its status; the peer's failures are a bad gateway.
+                MigrateError::Checkpoint(CtlError::Refused { status, .. }) => *status,
+                _ => 502,
+            };
+            tracing::warn!(session = id, peer = %peer.listed.name, error = %e, "moving a session failed");
+            Refusal::new(status, e.to_string())
+        })
 }

@@ -187,6 +187,7 @@ mod tests {
                 started_unix_seconds: 1,
                 gpu_turn: None,
                 gpu_turn_seconds: None,
+                restored: None,
             })
         }
         fn end(&self, id: u64) -> Option<Session> {

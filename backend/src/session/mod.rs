@@ -57,7 +57,7 @@ mod vmm;
 
 pub use checkpoint::{CheckpointError, Taken};
 pub use peer_copy::reserve as reserve_copy_buffer;
-pub use restore::RestoreError;
+pub use restore::{Rebuilt, RestoreError};
 
 use crate::config::SessionLimits;
 use crate::exec::graph::ExecGraph;

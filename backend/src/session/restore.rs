@@ -131,7 +131,8 @@ impl<R: Read> Blobs<'_, R> {
 impl<E: Executor> Session<E> {
     /// Rebuilds, in this new session, the state `meta` describes, reading
     /// its blobs from `reader`; `area` is the connection's data area.
-    pub fn restore<R: Read>(&mut self, meta: &Meta, reader: &mut Reader<R>, area: Option<&DataArea>) -> Result<(), RestoreError> {
+    /// Returns what each part of the rebuild took.
+    pub fn restore<R: Read>(&mut self, meta: &Meta, reader: &mut Reader<R>, area: Option<&DataArea>) -> Result<Rebuilt, RestoreError> {
         self.check_devices(meta)?;
         self.token = pvgpu_ctl::snapshot::token_from_hex(&meta.token)
             .ok_or_else(|| RestoreError::Inconsistent("a token that is not 32 hex digits".into()))?;
@@ -195,7 +196,7 @@ impl<E: Executor> Session<E> {
             return Err(RestoreError::Quota(self.charged()));
         }
         self.settle();
-        Ok(())
+        Ok(phases.rebuilt())
     }
 
     /// Modules, streams, events and arrays (empty), made again in the
@@ -472,9 +473,22 @@ impl<E: Executor> Session<E> {
     }
 }
 
-/// How long each part of a rebuild took, in seconds: the contexts; the
-/// device memory and virtual memory, mapped and written; modules, streams
-/// and events; mirrors and graphs.
+/// What each part of a rebuild took: the contexts; the device memory and
+/// virtual memory, mapped and written; modules, streams, events and arrays
+/// in their order; mirrors, arrays' elements and graphs.
+#[derive(Debug, Clone, Copy)]
+pub struct Rebuilt {
+    /// Making the contexts.
+    pub contexts: std::time::Duration,
+    /// Mapping and writing device and virtual memory.
+    pub memory: std::time::Duration,
+    /// Modules, streams, events, arrays, pools and limits in their order.
+    pub modules: std::time::Duration,
+    /// Mirrors, arrays' elements, texture objects and graphs.
+    pub graphs: std::time::Duration,
+}
+
+/// How long each part of a rebuild took, in seconds (as [`Rebuilt`]).
 struct Phases {
     last: std::time::Instant,
     contexts: f64,
@@ -486,6 +500,11 @@ struct Phases {
 impl Phases {
     fn start() -> Phases {
         Phases { last: std::time::Instant::now(), contexts: 0.0, memory: 0.0, modules: 0.0, graphs: 0.0 }
+    }
+
+    fn rebuilt(&self) -> Rebuilt {
+        let d = std::time::Duration::from_secs_f64;
+        Rebuilt { contexts: d(self.contexts), memory: d(self.memory), modules: d(self.modules), graphs: d(self.graphs) }
     }
 
     /// Seconds since the last lap.

@@ -111,19 +111,30 @@ pub(super) fn resume<E: Executor>(
 fn take_back<E: Executor>(session: &mut Session<E>, conn: &dyn Conn, limits: &SessionLimits, token: &[u8; 16]) -> Result<(), CuError> {
     let broker = limits.ipc.as_ref().ok_or(CuError::NOT_FOUND)?;
     let mut file = broker.claim(token).map_err(|_| CuError::NOT_FOUND)?;
+    let t = Instant::now();
     let restored = restore_from(session, conn, &mut file);
     // Closed here, then released: the supervisor drops the snapshot last,
     // off this session's way.
     drop(file);
     broker.release_snapshot(token);
-    restored.map_err(|e| {
+    let (from, parts) = restored.map_err(|e| {
         tracing::error!(session = session.id(), error = %e, "restoring a checkpointed session failed; its snapshot file is kept");
         CuError::DEVICE_UNAVAILABLE
-    })
+    })?;
+    // For the operator (`pvgpu-ctl sessions`, `migrate --wait`).
+    if let Some(m) = &limits.meter {
+        m.restored(from, t.elapsed(), [parts.contexts, parts.memory, parts.modules, parts.graphs]);
+    }
+    Ok(())
 }
 
-/// Rebuilds the session from the snapshot in `file`.
-fn restore_from<E: Executor>(session: &mut Session<E>, conn: &dyn Conn, file: &mut std::fs::File) -> Result<(), RestoreFailure> {
+/// Rebuilds the session from the snapshot in `file`: the session's number
+/// where it was checkpointed, and what the rebuild's parts took.
+fn restore_from<E: Executor>(
+    session: &mut Session<E>,
+    conn: &dyn Conn,
+    file: &mut std::fs::File,
+) -> Result<(u64, crate::session::Rebuilt), RestoreFailure> {
     let len = file.metadata()?.len();
     file.rewind()?;
     // The supervisor checked the digest when the snapshot was parked. A
@@ -135,13 +146,13 @@ fn restore_from<E: Executor>(session: &mut Session<E>, conn: &dyn Conn, file: &m
     let checked = crate::file_guard::unchanged(file);
     let input = std::io::BufReader::with_capacity(8 << 20, &mut *file);
     let (mut reader, meta) = if checked { Reader::open_checked(input, len)? } else { Reader::open(input, len)? };
-    session.restore(&meta, &mut reader, conn.area())?;
+    let parts = session.restore(&meta, &mut reader, conn.area())?;
     reader.finish()?;
     if checked && !crate::file_guard::unchanged(file) {
         return Err(RestoreFailure::Changed);
     }
     tracing::info!(session = session.id(), hashed = !checked, "snapshot read");
-    Ok(())
+    Ok((meta.session, parts))
 }
 
 /// Why a claimed snapshot could not be restored.

@@ -10,7 +10,9 @@ use pvgpu_ctl::snapshot::Meta;
 
 /// Moves the session of the program `c` (context `ctx`) from backend `a` to
 /// a second backend, which is returned (the program is served there) with
-/// the migration's report. `what` names the session in a failure.
+/// the migration's report, which waited for the session to serve the
+/// program there ([`pvgpu_ctl::migrate::wait_back`]: the program's next
+/// call takes it back). `what` names the session in a failure.
 pub(crate) fn move_to_another_backend(
     a: &Harness,
     c: &Client,
@@ -24,10 +26,29 @@ pub(crate) fn move_to_another_backend(
     let dir = TempDir::new("move");
     let address = b.addr(t).to_string();
     let report = std::thread::scope(|s| {
-        let moving = s.spawn(|| pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, t == Transport::Tcp));
+        let moving = s.spawn(|| {
+            let mut r = pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, t == Transport::Tcp)?;
+            pvgpu_ctl::migrate::wait_back(&to, &mut r, Duration::from_secs(30));
+            Ok::<_, pvgpu_ctl::migrate::MigrateError>(r)
+        });
         call_while(c, ctx, || c.detached() || moving.is_finished());
+        if c.detached() {
+            // Waits for the move to be recorded, then takes the session back
+            // at the target.
+            c.ctx_synchronize(ctx).unwrap();
+        }
         moving.join().unwrap().unwrap_or_else(|e| panic!("the migration of a session {what}: {e}"))
     });
+    // The whole pause, with the target's rebuild in its parts.
+    let back = report.back.as_ref().unwrap_or_else(|| panic!("the session {what} back at work at the target: {report:?}"));
+    assert_eq!(back.rebuild.from_session, id);
+    let r = &back.rebuild;
+    let parts = r.contexts_seconds + r.memory_seconds + r.modules_seconds + r.graphs_seconds;
+    assert!(r.rebuild_seconds > 0.0 && parts <= r.rebuild_seconds + 1e-3, "{r:?}");
+    let before = report.checkpoint_seconds + report.restore_seconds + report.record_seconds;
+    assert!((back.pause_seconds - before - back.after_move_seconds).abs() < 1e-6, "{back:?}");
+    let listed = to.sessions().unwrap();
+    assert!(listed.iter().any(|s| s.restored.as_ref().is_some_and(|x| x.from_session == id)), "{listed:?}");
     (b, report)
 }
 
