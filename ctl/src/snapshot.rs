@@ -347,6 +347,8 @@ pub struct Reader<R: Read> {
     input: R,
     /// The file's format version.
     version: u32,
+    /// Bytes before the digest.
+    body: u64,
     /// Bytes left before the digest.
     left: u64,
     blobs: u32,
@@ -397,7 +399,8 @@ impl<R: Read> Reader<R> {
         if blobs > MAX_BLOBS {
             return Err(SnapshotError::Malformed(format!("{blobs} blobs")));
         }
-        Ok((Reader { input, version, left, blobs, hash, owed: 0 }, meta))
+        let body = len - DIGEST as u64;
+        Ok((Reader { input, version, body, left, blobs, hash, owed: 0 }, meta))
     }
 
     /// [`Reader::open`] for a file whose digest was checked and that
@@ -454,6 +457,28 @@ impl<R: Read> Reader<R> {
         self.owed =
             self.owed.checked_sub(buf.len() as u64).ok_or_else(|| SnapshotError::Malformed("a read past the end of a blob".into()))?;
         read_hashed(&mut self.input, &mut self.hash, buf)
+    }
+
+    /// Skips the next `n` bytes of the blob started, without reading them,
+    /// in a file read without hashing ([`Reader::open_checked`]): where they
+    /// lie in the file, for the caller to take them from there (mapped).
+    pub fn skip_part(&mut self, n: u64) -> Result<u64, SnapshotError>
+    where
+        R: io::Seek,
+    {
+        if self.hash.is_some() {
+            return Err(SnapshotError::Malformed("bytes skipped in a file whose digest is being checked".into()));
+        }
+        let at = self.body - self.left - self.owed;
+        self.owed = self.owed.checked_sub(n).ok_or_else(|| SnapshotError::Malformed("a skip past the end of a blob".into()))?;
+        let by = i64::try_from(n).map_err(|_| SnapshotError::Malformed("a skip too long".into()))?;
+        self.input.seek_relative(by)?;
+        Ok(at)
+    }
+
+    /// Whether the file is read without hashing ([`Reader::open_checked`]).
+    pub fn checked_before(&self) -> bool {
+        self.hash.is_none()
     }
 
     /// Checks that every blob was read, nothing follows them, and the

@@ -256,9 +256,21 @@ pub trait ExecContext: Send + 'static {
     unsafe fn pin_host(&mut self, _ptr: *mut u8, _len: usize) -> CuRes<()> {
         Ok(())
     }
-    /// Undoes [`ExecContext::pin_host`] of `ptr`.
+    /// Undoes [`ExecContext::pin_host`] or [`ExecContext::pin_read_only`]
+    /// of `ptr`.
     fn unpin_host(&mut self, _ptr: *mut u8) -> CuRes<()> {
         Ok(())
+    }
+    /// Page-locks a read-only mapping of the backend's own (a snapshot's
+    /// bytes, mapped from its file) for copies to the device, which then
+    /// read it where it is; whether it did. Optional: the default does not,
+    /// and copies work either way.
+    ///
+    /// # Safety
+    /// `[ptr, ptr+len)` must stay mapped until [`ExecContext::unpin_host`]
+    /// undoes it.
+    unsafe fn pin_read_only(&mut self, _ptr: *const u8, _len: usize) -> CuRes<bool> {
+        Ok(false)
     }
     /// `cuCtxSynchronize`.
     fn synchronize(&mut self) -> CuRes<()>;

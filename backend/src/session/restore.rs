@@ -14,7 +14,7 @@ use pvgpu_ctl::snapshot::{Meta, Reader, SnapshotError};
 use pvgpu_ring::CuError;
 use pvgpu_ring::region::DataArea;
 use std::collections::BTreeMap;
-use std::io::Read;
+use std::io::{Read, Seek};
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -102,12 +102,15 @@ fn rebuild(what: impl Into<String>) -> impl FnOnce(CuError) -> RestoreError {
 }
 
 /// Reads blobs in the order the snapshot names them.
-struct Blobs<'r, R: Read> {
+struct Blobs<'r, R: Read + Seek> {
     reader: &'r mut Reader<R>,
     next: u32,
+    /// The file read, where device memory may be taken from it directly
+    /// (a file read without hashing: kept as checked).
+    file: Option<&'r std::fs::File>,
 }
 
-impl<R: Read> Blobs<'_, R> {
+impl<R: Read + Seek> Blobs<'_, R> {
     fn take(&mut self, index: u32) -> Result<Vec<u8>, RestoreError> {
         self.expect(index)?;
         Ok(self.reader.blob()?)
@@ -131,13 +134,22 @@ impl<R: Read> Blobs<'_, R> {
 impl<E: Executor> Session<E> {
     /// Rebuilds, in this new session, the state `meta` describes, reading
     /// its blobs from `reader`; `area` is the connection's data area.
-    /// Returns what each part of the rebuild took.
-    pub fn restore<R: Read>(&mut self, meta: &Meta, reader: &mut Reader<R>, area: Option<&DataArea>) -> Result<Rebuilt, RestoreError> {
+    /// `file`, the file `reader` reads where it is one, gives device
+    /// memory its bytes straight from it when `reader` does not hash
+    /// ([`super::chunks::write_mapped`]). Returns what each part of the
+    /// rebuild took.
+    pub fn restore<R: Read + Seek>(
+        &mut self,
+        meta: &Meta,
+        reader: &mut Reader<R>,
+        area: Option<&DataArea>,
+        file: Option<&std::fs::File>,
+    ) -> Result<Rebuilt, RestoreError> {
         self.check_devices(meta)?;
         self.token = pvgpu_ctl::snapshot::token_from_hex(&meta.token)
             .ok_or_else(|| RestoreError::Inconsistent("a token that is not 32 hex digits".into()))?;
         let state = &meta.state;
-        let mut blobs = Blobs { reader, next: 0 };
+        let mut blobs = Blobs { reader, next: 0, file };
         if meta.space >= pvgpu_ring::proto::MAX_SPACES {
             return Err(RestoreError::Inconsistent(format!(
                 "address space {} (at most {})",
@@ -204,7 +216,11 @@ impl<E: Executor> Session<E> {
     /// what it placed before (a stream takes device memory of its own), so
     /// only that order has them back where the guest knows them (JAX makes
     /// streams between its modules, cuBLAS's among them).
-    fn restore_in_order<R: Read>(&mut self, state: &pvgpu_ctl::snapshot::State, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
+    fn restore_in_order<R: Read + Seek>(
+        &mut self,
+        state: &pvgpu_ctl::snapshot::State,
+        blobs: &mut Blobs<'_, R>,
+    ) -> Result<(), RestoreError> {
         enum Made<'s> {
             Module(&'s pvgpu_ctl::snapshot::Module),
             Stream(&'s pvgpu_ctl::snapshot::Queue),
@@ -284,7 +300,7 @@ impl<E: Executor> Session<E> {
     }
 
     /// Mirrored host memory at its addresses, with its bytes.
-    fn restore_mirrors<R: Read>(
+    fn restore_mirrors<R: Read + Seek>(
         &mut self,
         mirrors: &[pvgpu_ctl::snapshot::MirrorRec],
         blobs: &mut Blobs<'_, R>,
@@ -299,7 +315,7 @@ impl<E: Executor> Session<E> {
 
     /// Arrays' elements, then texture and surface objects with their
     /// values.
-    fn restore_arrays<R: Read>(&mut self, state: &pvgpu_ctl::snapshot::State, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
+    fn restore_arrays<R: Read + Seek>(&mut self, state: &pvgpu_ctl::snapshot::State, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
         for a in &state.arrays {
             for (level, &blob) in (0u32..).zip(&a.blobs) {
                 let mut bytes = blobs.take(blob)?;
@@ -343,7 +359,7 @@ impl<E: Executor> Session<E> {
         Ok(())
     }
 
-    fn restore_module<R: Read>(&mut self, m: &pvgpu_ctl::snapshot::Module, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
+    fn restore_module<R: Read + Seek>(&mut self, m: &pvgpu_ctl::snapshot::Module, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
         let image = blobs.take(m.image)?;
         if image.len() > self.limits.max_image + 1 || image.last() != Some(&0) {
             return Err(RestoreError::Inconsistent(format!("module {:#x}: an image the backend would not load", m.id)));
@@ -384,7 +400,7 @@ impl<E: Executor> Session<E> {
         Ok(())
     }
 
-    fn restore_memory<R: Read>(
+    fn restore_memory<R: Read + Seek>(
         &mut self,
         allocations: &[pvgpu_ctl::snapshot::Allocation],
         blobs: &mut Blobs<'_, R>,
@@ -420,7 +436,7 @@ impl<E: Executor> Session<E> {
 
     /// Physical memory and mappings as they were, then each mapping's
     /// bytes.
-    fn restore_vmm<R: Read>(&mut self, state: &pvgpu_ctl::snapshot::State, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
+    fn restore_vmm<R: Read + Seek>(&mut self, state: &pvgpu_ctl::snapshot::State, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
         if state.physical.is_empty() && state.mappings.is_empty() {
             return Ok(());
         }
@@ -437,7 +453,7 @@ impl<E: Executor> Session<E> {
         r
     }
 
-    fn write_allocations<R: Read>(
+    fn write_allocations<R: Read + Seek>(
         &mut self,
         allocations: &[pvgpu_ctl::snapshot::Allocation],
         blobs: &mut Blobs<'_, R>,
@@ -448,6 +464,11 @@ impl<E: Executor> Session<E> {
             let len = blobs.start(a.blob)?;
             if len != a.length {
                 return Err(RestoreError::Inconsistent(format!("allocation {:#x}: {len} bytes for {}", a.address, a.length)));
+            }
+            if let Some(file) = blobs.file.filter(|_| blobs.reader.checked_before()) {
+                let at = blobs.reader.skip_part(len)?;
+                super::chunks::write_mapped(self, file, at, (a.ctx, a.address, len))?;
+                continue;
             }
             let mut off = 0;
             while off < len {

@@ -38,8 +38,8 @@ pub(super) fn snapshot(s: &mut Session<HostExecutor>, change: impl FnOnce(&mut M
 /// A new session rebuilt from `file`.
 pub(super) fn restore(file: &[u8]) -> Result<Session<HostExecutor>, super::RestoreError> {
     let mut s = Session::new(Arc::new(HostExecutor::new(64 << 20)), 2, SessionLimits::default());
-    let (mut r, meta) = Reader::open(file, file.len() as u64)?;
-    s.restore(&meta, &mut r, None)?;
+    let (mut r, meta) = Reader::open(std::io::Cursor::new(file), file.len() as u64)?;
+    s.restore(&meta, &mut r, None, None)?;
     r.finish()?;
     Ok(s)
 }

@@ -144,9 +144,9 @@ fn restore_from<E: Executor>(
     // handed to the guest only if the digest at the end agrees. A failure
     // drops the half-built session.
     let checked = crate::file_guard::unchanged(file);
-    let input = std::io::BufReader::with_capacity(8 << 20, &mut *file);
+    let input = std::io::BufReader::with_capacity(8 << 20, &*file);
     let (mut reader, meta) = if checked { Reader::open_checked(input, len)? } else { Reader::open(input, len)? };
-    let parts = session.restore(&meta, &mut reader, conn.area())?;
+    let parts = session.restore(&meta, &mut reader, conn.area(), Some(&*file))?;
     reader.finish()?;
     if checked && !crate::file_guard::unchanged(file) {
         return Err(RestoreFailure::Changed);

@@ -79,6 +79,28 @@ fn a_file_checked_in_parts_is_checked_whole() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// In a file read as checked, a blob's bytes may be skipped and taken from
+/// the file where the reader says they lie; never in one being hashed.
+#[test]
+fn skipped_bytes_are_where_the_reader_says() {
+    let file = encode(&sample(), &[b"hello", b"world!"]);
+    let (mut r, _) = Reader::open_checked(std::io::Cursor::new(&file[..]), file.len() as u64).unwrap();
+    assert!(r.checked_before());
+    assert_eq!(r.blob_start().unwrap(), 5);
+    let mut he = [0u8; 2];
+    r.blob_part(&mut he).unwrap();
+    let at = r.skip_part(3).unwrap() as usize;
+    assert_eq!(&file[at..at + 3], b"llo");
+    assert_eq!(r.blob_start().unwrap(), 6);
+    let at = r.skip_part(6).unwrap() as usize;
+    assert_eq!(&file[at..at + 6], b"world!");
+    assert!(r.skip_part(1).is_err(), "past the blob");
+    r.finish().unwrap();
+    let (mut r, _) = Reader::open(std::io::Cursor::new(&file[..]), file.len() as u64).unwrap();
+    r.blob_start().unwrap();
+    assert!(r.skip_part(5).is_err(), "a file being hashed is read whole");
+}
+
 /// A file read as checked skips the digest, and nothing else.
 #[test]
 fn a_checked_file_is_read_without_its_digest_and_still_bounded() {

@@ -63,6 +63,15 @@ impl ExecContext for CudaContext {
         ck(unsafe { sys::cuMemHostUnregister(ptr.cast()) })
     }
 
+    // SAFETY: the caller keeps the range mapped while it is pinned
+    // (`ExecContext::pin_read_only`).
+    unsafe fn pin_read_only(&mut self, ptr: *const u8, len: usize) -> CuRes<bool> {
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_READ_ONLY;
+        // SAFETY: mapped while pinned (above); READ_ONLY: the device only
+        // reads it, so a mapping without write access can be pinned.
+        ck(unsafe { sys::cuMemHostRegister_v2(ptr.cast_mut().cast(), len, flags) }).map(|()| true)
+    }
+
     fn synchronize(&mut self) -> CuRes<()> {
         // SAFETY: no arguments; acts on the current context.
         ck(unsafe { sys::cuCtxSynchronize() })
