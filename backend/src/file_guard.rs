@@ -20,6 +20,12 @@
 //! (`/proc/sys/fs/lease-break-time`, 45 s by default); the restore then
 //! hashes the file, and fails if it changed. The lease's owner is cleared,
 //! so its break sends this process no signal.
+//!
+//! A file kept so is also read where it lies: its device memory is mapped
+//! from it (`session::chunks::write_mapped`). A restore longer than the
+//! lease-break time, while a writer waits, could see the file cut under
+//! that mapping once the writer goes on; the worker would then fault (a
+//! worker process: its session ends, nothing else).
 
 use nix::fcntl::{FcntlArg, SealFlag, fcntl};
 use std::fs::File;
