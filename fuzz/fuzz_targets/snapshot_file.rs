@@ -6,11 +6,14 @@
 //! then everything), and `Reader` on the bytes as they are, past the digest
 //! check, so that the description and every length are fuzzed too.
 //!
-//! The `Reader` pass runs twice: whole blobs, and blobs read in parts as a
-//! restore reads device memory.
+//! The `Reader` pass runs three times: whole blobs; blobs read in parts as a
+//! restore reads device memory; and, as a worker reads a file kept as the
+//! backend checked it (no digest), blobs skipped where a restore maps
+//! device memory from the file.
 //!
 //! Checked besides "no panic": nothing read is longer than the input; a
-//! file that decodes encodes again to the same bytes.
+//! file that decodes encodes again to the same bytes; every skipped part
+//! lies within the input.
 
 #![no_main]
 
@@ -56,6 +59,30 @@ fuzz_target!(|data: &[u8]| {
             read += len;
         }
         assert!(read <= data.len() as u64);
+        let _ = r.finish();
+    }
+    // As a worker reads a file kept as checked: device memory skipped
+    // (taken from the file where the reader says), the rest read.
+    if let Ok((mut r, _meta)) = Reader::open_checked(std::io::Cursor::new(data), data.len() as u64) {
+        let mut chunk = [0u8; 1000];
+        'checked: while r.blobs_left() > 0 {
+            let Ok(len) = r.blob_start() else { break };
+            if len % 2 == 0 {
+                match r.skip_part(len) {
+                    Ok(at) => assert!(at.checked_add(len).is_some_and(|end| end <= data.len() as u64), "a part past the input"),
+                    Err(_) => break,
+                }
+                continue;
+            }
+            let mut off = 0;
+            while off < len {
+                let n = (len - off).min(chunk.len() as u64) as usize;
+                if r.blob_part(&mut chunk[..n]).is_err() {
+                    break 'checked;
+                }
+                off += n as u64;
+            }
+        }
         let _ = r.finish();
     }
 });
