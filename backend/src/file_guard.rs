@@ -45,13 +45,13 @@ pub fn seal(file: &File) -> std::io::Result<()> {
 /// granted it, that is, whether nothing had the file open for writing.
 pub fn lease(file: &File) -> bool {
     let fd = file.as_raw_fd();
-    // SAFETY: F_SETLEASE and F_SETOWN take integer arguments and act on
-    // `fd`, which `file` keeps open for the call; no memory is passed.
+    // SAFETY: F_SETLEASE takes an integer and acts on `fd`, which `file`
+    // keeps open for the call; no memory is passed.
     let leased = unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_RDLCK) } == 0;
     if leased {
         // No owner: a break sends no SIGIO (whose default would end the
         // process); it shows in `F_GETLEASE` instead.
-        // SAFETY: as above.
+        // SAFETY: F_SETOWN takes an integer and acts on the open `fd`.
         unsafe { libc::fcntl(fd, libc::F_SETOWN, 0) };
     } else {
         tracing::debug!(error = %std::io::Error::last_os_error(), "no read lease on a snapshot; its restore will hash it again");

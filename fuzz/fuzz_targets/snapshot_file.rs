@@ -20,6 +20,20 @@
 use libfuzzer_sys::fuzz_target;
 use pvgpu_ctl::snapshot::{self, Reader, Writer};
 
+/// Reads the `len` bytes of the blob started in parts of a chunk, as a
+/// restore reads device memory; whether all came.
+fn read_in_parts<R: std::io::Read>(r: &mut Reader<R>, len: u64, chunk: &mut [u8]) -> bool {
+    let mut off = 0;
+    while off < len {
+        let n = (len - off).min(chunk.len() as u64) as usize;
+        if r.blob_part(&mut chunk[..n]).is_err() {
+            return false;
+        }
+        off += n as u64;
+    }
+    true
+}
+
 fuzz_target!(|data: &[u8]| {
     if let Ok((meta, blobs)) = snapshot::decode(data) {
         assert!(blobs.iter().map(Vec::len).sum::<usize>() <= data.len());
@@ -46,15 +60,10 @@ fuzz_target!(|data: &[u8]| {
     if let Ok((mut r, _meta)) = Reader::open(data, data.len() as u64) {
         let mut chunk = [0u8; 1000];
         let mut read = 0u64;
-        'blobs: while r.blobs_left() > 0 {
+        while r.blobs_left() > 0 {
             let Ok(len) = r.blob_start() else { break };
-            let mut off = 0;
-            while off < len {
-                let n = (len - off).min(chunk.len() as u64) as usize;
-                if r.blob_part(&mut chunk[..n]).is_err() {
-                    break 'blobs;
-                }
-                off += n as u64;
+            if !read_in_parts(&mut r, len, &mut chunk) {
+                break;
             }
             read += len;
         }
@@ -65,22 +74,15 @@ fuzz_target!(|data: &[u8]| {
     // (taken from the file where the reader says), the rest read.
     if let Ok((mut r, _meta)) = Reader::open_checked(std::io::Cursor::new(data), data.len() as u64) {
         let mut chunk = [0u8; 1000];
-        'checked: while r.blobs_left() > 0 {
+        while r.blobs_left() > 0 {
             let Ok(len) = r.blob_start() else { break };
             if len % 2 == 0 {
                 match r.skip_part(len) {
                     Ok(at) => assert!(at.checked_add(len).is_some_and(|end| end <= data.len() as u64), "a part past the input"),
                     Err(_) => break,
                 }
-                continue;
-            }
-            let mut off = 0;
-            while off < len {
-                let n = (len - off).min(chunk.len() as u64) as usize;
-                if r.blob_part(&mut chunk[..n]).is_err() {
-                    break 'checked;
-                }
-                off += n as u64;
+            } else if !read_in_parts(&mut r, len, &mut chunk) {
+                break;
             }
         }
         let _ = r.finish();

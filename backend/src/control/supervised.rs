@@ -306,6 +306,7 @@ fn open_snapshot(path: &Path) -> Result<(File, snapshot::Meta), Refusal> {
 /// Checks a snapshot of `len` bytes: its digest, then its description.
 fn check_snapshot(file: &mut File, len: u64) -> Result<snapshot::Meta, (u16, String)> {
     snapshot::verify_file(file, len).map_err(|e| (422, e.to_string()))?;
+    // The check reads at offsets; the description from the start.
     file.rewind().map_err(|e| (400, e.to_string()))?;
     let (_, meta) = Reader::open(std::io::BufReader::new(&mut *file), len).map_err(|e| (422, e.to_string()))?;
     Ok(meta)
@@ -325,7 +326,6 @@ fn receive_snapshot(body: &mut dyn std::io::Read, len: Option<u64>) -> Result<(F
     }
     // Sealed before the check: what the worker reads is what was checked.
     crate::file_guard::seal(&file).map_err(|e| bad(500, format!("cannot seal the memory file: {e}")))?;
-    file.rewind().map_err(|e| bad(400, e.to_string()))?;
     let meta = check_snapshot(&mut file, len).map_err(|(status, why)| bad(status, why))?;
     Ok((file, meta))
 }

@@ -269,6 +269,7 @@ pub trait ExecContext: Send + 'static {
     /// # Safety
     /// `[ptr, ptr+len)` must stay mapped until [`ExecContext::unpin_host`]
     /// undoes it.
+    // SAFETY: the default touches no memory.
     unsafe fn pin_read_only(&mut self, _ptr: *const u8, _len: usize) -> CuRes<bool> {
         Ok(false)
     }
