@@ -97,9 +97,13 @@ pub struct CheckpointReport {
     pub state_bytes: u64,
     /// Bytes of the file.
     pub file_bytes: u64,
-    /// Seconds from the order to the report (waiting for the session's
-    /// call, then writing).
+    /// Seconds from the order to the report (room made for the file,
+    /// waiting for the session's call, then writing).
     pub seconds: f64,
+    /// Of those, seconds spent making room for the file before the
+    /// session was asked (it ran on meanwhile; not part of its pause).
+    #[serde(default)]
+    pub room_seconds: f64,
     /// Whether the session still runs here.
     pub left_running: bool,
 }

@@ -15,7 +15,9 @@
 //!    and it presents its token to the target, which rebuilds the session
 //!    and answers as a hello.
 //!
-//! The pause the program sees is the sum of the three, plus the rebuild in
+//! The pause the program sees is the sum of the three (less the room the
+//! source makes for the snapshot before it asks the session, which runs on
+//! meanwhile), plus the rebuild in
 //! the target's worker and the program's wait between tries (from 10 ms,
 //! backing off to 100 ms). [`wait_back`] waits for the session to serve its
 //! program at the target, and reports the whole pause with the rebuild's
@@ -95,6 +97,10 @@ pub struct MigrateReport {
     pub file_bytes: u64,
     /// Seconds from the request to the session detached and written.
     pub checkpoint_seconds: f64,
+    /// Of those, seconds the source spent making room for the snapshot
+    /// before it asked the session (which ran on meanwhile).
+    #[serde(default)]
+    pub room_seconds: f64,
     /// Seconds for the target to check and take the snapshot.
     pub restore_seconds: f64,
     /// Whether it went to the target as an upload (another host), not by
@@ -113,10 +119,11 @@ pub struct MigrateReport {
 /// A moved session back at work at the target.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Back {
-    /// Seconds from the checkpoint's order to the target listing the
-    /// session rebuilt, as this side's clock sees them (to within its 10 ms
-    /// looks): the program's pause, but for the first launches of its
-    /// kernels in the new process.
+    /// Seconds from the checkpoint's order to the session (the room made
+    /// for the snapshot before it, while the session ran, left out) to the
+    /// target listing the session rebuilt, as this side's clock sees them
+    /// (to within its 10 ms looks): the program's pause, but for the first
+    /// launches of its kernels in the new process.
     pub pause_seconds: f64,
     /// Of those, seconds after the move was recorded: the program's next
     /// try finding the target, and the rebuild.
@@ -160,6 +167,7 @@ pub fn migrate(
         state_bytes: written.state_bytes,
         file_bytes: written.file_bytes,
         checkpoint_seconds: (t1 - t0).as_secs_f64(),
+        room_seconds: written.room_seconds,
         restore_seconds: (t2 - t1).as_secs_f64(),
         uploaded,
         record_seconds: (t3 - t2).as_secs_f64(),
@@ -172,10 +180,11 @@ pub fn migrate(
 /// at `target` (its program's next call takes it back there), and fills
 /// `report.back`; leaves it `None` when the program made no call within
 /// `wait` (an idle program comes back at its next call). Call it right
-/// after [`migrate`]: the pause counts from the migration's start.
+/// after [`migrate`]: the pause counts from the migration's start, less
+/// the room made for the snapshot while the session still ran.
 pub fn wait_back(target: &Control, report: &mut MigrateReport, wait: Duration) {
     let t0 = Instant::now();
-    let before = report.checkpoint_seconds + report.restore_seconds + report.record_seconds;
+    let before = report.checkpoint_seconds - report.room_seconds + report.restore_seconds + report.record_seconds;
     let deadline = t0 + wait;
     loop {
         // The target's session restored from this one's snapshot, admitted

@@ -21,9 +21,11 @@ use sha2::{Digest as _, Sha256};
 use std::io::{self, Read, Write};
 
 mod graph;
+mod placed;
 mod state;
 
 pub use graph::{Body, ExecGraphRec, GraphRec, NodeKind, NodeRec, from_hex, hex};
+pub use placed::{FileWriter, make_room};
 pub use state::{
     Allocation, ArrayRec, Context, Device, Function, Global, LimitRec, Mapped, Meta, MirrorRec, Module, Physical, PoolRec, Queue,
     Reservation, State, TexObjectRec,
@@ -122,64 +124,20 @@ impl Checksum {
     }
 }
 
-/// A snapshot's digest computed apart from its [`Writer`] (on another
-/// thread than the one writing, say): [`Writer::unhashed`] gives it the
-/// file's head; its caller feeds it each blob as it hands the writer that
-/// blob ([`Digest::blob_start`] with the blob's length, then its bytes).
-pub struct Digest(Checksum);
-
-impl Digest {
-    /// Hashes the start of a blob of `len` bytes, as [`Writer::blob_start`]
-    /// writes it.
-    pub fn blob_start(&mut self, len: u64) {
-        self.0.update(&len.to_le_bytes());
-    }
-
-    /// Hashes bytes of the blob started.
-    pub fn update(&mut self, b: &[u8]) {
-        self.0.update(b);
-    }
-
-    /// Hashes a whole blob, as [`Writer::blob`] writes it.
-    pub fn blob(&mut self, b: &[u8]) {
-        self.blob_start(b.len() as u64);
-        self.update(b);
-    }
-
-    /// The digest of everything fed.
-    pub fn finalize(self) -> [u8; DIGEST] {
-        self.0.finalize()
-    }
-}
-
 /// Writes a snapshot: [`Writer::new`] with the description, one
 /// [`Writer::blob`] per blob in order, then [`Writer::finish`].
 pub struct Writer<W: Write> {
     out: W,
-    /// `None` for a writer whose digest is computed apart.
-    hash: Option<Checksum>,
+    hash: Checksum,
     left: u32,
-    /// Bytes still owed to the blob being written in parts.
-    owed: u64,
 }
 
 impl<W: Write> Writer<W> {
     /// Starts a snapshot of `meta` with `blobs` blobs to follow.
     pub fn new(out: W, meta: &Meta, blobs: u32) -> Result<Self, SnapshotError> {
-        let mut w = Writer { out, hash: Some(Checksum::of_version(VERSION)), left: blobs, owed: 0 };
+        let mut w = Writer { out, hash: Checksum::of_version(VERSION), left: blobs };
         w.head(meta, blobs)?;
         Ok(w)
-    }
-
-    /// [`Writer::new`] for a writer that hashes nothing: the [`Digest`]
-    /// returned, fed the head written, is the caller's to feed every blob
-    /// in the order it hands them to the writer; [`Writer::finish_with`]
-    /// then appends what it gives. Writing and hashing can so run at once,
-    /// on two threads, each at its own speed.
-    pub fn unhashed(out: W, meta: &Meta, blobs: u32) -> Result<(Self, Digest), SnapshotError> {
-        let mut w = Writer::new(out, meta, blobs)?;
-        let head = w.hash.take().unwrap_or_else(|| Checksum::of_version(VERSION));
-        Ok((w, Digest(head)))
     }
 
     fn head(&mut self, meta: &Meta, blobs: u32) -> Result<(), SnapshotError> {
@@ -193,48 +151,24 @@ impl<W: Write> Writer<W> {
 
     /// Appends the next blob.
     pub fn blob(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
-        self.blob_start(bytes.len() as u64)?;
-        self.blob_part(bytes)
-    }
-
-    /// Starts the next blob, of `len` bytes given by [`Writer::blob_part`].
-    pub fn blob_start(&mut self, len: u64) -> Result<(), SnapshotError> {
-        if self.owed != 0 {
-            return Err(SnapshotError::Malformed(format!("a blob left {} bytes short", self.owed)));
-        }
         self.left = self.left.checked_sub(1).ok_or_else(|| SnapshotError::Malformed("more blobs than announced".into()))?;
-        self.owed = len;
-        self.put(&len.to_le_bytes())
-    }
-
-    /// Appends bytes of the blob being written.
-    pub fn blob_part(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
-        self.owed =
-            self.owed.checked_sub(bytes.len() as u64).ok_or_else(|| SnapshotError::Malformed("a blob longer than it said".into()))?;
+        self.put(&(bytes.len() as u64).to_le_bytes())?;
         self.put(bytes)
     }
 
     /// Appends the digest; returns the output.
     pub fn finish(mut self) -> Result<W, SnapshotError> {
-        let hash = self.hash.take().ok_or_else(|| SnapshotError::Malformed("a digest computed apart, and none given".into()))?;
-        self.finish_with(hash.finalize())
-    }
-
-    /// Appends `digest` (that of a writer [`Writer::unhashed`], from its
-    /// [`Digest`]); returns the output.
-    pub fn finish_with(mut self, digest: [u8; DIGEST]) -> Result<W, SnapshotError> {
-        if self.left != 0 || self.owed != 0 {
+        if self.left != 0 {
             return Err(SnapshotError::Malformed(format!("{} blobs announced but not written", self.left)));
         }
+        let digest = self.hash.finalize();
         self.out.write_all(&digest)?;
         self.out.flush()?;
         Ok(self.out)
     }
 
     fn put(&mut self, b: &[u8]) -> Result<(), SnapshotError> {
-        if let Some(h) = &mut self.hash {
-            h.update(b);
-        }
+        self.hash.update(b);
         self.out.write_all(b)?;
         Ok(())
     }

@@ -44,6 +44,23 @@ impl Supervised {
     }
 }
 
+/// Room for the snapshot of a session holding `memory` bytes of device
+/// memory, made while it still runs: its pause is then for its copies, not
+/// for the file's pages (`pvgpu_ctl::snapshot::make_room`). A room too
+/// small only leaves the rest to be had as the file is written.
+fn make_room(file: &std::fs::File, memory: u64, id: u64) {
+    /// Room beyond the device memory, for module images and the rest.
+    const SLACK: u64 = 64 << 20;
+    let threads = std::thread::available_parallelism().map_or(4, |n| n.get().min(8));
+    let t = Instant::now();
+    match pvgpu_ctl::snapshot::make_room(file, memory + SLACK, threads) {
+        Ok(made) => {
+            tracing::info!(session = id, bytes = memory + SLACK, made, secs = t.elapsed().as_secs_f64(), "room made for a snapshot")
+        }
+        Err(e) => tracing::warn!(session = id, error = %e, "no room made for the snapshot; its pages come as it is written"),
+    }
+}
+
 fn absolute(file: &str) -> Result<PathBuf, Refusal> {
     let p = PathBuf::from(file);
     if p.is_absolute() { Ok(p) } else { Err(Refusal::new(400, format!("{file:?} is not an absolute path"))) }
@@ -59,6 +76,8 @@ impl Supervised {
         })?;
         let keep = file.try_clone().map_err(|e| Refusal::new(500, format!("cannot duplicate the file: {e}")))?;
         let t = Instant::now();
+        make_room(&file, self.roster.get(id).map_or(0, |s| s.memory_bytes), id);
+        let room_seconds = t.elapsed().as_secs_f64();
         let desk = self.spawner.desk();
         let done = desk.order(id, file, req.leave_running);
         // A session its spawner does not list yet (a worker serves as soon
@@ -79,6 +98,7 @@ impl Supervised {
                 state_bytes,
                 file_bytes: keep.metadata().map_or(0, |m| m.len()),
                 seconds: t.elapsed().as_secs_f64(),
+                room_seconds,
                 left_running: req.leave_running,
             }),
             Ok(Err(_)) => {

@@ -270,7 +270,7 @@ mod tests {
         };
         make_object(&mut s, &TexObjectCreate { ctx: ctx.into(), res, ..Default::default() }).unwrap();
         memory::mem_free(&mut s, proto::MemFree { dptr: d.into() }, &mut Io::internal(&mut out)).unwrap();
-        let refused = s.checkpoint(Vec::new(), "test", false);
+        let refused = super::super::snapshot_fixture::checkpoint(&mut s);
         assert!(matches!(refused, Err(super::super::CheckpointError::Unsupported(w)) if w.contains("freed")), "{refused:?}");
     }
 
@@ -280,7 +280,7 @@ mod tests {
         let mut out = Vec::new();
         let gone = proto::ArrayDestroy { handle: a.into(), ..Default::default() };
         array::array_destroy(&mut s, gone, &mut Io::internal(&mut out)).unwrap();
-        let refused = s.checkpoint(Vec::new(), "test", false);
+        let refused = super::super::snapshot_fixture::checkpoint(&mut s);
         assert!(matches!(refused, Err(super::super::CheckpointError::Unsupported(w)) if w.contains("freed")), "{refused:?}");
     }
 

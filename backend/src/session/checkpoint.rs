@@ -21,7 +21,6 @@ use super::{AllocKind, Session};
 use crate::exec::{ExecContext, Executor};
 use pvgpu_ctl::snapshot::{self, Allocation, Context, Device, Function, Global, Meta, Module, Queue, SnapshotError, State};
 use pvgpu_ring::CuError;
-use std::io::Write;
 use std::sync::Arc;
 
 /// Why a session could not be checkpointed (it goes on running).
@@ -70,6 +69,17 @@ struct Plan {
     bytes: u64,
 }
 
+impl Source {
+    /// Its bytes in the snapshot.
+    fn len(&self) -> u64 {
+        match self {
+            Source::Image(image) => image.len() as u64,
+            Source::Device { len, .. } => *len,
+            Source::Array(level) => level.len(),
+        }
+    }
+}
+
 impl Plan {
     fn blob(&mut self, s: Source) -> u32 {
         match &s {
@@ -83,10 +93,10 @@ impl Plan {
 }
 
 impl<E: Executor> Session<E> {
-    /// Writes the session's state to `out` as a snapshot for `peer`;
-    /// returns the bytes of device state written. `leaving`: the session
-    /// then leaves this backend, so it must be restorable.
-    pub fn checkpoint(&mut self, out: impl Write + Send, peer: &str, leaving: bool) -> Result<Taken, CheckpointError> {
+    /// Writes the session's state as a snapshot for `peer` into `file`,
+    /// new and empty; returns the bytes of device state written. `leaving`:
+    /// the session then leaves this backend, so it must be restorable.
+    pub fn checkpoint(&mut self, file: &std::fs::File, peer: &str, leaving: bool) -> Result<Taken, CheckpointError> {
         if self.token == [0; 16] {
             return Err(CheckpointError::NoToken);
         }
@@ -124,82 +134,75 @@ impl<E: Executor> Session<E> {
             state_bytes: plan.bytes,
             state: plan.state,
         };
-        // Device reads and the digest here, writing on a thread of its own
-        // that ends with the checkpoint, at once (hashing takes about as
-        // long as writing), through a few page-locked chunks that go back
-        // and forth.
-        let (w, mut digest) = snapshot::Writer::unhashed(out, &meta, plan.sources.len() as u32)?;
-        let (to_writer, parts) = std::sync::mpsc::sync_channel::<Part>(CHUNKS);
-        let (give_back, returned) = std::sync::mpsc::channel::<memmap2::MmapMut>();
-        std::thread::scope(|scope| {
-            let writer = scope.spawn(move || write_parts(w, parts, give_back));
-            let read = self.send_parts(&plan.sources, &mut digest, &to_writer, &returned);
-            if read.is_ok() {
-                let _ = to_writer.send(Part::Digest(digest.finalize()));
-            }
-            drop(to_writer);
-            let written = writer.join().unwrap_or_else(|_| Err(SnapshotError::Malformed("the snapshot writer failed".into())));
-            let device = read?;
-            written?;
-            Ok(Taken { bytes: plan.bytes, device_secs: device })
-        })
+        let lens = plan.sources.iter().map(Source::len).collect();
+        let mut w = snapshot::FileWriter::new(file, &meta, lens)?;
+        if leaving {
+            // This process ends with the session: threads of its own may
+            // hash (a worker that goes on must not gain mappings a restore
+            // of it would not have; see `Checksum::update_parallel`).
+            w = w.hash_on(std::thread::available_parallelism().map_or(4, |n| n.get().min(8)));
+        }
+        let device_secs = self.write_blobs(&plan.sources, &mut w)?;
+        w.finish()?;
+        Ok(Taken { bytes: plan.bytes, device_secs })
     }
 
-    /// Reads every blob's bytes in order and sends them to the writer;
-    /// returns the seconds spent reading the device.
-    fn send_parts(
-        &mut self,
-        sources: &[Source],
-        digest: &mut snapshot::Digest,
-        to_writer: &std::sync::mpsc::SyncSender<Part>,
-        returned: &std::sync::mpsc::Receiver<memmap2::MmapMut>,
-    ) -> Result<f64, CheckpointError> {
+    /// Writes every blob's bytes in order, device memory copied through a
+    /// few page-locked chunks that [`FileWriter::blob_through`] hashes and
+    /// writes on threads of its own while the next is copied; returns the
+    /// seconds spent reading the device.
+    ///
+    /// [`FileWriter::blob_through`]: snapshot::FileWriter::blob_through
+    fn write_blobs(&mut self, sources: &[Source], w: &mut snapshot::FileWriter<'_>) -> Result<f64, CheckpointError> {
         let mut staging = Chunks::default();
+        let mut chunks = Vec::new();
+        let started = std::time::Instant::now();
+        let (mut through, mut through_bytes) = (std::time::Duration::ZERO, 0u64);
         let r = (|| {
             let mut device = std::time::Duration::ZERO;
-            let gone = || CheckpointError::File(SnapshotError::Malformed("the snapshot writer stopped".into()));
             for s in sources {
                 match s {
-                    Source::Image(image) => {
-                        digest.blob(image);
-                        to_writer.send(Part::Image(image.clone())).map_err(|_| gone())?;
-                    }
+                    Source::Image(image) => w.blob(image)?,
                     Source::Array(level) => {
                         let t = std::time::Instant::now();
                         let bytes = super::array_moves::read(self, level).map_err(CheckpointError::Device)?;
                         device += t.elapsed();
-                        digest.blob(&bytes);
-                        to_writer.send(Part::Image(bytes.into())).map_err(|_| gone())?;
+                        w.blob(&bytes)?;
                     }
-                    Source::Device { ctx, addr, len } => {
-                        digest.blob_start(*len);
-                        to_writer.send(Part::Start(*len)).map_err(|_| gone())?;
-                        let mut off = 0;
-                        while off < *len {
-                            let n = (*len - off).min(CHUNK as u64) as usize;
-                            let mut buf = match returned.try_recv() {
-                                Ok(b) => b,
-                                Err(_) if staging.made < CHUNKS + 1 => staging.make().map_err(|e| CheckpointError::File(e.into()))?,
-                                Err(_) => returned.recv().map_err(|_| gone())?,
-                            };
-                            let t = std::time::Instant::now();
-                            staging.pin(self, *ctx, &mut buf).map_err(CheckpointError::Device)?;
-                            let c = self.enter(*ctx).map_err(CheckpointError::Device)?;
-                            // SAFETY: `buf` holds CHUNK >= n writable bytes and
-                            // the copy waits; the range lies in one of the
-                            // session's allocations.
-                            unsafe { c.dtoh(buf.as_mut_ptr(), addr + off, n, None, true) }.map_err(CheckpointError::Device)?;
-                            device += t.elapsed();
-                            digest.update(&buf[..n]);
-                            to_writer.send(Part::Bytes(buf, n)).map_err(|_| gone())?;
-                            off += n as u64;
+                    &Source::Device { ctx, addr, len } => {
+                        while chunks.len() < CHUNKS && (chunks.len() as u64) * (CHUNK as u64) < len {
+                            chunks.push(staging.make().map_err(|e| CheckpointError::File(e.into()))?);
                         }
+                        for c in &mut chunks {
+                            staging.pin(self, ctx, c).map_err(CheckpointError::Device)?;
+                        }
+                        let t = std::time::Instant::now();
+                        w.blob_through(len, &mut chunks, |buf, off| {
+                            let t = std::time::Instant::now();
+                            let c = self.enter(ctx).map_err(CheckpointError::Device)?;
+                            // SAFETY: `buf` is writable for its length and the
+                            // copy waits; the range lies in one of the
+                            // session's allocations.
+                            unsafe { c.dtoh(buf.as_mut_ptr(), addr + off, buf.len(), None, true) }.map_err(CheckpointError::Device)?;
+                            device += t.elapsed();
+                            Ok::<(), CheckpointError>(())
+                        })?;
+                        through += t.elapsed();
+                        through_bytes += len;
                     }
                 }
             }
             Ok(device.as_secs_f64())
         })();
         staging.unpin(self);
+        tracing::info!(
+            session = self.id,
+            device_bytes = through_bytes,
+            device_memory_secs = through.as_secs_f64(),
+            all_secs = started.elapsed().as_secs_f64(),
+            chunks = staging.made,
+            "snapshot blobs written"
+        );
         r
     }
 
@@ -336,38 +339,6 @@ impl<E: Executor> Session<E> {
     }
 }
 
-/// Chunks on their way to the writer at most.
-const CHUNKS: usize = 3;
-
-/// What the reading side sends the writer.
-enum Part {
-    Image(Arc<[u8]>),
-    Start(u64),
-    Bytes(memmap2::MmapMut, usize),
-    /// The digest of everything sent before, last.
-    Digest([u8; 32]),
-}
-
-/// Writes the parts in order, giving each chunk back, and ends the file
-/// with the digest that comes last; returns when the reading side hangs
-/// up (without a digest: it failed, and so does the file).
-fn write_parts<W: Write>(
-    mut w: snapshot::Writer<W>,
-    parts: std::sync::mpsc::Receiver<Part>,
-    give_back: std::sync::mpsc::Sender<memmap2::MmapMut>,
-) -> Result<(), SnapshotError> {
-    let mut digest = None;
-    for p in parts {
-        match p {
-            Part::Image(image) => w.blob(&image)?,
-            Part::Start(len) => w.blob_start(len)?,
-            Part::Bytes(buf, n) => {
-                w.blob_part(&buf[..n])?;
-                let _ = give_back.send(buf);
-            }
-            Part::Digest(d) => digest = Some(d),
-        }
-    }
-    let digest = digest.ok_or_else(|| SnapshotError::Malformed("the snapshot's reading side stopped".into()))?;
-    w.finish_with(digest).map(drop)
-}
+/// Page-locked chunks a checkpoint copies through at most: one filled
+/// while the others are hashed and written.
+const CHUNKS: usize = 4;

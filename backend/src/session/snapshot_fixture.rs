@@ -25,14 +25,22 @@ pub(super) fn session() -> (Session<HostExecutor>, u64) {
 
 /// The session's snapshot, its description changed by `change`.
 pub(super) fn snapshot(s: &mut Session<HostExecutor>, change: impl FnOnce(&mut Meta)) -> Vec<u8> {
-    let mut file = Vec::new();
-    s.checkpoint(&mut file, "test", false).unwrap();
+    let file = checkpoint(s).unwrap();
     let (mut r, mut meta) = Reader::open(&file[..], file.len() as u64).unwrap();
     change(&mut meta);
     let blobs: Vec<Vec<u8>> = (0..r.blobs_left()).map(|_| r.blob().unwrap()).collect();
     let mut w = Writer::new(Vec::new(), &meta, blobs.len() as u32).unwrap();
     blobs.iter().for_each(|b| w.blob(b).unwrap());
     w.finish().unwrap()
+}
+
+/// The session's snapshot as it writes it into a file.
+pub(super) fn checkpoint(s: &mut Session<HostExecutor>) -> Result<Vec<u8>, super::CheckpointError> {
+    let file = std::fs::File::from(nix::sys::memfd::memfd_create("pvgpu-test", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap());
+    s.checkpoint(&file, "test", false)?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut &file, &mut bytes).unwrap();
+    Ok(bytes)
 }
 
 /// A new session rebuilt from `file`.

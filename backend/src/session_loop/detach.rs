@@ -11,7 +11,7 @@ use crate::session::Session;
 use pvgpu_ctl::snapshot::{self, Reader};
 use pvgpu_ring::proto::{Body, Header, Opcode, Resume};
 use pvgpu_ring::{CuError, CuResult};
-use std::io::{BufWriter, Seek, Write};
+use std::io::{Seek, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -26,7 +26,7 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
     let Some(broker) = &limits.ipc else { return false };
     let Some((mut file, stay)) = broker.checkpoint_order() else { return false };
     let t = Instant::now();
-    let written = session.checkpoint(BufWriter::with_capacity(8 << 20, &mut file), peer, !stay).and_then(|n| {
+    let written = session.checkpoint(&file, peer, !stay).and_then(|n| {
         let written = t.elapsed().as_secs_f64();
         file.sync_all().map_err(|e| crate::session::CheckpointError::File(e.into()))?;
         Ok((n, written))

@@ -2,6 +2,7 @@
 //! hostile files.
 
 use super::*;
+use std::fs::File;
 
 /// Large parts hashed on several threads give the digest of one
 /// thread, in any split: files stay readable across builds.
@@ -38,22 +39,70 @@ fn encode(meta: &Meta, blobs: &[&[u8]]) -> Vec<u8> {
     w.finish().unwrap()
 }
 
-/// A digest computed apart, fed as the writer is, gives the file
-/// [`Writer::new`] writes.
+/// A snapshot written in place is the file the streaming writer writes,
+/// byte for byte: blobs through chunks (more chunks than there are
+/// buffers, and a short last one), blobs at hand, in any mix, hashed on a
+/// pool or alone; into room made before, longer than the file; and into a
+/// file that cannot be mapped.
 #[test]
-fn a_digest_computed_apart_gives_the_same_file() {
-    let (mut w, mut d) = Writer::unhashed(Vec::new(), &sample(), 2).unwrap();
-    w.blob(b"hel").unwrap();
-    d.blob(b"hel");
-    w.blob_start(2).unwrap();
-    d.blob_start(2);
-    w.blob_part(b"lo").unwrap();
-    d.update(b"lo");
-    assert_eq!(w.finish_with(d.finalize()).unwrap(), encode(&sample(), &[b"hel", b"lo"]));
-    let (w, _) = Writer::unhashed(Vec::new(), &sample(), 0).unwrap();
-    assert!(w.finish().is_err(), "a writer that hashes nothing has no digest of its own");
-    let (w, d) = Writer::unhashed(Vec::new(), &sample(), 1).unwrap();
-    assert!(w.finish_with(d.finalize()).is_err(), "a blob missing");
+fn a_snapshot_written_in_place_is_the_same_file() {
+    const CHUNK: usize = 1 << 20;
+    let big: Vec<u8> = (0..(CHUNK as u32 * 7 + 12345) / 4).flat_map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes()).collect();
+    let path = std::env::temp_dir().join(format!("pvgpu-placed-{}", std::process::id()));
+    for (threads, mapped) in [(None, true), (Some(3), true), (None, false)] {
+        let memfd = File::from(nix::sys::memfd::memfd_create("pvgpu-placed", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap());
+        // A file open for writing only cannot be mapped: written with pwrite.
+        let write_only = || std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&path).unwrap();
+        let file = if mapped { memfd.try_clone().unwrap() } else { write_only() };
+        if mapped {
+            assert!(make_room(&file, 64 << 20, 4).unwrap(), "a memory file is tmpfs");
+        }
+        let mut w = FileWriter::new(&file, &sample(), vec![3, big.len() as u64, 0, 4]).unwrap();
+        if let Some(n) = threads {
+            w = w.hash_on(n);
+        }
+        w.blob(b"hel").unwrap();
+        let mut chunks: Vec<memmap2::MmapMut> = (0..3).map(|_| memmap2::MmapMut::map_anon(CHUNK).unwrap()).collect();
+        let mut parts = Vec::new();
+        w.blob_through::<SnapshotError>(big.len() as u64, &mut chunks, |buf, off| {
+            parts.push((off, buf.len()));
+            buf.copy_from_slice(&big[off as usize..off as usize + buf.len()]);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(parts.len(), 8);
+        assert_eq!(parts[7], (7 * CHUNK as u64, big.len() - 7 * CHUNK));
+        assert_eq!(chunks.len(), 3, "the chunks come back");
+        w.blob_through::<SnapshotError>(0, &mut chunks, |_, _| panic!("an empty blob has no chunk")).unwrap();
+        w.blob(b"tail").unwrap();
+        let len = w.finish().unwrap();
+        let file = if mapped { file } else { File::open(&path).unwrap() };
+        let mut written = Vec::new();
+        std::io::Read::read_to_end(&mut &file, &mut written).unwrap();
+        assert_eq!(len, written.len() as u64, "the room beyond the snapshot given back");
+        assert!(written == encode(&sample(), &[b"hel", &big, b"", b"tail"]), "the same bytes");
+        verify_file(&file, len).unwrap();
+    }
+    let _ = std::fs::remove_file(&path);
+    let file = File::from(nix::sys::memfd::memfd_create("pvgpu-placed", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap());
+    let mut w = FileWriter::new(&file, &sample(), vec![3]).unwrap();
+    assert!(w.blob(b"hello").is_err(), "a blob of another length than announced");
+    let w = FileWriter::new(&file, &sample(), vec![3]).unwrap();
+    assert!(w.finish().is_err(), "a blob missing");
+    let mut w = FileWriter::new(&file, &sample(), vec![]).unwrap();
+    assert!(w.blob(b"x").is_err(), "more blobs than announced");
+    let mut chunks: Vec<memmap2::MmapMut> = Vec::new();
+    let mut w = FileWriter::new(&file, &sample(), vec![8]).unwrap();
+    assert!(w.blob_through::<SnapshotError>(8, &mut chunks, |_, _| Ok(())).is_err(), "no chunk");
+    chunks.push(memmap2::MmapMut::map_anon(4).unwrap());
+    let mut w = FileWriter::new(&file, &sample(), vec![12]).unwrap();
+    let mut calls = 0;
+    let failed = w.blob_through(12, &mut chunks, |_, _| {
+        calls += 1;
+        if calls == 2 { Err(SnapshotError::Malformed("the device failed".into())) } else { Ok(()) }
+    });
+    assert!(matches!(failed, Err(SnapshotError::Malformed(m)) if m == "the device failed"), "a fill's error is the blob's");
+    assert_eq!(chunks.len(), 1, "the chunk comes back after a failure too");
 }
 
 /// A file checked on several threads gives what one reader gives: its
