@@ -18,8 +18,9 @@
 //! The pause the program sees is the sum of the three (less the room the
 //! source makes for the snapshot before it asks the session, which runs on
 //! meanwhile), plus the rebuild in
-//! the target's worker and the program's wait between tries (from 10 ms,
-//! backing off to 100 ms). [`wait_back`] waits for the session to serve its
+//! the target's worker and the program's way to it (a try waits at the
+//! backend up to 500 ms for the move to be recorded, and is sent on at
+//! once). [`wait_back`] waits for the session to serve its
 //! program at the target, and reports the whole pause with the rebuild's
 //! parts, as the target's worker measured them.
 

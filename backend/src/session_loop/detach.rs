@@ -59,12 +59,22 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
     }
 }
 
+/// How long a `Resume` for a session that is not here waits for it to be
+/// parked here or its move recorded, before it is answered
+/// `CUDA_ERROR_NOT_FOUND` (the guest then tries again): a guest whose
+/// session is on its way is answered as soon as it can be, and a pause
+/// costs a few connections, not one each 100 ms.
+const RESUME_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+/// How often it looks meanwhile.
+const RESUME_LOOK: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Serves a connection's opening `Resume` (header `h`, `payload`): the
 /// session parked under its token, rebuilt in `session`, answered as a
-/// hello is. A token no parked session of this peer holds is answered
-/// `CUDA_ERROR_NOT_FOUND` (the frontend retries while its session is on
-/// its way back), or with the other backend's address where the session
-/// moved ([`pvgpu_ring::proto::STATUS_MOVED`]); either ends the connection.
+/// hello is. A token no parked session of this peer holds, within
+/// [`RESUME_WAIT`], is answered `CUDA_ERROR_NOT_FOUND` (the frontend
+/// retries while its session is on its way back), or with the other
+/// backend's address where the session moved
+/// ([`pvgpu_ring::proto::STATUS_MOVED`]); either ends the connection.
 pub(super) fn resume<E: Executor>(
     session: &mut Session<E>,
     conn: &mut dyn Conn,
@@ -76,14 +86,28 @@ pub(super) fn resume<E: Executor>(
     let r = Resume::decode(Opcode::Resume, payload).map_err(|e| Broken::Session(e.into()))?;
     let proto = pvgpu_ring::proto::PROTOCOL_VERSION;
     let t = Instant::now();
-    let outcome = if r.min_version.get() > proto || r.max_version.get() < proto {
+    let moved_to = || limits.ipc.as_ref().and_then(|b| b.moved_to(&r.token));
+    let mut outcome = if r.min_version.get() > proto || r.max_version.get() < proto {
         Err(CuError::NOT_SUPPORTED)
     } else {
         take_back(session, conn, limits, &r.token)
     };
+    // A session on its way (its checkpoint being written, handed to the
+    // other backend, restored here): the guest is answered once it is
+    // parked here or its move is recorded, not at its next try.
+    let until = t + RESUME_WAIT;
+    let mut moved = None;
+    while outcome == Err(CuError::NOT_FOUND) && Instant::now() < until && !stop.load(Ordering::Relaxed) {
+        moved = moved_to();
+        if moved.is_some() {
+            break;
+        }
+        std::thread::sleep(RESUME_LOOK);
+        outcome = take_back(session, conn, limits, &r.token);
+    }
     // A session that moved to another backend: the guest is told where.
     if outcome == Err(CuError::NOT_FOUND)
-        && let Some(to) = limits.ipc.as_ref().and_then(|b| b.moved_to(&r.token))
+        && let Some(to) = moved.or_else(moved_to)
     {
         let status = CuResult(pvgpu_ring::proto::STATUS_MOVED);
         conn.send(&h.reply(status, to.len()), to.as_bytes(), stop)?;
