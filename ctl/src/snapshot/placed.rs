@@ -23,13 +23,20 @@ pub struct FileWriter<'f> {
     total: u64,
     /// Threads that hash each window together, where the writer has some.
     pool: Option<rayon::ThreadPool>,
+    /// Whether the file's blocks (a tmpfs file's pages) are had for the
+    /// whole snapshot: only then is it written through a mapping, where a
+    /// file system out of space would fault the writer (`SIGBUS`) rather
+    /// than fail a write.
+    reserved: bool,
 }
 
 impl<'f> FileWriter<'f> {
     /// Starts a snapshot of `meta` whose blobs have the lengths `lens`, in
     /// order: the head is written and the file sized for the whole
-    /// snapshot (room made before, [`make_room`], is kept up to that
-    /// length; other pages are had as the blobs fill them).
+    /// snapshot, its blocks had (room made before, [`make_room`], is kept
+    /// up to that length; the rest is allocated here). A file system out of
+    /// space fails here, by name; one that cannot allocate ahead is then
+    /// written with `pwrite`, never through a mapping.
     pub fn new(file: &'f File, meta: &Meta, lens: Vec<u64>) -> Result<FileWriter<'f>, SnapshotError> {
         let json = serde_json::to_vec(meta)?;
         let count = u32::try_from(lens.len()).map_err(|_| SnapshotError::Malformed(format!("{} blobs", lens.len())))?;
@@ -43,11 +50,26 @@ impl<'f> FileWriter<'f> {
         let total = body
             .and_then(|b| b.checked_add(DIGEST as u64))
             .ok_or_else(|| SnapshotError::Malformed("blobs longer than a file can be".into()))?;
+        // Room made before (`make_room`) is as long as the file is: blocks
+        // for every byte beyond it, or no mapping.
+        let room = file.metadata()?.len().min(total);
         file.set_len(total)?;
+        let rest = (total - room) as i64;
+        let reserved = rest == 0
+            || match nix::fcntl::fallocate(file, nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE, room as i64, rest) {
+                Ok(()) => true,
+                Err(nix::errno::Errno::ENOSPC) => {
+                    return Err(SnapshotError::Io(std::io::Error::new(
+                        std::io::ErrorKind::StorageFull,
+                        format!("no room for a snapshot of {total} bytes where it is written"),
+                    )));
+                }
+                Err(_) => false,
+            };
         file.write_all_at(&head, 0)?;
         let mut hash = Checksum::of_version(VERSION);
         hash.update(&head);
-        Ok(FileWriter { file, hash, pos: head.len() as u64, lens: lens.into_iter(), total, pool: None })
+        Ok(FileWriter { file, hash, pos: head.len() as u64, lens: lens.into_iter(), total, pool: None, reserved })
     }
 
     /// Hashes each chunk on `threads` threads of the writer's own, which
@@ -92,10 +114,13 @@ impl<'f> FileWriter<'f> {
         let lead = (at % page) as usize;
         let span = usize::try_from(len).map_err(|_| SnapshotError::Malformed(format!("a blob of {len} bytes")))? + lead;
         // SAFETY: a shared mapping of pages of this snapshot's file, which
-        // `new` sized to hold the blob; the file is the writer's (new and
-        // owner-only) and nothing else writes, cuts or maps it meanwhile.
-        let mut map = unsafe { memmap2::MmapOptions::new().offset(at - lead as u64).len(span).populate().map_mut(self.file) }.ok();
-        // A file system that maps no files is written with `pwrite`.
+        // `new` sized to hold the blob and had every block of; the file is
+        // the writer's (new and owner-only) and nothing else writes, cuts or
+        // maps it meanwhile.
+        let mapped = || unsafe { memmap2::MmapOptions::new().offset(at - lead as u64).len(span).populate().map_mut(self.file) };
+        // A file without its blocks had, or on a file system that maps no
+        // files, is written with `pwrite`.
+        let mut map = if self.reserved { mapped().ok() } else { None };
         let file = self.file;
         let (hash, pool) = (&mut self.hash, self.pool.as_ref());
         let broke = || SnapshotError::Malformed("writing a snapshot's blob failed".into());
@@ -200,7 +225,8 @@ impl<'f> FileWriter<'f> {
 /// takes at about 2-2.5 GB/s (measured on an H200 host), they are taken on
 /// `threads` threads at once, each faulting its part in; elsewhere the
 /// blocks are allocated (`fallocate`), where the file system can. Returns
-/// whether the pages are there.
+/// whether the pages are there; the file is then `len` bytes long (and
+/// empty again where they are not).
 pub fn make_room(file: &File, len: u64, threads: usize) -> std::io::Result<bool> {
     use nix::sys::statfs::{TMPFS_MAGIC, fstatfs};
     if len == 0 {
@@ -210,6 +236,12 @@ pub fn make_room(file: &File, len: u64, threads: usize) -> std::io::Result<bool>
         return Ok(nix::fcntl::fallocate(file, nix::fcntl::FallocateFlags::empty(), 0, len as i64).is_ok());
     }
     file.set_len(len)?;
+    // The room is as long as the file only once every page of it is had
+    // (`FileWriter::new` counts on it).
+    let cut = |e: std::io::Error| {
+        let _ = file.set_len(0);
+        e
+    };
     let page = 2 << 20;
     let part = len.div_ceil(threads.max(1) as u64).next_multiple_of(page);
     let parts: Vec<(u64, u64)> = (0..len).step_by(part as usize).map(|at| (at, part.min(len - at))).collect();
@@ -228,6 +260,7 @@ pub fn make_room(file: &File, len: u64, threads: usize) -> std::io::Result<bool>
             })
             .collect();
         faulting.into_iter().try_for_each(|f| f.join().unwrap_or_else(|_| Err(std::io::Error::other("a thread failed"))))
-    })?;
+    })
+    .map_err(cut)?;
     Ok(true)
 }

@@ -42,20 +42,22 @@ fn encode(meta: &Meta, blobs: &[&[u8]]) -> Vec<u8> {
 /// A snapshot written in place is the file the streaming writer writes,
 /// byte for byte: blobs through chunks (more chunks than there are
 /// buffers, and a short last one), blobs at hand, in any mix, hashed on a
-/// pool or alone; into room made before, longer than the file; and into a
-/// file that cannot be mapped.
+/// pool or alone; into room made before, longer than the file or shorter;
+/// and into a file that cannot be mapped.
 #[test]
 fn a_snapshot_written_in_place_is_the_same_file() {
     const CHUNK: usize = 1 << 20;
     let big: Vec<u8> = (0..(CHUNK as u32 * 7 + 12345) / 4).flat_map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes()).collect();
     let path = std::env::temp_dir().join(format!("pvgpu-placed-{}", std::process::id()));
-    for (threads, mapped) in [(None, true), (Some(3), true), (None, false)] {
+    // Room for the whole snapshot and more, for part of it, none.
+    for (threads, mapped, room) in [(None, true, 64 << 20), (Some(3), true, 1 << 20), (None, false, 0)] {
         let memfd = File::from(nix::sys::memfd::memfd_create("pvgpu-placed", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap());
         // A file open for writing only cannot be mapped: written with pwrite.
         let write_only = || std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&path).unwrap();
         let file = if mapped { memfd.try_clone().unwrap() } else { write_only() };
-        if mapped {
-            assert!(make_room(&file, 64 << 20, 4).unwrap(), "a memory file is tmpfs");
+        if room > 0 {
+            assert!(make_room(&file, room, 4).unwrap(), "a memory file is tmpfs");
+            assert_eq!(file.metadata().unwrap().len(), room);
         }
         let mut w = FileWriter::new(&file, &sample(), vec![3, big.len() as u64, 0, 4]).unwrap();
         if let Some(n) = threads {
