@@ -176,7 +176,7 @@ impl<E: Executor> Session<E> {
                         for c in &mut chunks {
                             staging.pin(self, ctx, c).map_err(CheckpointError::Device)?;
                         }
-                        let t = std::time::Instant::now();
+                        let blob = std::time::Instant::now();
                         w.blob_through(len, &mut chunks, |buf, off| {
                             let t = std::time::Instant::now();
                             let c = self.enter(ctx).map_err(CheckpointError::Device)?;
@@ -187,7 +187,7 @@ impl<E: Executor> Session<E> {
                             device += t.elapsed();
                             Ok::<(), CheckpointError>(())
                         })?;
-                        through += t.elapsed();
+                        through += blob.elapsed();
                         through_bytes += len;
                     }
                 }

@@ -21,7 +21,7 @@ pub struct FileWriter<'f> {
     lens: std::vec::IntoIter<u64>,
     /// The file's length once finished.
     total: u64,
-    /// Threads that hash each window together, where the writer has some.
+    /// Threads that hash each chunk together, where the writer has some.
     pool: Option<rayon::ThreadPool>,
     /// Whether the file's blocks (a tmpfs file's pages) are had for the
     /// whole snapshot: only then is it written through a mapping, where a
