@@ -250,12 +250,13 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 let how = if r.left_running { "still runs here" } else { "left this backend; its program waits for `pvgpu-ctl restore`" };
                 println!(
-                    "session {} checkpointed to {}: {} of device state, {} file, {:.3} s; it {how}",
+                    "session {} checkpointed to {}: {} of device state, {} file, {:.3} s (of which {:.3} s making room for the file while the session ran); it {how}",
                     r.session,
                     r.file,
                     bytes(r.state_bytes),
                     bytes(r.file_bytes),
-                    r.seconds
+                    r.seconds,
+                    r.room_seconds
                 );
             }
         }
