@@ -297,6 +297,48 @@ pub(crate) fn a_gpu_session_does_not_leave(h: &Harness, c: &Client, ctx: pvgpu_f
     c.ctx_synchronize(ctx).unwrap();
 }
 
+/// A program whose session left takes it back on the try that is waiting
+/// when the snapshot is restored: the backend holds a `Resume` for a
+/// session not there yet until it is (or for 500 ms), rather than answer
+/// it at once and leave the program to find it at its next try. Session
+/// numbers count the connections: each try is one.
+pub(crate) fn a_waiting_resume_takes_its_session_when_it_comes(t: Transport) {
+    let h = Harness::start();
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    if h.exec == ExecKind::Cuda {
+        return a_gpu_session_does_not_leave(&h, &c, g.ctx);
+    }
+    let buf = c.mem_alloc(g.ctx, 4096).unwrap();
+    c.memcpy_htod(buf, &[9u8; 4096]).unwrap();
+    let ctl = h.control().unwrap();
+    let id = ctl.sessions().unwrap()[0].id;
+    let dir = TempDir::new("checkpoint");
+    let file = dir.0.join("waited.pvgpu");
+    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
+    std::thread::scope(|s| {
+        let taken = s.spawn(|| ctl.checkpoint(id, &req));
+        call_while(&c, g.ctx, || c.detached() || taken.is_finished());
+        taken.join().unwrap().unwrap();
+    });
+    assert!(c.detached());
+    // The program's next call tries to take its session back; the snapshot
+    // comes 300 ms later, while that try waits (backing off from 10 ms, a
+    // program answered at once would have tried five or six times by then).
+    let mut back = [0u8; 4096];
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            ctl.restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
+        });
+        c.memcpy_dtoh(&mut back, buf).unwrap();
+    });
+    assert_eq!(back, [9u8; 4096]);
+    let now = ctl.sessions().unwrap();
+    let tries = now.iter().map(|s| s.id).max().unwrap() - id;
+    assert!(tries <= 2, "{tries} connections to take one session back");
+}
+
 /// `--leave-running`: the snapshot is written and the program never
 /// notices, also when it makes no call (over shared memory); a snapshot is
 /// taken back only by its own peer, once.
