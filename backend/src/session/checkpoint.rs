@@ -180,9 +180,8 @@ impl<E: Executor> Session<E> {
                         w.blob_through(len, &mut chunks, |buf, off| {
                             let t = std::time::Instant::now();
                             let c = self.enter(ctx).map_err(CheckpointError::Device)?;
-                            // SAFETY: `buf` is writable for its length and the
-                            // copy waits; the range lies in one of the
-                            // session's allocations.
+                            // SAFETY: `buf` is writable for its length, the copy waits,
+                            // and the range lies in one of the session's allocations.
                             unsafe { c.dtoh(buf.as_mut_ptr(), addr + off, buf.len(), None, true) }.map_err(CheckpointError::Device)?;
                             device += t.elapsed();
                             Ok::<(), CheckpointError>(())

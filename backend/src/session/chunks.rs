@@ -74,17 +74,15 @@ pub(super) fn write_mapped<E: Executor>(
         let n = (len - off).min(CHUNK as u64) as usize;
         let start = at + off;
         let lead = (start % page) as usize;
-        // SAFETY: a read-only mapping of a file sealed against writes, or
-        // held under a read lease no writer has broken (the caller checked):
-        // nothing changes or cuts it while it is mapped here.
+        // A file sealed, or under a read lease no writer broke (the caller checked).
+        // SAFETY: read-only, of a file nothing changes or cuts while it is mapped here.
         let map = unsafe { memmap2::MmapOptions::new().offset(start - lead as u64).len(lead + n).populate().map(file) }
             .map_err(|e| RestoreError::File(e.into()))?;
         let c = s.enter(ctx).map_err(failed)?;
         // SAFETY: the mapping lives until after the unpin below.
         let pinned = unsafe { c.pin_read_only(map.as_ptr(), map.len()) }.unwrap_or(false);
-        // SAFETY: `lead + n` bytes are mapped and readable from the
-        // mapping's start; the copy waits; the device range was made for
-        // these bytes.
+        // SAFETY: `lead + n` bytes are mapped and readable from the mapping's
+        // start; the copy waits; the device range was made for these bytes.
         let copied = unsafe { c.htod(addr + off, map.as_ptr().add(lead), n, None, true) };
         if pinned {
             let _ = c.unpin_host(map.as_ptr().cast_mut());

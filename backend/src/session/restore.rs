@@ -158,7 +158,7 @@ impl<E: Executor> Session<E> {
             )));
         }
         self.set_space(meta.space);
-        let mut phases = Phases::start();
+        let mut lap = Lap(std::time::Instant::now());
         self.hello = true;
         self.initialized = state.initialized;
         for c in &state.contexts {
@@ -177,24 +177,24 @@ impl<E: Executor> Session<E> {
         if let Some(first) = state.contexts.first() {
             super::area_pin::at_new_context(self, first.id, area);
         }
-        phases.contexts = phases.lap();
+        let contexts = lap.split();
         // The session's addresses first, then what the driver places.
         super::vmm::rebuild_reservations(self, &state.reservations)?;
         self.restore_memory(&state.allocations, &mut blobs)?;
         self.restore_vmm(state, &mut blobs)?;
-        phases.memory = phases.lap();
+        let memory = lap.split();
         self.restore_in_order(state, &mut blobs)?;
-        phases.modules = phases.lap();
+        let modules = lap.split();
         self.restore_mirrors(&state.mirrors, &mut blobs)?;
         self.restore_arrays(state, &mut blobs)?;
         super::graph::rebuild(self, &state.graphs, &state.graph_execs)?;
-        phases.graphs = phases.lap();
+        let parts = Rebuilt { contexts, memory, modules, graphs: lap.split() };
         tracing::info!(
             session = self.id(),
-            contexts_secs = phases.contexts,
-            memory_secs = phases.memory,
-            modules_secs = phases.modules,
-            graphs_secs = phases.graphs,
+            contexts_secs = parts.contexts.as_secs_f64(),
+            memory_secs = parts.memory.as_secs_f64(),
+            modules_secs = parts.modules.as_secs_f64(),
+            graphs_secs = parts.graphs.as_secs_f64(),
             modules = state.modules.len(),
             allocations = state.allocations.len() + state.mappings.len(),
             "session rebuilt from its snapshot"
@@ -208,7 +208,7 @@ impl<E: Executor> Session<E> {
             return Err(RestoreError::Quota(self.charged()));
         }
         self.settle();
-        Ok(phases.rebuilt())
+        Ok(parts)
     }
 
     /// Modules, streams, events and arrays (empty), made again in the
@@ -509,31 +509,16 @@ pub struct Rebuilt {
     pub graphs: std::time::Duration,
 }
 
-/// How long each part of a rebuild took, in seconds (as [`Rebuilt`]).
-struct Phases {
-    last: std::time::Instant,
-    contexts: f64,
-    memory: f64,
-    modules: f64,
-    graphs: f64,
-}
+/// Time since the last look.
+struct Lap(std::time::Instant);
 
-impl Phases {
-    fn start() -> Phases {
-        Phases { last: std::time::Instant::now(), contexts: 0.0, memory: 0.0, modules: 0.0, graphs: 0.0 }
-    }
-
-    fn rebuilt(&self) -> Rebuilt {
-        let d = std::time::Duration::from_secs_f64;
-        Rebuilt { contexts: d(self.contexts), memory: d(self.memory), modules: d(self.modules), graphs: d(self.graphs) }
-    }
-
-    /// Seconds since the last lap.
-    fn lap(&mut self) -> f64 {
+impl Lap {
+    /// Time since the last call (or since it was made).
+    fn split(&mut self) -> std::time::Duration {
         let now = std::time::Instant::now();
-        let secs = (now - self.last).as_secs_f64();
-        self.last = now;
-        secs
+        let took = now - self.0;
+        self.0 = now;
+        took
     }
 }
 

@@ -113,10 +113,9 @@ impl<'f> FileWriter<'f> {
         let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().map_or(4096, |p| p as u64);
         let lead = (at % page) as usize;
         let span = usize::try_from(len).map_err(|_| SnapshotError::Malformed(format!("a blob of {len} bytes")))? + lead;
-        // SAFETY: a shared mapping of pages of this snapshot's file, which
-        // `new` sized to hold the blob and had every block of; the file is
-        // the writer's (new and owner-only) and nothing else writes, cuts or
-        // maps it meanwhile.
+        // The file is the writer's (new, owner-only); `new` sized it for the blob
+        // and had every block of it.
+        // SAFETY: nothing else writes, cuts or maps the file meanwhile.
         let mapped = || unsafe { memmap2::MmapOptions::new().offset(at - lead as u64).len(span).populate().map_mut(self.file) };
         // A file without its blocks had, or on a file system that maps no
         // files, is written with `pwrite`.
@@ -250,10 +249,8 @@ pub fn make_room(file: &File, len: u64, threads: usize) -> std::io::Result<bool>
             .iter()
             .map(|&(at, n)| {
                 s.spawn(move || {
-                    // SAFETY: a shared mapping of the new snapshot file this
-                    // process made and holds, sized above; nothing else maps
-                    // or cuts it meanwhile, and nothing is read or written
-                    // through it here (the kernel faults its pages in).
+                    // The new snapshot file, sized above; only the kernel touches the mapping.
+                    // SAFETY: nothing else maps or cuts the file meanwhile.
                     let map = unsafe { memmap2::MmapOptions::new().offset(at).len(n as usize).map_mut(file) }?;
                     map.advise(memmap2::Advice::PopulateWrite)
                 })
