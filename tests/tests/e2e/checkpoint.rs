@@ -315,12 +315,7 @@ pub(crate) fn a_waiting_resume_takes_its_session_when_it_comes(t: Transport) {
     let id = ctl.sessions().unwrap()[0].id;
     let dir = TempDir::new("checkpoint");
     let file = dir.0.join("waited.pvgpu");
-    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
-    std::thread::scope(|s| {
-        let taken = s.spawn(|| ctl.checkpoint(id, &req));
-        call_while(&c, g.ctx, || c.detached() || taken.is_finished());
-        taken.join().unwrap().unwrap();
-    });
+    super::moves::detach_into(&ctl, id, &c, g.ctx, &file, "whose program waits for it");
     assert!(c.detached());
     // The program's next call tries to take its session back; the snapshot
     // comes 300 ms later, while that try waits (backing off from 10 ms, a

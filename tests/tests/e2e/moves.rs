@@ -63,14 +63,27 @@ pub(crate) fn through_a_restart(h: &mut Harness, c: &Client, ctx: pvgpu_frontend
     let id = ctl.sessions().unwrap()[0].id;
     let dir = TempDir::new("checkpoint");
     let file = dir.0.join("session.pvgpu");
+    detach_into(&ctl, id, c, ctx, &file, what);
+    let meta = pvgpu_ctl::snapshot::decode(&std::fs::read(&file).unwrap()).unwrap().0;
+    h.restart();
+    h.control().unwrap().restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
+    meta
+}
+
+/// Checkpoints session `id` (the program `c`'s, context `ctx`) into `file`
+/// at the program's next call that waits, which the session leaves.
+pub(crate) fn detach_into(
+    ctl: &pvgpu_ctl::client::Control,
+    id: u64,
+    c: &Client,
+    ctx: pvgpu_frontend::Context,
+    file: &std::path::Path,
+    what: &str,
+) -> pvgpu_ctl::api::CheckpointReport {
     let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
     std::thread::scope(|s| {
         let taken = s.spawn(|| ctl.checkpoint(id, &req));
         call_while(c, ctx, || c.detached() || taken.is_finished());
         taken.join().unwrap().unwrap_or_else(|e| panic!("the checkpoint of a session {what}: {e}"))
-    });
-    let meta = pvgpu_ctl::snapshot::decode(&std::fs::read(&file).unwrap()).unwrap().0;
-    h.restart();
-    h.control().unwrap().restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
-    meta
+    })
 }
