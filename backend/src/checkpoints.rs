@@ -17,20 +17,54 @@ use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 
-/// How a checkpoint went, as the session reports it: the bytes of device
-/// state written, or why not.
-pub type Done = Result<u64, String>;
+/// How a checkpoint went, as the session reports it, or why not.
+pub type Done = Result<Written, String>;
+
+/// A checkpoint written.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// Bytes of device state in the file.
+    pub bytes: u64,
+    /// The session's token.
+    pub token: Token,
+    /// Device memory handed over in place (the driver's descriptors, in
+    /// the snapshot's order): the snapshot restores only with them.
+    pub handed: Vec<OwnedFd>,
+}
+
+/// What a session is ordered to do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OrderKind {
+    /// It stays on this backend (`--leave-running`).
+    pub stay: bool,
+    /// It hands its device memory over in place where it can (a
+    /// migration to a backend on the same GPU).
+    pub hand_over: bool,
+}
 
 struct Order {
     file: Arc<OwnedFd>,
-    leave_running: bool,
+    kind: OrderKind,
+    /// Memory handed over so far.
+    handed: Vec<OwnedFd>,
     done: Sender<Done>,
 }
+
+/// The most pieces of memory one checkpoint hands over.
+pub const MAX_HANDED: usize = 1 << 16;
 
 struct Parked {
     peer: String,
     file: Arc<OwnedFd>,
     path: PathBuf,
+    handed: Vec<Arc<OwnedFd>>,
+}
+
+/// A claimed snapshot held for its worker.
+struct Held {
+    scope: String,
+    done: Sender<()>,
+    handed: Vec<Arc<OwnedFd>>,
 }
 
 /// Orders, parked snapshots, and where moved sessions went; and the
@@ -46,7 +80,10 @@ pub struct Desk {
     moved: Mutex<HashMap<Token, (String, String)>>,
     /// Snapshots handed to workers, held here until the worker is done
     /// with them ([`Desk::release`]).
-    held: Mutex<HashMap<Token, (String, Sender<()>)>>,
+    held: Mutex<HashMap<Token, Held>>,
+    /// Memory sessions of this backend handed over in place, by token,
+    /// until the backend they moved to, or this one, takes it.
+    handed_out: Mutex<HashMap<Token, Vec<OwnedFd>>>,
 }
 
 /// How long a claimed snapshot is held for its worker at most.
@@ -66,9 +103,9 @@ impl Desk {
     /// Orders session `id` to checkpoint into `file`; its report comes on
     /// the receiver. A second order replaces the first (whose receiver
     /// then hears nothing).
-    pub fn order(&self, id: u64, file: File, leave_running: bool) -> Receiver<Done> {
+    pub fn order(&self, id: u64, file: File, kind: OrderKind) -> Receiver<Done> {
         let (done, rx) = channel();
-        lock(&self.orders).insert(id, Order { file: Arc::new(file.into()), leave_running, done });
+        lock(&self.orders).insert(id, Order { file: Arc::new(file.into()), kind, handed: Vec::new(), done });
         rx
     }
 
@@ -82,23 +119,61 @@ impl Desk {
         lock(&self.orders).contains_key(&id)
     }
 
-    /// Session `id`'s order, if any: the file and whether it stays.
-    pub fn take_order(&self, id: u64) -> Option<(Arc<OwnedFd>, bool)> {
-        lock(&self.orders).get(&id).map(|o| (o.file.clone(), o.leave_running))
+    /// Session `id`'s order, if any: the file and what to do.
+    pub fn take_order(&self, id: u64) -> Option<(Arc<OwnedFd>, OrderKind)> {
+        lock(&self.orders).get(&id).map(|o| (o.file.clone(), o.kind))
     }
 
-    /// Session `id` reports its checkpoint.
+    /// Session `id`, checkpointing on an order that asks for it, hands a
+    /// piece of its memory over: `Full` past [`MAX_HANDED`], `Unknown`
+    /// without such an order.
+    pub fn add_handed(&self, id: u64, fd: OwnedFd) -> Result<(), IpcError> {
+        let mut orders = lock(&self.orders);
+        let o = orders.get_mut(&id).filter(|o| o.kind.hand_over).ok_or(IpcError::Unknown)?;
+        if o.handed.len() >= MAX_HANDED {
+            return Err(IpcError::Full);
+        }
+        o.handed.push(fd);
+        Ok(())
+    }
+
+    /// Session `id` reports its checkpoint; memory it handed over through
+    /// [`Desk::add_handed`] comes before what `done` carries.
     pub fn report(&self, id: u64, done: Done) {
-        if let Some(o) = lock(&self.orders).remove(&id) {
+        if let Some(mut o) = lock(&self.orders).remove(&id) {
+            let done = done.map(|mut w| {
+                o.handed.append(&mut w.handed);
+                w.handed = o.handed;
+                w
+            });
             let _ = o.done.send(done);
         }
+    }
+
+    /// Keeps memory the session with `token` handed over in place until a
+    /// backend restoring it takes it ([`Desk::take_handed`]).
+    pub fn keep_handed(&self, token: Token, fds: Vec<OwnedFd>) {
+        lock(&self.handed_out).insert(token, fds);
+    }
+
+    /// The memory the session with `token` handed over in place, once.
+    pub fn take_handed(&self, token: &Token) -> Option<Vec<OwnedFd>> {
+        lock(&self.handed_out).remove(token)
+    }
+
+    /// Puts back memory [`Desk::take_handed`] gave that did not reach its
+    /// backend.
+    pub fn put_back_handed(&self, token: Token, fds: Vec<OwnedFd>) {
+        lock(&self.handed_out).entry(token).or_insert(fds);
     }
 
     /// Parks the snapshot at `path` (opened as `file`) of `peer`'s session
     /// under `token`; a snapshot parked under the same token before is
     /// replaced.
-    pub fn park(&self, token: Token, peer: String, file: File, path: PathBuf) {
-        lock(&self.parked).insert(token, Parked { peer, file: Arc::new(file.into()), path });
+    /// `handed` is its memory handed over in place, if it was.
+    pub fn park(&self, token: Token, peer: String, file: File, path: PathBuf, handed: Vec<OwnedFd>) {
+        let handed = handed.into_iter().map(Arc::new).collect();
+        lock(&self.parked).insert(token, Parked { peer, file: Arc::new(file.into()), path, handed });
     }
 
     /// The parked snapshots: token-free descriptions for operators.
@@ -124,38 +199,49 @@ impl Desk {
     /// snapshot nobody names any more (a migration's, removed once handed
     /// over; an upload) frees its memory, about 0.1 s per GiB, which the
     /// worker would otherwise spend just before its guest's first call.
-    fn hold(&self, scope: &str, token: &Token, file: Arc<OwnedFd>) {
+    fn hold(&self, scope: &str, token: &Token, file: Arc<OwnedFd>, handed: Vec<Arc<OwnedFd>>) {
         let (done, wait) = channel::<()>();
         let spawned = std::thread::Builder::new().name("pvgpu-snapshot-hold".into()).spawn(move || {
             let _ = wait.recv_timeout(HOLD);
             drop(file);
         });
         if spawned.is_ok() {
-            lock(&self.held).insert(*token, (scope.to_string(), done));
+            lock(&self.held).insert(*token, Held { scope: scope.to_string(), done, handed });
         }
+    }
+
+    /// Piece `index` of the memory handed over in place with the snapshot
+    /// `scope`'s worker claimed for `token`.
+    pub fn claimed_handed(&self, scope: &str, token: &Token, index: usize) -> Result<Arc<OwnedFd>, IpcError> {
+        let held = lock(&self.held);
+        let h = held.get(token).filter(|h| h.scope == scope).ok_or(IpcError::Unknown)?;
+        h.handed.get(index).cloned().ok_or(IpcError::Unknown)
     }
 
     /// The worker of `scope`'s session with `token` is done with its
     /// snapshot (it closed its own descriptor first).
     pub fn release(&self, scope: &str, token: &Token) {
         let mut held = lock(&self.held);
-        if held.get(token).is_some_and(|(owner, _)| owner == scope)
-            && let Some((_, done)) = held.remove(token)
+        if held.get(token).is_some_and(|h| h.scope == scope)
+            && let Some(h) = held.remove(token)
         {
-            let _ = done.send(());
+            let _ = h.done.send(());
         }
     }
 
     /// Hands the snapshot parked under `token` to a session of `scope`,
-    /// once: `Unknown` for another peer's token (as for none).
-    pub fn claim(&self, scope: &str, token: &Token) -> Result<Arc<OwnedFd>, IpcError> {
+    /// once, with how many pieces of memory were handed over in place with
+    /// it ([`Desk::claimed_handed`]): `Unknown` for another peer's token
+    /// (as for none).
+    pub fn claim(&self, scope: &str, token: &Token) -> Result<(Arc<OwnedFd>, usize), IpcError> {
         let mut parked = lock(&self.parked);
         match parked.get(token) {
             Some(p) if p.peer == scope => {
                 let p = parked.remove(token).ok_or(IpcError::Unknown)?;
                 tracing::info!(peer = scope, path = %p.path.display(), "a guest took back its checkpointed session");
-                self.hold(scope, token, p.file.clone());
-                Ok(p.file)
+                let n = p.handed.len();
+                self.hold(scope, token, p.file.clone(), p.handed);
+                Ok((p.file, n))
             }
             Some(p) => {
                 if crate::log_limit::peer_triggered() {
@@ -189,7 +275,7 @@ mod tests {
     #[test]
     fn a_parked_snapshot_goes_to_its_own_peer_once() {
         let desk = Desk::default();
-        desk.park([1; 16], "uid:1000".into(), memfile(), "/x".into());
+        desk.park([1; 16], "uid:1000".into(), memfile(), "/x".into(), vec![]);
         assert!(desk.claim("uid:1001", &[1; 16]).is_err(), "another peer");
         assert!(desk.claim("uid:1000", &[2; 16]).is_err(), "another token");
         assert!(desk.claim("uid:1000", &[1; 16]).is_ok());
@@ -199,12 +285,17 @@ mod tests {
     #[test]
     fn a_claimed_snapshot_is_held_until_its_own_peer_releases_it() {
         let desk = Desk::default();
-        desk.park([1; 16], "uid:1000".into(), memfile(), "/x".into());
-        let fd = desk.claim("uid:1000", &[1; 16]).unwrap();
+        desk.park([1; 16], "uid:1000".into(), memfile(), "/x".into(), vec![memfile().into()]);
+        let (fd, handed) = desk.claim("uid:1000", &[1; 16]).unwrap();
+        assert_eq!(handed, 1);
+        let piece = desk.claimed_handed("uid:1000", &[1; 16], 0).unwrap();
+        assert!(desk.claimed_handed("uid:1001", &[1; 16], 0).is_err(), "another peer's");
+        assert!(desk.claimed_handed("uid:1000", &[1; 16], 1).is_err(), "no second piece");
         assert_eq!(Arc::strong_count(&fd), 2, "the desk holds one");
         desk.release("uid:1001", &[1; 16]);
         assert_eq!(Arc::strong_count(&fd), 2, "another peer releases nothing");
         desk.release("uid:1000", &[1; 16]);
+        assert_eq!(Arc::strong_count(&piece), 1, "its memory released with it");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while Arc::strong_count(&fd) > 1 {
             assert!(std::time::Instant::now() < deadline, "released");
@@ -216,10 +307,21 @@ mod tests {
     fn an_order_is_taken_then_reported() {
         let desk = Desk::default();
         assert!(desk.take_order(3).is_none());
-        let rx = desk.order(3, memfile(), true);
-        assert!(desk.take_order(3).is_some_and(|(_, stay)| stay));
-        desk.report(3, Ok(42));
-        assert_eq!(rx.recv().unwrap(), Ok(42));
+        let rx = desk.order(3, memfile(), OrderKind { stay: true, hand_over: false });
+        assert!(desk.take_order(3).is_some_and(|(_, kind)| kind.stay));
+        assert!(desk.add_handed(3, memfile().into()).is_err(), "memory handed over only where the order asks");
+        desk.report(3, Ok(Written { bytes: 42, ..Written::default() }));
+        let w = rx.recv().unwrap().unwrap();
+        assert_eq!((w.bytes, w.handed.len()), (42, 0));
         assert!(desk.take_order(3).is_none());
+
+        let rx = desk.order(4, memfile(), OrderKind { stay: false, hand_over: true });
+        desk.add_handed(4, memfile().into()).unwrap();
+        desk.report(4, Ok(Written { bytes: 1, token: [9; 16], handed: vec![memfile().into()] }));
+        let w = rx.recv().unwrap().unwrap();
+        assert_eq!((w.token, w.handed.len()), ([9; 16], 2), "the pieces sent one by one, then the report's");
+        desk.keep_handed(w.token, w.handed);
+        assert_eq!(desk.take_handed(&[9; 16]).map(|v| v.len()), Some(2));
+        assert!(desk.take_handed(&[9; 16]).is_none(), "once");
     }
 }

@@ -53,6 +53,7 @@ pub mod control;
 pub mod devices;
 pub mod exec;
 pub mod file_guard;
+pub mod handed_memory;
 mod handles;
 pub mod handover;
 pub mod image_cache;

@@ -71,7 +71,7 @@ pub struct ErrorBody {
 }
 
 /// `POST /v1/sessions/ID/checkpoint`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointRequest {
     /// Where to write the snapshot: an absolute path the backend creates
     /// (owner-only); it must not exist.
@@ -84,6 +84,13 @@ pub struct CheckpointRequest {
     /// reply (where a checkpoint is taken); 60 s when absent.
     #[serde(default)]
     pub timeout_seconds: Option<u64>,
+    /// A leaving session hands its device memory over in place where it
+    /// can, for a backend on the same GPU to restore without copying it
+    /// (`pvgpu-ctl migrate` on one host): the snapshot then restores only
+    /// with that memory, served beside it for the timeout
+    /// ([`CheckpointReport::handed_from`]) and kept by this backend after.
+    #[serde(default)]
+    pub hand_over: bool,
 }
 
 /// What a checkpoint wrote.
@@ -106,13 +113,25 @@ pub struct CheckpointReport {
     pub room_seconds: f64,
     /// Whether the session still runs here.
     pub left_running: bool,
+    /// Bytes of device memory handed over in place, not written.
+    #[serde(default)]
+    pub handed_bytes: u64,
+    /// Where that memory is served to the backend that restores the
+    /// snapshot on the same GPU ([`RestoreRequest::handed_from`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handed_from: Option<String>,
 }
 
 /// `POST /v1/restore`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestoreRequest {
     /// The snapshot file (absolute path).
     pub file: String,
+    /// Where the backend that wrote it serves the device memory it handed
+    /// over in place ([`CheckpointReport::handed_from`]), for a snapshot
+    /// whose memory stayed on the GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handed_from: Option<String>,
 }
 
 /// `POST /v1/moves`: a checkpointed session of this backend now lives at
@@ -152,6 +171,11 @@ pub struct MigrateRequest {
     /// host (always so over https).
     #[serde(default)]
     pub upload: bool,
+    /// Copy the device memory into the snapshot even where the peer has
+    /// the session's GPUs (otherwise it stays on the GPU, handed over in
+    /// place).
+    #[serde(default)]
+    pub copy: bool,
     /// Seconds to wait for the session's next call that waits (default 60).
     #[serde(default)]
     pub timeout_seconds: Option<u64>,

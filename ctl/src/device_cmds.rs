@@ -62,7 +62,13 @@ pub fn device(control: &Control, cmd: DeviceCmd) -> Result<()> {
 /// session that would not move stays, and `--wait` then says so).
 fn move_off(control: &Control, g: &Gpu, peer: &str) {
     for &id in &g.sessions {
-        let req = pvgpu_ctl::api::MigrateRequest { peer: peer.to_string(), upload: false, timeout_seconds: None, wait_seconds: None };
+        let req = pvgpu_ctl::api::MigrateRequest {
+            peer: peer.to_string(),
+            upload: false,
+            copy: false,
+            timeout_seconds: None,
+            wait_seconds: None,
+        };
         match control.migrate(id, &req) {
             Ok(r) => println!(
                 "session {id} moved to {peer} ({}): {} of device state, {:.3} s",

@@ -124,6 +124,9 @@ enum Cmd {
         /// Upload the snapshot to the other backend even when its control socket is on this host (always so over https).
         #[arg(long)]
         upload: bool,
+        /// Copy the session's device memory through the snapshot even when the other backend is on this host with the same GPUs (by default it stays on the GPU, handed over in place).
+        #[arg(long)]
+        copy: bool,
         /// Then wait up to SECONDS for the session to serve its program at the other backend, and report the whole pause and the rebuild's parts (a program that makes no call meanwhile is not waited for).
         #[arg(long, value_name = "SECONDS")]
         wait: Option<u64>,
@@ -191,17 +194,18 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Cmd::Migrate { session, to, address, peer, dir, timeout, upload, wait, json } => {
+        Cmd::Migrate { session, to, address, peer, dir, timeout, upload, copy, wait, json } => {
             let r = match (peer, to, address) {
                 (Some(peer), _, _) => {
-                    let req = pvgpu_ctl::api::MigrateRequest { peer, upload, timeout_seconds: Some(timeout), wait_seconds: wait };
+                    let req = pvgpu_ctl::api::MigrateRequest { peer, upload, copy, timeout_seconds: Some(timeout), wait_seconds: wait };
                     control.migrate(session, &req)?
                 }
                 (None, Some(to), Some(address)) => {
                     let token = control_token(cli.token.as_deref(), &to)?;
                     let target = Control::at(to, token, cli.ca.as_deref())?;
                     let dir = dir.unwrap_or_else(pvgpu_ctl::migrate::default_dir);
-                    let mut r = pvgpu_ctl::migrate::migrate(&control, &target, session, &address, &dir, timeout, upload)?;
+                    let how = pvgpu_ctl::migrate::How { upload, copy };
+                    let mut r = pvgpu_ctl::migrate::migrate(&control, &target, session, &address, &dir, timeout, how)?;
                     if let Some(w) = wait {
                         pvgpu_ctl::migrate::wait_back(&target, &mut r, std::time::Duration::from_secs(w));
                     }
@@ -213,10 +217,15 @@ fn run(cli: Cli) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 println!(
-                    "session {} moved to {}: {} of device state; room made for the snapshot in {:.3} s, checkpoint {:.3} s, restore {:.3} s{}, move recorded in {:.3} s; its program goes on there at its next call",
+                    "session {} moved to {}: {} of device state{}; room made for the snapshot in {:.3} s, checkpoint {:.3} s, restore {:.3} s{}, move recorded in {:.3} s; its program goes on there at its next call",
                     r.session,
                     r.to,
                     bytes(r.state_bytes),
+                    if r.handed_bytes > 0 {
+                        format!(" copied, {} left on the GPU (handed over in place)", bytes(r.handed_bytes))
+                    } else {
+                        String::new()
+                    },
                     r.room_seconds,
                     r.checkpoint_seconds - r.room_seconds,
                     r.restore_seconds,
@@ -243,7 +252,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Checkpoint { session, file, leave_running, timeout, json } => {
-            let req = CheckpointRequest { file: absolute(&file)?, leave_running, timeout_seconds: Some(timeout) };
+            let req = CheckpointRequest { file: absolute(&file)?, leave_running, timeout_seconds: Some(timeout), hand_over: false };
             let r = control.checkpoint(session, &req)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
@@ -261,7 +270,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Restore { file, json } => {
-            let r = control.restore(&RestoreRequest { file: absolute(&file)? })?;
+            let r = control.restore(&RestoreRequest { file: absolute(&file)?, handed_from: None })?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {

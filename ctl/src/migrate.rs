@@ -3,7 +3,12 @@
 //! source's host (the source writes the snapshot where it names).
 //!
 //! 1. The source checkpoints the session at its next call that waits and
-//!    detaches it (the program's next call waits for its session).
+//!    detaches it (the program's next call waits for its session). Where
+//!    the target is on this host with the session's very GPUs (their
+//!    UUIDs), the session's device memory stays on the GPU: the source
+//!    hands it over in place as the driver's descriptors, which the target
+//!    fetches beside the snapshot, and only the rest is written
+//!    ([`How::copy`] copies it all).
 //! 2. The target takes the snapshot: by its path when the target's
 //!    control socket is on this host (`POST /v1/restore`), else uploaded
 //!    as a request's body over its HTTPS control API (`POST
@@ -24,7 +29,7 @@
 //! program at the target, and reports the whole pause with the rebuild's
 //! parts, as the target's worker measured them.
 
-use crate::api::{CheckpointReport, CheckpointRequest, MoveRecord, RestoreRequest};
+use crate::api::{CheckpointReport, CheckpointRequest, Gpu, MoveRecord, RestoreRequest};
 use crate::client::{Control, CtlError};
 use crate::snapshot;
 use serde::{Deserialize, Serialize};
@@ -48,11 +53,13 @@ pub enum MigrateError {
     /// The target refused the snapshot: the session waits, detached, and
     /// the file is kept for `pvgpu-ctl restore`.
     #[error(
-        "the target backend refused the snapshot: {source}; it is kept at {file}: `pvgpu-ctl restore {file}` at either backend lets the program go on"
+        "the target backend refused the snapshot: {source}; it is kept at {file}: `pvgpu-ctl restore {file}` at {where_} lets the program go on"
     )]
     Restore {
         /// Where it is kept.
         file: PathBuf,
+        /// Which backends can restore it.
+        where_: &'static str,
         /// The target's answer.
         #[source]
         source: CtlError,
@@ -73,9 +80,21 @@ pub trait Source {
     fn checkpoint(&self, session: u64, req: &CheckpointRequest) -> Result<CheckpointReport, CtlError>;
     /// Records where a session this backend checkpointed lives now.
     fn record_move(&self, req: &MoveRecord) -> Result<(), CtlError>;
+    /// The backend's GPUs.
+    fn gpus(&self) -> Result<Vec<Gpu>, CtlError>;
+    /// A live session.
+    fn session(&self, id: u64) -> Result<crate::api::Session, CtlError>;
 }
 
 impl Source for Control {
+    fn gpus(&self) -> Result<Vec<Gpu>, CtlError> {
+        self.call("GET", "/v1/devices")
+    }
+
+    fn session(&self, id: u64) -> Result<crate::api::Session, CtlError> {
+        Control::session(self, id)
+    }
+
     fn checkpoint(&self, session: u64, req: &CheckpointRequest) -> Result<CheckpointReport, CtlError> {
         Control::checkpoint(self, session, req)
     }
@@ -96,6 +115,10 @@ pub struct MigrateReport {
     pub state_bytes: u64,
     /// Bytes of the snapshot.
     pub file_bytes: u64,
+    /// Bytes of device memory handed over in place (it stayed on the GPU),
+    /// besides those moved.
+    #[serde(default)]
+    pub handed_bytes: u64,
     /// Seconds from the request to the session detached and written.
     pub checkpoint_seconds: f64,
     /// Of those, seconds the source spent making room for the snapshot
@@ -133,9 +156,20 @@ pub struct Back {
     pub rebuild: crate::api::Restored,
 }
 
+/// How a migration moves the session's state.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct How {
+    /// Upload the snapshot to the target even where its control socket is
+    /// on this host (always so over HTTPS).
+    pub upload: bool,
+    /// Copy the device memory into the snapshot even where the target has
+    /// the session's GPUs.
+    pub copy: bool,
+}
+
 /// Moves session `session` of `source` to `target`, whose guests reach it
 /// at `to`; the snapshot passes through `dir` (memory under `/dev/shm`),
-/// and is uploaded to the target where `upload` says so or the target is
+/// and is uploaded to the target where `how` says so or the target is
 /// not on this host.
 pub fn migrate(
     source: &dyn Source,
@@ -144,21 +178,34 @@ pub fn migrate(
     to: &str,
     dir: &Path,
     timeout: u64,
-    upload: bool,
+    how: How,
 ) -> Result<MigrateReport, MigrateError> {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     let file = dir.join(format!("pvgpu-migrate-{session}-{}-{nanos}.pvgpu", std::process::id()));
+    let uploaded = how.upload || !matches!(target.endpoint(), crate::client::Endpoint::Unix(_));
+    let hand_over = !uploaded && !how.copy && same_gpus(source, target, session);
     let t0 = Instant::now();
-    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(timeout) };
+    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(timeout), hand_over };
     let written = source.checkpoint(session, &req).map_err(MigrateError::Checkpoint)?;
     let t1 = Instant::now();
     let meta = read_meta(&file).map_err(|reason| MigrateError::Snapshot { file: file.clone(), reason })?;
-    let uploaded = upload || !matches!(target.endpoint(), crate::client::Endpoint::Unix(_));
-    let restored =
-        if uploaded { target.restore_upload(&file) } else { target.restore(&RestoreRequest { file: file.display().to_string() }) };
-    restored.map_err(|source| MigrateError::Restore { file: file.clone(), source })?;
-    // The target holds the file open, or a copy: its name can go.
+    let restored = if uploaded {
+        target.restore_upload(&file)
+    } else {
+        target.restore(&RestoreRequest { file: file.display().to_string(), handed_from: written.handed_from.clone() })
+    };
+    let where_ = if written.handed_bytes > 0 {
+        "the source backend (the session's device memory stayed on the GPU, held there)"
+    } else {
+        "either backend"
+    };
+    restored.map_err(|source| MigrateError::Restore { file: file.clone(), where_, source })?;
+    // The target holds the file open, or a copy, and any memory handed
+    // over: their names can go.
     let left_file = std::fs::remove_file(&file).err().map(|e| format!("{} ({e})", file.display()));
+    if let Some(at) = &written.handed_from {
+        let _ = std::fs::remove_file(at);
+    }
     let t2 = Instant::now();
     source.record_move(&MoveRecord { token: meta.token, peer: meta.peer, to: to.to_string() }).map_err(MigrateError::Record)?;
     let t3 = Instant::now();
@@ -167,6 +214,7 @@ pub fn migrate(
         to: to.to_string(),
         state_bytes: written.state_bytes,
         file_bytes: written.file_bytes,
+        handed_bytes: written.handed_bytes,
         checkpoint_seconds: (t1 - t0).as_secs_f64(),
         room_seconds: written.room_seconds,
         restore_seconds: (t2 - t1).as_secs_f64(),
@@ -204,6 +252,20 @@ pub fn wait_back(target: &Control, report: &mut MigrateReport, wait: Duration) {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Whether the target has each GPU session `session` uses at `source` as
+/// the same GPU (its UUID, or where neither backend reads NVML, its name),
+/// so that its device memory can stay where it is. The target's worker
+/// checks the GPU again before it maps any of it.
+fn same_gpus(source: &dyn Source, target: &Control, session: u64) -> bool {
+    let (Ok(s), Ok(here), Ok(there)) = (source.session(session), source.gpus(), target.call::<Vec<Gpu>>("GET", "/v1/devices")) else {
+        return false;
+    };
+    s.devices.iter().all(|&d| match (here.get(d), there.get(d)) {
+        (Some(a), Some(b)) => a.uuid == b.uuid && a.name == b.name,
+        _ => false,
+    })
 }
 
 /// The snapshot's description (its token and peer), without reading the

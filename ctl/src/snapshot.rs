@@ -27,7 +27,7 @@ mod state;
 pub use graph::{Body, ExecGraphRec, GraphRec, NodeKind, NodeRec, from_hex, hex};
 pub use placed::{FileWriter, make_room};
 pub use state::{
-    Allocation, ArrayRec, Context, Device, Function, Global, LimitRec, Mapped, Meta, MirrorRec, Module, Physical, PoolRec, Queue,
+    Allocation, ArrayRec, Context, Device, Function, Global, Handed, LimitRec, Mapped, Meta, MirrorRec, Module, Physical, PoolRec, Queue,
     Reservation, State, TexObjectRec,
 };
 

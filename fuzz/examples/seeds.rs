@@ -435,7 +435,7 @@ fn snapshot_file() {
             limits: vec![LimitRec { limit: 2, value: 64 << 20, seq: 3 }],
         }],
         current: Some(0x1_0000_0001),
-        allocations: vec![Allocation { ctx: 0x1_0000_0001, address: 0x7f00_0000_1000, length: 16, blob: 0, pool: Some(0x1_0000_0001) }],
+        allocations: vec![Allocation { ctx: 0x1_0000_0001, address: 0x7f00_0000_1000, length: 16, blob: 0, pool: Some(0x1_0000_0001), handed: false }],
         pools: vec![PoolRec { id: 0x1_0000_0001, ctx: 0x1_0000_0001, max_size: 0, attributes: vec![(4, 1 << 20)], access: vec![], seq: 4 }],
         modules: vec![Module {
             id: 0x1_0000_0001,

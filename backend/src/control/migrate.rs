@@ -25,6 +25,14 @@ impl Source for Local<'_> {
     fn record_move(&self, req: &MoveRecord) -> Result<(), CtlError> {
         self.0.record_move(req.clone()).map_err(refused)
     }
+
+    fn gpus(&self) -> Result<Vec<pvgpu_ctl::api::Gpu>, CtlError> {
+        Ok(self.0.devices())
+    }
+
+    fn session(&self, id: u64) -> Result<pvgpu_ctl::api::Session, CtlError> {
+        self.0.get(id).ok_or(CtlError::Refused { status: 404, message: format!("No live session {id}") })
+    }
 }
 
 /// Moves session `id` of `supervised` to the peer `req` names.
@@ -44,7 +52,8 @@ pub(super) fn migrate(
     let timeout = req.timeout_seconds.unwrap_or(60);
     let dir = pvgpu_ctl::migrate::default_dir();
     tracing::info!(session = id, peer = %peer.listed.name, "moving a session (control API)");
-    let moved = pvgpu_ctl::migrate::migrate(&Local(supervised), &peer.control, id, &peer.listed.address, &dir, timeout, req.upload);
+    let how = pvgpu_ctl::migrate::How { upload: req.upload, copy: req.copy };
+    let moved = pvgpu_ctl::migrate::migrate(&Local(supervised), &peer.control, id, &peer.listed.address, &dir, timeout, how);
     moved
         .map(|mut report| {
             if let Some(w) = req.wait_seconds {

@@ -76,10 +76,14 @@ impl Supervised {
         })?;
         let keep = file.try_clone().map_err(|e| Refusal::new(500, format!("cannot duplicate the file: {e}")))?;
         let t = Instant::now();
-        make_room(&file, self.roster.get(id).map_or(0, |s| s.memory_bytes), id);
+        // Memory handed over in place is not written (where it cannot be,
+        // the rest of the file's pages come as it is written).
+        let memory = if req.hand_over { 0 } else { self.roster.get(id).map_or(0, |s| s.memory_bytes) };
+        make_room(&file, memory, id);
         let room_seconds = t.elapsed().as_secs_f64();
         let desk = self.spawner.desk();
-        let done = desk.order(id, file, req.leave_running);
+        let kind = crate::checkpoints::OrderKind { stay: req.leave_running, hand_over: req.hand_over && !req.leave_running };
+        let done = desk.order(id, file, kind);
         // A session its spawner does not list yet (a worker serves as soon
         // as it has its connection, a moment before) is told once listed;
         // only one gone from the roster is refused. Refusing the first as
@@ -92,15 +96,20 @@ impl Supervised {
         let wait = Duration::from_secs(req.timeout_seconds.unwrap_or(60));
         tracing::info!(session = id, file = %path.display(), stay = req.leave_running, "checkpoint ordered");
         match done.recv_timeout(wait) {
-            Ok(Ok(state_bytes)) => Ok(CheckpointReport {
-                session: id,
-                file: path.display().to_string(),
-                state_bytes,
-                file_bytes: keep.metadata().map_or(0, |m| m.len()),
-                seconds: t.elapsed().as_secs_f64(),
-                room_seconds,
-                left_running: req.leave_running,
-            }),
+            Ok(Ok(written)) => {
+                let (handed_bytes, handed_from) = self.serve_handed(&keep, &path, written.token, written.handed, wait);
+                Ok(CheckpointReport {
+                    session: id,
+                    file: path.display().to_string(),
+                    state_bytes: written.bytes,
+                    file_bytes: keep.metadata().map_or(0, |m| m.len()),
+                    seconds: t.elapsed().as_secs_f64(),
+                    room_seconds,
+                    left_running: req.leave_running,
+                    handed_bytes,
+                    handed_from,
+                })
+            }
             Ok(Err(_)) => {
                 let mut why = String::new();
                 let _ = (&keep).rewind().and_then(|()| (&keep).take(4096).read_to_string(&mut why));
@@ -121,14 +130,82 @@ impl Supervised {
         }
     }
 
+    /// Keeps the memory a checkpoint handed over in place and serves it at
+    /// `<snapshot>.handed` for `life` (the backend that restores the
+    /// snapshot fetches it): its bytes, and where it is served.
+    fn serve_handed(
+        &self,
+        file: &File,
+        path: &Path,
+        token: crate::ipc::Token,
+        handed: Vec<std::os::fd::OwnedFd>,
+        life: Duration,
+    ) -> (u64, Option<String>) {
+        if handed.is_empty() {
+            return (0, None);
+        }
+        let mut r = std::io::BufReader::new(file);
+        let len = file.metadata().map_or(0, |m| m.len());
+        let bytes = (&mut r)
+            .rewind()
+            .ok()
+            .and_then(|()| Reader::open(r, len).ok())
+            .map_or(0, |(_, m)| m.state.handed.iter().map(|h| h.length).sum());
+        let desk = self.spawner.desk().clone();
+        desk.keep_handed(token, handed);
+        let at = PathBuf::from(format!("{}.handed", path.display()));
+        match crate::handed_memory::serve(desk, token, at.clone(), life) {
+            Ok(()) => (bytes, Some(at.display().to_string())),
+            Err(e) => {
+                tracing::warn!(error = %e, at = %at.display(), "cannot serve the memory handed over; restore the snapshot at this backend");
+                (bytes, None)
+            }
+        }
+    }
+
     fn park_snapshot(&self, req: RestoreRequest) -> Result<RestoreReport, Refusal> {
         let path = absolute(&req.file)?;
         let (file, meta) = open_snapshot(&path)?;
-        self.park(file, meta, path)
+        self.park(file, meta, path, req.handed_from.as_deref())
     }
 
-    /// Parks a checked snapshot (`path` names it for operators).
-    fn park(&self, file: File, meta: snapshot::Meta, path: PathBuf) -> Result<RestoreReport, Refusal> {
+    /// The memory `meta`'s session handed over in place: kept here (it
+    /// left this backend), or fetched from where the backend it left
+    /// serves it.
+    fn handed_memory(
+        &self,
+        meta: &snapshot::Meta,
+        token: &crate::ipc::Token,
+        from: Option<&str>,
+        path: &Path,
+    ) -> Result<Vec<std::os::fd::OwnedFd>, Refusal> {
+        if meta.state.handed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let fds = match (self.spawner.desk().take_handed(token), from) {
+            (Some(fds), _) => fds,
+            (None, Some(from)) => crate::handed_memory::fetch(Path::new(from)).map_err(|e| {
+                Refusal::new(409, format!("{}: its device memory was handed over in place and cannot be had from {from}: {e}; restore it at the backend that wrote it", path.display()))
+            })?,
+            (None, None) => {
+                return Err(Refusal::new(
+                    409,
+                    format!("{}: its device memory was handed over in place (it stayed on the GPU) and this backend does not hold it; restore it at the backend that wrote it", path.display()),
+                ));
+            }
+        };
+        if fds.len() != meta.state.handed.len() {
+            return Err(Refusal::new(
+                409,
+                format!("{}: {} pieces of its memory handed over came, of {}", path.display(), fds.len(), meta.state.handed.len()),
+            ));
+        }
+        Ok(fds)
+    }
+
+    /// Parks a checked snapshot (`path` names it for operators), with the
+    /// memory handed over in place `handed_from` serves where it has some.
+    fn park(&self, file: File, meta: snapshot::Meta, path: PathBuf, handed_from: Option<&str>) -> Result<RestoreReport, Refusal> {
         if meta.executor != self.spawner.executor() {
             return Err(Refusal::new(
                 409,
@@ -170,8 +247,10 @@ impl Supervised {
             state_bytes: meta.state_bytes,
             devices: meta.devices.iter().map(|d| format!("{}: {}", d.ordinal, d.name)).collect(),
         };
-        tracing::info!(file = %path.display(), peer = %meta.peer, session = meta.session, "snapshot parked until its guest comes back");
-        self.spawner.desk().park(token, meta.peer, file, path);
+        // Last: memory fetched is the target's from here on.
+        let handed = self.handed_memory(&meta, &token, handed_from, &path)?;
+        tracing::info!(file = %path.display(), peer = %meta.peer, session = meta.session, handed = handed.len(), "snapshot parked until its guest comes back");
+        self.spawner.desk().park(token, meta.peer, file, path, handed);
         Ok(report)
     }
 }
@@ -208,7 +287,7 @@ impl Sessions for Supervised {
     fn restore_upload(&self, body: &mut dyn std::io::Read, len: Option<u64>) -> Result<RestoreReport, Refusal> {
         let r = receive_snapshot(body, len).and_then(|(file, meta)| {
             let label = PathBuf::from(format!("(uploaded, {} bytes)", len.unwrap_or_default()));
-            self.park(file, meta, label)
+            self.park(file, meta, label, None)
         });
         let e = self.metrics.events();
         Events::count(if r.is_ok() { &e.restores_accepted } else { &e.restores_refused }, 1);

@@ -46,6 +46,17 @@ impl DeviceInfo {
     }
 }
 
+/// Device memory handed over in place ([`ExecContext::hand_over`]).
+#[derive(Debug)]
+pub struct HandedPiece {
+    /// Where it is mapped.
+    pub address: u64,
+    /// Its bytes.
+    pub length: u64,
+    /// The driver's descriptor of it (the host double's memory file).
+    pub fd: std::os::fd::OwnedFd,
+}
+
 /// A device's gauges, for monitoring tools in the guest; `None` where the
 /// executor cannot read one.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -357,7 +368,20 @@ pub trait ExecContext: Send + 'static {
     /// (address, length) of allocations of this context, each freed later
     /// with `mem_free(address)` as if `mem_alloc` had returned it. All or
     /// nothing; `CUDA_ERROR_ALREADY_MAPPED` when an address is taken.
-    fn restore_memory(&mut self, ranges: &[(u64, u64)]) -> CuRes<()>;
+    /// `handed` is memory another process of this GPU handed over in place
+    /// ([`ExecContext::hand_over`]): the ranges inside it get it, with its
+    /// bytes, and every piece must be taken (else
+    /// `CUDA_ERROR_INVALID_VALUE`); the others get new memory.
+    fn restore_memory(&mut self, ranges: &[(u64, u64)], handed: Vec<HandedPiece>) -> CuRes<()>;
+    /// The memory behind `ranges` (allocations of this context, made by
+    /// `mem_alloc`, a pool of the program's own or `restore_memory`) as
+    /// descriptors another process of this GPU maps without a copy (a
+    /// migration on one host): pieces that cover every range, each once.
+    /// The context's work is done (the caller synchronised it).
+    fn hand_over(&mut self, ranges: &[(u64, u64)]) -> CuRes<Vec<HandedPiece>> {
+        let _ = ranges;
+        Err(CuError::NOT_SUPPORTED)
+    }
     /// Links `spec`'s inputs into one image (`cuLinkCreate` ..
     /// `cuLinkComplete`). The caller checked the options (plain values
     /// only), the input types (PTX, cubin, fatbin), NUL-terminated every

@@ -10,7 +10,7 @@
 
 use super::registry::{Registry, Token};
 use super::{IpcError, IpcObject};
-use crate::checkpoints::Desk;
+use crate::checkpoints::{Desk, OrderKind, Written};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -42,6 +42,12 @@ const OP_COPY_TAKE: u32 = 9;
 const OP_COPY_CONNECT: u32 = 10;
 /// The worker is done with the snapshot it claimed for `token`.
 const OP_RELEASE: u32 = 11;
+/// A piece of device memory the checkpointing session hands over in place
+/// (its descriptor), before its report.
+const OP_HANDED: u32 = 12;
+/// Piece `kind` of the memory handed over in place with the snapshot
+/// claimed for `token`.
+const OP_CLAIM_HANDED: u32 = 13;
 
 const OK: u32 = 0;
 const UNKNOWN: u32 = 1;
@@ -123,31 +129,39 @@ impl Broker {
     }
 
     /// The checkpoint ordered for this session, if any: the file to write,
-    /// and whether the session stays.
-    pub fn checkpoint_order(&self) -> Option<(std::fs::File, bool)> {
+    /// and what to do.
+    pub fn checkpoint_order(&self) -> Option<(std::fs::File, OrderKind)> {
         match self {
             Broker::Direct { desk, session, .. } => {
-                let (fd, stay) = desk.take_order(*session)?;
-                Some((std::fs::File::from(fd.try_clone().ok()?), stay))
+                let (fd, kind) = desk.take_order(*session)?;
+                Some((std::fs::File::from(fd.try_clone().ok()?), kind))
             }
             Broker::Remote(sock) => {
                 let m = Msg { op: OP_ORDER.into(), ..Default::default() };
                 let (r, fd) = call(sock, &m, None).ok()?;
-                Some((std::fs::File::from(fd?), r.kind.get() != 0))
+                let kind = OrderKind { stay: r.kind.get() & 1 != 0, hand_over: r.kind.get() & 2 != 0 };
+                Some((std::fs::File::from(fd?), kind))
             }
         }
     }
 
-    /// Reports the checkpoint: the bytes of device state written, or a
-    /// failure whose reason the session wrote into the file.
-    pub fn checkpoint_report(&self, written: Option<u64>) {
+    /// Reports the checkpoint: what was written, or a failure (`None`)
+    /// whose reason the session wrote into the file.
+    pub fn checkpoint_report(&self, written: Option<Written>) {
         match self {
             Broker::Direct { desk, session, .. } => desk.report(*session, written.ok_or_else(String::new)),
             Broker::Remote(sock) => {
+                let (bytes, token, handed) = written.as_ref().map_or((0, [0; 16], &[][..]), |w| (w.bytes, w.token, &w.handed[..]));
+                for fd in handed {
+                    if let Err(e) = call(sock, &Msg { op: OP_HANDED.into(), ..Default::default() }, Some(fd)) {
+                        tracing::warn!(error = %e, "handing device memory over failed");
+                    }
+                }
                 let m = Msg {
                     op: OP_REPORT.into(),
                     kind: u32::from(written.is_none()).into(),
-                    size: written.unwrap_or(0).into(),
+                    size: bytes.into(),
+                    token,
                     ..Default::default()
                 };
                 if let Err(e) = call(sock, &m, None) {
@@ -157,17 +171,28 @@ impl Broker {
         }
     }
 
-    /// The snapshot parked under `token` for this session's peer.
-    pub fn claim(&self, token: &Token) -> Result<std::fs::File, IpcError> {
+    /// The snapshot parked under `token` for this session's peer, and the
+    /// device memory handed over in place with it.
+    pub fn claim(&self, token: &Token) -> Result<(std::fs::File, Vec<OwnedFd>), IpcError> {
+        let dup = |fd: &OwnedFd| fd.try_clone().map_err(|_| IpcError::Unreachable);
         match self {
             Broker::Direct { desk, scope, .. } => {
-                let fd = desk.claim(scope, token)?;
-                fd.try_clone().map(std::fs::File::from).map_err(|_| IpcError::Unreachable)
+                let (fd, n) = desk.claim(scope, token)?;
+                let handed = (0..n).map(|i| desk.claimed_handed(scope, token, i).and_then(|fd| dup(&fd))).collect::<Result<_, _>>()?;
+                Ok((std::fs::File::from(dup(&fd)?), handed))
             }
             Broker::Remote(sock) => {
                 let m = Msg { op: OP_CLAIM.into(), token: *token, ..Default::default() };
-                let (_, fd) = call(sock, &m, None)?;
-                fd.map(std::fs::File::from).ok_or(IpcError::Unreachable)
+                let (r, fd) = call(sock, &m, None)?;
+                let file = fd.map(std::fs::File::from).ok_or(IpcError::Unreachable)?;
+                let n = u32::try_from(r.size.get()).map_err(|_| IpcError::Unreachable)?;
+                let handed = (0..n)
+                    .map(|i| {
+                        let m = Msg { op: OP_CLAIM_HANDED.into(), kind: i.into(), token: *token, ..Default::default() };
+                        call(sock, &m, None)?.1.ok_or(IpcError::Unreachable)
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok((file, handed))
             }
         }
     }
@@ -339,15 +364,21 @@ pub fn serve_worker(registry: &Registry, desk: &Desk, scope: &Arc<str>, session:
                 registry.revoke(session, &m.token);
                 Ok(())
             }
-            OP_ORDER => desk.take_order(session).ok_or(IpcError::Unknown).map(|(fd, stay)| {
-                reply.kind = u32::from(stay).into();
+            OP_ORDER => desk.take_order(session).ok_or(IpcError::Unknown).map(|(fd, kind)| {
+                reply.kind = (u32::from(kind.stay) | u32::from(kind.hand_over) << 1).into();
                 out_fd = Some(fd);
             }),
+            OP_HANDED => fd.ok_or(IpcError::Unreachable).and_then(|fd| desk.add_handed(session, fd)),
             OP_REPORT => {
-                desk.report(session, if m.kind.get() == 0 { Ok(m.size.get()) } else { Err(String::new()) });
+                let written = Written { bytes: m.size.get(), token: m.token, handed: Vec::new() };
+                desk.report(session, if m.kind.get() == 0 { Ok(written) } else { Err(String::new()) });
                 Ok(())
             }
-            OP_CLAIM => desk.claim(scope, &m.token).map(|fd| out_fd = Some(fd)),
+            OP_CLAIM => desk.claim(scope, &m.token).map(|(fd, n)| {
+                reply.size = (n as u64).into();
+                out_fd = Some(fd);
+            }),
+            OP_CLAIM_HANDED => desk.claimed_handed(scope, &m.token, m.kind.get() as usize).map(|fd| out_fd = Some(fd)),
             OP_RELEASE => {
                 desk.release(scope, &m.token);
                 Ok(())

@@ -17,6 +17,7 @@
 //! memory nodes, device launches).
 
 use super::chunks::{CHUNK, Chunks};
+use super::hand_over::HandOver;
 use super::{AllocKind, Session};
 use crate::exec::{ExecContext, Executor};
 use pvgpu_ctl::snapshot::{self, Allocation, Context, Device, Function, Global, Meta, Module, Queue, SnapshotError, State};
@@ -47,12 +48,18 @@ pub enum CheckpointError {
 }
 
 /// What a checkpoint wrote.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct Taken {
-    /// Bytes of device state.
+    /// Bytes of device state written.
     pub bytes: u64,
     /// Seconds spent copying them off the device.
     pub device_secs: f64,
+    /// Bytes of device memory handed over in place instead.
+    pub handed_bytes: u64,
+    /// The driver's descriptors of that memory, in the order the
+    /// snapshot's [`State::handed`] names it: the snapshot restores only
+    /// with them.
+    pub handed: Vec<std::os::fd::OwnedFd>,
 }
 
 /// Where a blob's bytes come from.
@@ -96,7 +103,13 @@ impl<E: Executor> Session<E> {
     /// Writes the session's state as a snapshot for `peer` into `file`,
     /// new and empty; returns the bytes of device state written. `leaving`:
     /// the session then leaves this backend, so it must be restorable.
-    pub fn checkpoint(&mut self, file: &std::fs::File, peer: &str, leaving: bool) -> Result<Taken, CheckpointError> {
+    ///
+    /// `hand_over`: a leaving session's device memory (what the program
+    /// allocated, not module globals, arrays or virtual memory of its own)
+    /// stays on the device, handed to the process that restores it on the
+    /// same GPU as the driver's descriptors ([`Taken::handed`]); where the
+    /// executor cannot, it is copied as always.
+    pub fn checkpoint(&mut self, file: &std::fs::File, peer: &str, leaving: bool, hand_over: bool) -> Result<Taken, CheckpointError> {
         if self.token == [0; 16] {
             return Err(CheckpointError::NoToken);
         }
@@ -120,7 +133,8 @@ impl<E: Executor> Session<E> {
             secs = t.elapsed().as_secs_f64(),
             "globals the program never looked up, found for the checkpoint"
         );
-        let mut plan = self.plan(&unlooked);
+        let handed = if leaving && hand_over { self.hand_over() } else { HandOver::default() };
+        let mut plan = self.plan(&unlooked, &handed);
         (plan.state.graphs, plan.state.graph_execs) = super::graph::describe(self)?;
         let meta = Meta {
             created_unix_seconds: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
@@ -144,7 +158,8 @@ impl<E: Executor> Session<E> {
         }
         let device_secs = self.write_blobs(&plan.sources, &mut w)?;
         w.finish()?;
-        Ok(Taken { bytes: plan.bytes, device_secs })
+        let handed_bytes = handed.records.iter().map(|r| r.length).sum();
+        Ok(Taken { bytes: plan.bytes, device_secs, handed_bytes, handed: handed.fds })
     }
 
     /// Writes every blob's bytes in order, device memory copied through a
@@ -243,11 +258,18 @@ impl<E: Executor> Session<E> {
         let devices = self.exec.devices();
         ordinals
             .into_iter()
-            .filter_map(|o| devices.get(o).map(|d| Device { ordinal: o, name: d.name.clone(), total_memory_bytes: d.total_mem }))
+            .filter_map(|o| {
+                devices.get(o).map(|d| Device {
+                    ordinal: o,
+                    name: d.name.clone(),
+                    total_memory_bytes: d.total_mem,
+                    uuid: Some(snapshot::hex(&d.uuid)),
+                })
+            })
             .collect()
     }
 
-    fn plan(&self, unlooked: &super::global_moves::Unlooked) -> Plan {
+    fn plan(&self, unlooked: &super::global_moves::Unlooked, handed: &HandOver) -> Plan {
         let mut p = Plan { state: State::default(), sources: Vec::new(), bytes: 0 };
         p.state.initialized = self.initialized;
         p.state.current = self.current;
@@ -265,9 +287,12 @@ impl<E: Executor> Session<E> {
                 AllocKind::Pooled(pool) => self.pools.get(pool).map(|_| pool),
                 _ => continue,
             };
-            let blob = p.blob(Source::Device { ctx: a.ctx, addr, len: a.len });
-            p.state.allocations.push(Allocation { ctx: a.ctx, address: addr, length: a.len, blob, pool });
+            let in_place = handed.covers(a.ctx, addr, a.len);
+            let bytes = if in_place { Source::Image(Arc::from(&[][..])) } else { Source::Device { ctx: a.ctx, addr, len: a.len } };
+            let blob = p.blob(bytes);
+            p.state.allocations.push(Allocation { ctx: a.ctx, address: addr, length: a.len, blob, pool, handed: in_place });
         }
+        p.state.handed = handed.records.clone();
         p.state.pools = super::pool::describe(self);
         // Virtual memory after allocations: a restore has every address of
         // the session back before it loads a module.

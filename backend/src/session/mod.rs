@@ -34,6 +34,7 @@ mod device;
 mod entries;
 mod global_moves;
 mod graph;
+mod hand_over;
 mod handler;
 mod ipc;
 mod launch;
@@ -334,6 +335,11 @@ impl<E: Executor> Session<E> {
     /// Session number.
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The token its guest presents to take it back after a checkpoint.
+    pub fn token(&self) -> [u8; 16] {
+        self.token
     }
 
     /// Whether this process serves this session alone (a worker): what it

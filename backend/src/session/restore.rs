@@ -91,6 +91,9 @@ pub enum RestoreError {
     /// Reading it failed.
     #[error(transparent)]
     File(#[from] SnapshotError),
+    /// Its device memory was handed over in place, and cannot be had here.
+    #[error("the snapshot's device memory was handed over in place: {0}")]
+    Handed(String),
     /// It does not fit the session's quota here.
     #[error("the snapshot's {0} bytes of device memory do not fit this session's quota here")]
     Quota(u64),
@@ -136,14 +139,17 @@ impl<E: Executor> Session<E> {
     /// its blobs from `reader`; `area` is the connection's data area.
     /// `file`, the file `reader` reads where it is one, gives device
     /// memory its bytes straight from it when `reader` does not hash
-    /// ([`super::chunks::write_mapped`]). Returns what each part of the
-    /// rebuild took.
+    /// ([`super::chunks::write_mapped`]). `handed` are the descriptors of
+    /// device memory handed over in place, as the snapshot's
+    /// `state.handed` names it. Returns what each part of the rebuild
+    /// took.
     pub fn restore<R: Read + Seek>(
         &mut self,
         meta: &Meta,
         reader: &mut Reader<R>,
         area: Option<&DataArea>,
         file: Option<&std::fs::File>,
+        handed: Vec<std::os::fd::OwnedFd>,
     ) -> Result<Rebuilt, RestoreError> {
         self.check_devices(meta)?;
         self.token = pvgpu_ctl::snapshot::token_from_hex(&meta.token)
@@ -180,7 +186,8 @@ impl<E: Executor> Session<E> {
         let contexts = lap.split();
         // The session's addresses first, then what the driver places.
         super::vmm::rebuild_reservations(self, &state.reservations)?;
-        self.restore_memory(&state.allocations, &mut blobs)?;
+        let handed = super::hand_over::pieces(meta, &self.exec.devices(), handed)?;
+        self.restore_memory(&state.allocations, handed, &mut blobs)?;
         self.restore_vmm(state, &mut blobs)?;
         let memory = lap.split();
         self.restore_in_order(state, &mut blobs)?;
@@ -403,15 +410,20 @@ impl<E: Executor> Session<E> {
     fn restore_memory<R: Read + Seek>(
         &mut self,
         allocations: &[pvgpu_ctl::snapshot::Allocation],
+        mut handed: BTreeMap<u64, Vec<crate::exec::HandedPiece>>,
         blobs: &mut Blobs<'_, R>,
     ) -> Result<(), RestoreError> {
         let mut by_ctx: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
         for a in allocations {
             by_ctx.entry(a.ctx).or_default().push((a.address, a.length));
         }
+        if let Some(ctx) = handed.keys().find(|c| !by_ctx.contains_key(c)) {
+            return Err(RestoreError::Inconsistent(format!("memory handed over in place in context {ctx:#x}, which holds no allocation")));
+        }
         for (ctx, ranges) in &by_ctx {
+            let pieces = handed.remove(ctx).unwrap_or_default();
             let c = self.enter(*ctx).map_err(rebuild(format!("context {ctx:#x}")))?;
-            if let Err(error) = c.restore_memory(ranges) {
+            if let Err(error) = c.restore_memory(ranges, pieces) {
                 let (address, _) = ranges.first().copied().unwrap_or_default();
                 return Err(RestoreError::Address {
                     what: format!("device memory of context {ctx:#x} ({} allocations)", ranges.len()),
@@ -444,7 +456,14 @@ impl<E: Executor> Session<E> {
         let ranges: Vec<pvgpu_ctl::snapshot::Allocation> = state
             .mappings
             .iter()
-            .map(|m| pvgpu_ctl::snapshot::Allocation { ctx: m.ctx, address: m.address, length: m.length, blob: m.blob, pool: None })
+            .map(|m| pvgpu_ctl::snapshot::Allocation {
+                ctx: m.ctx,
+                address: m.address,
+                length: m.length,
+                blob: m.blob,
+                pool: None,
+                handed: false,
+            })
             .collect();
         let mut chunks = Chunks::default();
         let mut buf = None;
@@ -462,6 +481,10 @@ impl<E: Executor> Session<E> {
     ) -> Result<(), RestoreError> {
         for a in allocations {
             let len = blobs.start(a.blob)?;
+            if a.handed && len == 0 {
+                // Its bytes stayed in the memory handed over.
+                continue;
+            }
             if len != a.length {
                 return Err(RestoreError::Inconsistent(format!("allocation {:#x}: {len} bytes for {}", a.address, a.length)));
             }

@@ -37,7 +37,7 @@ pub(super) fn snapshot(s: &mut Session<HostExecutor>, change: impl FnOnce(&mut M
 /// The session's snapshot as it writes it into a file.
 pub(super) fn checkpoint(s: &mut Session<HostExecutor>) -> Result<Vec<u8>, super::CheckpointError> {
     let file = std::fs::File::from(nix::sys::memfd::memfd_create("pvgpu-test", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap());
-    s.checkpoint(&file, "test", false)?;
+    s.checkpoint(&file, "test", false, false)?;
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut &file, &mut bytes).unwrap();
     Ok(bytes)
@@ -47,7 +47,7 @@ pub(super) fn checkpoint(s: &mut Session<HostExecutor>) -> Result<Vec<u8>, super
 pub(super) fn restore(file: &[u8]) -> Result<Session<HostExecutor>, super::RestoreError> {
     let mut s = Session::new(Arc::new(HostExecutor::new(64 << 20)), 2, SessionLimits::default());
     let (mut r, meta) = Reader::open(std::io::Cursor::new(file), file.len() as u64)?;
-    s.restore(&meta, &mut r, None, None)?;
+    s.restore(&meta, &mut r, None, None, Vec::new())?;
     r.finish()?;
     Ok(s)
 }

@@ -24,9 +24,10 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
         return false;
     }
     let Some(broker) = &limits.ipc else { return false };
-    let Some((mut file, stay)) = broker.checkpoint_order() else { return false };
+    let Some((mut file, kind)) = broker.checkpoint_order() else { return false };
+    let stay = kind.stay;
     let t = Instant::now();
-    let written = session.checkpoint(&file, peer, !stay).and_then(|n| {
+    let written = session.checkpoint(&file, peer, !stay, kind.hand_over).and_then(|n| {
         let written = t.elapsed().as_secs_f64();
         file.sync_all().map_err(|e| crate::session::CheckpointError::File(e.into()))?;
         Ok((n, written))
@@ -43,10 +44,13 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
                 device_secs = taken.device_secs,
                 written_secs = written,
                 synced_secs = t.elapsed().as_secs_f64(),
+                handed_bytes = taken.handed_bytes,
+                handed_pieces = taken.handed.len(),
                 stay,
                 "session checkpointed"
             );
-            broker.checkpoint_report(Some(bytes));
+            let token = session.token();
+            broker.checkpoint_report(Some(crate::checkpoints::Written { bytes, token, handed: taken.handed }));
             !stay
         }
         Err(e) => {
@@ -134,9 +138,9 @@ pub(super) fn resume<E: Executor>(
 
 fn take_back<E: Executor>(session: &mut Session<E>, conn: &dyn Conn, limits: &SessionLimits, token: &[u8; 16]) -> Result<(), CuError> {
     let broker = limits.ipc.as_ref().ok_or(CuError::NOT_FOUND)?;
-    let mut file = broker.claim(token).map_err(|_| CuError::NOT_FOUND)?;
+    let (mut file, handed) = broker.claim(token).map_err(|_| CuError::NOT_FOUND)?;
     let t = Instant::now();
-    let restored = restore_from(session, conn, &mut file);
+    let restored = restore_from(session, conn, &mut file, handed);
     // Closed here, then released: the supervisor drops the snapshot last,
     // off this session's way.
     drop(file);
@@ -158,6 +162,7 @@ fn restore_from<E: Executor>(
     session: &mut Session<E>,
     conn: &dyn Conn,
     file: &mut std::fs::File,
+    handed: Vec<std::os::fd::OwnedFd>,
 ) -> Result<(u64, crate::session::Rebuilt), RestoreFailure> {
     let len = file.metadata()?.len();
     file.rewind()?;
@@ -170,7 +175,7 @@ fn restore_from<E: Executor>(
     let checked = crate::file_guard::unchanged(file);
     let input = std::io::BufReader::with_capacity(8 << 20, &*file);
     let (mut reader, meta) = if checked { Reader::open_checked(input, len)? } else { Reader::open(input, len)? };
-    let parts = session.restore(&meta, &mut reader, conn.area(), Some(&*file))?;
+    let parts = session.restore(&meta, &mut reader, conn.area(), Some(&*file), handed)?;
     reader.finish()?;
     if checked && !crate::file_guard::unchanged(file) {
         return Err(RestoreFailure::Changed);

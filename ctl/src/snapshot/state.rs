@@ -14,6 +14,11 @@ pub struct Device {
     pub name: String,
     /// Total memory in bytes.
     pub total_memory_bytes: u64,
+    /// The GPU itself, as `cuDeviceGetUuid` gives it (32 hex digits):
+    /// memory handed over in place ([`Handed`]) is restored only on the
+    /// same GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
 }
 
 /// A context.
@@ -61,6 +66,24 @@ pub struct Allocation {
     /// holds), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<u64>,
+    /// Its bytes stayed on the device, in memory handed over in place
+    /// ([`State::handed`]); its blob is empty.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub handed: bool,
+}
+
+/// Device memory handed from one backend process to another on the same
+/// GPU without copying it (a migration on one host): the source exported
+/// it as a descriptor of the driver's, which travels beside the snapshot
+/// (never in it), and the target maps it at the same address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handed {
+    /// The context it is mapped in.
+    pub ctx: u64,
+    /// Where it is mapped.
+    pub address: u64,
+    /// Its bytes.
+    pub length: u64,
 }
 
 /// A memory pool of the program's own (`cuMemPoolCreate`), as made and set
@@ -311,6 +334,11 @@ pub struct State {
     /// Memory pools of the program's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<PoolRec>,
+    /// Device memory handed over in place, in the order its descriptors
+    /// travel: the snapshot restores only with them
+    /// ([`Allocation::handed`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handed: Vec<Handed>,
 }
 
 /// The description at the head of a snapshot.

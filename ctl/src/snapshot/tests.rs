@@ -23,11 +23,14 @@ fn sample() -> Meta {
         peer: "uid:1000".into(),
         token: "00".repeat(16),
         executor: "host".into(),
-        devices: vec![Device { ordinal: 0, name: "pvgpu host double".into(), total_memory_bytes: 1 << 30 }],
+        devices: vec![Device { ordinal: 0, name: "pvgpu host double".into(), total_memory_bytes: 1 << 30, uuid: None }],
         gpus: Some(vec![0]),
         space: 0,
         state_bytes: 5,
-        state: State { allocations: vec![Allocation { ctx: 1, address: 0x1000, length: 5, blob: 0, pool: None }], ..State::default() },
+        state: State {
+            allocations: vec![Allocation { ctx: 1, address: 0x1000, length: 5, blob: 0, pool: None, handed: false }],
+            ..State::default()
+        },
     }
 }
 

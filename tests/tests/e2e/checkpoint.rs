@@ -69,7 +69,8 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     let id = ctl.sessions().unwrap()[0].id;
     let dir = TempDir::new("checkpoint");
     let file = dir.0.join("session.pvgpu");
-    let req = |stay| CheckpointRequest { file: file.display().to_string(), leave_running: stay, timeout_seconds: Some(30) };
+    let req =
+        |stay| CheckpointRequest { file: file.display().to_string(), leave_running: stay, timeout_seconds: Some(30), hand_over: false };
     let graph = c.graph_create(g.ctx).unwrap();
     c.graph_cond_handle(graph, 0, false).unwrap();
     std::thread::scope(|s| {
@@ -125,20 +126,20 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     let bad = dir.0.join("corrupt.pvgpu");
     std::fs::write(&bad, &corrupt).unwrap();
     std::fs::set_permissions(&bad, std::fs::Permissions::from_mode(0o600)).unwrap();
-    match ctl.restore(&RestoreRequest { file: bad.display().to_string() }) {
+    match ctl.restore(&RestoreRequest { file: bad.display().to_string(), handed_from: None }) {
         Err(CtlError::Refused { status: 422, message }) => assert!(message.contains("checksum"), "{message}"),
         other => panic!("a corrupt snapshot: {other:?}"),
     }
     // The GPU its program saw is drained here now: refused when handed
     // over, the file kept, not when the program comes back.
     let _: serde_json::Value = ctl.call("POST", "/v1/devices/0/drain").unwrap();
-    match ctl.restore(&RestoreRequest { file: file.display().to_string() }) {
+    match ctl.restore(&RestoreRequest { file: file.display().to_string(), handed_from: None }) {
         Err(CtlError::Refused { status: 422, message }) => assert!(message.contains("gets [] here now"), "{message}"),
         other => panic!("a snapshot whose GPU is drained: {other:?}"),
     }
     assert!(file.exists(), "kept");
     let _: serde_json::Value = ctl.call("DELETE", "/v1/devices/0/drain").unwrap();
-    let restored = ctl.restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
+    let restored = ctl.restore(&RestoreRequest { file: file.display().to_string(), handed_from: None }).unwrap();
     assert_eq!((restored.session, restored.state_bytes), (id, report.state_bytes));
     let waiting = ctl.waiting().unwrap();
     assert_eq!(waiting.len(), 1, "{waiting:?}");
@@ -280,7 +281,12 @@ pub(crate) fn a_gpu_session_does_not_leave(h: &Harness, c: &Client, ctx: pvgpu_f
     let ctl = h.control().unwrap();
     let id = ctl.sessions().unwrap()[0].id;
     let dir = TempDir::new("checkpoint");
-    let req = CheckpointRequest { file: dir.0.join("gone.pvgpu").display().to_string(), leave_running: false, timeout_seconds: Some(30) };
+    let req = CheckpointRequest {
+        file: dir.0.join("gone.pvgpu").display().to_string(),
+        leave_running: false,
+        timeout_seconds: Some(30),
+        hand_over: false,
+    };
     let r = std::thread::scope(|s| {
         let taken = s.spawn(|| ctl.checkpoint(id, &req));
         while !taken.is_finished() && !c.detached() {
@@ -324,7 +330,7 @@ pub(crate) fn a_waiting_resume_takes_its_session_when_it_comes(t: Transport) {
     std::thread::scope(|s| {
         s.spawn(|| {
             std::thread::sleep(Duration::from_millis(300));
-            ctl.restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
+            ctl.restore(&RestoreRequest { file: file.display().to_string(), handed_from: None }).unwrap();
         });
         c.memcpy_dtoh(&mut back, buf).unwrap();
     });
@@ -347,7 +353,7 @@ pub(crate) fn checkpoint_leaving_the_session_running(t: Transport) {
     let id = ctl.sessions().unwrap()[0].id;
     let dir = TempDir::new("checkpoint");
     let file = dir.0.join("kept.pvgpu");
-    let req = CheckpointRequest { file: file.display().to_string(), leave_running: true, timeout_seconds: Some(30) };
+    let req = CheckpointRequest { file: file.display().to_string(), leave_running: true, timeout_seconds: Some(30), hand_over: false };
     let report = std::thread::scope(|s| {
         let taken = s.spawn(|| ctl.checkpoint(id, &req));
         while !taken.is_finished() {
@@ -368,7 +374,12 @@ pub(crate) fn checkpoint_leaving_the_session_running(t: Transport) {
     // A program making no call: the backend asks its library for one (the
     // control page's `LEAVE_WANTED` over shared memory, a message of its
     // own over TCP and TLS), where the checkpoint is taken.
-    let idle = CheckpointRequest { file: dir.0.join("idle.pvgpu").display().to_string(), leave_running: true, timeout_seconds: Some(5) };
+    let idle = CheckpointRequest {
+        file: dir.0.join("idle.pvgpu").display().to_string(),
+        leave_running: true,
+        timeout_seconds: Some(5),
+        hand_over: false,
+    };
     match ctl.checkpoint(id, &idle) {
         Ok(r) => assert!(r.left_running && r.state_bytes >= 4096, "{r:?}"),
         other => panic!("a checkpoint of a session making no call over {t:?}: {other:?}"),
@@ -380,7 +391,12 @@ pub(crate) fn checkpoint_leaving_the_session_running(t: Transport) {
     // A program that ends while its session is away does not wait for the
     // session to come back only to say goodbye (its resume would wait
     // minutes for a restore that never comes).
-    let away = CheckpointRequest { file: dir.0.join("away.pvgpu").display().to_string(), leave_running: false, timeout_seconds: Some(5) };
+    let away = CheckpointRequest {
+        file: dir.0.join("away.pvgpu").display().to_string(),
+        leave_running: false,
+        timeout_seconds: Some(5),
+        hand_over: false,
+    };
     ctl.checkpoint(id, &away).expect("a detaching checkpoint of an idle program");
     assert!(eventually(Duration::from_secs(5), || c.detached()), "the library's call took the reply that says the session left");
     let t0 = Instant::now();

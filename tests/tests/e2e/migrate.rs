@@ -84,9 +84,16 @@ pub(crate) fn session_moves_to_another_backend(t: Transport) {
     // The program makes no call while its session moves: its library
     // answers the backend's request for one (over the ring and TCP alike).
     // Over TCP the snapshot is uploaded, as to a backend on another host.
-    let report = pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, t == Transport::Tcp).expect("the migration");
+    // On one host (the ring), the session's device memory stays where it
+    // is: handed over in place, not copied.
+    let how = pvgpu_ctl::migrate::How { upload: t == Transport::Tcp, copy: false };
+    let report = pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, how).expect("the migration");
     assert!(c.detached(), "the library's own call took the reply that says the session left");
-    assert!(report.state_bytes >= 3 * state.bytes(), "{report:?}");
+    if t == Transport::Tcp {
+        assert!(report.state_bytes >= 3 * state.bytes() && report.handed_bytes == 0, "{report:?}");
+    } else {
+        assert!(report.handed_bytes >= 3 * state.bytes() && report.state_bytes < state.bytes(), "{report:?}");
+    }
     assert_eq!(report.left_file, None);
     assert_eq!(report.uploaded, t == Transport::Tcp);
     assert!(std::fs::read_dir(&dir.0).unwrap().next().is_none(), "the snapshot's name is gone once the target holds it");
@@ -116,4 +123,42 @@ pub(crate) fn session_moves_to_another_backend(t: Transport) {
         Err(CtlError::Refused { status: 422, message }) => assert!(message.contains("uploaded snapshot"), "{message}"),
         other => panic!("a junk upload: {other:?}"),
     }
+}
+
+/// Device memory a checkpoint hands over in place (it stays on the GPU)
+/// restores only where it is: another backend that was not handed it
+/// refuses the snapshot, and the backend the session left, which keeps the
+/// memory, restores it with its bytes.
+pub(crate) fn handed_memory_stays_with_its_backend_until_taken(t: Transport) {
+    let a = Harness::start();
+    if a.exec == ExecKind::Cuda {
+        return; // tests/migrate/run.sh hands GPU memory over on the H200.
+    }
+    let b = Harness::with(HarnessOptions { tcp_key_from: Some(a.tcp_key.clone()), ..HarnessOptions::default() });
+    let c = a.client(t);
+    let g = Gpu::new(&c).unwrap();
+    let state = MatSumState::launch(&c, &g, 3000);
+    let (from, to) = (a.control().unwrap(), b.control().unwrap());
+    let id = from.sessions().unwrap()[0].id;
+    let dir = TempDir::new("handed");
+    let file = dir.0.join("s.pvgpu");
+    let req = pvgpu_ctl::api::CheckpointRequest {
+        file: file.display().to_string(),
+        leave_running: false,
+        timeout_seconds: Some(30),
+        hand_over: true,
+    };
+    let report = super::moves::detach_as(&from, id, &c, g.ctx, &req, "whose memory stays on the GPU");
+    assert!(report.handed_bytes >= 3 * state.bytes() && report.state_bytes < state.bytes(), "{report:?}");
+    assert!(report.handed_from.is_some(), "{report:?}");
+
+    let restore = pvgpu_ctl::api::RestoreRequest { file: file.display().to_string(), handed_from: None };
+    match to.restore(&restore) {
+        Err(CtlError::Refused { status: 409, message }) => assert!(message.contains("handed over in place"), "{message}"),
+        other => panic!("a snapshot whose memory another backend holds: {other:?}"),
+    }
+    assert!(to.waiting().unwrap().is_empty(), "nothing parked there");
+    from.restore(&restore).expect("the backend the session left holds its memory");
+    state.check_and_go_on(&c, "a restore of memory handed over in place");
+    state.free(&c);
 }

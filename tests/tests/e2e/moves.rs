@@ -27,7 +27,8 @@ pub(crate) fn move_to_another_backend(
     let address = b.addr(t).to_string();
     let report = std::thread::scope(|s| {
         let moving = s.spawn(|| {
-            let mut r = pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, t == Transport::Tcp)?;
+            let how = pvgpu_ctl::migrate::How { upload: t == Transport::Tcp, copy: false };
+            let mut r = pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, how)?;
             pvgpu_ctl::migrate::wait_back(&to, &mut r, Duration::from_secs(30));
             Ok::<_, pvgpu_ctl::migrate::MigrateError>(r)
         });
@@ -66,7 +67,7 @@ pub(crate) fn through_a_restart(h: &mut Harness, c: &Client, ctx: pvgpu_frontend
     detach_into(&ctl, id, c, ctx, &file, what);
     let meta = pvgpu_ctl::snapshot::decode(&std::fs::read(&file).unwrap()).unwrap().0;
     h.restart();
-    h.control().unwrap().restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
+    h.control().unwrap().restore(&RestoreRequest { file: file.display().to_string(), handed_from: None }).unwrap();
     meta
 }
 
@@ -80,9 +81,21 @@ pub(crate) fn detach_into(
     file: &std::path::Path,
     what: &str,
 ) -> pvgpu_ctl::api::CheckpointReport {
-    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
+    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30), hand_over: false };
+    detach_as(ctl, id, c, ctx, &req, what)
+}
+
+/// [`detach_into`] as `req` asks.
+pub(crate) fn detach_as(
+    ctl: &pvgpu_ctl::client::Control,
+    id: u64,
+    c: &Client,
+    ctx: pvgpu_frontend::Context,
+    req: &CheckpointRequest,
+    what: &str,
+) -> pvgpu_ctl::api::CheckpointReport {
     std::thread::scope(|s| {
-        let taken = s.spawn(|| ctl.checkpoint(id, &req));
+        let taken = s.spawn(|| ctl.checkpoint(id, req));
         call_while(c, ctx, || c.detached() || taken.is_finished());
         taken.join().unwrap().unwrap_or_else(|e| panic!("the checkpoint of a session {what}: {e}"))
     })

@@ -54,7 +54,12 @@ pub(crate) fn pools_of_the_program_s_own(t: Transport) {
         let ctl = h.control().unwrap();
         let id = ctl.sessions().unwrap().iter().map(|s| s.id).min().unwrap();
         let dir = TempDir::new("pools");
-        let req = CheckpointRequest { file: dir.0.join("s.pvgpu").display().to_string(), leave_running: true, timeout_seconds: Some(30) };
+        let req = CheckpointRequest {
+            file: dir.0.join("s.pvgpu").display().to_string(),
+            leave_running: true,
+            timeout_seconds: Some(30),
+            hand_over: false,
+        };
         std::thread::scope(|sc| {
             let refused = sc.spawn(|| ctl.checkpoint(id, &req));
             while !refused.is_finished() {

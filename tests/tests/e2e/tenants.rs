@@ -154,7 +154,7 @@ fn a_tenant_session_comes_back_under_its_tenant() {
     c.memcpy_htod(buf, &[5u8; 4096]).unwrap();
     let id = ctl.sessions().unwrap()[0].id;
     let file = keys.0.join("bob.pvgpu");
-    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30) };
+    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30), hand_over: false };
     std::thread::scope(|s| {
         let taken = s.spawn(|| ctl.checkpoint(id, &req));
         // Until the program is detached, or the checkpoint has failed (its
@@ -170,7 +170,7 @@ fn a_tenant_session_comes_back_under_its_tenant() {
     });
     h.restart();
     let ctl = h.control().unwrap();
-    let restored = ctl.restore(&RestoreRequest { file: file.display().to_string() }).unwrap();
+    let restored = ctl.restore(&RestoreRequest { file: file.display().to_string(), handed_from: None }).unwrap();
     assert_eq!(restored.peer, "tenant:bob", "the snapshot is the tenant's");
     let mut back = vec![0u8; 4096];
     c.memcpy_dtoh(&mut back, buf).unwrap();

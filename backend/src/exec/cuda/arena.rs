@@ -262,6 +262,20 @@ impl Arena {
         Ok(())
     }
 
+    /// The mappings that hold `ranges` (addresses this arena gave), each
+    /// once: start, bytes and handle; `None` where an address is not one.
+    pub fn mappings_of(&self, ranges: &[(u64, u64)]) -> Option<Vec<(u64, u64, u64)>> {
+        let mut found = BTreeMap::new();
+        for &(addr, len) in ranges {
+            let (&start, m) = self.maps.range(..=addr).next_back()?;
+            if addr.checked_add(len)? > start + m.len {
+                return None;
+            }
+            found.insert(start, (m.len, m.handle));
+        }
+        Some(found.into_iter().map(|(start, (len, handle))| (start, len, handle)).collect())
+    }
+
     /// Unmaps everything and gives the slot back.
     pub fn release(&mut self, b: &mut impl Backing) {
         for (start, m) in std::mem::take(&mut self.maps) {

@@ -98,8 +98,12 @@ impl ExecContext for CudaContext {
     /// Only with placed memory (`--device-memory placed`): the driver's
     /// `cuMemAlloc` heap has addresses another process cannot reserve
     /// ([`crate::exec::Executor::restores_addresses`]).
-    fn restore_memory(&mut self, ranges: &[(u64, u64)]) -> CuRes<()> {
-        self.placed.as_mut().ok_or(CuError::NOT_SUPPORTED)?.restore(ranges)
+    fn restore_memory(&mut self, ranges: &[(u64, u64)], handed: Vec<crate::exec::HandedPiece>) -> CuRes<()> {
+        self.placed.as_mut().ok_or(CuError::NOT_SUPPORTED)?.restore(ranges, handed)
+    }
+
+    fn hand_over(&mut self, ranges: &[(u64, u64)]) -> CuRes<Vec<crate::exec::HandedPiece>> {
+        self.placed.as_mut().ok_or(CuError::NOT_SUPPORTED)?.hand_over(ranges)
     }
 
     fn mem_get_info(&mut self) -> CuRes<(u64, u64)> {

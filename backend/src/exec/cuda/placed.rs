@@ -32,10 +32,11 @@ use crate::exec::CuRes;
 use cudarc::driver::sys;
 use pvgpu_ring::CuError;
 use pvgpu_ring::cuda::api::{
-    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationProp, CUmemLocation,
-    Driver,
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, CU_MEM_LOCATION_TYPE_DEVICE, CUmemAccess_flags,
+    CUmemAccessDesc, CUmemAllocationProp, CUmemLocation, Driver,
 };
 use std::collections::{BTreeSet, HashMap};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Mutex;
 
 /// Streams of this process being captured (raw handles).
@@ -78,6 +79,13 @@ pub(super) struct Vmm {
     dev: sys::CUdevice,
     /// The device first, then every device that can reach its memory.
     access: Vec<sys::CUdevice>,
+    /// Whether memory is made exportable as a file descriptor (so that a
+    /// migration on this GPU hands it over in place); cleared if the
+    /// driver refuses that.
+    exportable: bool,
+    /// Memory handed over in place, by address: its bytes and the handle
+    /// imported here, taken by the mapping made at that address.
+    imports: HashMap<u64, (u64, u64)>,
 }
 
 impl Vmm {
@@ -87,7 +95,71 @@ impl Vmm {
         let mut p: CUmemAllocationProp = unsafe { std::mem::zeroed() };
         p.type_ = CU_MEM_ALLOCATION_TYPE_PINNED;
         p.location = CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: self.dev };
+        if self.exportable {
+            p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        }
         p
+    }
+
+    /// `len` bytes of new physical memory (exportable where the driver
+    /// allows it).
+    fn create(&mut self, len: u64) -> CuRes<u64> {
+        let mut h = 0u64;
+        let prop = self.prop();
+        // SAFETY: valid out-pointer and property.
+        let made = ok(unsafe { entry(self.drv.cuMemCreate)?(&mut h, len as usize, &prop, 0) });
+        match made {
+            Err(e) if self.exportable && e != CuError::OUT_OF_MEMORY => {
+                tracing::info!(status = ?e, "the driver makes no exportable device memory; migrations on this GPU copy it");
+                self.exportable = false;
+                self.create(len)
+            }
+            r => r.map(|()| h),
+        }
+    }
+
+    /// The descriptor of `handle`, for another process of this GPU.
+    fn export(&self, handle: u64) -> CuRes<OwnedFd> {
+        let mut fd: i32 = -1;
+        // SAFETY: a POSIX descriptor is an int, written to `fd`; `handle` is
+        // physical memory of this arena.
+        ok(unsafe {
+            entry(self.drv.cuMemExportToShareableHandle)?((&raw mut fd).cast(), handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
+        })?;
+        if fd < 0 {
+            return Err(CuError::UNKNOWN);
+        }
+        // SAFETY: the driver just opened this descriptor for us.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// The handle, in this process, of memory another process exported.
+    fn import(&self, fd: &OwnedFd) -> CuRes<u64> {
+        let mut h = 0u64;
+        // SAFETY: valid out-pointer; a POSIX handle is the descriptor as a
+        // pointer-sized value, open during the call (the driver takes its
+        // own reference); the descriptor came from the backend that handed
+        // the memory over, never from a guest.
+        ok(unsafe {
+            entry(self.drv.cuMemImportFromShareableHandle)?(
+                &mut h,
+                fd.as_raw_fd() as usize as *mut std::ffi::c_void,
+                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            )
+        })?;
+        Ok(h)
+    }
+
+    fn release(&self, handle: u64) {
+        // SAFETY: a handle of this arena, mapped nowhere now, released once.
+        let _ = entry(self.drv.cuMemRelease).map(|f| unsafe { f(handle) });
+    }
+
+    /// Releases imported memory no mapping took.
+    fn drop_imports(&mut self) {
+        for (_, (_, h)) in std::mem::take(&mut self.imports) {
+            self.release(h);
+        }
     }
 
     fn descs(&self, all: bool) -> Vec<CUmemAccessDesc> {
@@ -124,10 +196,14 @@ impl Backing for Vmm {
     }
 
     fn map(&mut self, addr: u64, len: u64) -> CuRes<u64> {
-        let mut h = 0u64;
-        let prop = self.prop();
-        // SAFETY: valid out-pointer and property.
-        ok(unsafe { entry(self.drv.cuMemCreate)?(&mut h, len as usize, &prop, 0) })?;
+        let h = match self.imports.remove(&addr) {
+            Some((l, h)) if l == len => h,
+            Some(other) => {
+                self.imports.insert(addr, other);
+                return Err(CuError::INVALID_VALUE);
+            }
+            None => self.create(len)?,
+        };
         // SAFETY: `addr..addr+len` lies in this arena's reservation and
         // overlaps none of its mappings (the arena's bookkeeping); `h` has
         // `len` bytes.
@@ -148,8 +224,7 @@ impl Backing for Vmm {
                 // SAFETY: the mapping made above.
                 let _ = entry(self.drv.cuMemUnmap).map(|f| unsafe { f(addr, len as usize) });
             }
-            // SAFETY: the handle made above, mapped nowhere now.
-            let _ = entry(self.drv.cuMemRelease).map(|f| unsafe { f(h) });
+            self.release(h);
             return Err(e);
         }
         Ok(h)
@@ -210,7 +285,7 @@ impl Placed {
         access.extend(peers);
         Ok(Placed {
             arena: Arena::in_space(granule, space),
-            vmm: Vmm { drv, dev, access },
+            vmm: Vmm { drv, dev, access, exportable: true, imports: HashMap::new() },
             deferred: Vec::new(),
             after_capture: Vec::new(),
             pools: HashMap::new(),
@@ -366,18 +441,53 @@ impl Placed {
         }
     }
 
-    /// Places each (address, length) of a checkpoint where it was; all or
-    /// nothing.
-    pub(super) fn restore(&mut self, ranges: &[(u64, u64)]) -> CuRes<()> {
-        for (i, &(addr, len)) in ranges.iter().enumerate() {
-            if let Err(e) = self.arena.alloc_at(&mut self.vmm, addr, len) {
-                for &(a, _) in &ranges[..i] {
-                    let _ = self.arena.free(&mut self.vmm, a);
+    /// Places each (address, length) of a checkpoint where it was, in
+    /// the memory `handed` over in place where it lies there; all or
+    /// nothing, and every piece handed over taken.
+    pub(super) fn restore(&mut self, ranges: &[(u64, u64)], handed: Vec<crate::exec::HandedPiece>) -> CuRes<()> {
+        let r = self.import_all(handed).and_then(|()| {
+            for (i, &(addr, len)) in ranges.iter().enumerate() {
+                if let Err(e) = self.arena.alloc_at(&mut self.vmm, addr, len) {
+                    for &(a, _) in &ranges[..i] {
+                        let _ = self.arena.free(&mut self.vmm, a);
+                    }
+                    return Err(e);
                 }
-                return Err(e);
+            }
+            if self.vmm.imports.is_empty() {
+                return Ok(());
+            }
+            tracing::warn!(left = self.vmm.imports.len(), "memory handed over in place holds no allocation of the snapshot");
+            for &(a, _) in ranges {
+                let _ = self.arena.free(&mut self.vmm, a);
+            }
+            Err(CuError::INVALID_VALUE)
+        });
+        self.vmm.drop_imports();
+        r
+    }
+
+    fn import_all(&mut self, handed: Vec<crate::exec::HandedPiece>) -> CuRes<()> {
+        for p in handed {
+            let h = self.vmm.import(&p.fd)?;
+            if let Some((_, twice)) = self.vmm.imports.insert(p.address, (p.length, h)) {
+                self.vmm.release(twice);
+                return Err(CuError::INVALID_VALUE);
             }
         }
         Ok(())
+    }
+
+    /// The memory behind `ranges` as descriptors of the driver's, for a
+    /// process of this GPU to map in place.
+    pub(super) fn hand_over(&mut self, ranges: &[(u64, u64)]) -> CuRes<Vec<crate::exec::HandedPiece>> {
+        if !self.vmm.exportable {
+            return Err(CuError::NOT_SUPPORTED);
+        }
+        let maps = self.arena.mappings_of(ranges).ok_or(CuError::INVALID_VALUE)?;
+        maps.into_iter()
+            .map(|(address, length, handle)| Ok(crate::exec::HandedPiece { address, length, fd: self.vmm.export(handle)? }))
+            .collect()
     }
 
     /// Gives everything back; the context's work is done (the caller

@@ -211,8 +211,12 @@ impl ExecContext for HostContext {
         Ok(m)
     }
 
-    fn restore_memory(&mut self, ranges: &[(u64, u64)]) -> CuRes<()> {
-        self.place_ranges(ranges)
+    fn restore_memory(&mut self, ranges: &[(u64, u64)], handed: Vec<crate::exec::HandedPiece>) -> CuRes<()> {
+        self.place_ranges(ranges, handed)
+    }
+
+    fn hand_over(&mut self, ranges: &[(u64, u64)]) -> CuRes<Vec<crate::exec::HandedPiece>> {
+        self.hand_over_mem(ranges)
     }
 
     fn module_unload(&mut self, m: HostModule) -> CuRes<()> {

@@ -87,6 +87,11 @@ impl From<Vec<u8>> for Buf {
 }
 
 impl Buf {
+    /// `len` bytes of memory another process handed over in place.
+    pub(super) fn handed(fd: OwnedFd, len: u64) -> CuRes<Buf> {
+        Ok(Buf::Shared(Shared::open(Arc::new(fd), len)?))
+    }
+
     /// The memfd behind these bytes, moving them into one first.
     fn share(&mut self) -> CuRes<Arc<OwnedFd>> {
         if let Buf::Own(v) = self {
@@ -137,6 +142,19 @@ impl HostContext {
         let h = self.handle();
         self.phys.insert(h, super::vmm::Phys::imported(size, Buf::Shared(shared)));
         Ok(h)
+    }
+
+    /// The memfds of the allocations `ranges` names, for another process
+    /// to map in place (a migration): each moved into its memfd first.
+    pub(super) fn hand_over_mem(&mut self, ranges: &[(u64, u64)]) -> CuRes<Vec<crate::exec::HandedPiece>> {
+        self.ok()?;
+        let mut pieces = Vec::with_capacity(ranges.len());
+        for &(address, length) in ranges {
+            let buf = self.mem.allocs.get_mut(&address).filter(|b| b.len() as u64 == length).ok_or(CuError::INVALID_VALUE)?;
+            let fd = buf.share()?.try_clone().map_err(|_| CuError::OUT_OF_MEMORY)?;
+            pieces.push(crate::exec::HandedPiece { address, length, fd });
+        }
+        Ok(pieces)
     }
 
     pub(super) fn close_mem(&mut self, ptr: u64) -> CuRes<()> {

@@ -362,7 +362,7 @@ impl HostContext {
 
     /// Device memory of `ranges` at their addresses, zeroed (a restored
     /// session's allocations, whose bytes the restore writes next).
-    fn place_ranges(&mut self, ranges: &[(u64, u64)]) -> CuRes<()> {
+    fn place_ranges(&mut self, ranges: &[(u64, u64)], handed: Vec<crate::exec::HandedPiece>) -> CuRes<()> {
         self.ok()?;
         let total = ranges.iter().try_fold(0u64, |t, (_, len)| t.checked_add(*len)).ok_or(CuError::INVALID_VALUE)?;
         if total > self.free_bytes() {
@@ -374,12 +374,29 @@ impl HostContext {
         if !clear || sorted.iter().any(|&(a, len)| len == 0 || !self.mem.is_free(a, len)) {
             return Err(CuError::ALREADY_MAPPED);
         }
-        for (addr, len) in sorted {
-            let len = usize::try_from(len).map_err(|_| CuError::OUT_OF_MEMORY)?;
-            let mut v = Vec::new();
-            v.try_reserve_exact(len).map_err(|_| CuError::OUT_OF_MEMORY)?;
-            v.resize(len, 0);
-            self.mem.place(addr, v.into());
+        // Memory handed over in place is taken whole by the allocation at
+        // its address, or the restore fails.
+        let mut handed: BTreeMap<u64, crate::exec::HandedPiece> = handed.into_iter().map(|p| (p.address, p)).collect();
+        let mut bufs = Vec::with_capacity(sorted.len());
+        for &(addr, len) in &sorted {
+            let buf = match handed.remove(&addr) {
+                Some(p) if p.length == len => ipc::Buf::handed(p.fd, len)?,
+                Some(_) => return Err(CuError::INVALID_VALUE),
+                None => {
+                    let len = usize::try_from(len).map_err(|_| CuError::OUT_OF_MEMORY)?;
+                    let mut v = Vec::new();
+                    v.try_reserve_exact(len).map_err(|_| CuError::OUT_OF_MEMORY)?;
+                    v.resize(len, 0);
+                    v.into()
+                }
+            };
+            bufs.push((addr, buf));
+        }
+        if !handed.is_empty() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        for (addr, buf) in bufs {
+            self.mem.place(addr, buf);
         }
         self.used.fetch_add(total, Ordering::Relaxed);
         self.held += total;

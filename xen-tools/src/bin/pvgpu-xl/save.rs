@@ -117,7 +117,7 @@ fn wait_quiet(xs: &mut XenStore, backend: u16, domid: u16, within: Duration) -> 
 fn give_back(control: &Control, files: &[PathBuf]) -> usize {
     let mut back = 0;
     for f in files {
-        match control.restore(&RestoreRequest { file: f.display().to_string() }) {
+        match control.restore(&RestoreRequest { file: f.display().to_string(), handed_from: None }) {
             Ok(r) => {
                 println!("session {} handed back to the backend ({} bytes of device state)", r.session, r.state_bytes);
                 back += 1;
@@ -181,7 +181,8 @@ fn take_and_save(xs: &mut XenStore, job: &Job<'_>, mut saved: Saved, taken: &mut
     let sessions: Vec<u64> = listed()?.into_iter().filter(|s| s.peer == peer).map(|s| s.id).collect();
     for id in &sessions {
         let path = dir.join(format!("session-{id}.pvgpu"));
-        let req = CheckpointRequest { file: path.display().to_string(), leave_running: false, timeout_seconds: Some(timeout) };
+        let req =
+            CheckpointRequest { file: path.display().to_string(), leave_running: false, timeout_seconds: Some(timeout), hand_over: false };
         let r = control.checkpoint(*id, &req).with_context(|| format!("checkpointing session {id}"))?;
         println!("session {id}: {} bytes of device state checkpointed in {:.2} s", r.state_bytes, r.seconds);
         taken.push(path);

@@ -185,3 +185,33 @@ proptest! {
         b.release(&mut f);
     }
 }
+
+#[test]
+fn a_restore_maps_exactly_the_mappings_that_held_the_allocations() {
+    // Memory handed over in place is the source's mappings: the target's
+    // arena must ask for the very same (start, length) to take them.
+    // A slot of the last address space: no other test's.
+    let space = pvgpu_ring::proto::MAX_SPACES - 1;
+    let (mut f, mut a) = (Fake::default(), Arena::in_space(G, space));
+    let sizes = [700, 3 * G + 5, 600, 40 << 10, G, 100];
+    let mut ranges: Vec<(u64, u64)> = sizes.iter().map(|&n| (a.alloc(&mut f, n).unwrap(), n)).collect();
+    let freed = ranges.remove(3);
+    a.free(&mut f, freed.0).unwrap();
+    let held = a.mappings_of(&ranges).unwrap();
+    let mut want: Vec<(u64, u64)> = held.iter().map(|&(s, l, _)| (s, l)).collect();
+    want.sort_unstable();
+    assert_eq!(held.iter().map(|&(_, _, h)| h).collect::<std::collections::BTreeSet<_>>().len(), held.len(), "each once");
+    assert!(a.mappings_of(&[(0x10, 1)]).is_none(), "an address the arena never gave");
+    // The slot is this process's: given back, as the source's process
+    // ends, before the target's arena takes it.
+    a.release(&mut f);
+
+    let (mut g, mut b) = (Fake::default(), Arena::in_space(G, space));
+    for &(addr, len) in &ranges {
+        b.alloc_at(&mut g, addr, len).unwrap();
+    }
+    let mut got: Vec<(u64, u64)> = g.maps.iter().map(|(&s, &(l, _))| (s, l)).collect();
+    got.sort_unstable();
+    assert_eq!(got, want);
+    b.release(&mut g);
+}
