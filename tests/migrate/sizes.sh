@@ -11,7 +11,13 @@
 # digests its memory again and must find it the same.
 #
 #   BIN=DIR OUT=DIR [SIZES="1 10 40"] [DIR=/dev/shm] [NATIVE=1] [EXECUTOR=cuda] \
-#     bash tests/migrate/sizes.sh
+#     [MOVES="in-place copied"] [RESTARTS=1] bash tests/migrate/sizes.sh
+#
+# MOVES adds live migrations of the same program between two backends side
+# by side on the GPU (`pvgpu-ctl migrate --wait`): `in-place` keeps its
+# device memory on the GPU (handed over to the other backend), `copied`
+# moves it through the snapshot (`--copy`); their pauses go to
+# OUT/moves.md. RESTARTS=0 skips the checkpoints through a restart.
 #
 # BIN holds release builds of pvgpu-backend, pvgpu-ctl and
 # libpvgpu_cuda.so; NVCC (default nvcc) builds holder.cu; NATIVE=0 skips
@@ -41,15 +47,46 @@ ready() { for _ in $(seq 1200); do grep -q READY $1 && return 0; kill -0 $2 2>/d
 secs() { python3 -c "print(f'{$2 - $1:.2f}')"; }
 rate() { python3 -c "print(f'{$1 / max($2, 1e-9):.2f}')"; }
 CTL="$BIN/pvgpu-ctl --control unix:$W/ctl.sock"
+# backend LOG [SUFFIX]: a backend at $W/pvSUFFIX.sock, controlled at $W/ctlSUFFIX.sock.
 backend() {
-  $BIN/pvgpu-backend --listen local:$W/pv.sock --executor $EXECUTOR --control unix:$W/ctl.sock --device-memory placed \
+  $BIN/pvgpu-backend --listen local:$W/pv${2:-}.sock --executor $EXECUTOR --control unix:$W/ctl${2:-}.sock --device-memory placed \
     --image-cache off > $OUT/backend-$1.log 2>&1 & bp=$!
-  for _ in $(seq 100); do [ -S $W/ctl.sock ] && [ -S $W/pv.sock ] && break; sleep 0.1; done
+  for _ in $(seq 100); do [ -S $W/ctl${2:-}.sock ] && [ -S $W/pv${2:-}.sock ] && break; sleep 0.1; done
+}
+# migrate_one GIB WAY: the holder moved live from one backend to another.
+migrate_one() {
+  local g=$1 way=$2 flag=; [ $way = copied ] && flag=--copy
+  rm -f $W/go; backend M-$g-$way-a; local a=$bp; backend M-$g-$way-b B; local b=$bp
+  PVGPU_BACKEND=local:$W/pv.sock PVGPU_RESUME_TIMEOUT_S=600 LD_LIBRARY_PATH=$W/lib:${HOLDER_LIBS:-} $W/holder $g $W/go > $W/pv.txt 2>&1 & local hp=$!
+  local line="| $g | $way | failed | | | | |"
+  if ready $W/pv.txt $hp; then
+    local sid=$($CTL sessions --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+    $CTL migrate $sid --to unix:$W/ctlB.sock --address local:$W/pvB.sock --dir $DIR --timeout 600 --wait 600 --json $flag > $W/mig.json 2> $W/mig.err & local mp=$!
+    # Told to call again once its session has left (not while room is
+    # made for a copied snapshot, which it runs through).
+    for _ in $(seq 6000); do grep -q "session checkpointed" $OUT/backend-M-$g-$way-a.log && break; kill -0 $mp 2>/dev/null || break; sleep 0.1; done
+    touch $W/go; wait $mp; wait $hp
+    line=$(python3 - $W/mig.json "$(tail -1 $W/pv.txt | cut -c1-40)" $g $way <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); b = r.get("back") or {}; rb = b.get("rebuild") or {}
+ck = r["checkpoint_seconds"] - r["room_seconds"]
+rebuild = rb.get("rebuild_seconds", float("nan"))
+# The holder is idle while it moves (it calls again once told to): its
+# pause is what a program calling at once waits, the move and the rebuild.
+pause = ck + r["restore_seconds"] + r["record_seconds"] + rebuild
+print(f"| {sys.argv[3]} | {sys.argv[4]} | {r['state_bytes'] / 1e9:.2f} | {r['handed_bytes'] / 1e9:.2f} | {ck:.3f} | {r['restore_seconds']:.3f} | "
+      f"{rebuild:.3f} (memory {rb.get('memory_seconds', float('nan')):.3f}) | {pause:.3f} | {sys.argv[2]} |")
+PY
+) || line="| $g | $way | failed: $(cat $W/mig.err | tr '\n' ' ' | cut -c1-200) |"
+  fi
+  kill $a $b 2>/dev/null; wait $a $b 2>/dev/null; rm -f $W/*.sock $DIR/pvgpu-migrate-*
+  { echo "== migrate $g GiB $way"; cat $W/mig.json $W/mig.err $W/pv.txt 2>/dev/null; } >> $OUT/programs.txt
+  echo "$line" >> $OUT/moves.md
 }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no GPU ($EXECUTOR executor)"
   echo; echo "| GiB | native checkpoint (s) | native restore (s) | pvgpu checkpoint (s) | GB/s | pvgpu restore (s) | GB/s | program after |"
   echo "|---|---|---|---|---|---|---|---|"; } > $R
-for g in ${SIZES:-1 10 40}; do
+for g in $([ "${RESTARTS:-1}" = 1 ] && echo ${SIZES:-1 10 40}); do
   gb=$(python3 -c "print($g * 2**30 / 1e9)")
   nc=-; nr=-
   if [ "${NATIVE:-1}" = 1 ]; then
@@ -82,3 +119,9 @@ for g in ${SIZES:-1 10 40}; do
   echo "| $g | $nc | $nr | $pc | $pcr | $pr | $prr | $after |" >> $R
 done
 cat $R
+if [ -n "${MOVES:-}" ]; then
+  { echo "| GiB | memory | copied (GB) | left on the GPU (GB) | checkpoint's pause (s) | restore (s) | target's rebuild (s) | pause: the three and the move recorded (s) | program after |"
+    echo "|---|---|---|---|---|---|---|---|---|"; } > $OUT/moves.md
+  for g in ${SIZES:-1 10 40}; do for way in $MOVES; do migrate_one $g $way; done; done
+  cat $OUT/moves.md
+fi

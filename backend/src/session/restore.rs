@@ -180,10 +180,12 @@ impl<E: Executor> Session<E> {
                 l.note_device(c.device);
             }
         }
+        let made = lap.0.elapsed();
         if let Some(first) = state.contexts.first() {
             super::area_pin::at_new_context(self, first.id, area);
         }
         let contexts = lap.split();
+        tracing::debug!(made_secs = made.as_secs_f64(), pinned_secs = (contexts - made).as_secs_f64(), "contexts restored");
         // The session's addresses first, then what the driver places.
         super::vmm::rebuild_reservations(self, &state.reservations)?;
         let handed = super::hand_over::pieces(meta, &self.exec.devices(), handed)?;
