@@ -351,14 +351,7 @@ fn pool_worker(exec: &ExecArgs) -> Result<()> {
     worker_pool::reserve_numbers().context("an idle worker cannot reserve its descriptor numbers")?;
     worker_pool::name_process(c"pvgpu-idle");
     let prepared = match exec.executor {
-        ExecutorKind::Cuda => {
-            let e = worker_process::prepare_cuda(exec.device_memory)?;
-            // A runtime program's first context, its device 0's primary one.
-            if let Err(e) = e.prepare_context(0, 0) {
-                tracing::warn!(error = %e, "an idle worker could not make a context ahead; its session makes its own");
-            }
-            Some(worker_process::Prepared::Cuda(e))
-        }
+        ExecutorKind::Cuda => Some(worker_process::Prepared::Cuda(worker_process::prepare_cuda(exec.device_memory)?)),
         ExecutorKind::Host => None,
     };
     let Some(args) = worker_pool::wait_for_session().context("an idle worker's session")? else {

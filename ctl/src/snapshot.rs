@@ -27,8 +27,8 @@ mod state;
 pub use graph::{Body, ExecGraphRec, GraphRec, NodeKind, NodeRec, from_hex, hex};
 pub use placed::{FileWriter, make_room};
 pub use state::{
-    Allocation, ArrayRec, Context, Device, Function, Global, Handed, LimitRec, Mapped, Meta, MirrorRec, Module, Physical, PoolRec, Queue,
-    Reservation, State, TexObjectRec,
+    Allocation, AreaRec, ArrayRec, Context, Device, Function, Global, Handed, LimitRec, Mapped, Meta, MirrorRec, Module, Physical, PoolRec,
+    Queue, Reservation, State, TexObjectRec,
 };
 
 /// The file's first bytes.

@@ -60,6 +60,30 @@ pub(super) fn area_pin_on_demand<E: Executor>(s: &mut Session<E>, r: proto::Area
     Ok(())
 }
 
+/// How the area is page-locked, for a checkpoint: part by part, or
+/// (`None`) whole with the first context.
+pub(super) fn describe<E: Executor>(s: &Session<E>) -> Option<pvgpu_ctl::snapshot::AreaRec> {
+    s.on_demand.as_ref().map(|d| pvgpu_ctl::snapshot::AreaRec { staging: d.staging, pool_wanted: d.pool_wanted })
+}
+
+/// A restored session's area page-locked as its checkpoint says, before
+/// its first context is made again: a program that never allocated
+/// page-locked memory does not wait for its pool to be page-locked. A
+/// record that does not fit this connection's area is refused.
+pub(super) fn restore<E: Executor>(
+    s: &mut Session<E>,
+    rec: Option<&pvgpu_ctl::snapshot::AreaRec>,
+    area: Option<&DataArea>,
+) -> Result<(), super::RestoreError> {
+    let (Some(rec), Some(area)) = (rec, area) else { return Ok(()) };
+    if rec.staging > area.len() as u64 || rec.staging % 4096 != 0 {
+        return Err(super::RestoreError::Inconsistent(format!("{} bytes of copy staging in a data area of {}", rec.staging, area.len())));
+    }
+    let staging_pin = CopyPin::new(area.base(), rec.staging as usize);
+    s.on_demand = Some(OnDemand { staging: rec.staging, staging_pin, pool_wanted: rec.pool_wanted, pool_refused: false });
+    Ok(())
+}
+
 /// Context `id` was made: the whole area is page-locked through it (a
 /// frontend that did not ask otherwise), or the pool if it is wanted.
 pub(super) fn at_new_context<E: Executor>(s: &mut Session<E>, id: u64, area: Option<&DataArea>) {
@@ -194,6 +218,37 @@ mod tests {
         assert_eq!(f.exec.pinned_ranges(), 1);
         drop(s);
         assert_eq!(f.exec.pinned_ranges(), 0, "undone before the session's contexts go");
+    }
+
+    #[test]
+    fn a_restored_session_page_locks_its_area_as_its_checkpoint_says() {
+        for wanted in [false, true] {
+            let (mut f, mut s) = Fixture::new();
+            area_pin_on_demand(&mut s, proto::AreaPinOnDemand { staging: STAGING.into() }, &mut f.io()).unwrap();
+            let a = f.ctx(&mut s);
+            if wanted {
+                f.device_address(&mut s);
+            }
+            let rec = describe(&s).unwrap();
+            assert_eq!((rec.staging, rec.pool_wanted), (STAGING, wanted));
+            device::ctx_destroy(&mut s, proto::CtxDestroy { ctx: a.into() }, &mut f.io()).unwrap();
+            drop(s);
+
+            // The session rebuilt: its first context page-locks the pool
+            // only where the program wanted it, and never the staging.
+            let (mut f, mut s) = Fixture::new();
+            restore(&mut s, Some(&rec), Some(&f.area)).unwrap();
+            let b = f.ctx(&mut s);
+            assert_eq!(s.area_pinned_by, wanted.then_some(b));
+            let before = f.exec.pinned_ranges();
+            before_copy(&mut s, b, 0, STAGE_MIN);
+            assert_eq!(f.exec.pinned_ranges(), before + 1, "the staging at its first large copy");
+        }
+        let (f, mut s) = Fixture::new();
+        let bad = pvgpu_ctl::snapshot::AreaRec { staging: AREA as u64 + 4096, pool_wanted: false };
+        assert!(restore(&mut s, Some(&bad), Some(&f.area)).is_err(), "staging past the area");
+        let odd = pvgpu_ctl::snapshot::AreaRec { staging: 100, pool_wanted: false };
+        assert!(restore(&mut s, Some(&odd), Some(&f.area)).is_err(), "staging not in whole pages");
     }
 
     #[test]

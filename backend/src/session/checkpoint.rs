@@ -359,6 +359,7 @@ impl<E: Executor> Session<E> {
             p.state.arrays.push(a);
         }
         p.state.tex_objects = super::array_moves::describe_objects(self);
+        p.state.area = super::area_pin::describe(self);
         p
     }
 }

@@ -165,6 +165,7 @@ impl<E: Executor> Session<E> {
         }
         self.set_space(meta.space);
         let mut lap = Lap(std::time::Instant::now());
+        super::area_pin::restore(self, state.area.as_ref(), area)?;
         self.hello = true;
         self.initialized = state.initialized;
         for c in &state.contexts {

@@ -339,6 +339,22 @@ pub struct State {
     /// ([`Allocation::handed`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub handed: Vec<Handed>,
+    /// The ring's data area page-locked part by part as first needed, as
+    /// the program asked; absent, it was page-locked whole with the first
+    /// context, and is so again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub area: Option<AreaRec>,
+}
+
+/// How the program's data area is page-locked when it is first needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AreaRec {
+    /// Bytes of copy staging at its start, page-locked at the first large
+    /// copy through them.
+    pub staging: u64,
+    /// The program allocated page-locked memory: the rest of the area is
+    /// page-locked and mapped for the device with the first context.
+    pub pool_wanted: bool,
 }
 
 /// The description at the head of a snapshot.

@@ -131,20 +131,7 @@ pub struct CudaExecutor {
     drv: &'static Driver,
     nvml: Option<nvml::Nvml>,
     memory: crate::config::DeviceMemory,
-    /// A context made before its session came ([`CudaExecutor::prepare_context`]).
-    spare: std::sync::Mutex<Option<Spare>>,
 }
-
-/// A context made ahead, current on no thread: its device and flags.
-struct Spare {
-    device: usize,
-    flags: u32,
-    raw: sys::CUcontext,
-}
-
-// SAFETY: a context is not tied to the thread that made it (popped there);
-// it is made current where it is taken.
-unsafe impl Send for Spare {}
 
 /// A device's PCI bus id as `cuDeviceGetPCIBusId` writes it (empty if the
 /// driver does not say).
@@ -158,46 +145,6 @@ fn bus_id(dev: sys::CUdevice) -> String {
 }
 
 impl CudaExecutor {
-    /// Makes a context on `device` with `flags` ahead of the session that
-    /// will ask for it (an idle worker of the pool): the session's first
-    /// context of that device and flags, a runtime program's primary one
-    /// (flags 0), is then had at once, where making one takes a few hundred
-    /// milliseconds. It holds the device memory a context does meanwhile.
-    pub fn prepare_context(&self, device: usize, flags: u32) -> CuRes<()> {
-        let dev = *self.raw.get(device).ok_or(CuError::INVALID_DEVICE)?;
-        let mut raw = ptr::null_mut();
-        // SAFETY: valid out-pointer; null create-params asks for defaults.
-        ck(unsafe { sys::cuCtxCreate_v4(&mut raw, ptr::null_mut(), flags, dev) })?;
-        let mut popped = ptr::null_mut();
-        // SAFETY: valid out-pointer; the context just made is current here.
-        if let Err(e) = ck(unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }) {
-            // SAFETY: made above, used by nothing else.
-            unsafe { sys::cuCtxDestroy_v2(raw) };
-            return Err(e);
-        }
-        *self.spare.lock().unwrap_or_else(|p| p.into_inner()) = Some(Spare { device, flags, raw });
-        Ok(())
-    }
-
-    /// The context made ahead, if it is on `device` with `flags`, made
-    /// current here; one that is not is destroyed (its memory given back).
-    fn take_spare(&self, device: usize, flags: u32) -> Option<sys::CUcontext> {
-        let spare = self.spare.lock().unwrap_or_else(|p| p.into_inner()).take()?;
-        if (spare.device, spare.flags) != (device, flags) {
-            // SAFETY: the spare context, current nowhere and used by nothing.
-            unsafe { sys::cuCtxDestroy_v2(spare.raw) };
-            return None;
-        }
-        // SAFETY: a live context of this process, made current on this thread.
-        if ck(unsafe { sys::cuCtxSetCurrent(spare.raw) }).is_err() {
-            // SAFETY: as above.
-            unsafe { sys::cuCtxDestroy_v2(spare.raw) };
-            return None;
-        }
-        tracing::debug!(device, "the session's context was made before it came");
-        Some(spare.raw)
-    }
-
     /// The other devices that can reach `dev`'s memory peer to peer.
     fn peers_of(&self, dev: sys::CUdevice) -> Vec<sys::CUdevice> {
         let can = |peer: sys::CUdevice| {
@@ -238,7 +185,7 @@ impl CudaExecutor {
         let bus_ids: Vec<String> = raw.iter().map(|&d| bus_id(d)).collect();
         let nvml = nvml::Nvml::load(&bus_ids);
         tracing::info!(driver_version, devices = devices.len(), nvml = nvml.is_some(), ?memory, "CUDA executor ready");
-        Ok(CudaExecutor { devices, raw, driver_version, drv, nvml, memory, spare: std::sync::Mutex::new(None) })
+        Ok(CudaExecutor { devices, raw, driver_version, drv, nvml, memory })
     }
 }
 
@@ -352,15 +299,9 @@ impl Executor for CudaExecutor {
 
     fn create_context(&self, device: usize, flags: u32, space: u16) -> CuRes<CudaContext> {
         let dev = *self.raw.get(device).ok_or(CuError::INVALID_DEVICE)?;
-        let raw = match self.take_spare(device, flags) {
-            Some(raw) => raw,
-            None => {
-                let mut raw = ptr::null_mut();
-                // SAFETY: valid out-pointer; null create-params asks for defaults.
-                ck(unsafe { sys::cuCtxCreate_v4(&mut raw, ptr::null_mut(), flags, dev) })?;
-                raw
-            }
-        };
+        let mut raw = ptr::null_mut();
+        // SAFETY: valid out-pointer; null create-params asks for defaults.
+        ck(unsafe { sys::cuCtxCreate_v4(&mut raw, ptr::null_mut(), flags, dev) })?;
         let mut ctx = CudaContext { raw, dev, drv: self.drv, host: host_node::HostNodes::default(), placed: None, space };
         if self.memory == crate::config::DeviceMemory::Placed {
             ctx.placed = Some(Box::new(placed::Placed::new(self.drv, dev, self.peers_of(dev), space)?));
