@@ -184,6 +184,22 @@ impl<E: Executor> Session<E> {
                         device += t.elapsed();
                         w.blob(&bytes)?;
                     }
+                    &Source::Device { ctx, addr, len } if len <= SMALL as u64 => {
+                        // A module global: read and written here, not worth
+                        // a thread (PyTorch's checkpoints hold hundreds).
+                        if chunks.is_empty() {
+                            chunks.push(staging.make().map_err(|e| CheckpointError::File(e.into()))?);
+                        }
+                        let buf = &mut chunks[0];
+                        staging.pin(self, ctx, buf).map_err(CheckpointError::Device)?;
+                        let t = std::time::Instant::now();
+                        let c = self.enter(ctx).map_err(CheckpointError::Device)?;
+                        // SAFETY: the chunk is writable for `len` (at most SMALL) bytes,
+                        // the copy waits, and the range lies in one of the session's globals.
+                        unsafe { c.dtoh(buf.as_mut_ptr(), addr, len as usize, None, true) }.map_err(CheckpointError::Device)?;
+                        device += t.elapsed();
+                        w.blob(&buf[..len as usize])?;
+                    }
                     &Source::Device { ctx, addr, len } => {
                         while chunks.len() < CHUNKS && (chunks.len() as u64) * (CHUNK as u64) < len {
                             chunks.push(staging.make().map_err(|e| CheckpointError::File(e.into()))?);
@@ -367,3 +383,6 @@ impl<E: Executor> Session<E> {
 /// Page-locked chunks a checkpoint copies through at most: one filled
 /// while the others are hashed and written.
 const CHUNKS: usize = 4;
+/// Blobs of device memory at most this long are copied and written on the
+/// session's thread, through the first chunk.
+const SMALL: usize = 1 << 20;
