@@ -13,7 +13,7 @@
 //! | `GET /v1/sessions/ID`      | one session                            |
 //! | `DELETE /v1/sessions/ID`   | ends a session (its worker is given the grace period, then killed) |
 //! | `POST /v1/sessions/ID/checkpoint` | writes a snapshot at the session's next waited call ([`api::CheckpointRequest`]) |
-//! | `POST /v1/restore`         | parks a snapshot for its guest ([`api::RestoreRequest`]) |
+//! | `POST /v1/restore`         | parks a snapshot for its guest ([`api::RestoreRequest`]; with `handed_from`, the device memory another backend of this GPU handed over in place) |
 //! | `GET /v1/restores`         | snapshots waiting for their guests ([`api::Waiting`]) |
 //! | `POST /v1/restore/upload` | parks a snapshot sent as the body (`Content-Length` bytes), kept in the backend's memory |
 //! | `POST /v1/moves`           | records where a checkpointed session lives now ([`api::MoveRecord`]; [`migrate`]) |
