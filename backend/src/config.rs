@@ -325,8 +325,9 @@ pub struct WorkerCommand {
     pub args: Vec<String>,
     /// Name of the executor the workers run (`cuda`, `host`).
     pub executor: String,
-    /// How many devices that executor has (found at start-up).
-    pub devices: usize,
+    /// The devices that executor has, as it names them (`cuDeviceGetUuid`,
+    /// found at start-up).
+    pub devices: Vec<[u8; 16]>,
     /// Idle workers kept ready for the next sessions (`--worker-pool`).
     pub pool: usize,
 }

@@ -81,6 +81,8 @@ pub trait Spawner: Send + Sync {
     fn executor(&self) -> &str;
     /// How many devices that executor has.
     fn device_count(&self) -> usize;
+    /// Each device's UUID, as the executor names it, by the backend's index.
+    fn device_uuids(&self) -> Vec<[u8; 16]>;
     /// Collects sessions that ended, and ends those whose peer is gone.
     fn tend(&self) {}
     /// Ends session `id` (its guest went away): it has the grace period to
@@ -177,6 +179,10 @@ impl<E: Executor> Spawner for ThreadSpawner<E> {
 
     fn device_count(&self) -> usize {
         self.exec.devices().len()
+    }
+
+    fn device_uuids(&self) -> Vec<[u8; 16]> {
+        self.exec.devices().iter().map(|d| d.uuid).collect()
     }
 
     fn desk(&self) -> &Arc<Desk> {
@@ -503,7 +509,11 @@ impl Spawner for ProcessSpawner {
     }
 
     fn device_count(&self) -> usize {
-        self.cmd.devices
+        self.cmd.devices.len()
+    }
+
+    fn device_uuids(&self) -> Vec<[u8; 16]> {
+        self.cmd.devices.clone()
     }
 
     fn tend(&self) {

@@ -41,7 +41,7 @@ pub enum WorkerError {
 
 /// Starts the configured executor once, so that a missing driver is reported
 /// at start-up rather than per session; returns how many devices it has.
-pub fn probe(cfg: &ExecutorConfig) -> Result<usize, WorkerError> {
+pub fn probe(cfg: &ExecutorConfig) -> Result<Vec<[u8; 16]>, WorkerError> {
     use crate::exec::Executor;
     match cfg.kind {
         ExecutorKind::Cuda => {
@@ -49,9 +49,12 @@ pub fn probe(cfg: &ExecutorConfig) -> Result<usize, WorkerError> {
             for (i, d) in e.devices().iter().enumerate() {
                 tracing::info!(device = i, name = %d.name, total_mem = d.total_mem, "GPU");
             }
-            Ok(e.devices().len())
+            Ok(e.devices().iter().map(|d| d.uuid).collect())
         }
-        ExecutorKind::Host => Ok(cfg.host_devices.clamp(1, 16)),
+        ExecutorKind::Host => {
+            let e = HostExecutor::with_devices(cfg.host_mem, cfg.host_devices.clamp(1, 16));
+            Ok(e.devices().iter().map(|d| d.uuid).collect())
+        }
     }
 }
 

@@ -325,6 +325,12 @@ pub struct Gpu {
     pub sessions: Vec<u64>,
     /// Its UUID (`GPU-...`).
     pub uuid: String,
+    /// The GPU at this index as the backend's executor sees it
+    /// (`cuDeviceGetUuid`, 32 hex digits): what a session's device of this
+    /// index is. NVML's `uuid` follows NVML's own order, whatever
+    /// `CUDA_VISIBLE_DEVICES` the backend runs with; this one does not.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub executor_uuid: String,
     /// Its model.
     pub name: String,
     /// Fraction of the last sample period a kernel ran.

@@ -255,17 +255,45 @@ pub fn wait_back(target: &Control, report: &mut MigrateReport, wait: Duration) {
 }
 
 /// Whether the target has each GPU session `session` uses at `source` as
-/// the same GPU (its UUID, or where neither backend reads NVML, its name),
-/// so that its device memory can stay where it is. The target's worker
-/// checks the GPU again before it maps any of it.
+/// the same GPU at the same index (the UUID each backend's executor gives
+/// it, whatever `CUDA_VISIBLE_DEVICES` each runs with), so that its device
+/// memory can stay where it is. A backend that does not say copies. The
+/// target's worker checks the GPU again before it maps any of it.
 fn same_gpus(source: &dyn Source, target: &Control, session: u64) -> bool {
     let (Ok(s), Ok(here), Ok(there)) = (source.session(session), source.gpus(), target.call::<Vec<Gpu>>("GET", "/v1/devices")) else {
         return false;
     };
-    s.devices.iter().all(|&d| match (here.get(d), there.get(d)) {
-        (Some(a), Some(b)) => a.uuid == b.uuid && a.name == b.name,
+    same_at(&s.devices, &here, &there)
+}
+
+/// Whether each of `devices` is the same GPU in `here` and `there`, by the
+/// UUID each backend's executor gives it.
+fn same_at(devices: &[usize], here: &[Gpu], there: &[Gpu]) -> bool {
+    devices.iter().all(|&d| match (here.get(d), there.get(d)) {
+        (Some(a), Some(b)) => !a.executor_uuid.is_empty() && a.executor_uuid == b.executor_uuid,
         _ => false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpus(uuids: &[&str]) -> Vec<Gpu> {
+        uuids.iter().map(|u| Gpu { executor_uuid: u.to_string(), uuid: "GPU-nvml-0".into(), ..Gpu::default() }).collect()
+    }
+
+    #[test]
+    fn memory_stays_on_the_gpu_only_where_the_target_has_the_same_gpus() {
+        let (a, b) = (gpus(&["aa", "bb"]), gpus(&["aa", "bb"]));
+        assert!(same_at(&[0, 1], &a, &b));
+        assert!(same_at(&[], &a, &b), "a session with no context has nothing on a GPU");
+        // Backends with CUDA_VISIBLE_DEVICES=0 and =1: NVML lists the same
+        // first GPU to both, their executors do not.
+        assert!(!same_at(&[0], &gpus(&["aa"]), &gpus(&["bb"])));
+        assert!(!same_at(&[1], &a, &gpus(&["aa"])), "a GPU the target lacks");
+        assert!(!same_at(&[0], &gpus(&[""]), &gpus(&[""])), "a backend that does not say copies");
+    }
 }
 
 /// The snapshot's description (its token and peer), without reading the

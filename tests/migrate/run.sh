@@ -16,7 +16,9 @@
 # MIGRATE_ARGS adds options to pvgpu-ctl migrate (--upload: the snapshot
 # goes to B as an upload, as to a backend on another host).
 # BACKEND_ARGS adds options to both backends (--worker-pool 1: the target
-# has a worker with its driver started waiting for the session).
+# has a worker with its driver started waiting for the session). A_GPUS and
+# B_GPUS give each its CUDA_VISIBLE_DEVICES (A_GPUS=0 B_GPUS=1: a migration
+# from GPU 0 to GPU 1, its memory copied; on one GPU it stays there).
 # TRANSPORT=tcp runs the program over TCP (with a key) instead of the local
 # transport: page-locked memory kernels reach is then mirrored in the
 # backend, and moves with the session.
@@ -50,7 +52,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> $R
 backend() { # log name, device memory (placed by default), socket name (pv)
   local n=${3:-pv}
   local port=7391; [ $n = pvb ] && port=7392
-  $B/pvgpu-backend --listen local:$W/$n.sock --listen tcp:127.0.0.1:$port --tcp-key $W/tcp.key --executor cuda \
+  env ${GPUS:+CUDA_VISIBLE_DEVICES=$GPUS} $B/pvgpu-backend --listen local:$W/$n.sock --listen tcp:127.0.0.1:$port --tcp-key $W/tcp.key --executor cuda \
     --control unix:$W/$n-ctl.sock --device-memory ${2:-placed} --image-cache off ${BACKEND_ARGS:-} > $OUT/backend-$1.log 2>&1 & bp=$!
   for _ in $(seq 100); do [ -S $W/$n-ctl.sock ] && [ -S $W/$n.sock ] && break; sleep 0.1; done
 }
@@ -69,7 +71,7 @@ for case in ${CASES:-train-0 train-1024 symbols}; do
     counter) mb=0; [ -x $W/counter ] || nvcc -O2 -o $W/counter $S/counter.cu; prog="$W/counter $STEPS" ;;
   esac
   $prog > $W/native.txt 2> $W/native.err || { echo "native run failed"; tail -5 $W/native.err; } >> $R
-  backend A-$case
+  GPUS=${A_GPUS:-} backend A-$case
   : > $W/pv.txt   # before the program starts: the wait below reads it
   PVGPU_BACKEND=$(addr pv) PVGPU_TCP_KEY=$W/tcp.key PVGPU_RESUME_TIMEOUT_S=120 LD_LIBRARY_PATH=$W/lib $prog > $W/pv.txt 2> $W/pv.err & tp=$!
   while [ $(wc -l < $W/pv.txt) -lt $AT ] && kill -0 $tp 2>/dev/null; do sleep 0.05; done
@@ -83,7 +85,7 @@ for case in ${CASES:-train-0 train-1024 symbols}; do
     $CTL restore $W/snap.pvgpu > $W/restore.txt 2>&1; rrc=$?; t4=$(date +%s.%N)
     size=$(ls -l $W/snap.pvgpu 2>/dev/null | awk '{print $5}')
   else
-    ap=$bp; backend B-$case placed pvb
+    ap=$bp; GPUS=${B_GPUS:-} backend B-$case placed pvb
     t0=$(date +%s.%N); t1=$t0; t2=$t0; t3=$t0
     $CTL migrate $sid --to unix:$W/pvb-ctl.sock --address $(addr pvb) --wait 60 ${MIGRATE_ARGS:-} > $W/ckpt.txt 2>&1; rc=$?; rrc=$rc; t4=$(date +%s.%N)
     at=$(wc -l < $W/pv.txt); size=0

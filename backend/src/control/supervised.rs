@@ -305,6 +305,7 @@ impl Sessions for Supervised {
         let devices = self.metrics.devices();
         let gauges = self.metrics.gpus();
         let live = self.roster.list();
+        let uuids = self.spawner.device_uuids();
         (0..devices.count())
             .map(|i| {
                 let mut g = gauges.iter().find(|g| g.index as usize == i).cloned().unwrap_or_else(|| pvgpu_ctl::api::Gpu {
@@ -313,6 +314,7 @@ impl Sessions for Supervised {
                     ..Default::default()
                 });
                 g.drained = devices.is_drained(i);
+                g.executor_uuid = uuids.get(i).map(|u| pvgpu_ctl::snapshot::hex(u)).unwrap_or_default();
                 g.sessions = live.iter().filter(|s| s.devices.contains(&i)).map(|s| s.id).collect();
                 g
             })
@@ -439,6 +441,7 @@ mod tests {
             drained: false,
             sessions: vec![],
             uuid: format!("GPU-{index}"),
+            executor_uuid: String::new(),
             name: name.into(),
             utilization_ratio: None,
             memory_used_bytes: None,
