@@ -275,6 +275,21 @@ fn same_at(devices: &[usize], here: &[Gpu], there: &[Gpu]) -> bool {
     })
 }
 
+/// The snapshot's description (its token and peer), without reading the
+/// blobs (the target checks the whole file).
+fn read_meta(file: &Path) -> Result<snapshot::Meta, String> {
+    let f = std::fs::File::open(file).map_err(|e| e.to_string())?;
+    let len = f.metadata().map_err(|e| e.to_string())?.len();
+    snapshot::Reader::open(std::io::BufReader::new(f), len).map(|(_, meta)| meta).map_err(|e| e.to_string())
+}
+
+/// Where a migration's snapshot passes by default: memory (`/dev/shm`)
+/// where there is, else the temporary directory.
+pub fn default_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,19 +309,4 @@ mod tests {
         assert!(!same_at(&[1], &a, &gpus(&["aa"])), "a GPU the target lacks");
         assert!(!same_at(&[0], &gpus(&[""]), &gpus(&[""])), "a backend that does not say copies");
     }
-}
-
-/// The snapshot's description (its token and peer), without reading the
-/// blobs (the target checks the whole file).
-fn read_meta(file: &Path) -> Result<snapshot::Meta, String> {
-    let f = std::fs::File::open(file).map_err(|e| e.to_string())?;
-    let len = f.metadata().map_err(|e| e.to_string())?.len();
-    snapshot::Reader::open(std::io::BufReader::new(f), len).map(|(_, meta)| meta).map_err(|e| e.to_string())
-}
-
-/// Where a migration's snapshot passes by default: memory (`/dev/shm`)
-/// where there is, else the temporary directory.
-pub fn default_dir() -> PathBuf {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
 }

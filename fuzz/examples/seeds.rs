@@ -404,13 +404,14 @@ fn snapshot_file() {
         Allocation, ArrayRec, Body, Context, Device, Function, Global, GraphRec, LimitRec, Mapped, Meta, Module, NodeKind, NodeRec,
         Physical, PoolRec, Queue, Reservation, State, TexObjectRec, Writer,
     };
+    use pvgpu_ctl::snapshot::{AreaRec, Handed};
     let meta = |state: State, bytes: u64| Meta {
         created_unix_seconds: 1_800_000_000,
         session: 7,
         peer: "uid:1000".into(),
         token: "0f".repeat(16),
         executor: "host".into(),
-        devices: vec![Device { ordinal: 0, name: "pvgpu host double".into(), total_memory_bytes: 1 << 30 }],
+        devices: vec![Device { ordinal: 0, name: "pvgpu host double".into(), total_memory_bytes: 1 << 30, uuid: Some("00".repeat(16)) }],
         gpus: Some(vec![0]),
         space: 1,
         state_bytes: bytes,
@@ -435,7 +436,14 @@ fn snapshot_file() {
             limits: vec![LimitRec { limit: 2, value: 64 << 20, seq: 3 }],
         }],
         current: Some(0x1_0000_0001),
-        allocations: vec![Allocation { ctx: 0x1_0000_0001, address: 0x7f00_0000_1000, length: 16, blob: 0, pool: Some(0x1_0000_0001), handed: false }],
+        allocations: vec![Allocation {
+            ctx: 0x1_0000_0001,
+            address: 0x7f00_0000_1000,
+            length: 16,
+            blob: 0,
+            pool: Some(0x1_0000_0001),
+            handed: false,
+        }],
         pools: vec![PoolRec { id: 0x1_0000_0001, ctx: 0x1_0000_0001, max_size: 0, attributes: vec![(4, 1 << 20)], access: vec![], seq: 4 }],
         modules: vec![Module {
             id: 0x1_0000_0001,
@@ -486,7 +494,15 @@ fn snapshot_file() {
         ..State::default()
     };
     let blobs: [&[u8]; 5] = [&[7; 16], &[9; 4096], b".version 8.0\n\0", &[3; 4], &[1; 64]];
-    write("snapshot_file", "session", &encode(&meta(state, 16 + 4096 + 4 + 64), &blobs));
+    write("snapshot_file", "session", &encode(&meta(state.clone(), 16 + 4096 + 4 + 64), &blobs));
+    // The same session's memory handed over in place, its data area
+    // page-locked part by part.
+    let mut handed = state;
+    handed.allocations[0].handed = true;
+    handed.handed = vec![Handed { ctx: 0x1_0000_0001, address: 0x7f00_0000_0000, length: 2 << 20 }];
+    handed.area = Some(AreaRec { staging: 64 << 20, pool_wanted: true });
+    let blobs: [&[u8]; 5] = [&[], &[9; 4096], b".version 8.0\n\0", &[3; 4], &[1; 64]];
+    write("snapshot_file", "handed", &encode(&meta(handed, 4096 + 4 + 64), &blobs));
 }
 
 fn main() {

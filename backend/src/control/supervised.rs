@@ -61,6 +61,17 @@ fn make_room(file: &std::fs::File, memory: u64, id: u64) {
     }
 }
 
+/// Bytes of device memory the snapshot in `file` says were handed over in
+/// place (0 where it cannot be read).
+fn handed_bytes(file: &File) -> u64 {
+    let len = file.metadata().map_or(0, |m| m.len());
+    let mut r = std::io::BufReader::new(file);
+    if r.rewind().is_err() {
+        return 0;
+    }
+    Reader::open(r, len).map_or(0, |(_, m)| m.state.handed.iter().map(|h| h.length).sum())
+}
+
 fn absolute(file: &str) -> Result<PathBuf, Refusal> {
     let p = PathBuf::from(file);
     if p.is_absolute() { Ok(p) } else { Err(Refusal::new(400, format!("{file:?} is not an absolute path"))) }
@@ -144,13 +155,7 @@ impl Supervised {
         if handed.is_empty() {
             return (0, None);
         }
-        let mut r = std::io::BufReader::new(file);
-        let len = file.metadata().map_or(0, |m| m.len());
-        let bytes = (&mut r)
-            .rewind()
-            .ok()
-            .and_then(|()| Reader::open(r, len).ok())
-            .map_or(0, |(_, m)| m.state.handed.iter().map(|h| h.length).sum());
+        let bytes = handed_bytes(file);
         let desk = self.spawner.desk().clone();
         desk.keep_handed(token, handed);
         let at = PathBuf::from(format!("{}.handed", path.display()));

@@ -189,7 +189,7 @@ impl<E: Executor> Session<E> {
         tracing::debug!(made_secs = made.as_secs_f64(), pinned_secs = (contexts - made).as_secs_f64(), "contexts restored");
         // The session's addresses first, then what the driver places.
         super::vmm::rebuild_reservations(self, &state.reservations)?;
-        let handed = super::hand_over::pieces(meta, &self.exec.devices(), handed)?;
+        let handed = super::hand_over::pieces(meta, self.exec.devices(), handed)?;
         self.restore_memory(&state.allocations, handed, &mut blobs)?;
         self.restore_vmm(state, &mut blobs)?;
         let memory = lap.split();

@@ -136,10 +136,10 @@ impl Vmm {
     /// The handle, in this process, of memory another process exported.
     fn import(&self, fd: &OwnedFd) -> CuRes<u64> {
         let mut h = 0u64;
+        // The descriptor came from the backend that handed the memory over,
+        // never from a guest; the driver takes its own reference.
         // SAFETY: valid out-pointer; a POSIX handle is the descriptor as a
-        // pointer-sized value, open during the call (the driver takes its
-        // own reference); the descriptor came from the backend that handed
-        // the memory over, never from a guest.
+        // pointer-sized value, open during the call.
         ok(unsafe {
             entry(self.drv.cuMemImportFromShareableHandle)?(
                 &mut h,
@@ -204,9 +204,8 @@ impl Backing for Vmm {
             }
             None => self.create(len)?,
         };
-        // SAFETY: `addr..addr+len` lies in this arena's reservation and
-        // overlaps none of its mappings (the arena's bookkeeping); `h` has
-        // `len` bytes.
+        // SAFETY: `addr..addr+len` lies in this arena's reservation, clear of
+        // its mappings (its bookkeeping); `h` has `len` bytes (made or taken so).
         let mapped = ok(unsafe { entry(self.drv.cuMemMap)?(addr, len as usize, 0, h, 0) });
         let access = mapped.and_then(|()| {
             let set = entry(self.drv.cuMemSetAccess)?;
