@@ -36,7 +36,7 @@ use pvgpu_ring::cuda::api::{
     CUmemAccessDesc, CUmemAllocationProp, CUmemLocation, Driver,
 };
 use std::collections::{BTreeSet, HashMap};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::Mutex;
 
 /// Streams of this process being captured (raw handles).
@@ -120,34 +120,13 @@ impl Vmm {
 
     /// The descriptor of `handle`, for another process of this GPU.
     fn export(&self, handle: u64) -> CuRes<OwnedFd> {
-        let mut fd: i32 = -1;
-        // SAFETY: a POSIX descriptor is an int, written to `fd`; `handle` is
-        // physical memory of this arena.
-        ok(unsafe {
-            entry(self.drv.cuMemExportToShareableHandle)?((&raw mut fd).cast(), handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
-        })?;
-        if fd < 0 {
-            return Err(CuError::UNKNOWN);
-        }
-        // SAFETY: the driver just opened this descriptor for us.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        super::vmm::export_fd(self.drv, handle)
     }
 
-    /// The handle, in this process, of memory another process exported.
+    /// The handle, in this process, of memory another process exported
+    /// (the backend that handed the memory over).
     fn import(&self, fd: &OwnedFd) -> CuRes<u64> {
-        let mut h = 0u64;
-        // The descriptor came from the backend that handed the memory over,
-        // never from a guest; the driver takes its own reference.
-        // SAFETY: valid out-pointer; a POSIX handle is the descriptor as a
-        // pointer-sized value, open during the call.
-        ok(unsafe {
-            entry(self.drv.cuMemImportFromShareableHandle)?(
-                &mut h,
-                fd.as_raw_fd() as usize as *mut std::ffi::c_void,
-                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-            )
-        })?;
-        Ok(h)
+        super::vmm::import_fd(self.drv, fd)
     }
 
     fn release(&self, handle: u64) {

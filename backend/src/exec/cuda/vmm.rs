@@ -205,37 +205,16 @@ impl CudaContext {
 
     /// The file descriptor of shareable physical memory.
     pub(super) fn export(&mut self, handle: u64) -> CuRes<IpcObject> {
-        let mut fd: i32 = -1;
-        // SAFETY: a POSIX descriptor is an int, written to `fd`; a handle of
-        // this session made shareable (the session checked).
-        ok(unsafe {
-            entry(self.drv.cuMemExportToShareableHandle)?((&raw mut fd).cast(), handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
-        })?;
-        if fd < 0 {
-            return Err(pvgpu_ring::CuError::UNKNOWN);
-        }
-        // SAFETY: the driver just opened this descriptor for us.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // A handle of this session made shareable (the session checked).
+        let fd = export_fd(self.drv, handle)?;
         Ok(IpcObject { bytes: [0; 64], fd: Some(Arc::new(fd)) })
     }
 
-    /// Physical memory another session exported: its handle here.
+    /// Physical memory another session exported: its handle here (the
+    /// descriptor is one the driver made in another session's worker, the
+    /// registry's, never the guest's).
     pub(super) fn import(&mut self, o: &IpcObject) -> CuRes<u64> {
-        use std::os::fd::AsRawFd;
-        let fd = o.fd.as_ref().ok_or(pvgpu_ring::CuError::INVALID_VALUE)?;
-        let mut h = 0u64;
-        // SAFETY: valid out-pointer; a POSIX handle is the descriptor as a
-        // pointer-sized value; the descriptor is one the driver made in
-        // another session's worker (the registry's, never the guest's), and
-        // stays open during the call (the driver takes its own reference).
-        ok(unsafe {
-            entry(self.drv.cuMemImportFromShareableHandle)?(
-                &mut h,
-                fd.as_raw_fd() as usize as *mut std::ffi::c_void,
-                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-            )
-        })?;
-        Ok(h)
+        import_fd(self.drv, o.fd.as_ref().ok_or(pvgpu_ring::CuError::INVALID_VALUE)?)
     }
 
     pub(super) fn release(&mut self, handle: u64) -> CuRes<()> {
@@ -264,6 +243,38 @@ impl CudaContext {
         // (decoded).
         ok(unsafe { entry(self.drv.cuMemSetAccess)?(ptr, size as usize, &desc, 1) })
     }
+}
+
+/// The driver's file descriptor of physical memory `handle`, made
+/// exportable as one.
+pub(super) fn export_fd(drv: &Driver, handle: u64) -> CuRes<OwnedFd> {
+    let mut fd: i32 = -1;
+    // SAFETY: a POSIX descriptor is an int, written to `fd`; a live handle
+    // of this process.
+    ok(unsafe { entry(drv.cuMemExportToShareableHandle)?((&raw mut fd).cast(), handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) })?;
+    if fd < 0 {
+        return Err(pvgpu_ring::CuError::UNKNOWN);
+    }
+    // SAFETY: the driver just opened this descriptor for us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The handle, in this process, of physical memory another process
+/// exported as `fd` (one of the backend's own processes, never a guest's;
+/// the driver takes its own reference).
+pub(super) fn import_fd(drv: &Driver, fd: &OwnedFd) -> CuRes<u64> {
+    use std::os::fd::AsRawFd;
+    let mut h = 0u64;
+    // SAFETY: valid out-pointer; a POSIX handle is the descriptor as a
+    // pointer-sized value, open during the call.
+    ok(unsafe {
+        entry(drv.cuMemImportFromShareableHandle)?(
+            &mut h,
+            fd.as_raw_fd() as usize as *mut std::ffi::c_void,
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        )
+    })?;
+    Ok(h)
 }
 
 #[cfg(test)]
