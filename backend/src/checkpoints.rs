@@ -28,7 +28,8 @@ pub struct Written {
     /// The session's token.
     pub token: Token,
     /// Device memory handed over in place (the driver's descriptors, in
-    /// the snapshot's order): the snapshot restores only with them.
+    /// the snapshot's order; [`Desk::add_handed`] before the report): the
+    /// snapshot restores only with them.
     pub handed: Vec<OwnedFd>,
 }
 
@@ -137,15 +138,12 @@ impl Desk {
         Ok(())
     }
 
-    /// Session `id` reports its checkpoint; memory it handed over through
-    /// [`Desk::add_handed`] comes before what `done` carries.
+    /// Session `id` reports its checkpoint, with the memory it handed over
+    /// through [`Desk::add_handed`] (dropped if it failed: the session
+    /// keeps its memory).
     pub fn report(&self, id: u64, done: Done) {
-        if let Some(mut o) = lock(&self.orders).remove(&id) {
-            let done = done.map(|mut w| {
-                o.handed.append(&mut w.handed);
-                w.handed = o.handed;
-                w
-            });
+        if let Some(o) = lock(&self.orders).remove(&id) {
+            let done = done.map(|w| Written { handed: o.handed, ..w });
             let _ = o.done.send(done);
         }
     }
@@ -317,9 +315,10 @@ mod tests {
 
         let rx = desk.order(4, memfile(), OrderKind { stay: false, hand_over: true });
         desk.add_handed(4, memfile().into()).unwrap();
-        desk.report(4, Ok(Written { bytes: 1, token: [9; 16], handed: vec![memfile().into()] }));
+        desk.add_handed(4, memfile().into()).unwrap();
+        desk.report(4, Ok(Written { bytes: 1, token: [9; 16], handed: vec![] }));
         let w = rx.recv().unwrap().unwrap();
-        assert_eq!((w.token, w.handed.len()), ([9; 16], 2), "the pieces sent one by one, then the report's");
+        assert_eq!((w.token, w.handed.len()), ([9; 16], 2), "the pieces handed before the report");
         desk.keep_handed(w.token, w.handed);
         assert_eq!(desk.take_handed(&[9; 16]).map(|v| v.len()), Some(2));
         assert!(desk.take_handed(&[9; 16]).is_none(), "once");

@@ -145,18 +145,25 @@ impl Broker {
         }
     }
 
+    /// Hands the device memory the checkpoint ordered left on the GPU to
+    /// the supervisor, before the report: all of it, or an error (the
+    /// checkpoint then fails, and the session keeps its memory).
+    pub fn hand_over(&self, fds: Vec<OwnedFd>) -> Result<(), IpcError> {
+        match self {
+            Broker::Direct { desk, session, .. } => fds.into_iter().try_for_each(|fd| desk.add_handed(*session, fd)),
+            Broker::Remote(sock) => {
+                fds.iter().try_for_each(|fd| call(sock, &Msg { op: OP_HANDED.into(), ..Default::default() }, Some(fd)).map(drop))
+            }
+        }
+    }
+
     /// Reports the checkpoint: what was written, or a failure (`None`)
     /// whose reason the session wrote into the file.
     pub fn checkpoint_report(&self, written: Option<Written>) {
         match self {
             Broker::Direct { desk, session, .. } => desk.report(*session, written.ok_or_else(String::new)),
             Broker::Remote(sock) => {
-                let (bytes, token, handed) = written.as_ref().map_or((0, [0; 16], &[][..]), |w| (w.bytes, w.token, &w.handed[..]));
-                for fd in handed {
-                    if let Err(e) = call(sock, &Msg { op: OP_HANDED.into(), ..Default::default() }, Some(fd)) {
-                        tracing::warn!(error = %e, "handing device memory over failed");
-                    }
-                }
+                let (bytes, token) = written.as_ref().map_or((0, [0; 16]), |w| (w.bytes, w.token));
                 let m = Msg {
                     op: OP_REPORT.into(),
                     kind: u32::from(written.is_none()).into(),

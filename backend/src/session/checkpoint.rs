@@ -185,8 +185,9 @@ impl<E: Executor> Session<E> {
                         w.blob(&bytes)?;
                     }
                     &Source::Device { ctx, addr, len } if len <= SMALL as u64 => {
-                        // A module global: read and written here, not worth
-                        // a thread (PyTorch's checkpoints hold hundreds).
+                        // A module global or a small allocation: read and
+                        // written here, not worth a thread (PyTorch's
+                        // checkpoints hold hundreds of globals).
                         if chunks.is_empty() {
                             chunks.push(staging.make().map_err(|e| CheckpointError::File(e.into()))?);
                         }
@@ -194,8 +195,8 @@ impl<E: Executor> Session<E> {
                         staging.pin(self, ctx, buf).map_err(CheckpointError::Device)?;
                         let t = std::time::Instant::now();
                         let c = self.enter(ctx).map_err(CheckpointError::Device)?;
-                        // SAFETY: the chunk is writable for `len` (at most SMALL) bytes,
-                        // the copy waits, and the range lies in one of the session's globals.
+                        // SAFETY: the chunk is writable for `len` (at most SMALL) bytes, the
+                        // copy waits, and the range lies in the session's memory or globals.
                         unsafe { c.dtoh(buf.as_mut_ptr(), addr, len as usize, None, true) }.map_err(CheckpointError::Device)?;
                         device += t.elapsed();
                         w.blob(&buf[..len as usize])?;

@@ -51,14 +51,15 @@ impl<E: Executor> Session<E> {
                 continue;
             }
             match self.enter(ctx).and_then(|c| c.hand_over(&ranges)) {
-                Ok(pieces) => {
+                Ok(pieces) if out.fds.len() + pieces.len() <= crate::checkpoints::MAX_HANDED => {
                     for p in pieces {
                         out.records.push(snapshot::Handed { ctx, address: p.address, length: p.length });
                         out.fds.push(p.fd);
                     }
                 }
-                Err(e) => {
-                    tracing::info!(session = self.id, status = ?e, "device memory cannot be handed over in place; it is copied");
+                other => {
+                    let why = other.err().map_or_else(|| "too many pieces".to_string(), |e| format!("{e:?}"));
+                    tracing::info!(session = self.id, why, "device memory cannot be handed over in place; it is copied");
                     return HandOver::default();
                 }
             }

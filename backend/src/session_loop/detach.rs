@@ -34,6 +34,17 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
     });
     match written {
         Ok((taken, written)) => {
+            let (handed_bytes, handed_pieces) = (taken.handed_bytes, taken.handed.len());
+            if let Err(e) = broker.hand_over(taken.handed) {
+                // The supervisor did not take the memory the snapshot leaves
+                // on the GPU (the order withdrawn, the supervisor gone): the
+                // checkpoint fails and the session keeps it.
+                tracing::warn!(session = session.id(), error = %e, "device memory could not be handed over; the session goes on");
+                let why = "the device memory it leaves on the GPU could not be handed to the backend; it goes on running";
+                let _ = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| file.write_all(why.as_bytes()));
+                broker.checkpoint_report(None);
+                return false;
+            }
             // Closed before the report: a restore that follows at once can
             // hold the file under a read lease (crate::file_guard).
             drop(file);
@@ -44,13 +55,13 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
                 device_secs = taken.device_secs,
                 written_secs = written,
                 synced_secs = t.elapsed().as_secs_f64(),
-                handed_bytes = taken.handed_bytes,
-                handed_pieces = taken.handed.len(),
+                handed_bytes,
+                handed_pieces,
                 stay,
                 "session checkpointed"
             );
             let token = session.token();
-            broker.checkpoint_report(Some(crate::checkpoints::Written { bytes, token, handed: taken.handed }));
+            broker.checkpoint_report(Some(crate::checkpoints::Written { bytes, token, handed: Vec::new() }));
             !stay
         }
         Err(e) => {
