@@ -59,6 +59,22 @@ struct Parked {
     file: Arc<OwnedFd>,
     path: PathBuf,
     handed: Vec<Arc<OwnedFd>>,
+    handed_bytes: u64,
+}
+
+/// Device memory a session of this backend left on the GPU when it moved
+/// (handed over in place), kept until the backend restoring its snapshot
+/// takes it.
+#[derive(Debug)]
+pub struct Kept {
+    /// The driver's descriptors, in the snapshot's order.
+    pub fds: Vec<OwnedFd>,
+    /// Whose session it was.
+    pub peer: String,
+    /// Its snapshot.
+    pub path: PathBuf,
+    /// Its bytes.
+    pub bytes: u64,
 }
 
 /// A claimed snapshot held for its worker.
@@ -84,7 +100,7 @@ pub struct Desk {
     held: Mutex<HashMap<Token, Held>>,
     /// Memory sessions of this backend handed over in place, by token,
     /// until the backend they moved to, or this one, takes it.
-    handed_out: Mutex<HashMap<Token, Vec<OwnedFd>>>,
+    handed_out: Mutex<HashMap<Token, Kept>>,
 }
 
 /// How long a claimed snapshot is held for its worker at most.
@@ -150,33 +166,44 @@ impl Desk {
 
     /// Keeps memory the session with `token` handed over in place until a
     /// backend restoring it takes it ([`Desk::take_handed`]).
-    pub fn keep_handed(&self, token: Token, fds: Vec<OwnedFd>) {
-        lock(&self.handed_out).insert(token, fds);
+    pub fn keep_handed(&self, token: Token, kept: Kept) {
+        lock(&self.handed_out).insert(token, kept);
     }
 
     /// The memory the session with `token` handed over in place, once.
-    pub fn take_handed(&self, token: &Token) -> Option<Vec<OwnedFd>> {
+    pub fn take_handed(&self, token: &Token) -> Option<Kept> {
         lock(&self.handed_out).remove(token)
     }
 
     /// Puts back memory [`Desk::take_handed`] gave that did not reach its
     /// backend.
-    pub fn put_back_handed(&self, token: Token, fds: Vec<OwnedFd>) {
-        lock(&self.handed_out).entry(token).or_insert(fds);
+    pub fn put_back_handed(&self, token: Token, kept: Kept) {
+        lock(&self.handed_out).entry(token).or_insert(kept);
     }
 
     /// Parks the snapshot at `path` (opened as `file`) of `peer`'s session
     /// under `token`; a snapshot parked under the same token before is
     /// replaced.
-    /// `handed` is its memory handed over in place, if it was.
-    pub fn park(&self, token: Token, peer: String, file: File, path: PathBuf, handed: Vec<OwnedFd>) {
-        let handed = handed.into_iter().map(Arc::new).collect();
-        lock(&self.parked).insert(token, Parked { peer, file: Arc::new(file.into()), path, handed });
+    /// `handed` is its memory handed over in place, if it was, of
+    /// `handed_bytes`.
+    pub fn park(&self, token: Token, peer: String, file: File, path: PathBuf, handed: (Vec<OwnedFd>, u64)) {
+        let (handed, handed_bytes) = (handed.0.into_iter().map(Arc::new).collect(), handed.1);
+        lock(&self.parked).insert(token, Parked { peer, file: Arc::new(file.into()), path, handed, handed_bytes });
     }
 
-    /// The parked snapshots: token-free descriptions for operators.
-    pub fn parked(&self) -> Vec<(String, PathBuf)> {
-        lock(&self.parked).values().map(|p| (p.peer.clone(), p.path.clone())).collect()
+    /// The parked snapshots, then the memory kept for snapshots of
+    /// sessions that left: token-free descriptions for operators.
+    pub fn parked(&self) -> Vec<pvgpu_ctl::api::Waiting> {
+        let show = |peer: &str, path: &std::path::Path, handed_bytes, kept| pvgpu_ctl::api::Waiting {
+            peer: peer.to_string(),
+            file: path.display().to_string(),
+            handed_bytes,
+            kept,
+        };
+        let parked = lock(&self.parked);
+        let mut all: Vec<_> = parked.values().map(|p| show(&p.peer, &p.path, p.handed_bytes, false)).collect();
+        all.extend(lock(&self.handed_out).values().map(|k| show(&k.peer, &k.path, k.bytes, true)));
+        all
     }
 
     /// Records that `peer`'s session with `token` now lives at `to` (another
@@ -273,7 +300,7 @@ mod tests {
     #[test]
     fn a_parked_snapshot_goes_to_its_own_peer_once() {
         let desk = Desk::default();
-        desk.park([1; 16], "uid:1000".into(), memfile(), "/x".into(), vec![]);
+        desk.park([1; 16], "uid:1000".into(), memfile(), "/x".into(), (vec![], 0));
         assert!(desk.claim("uid:1001", &[1; 16]).is_err(), "another peer");
         assert!(desk.claim("uid:1000", &[2; 16]).is_err(), "another token");
         assert!(desk.claim("uid:1000", &[1; 16]).is_ok());
@@ -283,7 +310,8 @@ mod tests {
     #[test]
     fn a_claimed_snapshot_is_held_until_its_own_peer_releases_it() {
         let desk = Desk::default();
-        desk.park([1; 16], "uid:1000".into(), memfile(), "/x".into(), vec![memfile().into()]);
+        desk.park([1; 16], "uid:1000".into(), memfile(), "/x".into(), (vec![memfile().into()], 1 << 20));
+        assert_eq!(desk.parked().iter().map(|w| (w.handed_bytes, w.kept)).collect::<Vec<_>>(), [(1 << 20, false)]);
         let (fd, handed) = desk.claim("uid:1000", &[1; 16]).unwrap();
         assert_eq!(handed, 1);
         let piece = desk.claimed_handed("uid:1000", &[1; 16], 0).unwrap();
@@ -319,8 +347,11 @@ mod tests {
         desk.report(4, Ok(Written { bytes: 1, token: [9; 16], handed: vec![] }));
         let w = rx.recv().unwrap().unwrap();
         assert_eq!((w.token, w.handed.len()), ([9; 16], 2), "the pieces handed before the report");
-        desk.keep_handed(w.token, w.handed);
-        assert_eq!(desk.take_handed(&[9; 16]).map(|v| v.len()), Some(2));
+        desk.keep_handed(w.token, Kept { fds: w.handed, peer: "uid:7".into(), path: "/s".into(), bytes: 4 << 20 });
+        let listed = desk.parked();
+        assert_eq!((listed[0].peer.as_str(), listed[0].handed_bytes, listed[0].kept), ("uid:7", 4 << 20, true), "listed while kept");
+        assert_eq!(desk.take_handed(&[9; 16]).map(|k| k.fds.len()), Some(2));
+        assert!(desk.parked().is_empty());
         assert!(desk.take_handed(&[9; 16]).is_none(), "once");
     }
 }

@@ -72,15 +72,15 @@ fn hand(desk: &Desk, token: &Token, conn: &OwnedFd) -> bool {
             return false;
         }
     }
-    let Some(fds) = desk.take_handed(token) else { return true };
-    match send_all(conn, &fds) {
+    let Some(kept) = desk.take_handed(token) else { return true };
+    match send_all(conn, &kept.fds) {
         Ok(()) => {
-            tracing::info!(pieces = fds.len(), "device memory handed over in place to the backend that restores it");
+            tracing::info!(pieces = kept.fds.len(), "device memory handed over in place to the backend that restores it");
             true
         }
         Err(e) => {
             tracing::warn!(error = %e, "handing memory over in place failed; the backend keeps it");
-            desk.put_back_handed(*token, fds);
+            desk.put_back_handed(*token, kept);
             false
         }
     }
@@ -178,6 +178,10 @@ mod tests {
         p
     }
 
+    fn kept(fds: Vec<OwnedFd>) -> crate::checkpoints::Kept {
+        crate::checkpoints::Kept { fds, peer: "uid:1".into(), path: "/s".into(), bytes: 0 }
+    }
+
     fn memfile(text: &str) -> OwnedFd {
         let fd = nix::sys::memfd::memfd_create("pvgpu-test", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap();
         let mut f = std::fs::File::from(fd);
@@ -190,7 +194,7 @@ mod tests {
         let path = socket_path("s");
         let desk = Arc::new(Desk::default());
         let n = BATCH + 3;
-        desk.keep_handed([5; 16], (0..n).map(|i| memfile(&format!("piece {i}"))).collect());
+        desk.keep_handed([5; 16], kept((0..n).map(|i| memfile(&format!("piece {i}"))).collect()));
         serve(desk.clone(), [5; 16], path.clone(), Duration::from_secs(20)).unwrap();
         let mode = std::fs::metadata(&path).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777).unwrap();
         assert_eq!(mode, 0o600);
@@ -216,9 +220,9 @@ mod tests {
     fn memory_a_restore_at_the_source_took_is_not_served() {
         let path = socket_path("t");
         let desk = Arc::new(Desk::default());
-        desk.keep_handed([6; 16], vec![memfile("x")]);
+        desk.keep_handed([6; 16], kept(vec![memfile("x")]));
         serve(desk.clone(), [6; 16], path.clone(), Duration::from_secs(20)).unwrap();
-        assert_eq!(desk.take_handed(&[6; 16]).map(|v| v.len()), Some(1));
+        assert_eq!(desk.take_handed(&[6; 16]).map(|k| k.fds.len()), Some(1));
         assert!(fetch(&path).is_err(), "nothing to hand over");
     }
 }

@@ -206,6 +206,15 @@ pub struct Waiting {
     pub peer: String,
     /// The snapshot file.
     pub file: String,
+    /// Bytes of the session's device memory this backend holds on the GPU
+    /// for it (handed over in place).
+    #[serde(default)]
+    pub handed_bytes: u64,
+    /// Not parked here: the session left this backend, which keeps only
+    /// the memory it left on the GPU, until the snapshot is restored here
+    /// or the backend it moved to takes it.
+    #[serde(default)]
+    pub kept: bool,
 }
 
 /// What a tenant may hold across all its sessions; `None`: no limit of

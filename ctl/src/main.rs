@@ -79,7 +79,7 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Lists restored snapshots whose programs have not taken them back yet.
+    /// Lists restored snapshots whose programs have not taken them back yet, and device memory kept on the GPU for snapshots of sessions that left.
     Restores,
     /// Tenants: names that keys belong to and quotas hold for (a backend with --state-dir).
     Tenant {
@@ -285,7 +285,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Restores => {
             for w in control.waiting()? {
-                println!("{}  {}", w.peer, w.file);
+                let on_gpu = if w.handed_bytes > 0 { format!("  ({} left on the GPU)", bytes(w.handed_bytes)) } else { String::new() };
+                let kept = if w.kept { "  kept here for its restore (here, or where it moved)" } else { "" };
+                println!("{}  {}{on_gpu}{kept}", w.peer, w.file);
             }
         }
         Cmd::Inspect { file, json } => inspect(&file, json)?,

@@ -61,15 +61,21 @@ fn make_room(file: &std::fs::File, memory: u64, id: u64) {
     }
 }
 
-/// Bytes of device memory the snapshot in `file` says were handed over in
-/// place (0 where it cannot be read).
-fn handed_bytes(file: &File) -> u64 {
+/// Whose session the snapshot in `file` holds, and the bytes of device
+/// memory it says were handed over in place (nothing where it cannot be
+/// read).
+fn handed_of(file: &File) -> (String, u64) {
     let len = file.metadata().map_or(0, |m| m.len());
     let mut r = std::io::BufReader::new(file);
     if r.rewind().is_err() {
-        return 0;
+        return (String::new(), 0);
     }
-    Reader::open(r, len).map_or(0, |(_, m)| m.state.handed.iter().map(|h| h.length).sum())
+    Reader::open(r, len).map_or((String::new(), 0), |(_, m)| (m.peer.clone(), handed_bytes(&m)))
+}
+
+/// Bytes of device memory `meta` says were handed over in place.
+fn handed_bytes(meta: &snapshot::Meta) -> u64 {
+    meta.state.handed.iter().map(|h| h.length).sum()
 }
 
 fn absolute(file: &str) -> Result<PathBuf, Refusal> {
@@ -155,9 +161,9 @@ impl Supervised {
         if handed.is_empty() {
             return (0, None);
         }
-        let bytes = handed_bytes(file);
+        let (peer, bytes) = handed_of(file);
         let desk = self.spawner.desk().clone();
-        desk.keep_handed(token, handed);
+        desk.keep_handed(token, crate::checkpoints::Kept { fds: handed, peer, path: path.to_path_buf(), bytes });
         let at = PathBuf::from(format!("{}.handed", path.display()));
         match crate::handed_memory::serve(desk, token, at.clone(), life) {
             Ok(()) => (bytes, Some(at.display().to_string())),
@@ -188,7 +194,7 @@ impl Supervised {
             return Ok(Vec::new());
         }
         let fds = match (self.spawner.desk().take_handed(token), from) {
-            (Some(fds), _) => fds,
+            (Some(kept), _) => kept.fds,
             (None, Some(from)) => crate::handed_memory::fetch(Path::new(from)).map_err(|e| {
                 Refusal::new(409, format!("{}: its device memory was handed over in place and cannot be had from {from}: {e}; restore it at the backend that wrote it", path.display()))
             })?,
@@ -253,8 +259,8 @@ impl Supervised {
             devices: meta.devices.iter().map(|d| format!("{}: {}", d.ordinal, d.name)).collect(),
         };
         // Last: memory fetched is the target's from here on.
-        let handed = self.handed_memory(&meta, &token, handed_from, &path)?;
-        tracing::info!(file = %path.display(), peer = %meta.peer, session = meta.session, handed = handed.len(), "snapshot parked until its guest comes back");
+        let handed = (self.handed_memory(&meta, &token, handed_from, &path)?, handed_bytes(&meta));
+        tracing::info!(file = %path.display(), peer = %meta.peer, session = meta.session, handed = handed.0.len(), "snapshot parked until its guest comes back");
         self.spawner.desk().park(token, meta.peer, file, path, handed);
         Ok(report)
     }
@@ -368,8 +374,7 @@ impl Sessions for Supervised {
     }
 
     fn waiting(&self) -> Vec<pvgpu_ctl::api::Waiting> {
-        let parked = self.spawner.desk().parked();
-        parked.into_iter().map(|(peer, path)| pvgpu_ctl::api::Waiting { peer, file: path.display().to_string() }).collect()
+        self.spawner.desk().parked()
     }
 }
 

@@ -151,6 +151,8 @@ pub(crate) fn handed_memory_stays_with_its_backend_until_taken(t: Transport) {
     let report = super::moves::detach_as(&from, id, &c, g.ctx, &req, "whose memory stays on the GPU");
     assert!(report.handed_bytes >= 3 * state.bytes() && report.state_bytes < state.bytes(), "{report:?}");
     assert!(report.handed_from.is_some(), "{report:?}");
+    let kept = from.waiting().unwrap();
+    assert!(kept.len() == 1 && kept[0].kept && kept[0].handed_bytes == report.handed_bytes, "the source lists what it keeps: {kept:?}");
 
     let restore = pvgpu_ctl::api::RestoreRequest { file: file.display().to_string(), handed_from: None };
     match to.restore(&restore) {
@@ -159,6 +161,9 @@ pub(crate) fn handed_memory_stays_with_its_backend_until_taken(t: Transport) {
     }
     assert!(to.waiting().unwrap().is_empty(), "nothing parked there");
     from.restore(&restore).expect("the backend the session left holds its memory");
+    let parked = from.waiting().unwrap();
+    assert!(parked.len() == 1 && !parked[0].kept && parked[0].handed_bytes == report.handed_bytes, "{parked:?}");
     state.check_and_go_on(&c, "a restore of memory handed over in place");
+    assert!(from.waiting().unwrap().is_empty(), "taken back");
     state.free(&c);
 }
