@@ -161,7 +161,8 @@ pub(crate) fn graphs_move_with_their_session(t: Transport) {
     }
     let held = hold(&c, &g);
     let (b, report) = move_to_another_backend(&a, &c, g.ctx, t, "holding graphs");
-    assert!(report.state_bytes >= 6 * (N * 4) as u64, "{report:?}");
+    // Over the ring the memory stays on the device, handed over in place.
+    assert!(report.state_bytes + report.handed_bytes >= 6 * (N * 4) as u64, "{report:?}");
     run_on(&c, &g, &held);
     assert_eq!(b.control().unwrap().sessions().unwrap().len(), 1, "the target serves the program");
 }
