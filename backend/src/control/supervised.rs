@@ -239,7 +239,7 @@ impl Supervised {
                 ),
             ));
         }
-        if let Some(why) = other_model(&meta, &self.metrics.gpus()) {
+        if let Some(why) = other_model(&meta, &self.metrics.gpus(), &self.spawner.device_uuids()) {
             return Err(Refusal::new(422, format!("{}: {why}; restore it where the same GPU models are", path.display())));
         }
         // The GPUs its peer (its tenant) gets here now: the program's
@@ -319,7 +319,7 @@ impl Sessions for Supervised {
         let uuids = self.spawner.device_uuids();
         (0..devices.count())
             .map(|i| {
-                let mut g = gauges.iter().find(|g| g.index as usize == i).cloned().unwrap_or_else(|| pvgpu_ctl::api::Gpu {
+                let mut g = board(&gauges, i, uuids.get(i)).cloned().unwrap_or_else(|| pvgpu_ctl::api::Gpu {
                     index: i as u32,
                     name: format!("{} executor device {i}", self.spawner.executor()),
                     ..Default::default()
@@ -383,12 +383,28 @@ impl Sessions for Supervised {
 /// A GPU the snapshot used that is another model here, as NVML names it
 /// (where the backend reads NVML; the worker checks the model and memory
 /// again when the program comes back).
-fn other_model(meta: &snapshot::Meta, gpus: &[crate::metrics::GpuReading]) -> Option<String> {
+fn other_model(meta: &snapshot::Meta, gpus: &[crate::metrics::GpuReading], uuids: &[[u8; 16]]) -> Option<String> {
     meta.devices.iter().find_map(|d| {
-        let here = gpus.iter().find(|g| g.index as usize == d.ordinal)?;
+        let here = board(gpus, d.ordinal, uuids.get(d.ordinal))?;
         (here.name != d.name)
             .then(|| format!("the session used GPU {}, a {}, and this backend's GPU {} is a {}", d.ordinal, d.name, d.ordinal, here.name))
     })
+}
+
+/// NVML's reading of this backend's GPU `index`: the board with the UUID
+/// the executor gives that index (`executor`), so that a backend run with
+/// `CUDA_VISIBLE_DEVICES` shows its own GPUs; where none has it (or the
+/// executor gives none), NVML's board of that index.
+fn board<'a>(gpus: &'a [crate::metrics::GpuReading], index: usize, executor: Option<&[u8; 16]>) -> Option<&'a crate::metrics::GpuReading> {
+    let named = executor.map(nvml_uuid);
+    named.and_then(|u| gpus.iter().find(|g| g.uuid.eq_ignore_ascii_case(&u))).or_else(|| gpus.iter().find(|g| g.index as usize == index))
+}
+
+/// A GPU's UUID as NVML writes it (`GPU-` and its 16 bytes in hex, grouped
+/// 8-4-4-4-12), from the bytes `cuDeviceGetUuid` gives.
+fn nvml_uuid(bytes: &[u8; 16]) -> String {
+    let h = snapshot::hex(bytes);
+    format!("GPU-{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
 }
 
 /// The snapshot's program saw other GPUs than its peer gets here now
@@ -488,9 +504,18 @@ mod tests {
         }))
         .unwrap();
         let h100 = "NVIDIA H100 80GB HBM3";
-        assert_eq!(other_model(&meta, &[gpu(0, "NVIDIA H200"), gpu(1, h100)]), None);
-        let why = other_model(&meta, &[gpu(0, h100), gpu(1, "NVIDIA H200")]).unwrap();
+        assert_eq!(other_model(&meta, &[gpu(0, "NVIDIA H200"), gpu(1, h100)], &[]), None);
+        let why = other_model(&meta, &[gpu(0, h100), gpu(1, "NVIDIA H200")], &[]).unwrap();
         assert!(why.contains("GPU 1 is a NVIDIA H200"), "{why}");
-        assert_eq!(other_model(&meta, &[]), None, "without NVML the worker checks");
+        assert_eq!(other_model(&meta, &[], &[]), None, "without NVML the worker checks");
+        // A backend run with CUDA_VISIBLE_DEVICES=1: its GPU 1 is NVML's 0.
+        let mut first = gpu(0, h100);
+        first.uuid = "GPU-d094f2eb-4547-d5f8-4334-d399797fcef9".into();
+        let uuids = [[0; 16], [0xd0, 0x94, 0xf2, 0xeb, 0x45, 0x47, 0xd5, 0xf8, 0x43, 0x34, 0xd3, 0x99, 0x79, 0x7f, 0xce, 0xf9]];
+        assert_eq!(nvml_uuid(&uuids[1]), "GPU-d094f2eb-4547-d5f8-4334-d399797fcef9");
+        let boards = [first, gpu(1, "NVIDIA H200")];
+        assert_eq!(other_model(&meta, &boards, &uuids), None, "the board with the executor's UUID");
+        assert_eq!(board(&boards, 1, uuids.get(1)).map(|g| g.index), Some(0));
+        assert_eq!(board(&boards, 1, Some(&[7; 16])).map(|g| g.index), Some(1), "none has it: NVML's of that index");
     }
 }
