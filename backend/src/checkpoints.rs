@@ -20,15 +20,19 @@ use std::sync::{Arc, Mutex};
 /// How a checkpoint went, as the session reports it, or why not.
 pub type Done = Result<Written, String>;
 
+/// What a session reports of a checkpoint it wrote: the bytes of device
+/// state in the file, and its token.
+pub type Report = Result<(u64, Token), String>;
+
 /// A checkpoint written.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Written {
     /// Bytes of device state in the file.
     pub bytes: u64,
     /// The session's token.
     pub token: Token,
     /// Device memory handed over in place (the driver's descriptors, in
-    /// the snapshot's order; [`Desk::add_handed`] before the report): the
+    /// the snapshot's order, as [`Desk::add_handed`] took them): the
     /// snapshot restores only with them.
     pub handed: Vec<OwnedFd>,
 }
@@ -157,10 +161,9 @@ impl Desk {
     /// Session `id` reports its checkpoint, with the memory it handed over
     /// through [`Desk::add_handed`] (dropped if it failed: the session
     /// keeps its memory).
-    pub fn report(&self, id: u64, done: Done) {
+    pub fn report(&self, id: u64, report: Report) {
         if let Some(o) = lock(&self.orders).remove(&id) {
-            let done = done.map(|w| Written { handed: o.handed, ..w });
-            let _ = o.done.send(done);
+            let _ = o.done.send(report.map(|(bytes, token)| Written { bytes, token, handed: o.handed }));
         }
     }
 
@@ -336,7 +339,7 @@ mod tests {
         let rx = desk.order(3, memfile(), OrderKind { stay: true, hand_over: false });
         assert!(desk.take_order(3).is_some_and(|(_, kind)| kind.stay));
         assert!(desk.add_handed(3, memfile().into()).is_err(), "memory handed over only where the order asks");
-        desk.report(3, Ok(Written { bytes: 42, ..Written::default() }));
+        desk.report(3, Ok((42, [0; 16])));
         let w = rx.recv().unwrap().unwrap();
         assert_eq!((w.bytes, w.handed.len()), (42, 0));
         assert!(desk.take_order(3).is_none());
@@ -344,7 +347,7 @@ mod tests {
         let rx = desk.order(4, memfile(), OrderKind { stay: false, hand_over: true });
         desk.add_handed(4, memfile().into()).unwrap();
         desk.add_handed(4, memfile().into()).unwrap();
-        desk.report(4, Ok(Written { bytes: 1, token: [9; 16], handed: vec![] }));
+        desk.report(4, Ok((1, [9; 16])));
         let w = rx.recv().unwrap().unwrap();
         assert_eq!((w.token, w.handed.len()), ([9; 16], 2), "the pieces handed before the report");
         desk.keep_handed(w.token, Kept { fds: w.handed, peer: "uid:7".into(), path: "/s".into(), bytes: 4 << 20 });

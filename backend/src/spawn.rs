@@ -79,9 +79,8 @@ pub trait Spawner: Send + Sync {
     fn spawn(&self, s: Start, stop: Arc<AtomicBool>) -> io::Result<()>;
     /// Name of the executor sessions run on.
     fn executor(&self) -> &str;
-    /// How many devices that executor has.
-    fn device_count(&self) -> usize;
-    /// Each device's UUID, as the executor names it, by the backend's index.
+    /// Each of that executor's devices, by the backend's index: its UUID
+    /// as the executor names it.
     fn device_uuids(&self) -> Vec<[u8; 16]>;
     /// Collects sessions that ended, and ends those whose peer is gone.
     fn tend(&self) {}
@@ -175,10 +174,6 @@ impl<E: Executor> Spawner for ThreadSpawner<E> {
 
     fn executor(&self) -> &str {
         self.exec.kind()
-    }
-
-    fn device_count(&self) -> usize {
-        self.exec.devices().len()
     }
 
     fn device_uuids(&self) -> Vec<[u8; 16]> {
@@ -506,10 +501,6 @@ impl Spawner for ProcessSpawner {
 
     fn executor(&self) -> &str {
         &self.cmd.executor
-    }
-
-    fn device_count(&self) -> usize {
-        self.cmd.devices.len()
     }
 
     fn device_uuids(&self) -> Vec<[u8; 16]> {

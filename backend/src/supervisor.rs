@@ -140,7 +140,7 @@ impl Backend {
             admission: cfg.admission.clone(),
             session: cfg.session.clone(),
             roster: Arc::default(),
-            devices: Arc::new(crate::devices::Devices::new(spawner.device_count(), cfg.admission.tenants.clone())?),
+            devices: Arc::new(crate::devices::Devices::new(spawner.device_uuids().len(), cfg.admission.tenants.clone())?),
         });
         let tenants = cfg.admission.tenants.clone().map(|tenants| crate::control::TenantDesk {
             tenants,

@@ -10,7 +10,7 @@
 
 use super::registry::{Registry, Token};
 use super::{IpcError, IpcObject};
-use crate::checkpoints::{Desk, OrderKind, Written};
+use crate::checkpoints::{Desk, OrderKind};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -157,13 +157,14 @@ impl Broker {
         }
     }
 
-    /// Reports the checkpoint: what was written, or a failure (`None`)
-    /// whose reason the session wrote into the file.
-    pub fn checkpoint_report(&self, written: Option<Written>) {
+    /// Reports the checkpoint: the bytes of device state written and the
+    /// session's token, or a failure (`None`) whose reason the session
+    /// wrote into the file.
+    pub fn checkpoint_report(&self, written: Option<(u64, Token)>) {
         match self {
             Broker::Direct { desk, session, .. } => desk.report(*session, written.ok_or_else(String::new)),
             Broker::Remote(sock) => {
-                let (bytes, token) = written.as_ref().map_or((0, [0; 16]), |w| (w.bytes, w.token));
+                let (bytes, token) = written.unwrap_or((0, [0; 16]));
                 let m = Msg {
                     op: OP_REPORT.into(),
                     kind: u32::from(written.is_none()).into(),
@@ -377,8 +378,7 @@ pub fn serve_worker(registry: &Registry, desk: &Desk, scope: &Arc<str>, session:
             }),
             OP_HANDED => fd.ok_or(IpcError::Unreachable).and_then(|fd| desk.add_handed(session, fd)),
             OP_REPORT => {
-                let written = Written { bytes: m.size.get(), token: m.token, handed: Vec::new() };
-                desk.report(session, if m.kind.get() == 0 { Ok(written) } else { Err(String::new()) });
+                desk.report(session, if m.kind.get() == 0 { Ok((m.size.get(), m.token)) } else { Err(String::new()) });
                 Ok(())
             }
             OP_CLAIM => desk.claim(scope, &m.token).map(|(fd, n)| {

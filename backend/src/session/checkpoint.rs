@@ -287,6 +287,7 @@ impl<E: Executor> Session<E> {
     }
 
     fn plan(&self, unlooked: &super::global_moves::Unlooked, handed: &HandOver) -> Plan {
+        let spans = super::hand_over::Spans::of(&handed.records);
         let mut p = Plan { state: State::default(), sources: Vec::new(), bytes: 0 };
         p.state.initialized = self.initialized;
         p.state.current = self.current;
@@ -304,7 +305,7 @@ impl<E: Executor> Session<E> {
                 AllocKind::Pooled(pool) => self.pools.get(pool).map(|_| pool),
                 _ => continue,
             };
-            let in_place = handed.covers(a.ctx, addr, a.len);
+            let in_place = spans.covers(a.ctx, addr, a.len);
             let bytes = if in_place { Source::Image(Arc::from(&[][..])) } else { Source::Device { ctx: a.ctx, addr, len: a.len } };
             let blob = p.blob(bytes);
             p.state.allocations.push(Allocation { ctx: a.ctx, address: addr, length: a.len, blob, pool, handed: in_place });

@@ -25,11 +25,20 @@ pub(super) struct HandOver {
     pub(super) fds: Vec<std::os::fd::OwnedFd>,
 }
 
-impl HandOver {
-    /// Whether `[addr, addr+len)` of context `ctx` lies in memory handed
-    /// over.
+/// Memory handed over, by context and address: an allocation's piece is
+/// looked up, not searched for among all of them.
+pub(super) struct Spans(BTreeMap<(u64, u64), u64>);
+
+impl Spans {
+    pub(super) fn of(records: &[snapshot::Handed]) -> Spans {
+        Spans(records.iter().map(|r| ((r.ctx, r.address), r.length)).collect())
+    }
+
+    /// Whether `[addr, addr+len)` of context `ctx` lies in one piece (the
+    /// last that starts at or below `addr`: pieces are mappings, apart).
     pub(super) fn covers(&self, ctx: u64, addr: u64, len: u64) -> bool {
-        self.records.iter().any(|r| r.ctx == ctx && addr >= r.address && addr + len <= r.address + r.length)
+        let Some((&(c, start), &length)) = self.0.range(..=(ctx, addr)).next_back() else { return false };
+        c == ctx && addr.checked_add(len).is_some_and(|end| end <= start.saturating_add(length))
     }
 }
 
@@ -81,12 +90,9 @@ pub(super) fn pieces(meta: &Meta, devices: &[DeviceInfo], fds: Vec<OwnedFd>) -> 
             fds.len()
         )));
     }
+    let spans = Spans::of(&state.handed);
     for a in state.allocations.iter().filter(|a| a.handed) {
-        let inside = state
-            .handed
-            .iter()
-            .any(|r| r.ctx == a.ctx && a.address >= r.address && a.address.saturating_add(a.length) <= r.address.saturating_add(r.length));
-        if !inside {
+        if !spans.covers(a.ctx, a.address, a.length) {
             return Err(bad(format!("allocation {:#x} lies in no memory handed over", a.address)));
         }
     }
@@ -106,4 +112,22 @@ pub(super) fn pieces(meta: &Meta, devices: &[DeviceInfo], fds: Vec<OwnedFd>) -> 
         out.entry(r.ctx).or_default().push(HandedPiece { address: r.address, length: r.length, fd });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_allocation_lies_in_the_piece_of_its_own_context_that_holds_it_whole() {
+        let h = |ctx, address, length| snapshot::Handed { ctx, address, length };
+        let spans = Spans::of(&[h(1, 0x1000, 0x1000), h(1, 0x4000, 0x2000), h(2, 0x2000, 0x1000)]);
+        assert!(spans.covers(1, 0x1000, 0x1000));
+        assert!(spans.covers(1, 0x4800, 0x100));
+        assert!(!spans.covers(1, 0x1800, 0x1000), "past its piece's end");
+        assert!(!spans.covers(1, 0x2000, 0x10), "between pieces");
+        assert!(!spans.covers(2, 0x1000, 0x10), "another context's place");
+        assert!(!spans.covers(1, 0x800, 0x10), "below every piece");
+        assert!(!spans.covers(1, u64::MAX - 4, 0x10), "an end past the address space");
+    }
 }

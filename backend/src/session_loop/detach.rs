@@ -24,7 +24,7 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
         return false;
     }
     let Some(broker) = &limits.ipc else { return false };
-    let Some((mut file, kind)) = broker.checkpoint_order() else { return false };
+    let Some((file, kind)) = broker.checkpoint_order() else { return false };
     let stay = kind.stay;
     let t = Instant::now();
     let written = session.checkpoint(&file, peer, !stay, kind.hand_over).and_then(|n| {
@@ -32,18 +32,25 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
         file.sync_all().map_err(|e| crate::session::CheckpointError::File(e.into()))?;
         Ok((n, written))
     });
+    // The reason a checkpoint failed travels in the file the supervisor
+    // handed over; the session goes on.
+    let fail = |mut file: std::fs::File, why: String| {
+        tracing::warn!(session = session.id(), why, "checkpoint failed; the session goes on");
+        let _ = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| file.write_all(why.as_bytes()));
+        broker.checkpoint_report(None);
+        false
+    };
     match written {
         Ok((taken, written)) => {
             let (handed_bytes, handed_pieces) = (taken.handed_bytes, taken.handed.len());
             if let Err(e) = broker.hand_over(taken.handed) {
                 // The supervisor did not take the memory the snapshot leaves
                 // on the GPU (the order withdrawn, the supervisor gone): the
-                // checkpoint fails and the session keeps it.
-                tracing::warn!(session = session.id(), error = %e, "device memory could not be handed over; the session goes on");
-                let why = "the device memory it leaves on the GPU could not be handed to the backend; it goes on running";
-                let _ = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| file.write_all(why.as_bytes()));
-                broker.checkpoint_report(None);
-                return false;
+                // session keeps it.
+                return fail(
+                    file,
+                    format!("the device memory it leaves on the GPU could not be handed to the backend ({e}); it goes on running"),
+                );
             }
             // Closed before the report: a restore that follows at once can
             // hold the file under a read lease (crate::file_guard).
@@ -60,17 +67,10 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
                 stay,
                 "session checkpointed"
             );
-            let token = session.token();
-            broker.checkpoint_report(Some(crate::checkpoints::Written { bytes, token, handed: Vec::new() }));
+            broker.checkpoint_report(Some((bytes, session.token())));
             !stay
         }
-        Err(e) => {
-            tracing::warn!(session = session.id(), error = %e, "checkpoint failed; the session goes on");
-            // The reason travels in the file the supervisor handed over.
-            let _ = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| file.write_all(e.to_string().as_bytes()));
-            broker.checkpoint_report(None);
-            false
-        }
+        Err(e) => fail(file, e.to_string()),
     }
 }
 
