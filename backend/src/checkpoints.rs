@@ -45,6 +45,8 @@ pub struct OrderKind {
     /// It hands its device memory over in place where it can (a
     /// migration to a backend on the same GPU).
     pub hand_over: bool,
+    /// Only its skeleton, while it runs on (`CheckpointRequest::skeleton`).
+    pub skeleton: bool,
 }
 
 struct Order {
@@ -336,7 +338,7 @@ mod tests {
     fn an_order_is_taken_then_reported() {
         let desk = Desk::default();
         assert!(desk.take_order(3).is_none());
-        let rx = desk.order(3, memfile(), OrderKind { stay: true, hand_over: false });
+        let rx = desk.order(3, memfile(), OrderKind { stay: true, hand_over: false, skeleton: false });
         assert!(desk.take_order(3).is_some_and(|(_, kind)| kind.stay));
         assert!(desk.add_handed(3, memfile().into()).is_err(), "memory handed over only where the order asks");
         desk.report(3, Ok((42, [0; 16])));
@@ -344,7 +346,7 @@ mod tests {
         assert_eq!((w.bytes, w.handed.len()), (42, 0));
         assert!(desk.take_order(3).is_none());
 
-        let rx = desk.order(4, memfile(), OrderKind { stay: false, hand_over: true });
+        let rx = desk.order(4, memfile(), OrderKind { stay: false, hand_over: true, skeleton: false });
         desk.add_handed(4, memfile().into()).unwrap();
         desk.add_handed(4, memfile().into()).unwrap();
         desk.report(4, Ok((1, [9; 16])));

@@ -67,6 +67,7 @@ pub mod meter;
 pub mod metrics;
 pub mod peer_copy;
 pub mod peers;
+pub mod prepared_workers;
 pub mod rdma;
 pub mod roster;
 pub mod sandbox;

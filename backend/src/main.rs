@@ -350,13 +350,26 @@ fn pool_worker(exec: &ExecArgs) -> Result<()> {
     // Before anything opens a descriptor.
     worker_pool::reserve_numbers().context("an idle worker cannot reserve its descriptor numbers")?;
     worker_pool::name_process(c"pvgpu-idle");
-    let prepared = match exec.executor {
-        ExecutorKind::Cuda => Some(worker_process::Prepared::Cuda(worker_process::prepare_cuda(exec.device_memory)?)),
+    let mut prepared = match exec.executor {
+        ExecutorKind::Cuda => Some(worker_process::Prepared::Cuda(worker_process::prepare_cuda(exec.device_memory)?, None)),
         ExecutorKind::Host => None,
     };
-    let Some(args) = worker_pool::wait_for_session().context("an idle worker's session")? else {
-        // The backend is stopping.
-        return Ok(());
+    let args = loop {
+        let Some(args) = worker_pool::wait_for_session().context("an idle worker's session")? else {
+            // The backend is stopping.
+            return Ok(());
+        };
+        if args.first().is_some_and(|a| a == worker_pool::PREPARE) {
+            // Made ahead for a session that moves here; then its session.
+            worker_pool::name_process(c"pvgpu-prepared");
+            let made = worker_process::prepare_skeleton(&mut prepared, &exec.executor(), &exec.session());
+            if let Err(why) = &made {
+                tracing::warn!(why, "a worker could not be prepared from a session's skeleton");
+            }
+            worker_pool::answer(made).context("a prepared worker's answer")?;
+            continue;
+        }
+        break args;
     };
     let cli = Cli::try_parse_from(std::iter::once(std::ffi::OsString::from("pvgpu-backend")).chain(args))
         .context("an idle worker's session arguments")?;

@@ -88,7 +88,7 @@ const WORDS: usize = CODES + 2 * ERROR_SLOTS;
 const TURN: usize = 448;
 /// A restored session's rebuild: from-session, five durations, back-at.
 const RESTORED: usize = TURN + 4;
-const RESTORED_WORDS: usize = 7;
+const RESTORED_WORDS: usize = 8;
 const OTHER: u64 = u64::MAX;
 
 /// Which way a copy went.
@@ -198,6 +198,7 @@ impl Meter {
             memory_seconds: secs(3),
             modules_seconds: secs(4),
             graphs_seconds: secs(5),
+            prepared: self.words.word(RESTORED + 7).load(Ordering::Relaxed) != 0,
         })
     }
 
@@ -261,10 +262,12 @@ impl MeterView {
     }
 
     /// The session was restored from a snapshot of session `from`: its
-    /// rebuild took `took`, in parts (contexts, memory, modules, graphs).
-    pub fn restored(&self, from: u64, took: Duration, parts: [Duration; 4]) {
+    /// rebuild took `took`, in parts (contexts, memory, modules, graphs),
+    /// `prepared` where a worker made ahead had part of it.
+    pub fn restored(&self, from: u64, took: Duration, parts: [Duration; 4], prepared: bool) {
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         self.words.word(RESTORED).store(from, Ordering::Relaxed);
+        self.words.word(RESTORED + 7).store(u64::from(prepared), Ordering::Relaxed);
         self.words.word(RESTORED + 1).store(ns(took), Ordering::Relaxed);
         for (i, d) in parts.into_iter().enumerate() {
             self.words.word(RESTORED + 2 + i).store(ns(d), Ordering::Relaxed);
@@ -397,8 +400,9 @@ mod tests {
         assert_eq!(m.restored(), None, "not a restored session");
         let v = MeterView::map(m.fd().try_clone_to_owned().unwrap()).unwrap();
         let ms = Duration::from_millis;
-        v.restored(12, ms(900), [ms(300), ms(250), ms(300), ms(50)]);
+        v.restored(12, ms(900), [ms(300), ms(250), ms(300), ms(50)], true);
         let r = m.restored().unwrap();
+        assert!(r.prepared);
         assert_eq!(r.from_session, 12);
         assert!(r.back_unix_ms > 1_700_000_000_000, "a time: {}", r.back_unix_ms);
         let parts = [r.rebuild_seconds, r.contexts_seconds, r.memory_seconds, r.modules_seconds, r.graphs_seconds];

@@ -91,6 +91,15 @@ pub trait Spawner: Send + Sync {
     fn desk(&self) -> &Arc<Desk>;
     /// Tells session `id` a checkpoint is ordered; whether it runs.
     fn nudge(&self, id: u64) -> bool;
+    /// Prepares a worker from the skeleton `meta` in `file`, for its
+    /// session's next connection once its snapshot is parked
+    /// ([`crate::prepared_workers`]); waits up to `wait`. Why not, where
+    /// not.
+    fn prepare(&self, _file: &File, _meta: &pvgpu_ctl::snapshot::Meta, _wait: Duration) -> Result<(), String> {
+        Err("this backend serves sessions on threads of its own process (--isolation thread): there is no worker to prepare".into())
+    }
+    /// Session `token`'s snapshot, of `state`, was parked.
+    fn parked(&self, _token: &[u8; 16], _state: &pvgpu_ctl::snapshot::State) {}
     /// Ends every session and waits (at most the grace period for each).
     fn shutdown(&self) {}
 }
@@ -154,7 +163,7 @@ impl<E: Executor> Spawner for ThreadSpawner<E> {
                     if let Some(f) = on_ready {
                         f();
                     }
-                    serve_opened(exec, opened, &cfg, id, &mine)
+                    serve_opened(exec, opened, &cfg, id, &mine, None)
                 }
                 Err(ended) => ended,
             };
@@ -250,6 +259,8 @@ pub struct ProcessSpawner {
     grace: Duration,
     workers: Mutex<Vec<Worker>>,
     forker: Mutex<std::sync::mpsc::Sender<Fork>>,
+    /// Workers prepared for sessions on their way here.
+    prepared: crate::prepared_workers::Prepared,
 }
 
 /// A worker to start, and where to say how that went.
@@ -341,6 +352,7 @@ impl ProcessSpawner {
             grace,
             workers: Mutex::new(Vec::new()),
             forker: Mutex::new(forker()),
+            prepared: Default::default(),
         };
         s.refill_pool();
         s
@@ -356,7 +368,18 @@ impl ProcessSpawner {
 
     /// Starts session `id`'s worker with `args` and descriptors `fds`: an
     /// idle one if the pool has one ready, else a new process.
-    fn start_worker(&self, id: u64, args: &[std::ffi::OsString], fds: Vec<(std::os::fd::RawFd, i32)>) -> io::Result<Child> {
+    /// A connection of `peer` goes to the worker prepared for its parked
+    /// session, if there is one.
+    fn start_worker(&self, id: u64, peer: &str, args: &[std::ffi::OsString], fds: Vec<(std::os::fd::RawFd, i32)>) -> io::Result<Child> {
+        if let Some(idle) = self.prepared.take_for(peer) {
+            match idle.assign(args, &fds) {
+                Ok(child) => {
+                    tracing::info!(session = id, pid = child.id(), "session handed to the worker prepared for it");
+                    return Ok(child);
+                }
+                Err(e) => tracing::warn!(session = id, error = %e, "a prepared worker could not take its session; starting one for it"),
+            }
+        }
         if let Some(idle) = self.pool.take() {
             let handed = idle.assign(args, &fds);
             self.refill_pool();
@@ -376,14 +399,17 @@ impl ProcessSpawner {
 
     /// Starts idle workers until the pool is full.
     fn refill_pool(&self) {
-        self.pool.refill(|end| {
-            let mut cmd = Command::new(&self.cmd.exe);
-            cmd.arg("pool-worker").args(&self.cmd.args);
-            place_fds(&mut cmd, vec![(end.as_raw_fd(), crate::worker_pool::POOL_FD)]);
-            let child = self.fork(cmd);
-            drop(end);
-            child
-        });
+        self.pool.refill(|end| self.start_idle(end));
+    }
+
+    /// Starts an idle worker on its end of a pool socket.
+    fn start_idle(&self, end: OwnedFd) -> io::Result<Child> {
+        let mut cmd = Command::new(&self.cmd.exe);
+        cmd.arg("pool-worker").args(&self.cmd.args);
+        place_fds(&mut cmd, vec![(end.as_raw_fd(), crate::worker_pool::POOL_FD)]);
+        let child = self.fork(cmd);
+        drop(end);
+        child
     }
 
     /// Reads what the worker reported since the last call (without
@@ -459,7 +485,7 @@ impl Spawner for ProcessSpawner {
         cmd.arg("--report-fd").arg(REPORT_FD.to_string());
         fds.push((report_wr, REPORT_FD));
         let placed: Vec<(std::os::fd::RawFd, i32)> = fds.iter().map(|(f, n)| (f.as_raw_fd(), *n)).collect();
-        let child = self.start_worker(id, &cmd.0, placed)?;
+        let child = self.start_worker(id, &scope, &cmd.0, placed)?;
         drop(fds);
         let report = File::from(report_rd);
         // Read without blocking when the worker is reaped (it has exited,
@@ -507,8 +533,27 @@ impl Spawner for ProcessSpawner {
         self.cmd.devices.clone()
     }
 
+    fn prepare(&self, file: &File, meta: &pvgpu_ctl::snapshot::Meta, wait: Duration) -> Result<(), String> {
+        if !self.prepared.has_room() {
+            return Err(format!("{} workers are prepared already", crate::prepared_workers::MAX_PREPARED));
+        }
+        let idle = match self.pool.take() {
+            Some(idle) => {
+                self.refill_pool();
+                idle
+            }
+            None => crate::worker_pool::Pool::start_one(|end| self.start_idle(end)).map_err(|e| format!("no worker started: {e}"))?,
+        };
+        self.prepared.prepare(idle, file, meta, wait)
+    }
+
+    fn parked(&self, token: &[u8; 16], state: &pvgpu_ctl::snapshot::State) {
+        self.prepared.parked(token, state);
+    }
+
     fn tend(&self) {
         self.refill_pool();
+        self.prepared.expire();
         let mut ended = Vec::new();
         let mut ready = Vec::new();
         let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
@@ -570,6 +615,7 @@ impl Spawner for ProcessSpawner {
 
     fn shutdown(&self) {
         self.pool.shutdown();
+        self.prepared.end_all();
         let mut workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
         for w in &workers {
             // SAFETY: signalling our own child by pid (not yet reaped).

@@ -24,6 +24,11 @@ use std::time::{Duration, Instant};
 
 /// Where an idle worker finds its end of the pool socket.
 pub const POOL_FD: i32 = 9;
+/// The assignment that prepares an idle worker from a session's skeleton
+/// ([`Idle::prepare`]) rather than giving it a session: its only argument.
+pub const PREPARE: &str = "prepare-skeleton";
+/// Where a worker being prepared finds the skeleton.
+pub const SKELETON_FD: i32 = 3;
 /// The fixed descriptor numbers a session's worker may be handed
 /// (`crate::spawn`'s `*_FD`), reserved by an idle worker until then.
 const RESERVED: std::ops::RangeInclusive<i32> = 3..=8;
@@ -111,6 +116,13 @@ impl Pool {
         }
     }
 
+    /// A worker started with `start` as [`Pool::refill`] starts one, for
+    /// the caller alone.
+    pub fn start_one(start: impl Fn(OwnedFd) -> io::Result<Child>) -> io::Result<Idle> {
+        let (mine, theirs) = socket_pair()?;
+        Ok(Idle { child: start(theirs)?, socket: mine })
+    }
+
     /// An idle worker, if one is ready (the oldest first: it has had the
     /// longest to initialise).
     pub fn take(&self) -> Option<Idle> {
@@ -158,6 +170,40 @@ fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 impl Idle {
+    /// Has this worker make ahead what the skeleton in `skeleton`
+    /// describes (`crate::session::Premade`), and waits up to `wait` for it
+    /// to say how that went: `Ok(Err(why))` where it could not. It then
+    /// waits for its session as before ([`Idle::assign`]).
+    pub fn prepare(&self, skeleton: &std::fs::File, wait: Duration) -> io::Result<Result<(), String>> {
+        send(&self.socket, &[OsString::from(PREPARE)], &[(skeleton.as_raw_fd(), SKELETON_FD)])?;
+        let mut p = libc::pollfd { fd: self.socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd that lives across the call.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n <= 0 {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "the worker did not finish preparing in time"));
+        }
+        let mut buf = [0u8; 1024];
+        let got =
+            nix::sys::socket::recv(self.socket.as_raw_fd(), &mut buf, nix::sys::socket::MsgFlags::empty()).map_err(io::Error::from)?;
+        match &buf[..got] {
+            [] => Err(io::Error::other("the worker exited while it prepared")),
+            b"ok" => Ok(Ok(())),
+            why => Ok(Err(String::from_utf8_lossy(why).into_owned())),
+        }
+    }
+
+    /// Ends this worker.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Whether its process still runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Hands this worker a session: `args` (after the binary's name, as a
     /// fresh worker would get them) and each `(descriptor, number)` of
     /// `fds`. Returns its process, which now serves the session; on an
@@ -261,14 +307,46 @@ pub fn reserve_numbers() -> io::Result<()> {
     Ok(())
 }
 
+/// In a worker being prepared: says how that went (`Ok`, or why not).
+pub fn answer(r: Result<(), String>) -> io::Result<()> {
+    let msg = match r {
+        Ok(()) => "ok".to_string(),
+        Err(why) if why == "ok" || why.is_empty() => "failed".to_string(),
+        Err(why) => why.chars().take(1000).collect(),
+    };
+    // SAFETY: the supervisor placed this worker's end of the pool socket on
+    // POOL_FD before exec; it stays open until the worker's session comes.
+    let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(POOL_FD) };
+    nix::sys::socket::send(socket.as_raw_fd(), msg.as_bytes(), nix::sys::socket::MsgFlags::MSG_NOSIGNAL).map_err(io::Error::from)?;
+    Ok(())
+}
+
+/// In a worker being prepared: the skeleton, moved off [`SKELETON_FD`],
+/// whose number is held again as before.
+pub fn take_skeleton() -> io::Result<std::fs::File> {
+    let fd = nix::fcntl::fcntl(
+        // SAFETY: the assignment placed the skeleton on SKELETON_FD, which
+        // stays open until reserve_numbers replaces it below.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(SKELETON_FD) },
+        nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(*RESERVED.end() + 2),
+    )
+    .map_err(io::Error::from)?;
+    // SAFETY: fcntl just made this descriptor; nothing else owns it.
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    reserve_numbers()?;
+    Ok(file)
+}
+
 /// In an idle worker: waits for its session. Returns the worker's
 /// arguments with each descriptor already at its number, or `None` when
-/// the supervisor closed the socket (the backend is stopping).
+/// the supervisor closed the socket (the backend is stopping). The pool
+/// socket is closed once a session came; a worker asked to prepare
+/// ([`PREPARE`]) keeps it, to answer and to wait again.
 pub fn wait_for_session() -> io::Result<Option<Vec<OsString>>> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     // SAFETY: the supervisor placed this worker's end of the pool socket on
     // POOL_FD before exec, and nothing else in this process owns it.
-    let socket = unsafe { OwnedFd::from_raw_fd(POOL_FD) };
+    let socket = std::mem::ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(POOL_FD) });
     let mut buf = vec![0u8; MAX_MESSAGE];
     let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
     let (len, received) = loop {
@@ -291,9 +369,13 @@ pub fn wait_for_session() -> io::Result<Option<Vec<OsString>>> {
         }
     };
     if len == 0 {
+        drop(std::mem::ManuallyDrop::into_inner(socket));
         return Ok(None);
     }
     let (targets, args) = decode(&buf[..len])?;
+    if args.first().is_none_or(|a| a != PREPARE) {
+        drop(std::mem::ManuallyDrop::into_inner(socket));
+    }
     if targets.len() != received.len() {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "the assignment's descriptors do not match its numbers"));
     }

@@ -8,6 +8,7 @@ use crate::exec::cuda::{CudaExecutor, CudaInitError};
 use crate::exec::host::HostExecutor;
 use crate::handover::{Handover, Transport};
 use crate::sandbox::{Confinement, SandboxError, confine};
+use crate::session::Premade;
 use crate::session_loop::{Ended, open_connection, serve_opened};
 use crate::spawn::{BROKER_FD, LEDGER_FD, MEMFD_FD, METER_FD, WORKER_FD};
 use std::io::Write;
@@ -59,10 +60,49 @@ pub fn probe(cfg: &ExecutorConfig) -> Result<Vec<[u8; 16]>, WorkerError> {
 }
 
 /// An executor started before the worker's session came (an idle worker
-/// of the pool, [`crate::worker_pool`]).
+/// of the pool, [`crate::worker_pool`]), with the session made ahead from
+/// a skeleton where the worker was prepared for one ([`prepare_skeleton`]).
 pub enum Prepared {
     /// The GPU's.
-    Cuda(Arc<CudaExecutor>),
+    Cuda(Arc<CudaExecutor>, Option<Premade<CudaExecutor>>),
+    /// The host test double's.
+    Host(Arc<HostExecutor>, Option<Premade<HostExecutor>>),
+}
+
+/// In an idle worker asked to prepare ([`crate::worker_pool::PREPARE`]):
+/// makes ahead, with `prepared`'s executor (started here if need be), the
+/// session the skeleton on [`crate::worker_pool::SKELETON_FD`] describes.
+/// Why not, where it could not.
+pub fn prepare_skeleton(prepared: &mut Option<Prepared>, exec: &ExecutorConfig, cfg: &SessionConfig) -> Result<(), String> {
+    let file = crate::worker_pool::take_skeleton().map_err(|e| format!("the skeleton could not be taken: {e}"))?;
+    let t = std::time::Instant::now();
+    *prepared = Some(match (prepared.take(), exec.kind) {
+        (Some(Prepared::Cuda(e, _)), _) => Prepared::Cuda(e.clone(), Some(make(e, &file, cfg)?)),
+        (Some(Prepared::Host(e, _)), _) => Prepared::Host(e.clone(), Some(make(e, &file, cfg)?)),
+        (None, ExecutorKind::Cuda) => {
+            let e = prepare_cuda(exec.device_memory).map_err(|e| e.to_string())?;
+            Prepared::Cuda(e.clone(), Some(make(e, &file, cfg)?))
+        }
+        (None, ExecutorKind::Host) => {
+            crate::session::reserve_copy_buffer();
+            let e = Arc::new(HostExecutor::with_devices(exec.host_mem, exec.host_devices));
+            Prepared::Host(e.clone(), Some(make(e, &file, cfg)?))
+        }
+    });
+    tracing::info!(secs = t.elapsed().as_secs_f64(), "worker prepared from a session's skeleton");
+    Ok(())
+}
+
+/// The session the skeleton in `file` describes, made with `exec`.
+fn make<E: crate::exec::Executor>(exec: Arc<E>, file: &std::fs::File, cfg: &SessionConfig) -> Result<Premade<E>, String> {
+    let len = file.metadata().map_err(|e| e.to_string())?.len();
+    // The supervisor read it through the same open file, to its end.
+    std::io::Seek::rewind(&mut &*file).map_err(|e| e.to_string())?;
+    let (mut reader, meta) =
+        pvgpu_ctl::snapshot::Reader::open(std::io::BufReader::new(file), len).map_err(|e| format!("the skeleton: {e}"))?;
+    let made = crate::session::prepare(exec, cfg.limits.clone(), &meta, &mut reader).map_err(|e| e.to_string())?;
+    reader.finish().map_err(|e| format!("the skeleton: {e}"))?;
+    Ok(made)
 }
 
 /// Starts the CUDA executor in a process that serves one session, with
@@ -180,23 +220,27 @@ pub fn run_worker(
             if let Some(f) = &mut report {
                 let _ = writeln!(f, "{}", crate::spawn::REPORT_READY);
             }
-            match exec.kind {
-                ExecutorKind::Cuda => {
-                    let e = match prepared {
-                        Some(Prepared::Cuda(e)) => e,
-                        None => prepare_cuda(exec.device_memory)?,
-                    };
-                    // Confined once the GPU is open and the connection mapped
-                    // (Xen: the grants and the event channel), before the
-                    // first request.
+            // Confined once the GPU is open and the connection mapped (Xen:
+            // the grants and the event channel), before the first request.
+            match (exec.kind, prepared) {
+                (_, Some(Prepared::Cuda(e, made))) => {
                     confine(confinement).map_err(WorkerError::Sandbox)?;
-                    serve_opened(e, opened, cfg, session, &stop)
+                    serve_opened(e, opened, cfg, session, &stop, made)
                 }
-                ExecutorKind::Host => {
+                (_, Some(Prepared::Host(e, made))) => {
+                    confine(confinement).map_err(WorkerError::Sandbox)?;
+                    serve_opened(e, opened, cfg, session, &stop, made)
+                }
+                (ExecutorKind::Cuda, None) => {
+                    let e = prepare_cuda(exec.device_memory)?;
+                    confine(confinement).map_err(WorkerError::Sandbox)?;
+                    serve_opened(e, opened, cfg, session, &stop, None)
+                }
+                (ExecutorKind::Host, None) => {
                     crate::session::reserve_copy_buffer();
                     let e = Arc::new(HostExecutor::with_devices(exec.host_mem, exec.host_devices));
                     confine(confinement).map_err(WorkerError::Sandbox)?;
-                    serve_opened(e, opened, cfg, session, &stop)
+                    serve_opened(e, opened, cfg, session, &stop, None)
                 }
             }
         }

@@ -61,6 +61,10 @@ pub struct Restored {
     pub modules_seconds: f64,
     /// Its mirrors, arrays' elements and graphs.
     pub graphs_seconds: f64,
+    /// Whether a worker prepared before the pause (`POST /v1/prepare`) had
+    /// its contexts made and its modules loaded already.
+    #[serde(default)]
+    pub prepared: bool,
 }
 
 /// The body of every answer that is not a success.
@@ -91,6 +95,37 @@ pub struct CheckpointRequest {
     /// ([`CheckpointReport::handed_from`]) and kept by this backend after.
     #[serde(default)]
     pub hand_over: bool,
+    /// Write only what decides where a restore places things (contexts,
+    /// address reservations, module images, streams, events, arrays,
+    /// pools and limits in their order), without the device's bytes and
+    /// without draining its work: a session keeps running, and the file
+    /// serves only to prepare a target's worker before a migration's
+    /// pause (`POST /v1/prepare`); it cannot be restored.
+    #[serde(default)]
+    pub skeleton: bool,
+}
+
+/// `POST /v1/prepare`: a worker rebuilds, from a skeleton checkpoint
+/// ([`CheckpointRequest::skeleton`]), what decides where a restore places
+/// things, and waits for the session's snapshot; the migration's pause is
+/// then for the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrepareRequest {
+    /// The skeleton (absolute path, owner-only).
+    pub file: String,
+    /// Seconds the prepared worker waits for its session's snapshot and
+    /// program before it is dropped (default 60).
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+}
+
+/// A worker prepared for a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrepareReport {
+    /// The session's number at the backend that wrote the skeleton.
+    pub session: u64,
+    /// Seconds the worker took to rebuild the skeleton.
+    pub seconds: f64,
 }
 
 /// What a checkpoint wrote.
@@ -176,6 +211,10 @@ pub struct MigrateRequest {
     /// place).
     #[serde(default)]
     pub copy: bool,
+    /// Restore into a fresh worker at the peer, not one prepared before the
+    /// pause.
+    #[serde(default)]
+    pub cold: bool,
     /// Seconds to wait for the session's next call that waits (default 60).
     #[serde(default)]
     pub timeout_seconds: Option<u64>,

@@ -191,6 +191,11 @@ impl Control {
         self.call_with("POST", "/v1/restore", Some(req))
     }
 
+    /// Prepares a worker from a skeleton checkpoint.
+    pub fn prepare(&self, req: &crate::api::PrepareRequest) -> Result<crate::api::PrepareReport, CtlError> {
+        self.call_with("POST", "/v1/prepare", Some(req))
+    }
+
     /// Tells the backend where a session it checkpointed lives now.
     pub fn record_move(&self, req: &crate::api::MoveRecord) -> Result<serde_json::Value, CtlError> {
         self.call_with("POST", "/v1/moves", Some(req))

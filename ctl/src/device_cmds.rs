@@ -66,6 +66,7 @@ fn move_off(control: &Control, g: &Gpu, peer: &str) {
             peer: peer.to_string(),
             upload: false,
             copy: false,
+            cold: false,
             timeout_seconds: None,
             wait_seconds: None,
         };

@@ -127,6 +127,9 @@ enum Cmd {
         /// Copy the session's device memory through the snapshot even when the other backend is on this host with the same GPUs (by default it stays on the GPU, handed over in place).
         #[arg(long)]
         copy: bool,
+        /// Rebuild the session in a fresh worker at the other backend (by default, where its control socket is on this host, a worker is prepared from the session's skeleton before the pause: contexts made and modules loaded while the program runs).
+        #[arg(long)]
+        cold: bool,
         /// Then wait up to SECONDS for the session to serve its program at the other backend, and report the whole pause and the rebuild's parts (a program that makes no call meanwhile is not waited for).
         #[arg(long, value_name = "SECONDS")]
         wait: Option<u64>,
@@ -194,17 +197,18 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Cmd::Migrate { session, to, address, peer, dir, timeout, upload, copy, wait, json } => {
+        Cmd::Migrate { session, to, address, peer, dir, timeout, upload, copy, cold, wait, json } => {
             let r = match (peer, to, address) {
                 (Some(peer), _, _) => {
-                    let req = pvgpu_ctl::api::MigrateRequest { peer, upload, copy, timeout_seconds: Some(timeout), wait_seconds: wait };
+                    let req =
+                        pvgpu_ctl::api::MigrateRequest { peer, upload, copy, cold, timeout_seconds: Some(timeout), wait_seconds: wait };
                     control.migrate(session, &req)?
                 }
                 (None, Some(to), Some(address)) => {
                     let token = control_token(cli.token.as_deref(), &to)?;
                     let target = Control::at(to, token, cli.ca.as_deref())?;
                     let dir = dir.unwrap_or_else(pvgpu_ctl::migrate::default_dir);
-                    let how = pvgpu_ctl::migrate::How { upload, copy };
+                    let how = pvgpu_ctl::migrate::How { upload, copy, cold };
                     let mut r = pvgpu_ctl::migrate::migrate(&control, &target, session, &address, &dir, timeout, how)?;
                     if let Some(w) = wait {
                         pvgpu_ctl::migrate::wait_back(&target, &mut r, std::time::Duration::from_secs(w));
@@ -232,15 +236,21 @@ fn run(cli: Cli) -> Result<()> {
                     if r.uploaded { " (uploaded)" } else { "" },
                     r.record_seconds
                 );
+                if r.prepared {
+                    println!("a worker there was prepared from the session's skeleton in {:.3} s, before the pause", r.prepare_seconds);
+                } else if let Some(why) = &r.not_prepared {
+                    println!("no worker there was prepared before the pause ({why}); a fresh one rebuilt the session");
+                }
                 if let Some(f) = &r.left_file {
                     println!("the snapshot could not be removed: {f}");
                 }
                 match (&r.back, wait) {
                     (Some(b), _) => println!(
-                        "back at work there after a pause of {:.3} s: {:.3} s after the move was recorded, of which the rebuild {:.3} s (contexts {:.3} s, memory {:.3} s, modules {:.3} s, graphs {:.3} s)",
+                        "back at work there after a pause of {:.3} s: {:.3} s after the move was recorded, of which the rebuild {:.3} s{} (contexts {:.3} s, memory {:.3} s, modules {:.3} s, graphs {:.3} s)",
                         b.pause_seconds,
                         b.after_move_seconds,
                         b.rebuild.rebuild_seconds,
+                        if b.rebuild.prepared { " in the prepared worker" } else { "" },
                         b.rebuild.contexts_seconds,
                         b.rebuild.memory_seconds,
                         b.rebuild.modules_seconds,
@@ -252,7 +262,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Checkpoint { session, file, leave_running, timeout, json } => {
-            let req = CheckpointRequest { file: absolute(&file)?, leave_running, timeout_seconds: Some(timeout), hand_over: false };
+            let req = CheckpointRequest { file: absolute(&file)?, leave_running, timeout_seconds: Some(timeout), ..Default::default() };
             let r = control.checkpoint(session, &req)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);

@@ -2,6 +2,13 @@
 //! on this host or another, its program never told. It runs on the
 //! source's host (the source writes the snapshot where it names).
 //!
+//! 0. Where the target's control socket is on this host, the source first
+//!    writes the session's skeleton while it runs (its contexts, module
+//!    images, streams and events in their order: no device bytes, no
+//!    drain), and the target prepares a worker from it: contexts made,
+//!    modules loaded (`POST /v1/prepare`). The program runs on meanwhile;
+//!    the snapshot of step 1 is then rebuilt in that worker, which has
+//!    only the rest to do ([`How::cold`] leaves this out).
 //! 1. The source checkpoints the session at its next call that waits and
 //!    detaches it (the program's next call waits for its session). Where
 //!    the target is on this host with the session's very GPUs (their
@@ -29,7 +36,7 @@
 //! program at the target, and reports the whole pause with the rebuild's
 //! parts, as the target's worker measured them.
 
-use crate::api::{CheckpointReport, CheckpointRequest, Gpu, MoveRecord, RestoreRequest};
+use crate::api::{CheckpointReport, CheckpointRequest, Gpu, MoveRecord, PrepareRequest, RestoreRequest};
 use crate::client::{Control, CtlError};
 use crate::snapshot;
 use serde::{Deserialize, Serialize};
@@ -119,6 +126,16 @@ pub struct MigrateReport {
     /// besides those moved.
     #[serde(default)]
     pub handed_bytes: u64,
+    /// Seconds spent, before the pause, on the skeleton and the target's
+    /// worker prepared from it (0 where none was).
+    #[serde(default)]
+    pub prepare_seconds: f64,
+    /// Whether the target prepared a worker before the pause.
+    #[serde(default)]
+    pub prepared: bool,
+    /// Why no worker was prepared, where one was tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_prepared: Option<String>,
     /// Seconds from the request to the session detached and written.
     pub checkpoint_seconds: f64,
     /// Of those, seconds the source spent making room for the snapshot
@@ -165,6 +182,9 @@ pub struct How {
     /// Copy the device memory into the snapshot even where the target has
     /// the session's GPUs.
     pub copy: bool,
+    /// Rebuild the session in a fresh worker at the target, not in one
+    /// prepared from its skeleton before the pause.
+    pub cold: bool,
 }
 
 /// Moves session `session` of `source` to `target`, whose guests reach it
@@ -184,8 +204,17 @@ pub fn migrate(
     let file = dir.join(format!("pvgpu-migrate-{session}-{}-{nanos}.pvgpu", std::process::id()));
     let uploaded = how.upload || !matches!(target.endpoint(), crate::client::Endpoint::Unix(_));
     let hand_over = !uploaded && !how.copy && same_gpus(source, target, session);
+    let t = Instant::now();
+    let prepared = if uploaded || how.cold { None } else { Some(prepare(source, target, session, &file, timeout)) };
+    let prepare_seconds = if prepared.is_some() { t.elapsed().as_secs_f64() } else { 0.0 };
     let t0 = Instant::now();
-    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(timeout), hand_over };
+    let req = CheckpointRequest {
+        file: file.display().to_string(),
+        leave_running: false,
+        timeout_seconds: Some(timeout),
+        hand_over,
+        skeleton: false,
+    };
     let written = source.checkpoint(session, &req).map_err(MigrateError::Checkpoint)?;
     let t1 = Instant::now();
     let meta = read_meta(&file).map_err(|reason| MigrateError::Snapshot { file: file.clone(), reason })?;
@@ -215,6 +244,9 @@ pub fn migrate(
         state_bytes: written.state_bytes,
         file_bytes: written.file_bytes,
         handed_bytes: written.handed_bytes,
+        prepare_seconds,
+        prepared: matches!(prepared, Some(Ok(()))),
+        not_prepared: prepared.and_then(Result::err),
         checkpoint_seconds: (t1 - t0).as_secs_f64(),
         room_seconds: written.room_seconds,
         restore_seconds: (t2 - t1).as_secs_f64(),
@@ -223,6 +255,28 @@ pub fn migrate(
         left_file,
         back: None,
     })
+}
+
+/// The session's skeleton, written by `source` beside `file` while the
+/// session runs, and a worker of `target` prepared from it; the skeleton's
+/// file is removed once the target holds it. Why not, where it was not
+/// (the migration goes on without: a fresh worker rebuilds the session).
+fn prepare(source: &dyn Source, target: &Control, session: u64, file: &Path, timeout: u64) -> Result<(), String> {
+    let skeleton = file.with_extension("skeleton");
+    let req = CheckpointRequest {
+        file: skeleton.display().to_string(),
+        leave_running: true,
+        timeout_seconds: Some(timeout),
+        hand_over: false,
+        skeleton: true,
+    };
+    let written = source.checkpoint(session, &req).map_err(|e| format!("the source wrote no skeleton: {e}"));
+    let prepared = written.and_then(|_| {
+        let req = PrepareRequest { file: skeleton.display().to_string(), timeout_seconds: Some(timeout) };
+        target.prepare(&req).map(drop).map_err(|e| format!("the target prepared no worker: {e}"))
+    });
+    let _ = std::fs::remove_file(&skeleton);
+    prepared
 }
 
 /// Waits up to `wait` for the session `report` moved to serve its program

@@ -22,6 +22,7 @@ use std::io::{self, Read, Write};
 
 mod graph;
 mod placed;
+pub mod skeleton;
 mod state;
 
 pub use graph::{Body, ExecGraphRec, GraphRec, NodeKind, NodeRec, from_hex, hex};

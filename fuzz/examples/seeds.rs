@@ -415,6 +415,7 @@ fn snapshot_file() {
         gpus: Some(vec![0]),
         space: 1,
         state_bytes: bytes,
+        skeleton: false,
         state,
     };
     let encode = |m: &Meta, blobs: &[&[u8]]| {

@@ -46,6 +46,11 @@ pub trait Sessions: Send + Sync {
         let _ = (body, len);
         Err(Refusal::new(404, "This backend does not take uploaded snapshots".into()))
     }
+    /// Prepares a worker from a session's skeleton, before its migration's
+    /// pause; waits for it.
+    fn prepare(&self, req: api::PrepareRequest) -> Result<api::PrepareReport, Refusal> {
+        Err(Refusal::new(404, format!("This backend prepares no workers ({})", req.file)))
+    }
     /// Records where a session this backend checkpointed lives now.
     fn record_move(&self, req: pvgpu_ctl::api::MoveRecord) -> Result<(), Refusal> {
         let _ = req;

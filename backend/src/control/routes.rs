@@ -121,6 +121,10 @@ fn route(method: &Method, url: &str, body: &[u8], sessions: &dyn Sessions) -> An
             Ok(req) => done(sessions.restore(req)),
             Err(e) => e,
         },
+        (Method::Post, ["v1", "prepare"]) => match parse::<pvgpu_ctl::api::PrepareRequest>(body) {
+            Ok(req) => done(sessions.prepare(req)),
+            Err(e) => e,
+        },
         (Method::Post, ["v1", "moves"]) => match parse::<pvgpu_ctl::api::MoveRecord>(body) {
             Ok(req) => done(sessions.record_move(req).map(|()| serde_json::json!({"recorded": true}))),
             Err(e) => e,

@@ -95,11 +95,16 @@ impl Supervised {
         let t = Instant::now();
         // Memory handed over in place is not written (where it cannot be,
         // the rest of the file's pages come as it is written).
-        let memory = if req.hand_over { 0 } else { self.roster.get(id).map_or(0, |s| s.memory_bytes) };
+        let memory = if req.hand_over || req.skeleton { 0 } else { self.roster.get(id).map_or(0, |s| s.memory_bytes) };
         make_room(&file, memory, id);
         let room_seconds = t.elapsed().as_secs_f64();
         let desk = self.spawner.desk();
-        let kind = crate::checkpoints::OrderKind { stay: req.leave_running, hand_over: req.hand_over && !req.leave_running };
+        // A skeleton leaves nothing and hands nothing over.
+        let kind = crate::checkpoints::OrderKind {
+            stay: req.leave_running || req.skeleton,
+            hand_over: req.hand_over && !req.leave_running && !req.skeleton,
+            skeleton: req.skeleton,
+        };
         let done = desk.order(id, file, kind);
         // A session its spawner does not list yet (a worker serves as soon
         // as it has its connection, a moment before) is told once listed;
@@ -217,6 +222,47 @@ impl Supervised {
     /// Parks a checked snapshot (`path` names it for operators), with the
     /// memory handed over in place `handed_from` serves where it has some.
     fn park(&self, file: File, meta: snapshot::Meta, path: PathBuf, handed_from: Option<&str>) -> Result<RestoreReport, Refusal> {
+        if meta.skeleton {
+            return Err(Refusal::new(
+                422,
+                format!("{} is a session's skeleton, which prepares a worker (POST /v1/prepare); it holds no session", path.display()),
+            ));
+        }
+        let token = self.admissible(&meta, &path)?;
+        let report = RestoreReport {
+            session: meta.session,
+            peer: meta.peer.clone(),
+            state_bytes: meta.state_bytes,
+            devices: meta.devices.iter().map(|d| format!("{}: {}", d.ordinal, d.name)).collect(),
+        };
+        // Last: memory fetched is the target's from here on.
+        let handed = (self.handed_memory(&meta, &token, handed_from, &path)?, handed_bytes(&meta));
+        tracing::info!(file = %path.display(), peer = %meta.peer, session = meta.session, handed = handed.0.len(), "snapshot parked until its guest comes back");
+        self.spawner.desk().park(token, meta.peer, file, path, handed);
+        self.spawner.parked(&token, &meta.state);
+        Ok(report)
+    }
+
+    /// Prepares a worker from the skeleton `req` names.
+    fn prepare_worker(&self, req: &pvgpu_ctl::api::PrepareRequest) -> Result<pvgpu_ctl::api::PrepareReport, Refusal> {
+        let t = Instant::now();
+        let path = absolute(&req.file)?;
+        let (file, meta) = open_snapshot(&path)?;
+        if !meta.skeleton {
+            return Err(Refusal::new(422, format!("{} is not a skeleton (a checkpoint with \"skeleton\": true)", path.display())));
+        }
+        self.admissible(&meta, &path)?;
+        let wait = Duration::from_secs(req.timeout_seconds.unwrap_or(60));
+        self.spawner
+            .prepare(&file, &meta, wait)
+            .map_err(|why| Refusal::new(409, format!("no worker was prepared from {}: {why}", path.display())))?;
+        tracing::info!(peer = %meta.peer, session = meta.session, secs = t.elapsed().as_secs_f64(), "worker prepared for a session on its way");
+        Ok(pvgpu_ctl::api::PrepareReport { session: meta.session, seconds: t.elapsed().as_secs_f64() })
+    }
+
+    /// Whether `meta`'s session could run here: its executor, its GPUs
+    /// and their models, those its peer gets here; its token.
+    fn admissible(&self, meta: &snapshot::Meta, path: &Path) -> Result<crate::ipc::Token, Refusal> {
         if meta.executor != self.spawner.executor() {
             return Err(Refusal::new(
                 409,
@@ -252,17 +298,7 @@ impl Supervised {
                 format!("{}: {why}; restore it once they are (undrain a GPU, or give the tenant its GPUs back)", path.display()),
             ));
         }
-        let report = RestoreReport {
-            session: meta.session,
-            peer: meta.peer.clone(),
-            state_bytes: meta.state_bytes,
-            devices: meta.devices.iter().map(|d| format!("{}: {}", d.ordinal, d.name)).collect(),
-        };
-        // Last: memory fetched is the target's from here on.
-        let handed = (self.handed_memory(&meta, &token, handed_from, &path)?, handed_bytes(&meta));
-        tracing::info!(file = %path.display(), peer = %meta.peer, session = meta.session, handed = handed.0.len(), "snapshot parked until its guest comes back");
-        self.spawner.desk().park(token, meta.peer, file, path, handed);
-        Ok(report)
+        Ok(token)
     }
 }
 
@@ -343,6 +379,10 @@ impl Sessions for Supervised {
 
     fn tenants(&self) -> Option<&dyn TenantAdmin> {
         self.tenants.as_ref().map(|t| t as &dyn TenantAdmin)
+    }
+
+    fn prepare(&self, req: pvgpu_ctl::api::PrepareRequest) -> Result<pvgpu_ctl::api::PrepareReport, Refusal> {
+        self.prepare_worker(&req)
     }
 
     fn record_move(&self, req: pvgpu_ctl::api::MoveRecord) -> Result<(), Refusal> {

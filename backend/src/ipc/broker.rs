@@ -22,7 +22,8 @@ const OP_EXPORT: u32 = 1;
 const OP_IMPORT: u32 = 2;
 const OP_REVOKE: u32 = 3;
 /// The worker's checkpoint order ([`crate::checkpoints`]): the file, and
-/// in `kind` whether the session stays.
+/// in `kind` whether the session stays (bit 0), hands its memory over in
+/// place (bit 1), or writes only its skeleton (bit 2).
 const OP_ORDER: u32 = 4;
 /// The worker's checkpoint report: `kind` 0 and the bytes in `size`, or
 /// `kind` 1 (the reason is in the file).
@@ -139,7 +140,7 @@ impl Broker {
             Broker::Remote(sock) => {
                 let m = Msg { op: OP_ORDER.into(), ..Default::default() };
                 let (r, fd) = call(sock, &m, None).ok()?;
-                let kind = OrderKind { stay: r.kind.get() & 1 != 0, hand_over: r.kind.get() & 2 != 0 };
+                let kind = OrderKind { stay: r.kind.get() & 1 != 0, hand_over: r.kind.get() & 2 != 0, skeleton: r.kind.get() & 4 != 0 };
                 Some((std::fs::File::from(fd?), kind))
             }
         }
@@ -373,7 +374,7 @@ pub fn serve_worker(registry: &Registry, desk: &Desk, scope: &Arc<str>, session:
                 Ok(())
             }
             OP_ORDER => desk.take_order(session).ok_or(IpcError::Unknown).map(|(fd, kind)| {
-                reply.kind = (u32::from(kind.stay) | u32::from(kind.hand_over) << 1).into();
+                reply.kind = (u32::from(kind.stay) | u32::from(kind.hand_over) << 1 | u32::from(kind.skeleton) << 2).into();
                 out_fd = Some(fd);
             }),
             OP_HANDED => fd.ok_or(IpcError::Unreachable).and_then(|fd| desk.add_handed(session, fd)),

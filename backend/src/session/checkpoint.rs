@@ -136,18 +136,7 @@ impl<E: Executor> Session<E> {
         let handed = if leaving && hand_over { self.hand_over() } else { HandOver::default() };
         let mut plan = self.plan(&unlooked, &handed);
         (plan.state.graphs, plan.state.graph_execs) = super::graph::describe(self)?;
-        let meta = Meta {
-            created_unix_seconds: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-            session: self.id,
-            peer: peer.to_string(),
-            token: snapshot::token_hex(&self.token),
-            executor: self.exec.kind().to_string(),
-            devices: self.devices_used(),
-            gpus: Some(self.gpus.clone()),
-            space: self.space,
-            state_bytes: plan.bytes,
-            state: plan.state,
-        };
+        let meta = self.meta(peer, plan.state, plan.bytes);
         let lens = plan.sources.iter().map(Source::len).collect();
         let mut w = snapshot::FileWriter::new(file, &meta, lens)?;
         if leaving {
@@ -237,8 +226,44 @@ impl<E: Executor> Session<E> {
         r
     }
 
+    /// The description of a snapshot of this session for `peer`, of
+    /// `state` whose blobs hold `bytes` of device state.
+    pub(super) fn meta(&self, peer: &str, state: State, bytes: u64) -> Meta {
+        Meta {
+            created_unix_seconds: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            session: self.id,
+            peer: peer.to_string(),
+            token: snapshot::token_hex(&self.token),
+            executor: self.exec.kind().to_string(),
+            devices: self.devices_used(),
+            gpus: Some(self.gpus.clone()),
+            space: self.space,
+            state_bytes: bytes,
+            state,
+            skeleton: false,
+        }
+    }
+
+    /// The session's contexts, as a snapshot names them.
+    pub(super) fn describe_contexts(&self) -> Vec<Context> {
+        let mut out = Vec::new();
+        for (id, c) in self.ctxs.iter() {
+            let retains = self.primary.get(&c.device).filter(|(pid, _)| *pid == id).map_or(0, |(_, n)| *n);
+            let limits = c.limits.iter().map(|(&limit, &(value, seq))| snapshot::LimitRec { limit, value, seq }).collect();
+            out.push(Context { id, device: c.device, flags: c.flags, primary: c.primary, retains, limits });
+        }
+        out
+    }
+
+    /// The session's streams and events.
+    pub(super) fn describe_queues(&self) -> (Vec<Queue>, Vec<Queue>) {
+        let streams = self.streams.iter().map(|(id, s)| Queue { id, ctx: s.ctx, flags: s.flags, priority: s.priority, seq: s.seq });
+        let events = self.events.iter().map(|(id, e)| Queue { id, ctx: e.ctx, flags: e.flags, priority: 0, seq: e.seq });
+        (streams.collect(), events.collect())
+    }
+
     /// Refuses, by name, what a checkpoint does not cover.
-    fn coverable(&self) -> Result<(), CheckpointError> {
+    pub(super) fn coverable(&self) -> Result<(), CheckpointError> {
         let unsupported = [
             (!self.ipc.is_empty(), "interprocess handles"),
             (self.pools.iter().any(|(_, p)| p.shareable || p.imported), "memory pools shared between processes"),
@@ -292,11 +317,7 @@ impl<E: Executor> Session<E> {
         p.state.initialized = self.initialized;
         p.state.current = self.current;
         p.state.pending_error = self.pending.map(|e| e.code());
-        for (id, c) in self.ctxs.iter() {
-            let retains = self.primary.get(&c.device).filter(|(pid, _)| *pid == id).map_or(0, |(_, n)| *n);
-            let limits = c.limits.iter().map(|(&limit, &(value, seq))| snapshot::LimitRec { limit, value, seq }).collect();
-            p.state.contexts.push(Context { id, device: c.device, flags: c.flags, primary: c.primary, retains, limits });
-        }
+        p.state.contexts = self.describe_contexts();
         for (&addr, a) in self.allocs.iter() {
             let pool = match a.kind {
                 AllocKind::Memory => None,
@@ -357,12 +378,7 @@ impl<E: Executor> Session<E> {
                 p.state.modules[i].unlooked.push(Global { name: name.clone(), address: *addr, length: *len, blob });
             }
         }
-        for (id, s) in self.streams.iter() {
-            p.state.streams.push(Queue { id, ctx: s.ctx, flags: s.flags, priority: s.priority, seq: s.seq });
-        }
-        for (id, e) in self.events.iter() {
-            p.state.events.push(Queue { id, ctx: e.ctx, flags: e.flags, priority: 0, seq: e.seq });
-        }
+        (p.state.streams, p.state.events) = self.describe_queues();
         // Host memory last: a restore makes it again after the modules,
         // before the graphs whose copies may name it.
         for (mut m, now, known) in super::mirror::describe(self) {

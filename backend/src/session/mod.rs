@@ -49,6 +49,7 @@ mod pitched;
 mod policy;
 mod pool;
 mod pool_ipc;
+mod premade;
 mod restore;
 #[cfg(test)]
 mod snapshot_fixture;
@@ -58,6 +59,7 @@ mod vmm;
 
 pub use checkpoint::{CheckpointError, Taken};
 pub use peer_copy::reserve as reserve_copy_buffer;
+pub use premade::{Premade, prepare};
 pub use restore::{Rebuilt, RestoreError};
 
 use crate::config::SessionLimits;
@@ -206,6 +208,9 @@ pub struct Session<E: Executor> {
     token: [u8; 16],
     /// What kernels of destroyed contexts printed, not yet sent.
     output_left: crate::exec::Printed,
+    /// A session made ahead from the skeleton of the session this one
+    /// may be asked to take back ([`premade`]).
+    premade: Option<Box<Premade<E>>>,
 }
 
 /// Device-side range to check.
@@ -267,6 +272,7 @@ impl<E: Executor> Session<E> {
             max_reply: pvgpu_ring::proto::MAX_PAYLOAD,
             token: crate::ipc::random_token().unwrap_or_default(),
             output_left: Default::default(),
+            premade: None,
         }
     }
 

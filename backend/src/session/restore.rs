@@ -8,7 +8,7 @@
 //! then dropped, which frees what was rebuilt.
 
 use super::chunks::{CHUNK, Chunks};
-use super::{Alloc, AllocKind, CtxEntry, FnEntry, ModEntry, Owned, Session};
+use super::{Alloc, AllocKind, FnEntry, ModEntry, Owned, Session};
 use crate::exec::{ExecContext, Executor};
 use pvgpu_ctl::snapshot::{Meta, Reader, SnapshotError};
 use pvgpu_ring::CuError;
@@ -99,18 +99,18 @@ pub enum RestoreError {
     Quota(u64),
 }
 
-fn rebuild(what: impl Into<String>) -> impl FnOnce(CuError) -> RestoreError {
+pub(super) fn rebuild(what: impl Into<String>) -> impl FnOnce(CuError) -> RestoreError {
     let what = what.into();
     move |error| RestoreError::Rebuild { what, error }
 }
 
 /// Reads blobs in the order the snapshot names them.
-struct Blobs<'r, R: Read + Seek> {
-    reader: &'r mut Reader<R>,
-    next: u32,
+pub(super) struct Blobs<'r, R: Read + Seek> {
+    pub(super) reader: &'r mut Reader<R>,
+    pub(super) next: u32,
     /// The file read, where device memory may be taken from it directly
     /// (a file read without hashing: kept as checked).
-    file: Option<&'r std::fs::File>,
+    pub(super) file: Option<&'r std::fs::File>,
 }
 
 impl<R: Read + Seek> Blobs<'_, R> {
@@ -151,36 +151,22 @@ impl<E: Executor> Session<E> {
         file: Option<&std::fs::File>,
         handed: Vec<std::os::fd::OwnedFd>,
     ) -> Result<Rebuilt, RestoreError> {
-        self.check_devices(meta)?;
-        self.token = pvgpu_ctl::snapshot::token_from_hex(&meta.token)
+        if meta.skeleton {
+            return Err(RestoreError::Inconsistent("a skeleton, which prepares a worker, is not a session's snapshot".into()));
+        }
+        let token = pvgpu_ctl::snapshot::token_from_hex(&meta.token)
             .ok_or_else(|| RestoreError::Inconsistent("a token that is not 32 hex digits".into()))?;
+        // A worker prepared from the session's skeleton has made its first
+        // part: what is there already is taken as it is.
+        let prepared = self.adopt_premade(&token, &meta.state);
+        self.begin(meta)?;
         let state = &meta.state;
         let mut blobs = Blobs { reader, next: 0, file };
-        if meta.space >= pvgpu_ring::proto::MAX_SPACES {
-            return Err(RestoreError::Inconsistent(format!(
-                "address space {} (at most {})",
-                meta.space,
-                pvgpu_ring::proto::MAX_SPACES - 1
-            )));
-        }
-        self.set_space(meta.space);
         let mut lap = Lap(std::time::Instant::now());
         super::area_pin::restore(self, state.area.as_ref(), area)?;
         self.hello = true;
         self.initialized = state.initialized;
-        for c in &state.contexts {
-            let ctx = self.exec.create_context(c.device, c.flags, self.space).map_err(rebuild(format!("context {:#x}", c.id)))?;
-            self.ctxs
-                .insert_at(c.id, CtxEntry { primary: c.primary, device: c.device, flags: c.flags, ctx, limits: Default::default() })
-                .map_err(bad_id("context", c.id))?;
-            self.current = Some(c.id);
-            if c.primary {
-                self.primary.insert(c.device, (c.id, c.retains));
-            }
-            if let Some(l) = &self.limits.peer_ledger {
-                l.note_device(c.device);
-            }
-        }
+        self.make_contexts(&state.contexts)?;
         let made = lap.0.elapsed();
         if let Some(first) = state.contexts.first() {
             super::area_pin::at_new_context(self, first.id, area);
@@ -193,18 +179,19 @@ impl<E: Executor> Session<E> {
         self.restore_memory(&state.allocations, handed, &mut blobs)?;
         self.restore_vmm(state, &mut blobs)?;
         let memory = lap.split();
-        self.restore_in_order(state, &mut blobs)?;
+        self.restore_in_order(state, &mut blobs, prepared.map_or(Ahead::No, Ahead::MadeUpTo))?;
         let modules = lap.split();
         self.restore_mirrors(&state.mirrors, &mut blobs)?;
         self.restore_arrays(state, &mut blobs)?;
         super::graph::rebuild(self, &state.graphs, &state.graph_execs)?;
-        let parts = Rebuilt { contexts, memory, modules, graphs: lap.split() };
+        let parts = Rebuilt { contexts, memory, modules, graphs: lap.split(), prepared: prepared.is_some() };
         tracing::info!(
             session = self.id(),
             contexts_secs = parts.contexts.as_secs_f64(),
             memory_secs = parts.memory.as_secs_f64(),
             modules_secs = parts.modules.as_secs_f64(),
             graphs_secs = parts.graphs.as_secs_f64(),
+            prepared = parts.prepared,
             modules = state.modules.len(),
             allocations = state.allocations.len() + state.mappings.len(),
             "session rebuilt from its snapshot"
@@ -226,10 +213,14 @@ impl<E: Executor> Session<E> {
     /// what it placed before (a stream takes device memory of its own), so
     /// only that order has them back where the guest knows them (JAX makes
     /// streams between its modules, cuBLAS's among them).
-    fn restore_in_order<R: Read + Seek>(
+    ///
+    /// `ahead`: what a worker made ahead from the session's skeleton
+    /// ([`super::premade`]), taken as it is.
+    pub(super) fn restore_in_order<R: Read + Seek>(
         &mut self,
         state: &pvgpu_ctl::snapshot::State,
         blobs: &mut Blobs<'_, R>,
+        ahead: Ahead,
     ) -> Result<(), RestoreError> {
         enum Made<'s> {
             Module(&'s pvgpu_ctl::snapshot::Module),
@@ -248,9 +239,25 @@ impl<E: Executor> Session<E> {
         // Stable: snapshots without the numbers keep modules first.
         order.sort_by_key(|(seq, _)| *seq);
         let last = order.last().map_or(0, |(seq, _)| *seq);
-        for (_, made) in order {
+        for (seq, made) in order {
+            let had = matches!(ahead, Ahead::MadeUpTo(upto) if seq <= upto)
+                && match &made {
+                    Made::Module(m) => self.modules.get(m.id).is_some(),
+                    Made::Stream(s) => self.streams.get(s.id).is_some(),
+                    Made::Event(e) => self.events.get(e.id).is_some(),
+                    Made::Array(a) => self.arrays.table.get(a.id).is_some(),
+                    Made::Pool(p) => self.pools.get(p.id).is_some(),
+                    Made::Limit(ctx, l) => self.ctxs.get(*ctx).is_some_and(|c| c.limits.get(&l.limit) == Some(&(l.value, l.seq))),
+                };
+            if had {
+                if let Made::Module(m) = made {
+                    self.restore_module(m, blobs, Loading::Loaded)?;
+                }
+                continue;
+            }
             match made {
-                Made::Module(m) => self.restore_module(m, blobs)?,
+                Made::Module(m) if matches!(ahead, Ahead::Skeleton) => self.restore_module(m, blobs, Loading::Only)?,
+                Made::Module(m) => self.restore_module(m, blobs, Loading::Whole)?,
                 Made::Stream(s) => {
                     let st = self
                         .enter(s.ctx)
@@ -281,7 +288,10 @@ impl<E: Executor> Session<E> {
             }
         }
         self.adopt_pooled(&state.allocations)?;
-        self.restore_unlooked(&state.modules, |blob| blobs.take(blob))?;
+        // A skeleton's globals have no bytes: those of its snapshot come.
+        if !matches!(ahead, Ahead::Skeleton) {
+            self.restore_unlooked(&state.modules, |blob| blobs.take(blob))?;
+        }
         self.made = last;
         Ok(())
     }
@@ -335,7 +345,7 @@ impl<E: Executor> Session<E> {
         super::array_moves::rebuild_objects(self, &state.tex_objects)
     }
 
-    fn check_devices(&self, meta: &Meta) -> Result<(), RestoreError> {
+    pub(super) fn check_devices(&self, meta: &Meta) -> Result<(), RestoreError> {
         if meta.executor != self.exec.kind() {
             return Err(RestoreError::Executor { want: meta.executor.clone(), have: self.exec.kind().into() });
         }
@@ -369,8 +379,22 @@ impl<E: Executor> Session<E> {
         Ok(())
     }
 
-    fn restore_module<R: Read + Seek>(&mut self, m: &pvgpu_ctl::snapshot::Module, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
+    /// Loads module `m` and looks up what the program had of it, as
+    /// `loading` says.
+    fn restore_module<R: Read + Seek>(
+        &mut self,
+        m: &pvgpu_ctl::snapshot::Module,
+        blobs: &mut Blobs<'_, R>,
+        loading: Loading,
+    ) -> Result<(), RestoreError> {
         let image = blobs.take(m.image)?;
+        if loading == Loading::Loaded {
+            let same = self.modules.get(m.id).is_some_and(|e| e.ctx == m.ctx && e.image[..] == image[..]);
+            if !same {
+                return Err(RestoreError::Inconsistent(format!("module {:#x} is not the one its skeleton loaded", m.id)));
+            }
+            return self.module_lookups(m, blobs);
+        }
         if image.len() > self.limits.max_image + 1 || image.last() != Some(&0) {
             return Err(RestoreError::Inconsistent(format!("module {:#x}: an image the backend would not load", m.id)));
         }
@@ -386,6 +410,20 @@ impl<E: Executor> Session<E> {
         let writable = Some(m.globals.iter().chain(&m.unlooked).map(|g| g.name.clone()).collect());
         let entry = ModEntry { ctx: m.ctx, module: Some(module), image: image.into(), globals, writable, seq: m.seq };
         self.modules.insert_at(m.id, entry).map_err(bad_id("module", m.id))?;
+        if loading == Loading::Only {
+            return Ok(());
+        }
+        self.module_lookups(m, blobs)
+    }
+
+    /// What the program looked up in module `m`, loaded: its functions
+    /// with their attributes, and its globals with their bytes.
+    fn module_lookups<R: Read + Seek>(&mut self, m: &pvgpu_ctl::snapshot::Module, blobs: &mut Blobs<'_, R>) -> Result<(), RestoreError> {
+        if let Some(e) = self.modules.get_mut(m.id) {
+            // The snapshot's names (a skeleton names none).
+            e.globals = m.globals.iter().map(|g| (g.name.clone(), g.address, g.length)).collect();
+            e.writable = Some(m.globals.iter().chain(&m.unlooked).map(|g| g.name.clone()).collect());
+        }
         for f in &m.functions {
             let mentry =
                 self.modules.get(m.id).and_then(|e| e.module.as_ref()).ok_or_else(|| RestoreError::Inconsistent("module gone".into()))?;
@@ -533,6 +571,31 @@ pub struct Rebuilt {
     pub modules: std::time::Duration,
     /// Mirrors, arrays' elements, texture objects and graphs.
     pub graphs: std::time::Duration,
+    /// Whether a worker prepared from the session's skeleton had made the
+    /// first part ([`super::premade`]).
+    pub prepared: bool,
+}
+
+/// What a worker made ahead of a restore ([`super::premade`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Ahead {
+    /// Nothing: a restore from nothing.
+    No,
+    /// It is making a skeleton: modules loaded, nothing looked up in them.
+    Skeleton,
+    /// A restore into what a skeleton made, up to this count.
+    MadeUpTo(u64),
+}
+
+/// How a module is restored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Loading {
+    /// Loaded, and what the program looked up in it looked up again.
+    Whole,
+    /// Loaded only (a skeleton's: its globals placed, their bytes not there).
+    Only,
+    /// Loaded ahead from the skeleton: looked up only.
+    Loaded,
 }
 
 /// Time since the last look.
@@ -548,6 +611,6 @@ impl Lap {
     }
 }
 
-fn bad_id(what: &'static str, id: u64) -> impl FnOnce(CuError) -> RestoreError {
+pub(super) fn bad_id(what: &'static str, id: u64) -> impl FnOnce(CuError) -> RestoreError {
     move |_| RestoreError::Inconsistent(format!("{what} handle {id:#x} is not one a backend hands out, or comes twice"))
 }

@@ -356,6 +356,10 @@ pub(super) fn describe<E: Executor>(s: &Session<E>) -> (Vec<snapshot::Reservatio
 pub(super) fn rebuild_reservations<E: Executor>(s: &mut Session<E>, reservations: &[snapshot::Reservation]) -> Result<(), RestoreError> {
     for r in reservations {
         let what = || format!("an address reservation of context {:#x}", r.ctx);
+        // Made already by a worker prepared from the session's skeleton.
+        if s.vmm.reservations.get(&r.address).is_some_and(|h| h.size == r.length && h.ctx == r.ctx) {
+            continue;
+        }
         if r.length == 0 || s.vmm.reserved.saturating_add(r.length) > MAX_RESERVED || s.vmm.reservations.len() >= s.limits.max_objects {
             return Err(RestoreError::Inconsistent(what()));
         }

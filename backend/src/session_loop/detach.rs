@@ -27,7 +27,8 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
     let Some((file, kind)) = broker.checkpoint_order() else { return false };
     let stay = kind.stay;
     let t = Instant::now();
-    let written = session.checkpoint(&file, peer, !stay, kind.hand_over).and_then(|n| {
+    let taken = if kind.skeleton { session.skeleton(&file, peer) } else { session.checkpoint(&file, peer, !stay, kind.hand_over) };
+    let written = taken.and_then(|n| {
         let written = t.elapsed().as_secs_f64();
         file.sync_all().map_err(|e| crate::session::CheckpointError::File(e.into()))?;
         Ok((n, written))
@@ -162,7 +163,7 @@ fn take_back<E: Executor>(session: &mut Session<E>, conn: &dyn Conn, limits: &Se
     })?;
     // For the operator (`pvgpu-ctl sessions`, `migrate --wait`).
     if let Some(m) = &limits.meter {
-        m.restored(from, t.elapsed(), [parts.contexts, parts.memory, parts.modules, parts.graphs]);
+        m.restored(from, t.elapsed(), [parts.contexts, parts.memory, parts.modules, parts.graphs], parts.prepared);
     }
     Ok(())
 }

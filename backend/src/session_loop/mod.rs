@@ -14,7 +14,7 @@ use crate::conn::{Conn, RingConn, TcpConn};
 use crate::exec::Executor;
 use crate::handover::Handover;
 use crate::image_cache::{ImageCache, Owner};
-use crate::session::{Outcome, Session};
+use crate::session::{Outcome, Premade, Session};
 use pvgpu_ring::local;
 use pvgpu_ring::proto::{HEADER_LEN, Header};
 use pvgpu_ring::report::Chain;
@@ -72,7 +72,16 @@ impl Opened {
 }
 
 /// Serves an opened connection with `exec` until the session ends.
-pub fn serve_opened<E: Executor>(exec: Arc<E>, opened: Opened, cfg: &SessionConfig, id: u64, stop: &AtomicBool) -> Ended {
+/// `premade`: the session made ahead from the skeleton of a session this
+/// connection may take back ([`crate::session::Premade`]).
+pub fn serve_opened<E: Executor>(
+    exec: Arc<E>,
+    opened: Opened,
+    cfg: &SessionConfig,
+    id: u64,
+    stop: &AtomicBool,
+    premade: Option<Premade<E>>,
+) -> Ended {
     let Opened { mut conn, xen_hold, owner, kind } = opened;
     tracing::info!(session = id, transport = kind, executor = exec.kind(), "session started");
     if let Some(cpus) = &cfg.cpus {
@@ -81,7 +90,7 @@ pub fn serve_opened<E: Executor>(exec: Arc<E>, opened: Opened, cfg: &SessionConf
             Err(e) => tracing::warn!(session = id, ?cpus, error = %e, "cannot pin the session to its CPUs; it runs unpinned"),
         }
     }
-    let ended = serve(exec, &mut *conn, id, owner, cfg, stop);
+    let ended = serve(exec, &mut *conn, id, owner, cfg, stop, premade);
     // The ring and its mappings go first, then the device's XenStore side.
     drop(conn);
     drop(xen_hold);
@@ -90,9 +99,20 @@ pub fn serve_opened<E: Executor>(exec: Arc<E>, opened: Opened, cfg: &SessionConf
 
 /// Serves one session until it ends. Everything the session made is freed
 /// before this returns.
-pub fn serve<E: Executor>(exec: Arc<E>, conn: &mut dyn Conn, id: u64, owner: Owner, cfg: &SessionConfig, stop: &AtomicBool) -> Ended {
+pub fn serve<E: Executor>(
+    exec: Arc<E>,
+    conn: &mut dyn Conn,
+    id: u64,
+    owner: Owner,
+    cfg: &SessionConfig,
+    stop: &AtomicBool,
+    premade: Option<Premade<E>>,
+) -> Ended {
     let peer = owner.0.clone();
     let mut session = Session::new(exec, id, cfg.limits.clone());
+    if let Some(p) = premade {
+        session.set_premade(p);
+    }
     session.set_max_reply(conn.max_reply());
     if let Some(st) = conn.staging() {
         // SAFETY: the connection owns the staging and outlives the session
@@ -158,6 +178,10 @@ fn serve_one<E: Executor>(
     let unstaged = [resume, host_call].contains(&h.opcode.get());
     if unstaged {
         conn.unstage(&mut b.req);
+    }
+    if !session.greeted() && h.opcode.get() != resume {
+        // Not the session made ahead here: it would only hold the GPU.
+        session.drop_premade();
     }
     if !session.greeted() && h.opcode.get() == resume {
         let payload = &b.req[HEADER_LEN.min(b.req.len())..];

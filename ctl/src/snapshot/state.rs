@@ -389,4 +389,9 @@ pub struct Meta {
     pub state_bytes: u64,
     /// The session's objects.
     pub state: State,
+    /// Only what decides where a restore places things, for a worker
+    /// prepared before a migration's pause ([`super::skeleton`]): never
+    /// restored as a session.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skeleton: bool,
 }

@@ -27,6 +27,7 @@ fn sample() -> Meta {
         gpus: Some(vec![0]),
         space: 0,
         state_bytes: 5,
+        skeleton: false,
         state: State {
             allocations: vec![Allocation { ctx: 1, address: 0x1000, length: 5, blob: 0, pool: None, handed: false }],
             ..State::default()

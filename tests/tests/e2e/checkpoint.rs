@@ -70,7 +70,7 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     let dir = TempDir::new("checkpoint");
     let file = dir.0.join("session.pvgpu");
     let req =
-        |stay| CheckpointRequest { file: file.display().to_string(), leave_running: stay, timeout_seconds: Some(30), hand_over: false };
+        |stay| CheckpointRequest { file: file.display().to_string(), leave_running: stay, timeout_seconds: Some(30), ..Default::default() };
     let graph = c.graph_create(g.ctx).unwrap();
     c.graph_cond_handle(graph, 0, false).unwrap();
     std::thread::scope(|s| {
@@ -285,7 +285,7 @@ pub(crate) fn a_gpu_session_does_not_leave(h: &Harness, c: &Client, ctx: pvgpu_f
         file: dir.0.join("gone.pvgpu").display().to_string(),
         leave_running: false,
         timeout_seconds: Some(30),
-        hand_over: false,
+        ..Default::default()
     };
     let r = std::thread::scope(|s| {
         let taken = s.spawn(|| ctl.checkpoint(id, &req));
@@ -353,7 +353,7 @@ pub(crate) fn checkpoint_leaving_the_session_running(t: Transport) {
     let id = ctl.sessions().unwrap()[0].id;
     let dir = TempDir::new("checkpoint");
     let file = dir.0.join("kept.pvgpu");
-    let req = CheckpointRequest { file: file.display().to_string(), leave_running: true, timeout_seconds: Some(30), hand_over: false };
+    let req = CheckpointRequest { file: file.display().to_string(), leave_running: true, timeout_seconds: Some(30), ..Default::default() };
     let report = std::thread::scope(|s| {
         let taken = s.spawn(|| ctl.checkpoint(id, &req));
         while !taken.is_finished() {
@@ -378,7 +378,7 @@ pub(crate) fn checkpoint_leaving_the_session_running(t: Transport) {
         file: dir.0.join("idle.pvgpu").display().to_string(),
         leave_running: true,
         timeout_seconds: Some(5),
-        hand_over: false,
+        ..Default::default()
     };
     match ctl.checkpoint(id, &idle) {
         Ok(r) => assert!(r.left_running && r.state_bytes >= 4096, "{r:?}"),
@@ -395,7 +395,7 @@ pub(crate) fn checkpoint_leaving_the_session_running(t: Transport) {
         file: dir.0.join("away.pvgpu").display().to_string(),
         leave_running: false,
         timeout_seconds: Some(5),
-        hand_over: false,
+        ..Default::default()
     };
     ctl.checkpoint(id, &away).expect("a detaching checkpoint of an idle program");
     assert!(eventually(Duration::from_secs(5), || c.detached()), "the library's call took the reply that says the session left");

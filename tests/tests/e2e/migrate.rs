@@ -86,7 +86,7 @@ pub(crate) fn session_moves_to_another_backend(t: Transport) {
     // Over TCP the snapshot is uploaded, as to a backend on another host.
     // On one host (the ring), the session's device memory stays where it
     // is: handed over in place, not copied.
-    let how = pvgpu_ctl::migrate::How { upload: t == Transport::Tcp, copy: false };
+    let how = pvgpu_ctl::migrate::How { upload: t == Transport::Tcp, copy: false, cold: false };
     let report = pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, how).expect("the migration");
     assert!(c.detached(), "the library's own call took the reply that says the session left");
     if t == Transport::Tcp {
@@ -96,6 +96,8 @@ pub(crate) fn session_moves_to_another_backend(t: Transport) {
     }
     assert_eq!(report.left_file, None);
     assert_eq!(report.uploaded, t == Transport::Tcp);
+    // Only a target on this host is prepared (tests/e2e/prepared.rs).
+    assert_eq!(report.prepared, t != Transport::Tcp && b.is_process(), "{report:?}");
     assert!(std::fs::read_dir(&dir.0).unwrap().next().is_none(), "the snapshot's name is gone once the target holds it");
     // A worker process takes a moment to go once its session has left.
     assert!(eventually(Duration::from_secs(10), || from.sessions().unwrap().is_empty()), "the session left the source");
@@ -147,6 +149,7 @@ pub(crate) fn handed_memory_stays_with_its_backend_until_taken(t: Transport) {
         leave_running: false,
         timeout_seconds: Some(30),
         hand_over: true,
+        skeleton: false,
     };
     let report = super::moves::detach_as(&from, id, &c, g.ctx, &req, "whose memory stays on the GPU");
     assert!(report.handed_bytes >= 3 * state.bytes() && report.state_bytes < state.bytes(), "{report:?}");

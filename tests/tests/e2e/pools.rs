@@ -58,7 +58,7 @@ pub(crate) fn pools_of_the_program_s_own(t: Transport) {
             file: dir.0.join("s.pvgpu").display().to_string(),
             leave_running: true,
             timeout_seconds: Some(30),
-            hand_over: false,
+            ..Default::default()
         };
         std::thread::scope(|sc| {
             let refused = sc.spawn(|| ctl.checkpoint(id, &req));

@@ -154,7 +154,7 @@ fn a_tenant_session_comes_back_under_its_tenant() {
     c.memcpy_htod(buf, &[5u8; 4096]).unwrap();
     let id = ctl.sessions().unwrap()[0].id;
     let file = keys.0.join("bob.pvgpu");
-    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30), hand_over: false };
+    let req = CheckpointRequest { file: file.display().to_string(), leave_running: false, timeout_seconds: Some(30), ..Default::default() };
     std::thread::scope(|s| {
         let taken = s.spawn(|| ctl.checkpoint(id, &req));
         // Until the program is detached, or the checkpoint has failed (its

@@ -181,8 +181,12 @@ fn take_and_save(xs: &mut XenStore, job: &Job<'_>, mut saved: Saved, taken: &mut
     let sessions: Vec<u64> = listed()?.into_iter().filter(|s| s.peer == peer).map(|s| s.id).collect();
     for id in &sessions {
         let path = dir.join(format!("session-{id}.pvgpu"));
-        let req =
-            CheckpointRequest { file: path.display().to_string(), leave_running: false, timeout_seconds: Some(timeout), hand_over: false };
+        let req = CheckpointRequest {
+            file: path.display().to_string(),
+            leave_running: false,
+            timeout_seconds: Some(timeout),
+            ..Default::default()
+        };
         let r = control.checkpoint(*id, &req).with_context(|| format!("checkpointing session {id}"))?;
         println!("session {id}: {} bytes of device state checkpointed in {:.2} s", r.state_bytes, r.seconds);
         taken.push(path);
