@@ -16,7 +16,9 @@
 # MOVES adds live migrations of the same program between two backends side
 # by side on the GPU (`pvgpu-ctl migrate --wait`): `in-place` keeps its
 # device memory on the GPU (handed over to the other backend), `copied`
-# moves it through the snapshot (`--copy`); their pauses go to
+# moves it through the snapshot (`--copy`); `in-place-cold` and
+# `copied-cold` rebuild the session in a fresh worker at the target
+# (`--cold`) instead of one prepared from its skeleton; their pauses go to
 # OUT/moves.md. RESTARTS=0 skips the checkpoints through a restart.
 #
 # BIN holds release builds of pvgpu-backend, pvgpu-ctl and
@@ -55,7 +57,7 @@ backend() {
 }
 # migrate_one GIB WAY: the holder moved live from one backend to another.
 migrate_one() {
-  local g=$1 way=$2 flag=; [ $way = copied ] && flag=--copy
+  local g=$1 way=$2 flag=; case $way in copied*) flag=--copy ;; esac; case $way in *-cold) flag="$flag --cold" ;; esac
   rm -f $W/go; backend M-$g-$way-a; local a=$bp; backend M-$g-$way-b B; local b=$bp
   PVGPU_BACKEND=local:$W/pv.sock PVGPU_RESUME_TIMEOUT_S=600 LD_LIBRARY_PATH=$W/lib:${HOLDER_LIBS:-} $W/holder $g $W/go > $W/pv.txt 2>&1 & local hp=$!
   local line="| $g | $way | failed | | | | |"
@@ -75,7 +77,7 @@ rebuild = rb.get("rebuild_seconds", float("nan"))
 # pause is what a program calling at once waits, the move and the rebuild.
 pause = ck + r["restore_seconds"] + r["record_seconds"] + rebuild
 print(f"| {sys.argv[3]} | {sys.argv[4]} | {r['state_bytes'] / 1e9:.2f} | {r['handed_bytes'] / 1e9:.2f} | {ck:.3f} | {r['restore_seconds']:.3f} | "
-      f"{rebuild:.3f} (memory {rb.get('memory_seconds', float('nan')):.3f}) | {pause:.3f} | {sys.argv[2]} |")
+      f"{rebuild:.3f} (memory {rb.get('memory_seconds', float('nan')):.3f}{', prepared' if rb.get('prepared') else ''}) | {pause:.3f} | {sys.argv[2]} |")
 PY
 ) || line="| $g | $way | failed: $(cat $W/mig.err | tr '\n' ' ' | cut -c1-200) |"
   fi

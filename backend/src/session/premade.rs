@@ -23,7 +23,8 @@ use pvgpu_ctl::snapshot::{self, Global, Meta, Module, Reader, State};
 use std::io::{Read, Seek};
 use std::sync::Arc;
 
-/// The blob of a global in a skeleton: none (never read).
+/// The blob of a global or an array's level in a skeleton: none (never
+/// read).
 const NO_BLOB: u32 = u32::MAX;
 
 /// A session made ahead from its skeleton, waiting for its snapshot.
@@ -90,7 +91,9 @@ impl<E: Executor> Session<E> {
             state.modules.push(m);
         }
         (state.streams, state.events) = self.describe_queues();
-        state.arrays = super::array_moves::describe(self).into_iter().map(|(a, _)| snapshot::ArrayRec { blobs: vec![], ..a }).collect();
+        // Arrays without their elements: each level's blob, none.
+        let arrays = super::array_moves::describe(self).into_iter();
+        state.arrays = arrays.map(|(a, levels)| snapshot::ArrayRec { blobs: vec![NO_BLOB; levels.len()], ..a }).collect();
         state.pools = super::pool::describe(self);
         let mut meta = self.meta(peer, state, 0);
         meta.skeleton = true;
