@@ -81,6 +81,7 @@ pub mod tenants;
 pub mod tls;
 pub mod worker_pool;
 pub mod worker_process;
+mod worker_start;
 pub mod xen;
 
 pub use config::{Config, Isolation, Listen, SessionConfig};

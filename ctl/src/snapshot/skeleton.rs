@@ -109,10 +109,7 @@ mod tests {
             ("released", |s| s.reservations.clear()),
             ("stream 0x14", |s| s.streams.clear()),
             ("event 0x1e", |s| s.events[0].flags = 0),
-            ("limit of context", |s| {
-                s.contexts[0].limits.push(LimitRec { limit: 1, value: 1, seq: 3 });
-                s.events[0].seq = 7;
-            }),
+            ("limit of context", |s| s.contexts[0].limits.push(LimitRec { limit: 1, value: 1, seq: 2 })),
             ("module 0xa", |s| s.modules[0].seq = 9),
         ];
         for (want, change) in cases {

@@ -352,8 +352,10 @@ pub struct AreaRec {
     /// Bytes of copy staging at its start, page-locked at the first large
     /// copy through them.
     pub staging: u64,
-    /// The program allocated page-locked memory: the rest of the area is
-    /// page-locked and mapped for the device with the first context.
+    /// The program allocated page-locked memory in the area (the pool, the
+    /// rest of it). A restore does not page-lock the new connection's pool
+    /// for it: the program's library asks for that at its first
+    /// page-locked allocation on the new connection.
     pub pool_wanted: bool,
 }
 
