@@ -186,6 +186,24 @@ impl Desk {
         lock(&self.handed_out).entry(token).or_insert(kept);
     }
 
+    /// Drops what this backend holds for the snapshot at `path`: a parked
+    /// snapshot no program took, and device memory kept for a session that
+    /// left (which then frees it). Returns whether a snapshot was parked,
+    /// and the bytes of memory let go. The session's program cannot go on
+    /// from that snapshot any more.
+    pub fn discard(&self, path: &std::path::Path) -> (bool, u64) {
+        let parked = {
+            let mut p = lock(&self.parked);
+            let before = p.len();
+            p.retain(|_, s| s.path != path);
+            before != p.len()
+        };
+        let mut kept = lock(&self.handed_out);
+        let gone: Vec<Token> = kept.iter().filter(|(_, k)| k.path == path).map(|(t, _)| *t).collect();
+        let bytes = gone.iter().filter_map(|t| kept.remove(t)).map(|k| k.bytes).sum();
+        (parked, bytes)
+    }
+
     /// Parks the snapshot at `path` (opened as `file`) of `peer`'s session
     /// under `token`; a snapshot parked under the same token before is
     /// replaced.
@@ -358,5 +376,22 @@ mod tests {
         assert_eq!(desk.take_handed(&[9; 16]).map(|k| k.fds.len()), Some(2));
         assert!(desk.parked().is_empty());
         assert!(desk.take_handed(&[9; 16]).is_none(), "once");
+    }
+
+    #[test]
+    fn what_a_snapshot_holds_here_is_discarded_by_its_path() {
+        let desk = Desk::default();
+        let piece: std::os::fd::OwnedFd = memfile().into();
+        let probe = piece.try_clone().unwrap();
+        desk.keep_handed([5; 16], Kept { fds: vec![piece], peer: "uid:7".into(), path: "/a".into(), bytes: 2 << 20 });
+        desk.park([6; 16], "uid:7".into(), memfile(), "/b".into(), (vec![], 0));
+        assert_eq!(desk.discard(std::path::Path::new("/c")), (false, 0), "nothing of another file");
+        assert_eq!(desk.parked().len(), 2);
+        assert_eq!(desk.discard(std::path::Path::new("/a")), (false, 2 << 20), "the memory kept for it");
+        assert!(desk.take_handed(&[5; 16]).is_none());
+        drop(probe);
+        assert_eq!(desk.discard(std::path::Path::new("/b")), (true, 0), "the parked snapshot");
+        assert!(desk.claim("uid:7", &[6; 16]).is_err(), "gone");
+        assert!(desk.parked().is_empty());
     }
 }

@@ -320,7 +320,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse_from(args);
     match &cli.command {
         Some(cmd @ Cmd::Worker { .. }) => return worker(cmd, None),
-        Some(Cmd::PoolWorker { exec, .. }) => return pool_worker(exec),
+        Some(Cmd::PoolWorker { exec, sandbox }) => return pool_worker(exec, sandbox),
         None => {}
     }
     if cli.exec.executor == ExecutorKind::Cuda && cli.exec.device_memory == DeviceMemory::Placed {
@@ -345,7 +345,7 @@ fn main() -> Result<()> {
 
 /// An idle worker of the pool: readies its executor, waits for its
 /// session, then serves it as a worker started for it would.
-fn pool_worker(exec: &ExecArgs) -> Result<()> {
+fn pool_worker(exec: &ExecArgs, sandbox: &SandboxArgs) -> Result<()> {
     use pvgpu_backend::worker_pool;
     // Before anything opens a descriptor.
     worker_pool::reserve_numbers().context("an idle worker cannot reserve its descriptor numbers")?;
@@ -362,7 +362,11 @@ fn pool_worker(exec: &ExecArgs) -> Result<()> {
         if args.first().is_some_and(|a| a == worker_pool::PREPARE) {
             // Made ahead for a session that moves here; then its session.
             worker_pool::name_process(c"pvgpu-prepared");
-            let made = worker_process::prepare_skeleton(&mut prepared, &exec.executor(), &exec.session());
+            // Confined first, as a session's worker is before it hands the
+            // driver anything of the guest's (the skeleton's module images).
+            let made = pvgpu_backend::sandbox::confine(&sandbox.confinement())
+                .map_err(|e| format!("the worker could not be confined: {}", pvgpu_ring::report::Chain(&e)))
+                .and_then(|()| worker_process::prepare_skeleton(&mut prepared, &exec.executor(), &exec.session()));
             if let Err(why) = &made {
                 tracing::warn!(why, "a worker could not be prepared from a session's skeleton");
             }

@@ -293,9 +293,16 @@ impl ProcessSpawner {
     /// Starts session `id`'s worker with `args` and descriptors `fds`: an
     /// idle one if the pool has one ready, else a new process.
     /// A connection of `peer` goes to the worker prepared for its parked
-    /// session, if there is one.
-    fn start_worker(&self, id: u64, peer: &str, args: &[std::ffi::OsString], fds: Vec<(std::os::fd::RawFd, i32)>) -> io::Result<Child> {
-        if let Some(idle) = self.prepared.take_for(peer) {
+    /// session, if there is one (not a Xen guest's, whose worker opens
+    /// the guest's grants before it is confined, and a prepared one is).
+    fn start_worker(
+        &self,
+        id: u64,
+        peer: Option<&str>,
+        args: &[std::ffi::OsString],
+        fds: Vec<(std::os::fd::RawFd, i32)>,
+    ) -> io::Result<Child> {
+        if let Some(idle) = peer.and_then(|p| self.prepared.take_for(p)) {
             match idle.assign(args, &fds) {
                 Ok(child) => {
                     tracing::info!(session = id, pid = child.id(), "session handed to the worker prepared for it");
@@ -367,6 +374,7 @@ impl Spawner for ProcessSpawner {
     fn spawn(&self, s: Start, _stop: Arc<AtomicBool>) -> io::Result<()> {
         let Start { handover, id, slot, seat, on_ready, on_end, meter, scope: owner, gpus } = s;
         let scope: Arc<str> = owner.clone().unwrap_or_else(|| handover.owner().0).into();
+        let routed = handover.transport() != crate::handover::Transport::Xen;
         // The worker's arguments, for a process started for the session or
         // handed to an idle one.
         let mut cmd = crate::worker_pool::WorkerArgs::default();
@@ -409,7 +417,7 @@ impl Spawner for ProcessSpawner {
         cmd.arg("--report-fd").arg(REPORT_FD.to_string());
         fds.push((report_wr, REPORT_FD));
         let placed: Vec<(std::os::fd::RawFd, i32)> = fds.iter().map(|(f, n)| (f.as_raw_fd(), *n)).collect();
-        let child = self.start_worker(id, &scope, &cmd.0, placed)?;
+        let child = self.start_worker(id, routed.then_some(&*scope), &cmd.0, placed)?;
         drop(fds);
         let report = File::from(report_rd);
         // Read without blocking when the worker is reaped (it has exited,

@@ -176,12 +176,18 @@ impl Idle {
     /// waits for its session as before ([`Idle::assign`]).
     pub fn prepare(&self, skeleton: &std::fs::File, wait: Duration) -> io::Result<Result<(), String>> {
         send(&self.socket, &[OsString::from(PREPARE)], &[(skeleton.as_raw_fd(), SKELETON_FD)])?;
-        let mut p = libc::pollfd { fd: self.socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
-        // SAFETY: one valid pollfd that lives across the call.
-        let n = unsafe { libc::poll(&mut p, 1, ms) };
-        if n <= 0 {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "the worker did not finish preparing in time"));
+        let deadline = Instant::now() + wait;
+        loop {
+            let mut p = libc::pollfd { fd: self.socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let ms = i32::try_from(deadline.saturating_duration_since(Instant::now()).as_millis()).unwrap_or(i32::MAX);
+            // SAFETY: one valid pollfd that lives across the call.
+            let n = unsafe { libc::poll(&mut p, 1, ms) };
+            match n {
+                1.. => break,
+                0 => return Err(io::Error::new(io::ErrorKind::TimedOut, "the worker did not finish preparing in time")),
+                _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+                _ => return Err(io::Error::last_os_error()),
+            }
         }
         let mut buf = [0u8; 1024];
         let got =

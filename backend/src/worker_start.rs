@@ -82,4 +82,3 @@ pub(crate) fn hung_up(fd: &OwnedFd) -> bool {
     let n = unsafe { libc::poll(&mut p, 1, 0) };
     n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
-

@@ -128,6 +128,24 @@ pub struct PrepareReport {
     pub seconds: f64,
 }
 
+/// `POST /v1/restores/discard`: what a backend holds for a snapshot, let
+/// go.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiscardRequest {
+    /// The snapshot file, as `GET /v1/restores` names it.
+    pub file: String,
+}
+
+/// What a discard let go.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiscardReport {
+    /// A parked snapshot was dropped.
+    pub parked: bool,
+    /// Bytes of device memory kept on the GPU for a session that left,
+    /// freed.
+    pub kept_bytes: u64,
+}
+
 /// What a checkpoint wrote.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointReport {

@@ -191,6 +191,11 @@ impl Control {
         self.call_with("POST", "/v1/restore", Some(req))
     }
 
+    /// Lets go of what the backend holds for a snapshot.
+    pub fn discard(&self, req: &crate::api::DiscardRequest) -> Result<crate::api::DiscardReport, CtlError> {
+        self.call_with("POST", "/v1/restores/discard", Some(req))
+    }
+
     /// Prepares a worker from a skeleton checkpoint.
     pub fn prepare(&self, req: &crate::api::PrepareRequest) -> Result<crate::api::PrepareReport, CtlError> {
         self.call_with("POST", "/v1/prepare", Some(req))

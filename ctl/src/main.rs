@@ -81,6 +81,11 @@ enum Cmd {
     },
     /// Lists restored snapshots whose programs have not taken them back yet, and device memory kept on the GPU for snapshots of sessions that left.
     Restores,
+    /// Lets go of what the backend holds for a snapshot: a parked snapshot no program took, or the device memory it keeps on the GPU for a session that left (freed). The session's program cannot go on from that snapshot afterwards.
+    Discard {
+        /// The snapshot file, as `pvgpu-ctl restores` names it.
+        file: String,
+    },
     /// Tenants: names that keys belong to and quotas hold for (a backend with --state-dir).
     Tenant {
         #[command(subcommand)]
@@ -299,6 +304,15 @@ fn run(cli: Cli) -> Result<()> {
                 let kept = if w.kept { "  kept here for its restore (here, or where it moved)" } else { "" };
                 println!("{}  {}{on_gpu}{kept}", w.peer, w.file);
             }
+        }
+        Cmd::Discard { file } => {
+            let r = control.discard(&pvgpu_ctl::api::DiscardRequest { file: file.clone() })?;
+            let what = match (r.parked, r.kept_bytes) {
+                (true, 0) => "the parked snapshot dropped".to_string(),
+                (true, n) => format!("the parked snapshot dropped, {} of device memory freed", bytes(n)),
+                (false, n) => format!("{} of device memory kept on the GPU freed", bytes(n)),
+            };
+            println!("{file}: {what}; its program cannot go on from it");
         }
         Cmd::Inspect { file, json } => inspect(&file, json)?,
         Cmd::Tenant { cmd } => tenant_cmds::tenant(&control, cmd)?,

@@ -46,6 +46,11 @@ pub trait Sessions: Send + Sync {
         let _ = (body, len);
         Err(Refusal::new(404, "This backend does not take uploaded snapshots".into()))
     }
+    /// Lets go of what the backend holds for a snapshot (parked, or device
+    /// memory kept for a session that left).
+    fn discard(&self, req: api::DiscardRequest) -> Result<api::DiscardReport, Refusal> {
+        Err(Refusal::new(404, format!("This backend holds nothing for {}", req.file)))
+    }
     /// Prepares a worker from a session's skeleton, before its migration's
     /// pause; waits for it.
     fn prepare(&self, req: api::PrepareRequest) -> Result<api::PrepareReport, Refusal> {

@@ -121,6 +121,10 @@ fn route(method: &Method, url: &str, body: &[u8], sessions: &dyn Sessions) -> An
             Ok(req) => done(sessions.restore(req)),
             Err(e) => e,
         },
+        (Method::Post, ["v1", "restores", "discard"]) => match parse::<pvgpu_ctl::api::DiscardRequest>(body) {
+            Ok(req) => done(sessions.discard(req)),
+            Err(e) => e,
+        },
         (Method::Post, ["v1", "prepare"]) => match parse::<pvgpu_ctl::api::PrepareRequest>(body) {
             Ok(req) => done(sessions.prepare(req)),
             Err(e) => e,

@@ -285,14 +285,14 @@ impl Supervised {
                 ),
             ));
         }
-        if let Some(why) = other_model(&meta, &self.metrics.gpus(), &self.spawner.device_uuids()) {
+        if let Some(why) = other_model(meta, &self.metrics.gpus(), &self.spawner.device_uuids()) {
             return Err(Refusal::new(422, format!("{}: {why}; restore it where the same GPU models are", path.display())));
         }
         // The GPUs its peer (its tenant) gets here now: the program's
         // device handles are places in the list it saw.
         let quota = meta.peer.strip_prefix("tenant:").and_then(|t| self.tenants.as_ref()?.tenants.quota(t));
         let here = self.metrics.devices().for_session(quota.as_ref().and_then(|q| q.gpus.as_deref()));
-        if let Some(why) = other_gpus(&meta, here, count) {
+        if let Some(why) = other_gpus(meta, here, count) {
             return Err(Refusal::new(
                 422,
                 format!("{}: {why}; restore it once they are (undrain a GPU, or give the tenant its GPUs back)", path.display()),
@@ -379,6 +379,18 @@ impl Sessions for Supervised {
 
     fn tenants(&self) -> Option<&dyn TenantAdmin> {
         self.tenants.as_ref().map(|t| t as &dyn TenantAdmin)
+    }
+
+    fn discard(&self, req: pvgpu_ctl::api::DiscardRequest) -> Result<pvgpu_ctl::api::DiscardReport, Refusal> {
+        let (parked, kept_bytes) = self.spawner.desk().discard(Path::new(&req.file));
+        if !parked && kept_bytes == 0 {
+            return Err(Refusal::new(
+                404,
+                format!("This backend holds nothing for {} (`pvgpu-ctl restores` lists what it holds)", req.file),
+            ));
+        }
+        tracing::info!(file = %req.file, parked, kept_bytes, "what a snapshot held here was discarded; its program cannot go on from it");
+        Ok(pvgpu_ctl::api::DiscardReport { parked, kept_bytes })
     }
 
     fn prepare(&self, req: pvgpu_ctl::api::PrepareRequest) -> Result<pvgpu_ctl::api::PrepareReport, Refusal> {

@@ -104,7 +104,8 @@ mod tests {
     #[test]
     fn what_went_or_changed_since_the_skeleton_is_named() {
         let skeleton = state();
-        let cases: [(&str, fn(&mut State)); 6] = [
+        type Change = fn(&mut State);
+        let cases: [(&str, Change); 6] = [
             ("contexts", |s| s.contexts[0].flags = 4),
             ("released", |s| s.reservations.clear()),
             ("stream 0x14", |s| s.streams.clear()),

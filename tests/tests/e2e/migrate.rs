@@ -169,4 +169,18 @@ pub(crate) fn handed_memory_stays_with_its_backend_until_taken(t: Transport) {
     state.check_and_go_on(&c, "a restore of memory handed over in place");
     assert!(from.waiting().unwrap().is_empty(), "taken back");
     state.free(&c);
+
+    // An operator lets go of memory kept for a session that will not come
+    // back: it is freed, and nothing is listed any more.
+    let gone = pvgpu_ctl::api::DiscardRequest { file: file.display().to_string() };
+    assert!(matches!(from.discard(&gone), Err(CtlError::Refused { status: 404, .. })), "nothing held for it now");
+    let again = dir.0.join("again.pvgpu");
+    let d = c.mem_alloc(g.ctx, 1 << 20).unwrap();
+    let req = pvgpu_ctl::api::CheckpointRequest { file: again.display().to_string(), ..req };
+    let report = super::moves::detach_as(&from, from.sessions().unwrap()[0].id, &c, g.ctx, &req, "left for good");
+    assert!(report.handed_bytes >= 1 << 20, "{report:?}");
+    let freed = from.discard(&pvgpu_ctl::api::DiscardRequest { file: again.display().to_string() }).unwrap();
+    assert_eq!((freed.parked, freed.kept_bytes), (false, report.handed_bytes));
+    assert!(from.waiting().unwrap().is_empty(), "nothing kept");
+    let _ = d;
 }

@@ -150,7 +150,7 @@ impl ExecContext for HostContext {
         let info = image::parse(img)?;
         let mut globals = HashMap::new();
         for (name, g) in &info.globals {
-            let addr = self.mem.alloc(g.size.max(1)).ok_or(CuError::OUT_OF_MEMORY)?;
+            let addr = self.mem.alloc_global(g.size.max(1)).ok_or(CuError::OUT_OF_MEMORY)?;
             if let Ok(b) = self.mem.bytes_mut(addr, g.init.len()) {
                 b.copy_from_slice(&g.init);
             }
@@ -192,20 +192,32 @@ impl ExecContext for HostContext {
 
     fn module_load_placed(&mut self, img: &[u8], placed: &[(String, u64)]) -> CuRes<HostModule> {
         let m = self.module_load(img)?;
-        for (name, addr) in placed {
-            let Some(&now) = self.modules.get(&m.id).and_then(|st| st.globals.get(name)) else { continue };
-            if now == *addr {
-                continue;
-            }
-            let buf = self.mem.allocs.remove(&now).ok_or(CuError::INVALID_HANDLE)?;
-            if !self.mem.is_free(*addr, buf.len() as u64) {
-                self.mem.allocs.insert(now, buf);
+        // Every global is taken out first: one not placed yet must not hold
+        // the place another goes to. Those the snapshot places go to their
+        // addresses; the others out of the way of later modules' globals.
+        let now: Vec<(String, u64)> = self.modules.get(&m.id).map(|st| st.globals.clone().into_iter().collect()).unwrap_or_default();
+        let mut bufs = Vec::with_capacity(now.len());
+        for (name, at) in now {
+            let buf = self.mem.allocs.remove(&at).ok_or(CuError::INVALID_HANDLE)?;
+            bufs.push((name, buf));
+        }
+        for (name, buf) in bufs {
+            let to = placed.iter().find(|(n, _)| *n == name).map(|&(_, a)| a);
+            let at = match to {
+                Some(addr) if self.mem.is_free(addr, buf.len() as u64) => {
+                    self.mem.place(addr, buf);
+                    Some(addr)
+                }
+                Some(_) => None,
+                None => self.mem.rehome(buf),
+            };
+            let Some(at) = at else {
+                // The module goes, with what was placed of it.
                 self.module_unload(m)?;
-                return Err(CuError::ALREADY_MAPPED);
-            }
-            self.mem.place(*addr, buf);
+                return Err(if to.is_some() { CuError::ALREADY_MAPPED } else { CuError::OUT_OF_MEMORY });
+            };
             if let Some(st) = self.modules.get_mut(&m.id) {
-                st.globals.insert(name.clone(), *addr);
+                st.globals.insert(name, at);
             }
         }
         Ok(m)

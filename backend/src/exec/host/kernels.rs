@@ -19,6 +19,18 @@ pub struct Mem {
     pub(super) host: BTreeMap<u64, usize>,
     pub(super) next: u64,
     pub(super) end: u64,
+    /// Module globals are placed from here to `modules_end`, apart from the
+    /// program's memory, as the driver keeps them in a heap of its own: a
+    /// module loaded before or after the program's memory is placed does
+    /// not change where either lands.
+    pub(super) modules_next: u64,
+    pub(super) modules_end: u64,
+    /// Globals of a module loaded at a restore that the snapshot does not
+    /// place (constants, names the program never looked up) go from here
+    /// to `end_all`: out of the way of the addresses later modules' globals
+    /// come back at.
+    pub(super) rehomed_next: u64,
+    pub(super) end_all: u64,
     /// The values of the context's conditional handles (device state a
     /// kernel sets, a conditional node reads).
     pub(super) conds: HashMap<u64, u32>,
@@ -111,18 +123,42 @@ impl Mem {
     }
 
     pub(super) fn alloc(&mut self, size: u64) -> Option<u64> {
+        let (addr, next) = Self::bump(self.next, self.end, size)?;
+        self.allocs.insert(addr, Self::zeroed(size)?);
+        self.next = next;
+        Some(addr)
+    }
+
+    /// `size` zeroed bytes for a module's global, in the modules' part.
+    pub(super) fn alloc_global(&mut self, size: u64) -> Option<u64> {
+        let (addr, next) = Self::bump(self.modules_next, self.modules_end, size)?;
+        self.allocs.insert(addr, Self::zeroed(size)?);
+        self.modules_next = next;
+        Some(addr)
+    }
+
+    /// Places `buf`, a global of a module loaded at a restore that the
+    /// snapshot does not place, past where globals come back.
+    pub(super) fn rehome(&mut self, buf: super::ipc::Buf) -> Option<u64> {
+        let (addr, next) = Self::bump(self.rehomed_next, self.end_all, buf.len() as u64)?;
+        self.allocs.insert(addr, buf);
+        self.rehomed_next = next;
+        Some(addr)
+    }
+
+    /// The address `size` bytes take from `next` on, and the next after
+    /// them (a guard between), if they fit before `end`.
+    fn bump(next: u64, end: u64, size: u64) -> Option<(u64, u64)> {
+        let after = next.checked_add(size)?.checked_add(GUARD)?.checked_next_multiple_of(ALIGN)?;
+        (after <= end).then_some((next, after))
+    }
+
+    fn zeroed(size: u64) -> Option<super::ipc::Buf> {
         let len = usize::try_from(size).ok()?;
-        let addr = self.next;
-        let next = addr.checked_add(size)?.checked_add(GUARD)?.checked_next_multiple_of(ALIGN)?;
-        if next > self.end {
-            return None;
-        }
         let mut v = Vec::new();
         v.try_reserve_exact(len).ok()?;
         v.resize(len, 0);
-        self.allocs.insert(addr, v.into());
-        self.next = next;
-        Some(addr)
+        Some(v.into())
     }
 
     /// Whether `[addr, addr+size)` (with the guard after it) is clear of
@@ -140,6 +176,9 @@ impl Mem {
         let end = addr.saturating_add(buf.len() as u64).saturating_add(GUARD);
         if (self.next..self.end).contains(&addr) || (self.next..self.end).contains(&end) {
             self.next = end.checked_next_multiple_of(ALIGN).unwrap_or(self.end).min(self.end);
+        }
+        if (self.modules_next..self.modules_end).contains(&addr) || (self.modules_next..self.modules_end).contains(&end) {
+            self.modules_next = end.checked_next_multiple_of(ALIGN).unwrap_or(self.modules_end).min(self.modules_end);
         }
         self.allocs.insert(addr, buf);
     }
