@@ -364,7 +364,7 @@ fn pool_worker(exec: &ExecArgs, sandbox: &SandboxArgs) -> Result<()> {
             worker_pool::name_process(c"pvgpu-prepared");
             // Confined first, as a session's worker is before it hands the
             // driver anything of the guest's (the skeleton's module images).
-            let made = pvgpu_backend::sandbox::confine(&sandbox.confinement())
+            let made = worker_process::confine_once(&sandbox.confinement())
                 .map_err(|e| format!("the worker could not be confined: {}", pvgpu_ring::report::Chain(&e)))
                 .and_then(|()| worker_process::prepare_skeleton(&mut prepared, &exec.executor(), &exec.session()));
             if let Err(why) = &made {

@@ -166,13 +166,6 @@ pub fn protect_secrets() -> Result<(), SandboxError> {
 /// before the first request is served. It cannot be undone; on error the
 /// process may be partly confined and should exit.
 pub fn confine(c: &Confinement) -> Result<(), SandboxError> {
-    // Once per process: a worker prepared for a session is confined before
-    // it makes anything from the session's skeleton, and again (here:
-    // not) when its session comes.
-    static CONFINED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if CONFINED.load(std::sync::atomic::Ordering::SeqCst) {
-        return Ok(());
-    }
     if c.seccomp && !SECCOMP_SUPPORTED {
         return Err(SandboxError::Unsupported(std::env::consts::ARCH));
     }
@@ -185,7 +178,6 @@ pub fn confine(c: &Confinement) -> Result<(), SandboxError> {
         let prog = filter(nix::unistd::getpid())?;
         seccompiler::apply_filter_all_threads(&prog).map_err(SandboxError::Install)?;
     }
-    CONFINED.store(true, std::sync::atomic::Ordering::SeqCst);
     Ok(())
 }
 

@@ -69,6 +69,20 @@ pub enum Prepared {
     Host(Arc<HostExecutor>, Option<Premade<HostExecutor>>),
 }
 
+/// Confines this worker ([`confine`]) unless it was already: a worker
+/// prepared for a session is confined before it makes anything from the
+/// session's skeleton (its module images are the guest's), and not again
+/// when its session comes.
+pub fn confine_once(c: &Confinement) -> Result<(), SandboxError> {
+    static CONFINED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if CONFINED.load(std::sync::atomic::Ordering::SeqCst) {
+        return Ok(());
+    }
+    confine(c)?;
+    CONFINED.store(true, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
 /// In an idle worker asked to prepare ([`crate::worker_pool::PREPARE`]):
 /// makes ahead, with `prepared`'s executor (started here if need be), the
 /// session the skeleton on [`crate::worker_pool::SKELETON_FD`] describes.
@@ -224,22 +238,22 @@ pub fn run_worker(
             // the grants and the event channel), before the first request.
             match (exec.kind, prepared) {
                 (_, Some(Prepared::Cuda(e, made))) => {
-                    confine(confinement).map_err(WorkerError::Sandbox)?;
+                    confine_once(confinement).map_err(WorkerError::Sandbox)?;
                     serve_opened(e, opened, cfg, session, &stop, made)
                 }
                 (_, Some(Prepared::Host(e, made))) => {
-                    confine(confinement).map_err(WorkerError::Sandbox)?;
+                    confine_once(confinement).map_err(WorkerError::Sandbox)?;
                     serve_opened(e, opened, cfg, session, &stop, made)
                 }
                 (ExecutorKind::Cuda, None) => {
                     let e = prepare_cuda(exec.device_memory)?;
-                    confine(confinement).map_err(WorkerError::Sandbox)?;
+                    confine_once(confinement).map_err(WorkerError::Sandbox)?;
                     serve_opened(e, opened, cfg, session, &stop, None)
                 }
                 (ExecutorKind::Host, None) => {
                     crate::session::reserve_copy_buffer();
                     let e = Arc::new(HostExecutor::with_devices(exec.host_mem, exec.host_devices));
-                    confine(confinement).map_err(WorkerError::Sandbox)?;
+                    confine_once(confinement).map_err(WorkerError::Sandbox)?;
                     serve_opened(e, opened, cfg, session, &stop, None)
                 }
             }

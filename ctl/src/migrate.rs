@@ -262,6 +262,15 @@ pub fn migrate(
 /// file is removed once the target holds it. Why not, where it was not
 /// (the migration goes on without: a fresh worker rebuilds the session).
 fn prepare(source: &dyn Source, target: &Control, session: u64, file: &Path, timeout: u64) -> Result<(), String> {
+    // Over a stream (TCP, TLS, RDMA) the driver placed the session's
+    // modules after the connection's page-locked copy staging, which a
+    // worker made ahead cannot follow.
+    let transport = source.session(session).map(|s| s.transport).unwrap_or_default();
+    if transport != "local" {
+        return Err(format!(
+            "a session over {transport} is rebuilt by a fresh worker (its modules lie after its connection's copy staging)"
+        ));
+    }
     let skeleton = file.with_extension("skeleton");
     let req = CheckpointRequest {
         file: skeleton.display().to_string(),

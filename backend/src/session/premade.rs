@@ -18,7 +18,7 @@ use super::checkpoint::{CheckpointError, Taken};
 use super::restore::{Ahead, Blobs, RestoreError, bad_id, rebuild};
 use super::{CtxEntry, Session};
 use crate::config::SessionLimits;
-use crate::exec::Executor;
+use crate::exec::{ExecContext, Executor};
 use pvgpu_ctl::snapshot::{self, Global, Meta, Module, Reader, State};
 use std::io::{Read, Seek};
 use std::sync::Arc;
@@ -124,6 +124,14 @@ impl<E: Executor> Session<E> {
     /// the snapshot does not go on from its skeleton: then it is dropped).
     pub(super) fn adopt_premade(&mut self, token: &[u8; 16], state: &State) -> Option<u64> {
         let p = self.premade.take()?;
+        if self.staging.is_some() {
+            // Over a stream connection (TCP, TLS, RDMA) the driver placed
+            // the session's later modules after the connection's copy
+            // staging was page-locked, which a worker made ahead cannot
+            // follow (a cuBLAS global 32 MiB off, on the H200).
+            tracing::info!(session = self.id, "a session over a stream connection is rebuilt afresh; what was made ahead is dropped");
+            return None;
+        }
         if p.token != *token {
             tracing::info!(session = self.id, "a prepared worker restores another session; what it made ahead is dropped");
             return None;
@@ -133,6 +141,14 @@ impl<E: Executor> Session<E> {
             return None;
         }
         let mut made = p.session;
+        if let Some(why) = made.globals_elsewhere(state) {
+            tracing::warn!(
+                session = self.id,
+                why,
+                "the worker made ahead placed a module global elsewhere; it is dropped and the session rebuilt afresh"
+            );
+            return None;
+        }
         made.id = self.id;
         made.limits = self.limits.clone();
         made.gpus = std::mem::take(&mut self.gpus);
@@ -143,6 +159,30 @@ impl<E: Executor> Session<E> {
         let upto = made.made;
         *self = made;
         Some(upto)
+    }
+
+    /// Where a global of a module made ahead is not where the snapshot
+    /// says (the driver placed it after something the source's process
+    /// made and this one did not): which, and where.
+    fn globals_elsewhere(&mut self, state: &State) -> Option<String> {
+        for m in &state.modules {
+            let Some(e) = self.modules.get(m.id) else { continue };
+            let ctx = e.ctx;
+            if let Err(e) = self.enter(ctx) {
+                return Some(format!("context {ctx:#x}: {e}"));
+            }
+            for g in m.globals.iter().chain(&m.unlooked) {
+                let (Some(module), Some(c)) = (self.modules.get(m.id).and_then(|e| e.module.as_ref()), self.ctxs.get_mut(ctx)) else {
+                    return Some(format!("module {:#x} is not loaded", m.id));
+                };
+                match c.ctx.global(module, &g.name) {
+                    Ok((address, length)) if (address, length) == (g.address, g.length) => {}
+                    Ok((address, _)) => return Some(format!("{} at {address:#x}, not {:#x}", g.name, g.address)),
+                    Err(e) => return Some(format!("{}: {e}", g.name)),
+                }
+            }
+        }
+        None
     }
 
     /// What a restore and a preparation do first: the snapshot's devices

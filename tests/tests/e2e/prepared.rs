@@ -74,7 +74,11 @@ pub(crate) fn a_prepared_worker_takes_its_session(t: Transport) {
     let (from, to) = (s.a.control().unwrap(), s.b.control().unwrap());
     let how = pvgpu_ctl::migrate::How { upload: false, copy: false, cold: false };
     let report = pvgpu_ctl::migrate::migrate(&from, &to, s.id, &s.b.addr(t).to_string(), &s.dir.0, 30, how).expect("the migration");
-    if s.b.is_process() {
+    if t == Transport::Tcp {
+        // Its modules lie after its connection's copy staging on the GPU.
+        let why = report.not_prepared.as_deref().unwrap_or_default();
+        assert!(!report.prepared && why.contains("over tcp"), "{report:?}");
+    } else if s.b.is_process() {
         assert!(report.prepared && report.prepare_seconds > 0.0, "{report:?}");
     } else {
         let why = report.not_prepared.as_deref().unwrap_or_default();
@@ -88,7 +92,8 @@ pub(crate) fn a_prepared_worker_takes_its_session(t: Transport) {
 
 /// A session that changed since its skeleton in a way the prepared worker
 /// cannot go on from (a stream destroyed) is rebuilt by a fresh worker;
-/// one that only grew (a new stream) goes to the prepared worker.
+/// one that only grew (a new stream) goes to the prepared worker, which
+/// rebuilds it from what it made over the ring (and afresh over TCP).
 pub(crate) fn a_session_that_changed_since_its_skeleton_is_rebuilt_afresh(t: Transport) {
     for destroy in [true, false] {
         let Some((s, state, ctx)) = setup(t) else { return };
@@ -105,7 +110,9 @@ pub(crate) fn a_session_that_changed_since_its_skeleton_is_rebuilt_afresh(t: Tra
         }
         migrate_cold(&s, t);
         state.check_and_go_on(&s.c, "a move after the skeleton");
-        assert_eq!(rebuilt_prepared(&s), !destroy, "a stream destroyed since the skeleton: {destroy}");
+        // A worker prepared by hand for a session over TCP is routed its
+        // connection all the same, and rebuilds it afresh.
+        assert_eq!(rebuilt_prepared(&s), !destroy && t == Transport::Local, "a stream destroyed since the skeleton: {destroy}");
         state.free(&s.c);
     }
 }
