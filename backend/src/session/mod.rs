@@ -50,7 +50,9 @@ mod policy;
 mod pool;
 mod pool_ipc;
 mod premade;
+mod quota;
 mod restore;
+mod restore_error;
 #[cfg(test)]
 mod snapshot_fixture;
 mod stream;
@@ -357,49 +359,6 @@ impl<E: Executor> Session<E> {
     /// Device memory held, in bytes.
     pub fn mem_used(&self) -> u64 {
         self.mem_used
-    }
-
-    /// Device memory the session holds in all, as the quota counts it.
-    fn charged(&self) -> u64 {
-        self.mem_used.saturating_add(self.overhead)
-    }
-
-    /// Whether `more` bytes of allocations would pass the session's quota
-    /// or its peer's. Within them, the peer's ledger holds the amount for
-    /// this session until the request ends ([`Session::settle`]), so
-    /// sessions of one peer allocating at once cannot pass its quota
-    /// together.
-    fn over_quota(&self, more: u64) -> bool {
-        let want = self.charged().saturating_add(more);
-        self.limits.mem_quota.is_some_and(|q| want > q) || self.limits.peer_ledger.as_ref().is_some_and(|l| !l.reserve(want))
-    }
-
-    /// Tells the peer's ledger what the session holds now that a request
-    /// is done (what was reserved for an allocation that failed goes back).
-    fn settle(&self) {
-        if let Some(l) = &self.limits.peer_ledger {
-            l.settle(self.charged());
-        }
-    }
-
-    /// Measures what the session holds on the device besides its
-    /// allocations and its first context (where the executor can tell, and
-    /// the process serves only this session), and says whether the quota
-    /// still holds. Called
-    /// after each operation that makes the driver reserve memory: the
-    /// caller undoes the operation when it does not.
-    fn remeasure(&mut self) -> bool {
-        if !self.limits.footprint {
-            return true;
-        }
-        if let Some(fp) = self.exec.process_footprint() {
-            // The first measurement follows the first context's creation.
-            let besides = fp.saturating_sub(self.mem_used);
-            let base = *self.baseline.get_or_insert(besides);
-            self.overhead = besides.saturating_sub(base);
-            tracing::debug!(session = self.id, footprint = fp, overhead = self.overhead, "device footprint measured");
-        }
-        !self.over_quota(0)
     }
 
     /// The session's meter, where it counts what it does.

@@ -192,35 +192,7 @@ impl ExecContext for HostContext {
 
     fn module_load_placed(&mut self, img: &[u8], placed: &[(String, u64)]) -> CuRes<HostModule> {
         let m = self.module_load(img)?;
-        // Every global is taken out first: one not placed yet must not hold
-        // the place another goes to. Those the snapshot places go to their
-        // addresses; the others out of the way of later modules' globals.
-        let now: Vec<(String, u64)> = self.modules.get(&m.id).map(|st| st.globals.clone().into_iter().collect()).unwrap_or_default();
-        let mut bufs = Vec::with_capacity(now.len());
-        for (name, at) in now {
-            let buf = self.mem.allocs.remove(&at).ok_or(CuError::INVALID_HANDLE)?;
-            bufs.push((name, buf));
-        }
-        for (name, buf) in bufs {
-            let to = placed.iter().find(|(n, _)| *n == name).map(|&(_, a)| a);
-            let at = match to {
-                Some(addr) if self.mem.is_free(addr, buf.len() as u64) => {
-                    self.mem.place(addr, buf);
-                    Some(addr)
-                }
-                Some(_) => None,
-                None => self.mem.rehome(buf),
-            };
-            let Some(at) = at else {
-                // The module goes, with what was placed of it.
-                self.module_unload(m)?;
-                return Err(if to.is_some() { CuError::ALREADY_MAPPED } else { CuError::OUT_OF_MEMORY });
-            };
-            if let Some(st) = self.modules.get_mut(&m.id) {
-                st.globals.insert(name, at);
-            }
-        }
-        Ok(m)
+        self.place_globals(m, placed)
     }
 
     fn restore_memory(&mut self, ranges: &[(u64, u64)], handed: Vec<crate::exec::HandedPiece>) -> CuRes<()> {

@@ -447,6 +447,43 @@ impl Drop for HostContext {
     }
 }
 
+impl HostContext {
+    /// Moves the globals of module `m`, just loaded at a restore, where
+    /// `placed` names them; those it does not name go out of the way of
+    /// later modules' globals ([`kernels::Mem::rehome`]).
+    fn place_globals(&mut self, m: HostModule, placed: &[(String, u64)]) -> CuRes<HostModule> {
+        // Every global is taken out first: one not placed yet must not hold
+        // the place another goes to. Those the snapshot places go to their
+        // addresses; the others out of the way of later modules' globals.
+        let now: Vec<(String, u64)> = self.modules.get(&m.id).map(|st| st.globals.clone().into_iter().collect()).unwrap_or_default();
+        let mut bufs = Vec::with_capacity(now.len());
+        for (name, at) in now {
+            let buf = self.mem.allocs.remove(&at).ok_or(CuError::INVALID_HANDLE)?;
+            bufs.push((name, buf));
+        }
+        for (name, buf) in bufs {
+            let to = placed.iter().find(|(n, _)| *n == name).map(|&(_, a)| a);
+            let at = match to {
+                Some(addr) if self.mem.is_free(addr, buf.len() as u64) => {
+                    self.mem.place(addr, buf);
+                    Some(addr)
+                }
+                Some(_) => None,
+                None => self.mem.rehome(buf),
+            };
+            let Some(at) = at else {
+                // The module goes, with what was placed of it.
+                crate::exec::ExecContext::module_unload(self, m)?;
+                return Err(if to.is_some() { CuError::ALREADY_MAPPED } else { CuError::OUT_OF_MEMORY });
+            };
+            if let Some(st) = self.modules.get_mut(&m.id) {
+                st.globals.insert(name, at);
+            }
+        }
+        Ok(m)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
