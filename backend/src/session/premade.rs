@@ -10,9 +10,14 @@
 //! worker ([`Session::restore`]): what the skeleton made is taken as it is,
 //! the rest (device memory, globals, new objects after the skeleton's,
 //! graphs) made as in any restore. Only a snapshot that goes on from its
-//! skeleton ([`pvgpu_ctl::snapshot::skeleton::continues`]) is rebuilt so;
-//! for any other, or another session's, the worker drops what it made
-//! first and rebuilds from nothing.
+//! skeleton ([`pvgpu_ctl::snapshot::skeleton::continues`]), whose every
+//! module global lies where the worker's driver placed it, and that comes
+//! over the ring (over a stream connection the driver placed the source's
+//! modules after the connection's page-locked staging, which the worker
+//! cannot follow) is rebuilt so; for any other, or another session's, the
+//! worker drops what it made first and rebuilds from nothing (on the
+//! H200, a session rebuilt so in a worker that had made and dropped a
+//! skeleton's session went on as natively).
 
 use super::checkpoint::{CheckpointError, Taken};
 use super::restore::{Ahead, Blobs, RestoreError, bad_id, rebuild};
