@@ -320,8 +320,8 @@ pub fn answer(r: Result<(), String>) -> io::Result<()> {
         Err(why) if why == "ok" || why.is_empty() => "failed".to_string(),
         Err(why) => why.chars().take(1000).collect(),
     };
-    // SAFETY: the supervisor placed this worker's end of the pool socket on
-    // POOL_FD before exec; it stays open until the worker's session comes.
+    // POOL_FD stays open until the worker's session comes.
+    // SAFETY: the supervisor placed this worker's end of the pool socket there before exec.
     let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(POOL_FD) };
     nix::sys::socket::send(socket.as_raw_fd(), msg.as_bytes(), nix::sys::socket::MsgFlags::MSG_NOSIGNAL).map_err(io::Error::from)?;
     Ok(())
@@ -330,13 +330,9 @@ pub fn answer(r: Result<(), String>) -> io::Result<()> {
 /// In a worker being prepared: the skeleton, moved off [`SKELETON_FD`],
 /// whose number is held again as before.
 pub fn take_skeleton() -> io::Result<std::fs::File> {
-    let fd = nix::fcntl::fcntl(
-        // SAFETY: the assignment placed the skeleton on SKELETON_FD, which
-        // stays open until reserve_numbers replaces it below.
-        unsafe { std::os::fd::BorrowedFd::borrow_raw(SKELETON_FD) },
-        nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(*RESERVED.end() + 2),
-    )
-    .map_err(io::Error::from)?;
+    // SAFETY: the assignment placed the skeleton on SKELETON_FD, open until reserve_numbers below.
+    let skeleton = unsafe { std::os::fd::BorrowedFd::borrow_raw(SKELETON_FD) };
+    let fd = nix::fcntl::fcntl(skeleton, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(*RESERVED.end() + 2)).map_err(io::Error::from)?;
     // SAFETY: fcntl just made this descriptor; nothing else owns it.
     let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     reserve_numbers()?;

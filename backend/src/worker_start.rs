@@ -31,10 +31,10 @@ pub(crate) fn forker() -> std::sync::mpsc::Sender<Fork> {
 /// early nudge waits instead of killing it.
 pub(crate) fn place_fds(cmd: &mut Command, fds: Vec<(std::os::fd::RawFd, i32)>) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the child between fork and exec and
-    // calls only async-signal-safe functions (fcntl, dup2, close, prctl,
-    // sigemptyset, sigaddset, sigprocmask);
-    // it allocates nothing (the list was made before the fork).
+    // The closure calls only fcntl, dup2, close, prctl, sigemptyset,
+    // sigaddset and sigprocmask, and allocates nothing (the list was made
+    // before the fork).
+    // SAFETY: it runs between fork and exec and is async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
             // Move every one out of the way first: any may sit on another's

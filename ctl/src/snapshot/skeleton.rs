@@ -44,31 +44,29 @@ pub fn continues(skeleton: &State, full: &State) -> Result<(), String> {
     Ok(())
 }
 
+/// An object a restore makes in order, as its record says it (an array's
+/// blobs left out: a skeleton names none).
+#[derive(Debug, PartialEq)]
+enum Record<'s> {
+    /// A module: its context (its image is checked where it is loaded).
+    Module(u64),
+    Queue(&'s super::Queue),
+    Array(super::ArrayRec),
+    Pool(&'s super::PoolRec),
+    Limit(&'s super::LimitRec),
+}
+
 /// What a restore makes in order: when (the session's count), what, its
-/// handle, and the rest of its record, blobs left out.
-fn made(s: &State) -> Vec<(u64, &'static str, u64, String)> {
+/// handle, and its record.
+fn made(s: &State) -> Vec<(u64, &'static str, u64, Record<'_>)> {
     let mut out = Vec::new();
-    for m in &s.modules {
-        out.push((m.seq, "module", m.id, format!("{}", m.ctx)));
-    }
-    for q in &s.streams {
-        out.push((q.seq, "stream", q.id, format!("{q:?}")));
-    }
-    for q in &s.events {
-        out.push((q.seq, "event", q.id, format!("{q:?}")));
-    }
-    for a in &s.arrays {
-        let mut a = a.clone();
-        a.blobs.clear();
-        out.push((a.seq, "array", a.id, format!("{a:?}")));
-    }
-    for p in &s.pools {
-        out.push((p.seq, "memory pool", p.id, format!("{p:?}")));
-    }
+    out.extend(s.modules.iter().map(|m| (m.seq, "module", m.id, Record::Module(m.ctx))));
+    out.extend(s.streams.iter().map(|q| (q.seq, "stream", q.id, Record::Queue(q))));
+    out.extend(s.events.iter().map(|q| (q.seq, "event", q.id, Record::Queue(q))));
+    out.extend(s.arrays.iter().map(|a| (a.seq, "array", a.id, Record::Array(super::ArrayRec { blobs: Vec::new(), ..a.clone() }))));
+    out.extend(s.pools.iter().map(|p| (p.seq, "memory pool", p.id, Record::Pool(p))));
     for c in &s.contexts {
-        for l in &c.limits {
-            out.push((l.seq, "limit of context", c.id, format!("{l:?}")));
-        }
+        out.extend(c.limits.iter().map(|l| (l.seq, "limit of context", c.id, Record::Limit(l))));
     }
     out
 }
