@@ -52,6 +52,7 @@ pub mod conn;
 pub mod control;
 pub mod devices;
 pub mod exec;
+pub mod fd_table;
 pub mod file_guard;
 pub mod handed_memory;
 mod handles;

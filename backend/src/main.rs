@@ -312,6 +312,8 @@ enum Cmd {
 }
 
 fn main() -> Result<()> {
+    // Supervisor and workers alike, while this is their only thread.
+    pvgpu_backend::fd_table::make_room();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(pvgpu_backend::log_sink::LogSink::default)

@@ -127,6 +127,9 @@ impl Backend {
     }
 
     fn start(cfg: Config, spawner: Arc<dyn Spawner>) -> Result<Backend, BackendError> {
+        // Once here, not while a session moves (a backend in a program of
+        // its own; `pvgpu-backend` made the room before its first thread).
+        crate::fd_table::make_room();
         let pools = Pools::new(&cfg.admission);
         spawner.desk().copies.set_peers(
             cfg.peers.iter().map(|p| crate::peer_copy::PeerLink { address: p.listed.address.clone(), tls: p.tls.clone() }).collect(),

@@ -93,7 +93,19 @@ for case in ${CASES:-train-0 train-1024 symbols}; do
   fi
   wait $tp; prc=$?; t5=$(date +%s.%N)
   kill $bp ${ap:-}; wait $bp ${ap:-} 2>/dev/null; rm -f $W/*.sock; ap=
-  pause=$(grep -h '^step_ms' $W/pv.err | awk '{ if ($2 > m) m = $2 } END { printf "%.0f", m }')
+  # What the move cost the program, by its own clock: its steps (past its
+  # first five, which warm up) longer than twice the usual one and 5 ms,
+  # each less the usual step (the skeleton's write, then the pause, which
+  # may fall over two steps: the call that waited, then the next call).
+  pause=$(grep -h '^step_ms' $W/pv.err | python3 -c '
+import sys, statistics
+s = [float(l.split()[1]) for l in sys.stdin][5:]
+if s:
+    m = statistics.median(s)
+    x = [v - m for v in s if v > 2 * m + 5]
+    print(f"{sum(x):.0f} ms over its usual {m:.1f} ms steps (" + ", ".join(f"+{v:.0f}" for v in x) + ")")
+else:
+    print("not measured (the program prints no step times)")')
   same=$(diff -q $W/native.txt $W/pv.txt > /dev/null && echo "identical to native" || echo "DIFFERENT from native")
   python3 - "$how $case" "$at" "$rc" "$rrc" "$prc" "$same" $t0 $t1 $t2 $t3 $t4 $t5 "${size:-0}" "${pause:-?}" <<'PY' >> $R
 import sys
@@ -101,11 +113,11 @@ mb, at, rc, rrc, prc, same = sys.argv[1:7]
 t0, t1, t2, t3, t4, t5 = map(float, sys.argv[7:13])
 size, pause = sys.argv[13] or "0", sys.argv[14]
 if mb.startswith("migrate"):
-    print(f"{mb}: migrate at line {at} rc {rc} in {t4-t0:.2f} s; program rc {prc}, longest step {pause} ms; losses {same}")
+    print(f"{mb}: migrate at line {at} rc {rc} in {t4-t0:.2f} s; program rc {prc}, its steps longer by {pause}; losses {same}")
 else:
     print(f"{mb}: checkpoint at line {at} rc {rc} in {t1-t0:.2f} s ({int(size)/2**20:.0f} MiB file); "
           f"backend B up in {t3-t2:.2f} s; restore rc {rrc} in {t4-t3:.2f} s; program rc {prc}, "
-          f"rest of the run {t5-t4:.2f} s, longest step {pause} ms; losses {same}")
+          f"rest of the run {t5-t4:.2f} s, its steps longer by {pause}; losses {same}")
 PY
   { echo "-- checkpoint"; cat $W/ckpt.txt; echo "-- restore"; cat $W/restore.txt; echo "-- program's last lines"; tail -3 $W/pv.txt; grep -v '^step_ms' $W/pv.err | tail -5
     # With PVGPU_STATS=1, the commands of mirrored memory the program sent.

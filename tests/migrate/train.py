@@ -10,7 +10,7 @@ it at the end. With `graph`, each step replays one CUDA graph of the whole
 step (forward, backward, optimizer), captured after three warm-up steps,
 as PyTorch's documentation shows ("whole network capture"). Each step's
 wall time (sleep excluded) goes to standard error as `step_ms MS`: the
-longest is the pause a move cost the program.
+steps longer than usual show what a move cost the program.
 """
 import sys, time, torch
 

@@ -18,6 +18,7 @@
 
 use super::chunks::{CHUNK, Chunks};
 use super::hand_over::HandOver;
+use super::small_reads::SmallReads;
 use super::{AllocKind, Session};
 use crate::exec::{ExecContext, Executor};
 use pvgpu_ctl::snapshot::{self, Allocation, Context, Device, Function, Global, Meta, Module, Queue, SnapshotError, State};
@@ -160,11 +161,18 @@ impl<E: Executor> Session<E> {
     fn write_blobs(&mut self, sources: &[Source], w: &mut snapshot::FileWriter<'_>) -> Result<f64, CheckpointError> {
         let mut staging = Chunks::default();
         let mut chunks = Vec::new();
+        // A module global or a small allocation: read with the others of
+        // its batch, written here, not worth a thread (PyTorch's
+        // checkpoints hold hundreds of globals).
+        let mut small = SmallReads::plan(sources.iter().enumerate().filter_map(|(i, s)| match *s {
+            Source::Device { ctx, addr, len } if len <= SMALL as u64 => Some((i, ctx, addr, len)),
+            _ => None,
+        }));
         let started = std::time::Instant::now();
         let (mut through, mut through_bytes) = (std::time::Duration::ZERO, 0u64);
         let r = (|| {
             let mut device = std::time::Duration::ZERO;
-            for s in sources {
+            for (i, s) in sources.iter().enumerate() {
                 match s {
                     Source::Image(image) => w.blob(image)?,
                     Source::Array(level) => {
@@ -173,22 +181,12 @@ impl<E: Executor> Session<E> {
                         device += t.elapsed();
                         w.blob(&bytes)?;
                     }
-                    &Source::Device { ctx, addr, len } if len <= SMALL as u64 => {
-                        // A module global or a small allocation: read and
-                        // written here, not worth a thread (PyTorch's
-                        // checkpoints hold hundreds of globals).
-                        if chunks.is_empty() {
-                            chunks.push(staging.make().map_err(|e| CheckpointError::File(e.into()))?);
-                        }
-                        let buf = &mut chunks[0];
-                        staging.pin(self, ctx, buf).map_err(CheckpointError::Device)?;
+                    &Source::Device { len, .. } if len <= SMALL as u64 => {
                         let t = std::time::Instant::now();
-                        let c = self.enter(ctx).map_err(CheckpointError::Device)?;
-                        // SAFETY: the chunk is writable for `len` (at most SMALL) bytes, the
-                        // copy waits, and the range lies in the session's memory or globals.
-                        unsafe { c.dtoh(buf.as_mut_ptr(), addr, len as usize, None, true) }.map_err(CheckpointError::Device)?;
+                        let bytes = small.bytes(self, &mut staging, i).ok_or_else(|| CheckpointError::Device(CuError::UNKNOWN))?;
+                        let bytes = bytes.map_err(CheckpointError::Device)?;
                         device += t.elapsed();
-                        w.blob(&buf[..len as usize])?;
+                        w.blob(bytes)?;
                     }
                     &Source::Device { ctx, addr, len } => {
                         while chunks.len() < CHUNKS && (chunks.len() as u64) * (CHUNK as u64) < len {
@@ -215,6 +213,7 @@ impl<E: Executor> Session<E> {
             Ok(device.as_secs_f64())
         })();
         staging.unpin(self);
+        drop(small);
         tracing::info!(
             session = self.id,
             device_bytes = through_bytes,
@@ -401,6 +400,6 @@ impl<E: Executor> Session<E> {
 /// Page-locked chunks a checkpoint copies through at most: one filled
 /// while the others are hashed and written.
 const CHUNKS: usize = 4;
-/// Blobs of device memory at most this long are copied and written on the
-/// session's thread, through the first chunk.
+/// Blobs of device memory at most this long are read in batches
+/// ([`SmallReads`]) and written on the session's thread.
 const SMALL: usize = 1 << 20;

@@ -53,6 +53,7 @@ mod premade;
 mod quota;
 mod restore;
 mod restore_error;
+mod small_reads;
 #[cfg(test)]
 mod snapshot_fixture;
 mod stream;

@@ -44,6 +44,27 @@ impl<R: Read + Seek> Blobs<'_, R> {
         Ok(self.reader.blob_start()?)
     }
 
+    /// Whether blob `index` holds exactly `expected`: compared where it
+    /// lies in a file kept as checked (mapped, not read), else read and
+    /// compared a part at a time.
+    pub(super) fn matches(&mut self, index: u32, expected: &[u8]) -> Result<bool, RestoreError> {
+        self.expect(index)?;
+        let len = self.reader.blob_start()?;
+        if let Some(file) = self.file.filter(|_| self.reader.checked_before()) {
+            let at = self.reader.skip_part(len)?;
+            return Ok(len == expected.len() as u64 && super::chunks::file_holds(file, at, expected)?);
+        }
+        let mut part = vec![0u8; (len as usize).min(1 << 20)];
+        let (mut off, mut same) = (0u64, len == expected.len() as u64);
+        while off < len {
+            let n = (len - off).min(part.len() as u64) as usize;
+            self.reader.blob_part(&mut part[..n])?;
+            same = same && part[..n] == expected[off as usize..off as usize + n];
+            off += n as u64;
+        }
+        Ok(same)
+    }
+
     fn expect(&mut self, index: u32) -> Result<(), RestoreError> {
         if index != self.next {
             return Err(RestoreError::Inconsistent(format!("blob {index} named where blob {} comes", self.next)));
@@ -306,14 +327,14 @@ impl<E: Executor> Session<E> {
         blobs: &mut Blobs<'_, R>,
         loading: Loading,
     ) -> Result<(), RestoreError> {
-        let image = blobs.take(m.image)?;
         if loading == Loading::Loaded {
-            let same = self.modules.get(m.id).is_some_and(|e| e.ctx == m.ctx && e.image[..] == image[..]);
-            if !same {
+            let loaded = self.modules.get(m.id).filter(|e| e.ctx == m.ctx).map(|e| e.image.clone());
+            if !loaded.map_or(Ok(false), |image| blobs.matches(m.image, &image))? {
                 return Err(RestoreError::Inconsistent(format!("module {:#x} is not the one its skeleton loaded", m.id)));
             }
             return self.module_lookups(m, blobs);
         }
+        let image = blobs.take(m.image)?;
         if image.len() > self.limits.max_image + 1 || image.last() != Some(&0) {
             return Err(RestoreError::Inconsistent(format!("module {:#x}: an image the backend would not load", m.id)));
         }

@@ -16,15 +16,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// Takes the checkpoint ordered for the session, if the supervisor nudged
-/// it and an order is there; whether the session leaves this backend.
-pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limits: &SessionLimits, peer: &str) -> bool {
-    let Some(nudge) = &limits.checkpoint else { return false };
+/// it and an order is there. `Some` when the session leaves this backend:
+/// whether its device memory was handed over in place.
+pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limits: &SessionLimits, peer: &str) -> Option<bool> {
+    let nudge = limits.checkpoint.as_ref()?;
     // A plain load on every waited call; the swap only once nudged.
     if !nudge.load(Ordering::Relaxed) || !nudge.swap(false, Ordering::SeqCst) {
-        return false;
+        return None;
     }
-    let Some(broker) = &limits.ipc else { return false };
-    let Some((file, kind)) = broker.checkpoint_order() else { return false };
+    let broker = limits.ipc.as_ref()?;
+    let (file, kind) = broker.checkpoint_order()?;
     let stay = kind.stay;
     let t = Instant::now();
     let taken = if kind.skeleton { session.skeleton(&file, peer) } else { session.checkpoint(&file, peer, !stay, kind.hand_over) };
@@ -39,7 +40,7 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
         tracing::warn!(session = session.id(), why, "checkpoint failed; the session goes on");
         let _ = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| file.write_all(why.as_bytes()));
         broker.checkpoint_report(None);
-        false
+        None
     };
     match written {
         Ok((taken, written)) => {
@@ -69,7 +70,7 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
                 "session checkpointed"
             );
             broker.checkpoint_report(Some((bytes, session.token())));
-            !stay
+            (!stay).then_some(handed_pieces > 0)
         }
         Err(e) => fail(file, e.to_string()),
     }

@@ -60,9 +60,14 @@ pub enum Ended {
     #[error("shutdown")]
     Shutdown,
     /// The session was checkpointed and left this backend; its guest
-    /// takes it back from a restore.
+    /// takes it back from a restore. `in_place`: its device memory was
+    /// handed over in place (it stays on the GPU for the backend that
+    /// restores it).
     #[error("checkpointed and detached")]
-    Detached,
+    Detached {
+        /// Whether its device memory was handed over in place.
+        in_place: bool,
+    },
     /// The connection asked for a checkpointed session that is not (or
     /// no longer) parked here, or whose restore failed.
     #[error("resume refused ({0:?})")]

@@ -20,6 +20,7 @@ use pvgpu_ring::proto::{HEADER_LEN, Header};
 use pvgpu_ring::report::Chain;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// A connection set up and ready to serve.
 pub struct Opened {
@@ -136,8 +137,30 @@ pub fn serve<E: Executor>(
         let served = serve_one(&mut session, conn, &mut io, stop, &cfg.limits, &peer);
         session.leave_turn();
         if let Err(ended) = served {
+            if matches!(ended, Ended::Detached { in_place: true }) {
+                let_go_later(stop);
+            }
             return ended;
         }
+    }
+}
+
+/// How long a session that left with its device memory handed over in
+/// place keeps its context here before it lets go of it (while the
+/// backend is not stopping).
+const LET_GO_AFTER: Duration = Duration::from_millis(400);
+
+/// Waits [`LET_GO_AFTER`] (less if the backend stops). A context's
+/// teardown holds the driver: done at once, it ran while the restoring
+/// backend mapped the memory handed over, whose mapping then took 30-48 ms
+/// of the program's pause instead of 1-7 ms (PyTorch trainings on the
+/// H200, 2026-11-29). The memory itself stays on the GPU either way; a
+/// session whose memory was copied lets go at once, as the restoring
+/// backend needs the room.
+fn let_go_later(stop: &AtomicBool) {
+    let until = std::time::Instant::now() + LET_GO_AFTER;
+    while std::time::Instant::now() < until && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -207,7 +230,8 @@ fn serve_one<E: Executor>(
     };
     // A checkpoint is taken where the program waits for a reply: everything
     // it sent before is done, and it sends nothing until this reply.
-    let detached = h.wants_reply() && detach::checkpoint_if_ordered(session, limits, peer);
+    let left = if h.wants_reply() { detach::checkpoint_if_ordered(session, limits, peer) } else { None };
+    let detached = left.is_some();
     if h.wants_reply() {
         // What kernels printed goes first, as it appears before the
         // synchronising call returns on a GPU. Calls that cannot make the
@@ -253,8 +277,8 @@ fn serve_one<E: Executor>(
             conn.send_staged(&reply, &b.out, staged, stop)?;
         }
     }
-    if detached {
-        return Err(Ended::Detached);
+    if let Some(in_place) = left {
+        return Err(Ended::Detached { in_place });
     }
     if last { Err(Ended::Goodbye) } else { Ok(()) }
 }
