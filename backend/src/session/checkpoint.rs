@@ -183,7 +183,7 @@ impl<E: Executor> Session<E> {
                     }
                     &Source::Device { len, .. } if len <= SMALL as u64 => {
                         let t = std::time::Instant::now();
-                        let bytes = small.bytes(self, &mut staging, i).ok_or_else(|| CheckpointError::Device(CuError::UNKNOWN))?;
+                        let bytes = small.bytes(self, &mut staging, i).ok_or(CheckpointError::Device(CuError::UNKNOWN))?;
                         let bytes = bytes.map_err(CheckpointError::Device)?;
                         device += t.elapsed();
                         w.blob(bytes)?;
