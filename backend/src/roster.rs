@@ -22,6 +22,9 @@ struct Entry {
     since: Instant,
     seat: LedgerView,
     meter: Option<Arc<Meter>>,
+    /// Checkpointed and gone from this backend: its worker only lets go
+    /// of what it held; not listed, and never checkpointed again.
+    departed: bool,
 }
 
 impl Entry {
@@ -107,7 +110,7 @@ impl Roster {
     pub fn add(&self, id: u64, peer: String, transport: Transport, seat: LedgerView, tenant: Option<TenantOf>, meter: Option<Arc<Meter>>) {
         let group = (tenant.as_ref().map(|t| t.name.clone()), transport);
         *lock(&self.started).entry(group).or_default() += 1;
-        let entry = Entry { peer, tenant, transport, started: SystemTime::now(), since: Instant::now(), seat, meter };
+        let entry = Entry { peer, tenant, transport, started: SystemTime::now(), since: Instant::now(), seat, meter, departed: false };
         self.lock().insert(id, entry);
     }
 
@@ -140,14 +143,23 @@ impl Roster {
         (totals, lock(&self.started).clone(), sessions)
     }
 
-    /// The live sessions, lowest number first.
-    pub fn list(&self) -> Vec<api::Session> {
-        self.lock().iter().map(|(id, e)| e.describe(*id)).collect()
+    /// Marks session `id` as gone from this backend (checkpointed, and
+    /// not staying): what it counted stays until its worker ends, but it
+    /// is not listed any more.
+    pub fn depart(&self, id: u64) {
+        if let Some(e) = self.lock().get_mut(&id) {
+            e.departed = true;
+        }
     }
 
-    /// Session `id`, if it is live.
+    /// The live sessions, lowest number first.
+    pub fn list(&self) -> Vec<api::Session> {
+        self.lock().iter().filter(|(_, e)| !e.departed).map(|(id, e)| e.describe(*id)).collect()
+    }
+
+    /// Session `id`, if it is live (and has not departed).
     pub fn get(&self, id: u64) -> Option<api::Session> {
-        self.lock().get(&id).map(|e| e.describe(id))
+        self.lock().get(&id).filter(|e| !e.departed).map(|e| e.describe(id))
     }
 
     /// The sessions opened with any of `keys`.

@@ -119,6 +119,10 @@ impl Supervised {
         tracing::info!(session = id, file = %path.display(), stay = req.leave_running, "checkpoint ordered");
         match done.recv_timeout(wait) {
             Ok(Ok(written)) => {
+                if !kind.stay {
+                    // Its worker may still let go of its context a moment.
+                    self.roster.depart(id);
+                }
                 let (handed_bytes, handed_from) = self.serve_handed(&keep, &path, written.token, written.handed, wait);
                 Ok(CheckpointReport {
                     session: id,
