@@ -176,7 +176,8 @@ impl Roster {
     /// Tenant `name`'s sessions now, and the device memory they hold.
     pub fn tenant_usage(&self, name: &str) -> (usize, u64) {
         let live = self.lock();
-        let mine = live.values().filter(|e| e.tenant.as_ref().is_some_and(|t| t.name == name));
+        // A departed session's memory went with it (or is freed soon).
+        let mine = live.values().filter(|e| !e.departed && e.tenant.as_ref().is_some_and(|t| t.name == name));
         mine.fold((0, 0), |(n, bytes), e| (n + 1, bytes + e.seat.held()))
     }
 
