@@ -20,9 +20,22 @@ use std::sync::{Arc, Mutex};
 /// How a checkpoint went, as the session reports it, or why not.
 pub type Done = Result<Written, String>;
 
-/// What a session reports of a checkpoint it wrote: the bytes of device
-/// state in the file, and its token.
-pub type Report = Result<(u64, Token), String>;
+/// What a session reports of a checkpoint it wrote, or that it failed.
+pub type Report = Result<Wrote, String>;
+
+/// A checkpoint as its session reports it.
+#[derive(Debug, Clone, Copy)]
+pub struct Wrote {
+    /// Bytes of device state in the file.
+    pub bytes: u64,
+    /// The session's token.
+    pub token: Token,
+    /// How long the session was held for it, from the call it was taken
+    /// at (its work drained, the file written and synced, its memory
+    /// handed over) to this report: the checkpoint's part of the
+    /// session's pause, without its way to that call.
+    pub held: std::time::Duration,
+}
 
 /// A checkpoint written.
 #[derive(Debug)]
@@ -31,6 +44,8 @@ pub struct Written {
     pub bytes: u64,
     /// The session's token.
     pub token: Token,
+    /// How long the session was held for it ([`Wrote::held`]).
+    pub held: std::time::Duration,
     /// Device memory handed over in place (the driver's descriptors, in
     /// the snapshot's order, as [`Desk::add_handed`] took them): the
     /// snapshot restores only with them.
@@ -165,7 +180,7 @@ impl Desk {
     /// keeps its memory).
     pub fn report(&self, id: u64, report: Report) {
         if let Some(o) = lock(&self.orders).remove(&id) {
-            let _ = o.done.send(report.map(|(bytes, token)| Written { bytes, token, handed: o.handed }));
+            let _ = o.done.send(report.map(|w| Written { bytes: w.bytes, token: w.token, held: w.held, handed: o.handed }));
         }
     }
 
@@ -359,15 +374,15 @@ mod tests {
         let rx = desk.order(3, memfile(), OrderKind { stay: true, hand_over: false, skeleton: false });
         assert!(desk.take_order(3).is_some_and(|(_, kind)| kind.stay));
         assert!(desk.add_handed(3, memfile().into()).is_err(), "memory handed over only where the order asks");
-        desk.report(3, Ok((42, [0; 16])));
+        desk.report(3, Ok(Wrote { bytes: 42, token: [0; 16], held: std::time::Duration::from_millis(5) }));
         let w = rx.recv().unwrap().unwrap();
-        assert_eq!((w.bytes, w.handed.len()), (42, 0));
+        assert_eq!((w.bytes, w.handed.len(), w.held.as_millis()), (42, 0, 5));
         assert!(desk.take_order(3).is_none());
 
         let rx = desk.order(4, memfile(), OrderKind { stay: false, hand_over: true, skeleton: false });
         desk.add_handed(4, memfile().into()).unwrap();
         desk.add_handed(4, memfile().into()).unwrap();
-        desk.report(4, Ok((1, [9; 16])));
+        desk.report(4, Ok(Wrote { bytes: 1, token: [9; 16], held: std::time::Duration::ZERO }));
         let w = rx.recv().unwrap().unwrap();
         assert_eq!((w.token, w.handed.len()), ([9; 16], 2), "the pieces handed before the report");
         desk.keep_handed(w.token, Kept { fds: w.handed, peer: "uid:7".into(), path: "/s".into(), bytes: 4 << 20 });

@@ -164,6 +164,12 @@ pub struct CheckpointReport {
     /// session was asked (it ran on meanwhile; not part of its pause).
     #[serde(default)]
     pub room_seconds: f64,
+    /// Of those, seconds the session was held for the checkpoint, from
+    /// the call it was taken at to its report (its work drained, the
+    /// file written): the checkpoint's part of its pause. The rest it ran
+    /// on, up to that call. 0 from a backend that does not say.
+    #[serde(default)]
+    pub held_seconds: f64,
     /// Whether the session still runs here.
     pub left_running: bool,
     /// Bytes of device memory handed over in place, not written.

@@ -226,7 +226,7 @@ fn run(cli: Cli) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 println!(
-                    "session {} moved to {}: {} of device state{}; room made for the snapshot in {:.3} s, checkpoint {:.3} s, restore {:.3} s{}, move recorded in {:.3} s; its program goes on there at its next call",
+                    "session {} moved to {}: {} of device state{}; room made for the snapshot in {:.3} s, checkpoint {:.3} s (the session held {:.3} s of it), restore {:.3} s{}, move recorded in {:.3} s; its program goes on there at its next call",
                     r.session,
                     r.to,
                     bytes(r.state_bytes),
@@ -237,6 +237,7 @@ fn run(cli: Cli) -> Result<()> {
                     },
                     r.room_seconds,
                     r.checkpoint_seconds - r.room_seconds,
+                    r.held_seconds,
                     r.restore_seconds,
                     if r.uploaded { " (uploaded)" } else { "" },
                     r.record_seconds

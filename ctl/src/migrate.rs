@@ -142,6 +142,11 @@ pub struct MigrateReport {
     /// before it asked the session (which ran on meanwhile).
     #[serde(default)]
     pub room_seconds: f64,
+    /// Of those, seconds the session was held for the checkpoint, from
+    /// the call it was taken at (0 from a source that does not say): the
+    /// rest it ran on, up to that call.
+    #[serde(default)]
+    pub held_seconds: f64,
     /// Seconds for the target to check and take the snapshot.
     pub restore_seconds: f64,
     /// Whether it went to the target as an upload (another host), not by
@@ -160,10 +165,13 @@ pub struct MigrateReport {
 /// A moved session back at work at the target.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Back {
-    /// Seconds from the checkpoint's order to the session (the room made
-    /// for the snapshot before it, while the session ran, left out) to the
-    /// target listing the session rebuilt, as this side's clock sees them
-    /// (to within its 10 ms looks): the program's pause, but for the first
+    /// Seconds from the call the session was taken at (where the source
+    /// does not say: from the checkpoint's order, less the room made for
+    /// the snapshot while the session ran) to the target listing the
+    /// session rebuilt, as this side's clock sees them (to within its
+    /// 10 ms looks): the session's pause. The program's own is at most
+    /// this, and less where it works between the call it was taken at
+    /// and its next call, which the target serves; plus the first
     /// launches of its kernels in the new process.
     pub pause_seconds: f64,
     /// Of those, seconds after the move was recorded: the program's next
@@ -249,6 +257,7 @@ pub fn migrate(
         not_prepared: prepared.and_then(Result::err),
         checkpoint_seconds: (t1 - t0).as_secs_f64(),
         room_seconds: written.room_seconds,
+        held_seconds: written.held_seconds,
         restore_seconds: (t2 - t1).as_secs_f64(),
         uploaded,
         record_seconds: (t3 - t2).as_secs_f64(),
@@ -292,11 +301,11 @@ fn prepare(source: &dyn Source, target: &Control, session: u64, file: &Path, tim
 /// at `target` (its program's next call takes it back there), and fills
 /// `report.back`; leaves it `None` when the program made no call within
 /// `wait` (an idle program comes back at its next call). Call it right
-/// after [`migrate`]: the pause counts from the migration's start, less
-/// the room made for the snapshot while the session still ran.
+/// after [`migrate`]: the pause counts from the call the session was taken
+/// at ([`pause_before_the_move`]).
 pub fn wait_back(target: &Control, report: &mut MigrateReport, wait: Duration) {
     let t0 = Instant::now();
-    let before = report.checkpoint_seconds - report.room_seconds + report.restore_seconds + report.record_seconds;
+    let before = pause_before_the_move(report);
     let deadline = t0 + wait;
     loop {
         // The target's session restored from this one's snapshot, admitted
@@ -315,6 +324,15 @@ pub fn wait_back(target: &Control, report: &mut MigrateReport, wait: Duration) {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The part of `report`'s pause before the move was recorded: the session
+/// held for its checkpoint, the target's check, the move recorded. From a
+/// source that does not say how long it held the session, the whole
+/// checkpoint less the room made before the session was asked.
+pub fn pause_before_the_move(report: &MigrateReport) -> f64 {
+    let held = if report.held_seconds > 0.0 { report.held_seconds } else { report.checkpoint_seconds - report.room_seconds };
+    held + report.restore_seconds + report.record_seconds
 }
 
 /// Whether the target has each GPU session `session` uses at `source` as

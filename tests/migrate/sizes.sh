@@ -71,7 +71,9 @@ migrate_one() {
     line=$(python3 - $W/mig.json "$(tail -1 $W/pv.txt | cut -c1-40)" $g $way <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); b = r.get("back") or {}; rb = b.get("rebuild") or {}
-ck = r["checkpoint_seconds"] - r["room_seconds"]
+# The session's part of the checkpoint, from the call it was taken at
+# (older backends: the whole checkpoint, less the room made before it).
+ck = r.get("held_seconds") or (r["checkpoint_seconds"] - r["room_seconds"])
 rebuild = rb.get("rebuild_seconds", float("nan"))
 # The holder is idle while it moves (it calls again once told to): its
 # pause is what a program calling at once waits, the move and the rebuild.

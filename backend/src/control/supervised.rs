@@ -131,6 +131,7 @@ impl Supervised {
                     file_bytes: keep.metadata().map_or(0, |m| m.len()),
                     seconds: t.elapsed().as_secs_f64(),
                     room_seconds,
+                    held_seconds: written.held.as_secs_f64(),
                     left_running: req.leave_running,
                     handed_bytes,
                     handed_from,

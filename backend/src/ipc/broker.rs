@@ -10,7 +10,7 @@
 
 use super::registry::{Registry, Token};
 use super::{IpcError, IpcObject};
-use crate::checkpoints::{Desk, OrderKind};
+use crate::checkpoints::{Desk, OrderKind, Wrote};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -161,18 +161,19 @@ impl Broker {
     /// Reports the checkpoint: the bytes of device state written and the
     /// session's token, or a failure (`None`) whose reason the session
     /// wrote into the file.
-    pub fn checkpoint_report(&self, written: Option<(u64, Token)>) {
+    pub fn checkpoint_report(&self, written: Option<Wrote>) {
         match self {
             Broker::Direct { desk, session, .. } => desk.report(*session, written.ok_or_else(String::new)),
             Broker::Remote(sock) => {
-                let (bytes, token) = written.unwrap_or((0, [0; 16]));
-                let m = Msg {
+                let (bytes, token, held) = written.map_or((0, [0; 16], 0), |w| (w.bytes, w.token, nanos(w.held)));
+                let mut m = Msg {
                     op: OP_REPORT.into(),
                     kind: u32::from(written.is_none()).into(),
                     size: bytes.into(),
                     token,
                     ..Default::default()
                 };
+                m.bytes[..8].copy_from_slice(&held.to_le_bytes());
                 if let Err(e) = call(sock, &m, None) {
                     tracing::warn!(error = %e, "reporting a checkpoint failed");
                 }
@@ -285,6 +286,11 @@ impl Broker {
     }
 }
 
+/// A duration in whole nanoseconds, as a report carries it.
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// Sends `m` (with `fd`) and waits for the reply: one call at a time.
 fn call(sock: &Mutex<OwnedFd>, m: &Msg, fd: Option<&OwnedFd>) -> Result<(Msg, Option<OwnedFd>), IpcError> {
     let sock = sock.lock().unwrap_or_else(|p| p.into_inner());
@@ -379,7 +385,9 @@ pub fn serve_worker(registry: &Registry, desk: &Desk, scope: &Arc<str>, session:
             }),
             OP_HANDED => fd.ok_or(IpcError::Unreachable).and_then(|fd| desk.add_handed(session, fd)),
             OP_REPORT => {
-                desk.report(session, if m.kind.get() == 0 { Ok((m.size.get(), m.token)) } else { Err(String::new()) });
+                let held = std::time::Duration::from_nanos(u64::from_le_bytes(m.bytes[..8].try_into().unwrap_or_default()));
+                let wrote = Wrote { bytes: m.size.get(), token: m.token, held };
+                desk.report(session, if m.kind.get() == 0 { Ok(wrote) } else { Err(String::new()) });
                 Ok(())
             }
             OP_CLAIM => desk.claim(scope, &m.token).map(|(fd, n)| {

@@ -69,7 +69,7 @@ pub(super) fn checkpoint_if_ordered<E: Executor>(session: &mut Session<E>, limit
                 stay,
                 "session checkpointed"
             );
-            broker.checkpoint_report(Some((bytes, session.token())));
+            broker.checkpoint_report(Some(crate::checkpoints::Wrote { bytes, token: session.token(), held: t.elapsed() }));
             (!stay).then_some(handed_pieces > 0)
         }
         Err(e) => fail(file, e.to_string()),

@@ -49,7 +49,11 @@ pub(crate) fn move_to_another_backend(
     // The room made for the snapshot while the session still ran is not
     // part of the pause.
     assert!(report.room_seconds > 0.0 && report.room_seconds < report.checkpoint_seconds, "{report:?}");
-    let before = report.checkpoint_seconds - report.room_seconds + report.restore_seconds + report.record_seconds;
+    // The pause counts from the call the session was taken at: the
+    // source held it for part of the checkpoint, not for its way there.
+    let checkpoint = report.checkpoint_seconds - report.room_seconds;
+    assert!(report.held_seconds > 0.0 && report.held_seconds <= checkpoint, "{report:?}");
+    let before = report.held_seconds + report.restore_seconds + report.record_seconds;
     assert!((back.pause_seconds - before - back.after_move_seconds).abs() < 1e-6, "{back:?}");
     let listed = to.sessions().unwrap();
     assert!(listed.iter().any(|s| s.restored.as_ref().is_some_and(|x| x.from_session == id)), "{listed:?}");
