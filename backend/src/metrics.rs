@@ -33,6 +33,22 @@ pub trait GpuSource: Send + Sync {
     fn read(&self) -> Vec<GpuReading>;
 }
 
+/// NVML's reading of this backend's GPU `index`: the board with the UUID
+/// the executor gives that index (`executor`), so that a backend run with
+/// `CUDA_VISIBLE_DEVICES` shows its own GPUs; where none has it (or the
+/// executor gives none), NVML's board of that index.
+pub(crate) fn board<'a>(gpus: &'a [GpuReading], index: usize, executor: Option<&[u8; 16]>) -> Option<&'a GpuReading> {
+    let named = executor.map(nvml_uuid);
+    named.and_then(|u| gpus.iter().find(|g| g.uuid.eq_ignore_ascii_case(&u))).or_else(|| gpus.iter().find(|g| g.index as usize == index))
+}
+
+/// A GPU's UUID as NVML writes it (`GPU-` and its 16 bytes in hex, grouped
+/// 8-4-4-4-12), from the bytes `cuDeviceGetUuid` gives.
+pub(crate) fn nvml_uuid(bytes: &[u8; 16]) -> String {
+    let h = pvgpu_ctl::snapshot::hex(bytes);
+    format!("GPU-{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
 /// What `/metrics` reads.
 #[derive(Clone)]
 pub struct Metrics {
@@ -41,6 +57,8 @@ pub struct Metrics {
     ledgers: Arc<crate::ledger::Ledgers>,
     gpus: Option<Arc<dyn GpuSource>>,
     devices: Arc<Devices>,
+    /// Each GPU's UUID as the executor gives it, by the backend's index.
+    executor_uuids: Arc<[[u8; 16]]>,
     events: Arc<Events>,
     arbiter: Option<Arc<crate::share::Arbiter>>,
     copies: Option<Arc<crate::peer_copy::CopyCounts>>,
@@ -91,7 +109,25 @@ impl Metrics {
         gpus: Option<Arc<dyn GpuSource>>,
         devices: Arc<Devices>,
     ) -> Metrics {
-        Metrics { roster, tenants, ledgers, gpus, devices, events: Arc::default(), arbiter: None, copies: None }
+        Metrics {
+            roster,
+            tenants,
+            ledgers,
+            gpus,
+            devices,
+            executor_uuids: Arc::new([]),
+            events: Arc::default(),
+            arbiter: None,
+            copies: None,
+        }
+    }
+
+    /// Labels the GPU gauges by the backend's index of each GPU (as the
+    /// API, drains and sessions number them), the executor's UUID of each
+    /// found among NVML's boards.
+    pub fn with_executor_uuids(mut self, uuids: Vec<[u8; 16]>) -> Metrics {
+        self.executor_uuids = uuids.into();
+        self
     }
 
     /// Reports the connections of copies between backends.
@@ -359,9 +395,14 @@ impl Metrics {
 
     fn gpu_gauges(&self, enc: &mut DescriptorEncoder) -> Result<(), Error> {
         let Some(src) = &self.gpus else { return Ok(()) };
-        let gpus = src.read();
-        let labels = |g: &GpuReading| vec![("gpu", g.index.to_string()), ("UUID", g.uuid.clone()), ("modelName", g.name.clone())];
-        let rows = |f: &dyn Fn(&GpuReading) -> Option<f64>| -> Vec<_> { gpus.iter().filter_map(|g| Some((labels(g), f(g)?))).collect() };
+        let boards = src.read();
+        // The backend's GPUs by its own index, as `pvgpu_gpu_drained` and
+        // the API number them (NVML numbers every board of the host).
+        let gpus: Vec<(usize, &GpuReading)> =
+            (0..self.devices.count()).filter_map(|i| Some((i, board(&boards, i, self.executor_uuids.get(i))?))).collect();
+        let labels = |i: usize, g: &GpuReading| vec![("gpu", i.to_string()), ("UUID", g.uuid.clone()), ("modelName", g.name.clone())];
+        let rows =
+            |f: &dyn Fn(&GpuReading) -> Option<f64>| -> Vec<_> { gpus.iter().filter_map(|&(i, g)| Some((labels(i, g), f(g)?))).collect() };
         gauges(
             enc,
             "pvgpu_gpu_utilization",
@@ -385,5 +426,41 @@ impl Metrics {
         )?;
         gauges(enc, "pvgpu_gpu_temperature", "GPU temperature.", Some(&Unit::Celsius), &rows(&|g| g.temperature_celsius))?;
         gauges(enc, "pvgpu_gpu_power", "Power drawn.", Some(&Unit::Other("watts".into())), &rows(&|g| g.power_watts))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Boards(Vec<GpuReading>);
+
+    impl GpuSource for Boards {
+        fn read(&self) -> Vec<GpuReading> {
+            self.0.clone()
+        }
+    }
+
+    fn reading(index: u32, uuid: &str, used: u64) -> GpuReading {
+        GpuReading { index, uuid: uuid.into(), name: "NVIDIA H200".into(), memory_used_bytes: Some(used), ..Default::default() }
+    }
+
+    #[test]
+    fn gpu_gauges_carry_the_backends_own_index() {
+        // A backend run with CUDA_VISIBLE_DEVICES=1 on a host of two GPUs:
+        // its GPU 0 is NVML's board 1.
+        let uuid = [0xd0, 0x94, 0xf2, 0xeb, 0x45, 0x47, 0xd5, 0xf8, 0x43, 0x34, 0xd3, 0x99, 0x79, 0x7f, 0xce, 0xf9];
+        let theirs = "GPU-00000000-0000-0000-0000-000000000000";
+        let ours = "GPU-d094f2eb-4547-d5f8-4334-d399797fcef9";
+        let boards = Boards(vec![reading(0, theirs, 111), reading(1, ours, 222)]);
+        let devices = Arc::new(Devices::new(1, None).unwrap());
+        devices.set_drained(0, true).unwrap();
+        let m = Metrics::new(Arc::default(), None, Arc::new(crate::ledger::Ledgers::new(0, 1)), Some(Arc::new(boards)), devices)
+            .with_executor_uuids(vec![uuid]);
+        let text = m.render().unwrap();
+        let used: Vec<&str> = text.lines().filter(|l| l.starts_with("pvgpu_gpu_memory_used")).collect();
+        assert_eq!(used.len(), 1, "only the backend's GPU: {text}");
+        assert!(used[0].contains("gpu=\"0\"") && used[0].contains(ours) && used[0].ends_with(" 222.0"), "{}", used[0]);
+        assert!(text.contains("pvgpu_gpu_drained{gpu=\"0\"} 1"), "the same index as the drain: {text}");
     }
 }

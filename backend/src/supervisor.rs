@@ -171,7 +171,8 @@ impl Backend {
             shared.devices.clone(),
         )
         .with_arbiter(arbiter)
-        .with_copies(spawner.desk().copies.counts.clone());
+        .with_copies(spawner.desk().copies.counts.clone())
+        .with_executor_uuids(spawner.device_uuids());
         let metrics_server = match &cfg.metrics {
             Some(addr) => Some(crate::control::MetricsServer::start(addr, metrics.clone())?),
             None => None,

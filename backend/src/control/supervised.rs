@@ -5,6 +5,7 @@
 use super::tenant_admin::TenantDesk;
 use super::{Refusal, Sessions, TenantAdmin};
 use crate::metrics::Events;
+use crate::metrics::board;
 use crate::roster::Roster;
 use crate::spawn::Spawner;
 use pvgpu_ctl::api::{CheckpointReport, CheckpointRequest, RestoreReport, RestoreRequest, Session};
@@ -448,22 +449,6 @@ fn other_model(meta: &snapshot::Meta, gpus: &[crate::metrics::GpuReading], uuids
     })
 }
 
-/// NVML's reading of this backend's GPU `index`: the board with the UUID
-/// the executor gives that index (`executor`), so that a backend run with
-/// `CUDA_VISIBLE_DEVICES` shows its own GPUs; where none has it (or the
-/// executor gives none), NVML's board of that index.
-fn board<'a>(gpus: &'a [crate::metrics::GpuReading], index: usize, executor: Option<&[u8; 16]>) -> Option<&'a crate::metrics::GpuReading> {
-    let named = executor.map(nvml_uuid);
-    named.and_then(|u| gpus.iter().find(|g| g.uuid.eq_ignore_ascii_case(&u))).or_else(|| gpus.iter().find(|g| g.index as usize == index))
-}
-
-/// A GPU's UUID as NVML writes it (`GPU-` and its 16 bytes in hex, grouped
-/// 8-4-4-4-12), from the bytes `cuDeviceGetUuid` gives.
-fn nvml_uuid(bytes: &[u8; 16]) -> String {
-    let h = snapshot::hex(bytes);
-    format!("GPU-{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
-}
-
 /// The snapshot's program saw other GPUs than its peer gets here now
 /// (`here`: the session's list, `None` all `count` GPUs), as the worker
 /// would find when the program comes back: a tenant's GPUs changed, or one
@@ -569,7 +554,7 @@ mod tests {
         let mut first = gpu(0, h100);
         first.uuid = "GPU-d094f2eb-4547-d5f8-4334-d399797fcef9".into();
         let uuids = [[0; 16], [0xd0, 0x94, 0xf2, 0xeb, 0x45, 0x47, 0xd5, 0xf8, 0x43, 0x34, 0xd3, 0x99, 0x79, 0x7f, 0xce, 0xf9]];
-        assert_eq!(nvml_uuid(&uuids[1]), "GPU-d094f2eb-4547-d5f8-4334-d399797fcef9");
+        assert_eq!(crate::metrics::nvml_uuid(&uuids[1]), "GPU-d094f2eb-4547-d5f8-4334-d399797fcef9");
         let boards = [first, gpu(1, "NVIDIA H200")];
         assert_eq!(other_model(&meta, &boards, &uuids), None, "the board with the executor's UUID");
         assert_eq!(board(&boards, 1, uuids.get(1)).map(|g| g.index), Some(0));
