@@ -1,5 +1,5 @@
-//! Room in the process's descriptor table, made once, while the process
-//! has one thread.
+//! Room in the process's descriptor table, made once as the process
+//! starts.
 //!
 //! The kernel grows a process's descriptor table (doubling it) when a new
 //! descriptor does not fit, and a process of several threads then waits
@@ -20,8 +20,10 @@ use std::os::fd::{AsFd, OwnedFd};
 pub const ROOM: u64 = 4096;
 
 /// Grows the descriptor table to hold [`ROOM`] descriptors (or as many as
-/// the process may open); call it before the process starts a thread.
-/// Where the kernel refuses, the table grows as it is used, as before.
+/// the process may open), once as it starts: before its first thread it
+/// waits for nothing (a worker), after them for one grace period, then and
+/// not within a pause (a supervisor, [`crate::Backend`]). Where the kernel
+/// refuses, the table grows as it is used, as before.
 pub fn make_room() {
     let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).map_or(1024, |(soft, _)| soft);
     let Ok(highest) = i32::try_from(ROOM.min(soft).saturating_sub(1)) else { return };

@@ -312,14 +312,17 @@ enum Cmd {
 }
 
 fn main() -> Result<()> {
-    // Supervisor and workers alike, while this is their only thread.
-    pvgpu_backend::fd_table::make_room();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(pvgpu_backend::log_sink::LogSink::default)
         .init();
     let args = pvgpu_backend::config_file::expand(std::env::args_os().collect())?;
     let cli = Cli::parse_from(args);
+    // A worker, while this is its only thread (a supervisor makes the
+    // room as it starts, `Backend::start`).
+    if cli.command.is_some() {
+        pvgpu_backend::fd_table::make_room();
+    }
     match &cli.command {
         Some(cmd @ Cmd::Worker { .. }) => return worker(cmd, None),
         Some(Cmd::PoolWorker { exec, sandbox }) => return pool_worker(exec, sandbox),

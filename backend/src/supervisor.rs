@@ -127,8 +127,8 @@ impl Backend {
     }
 
     fn start(cfg: Config, spawner: Arc<dyn Spawner>) -> Result<Backend, BackendError> {
-        // Once here, not while a session moves (a backend in a program of
-        // its own; `pvgpu-backend` made the room before its first thread).
+        // Once here, before this starts its threads, not while a session
+        // moves (workers make theirs as they start).
         crate::fd_table::make_room();
         let pools = Pools::new(&cfg.admission);
         spawner.desk().copies.set_peers(

@@ -40,8 +40,8 @@ impl Chunks {
             return Ok(());
         }
         let c = s.enter(ctx)?;
-        // SAFETY: the mapping outlives the registration: the caller runs
-        // `unpin` before the chunk is dropped.
+        // The caller runs `unpin` before the chunk is dropped.
+        // SAFETY: the mapping, `buf.len()` bytes, outlives the registration.
         if unsafe { c.register_host(p, buf.len()) }.is_ok() {
             self.pinned.push((ctx, p));
         }
@@ -72,17 +72,11 @@ pub(super) fn write_mapped<E: Executor>(
     at: u64,
     (ctx, addr, len): (u64, u64, u64),
 ) -> Result<(), RestoreError> {
-    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().map_or(4096, |p| p as u64);
     let failed = |error| RestoreError::Rebuild { what: format!("device memory at {addr:#x}"), error };
     let mut off = 0;
     while off < len {
         let n = (len - off).min(CHUNK as u64) as usize;
-        let start = at + off;
-        let lead = (start % page) as usize;
-        // A file sealed, or under a read lease no writer broke (the caller checked).
-        // SAFETY: read-only, of a file nothing changes or cuts while it is mapped here.
-        let map = unsafe { memmap2::MmapOptions::new().offset(start - lead as u64).len(lead + n).populate().map(file) }
-            .map_err(|e| RestoreError::File(e.into()))?;
+        let (map, lead) = map_part(file, at + off, n, true)?;
         let c = s.enter(ctx).map_err(failed)?;
         // SAFETY: the mapping lives until after the unpin below.
         let pinned = unsafe { c.pin_read_only(map.as_ptr(), map.len()) }.unwrap_or(false);
@@ -107,13 +101,27 @@ pub(super) fn file_holds(file: &std::fs::File, at: u64, expected: &[u8]) -> Resu
     if expected.is_empty() {
         return Ok(true);
     }
+    let (map, lead) = map_part(file, at, expected.len(), false)?;
+    Ok(map[lead..] == *expected)
+}
+
+/// `len` bytes of `file` from offset `at`, mapped read-only from the page
+/// that holds `at` (with `populate`, its pages read in at once): the
+/// mapping, and where the bytes start in it. Only for a file sealed, or
+/// under a read lease no writer broke ([`crate::file_guard::unchanged`]),
+/// which the callers checked: a mapping of a file cut meanwhile would
+/// fault.
+fn map_part(file: &std::fs::File, at: u64, len: usize, populate: bool) -> Result<(memmap2::Mmap, usize), RestoreError> {
     let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().map_or(4096, |p| p as u64);
     let lead = (at % page) as usize;
-    // SAFETY: read-only, of a file nothing changes or cuts while it is
-    // mapped here (the caller checked); the mapping ends with this call.
-    let map = unsafe { memmap2::MmapOptions::new().offset(at - lead as u64).len(lead + expected.len()).map(file) }
-        .map_err(|e| RestoreError::File(e.into()))?;
-    Ok(map[lead..] == *expected)
+    let mut options = memmap2::MmapOptions::new();
+    options.offset(at - lead as u64).len(lead + len);
+    if populate {
+        options.populate();
+    }
+    // SAFETY: read-only, of a file nothing changes or cuts while it is mapped (the callers' check).
+    let map = unsafe { options.map(file) }.map_err(|e| RestoreError::File(e.into()))?;
+    Ok((map, lead))
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ pub(super) struct Blobs<'r, R: Read + Seek> {
     pub(super) file: Option<&'r std::fs::File>,
 }
 
-impl<R: Read + Seek> Blobs<'_, R> {
+impl<'r, R: Read + Seek> Blobs<'r, R> {
     fn take(&mut self, index: u32) -> Result<Vec<u8>, RestoreError> {
         self.expect(index)?;
         Ok(self.reader.blob()?)
@@ -50,7 +50,7 @@ impl<R: Read + Seek> Blobs<'_, R> {
     pub(super) fn matches(&mut self, index: u32, expected: &[u8]) -> Result<bool, RestoreError> {
         self.expect(index)?;
         let len = self.reader.blob_start()?;
-        if let Some(file) = self.file.filter(|_| self.reader.checked_before()) {
+        if let Some(file) = self.in_place() {
             let at = self.reader.skip_part(len)?;
             return Ok(len == expected.len() as u64 && super::chunks::file_holds(file, at, expected)?);
         }
@@ -63,6 +63,12 @@ impl<R: Read + Seek> Blobs<'_, R> {
             off += n as u64;
         }
         Ok(same)
+    }
+
+    /// The file the blobs lie in, where parts may be taken from it where
+    /// they lie: one kept as checked, read without hashing.
+    pub(super) fn in_place(&self) -> Option<&'r std::fs::File> {
+        self.file.filter(|_| self.reader.checked_before())
     }
 
     fn expect(&mut self, index: u32) -> Result<(), RestoreError> {
@@ -469,7 +475,7 @@ impl<E: Executor> Session<E> {
             if len != a.length {
                 return Err(RestoreError::Inconsistent(format!("allocation {:#x}: {len} bytes for {}", a.address, a.length)));
             }
-            if let Some(file) = blobs.file.filter(|_| blobs.reader.checked_before()) {
+            if let Some(file) = blobs.in_place() {
                 let at = blobs.reader.skip_part(len)?;
                 super::chunks::write_mapped(self, file, at, (a.ctx, a.address, len))?;
                 continue;

@@ -90,11 +90,10 @@ impl SmallReads {
                     }
                 };
                 let c = s.enter(p.ctx)?;
-                // SAFETY: the buffer is writable at [offset, offset+len) (the
-                // plan kept every piece inside the largest batch, which the
-                // buffer holds) and outlives the copy: the stream is waited
-                // for below before the buffer is read or dropped; the range
-                // lies in the session's memory or globals.
+                // The plan kept every piece inside the largest batch, which
+                // the buffer holds; the stream is waited for below before the
+                // buffer is read or dropped.
+                // SAFETY: writable at [offset, offset+len) until the wait; the range is the session's.
                 unsafe { c.dtoh(buf.as_mut_ptr().add(p.offset), p.addr, p.len, Some(stream), false) }?;
             }
             Ok(())
