@@ -101,14 +101,16 @@ fn send_all(conn: &OwnedFd, fds: &[OwnedFd]) -> io::Result<()> {
     Ok(())
 }
 
-/// Fetches the memory handed over in place served at `path`.
-pub fn fetch(path: &Path) -> io::Result<Vec<OwnedFd>> {
+/// Fetches the `expected` pieces of memory handed over in place served at
+/// `path`. Another count is refused before any piece is taken: the source
+/// then keeps them all.
+pub fn fetch(path: &Path, expected: usize) -> io::Result<Vec<OwnedFd>> {
     let sock = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)?;
     connect(sock.as_raw_fd(), &UnixAddr::new(path)?)?;
     set_blocking(&sock)?;
     let (total, none) = recv(&sock)?;
-    if !none.is_empty() || total as usize > MAX_HANDED {
-        return Err(io::Error::other(format!("a count of {total} pieces")));
+    if !none.is_empty() || total as usize > MAX_HANDED || total as usize != expected {
+        return Err(io::Error::other(format!("{total} pieces served, of {expected}")));
     }
     let mut fds = Vec::with_capacity(total as usize);
     while fds.len() < total as usize {
@@ -198,7 +200,9 @@ mod tests {
         serve(desk.clone(), [5; 16], path.clone(), Duration::from_secs(20)).unwrap();
         let mode = std::fs::metadata(&path).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777).unwrap();
         assert_eq!(mode, 0o600);
-        let fds = fetch(&path).unwrap();
+        // A backend expecting other pieces takes none: they stay here.
+        assert!(fetch(&path, n - 1).is_err(), "another count");
+        let fds = fetch(&path, n).unwrap();
         assert_eq!(fds.len(), n);
         for (i, fd) in fds.into_iter().enumerate() {
             let mut f = std::fs::File::from(fd);
@@ -213,7 +217,7 @@ mod tests {
             assert!(Instant::now() < deadline, "the socket is removed once served");
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert!(fetch(&path).is_err(), "served once");
+        assert!(fetch(&path, n).is_err(), "served once");
     }
 
     #[test]
@@ -223,6 +227,6 @@ mod tests {
         desk.keep_handed([6; 16], kept(vec![memfile("x")]));
         serve(desk.clone(), [6; 16], path.clone(), Duration::from_secs(20)).unwrap();
         assert_eq!(desk.take_handed(&[6; 16]).map(|k| k.fds.len()), Some(1));
-        assert!(fetch(&path).is_err(), "nothing to hand over");
+        assert!(fetch(&path, 1).is_err(), "nothing to hand over");
     }
 }

@@ -43,12 +43,18 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Why a migration stopped.
+/// Why a migration stopped. Each message holds the backend's answer it
+/// stopped at (they are not chained as sources, so it is said once).
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {
+    /// The target answered the session's skeleton that the session cannot
+    /// run there (HTTP 422: its GPUs, their models, its executor): the
+    /// migration stopped before the session was paused.
+    #[error("the target backend cannot take the session: {0}; it was not paused and goes on running at the source")]
+    Refused(CtlError),
     /// The source did not checkpoint the session (it goes on there).
     #[error("the source backend did not checkpoint the session (it goes on running there): {0}")]
-    Checkpoint(#[source] CtlError),
+    Checkpoint(CtlError),
     /// The snapshot the source wrote cannot be read back.
     #[error("the snapshot {file} cannot be read: {reason}; the session waits for it to be restored")]
     Snapshot {
@@ -57,26 +63,32 @@ pub enum MigrateError {
         /// Why.
         reason: String,
     },
-    /// The target refused the snapshot: the session waits, detached, and
-    /// the file is kept for `pvgpu-ctl restore`.
+    /// The target refused the snapshot (or could not be reached), and the
+    /// source took the session back from it: its program goes on there.
+    #[error("the target backend did not take the session: {0}; the session went back to the source backend, where its program goes on")]
+    Back(CtlError),
+    /// The target did not take the snapshot, and the session is not back
+    /// at the source either: it waits, detached, and the file is kept for
+    /// `pvgpu-ctl restore`.
     #[error(
-        "the target backend refused the snapshot: {source}; it is kept at {file}: `pvgpu-ctl restore {file}` at {where_} lets the program go on"
+        "the target backend did not take the snapshot: {answer}; {back}; it is kept at {file}: `pvgpu-ctl restore {file}` at {where_} lets the program go on"
     )]
     Restore {
         /// Where it is kept.
         file: PathBuf,
         /// Which backends can restore it.
         where_: &'static str,
+        /// Why the source did not take the session back.
+        back: String,
         /// The target's answer.
-        #[source]
-        source: CtlError,
+        answer: CtlError,
     },
     /// The source could not record the move: the target holds the session,
     /// but the program still asks the source for it.
     #[error(
         "the target holds the session but the source could not record the move ({0}); point the program at the target's address (PVGPU_BACKEND) or restore the snapshot at the source"
     )]
-    Record(#[source] CtlError),
+    Record(CtlError),
 }
 
 /// The backend a session leaves: its control API as `pvgpu-ctl` reaches
@@ -91,6 +103,9 @@ pub trait Source {
     fn gpus(&self) -> Result<Vec<Gpu>, CtlError>;
     /// A live session.
     fn session(&self, id: u64) -> Result<crate::api::Session, CtlError>;
+    /// Takes back a session this backend checkpointed, from its snapshot
+    /// (a migration the target refused).
+    fn restore(&self, req: &RestoreRequest) -> Result<crate::api::RestoreReport, CtlError>;
 }
 
 impl Source for Control {
@@ -108,6 +123,10 @@ impl Source for Control {
 
     fn record_move(&self, req: &MoveRecord) -> Result<(), CtlError> {
         Control::record_move(self, req).map(drop)
+    }
+
+    fn restore(&self, req: &RestoreRequest) -> Result<crate::api::RestoreReport, CtlError> {
+        Control::restore(self, req)
     }
 }
 
@@ -214,6 +233,12 @@ pub fn migrate(
     let hand_over = !uploaded && !how.copy && same_gpus(source, target, session);
     let t = Instant::now();
     let prepared = if uploaded || how.cold { None } else { Some(prepare(source, target, session, &file, timeout)) };
+    let prepared = match prepared {
+        Some(Err(Unprepared::Refused(e))) => return Err(MigrateError::Refused(e)),
+        Some(Err(Unprepared::Why(why))) => Some(Err(why)),
+        Some(Ok(())) => Some(Ok(())),
+        None => None,
+    };
     let prepare_seconds = if prepared.is_some() { t.elapsed().as_secs_f64() } else { 0.0 };
     let t0 = Instant::now();
     let req = CheckpointRequest {
@@ -231,12 +256,9 @@ pub fn migrate(
     } else {
         target.restore(&RestoreRequest { file: file.display().to_string(), handed_from: written.handed_from.clone() })
     };
-    let where_ = if written.handed_bytes > 0 {
-        "the source backend (the session's device memory stayed on the GPU, held there)"
-    } else {
-        "either backend"
-    };
-    restored.map_err(|source| MigrateError::Restore { file: file.clone(), where_, source })?;
+    if let Err(refused) = restored {
+        return Err(take_back(source, &file, &written, refused));
+    }
     // The target holds the file open, or a copy, and any memory handed
     // over: their names can go.
     let left_file = std::fs::remove_file(&file).err().map(|e| format!("{} ({e})", file.display()));
@@ -266,19 +288,58 @@ pub fn migrate(
     })
 }
 
+/// The session back at `source` from its snapshot `file`, where the target
+/// did not take it (`refused`): the target answered with a refusal, or
+/// could not be reached, so it holds nothing of the session. Where the
+/// target's answer was lost on the way, it may hold the session: the
+/// snapshot is then kept for the operator. Either way the migration failed.
+fn take_back(source: &dyn Source, file: &Path, written: &CheckpointReport, refused: CtlError) -> MigrateError {
+    let where_ = if written.handed_bytes > 0 {
+        "the source backend (the session's device memory stayed on the GPU, held there)"
+    } else {
+        "either backend"
+    };
+    let back = if matches!(refused, CtlError::Refused { .. } | CtlError::Connect { .. }) {
+        let req = RestoreRequest { file: file.display().to_string(), handed_from: None };
+        match source.restore(&req) {
+            Ok(_) => {
+                // The source holds the file open: its name can go, and the
+                // socket that served the memory handed over, if it was.
+                let _ = std::fs::remove_file(file);
+                if let Some(at) = &written.handed_from {
+                    let _ = std::fs::remove_file(at);
+                }
+                return MigrateError::Back(refused);
+            }
+            Err(e) => format!("the source backend did not take it back either ({e})"),
+        }
+    } else {
+        "the target's answer was lost on the way, so it may hold the session: it was not taken back at the source".to_string()
+    };
+    MigrateError::Restore { file: file.to_path_buf(), where_, back, answer: refused }
+}
+
+/// Why no worker was prepared for a migration.
+enum Unprepared {
+    /// The migration goes on without: a fresh worker rebuilds the session.
+    Why(String),
+    /// The target refused the skeleton as a session that cannot run there
+    /// (HTTP 422): the migration stops before the pause.
+    Refused(CtlError),
+}
+
 /// The session's skeleton, written by `source` beside `file` while the
 /// session runs, and a worker of `target` prepared from it; the skeleton's
-/// file is removed once the target holds it. Why not, where it was not
-/// (the migration goes on without: a fresh worker rebuilds the session).
-fn prepare(source: &dyn Source, target: &Control, session: u64, file: &Path, timeout: u64) -> Result<(), String> {
+/// file is removed once the target holds it. Why not, where it was not.
+fn prepare(source: &dyn Source, target: &Control, session: u64, file: &Path, timeout: u64) -> Result<(), Unprepared> {
     // Over a stream (TCP, TLS, RDMA) the driver placed the session's
     // modules after the connection's page-locked copy staging, which a
     // worker made ahead cannot follow.
     let transport = source.session(session).map(|s| s.transport).unwrap_or_default();
     if transport != "local" {
-        return Err(format!(
+        return Err(Unprepared::Why(format!(
             "a session over {transport} is rebuilt by a fresh worker (its modules lie after its connection's copy staging)"
-        ));
+        )));
     }
     let skeleton = file.with_extension("skeleton");
     let req = CheckpointRequest {
@@ -288,10 +349,13 @@ fn prepare(source: &dyn Source, target: &Control, session: u64, file: &Path, tim
         hand_over: false,
         skeleton: true,
     };
-    let written = source.checkpoint(session, &req).map_err(|e| format!("the source wrote no skeleton: {e}"));
+    let written = source.checkpoint(session, &req).map_err(|e| Unprepared::Why(format!("the source wrote no skeleton: {e}")));
     let prepared = written.and_then(|_| {
         let req = PrepareRequest { file: skeleton.display().to_string(), timeout_seconds: Some(timeout) };
-        target.prepare(&req).map(drop).map_err(|e| format!("the target prepared no worker: {e}"))
+        target.prepare(&req).map(drop).map_err(|e| match e {
+            CtlError::Refused { status: 422, .. } => Unprepared::Refused(e),
+            e => Unprepared::Why(format!("the target prepared no worker: {e}")),
+        })
     });
     let _ = std::fs::remove_file(&skeleton);
     prepared

@@ -12,7 +12,9 @@
 #
 # HOW=restart: A stops and B starts at A's addresses (a backend upgrade);
 # HOW=migrate: A and B run side by side and `pvgpu-ctl migrate` moves the
-# session from A to B while both run (the program is sent to B's socket).
+# session from A to B while both run (the program is sent to B's socket);
+# HOW=refused: the same, with B's GPU drained, so that B refuses the
+# session: A takes it back from its snapshot and the program goes on there.
 # MIGRATE_ARGS adds options to pvgpu-ctl migrate (--upload: the snapshot
 # goes to B as an upload, as to a backend on another host).
 # BACKEND_ARGS adds options to both backends (--worker-pool 1: the target
@@ -86,8 +88,11 @@ for case in ${CASES:-train-0 train-1024 symbols}; do
     size=$(ls -l $W/snap.pvgpu 2>/dev/null | awk '{print $5}')
   else
     ap=$bp; GPUS=${B_GPUS:-} backend B-$case placed pvb
+    [ $how = refused ] && $B/pvgpu-ctl --control unix:$W/pvb-ctl.sock device drain 0 > /dev/null
     t0=$(date +%s.%N); t1=$t0; t2=$t0; t3=$t0
     $CTL migrate $sid --to unix:$W/pvb-ctl.sock --address $(addr pvb) --wait 60 ${MIGRATE_ARGS:-} > $W/ckpt.txt 2>&1; rc=$?; rrc=$rc; t4=$(date +%s.%N)
+    # Refused: the session is back at A, which serves the program.
+    [ $how = refused ] && { sleep 1; echo "-- sessions at A after the refused move"; $CTL sessions; } >> $W/ckpt.txt 2>&1
     at=$(wc -l < $W/pv.txt); size=0
     : > $W/restore.txt
   fi
@@ -112,7 +117,7 @@ import sys
 mb, at, rc, rrc, prc, same = sys.argv[1:7]
 t0, t1, t2, t3, t4, t5 = map(float, sys.argv[7:13])
 size, pause = sys.argv[13] or "0", sys.argv[14]
-if mb.startswith("migrate"):
+if mb.startswith("migrate") or mb.startswith("refused"):
     print(f"{mb}: migrate at line {at} rc {rc} in {t4-t0:.2f} s; program rc {prc}, its steps longer by {pause}; losses {same}")
 else:
     print(f"{mb}: checkpoint at line {at} rc {rc} in {t1-t0:.2f} s ({int(size)/2**20:.0f} MiB file); "

@@ -5,7 +5,7 @@
 
 use super::supervised::Supervised;
 use super::{Refusal, Sessions};
-use pvgpu_ctl::api::{CheckpointReport, CheckpointRequest, MigrateRequest, MoveRecord};
+use pvgpu_ctl::api::{CheckpointReport, CheckpointRequest, MigrateRequest, MoveRecord, RestoreRequest};
 use pvgpu_ctl::client::CtlError;
 use pvgpu_ctl::migrate::{MigrateError, MigrateReport, Source};
 
@@ -32,6 +32,10 @@ impl Source for Local<'_> {
 
     fn session(&self, id: u64) -> Result<pvgpu_ctl::api::Session, CtlError> {
         self.0.get(id).ok_or(CtlError::Refused { status: 404, message: format!("No live session {id}") })
+    }
+
+    fn restore(&self, req: &RestoreRequest) -> Result<pvgpu_ctl::api::RestoreReport, CtlError> {
+        self.0.restore(req.clone()).map_err(refused)
     }
 }
 

@@ -204,9 +204,15 @@ impl Supervised {
         if meta.state.handed.is_empty() {
             return Ok(Vec::new());
         }
+        let want = meta.state.handed.len();
         let fds = match (self.spawner.desk().take_handed(token), from) {
+            (Some(kept), _) if kept.fds.len() != want => {
+                let came = kept.fds.len();
+                self.spawner.desk().put_back_handed(*token, kept);
+                return Err(Refusal::new(409, format!("{}: this backend holds {came} pieces of its memory handed over, of {want}", path.display())));
+            }
             (Some(kept), _) => kept.fds,
-            (None, Some(from)) => crate::handed_memory::fetch(Path::new(from)).map_err(|e| {
+            (None, Some(from)) => crate::handed_memory::fetch(Path::new(from), want).map_err(|e| {
                 Refusal::new(409, format!("{}: its device memory was handed over in place and cannot be had from {from}: {e}; restore it at the backend that wrote it", path.display()))
             })?,
             (None, None) => {
@@ -216,12 +222,6 @@ impl Supervised {
                 ));
             }
         };
-        if fds.len() != meta.state.handed.len() {
-            return Err(Refusal::new(
-                409,
-                format!("{}: {} pieces of its memory handed over came, of {}", path.display(), fds.len(), meta.state.handed.len()),
-            ));
-        }
         Ok(fds)
     }
 
@@ -271,7 +271,7 @@ impl Supervised {
     fn admissible(&self, meta: &snapshot::Meta, path: &Path) -> Result<crate::ipc::Token, Refusal> {
         if meta.executor != self.spawner.executor() {
             return Err(Refusal::new(
-                409,
+                422,
                 format!("{} ran on the {} executor; this backend runs {}", path.display(), meta.executor, self.spawner.executor()),
             ));
         }

@@ -184,3 +184,66 @@ pub(crate) fn handed_memory_stays_with_its_backend_until_taken(t: Transport) {
     assert!(from.waiting().unwrap().is_empty(), "nothing kept");
     let _ = d;
 }
+
+/// A migration the target does not take leaves the session at its
+/// source. On one host the target checks the session's skeleton before the
+/// pause, and a refusal stops the migration there: the session was never
+/// paused. Past that point (a session over TCP, a snapshot uploaded, a
+/// target that cannot be reached) the source takes the session back from
+/// its snapshot, its memory where it was, and the program goes on there,
+/// never told. The target refuses because its GPU is drained.
+pub(crate) fn a_refused_migration_leaves_the_session_at_its_source(t: Transport) {
+    let a = Harness::start();
+    if a.exec == ExecKind::Cuda {
+        return; // tests/migrate/run.sh's `refused` case, on the H200.
+    }
+    let b = Harness::with(HarnessOptions { tcp_key_from: Some(a.tcp_key.clone()), ..HarnessOptions::default() });
+    let c = a.client(t);
+    let g = Gpu::new(&c).unwrap();
+    let state = MatSumState::launch(&c, &g, 4000);
+    let (from, to) = (a.control().unwrap(), b.control().unwrap());
+    let _: serde_json::Value = to.call("POST", "/v1/devices/0/drain").unwrap();
+    let dir = TempDir::new("refused");
+    let address = b.addr(t).to_string();
+    let upload = t == Transport::Tcp;
+    let drained = |message: &str| assert!(message.contains("undrain"), "{message}");
+    if !upload {
+        let how = pvgpu_ctl::migrate::How { upload, copy: false, cold: false };
+        let id = from.sessions().unwrap()[0].id;
+        match pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, how) {
+            Err(pvgpu_ctl::migrate::MigrateError::Refused(CtlError::Refused { status: 422, message })) => drained(&message),
+            other => panic!("a migration to a backend whose GPU is drained: {other:?}"),
+        }
+        assert!(!c.detached(), "refused before the pause");
+        assert!(from.waiting().unwrap().is_empty(), "nothing written");
+        assert!(std::fs::read_dir(&dir.0).unwrap().next().is_none(), "no skeleton left behind");
+        state.check_and_go_on(&c, "a migration refused before the pause");
+    }
+    // Refused after the pause: the session goes back.
+    let how = pvgpu_ctl::migrate::How { upload, copy: false, cold: true };
+    let id = from.sessions().unwrap()[0].id;
+    match pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, how) {
+        Err(pvgpu_ctl::migrate::MigrateError::Back(CtlError::Refused { status: 422, message })) => drained(&message),
+        other => panic!("a migration to a backend whose GPU is drained: {other:?}"),
+    }
+    assert!(c.detached(), "the session left for its checkpoint");
+    assert!(to.waiting().unwrap().is_empty() && to.sessions().unwrap().is_empty(), "nothing at the target");
+    let back = from.waiting().unwrap();
+    assert!(back.len() == 1 && !back[0].kept, "the source holds the session for its program: {back:?}");
+    assert_eq!(back[0].handed_bytes >= 3 * state.bytes(), !upload, "on one host its memory stayed on the GPU: {back:?}");
+    assert!(std::fs::read_dir(&dir.0).unwrap().next().is_none(), "the snapshot's name is gone once the source holds it");
+    state.check_and_go_on(&c, "a migration the target refused");
+    assert!(from.waiting().unwrap().is_empty(), "taken back by the program");
+    assert_eq!(from.sessions().unwrap().len(), 1, "the program is served where it was");
+
+    // A target that is not there: the source takes the session back too.
+    let gone = pvgpu_ctl::client::Control::new(dir.0.join("no-backend.sock"));
+    let id = from.sessions().unwrap()[0].id;
+    match pvgpu_ctl::migrate::migrate(&from, &gone, id, &address, &dir.0, 30, how) {
+        Err(pvgpu_ctl::migrate::MigrateError::Back(CtlError::Connect { .. })) => {}
+        other => panic!("a migration to a backend that is not there: {other:?}"),
+    }
+    state.check_and_go_on(&c, "a migration to a backend that is not there");
+    assert!(to.sessions().unwrap().is_empty(), "nothing at the target");
+    state.free(&c);
+}
