@@ -81,9 +81,10 @@ pub struct BackendInfo {
 }
 
 /// Device attributes reported as 0: features of the local driver that pvgpu
-/// does not provide across the connection (mapped host memory, concurrent
-/// and direct access to managed memory (the drop-in library provides
-/// managed memory without them), pageable-memory access, host-located
+/// does not provide across the connection (mapped host memory, direct
+/// access to managed memory from the host (the drop-in library provides
+/// managed memory, with concurrent access, without it: the CPU's pages are
+/// its own), pageable-memory access, host-located
 /// pools, Windows, fabric and interop handles, GPUDirect RDMA, multi-device
 /// cooperative launches, multicast). Cooperative and cluster launches, the
 /// default memory pool, virtual memory management (with compressible
@@ -96,7 +97,6 @@ pub struct BackendInfo {
 pub const MASKED_ATTRS: &[CUdevice_attribute] = &[
     CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY,
     CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS,
-    CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,
     CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
     CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH,
     CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES,

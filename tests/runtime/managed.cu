@@ -4,7 +4,9 @@
 // sees them; copies, memsets, prefetches and advice on managed memory;
 // 2D copies naming managed memory as host memory; many small allocations
 // side by side; pointer attributes; __managed__
-// variables written by the CPU and by a kernel. Every result
+// variables written by the CPU and by a kernel; with concurrent managed
+// access, the CPU using managed memory while a kernel runs on another
+// stream (other allocations, and the other half of the kernel's own). Every result
 // is checked against the CPU; the output is compared line by line with the
 // native run (managed.expected); the last line is PASS.
 //
@@ -131,6 +133,42 @@ static void prefetch_advise_attributes() {
     CHECK(cudaFree(a));
 }
 
+// With concurrent managed access (the H100 and H200 report it), the CPU
+// may use managed memory while a kernel runs: here it fills one allocation
+// and the second half of another while a kernel on a non-blocking stream
+// triples the first half, and synchronises with that stream only.
+static void concurrent_access() {
+    int dev = 0, concurrent = 0;
+    CHECK(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, dev));
+    printf("concurrent managed access: %d\n", concurrent);
+    if (!concurrent) return;
+    const int n = 1 << 16, half = n / 2;
+    float *a, *b;
+    CHECK(cudaMallocManaged(&a, n * sizeof(float)));
+    CHECK(cudaMallocManaged(&b, n * sizeof(float)));
+    for (int i = 0; i < n; i++) a[i] = (float)i;
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    saxpy<<<half / 256, 256, 0, s>>>(2.0f, a, a, half);
+    for (int i = 0; i < n; i++) b[i] = (float)(n - i);
+    for (int i = half; i < n; i++) a[i] = -1.0f * i;
+    float sum = 0;
+    for (int i = 0; i < 4; i++) sum += b[i];
+    CHECK(cudaStreamSynchronize(s));
+    bool ok = sum == 4.0f * n - 6.0f;
+    for (int i = 0; i < half; i++) ok = ok && a[i] == 3.0f * i;
+    for (int i = half; i < n; i++) ok = ok && a[i] == -1.0f * i;
+    verdict("the CPU works on managed memory while a kernel runs", ok);
+    saxpy<<<n / 256, 256, 0, s>>>(1.0f, b, b, n);
+    CHECK(cudaStreamSynchronize(s));
+    ok = true;
+    for (int i = 0; i < n; i++) ok = ok && b[i] == 2.0f * (n - i);
+    verdict("and the next kernel sees what it wrote", ok);
+    CHECK(cudaStreamDestroy(s));
+    CHECK(cudaFree(a));
+    CHECK(cudaFree(b));
+}
+
 static void many_small() {
     // 64 allocations of 100 bytes each, written by the CPU, one kernel each.
     float *p[64];
@@ -168,6 +206,7 @@ int main() {
     kernels_and_cpu();
     pitched_copies();
     prefetch_advise_attributes();
+    concurrent_access();
     many_small();
     printf("%s\n", all_ok ? "PASS" : "FAIL");
     return all_ok ? 0 : 1;

@@ -114,6 +114,7 @@ pub fn wait_all() -> Res {
 /// Runs the queue: waits for each host function's event, runs it, and lets
 /// the submissions waiting on it go.
 fn worker() {
+    crate::managed::on_host_fn_thread();
     loop {
         let next = {
             let mut q = queue();
@@ -180,6 +181,7 @@ pub fn host_nodes_launched() {
 }
 
 fn host_node_worker() {
+    crate::managed::on_host_fn_thread();
     loop {
         {
             let mut due = HOST_NODES.lock().unwrap_or_else(|p| p.into_inner());

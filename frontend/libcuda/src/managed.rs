@@ -4,17 +4,17 @@
 //! A managed allocation is device memory of the backend, page-aligned, and
 //! pages of this process at the same address, so one pointer serves the
 //! program's CPU code and its kernels. The library keeps the two coherent
-//! the way a driver without concurrent managed access does (the device
-//! reports `CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS` 0, so programs
-//! synchronise before the CPU touches managed memory):
+//! by page protection:
 //!
 //! - each page is *invalid* (no access: the device may hold newer bytes),
 //!   *clean* (read-only: the bytes are the device's) or *dirty* (read-write:
 //!   the CPU changed them);
 //! - the CPU's first touch of an invalid page faults; the fault handler
-//!   fetches it and the pages after it (up to [`FETCH_PAGES`], within the
-//!   allocation) from the device, and makes them clean; a write to a clean
-//!   page faults once more and makes it dirty;
+//!   waits for the device work the program submitted since its work last
+//!   finished (every context it holds synchronised), then fetches the page
+//!   and the pages after it (up to [`FETCH_PAGES`], within the allocation)
+//!   from the device, and makes them clean; a write to a clean page faults
+//!   once more and makes it dirty;
 //! - before any work is submitted to the device ([`before_device_work`],
 //!   from the library's one gate for submitted work), dirty pages are
 //!   copied to the device on that work's stream and every page becomes
@@ -25,17 +25,29 @@
 //! mapped at its device address, and only the variables' own bytes are
 //! fetched and copied back.
 //!
-//! Cost: one fault and one round trip per fetched run of pages the CPU
-//! touches after device work; one copy per run of dirty pages at the next
-//! submission; nothing while no managed memory is valid on the CPU (one
-//! atomic load per submission). Copies naming managed memory as host
+//! So the device reports concurrent managed access
+//! (`CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS`, as the GPU answers
+//! it): the CPU may touch managed memory while kernels run, and a touch
+//! that needs the device's bytes waits for the work running then. While a
+//! page is valid on the CPU no device work runs that was submitted before
+//! it was fetched, so a dirty page holds every byte as the device would:
+//! sending it whole loses none of the device's writes. What a kernel
+//! cannot do is wait, while it runs, for the CPU to write managed memory
+//! (the CPU's touch waits for that kernel): such a program hangs.
+//!
+//! Cost: one fault, a synchronisation of the program's contexts where it
+//! submitted work since, and one round trip per fetched run of pages the
+//! CPU touches after device work; one copy per run of dirty pages at the
+//! next submission; nothing while no managed memory is valid on the CPU
+//! (one atomic load per submission). Copies naming managed memory as host
 //! memory are device-to-device copies.
 
 use crate::state;
 use pvgpu_frontend::Stream;
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Once, OnceLock, RwLock};
 
 /// The CPU's page size (4 KiB on every target pvgpu builds for).
@@ -73,7 +85,22 @@ impl Range {
 static RANGES: RwLock<BTreeMap<u64, Arc<Range>>> = RwLock::new(BTreeMap::new());
 /// Pages not invalid, over all ranges (0: nothing to do at submission).
 static VALID: AtomicUsize = AtomicUsize::new(0);
+/// Device work was submitted since the program's work last finished (as
+/// far as a fetch knows): the next fetch waits for it first.
+static IN_FLIGHT: AtomicBool = AtomicBool::new(false);
 static HANDLER: Once = Once::new();
+
+thread_local! {
+    /// The library's threads that run the program's host functions: the
+    /// work they run in is held until they return, so a fetch there does
+    /// not wait for it.
+    static HOST_FN: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as one that runs host functions.
+pub fn on_host_fn_thread() {
+    HOST_FN.with(|h| h.set(true));
+}
 /// The SIGSEGV action before ours, for faults that are not ours.
 static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
 
@@ -189,6 +216,9 @@ pub fn unmap(ptr: u64) -> Option<u64> {
 /// go to the device (ordered before the work), and every page becomes
 /// invalid, so the CPU fetches what the work wrote.
 pub fn before_device_work(stream: Stream) {
+    // Release: pairs with the swap in `wait_for_device_work`; a fetch that
+    // follows this submission waits for it.
+    IN_FLIGHT.store(true, Ordering::Release);
     // Relaxed: a hint; the pages' own states are read under the lock.
     if VALID.load(Ordering::Relaxed) == 0 {
         return;
@@ -250,7 +280,25 @@ fn resolve(r: &Range, addr: u64) -> bool {
     }
 }
 
+/// Waits until the device work the program submitted has finished, where
+/// it submitted any since the last wait: every context it holds is
+/// synchronised. A failure (the work failed) is the program's to see at
+/// its own next synchronisation; the fetch goes on.
+fn wait_for_device_work() {
+    // AcqRel: pairs with the store in `before_device_work`.
+    if HOST_FN.with(Cell::get) || !IN_FLIGHT.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    for h in state::ctx::live() {
+        let (Ok(c), Ok(ctx)) = (state::client_of_ctx(h), state::ctx::backend(h)) else { continue };
+        if let Err(e) = c.ctx_synchronize(ctx) {
+            tracing::debug!(error = %e, "managed memory: device work failed before a fetch");
+        }
+    }
+}
+
 fn fetch(r: &Range, first: usize) -> bool {
+    wait_for_device_work();
     let mut end = first + 1;
     while end < r.pages.len() && end - first < FETCH_PAGES && r.pages[end].load(Ordering::Acquire) == INVALID {
         end += 1;

@@ -93,6 +93,15 @@ pub fn backend(h: u64) -> Result<Context, CuError> {
     }
 }
 
+/// Every context the program holds: its devices' active primary
+/// contexts, then the contexts it created.
+pub fn live() -> Vec<u64> {
+    with(|c| {
+        let primary = c.primary.iter().filter(|(_, p)| p.backend.is_some()).map(|(dev, _)| primary_handle(*dev));
+        primary.chain(c.created.keys().copied()).collect()
+    })
+}
+
 /// The program's handle of backend context `c`: the primary context's
 /// handle while it is active on `c`, else `c` itself (a created context).
 pub fn handle_of(c: Context) -> u64 {
