@@ -6,7 +6,9 @@
 // side by side; pointer attributes; __managed__
 // variables written by the CPU and by a kernel; with concurrent managed
 // access, the CPU using managed memory while a kernel runs on another
-// stream (other allocations, and the other half of the kernel's own). Every result
+// stream (other allocations, and the other half of the kernel's own), and
+// threads each working on their own allocation with the CPU and a stream
+// of their own at once. Every result
 // is checked against the CPU; the output is compared line by line with the
 // native run (managed.expected); the last line is PASS.
 //
@@ -15,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #define CHECK(x)                                                               \
@@ -169,6 +172,39 @@ static void concurrent_access() {
     CHECK(cudaFree(b));
 }
 
+// Four threads, each with an allocation and a non-blocking stream of its
+// own: the CPU fills it, a kernel doubles it, the CPU checks and refills,
+// while the other threads submit work and touch their own pages.
+static void threads_at_once() {
+    const int n = 3 * 4096 + 100, rounds = 20, threads = 4;
+    std::vector<int> good(threads, 1);
+    std::vector<std::thread> ts;
+    for (int k = 0; k < threads; k++) {
+        ts.emplace_back([&good, k, n, rounds] {
+            float *a;
+            cudaStream_t s;
+            if (cudaMallocManaged(&a, n * sizeof(float)) != cudaSuccess ||
+                cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+                good[k] = 0;
+                return;
+            }
+            for (int r = 0; r < rounds; r++) {
+                for (int i = 0; i < n; i++) a[i] = (float)(k * 1000 + r + i % 97);
+                saxpy<<<(n + 255) / 256, 256, 0, s>>>(1.0f, a, a, n);
+                if (cudaStreamSynchronize(s) != cudaSuccess) good[k] = 0;
+                for (int i = 0; i < n; i++)
+                    if (a[i] != 2.0f * (k * 1000 + r + i % 97)) good[k] = 0;
+            }
+            cudaStreamDestroy(s);
+            cudaFree(a);
+        });
+    }
+    for (auto &t : ts) t.join();
+    bool ok = true;
+    for (int k = 0; k < threads; k++) ok = ok && good[k];
+    verdict("four threads, each its own memory and stream", ok);
+}
+
 static void many_small() {
     // 64 allocations of 100 bytes each, written by the CPU, one kernel each.
     float *p[64];
@@ -207,6 +243,7 @@ int main() {
     pitched_copies();
     prefetch_advise_attributes();
     concurrent_access();
+    threads_at_once();
     many_small();
     printf("%s\n", all_ok ? "PASS" : "FAIL");
     return all_ok ? 0 : 1;

@@ -48,7 +48,7 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Once, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock, RwLock};
 
 /// The CPU's page size (4 KiB on every target pvgpu builds for).
 pub const PAGE: usize = 4096;
@@ -74,11 +74,20 @@ pub struct Range {
     extents: RwLock<Vec<(u64, u64)>>,
     /// Per page: invalid, clean or dirty.
     pages: Vec<AtomicU8>,
+    /// Held while pages change state and protection (a fetch, a page
+    /// made dirty, a flush): threads of the program touch managed memory
+    /// while another submits work, and each must see the others' changes
+    /// whole.
+    turn: Mutex<()>,
 }
 
 impl Range {
     fn mapped_len(&self) -> usize {
         self.pages.len() * PAGE
+    }
+
+    fn turn(&self) -> MutexGuard<'_, ()> {
+        self.turn.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -154,7 +163,7 @@ pub fn map(base: u64, ptr: u64, len: usize) -> bool {
         return false;
     }
     let extents = RwLock::new(vec![(ptr, ptr + len as u64)]);
-    let r = Range { base, ptr, len, extents, pages: (0..pages).map(|_| AtomicU8::new(INVALID)).collect() };
+    let r = Range { base, ptr, len, extents, pages: (0..pages).map(|_| AtomicU8::new(INVALID)).collect(), turn: Mutex::new(()) };
     RANGES.write().unwrap_or_else(|p| p.into_inner()).insert(ptr, Arc::new(r));
     true
 }
@@ -229,8 +238,11 @@ pub fn before_device_work(stream: Stream) {
     }
 }
 
-/// Sends the dirty runs of `r` and invalidates its pages.
+/// Sends the dirty runs of `r` and invalidates its pages. Each run is made
+/// read-only before it is read: a thread writing it meanwhile waits for
+/// the flush and then fetches the page again, after the work it preceded.
 fn flush(r: &Range, stream: Stream) {
+    let _turn = r.turn();
     let n = r.pages.len();
     let mut i = 0;
     while i < n {
@@ -243,6 +255,7 @@ fn flush(r: &Range, stream: Stream) {
             i += 1;
         }
         let run = r.ptr + (start * PAGE) as u64;
+        protect(run, (i - start) * PAGE, libc::PROT_READ);
         for (at, len) in covered(r, run, (i - start) * PAGE) {
             // SAFETY: dirty pages are readable and writable, mapped while
             // the range is registered.
@@ -265,6 +278,15 @@ fn flush(r: &Range, stream: Stream) {
 /// make).
 fn resolve(r: &Range, addr: u64) -> bool {
     let page = ((addr - r.ptr) as usize) / PAGE;
+    if r.pages[page].load(Ordering::Acquire) == INVALID {
+        // Outside the range's turn: the work waited for may itself wait for
+        // a host function that touches this range. Work another thread
+        // submits between this wait and the turn runs while this thread
+        // touches the page, as natively: a race of the program's own.
+        wait_for_device_work();
+    }
+    let _turn = r.turn();
+    // Another thread may have changed the page meanwhile: its state now.
     match r.pages[page].load(Ordering::Acquire) {
         INVALID => fetch(r, page),
         CLEAN => {
@@ -275,7 +297,8 @@ fn resolve(r: &Range, addr: u64) -> bool {
             r.pages[page].store(DIRTY, Ordering::Release);
             true
         }
-        // Another thread made it dirty meanwhile: the access goes through.
+        // Another thread made it dirty meanwhile: the access goes through
+        // (or faults once more, if it is being flushed now).
         _ => true,
     }
 }
@@ -297,8 +320,9 @@ fn wait_for_device_work() {
     }
 }
 
+/// Fetches invalid page `first` and the invalid pages after it; the caller
+/// holds the range's turn.
 fn fetch(r: &Range, first: usize) -> bool {
-    wait_for_device_work();
     let mut end = first + 1;
     while end < r.pages.len() && end - first < FETCH_PAGES && r.pages[end].load(Ordering::Acquire) == INVALID {
         end += 1;
