@@ -175,9 +175,22 @@ impl Roster {
 
     /// Tenant `name`'s sessions now, and the device memory they hold.
     pub fn tenant_usage(&self, name: &str) -> (usize, u64) {
+        self.usage(|e| e.tenant.as_ref().is_some_and(|t| t.name == name))
+    }
+
+    /// What the live sessions of `peer` hold, as [`Roster::tenant_usage`]:
+    /// a tenant's (`tenant:NAME`), or a peer's outside every tenant.
+    pub fn peer_usage(&self, peer: &str) -> (usize, u64) {
+        match peer.strip_prefix("tenant:") {
+            Some(name) => self.tenant_usage(name),
+            None => self.usage(|e| e.tenant.is_none() && e.peer == peer),
+        }
+    }
+
+    fn usage(&self, whose: impl Fn(&Entry) -> bool) -> (usize, u64) {
         let live = self.lock();
         // A departed session's memory went with it (or is freed soon).
-        let mine = live.values().filter(|e| !e.departed && e.tenant.as_ref().is_some_and(|t| t.name == name));
+        let mine = live.values().filter(|e| !e.departed && whose(e));
         mine.fold((0, 0), |(n, bytes), e| (n + 1, bytes + e.seat.held()))
     }
 

@@ -177,8 +177,11 @@ impl Backend {
             Some(addr) => Some(crate::control::MetricsServer::start(addr, metrics.clone())?),
             None => None,
         };
-        let supervised: Arc<dyn Sessions> =
-            Arc::new(Supervised::new(shared.roster.clone(), spawner.clone(), tenants, metrics).with_peers(cfg.peers.clone()));
+        let supervised: Arc<dyn Sessions> = Arc::new(
+            Supervised::new(shared.roster.clone(), spawner.clone(), tenants, metrics)
+                .with_peers(cfg.peers.clone())
+                .with_limits(crate::control::room::Limits { session: cfg.session.limits.mem_quota, peer: cfg.admission.peer_mem_quota }),
+        );
         let control = open_control(&cfg.control, supervised.clone())?;
         let control_http = match &cfg.control_http {
             Some(c) => Some(match &c.tls {

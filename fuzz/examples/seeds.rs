@@ -416,6 +416,7 @@ fn snapshot_file() {
         space: 1,
         state_bytes: bytes,
         skeleton: false,
+        held_bytes: 0,
         state,
     };
     let encode = |m: &Meta, blobs: &[&[u8]]| {

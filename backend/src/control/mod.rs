@@ -10,6 +10,7 @@ mod dashboard;
 mod https;
 mod metrics_http;
 mod migrate;
+pub mod room;
 mod routes;
 mod socket;
 mod supervised;

@@ -24,6 +24,7 @@ pub struct Supervised {
     tenants: Option<TenantDesk>,
     metrics: crate::metrics::Metrics,
     peers: Vec<crate::peers::Peer>,
+    limits: super::room::Limits,
 }
 
 impl Supervised {
@@ -35,7 +36,15 @@ impl Supervised {
         tenants: Option<TenantDesk>,
         metrics: crate::metrics::Metrics,
     ) -> Supervised {
-        Supervised { roster, spawner, tenants, metrics, peers: Vec::new() }
+        let limits = super::room::Limits { session: None, peer: None };
+        Supervised { roster, spawner, tenants, metrics, peers: Vec::new(), limits }
+    }
+
+    /// The memory quotas a session restored here is held to (checked
+    /// before a snapshot is taken: [`super::room`]).
+    pub fn with_limits(mut self, limits: super::room::Limits) -> Supervised {
+        self.limits = limits;
+        self
     }
 
     /// The backends sessions may be moved to ([`Sessions::migrate`]).
@@ -235,6 +244,7 @@ impl Supervised {
             ));
         }
         let token = self.admissible(&meta, &path)?;
+        self.room_for(&meta, &path)?;
         let report = RestoreReport {
             session: meta.session,
             peer: meta.peer.clone(),
@@ -258,12 +268,19 @@ impl Supervised {
             return Err(Refusal::new(422, format!("{} is not a skeleton (a checkpoint with \"skeleton\": true)", path.display())));
         }
         self.admissible(&meta, &path)?;
+        self.room_for(&meta, &path)?;
         let wait = Duration::from_secs(req.timeout_seconds.unwrap_or(60));
         self.spawner
             .prepare(&file, &meta, wait)
             .map_err(|why| Refusal::new(409, format!("no worker was prepared from {}: {why}", path.display())))?;
         tracing::info!(peer = %meta.peer, session = meta.session, secs = t.elapsed().as_secs_f64(), "worker prepared for a session on its way");
         Ok(pvgpu_ctl::api::PrepareReport { session: meta.session, seconds: t.elapsed().as_secs_f64() })
+    }
+
+    /// Whether `meta`'s session fits the quotas here ([`super::room`]).
+    fn room_for(&self, meta: &snapshot::Meta, path: &Path) -> Result<(), Refusal> {
+        let tenants = self.tenants.as_ref().map(|t| &*t.tenants);
+        super::room::check(meta, path, self.limits, &self.roster, tenants)
     }
 
     /// Whether `meta`'s session could run here: its executor, its GPUs

@@ -240,6 +240,7 @@ impl<E: Executor> Session<E> {
             state_bytes: bytes,
             state,
             skeleton: false,
+            held_bytes: self.mem_used,
         }
     }
 

@@ -396,4 +396,10 @@ pub struct Meta {
     /// restored as a session.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub skeleton: bool,
+    /// The device memory the session held as its quota counts it (its
+    /// allocations, arrays, mirrors, physical memory): a skeleton, which
+    /// lists no allocation, says it too, so a backend checks its quotas
+    /// before the pause. Snapshots of backends before this field say 0.
+    #[serde(default)]
+    pub held_bytes: u64,
 }

@@ -28,6 +28,7 @@ fn sample() -> Meta {
         space: 0,
         state_bytes: 5,
         skeleton: false,
+        held_bytes: 0,
         state: State {
             allocations: vec![Allocation { ctx: 1, address: 0x1000, length: 5, blob: 0, pool: None, handed: false }],
             ..State::default()

@@ -247,3 +247,35 @@ pub(crate) fn a_refused_migration_leaves_the_session_at_its_source(t: Transport)
     assert!(to.sessions().unwrap().is_empty(), "nothing at the target");
     state.free(&c);
 }
+
+/// A session the target's quotas would not hold is refused by name before
+/// it is taken (HTTP 422), not lost when its rebuild there fails: on one
+/// host before the pause, over TCP (an upload) taken back by the source.
+pub(crate) fn a_migration_past_the_target_s_quota_is_refused(t: Transport) {
+    let a = Harness::start();
+    if a.exec == ExecKind::Cuda {
+        return;
+    }
+    let options = HarnessOptions { tcp_key_from: Some(a.tcp_key.clone()), mem_quota: Some(32 << 10), ..HarnessOptions::default() };
+    let b = Harness::with(options);
+    let c = a.client(t);
+    let g = Gpu::new(&c).unwrap();
+    let state = MatSumState::launch(&c, &g, 4000);
+    let (from, to) = (a.control().unwrap(), b.control().unwrap());
+    let dir = TempDir::new("quota");
+    let upload = t == Transport::Tcp;
+    let how = pvgpu_ctl::migrate::How { upload, copy: false, cold: false };
+    let id = from.sessions().unwrap()[0].id;
+    let moved = pvgpu_ctl::migrate::migrate(&from, &to, id, &b.addr(t).to_string(), &dir.0, 30, how);
+    let message = match moved {
+        Err(pvgpu_ctl::migrate::MigrateError::Refused(CtlError::Refused { status: 422, message })) if !upload => message,
+        Err(pvgpu_ctl::migrate::MigrateError::Back(CtlError::Refused { status: 422, message })) if upload => message,
+        other => panic!("a migration past the target's quota: {other:?}"),
+    };
+    assert!(message.contains("--mem-quota") && message.contains(&(32 << 10).to_string()), "{message}");
+    assert_eq!(c.detached(), upload, "paused only where the target was not asked first");
+    assert!(to.sessions().unwrap().is_empty() && to.waiting().unwrap().is_empty(), "nothing at the target");
+    state.check_and_go_on(&c, "a migration past the target's quota");
+    assert_eq!(from.sessions().unwrap().len(), 1, "the program is served where it was");
+    state.free(&c);
+}
