@@ -201,6 +201,13 @@ impl Control {
         self.call_with("POST", "/v1/prepare", Some(req))
     }
 
+    /// Asks the backend whether the session a snapshot describes (its
+    /// description only, objects left out) could be restored there: its
+    /// GPUs, their models, its quotas. `Refused` with HTTP 422 where not.
+    pub fn check(&self, meta: &crate::snapshot::Meta) -> Result<serde_json::Value, CtlError> {
+        self.call_with("POST", "/v1/check", Some(meta))
+    }
+
     /// Tells the backend where a session it checkpointed lives now.
     pub fn record_move(&self, req: &crate::api::MoveRecord) -> Result<serde_json::Value, CtlError> {
         self.call_with("POST", "/v1/moves", Some(req))

@@ -213,7 +213,7 @@ fn run(cli: Cli) -> Result<()> {
                     let token = control_token(cli.token.as_deref(), &to)?;
                     let target = Control::at(to, token, cli.ca.as_deref())?;
                     let dir = dir.unwrap_or_else(pvgpu_ctl::migrate::default_dir);
-                    let how = pvgpu_ctl::migrate::How { upload, copy, cold };
+                    let how = pvgpu_ctl::migrate::How { upload, copy, cold, unchecked: false };
                     let mut r = pvgpu_ctl::migrate::migrate(&control, &target, session, &address, &dir, timeout, how)?;
                     if let Some(w) = wait {
                         pvgpu_ctl::migrate::wait_back(&target, &mut r, std::time::Duration::from_secs(w));

@@ -145,8 +145,9 @@ pub struct MigrateReport {
     /// besides those moved.
     #[serde(default)]
     pub handed_bytes: u64,
-    /// Seconds spent, before the pause, on the skeleton and the target's
-    /// worker prepared from it (0 where none was).
+    /// Seconds spent, before the pause, on the skeleton, the target's
+    /// check of it and its worker prepared from it (0 where none of it
+    /// was done).
     #[serde(default)]
     pub prepare_seconds: f64,
     /// Whether the target prepared a worker before the pause.
@@ -212,6 +213,10 @@ pub struct How {
     /// Rebuild the session in a fresh worker at the target, not in one
     /// prepared from its skeleton before the pause.
     pub cold: bool,
+    /// Where no worker is prepared, take the session without the target
+    /// checking its skeleton first: a refusal then comes after the pause,
+    /// and the source takes the session back.
+    pub unchecked: bool,
 }
 
 /// Moves session `session` of `source` to `target`, whose guests reach it
@@ -232,14 +237,16 @@ pub fn migrate(
     let uploaded = how.upload || !matches!(target.endpoint(), crate::client::Endpoint::Unix(_));
     let hand_over = !uploaded && !how.copy && same_gpus(source, target, session);
     let t = Instant::now();
-    let prepared = if uploaded || how.cold { None } else { Some(prepare(source, target, session, &file, timeout)) };
+    let prepare = !uploaded && !how.cold;
+    let prepared = if prepare || !how.unchecked { Some(ahead(source, target, session, &file, timeout, prepare)) } else { None };
+    let prepare_seconds = if prepared.is_some() { t.elapsed().as_secs_f64() } else { 0.0 };
     let prepared = match prepared {
         Some(Err(Unprepared::Refused(e))) => return Err(MigrateError::Refused(e)),
-        Some(Err(Unprepared::Why(why))) => Some(Err(why)),
+        // Why no worker was prepared, where one was to be.
+        Some(Err(Unprepared::Why(why))) if prepare => Some(Err(why)),
         Some(Ok(())) => Some(Ok(())),
-        None => None,
+        _ => None,
     };
-    let prepare_seconds = if prepared.is_some() { t.elapsed().as_secs_f64() } else { 0.0 };
     let t0 = Instant::now();
     let req = CheckpointRequest {
         file: file.display().to_string(),
@@ -328,19 +335,25 @@ enum Unprepared {
     Refused(CtlError),
 }
 
-/// The session's skeleton, written by `source` beside `file` while the
-/// session runs, and a worker of `target` prepared from it; the skeleton's
-/// file is removed once the target holds it. Why not, where it was not.
-fn prepare(source: &dyn Source, target: &Control, session: u64, file: &Path, timeout: u64) -> Result<(), Unprepared> {
+/// Before the pause: the session's skeleton, written by `source` beside
+/// `file` while the session runs, and where `prepare` (and the session is
+/// on the local transport) a worker of `target` prepared from it, which
+/// the target checks it for first; otherwise the target only checks it
+/// (`POST /v1/check` with its description: a backend on another host
+/// gets no file). The skeleton's file is removed once the target is done
+/// with it. `Ok` where a worker was prepared; why not, where none was.
+fn ahead(source: &dyn Source, target: &Control, session: u64, file: &Path, timeout: u64, prepare: bool) -> Result<(), Unprepared> {
     // Over a stream (TCP, TLS, RDMA) the driver placed the session's
     // modules after the connection's page-locked copy staging, which a
     // worker made ahead cannot follow.
     let transport = source.session(session).map(|s| s.transport).unwrap_or_default();
-    if transport != "local" {
-        return Err(Unprepared::Why(format!(
-            "a session over {transport} is rebuilt by a fresh worker (its modules lie after its connection's copy staging)"
-        )));
-    }
+    let unprepared = if !prepare {
+        Some("none was to be".to_string())
+    } else if transport != "local" {
+        Some(format!("a session over {transport} is rebuilt by a fresh worker (its modules lie after its connection's copy staging)"))
+    } else {
+        None
+    };
     let skeleton = file.with_extension("skeleton");
     let req = CheckpointRequest {
         file: skeleton.display().to_string(),
@@ -350,15 +363,25 @@ fn prepare(source: &dyn Source, target: &Control, session: u64, file: &Path, tim
         skeleton: true,
     };
     let written = source.checkpoint(session, &req).map_err(|e| Unprepared::Why(format!("the source wrote no skeleton: {e}")));
-    let prepared = written.and_then(|_| {
-        let req = PrepareRequest { file: skeleton.display().to_string(), timeout_seconds: Some(timeout) };
-        target.prepare(&req).map(drop).map_err(|e| match e {
-            CtlError::Refused { status: 422, .. } => Unprepared::Refused(e),
-            e => Unprepared::Why(format!("the target prepared no worker: {e}")),
-        })
+    let refused = |e: CtlError, why: &str| match e {
+        CtlError::Refused { status: 422, .. } => Unprepared::Refused(e),
+        e => Unprepared::Why(format!("{why}: {e}")),
+    };
+    let done = written.and_then(|_| match &unprepared {
+        None => {
+            let req = PrepareRequest { file: skeleton.display().to_string(), timeout_seconds: Some(timeout) };
+            target.prepare(&req).map(drop).map_err(|e| refused(e, "the target prepared no worker"))
+        }
+        Some(why) => {
+            let mut meta = read_meta(&skeleton).map_err(|e| Unprepared::Why(format!("its skeleton cannot be read: {e}")))?;
+            // What the target checks is the description; the objects stay here.
+            meta.state = snapshot::State::default();
+            target.check(&meta).map_err(|e| refused(e, "the target did not check the skeleton"))?;
+            Err(Unprepared::Why(why.clone()))
+        }
     });
     let _ = std::fs::remove_file(&skeleton);
-    prepared
+    done
 }
 
 /// Waits up to `wait` for the session `report` moved to serve its program

@@ -56,7 +56,7 @@ pub(super) fn migrate(
     let timeout = req.timeout_seconds.unwrap_or(60);
     let dir = pvgpu_ctl::migrate::default_dir();
     tracing::info!(session = id, peer = %peer.listed.name, "moving a session (control API)");
-    let how = pvgpu_ctl::migrate::How { upload: req.upload, copy: req.copy, cold: req.cold };
+    let how = pvgpu_ctl::migrate::How { upload: req.upload, copy: req.copy, cold: req.cold, unchecked: false };
     let moved = pvgpu_ctl::migrate::migrate(&Local(supervised), &peer.control, id, &peer.listed.address, &dir, timeout, how);
     moved
         .map(|mut report| {

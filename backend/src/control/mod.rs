@@ -57,6 +57,11 @@ pub trait Sessions: Send + Sync {
     fn prepare(&self, req: api::PrepareRequest) -> Result<api::PrepareReport, Refusal> {
         Err(Refusal::new(404, format!("This backend prepares no workers ({})", req.file)))
     }
+    /// Whether the session `meta` describes could be restored here (its
+    /// GPUs, their models, its quotas), before it leaves where it runs.
+    fn check(&self, meta: pvgpu_ctl::snapshot::Meta) -> Result<(), Refusal> {
+        Err(Refusal::new(404, format!("This backend checks no sessions (session {})", meta.session)))
+    }
     /// Records where a session this backend checkpointed lives now.
     fn record_move(&self, req: pvgpu_ctl::api::MoveRecord) -> Result<(), Refusal> {
         let _ = req;

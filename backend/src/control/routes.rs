@@ -129,6 +129,10 @@ fn route(method: &Method, url: &str, body: &[u8], sessions: &dyn Sessions) -> An
             Ok(req) => done(sessions.prepare(req)),
             Err(e) => e,
         },
+        (Method::Post, ["v1", "check"]) => match parse::<pvgpu_ctl::snapshot::Meta>(body) {
+            Ok(meta) => done(sessions.check(meta).map(|()| serde_json::json!({"fits": true}))),
+            Err(e) => e,
+        },
         (Method::Post, ["v1", "moves"]) => match parse::<pvgpu_ctl::api::MoveRecord>(body) {
             Ok(req) => done(sessions.record_move(req).map(|()| serde_json::json!({"recorded": true}))),
             Err(e) => e,

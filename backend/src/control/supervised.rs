@@ -420,6 +420,12 @@ impl Sessions for Supervised {
         self.prepare_worker(&req)
     }
 
+    fn check(&self, meta: snapshot::Meta) -> Result<(), Refusal> {
+        let named = PathBuf::from(format!("session {} of {}", meta.session, meta.peer));
+        self.admissible(&meta, &named)?;
+        self.room_for(&meta, &named)
+    }
+
     fn record_move(&self, req: pvgpu_ctl::api::MoveRecord) -> Result<(), Refusal> {
         let token = snapshot::token_from_hex(&req.token).ok_or_else(|| Refusal::new(400, "a malformed session token".into()))?;
         if !crate::peers::guest_address(&req.to) {

@@ -86,7 +86,7 @@ pub(crate) fn session_moves_to_another_backend(t: Transport) {
     // Over TCP the snapshot is uploaded, as to a backend on another host.
     // On one host (the ring), the session's device memory stays where it
     // is: handed over in place, not copied.
-    let how = pvgpu_ctl::migrate::How { upload: t == Transport::Tcp, copy: false, cold: false };
+    let how = pvgpu_ctl::migrate::How { upload: t == Transport::Tcp, copy: false, cold: false, unchecked: false };
     let report = pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, how).expect("the migration");
     assert!(c.detached(), "the library's own call took the reply that says the session left");
     if t == Transport::Tcp {
@@ -186,9 +186,10 @@ pub(crate) fn handed_memory_stays_with_its_backend_until_taken(t: Transport) {
 }
 
 /// A migration the target does not take leaves the session at its
-/// source. On one host the target checks the session's skeleton before the
-/// pause, and a refusal stops the migration there: the session was never
-/// paused. Past that point (a session over TCP, a snapshot uploaded, a
+/// source. The target checks the session's skeleton before the pause (on
+/// one host as it prepares a worker from it; over TCP, as to another host,
+/// its description), and a refusal stops the migration there: the session
+/// was never paused. Past that point (a migration that asks no check, a
 /// target that cannot be reached) the source takes the session back from
 /// its snapshot, its memory where it was, and the program goes on there,
 /// never told. The target refuses because its GPU is drained.
@@ -207,8 +208,8 @@ pub(crate) fn a_refused_migration_leaves_the_session_at_its_source(t: Transport)
     let address = b.addr(t).to_string();
     let upload = t == Transport::Tcp;
     let drained = |message: &str| assert!(message.contains("undrain"), "{message}");
-    if !upload {
-        let how = pvgpu_ctl::migrate::How { upload, copy: false, cold: false };
+    for cold in [false, true] {
+        let how = pvgpu_ctl::migrate::How { upload, copy: false, cold, unchecked: false };
         let id = from.sessions().unwrap()[0].id;
         match pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, how) {
             Err(pvgpu_ctl::migrate::MigrateError::Refused(CtlError::Refused { status: 422, message })) => drained(&message),
@@ -220,7 +221,7 @@ pub(crate) fn a_refused_migration_leaves_the_session_at_its_source(t: Transport)
         state.check_and_go_on(&c, "a migration refused before the pause");
     }
     // Refused after the pause: the session goes back.
-    let how = pvgpu_ctl::migrate::How { upload, copy: false, cold: true };
+    let how = pvgpu_ctl::migrate::How { upload, copy: false, cold: true, unchecked: true };
     let id = from.sessions().unwrap()[0].id;
     match pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, how) {
         Err(pvgpu_ctl::migrate::MigrateError::Back(CtlError::Refused { status: 422, message })) => drained(&message),
@@ -249,8 +250,8 @@ pub(crate) fn a_refused_migration_leaves_the_session_at_its_source(t: Transport)
 }
 
 /// A session the target's quotas would not hold is refused by name before
-/// it is taken (HTTP 422), not lost when its rebuild there fails: on one
-/// host before the pause, over TCP (an upload) taken back by the source.
+/// the pause (HTTP 422), not lost when its rebuild there fails; one that
+/// asked no check is refused at its snapshot and taken back by the source.
 pub(crate) fn a_migration_past_the_target_s_quota_is_refused(t: Transport) {
     let a = Harness::start();
     if a.exec == ExecKind::Cuda {
@@ -264,18 +265,20 @@ pub(crate) fn a_migration_past_the_target_s_quota_is_refused(t: Transport) {
     let (from, to) = (a.control().unwrap(), b.control().unwrap());
     let dir = TempDir::new("quota");
     let upload = t == Transport::Tcp;
-    let how = pvgpu_ctl::migrate::How { upload, copy: false, cold: false };
-    let id = from.sessions().unwrap()[0].id;
-    let moved = pvgpu_ctl::migrate::migrate(&from, &to, id, &b.addr(t).to_string(), &dir.0, 30, how);
-    let message = match moved {
-        Err(pvgpu_ctl::migrate::MigrateError::Refused(CtlError::Refused { status: 422, message })) if !upload => message,
-        Err(pvgpu_ctl::migrate::MigrateError::Back(CtlError::Refused { status: 422, message })) if upload => message,
-        other => panic!("a migration past the target's quota: {other:?}"),
-    };
-    assert!(message.contains("--mem-quota") && message.contains(&(32 << 10).to_string()), "{message}");
-    assert_eq!(c.detached(), upload, "paused only where the target was not asked first");
-    assert!(to.sessions().unwrap().is_empty() && to.waiting().unwrap().is_empty(), "nothing at the target");
-    state.check_and_go_on(&c, "a migration past the target's quota");
+    for unchecked in [false, true] {
+        let how = pvgpu_ctl::migrate::How { upload, copy: false, cold: unchecked, unchecked };
+        let id = from.sessions().unwrap()[0].id;
+        let moved = pvgpu_ctl::migrate::migrate(&from, &to, id, &b.addr(t).to_string(), &dir.0, 30, how);
+        let message = match moved {
+            Err(pvgpu_ctl::migrate::MigrateError::Refused(CtlError::Refused { status: 422, message })) if !unchecked => message,
+            Err(pvgpu_ctl::migrate::MigrateError::Back(CtlError::Refused { status: 422, message })) if unchecked => message,
+            other => panic!("a migration past the target's quota: {other:?}"),
+        };
+        assert!(message.contains("--mem-quota") && message.contains(&(32 << 10).to_string()), "{message}");
+        assert_eq!(c.detached(), unchecked, "paused only where the target was not asked first");
+        assert!(to.sessions().unwrap().is_empty() && to.waiting().unwrap().is_empty(), "nothing at the target");
+        state.check_and_go_on(&c, "a migration past the target's quota");
+    }
     assert_eq!(from.sessions().unwrap().len(), 1, "the program is served where it was");
     state.free(&c);
 }

@@ -27,7 +27,7 @@ pub(crate) fn move_to_another_backend(
     let address = b.addr(t).to_string();
     let report = std::thread::scope(|s| {
         let moving = s.spawn(|| {
-            let how = pvgpu_ctl::migrate::How { upload: t == Transport::Tcp, copy: false, cold: false };
+            let how = pvgpu_ctl::migrate::How { upload: t == Transport::Tcp, copy: false, cold: false, unchecked: false };
             let mut r = pvgpu_ctl::migrate::migrate(&from, &to, id, &address, &dir.0, 30, how)?;
             pvgpu_ctl::migrate::wait_back(&to, &mut r, Duration::from_secs(30));
             Ok::<_, pvgpu_ctl::migrate::MigrateError>(r)

@@ -52,7 +52,7 @@ fn prepare_by_hand(s: &Setup) -> Result<(), pvgpu_ctl::client::CtlError> {
 /// Moves the session to `b` without preparing there; how its rebuild went.
 fn migrate_cold(s: &Setup, t: Transport) -> pvgpu_ctl::migrate::MigrateReport {
     let (from, to) = (s.a.control().unwrap(), s.b.control().unwrap());
-    let how = pvgpu_ctl::migrate::How { upload: false, copy: false, cold: true };
+    let how = pvgpu_ctl::migrate::How { upload: false, copy: false, cold: true, unchecked: false };
     let r = pvgpu_ctl::migrate::migrate(&from, &to, s.id, &s.b.addr(t).to_string(), &s.dir.0, 30, how).expect("the migration");
     assert!(!r.prepared && r.not_prepared.is_none(), "{r:?}");
     r
@@ -72,7 +72,7 @@ fn rebuilt_prepared(s: &Setup) -> bool {
 pub(crate) fn a_prepared_worker_takes_its_session(t: Transport) {
     let Some((s, state, _)) = setup(t) else { return };
     let (from, to) = (s.a.control().unwrap(), s.b.control().unwrap());
-    let how = pvgpu_ctl::migrate::How { upload: false, copy: false, cold: false };
+    let how = pvgpu_ctl::migrate::How { upload: false, copy: false, cold: false, unchecked: false };
     let report = pvgpu_ctl::migrate::migrate(&from, &to, s.id, &s.b.addr(t).to_string(), &s.dir.0, 30, how).expect("the migration");
     if t == Transport::Tcp {
         // Its modules lie after its connection's copy staging on the GPU.
