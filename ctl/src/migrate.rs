@@ -43,18 +43,18 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Why a migration stopped. Each message holds the backend's answer it
-/// stopped at (they are not chained as sources, so it is said once).
+/// Why a migration stopped; the backend's answer it stopped at is its
+/// source ([`MigrateError::report`] says both on one line).
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {
     /// The target answered the session's skeleton that the session cannot
-    /// run there (HTTP 422: its GPUs, their models, its executor): the
-    /// migration stopped before the session was paused.
-    #[error("the target backend cannot take the session: {0}; it was not paused and goes on running at the source")]
-    Refused(CtlError),
+    /// run there (HTTP 422: its GPUs, their models, its executor, its
+    /// quotas): the migration stopped before the session was paused.
+    #[error("the target backend cannot take the session (it was not paused and goes on running at the source)")]
+    Refused(#[source] CtlError),
     /// The source did not checkpoint the session (it goes on there).
-    #[error("the source backend did not checkpoint the session (it goes on running there): {0}")]
-    Checkpoint(CtlError),
+    #[error("the source backend did not checkpoint the session (it goes on running there)")]
+    Checkpoint(#[source] CtlError),
     /// The snapshot the source wrote cannot be read back.
     #[error("the snapshot {file} cannot be read: {reason}; the session waits for it to be restored")]
     Snapshot {
@@ -65,13 +65,13 @@ pub enum MigrateError {
     },
     /// The target refused the snapshot (or could not be reached), and the
     /// source took the session back from it: its program goes on there.
-    #[error("the target backend did not take the session: {0}; the session went back to the source backend, where its program goes on")]
-    Back(CtlError),
+    #[error("the target backend did not take the session, which went back to the source backend, where its program goes on")]
+    Back(#[source] CtlError),
     /// The target did not take the snapshot, and the session is not back
     /// at the source either: it waits, detached, and the file is kept for
     /// `pvgpu-ctl restore`.
     #[error(
-        "the target backend did not take the snapshot: {answer}; {back}; it is kept at {file}: `pvgpu-ctl restore {file}` at {where_} lets the program go on"
+        "the target backend did not take the snapshot; {back}; it is kept at {file}: `pvgpu-ctl restore {file}` at {where_} lets the program go on"
     )]
     Restore {
         /// Where it is kept.
@@ -81,14 +81,30 @@ pub enum MigrateError {
         /// Why the source did not take the session back.
         back: String,
         /// The target's answer.
+        #[source]
         answer: CtlError,
     },
     /// The source could not record the move: the target holds the session,
     /// but the program still asks the source for it.
     #[error(
-        "the target holds the session but the source could not record the move ({0}); point the program at the target's address (PVGPU_BACKEND) or restore the snapshot at the source"
+        "the target holds the session but the source could not record the move; point the program at the target's address (PVGPU_BACKEND) or restore the snapshot at the source"
     )]
-    Record(CtlError),
+    Record(#[source] CtlError),
+}
+
+impl MigrateError {
+    /// The error and the answer it stopped at, on one line (as `pvgpu-ctl`
+    /// prints it, and the control API answers it).
+    pub fn report(&self) -> String {
+        let mut line = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            line.push_str(": ");
+            line.push_str(&c.to_string());
+            cause = c.source();
+        }
+        line
+    }
 }
 
 /// The backend a session leaves: its control API as `pvgpu-ctl` reaches
@@ -464,6 +480,15 @@ mod tests {
 
     fn gpus(uuids: &[&str]) -> Vec<Gpu> {
         uuids.iter().map(|u| Gpu { executor_uuid: u.to_string(), uuid: "GPU-nvml-0".into(), ..Gpu::default() }).collect()
+    }
+
+    #[test]
+    fn a_failed_migration_says_the_answer_it_stopped_at_once() {
+        let e = MigrateError::Back(CtlError::Refused { status: 422, message: "its GPU 0 is drained here".into() });
+        let line = e.report();
+        assert!(line.starts_with("the target backend did not take the session"), "{line}");
+        assert_eq!(line.matches("its GPU 0 is drained here").count(), 1, "{line}");
+        assert!(!e.to_string().contains("drained"), "the answer is the error's source, not its message");
     }
 
     #[test]

@@ -72,7 +72,7 @@ pub(super) fn migrate(
                 MigrateError::Checkpoint(CtlError::Refused { status, .. }) => *status,
                 _ => 502,
             };
-            tracing::warn!(session = id, peer = %peer.listed.name, error = %e, "moving a session failed");
-            Refusal::new(status, e.to_string())
+            tracing::warn!(session = id, peer = %peer.listed.name, error = %e.report(), "moving a session failed");
+            Refusal::new(status, e.report())
         })
 }
