@@ -49,7 +49,8 @@ use std::time::{Duration, Instant};
 pub enum MigrateError {
     /// The target answered the session's skeleton that the session cannot
     /// run there (HTTP 422: its GPUs, their models, its executor, its
-    /// quotas): the migration stopped before the session was paused.
+    /// quotas), or could not be reached: the migration stopped before the
+    /// session was paused.
     #[error("the target backend cannot take the session (it was not paused and goes on running at the source)")]
     Refused(#[source] CtlError),
     /// The source did not checkpoint the session (it goes on there).
@@ -379,8 +380,10 @@ fn ahead(source: &dyn Source, target: &Control, session: u64, file: &Path, timeo
         skeleton: true,
     };
     let written = source.checkpoint(session, &req).map_err(|e| Unprepared::Why(format!("the source wrote no skeleton: {e}")));
+    // A target that cannot be reached now would not take the snapshot
+    // after the pause either.
     let refused = |e: CtlError, why: &str| match e {
-        CtlError::Refused { status: 422, .. } => Unprepared::Refused(e),
+        CtlError::Refused { status: 422, .. } | CtlError::Connect { .. } => Unprepared::Refused(e),
         e => Unprepared::Why(format!("{why}: {e}")),
     };
     let done = written.and_then(|_| match &unprepared {

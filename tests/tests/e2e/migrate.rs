@@ -237,14 +237,20 @@ pub(crate) fn a_refused_migration_leaves_the_session_at_its_source(t: Transport)
     assert!(from.waiting().unwrap().is_empty(), "taken back by the program");
     assert_eq!(from.sessions().unwrap().len(), 1, "the program is served where it was");
 
-    // A target that is not there: the source takes the session back too.
+    // A target that is not there: nothing is paused where it is asked
+    // first, and the source takes the session back where it is not.
     let gone = pvgpu_ctl::client::Control::new(dir.0.join("no-backend.sock"));
-    let id = from.sessions().unwrap()[0].id;
-    match pvgpu_ctl::migrate::migrate(&from, &gone, id, &address, &dir.0, 30, how) {
-        Err(pvgpu_ctl::migrate::MigrateError::Back(CtlError::Connect { .. })) => {}
-        other => panic!("a migration to a backend that is not there: {other:?}"),
+    for unchecked in [false, true] {
+        let how = pvgpu_ctl::migrate::How { unchecked, ..how };
+        let id = from.sessions().unwrap()[0].id;
+        match pvgpu_ctl::migrate::migrate(&from, &gone, id, &address, &dir.0, 30, how) {
+            Err(pvgpu_ctl::migrate::MigrateError::Refused(CtlError::Connect { .. })) if !unchecked => {}
+            Err(pvgpu_ctl::migrate::MigrateError::Back(CtlError::Connect { .. })) if unchecked => {}
+            other => panic!("a migration to a backend that is not there: {other:?}"),
+        }
+        assert_eq!(c.detached(), unchecked, "paused only where the target was not asked first");
+        state.check_and_go_on(&c, "a migration to a backend that is not there");
     }
-    state.check_and_go_on(&c, "a migration to a backend that is not there");
     assert!(to.sessions().unwrap().is_empty(), "nothing at the target");
     state.free(&c);
 }
