@@ -97,6 +97,8 @@ static VALID: AtomicUsize = AtomicUsize::new(0);
 /// Device work was submitted since the program's work last finished (as
 /// far as a fetch knows): the next fetch waits for it first.
 static IN_FLIGHT: AtomicBool = AtomicBool::new(false);
+/// Held by the thread that waits for that work.
+static WAITING: Mutex<()> = Mutex::new(());
 static HANDLER: Once = Once::new();
 
 thread_local! {
@@ -308,8 +310,14 @@ fn resolve(r: &Range, addr: u64) -> bool {
 /// synchronised. A failure (the work failed) is the program's to see at
 /// its own next synchronisation; the fetch goes on.
 fn wait_for_device_work() {
+    if HOST_FN.with(Cell::get) {
+        return;
+    }
+    // One thread waits at a time; one that faults meanwhile waits for it to
+    // be done, rather than fetch while the work still runs.
+    let _one = WAITING.lock().unwrap_or_else(|p| p.into_inner());
     // AcqRel: pairs with the store in `before_device_work`.
-    if HOST_FN.with(Cell::get) || !IN_FLIGHT.swap(false, Ordering::AcqRel) {
+    if !IN_FLIGHT.swap(false, Ordering::AcqRel) {
         return;
     }
     for h in state::ctx::live() {
