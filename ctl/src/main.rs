@@ -107,7 +107,7 @@ enum Cmd {
         #[command(subcommand)]
         cmd: device_cmds::DeviceCmd,
     },
-    /// Moves a live session to another backend (run it on this backend's host): checkpoint here, restore there, and the program's next call goes on there.
+    /// Moves a live session to another backend (run it on this backend's host): the other backend checks the session's skeleton first (a refusal stops it with the session never paused), then checkpoint here, restore there (refused there, the session goes back here), and the program's next call goes on there.
     Migrate {
         /// The session's number (at this backend).
         session: u64,
