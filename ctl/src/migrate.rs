@@ -255,14 +255,18 @@ pub fn migrate(
     let hand_over = !uploaded && !how.copy && same_gpus(source, target, session);
     let t = Instant::now();
     let prepare = !uploaded && !how.cold;
-    let prepared = if prepare || !how.unchecked { Some(ahead(source, target, session, &file, timeout, prepare)) } else { None };
-    let prepare_seconds = if prepared.is_some() { t.elapsed().as_secs_f64() } else { 0.0 };
+    let prepared = if prepare { Some(prepare_ahead(source, target, session, &file, timeout)) } else { None };
+    if !prepare && !how.unchecked {
+        if let Err(Unprepared::Refused(e)) = check_ahead(source, target, session, &file, timeout) {
+            return Err(MigrateError::Refused(e));
+        }
+    }
+    let prepare_seconds = if prepare || !how.unchecked { t.elapsed().as_secs_f64() } else { 0.0 };
     let prepared = match prepared {
         Some(Err(Unprepared::Refused(e))) => return Err(MigrateError::Refused(e)),
-        // Why no worker was prepared, where one was to be.
-        Some(Err(Unprepared::Why(why))) if prepare => Some(Err(why)),
+        Some(Err(Unprepared::Why(why))) => Some(Err(why)),
         Some(Ok(())) => Some(Ok(())),
-        _ => None,
+        None => None,
     };
     let t0 = Instant::now();
     let req = CheckpointRequest {
@@ -352,25 +356,15 @@ enum Unprepared {
     Refused(CtlError),
 }
 
-/// Before the pause: the session's skeleton, written by `source` beside
-/// `file` while the session runs, and where `prepare` (and the session is
-/// on the local transport) a worker of `target` prepared from it, which
-/// the target checks it for first; otherwise the target only checks it
-/// (`POST /v1/check` with its description: a backend on another host
-/// gets no file). The skeleton's file is removed once the target is done
-/// with it. `Ok` where a worker was prepared; why not, where none was.
-fn ahead(source: &dyn Source, target: &Control, session: u64, file: &Path, timeout: u64, prepare: bool) -> Result<(), Unprepared> {
-    // Over a stream (TCP, TLS, RDMA) the driver placed the session's
-    // modules after the connection's page-locked copy staging, which a
-    // worker made ahead cannot follow.
-    let transport = source.session(session).map(|s| s.transport).unwrap_or_default();
-    let unprepared = if !prepare {
-        Some("none was to be".to_string())
-    } else if transport != "local" {
-        Some(format!("a session over {transport} is rebuilt by a fresh worker (its modules lie after its connection's copy staging)"))
-    } else {
-        None
-    };
+/// The session's skeleton, written by `source` beside `file` while the
+/// session runs, handed to `then` by its path, and removed after.
+fn with_skeleton(
+    source: &dyn Source,
+    session: u64,
+    file: &Path,
+    timeout: u64,
+    then: impl FnOnce(&Path) -> Result<(), Unprepared>,
+) -> Result<(), Unprepared> {
     let skeleton = file.with_extension("skeleton");
     let req = CheckpointRequest {
         file: skeleton.display().to_string(),
@@ -379,28 +373,57 @@ fn ahead(source: &dyn Source, target: &Control, session: u64, file: &Path, timeo
         hand_over: false,
         skeleton: true,
     };
-    let written = source.checkpoint(session, &req).map_err(|e| Unprepared::Why(format!("the source wrote no skeleton: {e}")));
-    // A target that cannot be reached now would not take the snapshot
-    // after the pause either.
-    let refused = |e: CtlError, why: &str| match e {
-        CtlError::Refused { status: 422, .. } | CtlError::Connect { .. } => Unprepared::Refused(e),
-        e => Unprepared::Why(format!("{why}: {e}")),
+    let done = match source.checkpoint(session, &req) {
+        Ok(_) => then(&skeleton),
+        Err(e) => Err(Unprepared::Why(format!("the source wrote no skeleton: {e}"))),
     };
-    let done = written.and_then(|_| match &unprepared {
-        None => {
-            let req = PrepareRequest { file: skeleton.display().to_string(), timeout_seconds: Some(timeout) };
-            target.prepare(&req).map(drop).map_err(|e| refused(e, "the target prepared no worker"))
-        }
-        Some(why) => {
-            let mut meta = read_meta(&skeleton).map_err(|e| Unprepared::Why(format!("its skeleton cannot be read: {e}")))?;
-            // What the target checks is the description; the objects stay here.
-            meta.state = snapshot::State::default();
-            target.check(&meta).map_err(|e| refused(e, "the target did not check the skeleton"))?;
-            Err(Unprepared::Why(why.clone()))
-        }
-    });
     let _ = std::fs::remove_file(&skeleton);
     done
+}
+
+/// The target's answer `e` before the pause: a refusal (HTTP 422), or a
+/// target that cannot be reached now (it would not take the snapshot
+/// after the pause either), stops the migration; anything else is `why`
+/// it goes on without.
+fn refused(e: CtlError, why: &str) -> Unprepared {
+    match e {
+        CtlError::Refused { status: 422, .. } | CtlError::Connect { .. } => Unprepared::Refused(e),
+        e => Unprepared::Why(format!("{why}: {e}")),
+    }
+}
+
+/// The target checks the skeleton at `skeleton` by its head alone (`POST
+/// /v1/check`: a backend on another host gets no file).
+fn check(target: &Control, skeleton: &Path) -> Result<(), Unprepared> {
+    let mut meta = read_meta(skeleton).map_err(|e| Unprepared::Why(format!("its skeleton cannot be read: {e}")))?;
+    // What the target checks is the description; the objects stay here.
+    meta.state = snapshot::State::default();
+    target.check(&meta).map(drop).map_err(|e| refused(e, "the target did not check the skeleton"))
+}
+
+/// Before the pause, where no worker is to be prepared: the target checks
+/// the session's skeleton.
+fn check_ahead(source: &dyn Source, target: &Control, session: u64, file: &Path, timeout: u64) -> Result<(), Unprepared> {
+    with_skeleton(source, session, file, timeout, |skeleton| check(target, skeleton))
+}
+
+/// Before the pause: a worker of `target` prepared from the session's
+/// skeleton, which the target checks first. A session over a stream
+/// (TCP, TLS, RDMA) is only checked: the driver placed its modules after
+/// the connection's page-locked copy staging, which a worker made ahead
+/// cannot follow. Why no worker was prepared, where none was.
+fn prepare_ahead(source: &dyn Source, target: &Control, session: u64, file: &Path, timeout: u64) -> Result<(), Unprepared> {
+    let transport = source.session(session).map(|s| s.transport).unwrap_or_default();
+    with_skeleton(source, session, file, timeout, |skeleton| {
+        if transport != "local" {
+            check(target, skeleton)?;
+            return Err(Unprepared::Why(format!(
+                "a session over {transport} is rebuilt by a fresh worker (its modules lie after its connection's copy staging)"
+            )));
+        }
+        let req = PrepareRequest { file: skeleton.display().to_string(), timeout_seconds: Some(timeout) };
+        target.prepare(&req).map(drop).map_err(|e| refused(e, "the target prepared no worker"))
+    })
 }
 
 /// Waits up to `wait` for the session `report` moved to serve its program

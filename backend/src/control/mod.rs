@@ -10,7 +10,7 @@ mod dashboard;
 mod https;
 mod metrics_http;
 mod migrate;
-pub mod room;
+pub(crate) mod room;
 mod routes;
 mod socket;
 mod supervised;
