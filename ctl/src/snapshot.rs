@@ -25,7 +25,7 @@ mod placed;
 pub mod skeleton;
 mod state;
 
-pub use graph::{Body, ExecGraphRec, GraphRec, NodeKind, NodeRec, from_hex, hex};
+pub use graph::{Body, CondBody, CondHandleRec, ExecGraphRec, GraphRec, NodeKind, NodeRec, from_hex, hex};
 pub use placed::{FileWriter, make_room};
 pub use state::{
     Allocation, AreaRec, ArrayRec, Context, Device, Function, Global, Handed, LimitRec, Mapped, Meta, MirrorRec, Module, Physical, PoolRec,

@@ -54,6 +54,16 @@ pub enum RestoreError {
         /// The value the driver gave.
         to: u64,
     },
+    /// The driver numbered a conditional handle otherwise.
+    #[error(
+        "a conditional handle had the value {from} and the driver gives {to} now (kernels receive the value); the snapshot is kept"
+    )]
+    CondHandle {
+        /// Its value.
+        from: u64,
+        /// The value the driver gave.
+        to: u64,
+    },
     /// The driver placed a module global elsewhere.
     #[error("module global {name} was at {from:#x} and the driver placed it at {to:#x} now; the snapshot is kept")]
     Moved {

@@ -8,7 +8,9 @@
 //! instantiation and kept up to date with the updates the guest makes to
 //! it), with the nodes it has disabled and the guest's names for its
 //! nodes: the graph it was made from may be gone (PyTorch destroys it
-//! once instantiated) or changed since.
+//! once instantiated) or changed since. An executable graph with
+//! conditional nodes, which the driver does not copy, is kept as this
+//! description of the graph it was made from, taken at instantiation.
 
 use serde::{Deserialize, Serialize};
 
@@ -114,6 +116,43 @@ pub enum NodeKind {
         /// Its `userData`.
         data: u64,
     },
+    /// An if, while or switch node: the handle its condition is read
+    /// from, `CUgraphConditionalNodeType`, and its body graphs in order.
+    Cond {
+        /// The handle's value (one of its root graph's `handles`).
+        handle: u64,
+        /// `CUgraphConditionalNodeType`.
+        kind: u32,
+        /// Its bodies.
+        bodies: Vec<CondBody>,
+    },
+}
+
+/// A conditional node's body graph.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CondBody {
+    /// The handle the guest holds for the body, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<u64>,
+    /// The graph.
+    pub body: Body,
+}
+
+/// A conditional handle, made for a graph (the root graph or one of its
+/// conditional bodies). The driver numbers a root graph's handles, its
+/// bodies' included, 1, 2, 3... in the order they are made, in every
+/// process: a restore makes them again in that order, for the root, and
+/// gets the values kernels and the program hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CondHandleRec {
+    /// The guest's handle for the graph it was made for.
+    pub graph: u64,
+    /// Its value.
+    pub value: u64,
+    /// The value each launch starts with, if `flags` assigns it.
+    pub default: u32,
+    /// `cuGraphConditionalHandleCreate` flags.
+    pub flags: u32,
 }
 
 /// A graph the guest holds.
@@ -125,6 +164,10 @@ pub struct GraphRec {
     pub ctx: u64,
     /// Its nodes and edges.
     pub body: Body,
+    /// The conditional handles made for it and its bodies, in the order
+    /// they were made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handles: Vec<CondHandleRec>,
 }
 
 /// An executable graph.
@@ -145,6 +188,10 @@ pub struct ExecGraphRec {
     /// index into `body.nodes`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub named: Vec<(u64, u32)>,
+    /// The conditional handles of the graph it was made from, in the
+    /// order they were made (its conditional nodes use them all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handles: Vec<CondHandleRec>,
 }
 
 /// `bytes` in hex.

@@ -72,7 +72,7 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
     let req =
         |stay| CheckpointRequest { file: file.display().to_string(), leave_running: stay, timeout_seconds: Some(30), ..Default::default() };
     let graph = c.graph_create(g.ctx).unwrap();
-    c.graph_cond_handle(graph, 0, false).unwrap();
+    let launchable = c.graph_instantiate(graph, pvgpu_ring::cuda::api::CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH.0 as u64).unwrap();
     std::thread::scope(|s| {
         let refused = s.spawn(|| ctl.checkpoint(id, &req(false)));
         while !refused.is_finished() {
@@ -80,12 +80,13 @@ pub(crate) fn checkpoint_through_a_backend_restart(t: Transport) {
             std::thread::sleep(Duration::from_millis(2));
         }
         match refused.join().unwrap() {
-            Err(CtlError::Refused { status: 409, message }) => assert!(message.contains("conditional graph nodes"), "{message}"),
-            other => panic!("a checkpoint of a session with a conditional handle: {other:?}"),
+            Err(CtlError::Refused { status: 409, message }) => assert!(message.contains("launches from the device"), "{message}"),
+            other => panic!("a checkpoint of a session with a graph made for launches from the device: {other:?}"),
         }
     });
     assert!(!file.exists(), "a refused checkpoint leaves no file");
     assert!(!c.detached());
+    c.graph_exec_destroy(launchable).unwrap();
     c.graph_destroy(graph).unwrap();
 
     // Page-locked memory mirrored in the backend (what the drop-in library

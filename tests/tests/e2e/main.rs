@@ -18,6 +18,7 @@ mod array_moves;
 mod arrays;
 mod checkpoint;
 mod conditional;
+mod conditional_moves;
 mod control;
 mod copy_nodes;
 mod devices;
@@ -53,6 +54,7 @@ use devices::*;
 use execution::*;
 use global_moves::*;
 use graph_memory::*;
+use conditional_moves::*;
 use graph_moves::*;
 use graphs::*;
 use host_nodes::*;
@@ -243,5 +245,5 @@ over_every_transport!(
         image_cache,
         kernel_output,
     ],
-    own_backend: [metrics_follow_a_running_program, pools_of_the_program_s_own, checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, a_waiting_resume_takes_its_session_when_it_comes, session_moves_to_another_backend, a_prepared_worker_takes_its_session, a_session_that_changed_since_its_skeleton_is_rebuilt_afresh, another_program_first_gets_the_prepared_worker, handed_memory_stays_with_its_backend_until_taken, a_refused_migration_leaves_the_session_at_its_source, a_migration_past_the_target_s_quota_is_refused, graphs_move_with_their_session, graphs_survive_a_backend_restart, virtual_memory_moves_with_its_session, virtual_memory_survives_a_backend_restart, arrays_and_textures_move_with_their_session, arrays_and_textures_survive_a_backend_restart, pools_move_with_their_session, pools_survive_a_backend_restart, globals_never_looked_up_move_with_their_session, globals_never_looked_up_survive_a_backend_restart, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
+    own_backend: [metrics_follow_a_running_program, pools_of_the_program_s_own, checkpoint_through_a_backend_restart, checkpoint_leaving_the_session_running, a_waiting_resume_takes_its_session_when_it_comes, session_moves_to_another_backend, a_prepared_worker_takes_its_session, a_session_that_changed_since_its_skeleton_is_rebuilt_afresh, another_program_first_gets_the_prepared_worker, handed_memory_stays_with_its_backend_until_taken, a_refused_migration_leaves_the_session_at_its_source, a_migration_past_the_target_s_quota_is_refused, graphs_move_with_their_session, graphs_survive_a_backend_restart, conditional_graphs_move_with_their_session, conditional_graphs_survive_a_backend_restart, virtual_memory_moves_with_its_session, virtual_memory_survives_a_backend_restart, arrays_and_textures_move_with_their_session, arrays_and_textures_survive_a_backend_restart, pools_move_with_their_session, pools_survive_a_backend_restart, globals_never_looked_up_move_with_their_session, globals_never_looked_up_survive_a_backend_restart, control_socket_lists_and_ends_sessions, interprocess_handles_stay_in_their_guest, memory_quota, graph_memory_quota, client_killed_mid_call, backend_stopped_mid_call, backend_killed_mid_call],
 );

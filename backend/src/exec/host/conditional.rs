@@ -30,8 +30,8 @@ impl HostContext {
             for op in self.graphs.graph(g)?.ops.values() {
                 match op {
                     Op::Child(c) => stack.push(*c),
-                    Op::Cond { handle, bodies, .. } => {
-                        if let Some(d) = self.graphs.cond_handles.get(handle).and_then(|h| h.default) {
+                    Op::Cond { root, handle, bodies, .. } => {
+                        if let Some(d) = self.graphs.cond_handles.get(&(*root, *handle)).and_then(|h| h.default) {
                             self.mem.conds.insert(*handle, d);
                         }
                         stack.extend(bodies);
@@ -46,7 +46,7 @@ impl HostContext {
     /// The work a conditional node puts before the rest of its launch now:
     /// the body its handle's value chooses (if any), unrolled, and for a
     /// while node that runs its body, the node again after it.
-    pub(super) fn cond_run(&self, handle: u64, kind: u32, bodies: &[u64]) -> CuRes<Vec<Op>> {
+    pub(super) fn cond_run(&self, root: u64, handle: u64, kind: u32, bodies: &[u64]) -> CuRes<Vec<Op>> {
         let v = self.mem.conds.get(&handle).copied().unwrap_or(0);
         let kind = CUgraphConditionalNodeType(kind);
         let body = match kind {
@@ -60,7 +60,7 @@ impl HostContext {
         if let Some(&b) = body {
             self.unroll(b, &mut ops)?;
             if kind == CU_GRAPH_COND_TYPE_WHILE {
-                ops.push(Op::Cond { handle, kind: kind.0, bodies: bodies.to_vec() });
+                ops.push(Op::Cond { root, handle, kind: kind.0, bodies: bodies.to_vec() });
             }
         }
         Ok(ops)

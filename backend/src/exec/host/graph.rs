@@ -49,8 +49,10 @@ pub(super) enum Op {
     /// Stream memory operations.
     MemOps(Vec<crate::exec::MemOp>),
     /// A conditional node: `CUgraphConditionalNodeType` `kind`, the
-    /// handle whose value decides, and the body graphs it owns.
+    /// handle whose value decides (of root graph `root`'s), and the body
+    /// graphs it owns.
     Cond {
+        root: u64,
         handle: u64,
         kind: u32,
         bodies: Vec<u64>,
@@ -76,7 +78,7 @@ impl Op {
             Op::MemAlloc { dptr } => format!("alloc {dptr:#x}"),
             Op::MemFree { dptr } => format!("free {dptr:#x}"),
             Op::Host { func, data } => format!("host {func:#x}({data:#x})"),
-            Op::Cond { handle, kind, bodies } => format!("conditional {kind} of handle {handle:#x}, bodies {bodies:?}"),
+            Op::Cond { handle, kind, bodies, .. } => format!("conditional {kind} of handle {handle:#x}, bodies {bodies:?}"),
             Op::MemOps(ops) => format!("{} memory operations", ops.len()),
         }
     }
@@ -111,12 +113,16 @@ pub(super) struct Graph {
     pub(super) borrowed: bool,
     /// A conditional node's body: work may be captured into it.
     pub(super) body: bool,
+    /// The graph whose conditional handles it numbers (itself, or for a
+    /// body the graph its node is in, up to one no node owns).
+    pub(super) root: u64,
+    /// Conditional handles made for it and its bodies, when it is a root.
+    handles: u64,
 }
 
-/// A conditional handle: the graph it was made for, and the value each
-/// launch starts with (if it assigns one).
+/// A conditional handle: the value each launch starts with (if it assigns
+/// one).
 pub(super) struct CondHandle {
-    pub(super) graph: u64,
     pub(super) default: Option<u32>,
 }
 
@@ -135,8 +141,12 @@ pub(super) struct Graphs {
     pub(super) mode: u32,
     /// Nodes of executable graphs that are skipped.
     disabled: HashSet<u64>,
-    /// Conditional handles by value.
-    pub(super) cond_handles: HashMap<u64, CondHandle>,
+    /// Conditional handles by root graph and value. As the driver does,
+    /// each root graph numbers its own 1, 2, 3..., so that values repeat
+    /// from graph to graph; the context keeps one value per number
+    /// (`Mem::conds`), which is right while launches run one after the
+    /// other, as here.
+    pub(super) cond_handles: HashMap<(u64, u64), CondHandle>,
     /// The nodes of clones: (clone, original node) to the clone's node.
     pub(super) clones: HashMap<(u64, u64), u64>,
     /// Executable graphs instantiated for launches from the device.
@@ -152,7 +162,7 @@ impl Graphs {
     /// A new, empty graph.
     pub(super) fn create(&mut self) -> u64 {
         let g = self.id();
-        self.graphs.insert(g, Graph::default());
+        self.graphs.insert(g, Graph { root: g, ..Graph::default() });
         g
     }
 
@@ -184,10 +194,24 @@ impl Graphs {
     /// A conditional handle for `g`, whose value each launch sets to
     /// `default` (if any).
     pub(super) fn cond_handle(&mut self, g: u64, default: Option<u32>) -> CuRes<u64> {
-        self.graph(g)?;
-        let h = self.id();
-        self.cond_handles.insert(h, CondHandle { graph: g, default });
+        let root = self.graph(g)?.root;
+        let r = self.graph_mut(root)?;
+        r.handles += 1;
+        let h = r.handles;
+        self.cond_handles.insert((root, h), CondHandle { default });
         Ok(h)
+    }
+
+    /// Whether graph `g` or a graph its nodes own has a conditional node.
+    pub(super) fn has_conditional(&self, g: u64) -> CuRes<bool> {
+        for op in self.graph(g)?.ops.values() {
+            match op {
+                Op::Cond { .. } => return Ok(true),
+                Op::Child(c) if self.has_conditional(*c)? => return Ok(true),
+                _ => {}
+            }
+        }
+        Ok(false)
     }
 
     /// Adds a conditional node of `handle` to `g` after `deps`, with
@@ -202,17 +226,19 @@ impl Graphs {
             CU_GRAPH_COND_TYPE_SWITCH => size >= 1,
             _ => false,
         };
-        if !sizes_ok || self.cond_handles.get(&handle).is_none_or(|h| h.graph != g) {
+        // A handle of the root's serves its bodies too, as on the GPU.
+        let root = self.graph(g)?.root;
+        if !sizes_ok || !self.cond_handles.contains_key(&(root, handle)) {
             return Err(CuError::INVALID_VALUE);
         }
         let bodies: Vec<u64> = (0..size)
             .map(|_| {
                 let b = self.id();
-                self.graphs.insert(b, Graph { borrowed: true, body: true, ..Graph::default() });
+                self.graphs.insert(b, Graph { borrowed: true, body: true, root, ..Graph::default() });
                 b
             })
             .collect();
-        let n = self.insert(g, deps, Op::Cond { handle, kind, bodies: bodies.clone() })?;
+        let n = self.insert(g, deps, Op::Cond { root, handle, kind, bodies: bodies.clone() })?;
         Ok((n, bodies))
     }
 
@@ -233,15 +259,15 @@ impl Graphs {
         let src = self.graph(g)?.clone();
         let c = self.id();
         let mut map = HashMap::new();
-        let mut copy = Graph { borrowed, ..Graph::default() };
+        let mut copy = Graph { borrowed, root: c, ..Graph::default() };
         for n in &src.order {
             let id = self.id();
             map.insert(*n, id);
             let op = match &src.ops[n] {
                 Op::Child(child) => Op::Child(self.copy(*child, true)?.0),
-                Op::Cond { handle, kind, bodies } => {
-                    let bodies = bodies.iter().map(|b| self.copy_body(*b)).collect::<CuRes<Vec<u64>>>()?;
-                    Op::Cond { handle: *handle, kind: *kind, bodies }
+                Op::Cond { root, handle, kind, bodies } => {
+                    let bodies = bodies.iter().map(|b| self.copy_body(*b, c)).collect::<CuRes<Vec<u64>>>()?;
+                    Op::Cond { root: *root, handle: *handle, kind: *kind, bodies }
                 }
                 other => other.clone(),
             };
@@ -255,9 +281,10 @@ impl Graphs {
     }
 
     /// A copy of conditional body `b`.
-    fn copy_body(&mut self, b: u64) -> CuRes<u64> {
+    fn copy_body(&mut self, b: u64, root: u64) -> CuRes<u64> {
         let c = self.copy(b, true)?.0;
-        self.graph_mut(c)?.body = true;
+        let body = self.graph_mut(c)?;
+        (body.body, body.root) = (true, root);
         Ok(c)
     }
 

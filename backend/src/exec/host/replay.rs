@@ -105,7 +105,7 @@ impl HostContext {
             let Some(op) = self.host_work.held.pop_front() else { return Ok(false) };
             match op {
                 Op::Host { func, data } => self.host_work.waiting = self.host_work.calls.as_ref().and_then(|q| q.queue(func, data)),
-                Op::Cond { handle, kind, bodies } => match self.cond_run(handle, kind, &bodies) {
+                Op::Cond { root, handle, kind, bodies } => match self.cond_run(root, handle, kind, &bodies) {
                     Ok(ops) => ops.into_iter().rev().for_each(|op| self.host_work.held.push_front(op)),
                     Err(e) => {
                         self.host_work.held.clear();
@@ -226,6 +226,11 @@ impl ExecGraph for HostContext {
     }
 
     fn graph_clone(&mut self, g: u64) -> CuRes<u64> {
+        // The driver copies no graph with a conditional node (CUDA 13.0,
+        // measured on the H200).
+        if self.graphs.has_conditional(g)? {
+            return Err(CuError::NOT_SUPPORTED);
+        }
         let (c, pairs) = self.graphs.copy(g, false)?;
         self.graphs.clones.extend(pairs.into_iter().map(|(original, copy)| ((c, original), copy)));
         Ok(c)
@@ -373,7 +378,7 @@ impl ExecGraph for HostContext {
             }
             match (&a, &b) {
                 // The executable graph keeps its own bodies.
-                (Op::Cond { handle: h1, kind: k1, bodies: b1 }, Op::Cond { handle: h2, kind: k2, bodies: b2 }) => {
+                (Op::Cond { handle: h1, kind: k1, bodies: b1, .. }, Op::Cond { handle: h2, kind: k2, bodies: b2, .. }) => {
                     if (h1, k1, b1.len()) != (h2, k2, b2.len()) {
                         return Ok((CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED.0, Some(n)));
                     }

@@ -6,7 +6,7 @@
 //! the graph it was made for, in the session's own context, so a node may
 //! use only a handle the session made for its graph.
 
-use super::Owner;
+use super::{CondHandle, CondNode, Owner};
 use crate::exec::graph::ExecGraph;
 use crate::exec::{CuRes, Executor};
 use crate::session::{Io, Session};
@@ -19,8 +19,10 @@ pub(in crate::session) fn graph_cond_handle<E: Executor>(s: &mut Session<E>, r: 
     if s.graph.cond_handles.len() >= s.limits.max_objects {
         return Err(CuError::OUT_OF_MEMORY);
     }
-    let h = s.enter(ctx)?.cond_handle_create(g, r.default_value.get(), r.flags.get())?;
-    s.graph.cond_handles.insert((id, h));
+    let (default, flags) = (r.default_value.get(), r.flags.get());
+    let h = s.enter(ctx)?.cond_handle_create(g, default, flags)?;
+    let root = s.graph.root(id);
+    s.graph.cond_handles.push(CondHandle { root, graph: id, value: h, default, flags });
     Ok(U64Rep { value: h.into() })
 }
 
@@ -33,7 +35,7 @@ pub(in crate::session) fn graph_add_cond_node<E: Executor>(
     let id = h.graph.get();
     let (ctx, g) = s.graph.graph(id)?;
     let (cond, kind, size) = (h.handle.get(), h.kind.get(), h.size.get());
-    if kind > 2 || size == 0 || size > MAX_COND_BODIES || !s.graph.cond_handles.contains(&(id, cond)) {
+    if kind > 2 || size == 0 || size > MAX_COND_BODIES || !s.graph.cond_handles.iter().any(|h| h.graph == id && h.value == cond) {
         return Err(CuError::INVALID_VALUE);
     }
     let deps = s.graph.nodes_of(id, r.deps.iter().map(|d| d.get()))?;
@@ -43,6 +45,7 @@ pub(in crate::session) fn graph_add_cond_node<E: Executor>(
         for b in bodies {
             ids.push(s.graph.graph_id(ctx, b, Owner::Body { graph: id, node })?);
         }
+        s.graph.cond_nodes.insert(node, CondNode { handle: cond, kind, bodies: ids[1..].to_vec() });
         Ok(ids)
     });
     match registered {

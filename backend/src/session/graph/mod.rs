@@ -14,6 +14,7 @@ mod host;
 mod memory;
 mod nodes;
 mod params;
+mod rebuild;
 mod recipe;
 mod snapshot;
 
@@ -24,7 +25,8 @@ pub(super) use host::{graph_add_host_node, host_call_done, host_call_wait, host_
 pub(super) use memory::{graph_add_mem_node, graph_mem_attr, graph_memory_allowed, mem_node_params};
 pub(super) use nodes::*;
 pub(super) use params::*;
-pub(super) use snapshot::{coverable, describe, rebuild};
+pub(super) use rebuild::rebuild;
+pub(super) use snapshot::{coverable, describe};
 
 use super::{Ctx, Session};
 use crate::exec::graph::ExecGraph;
@@ -122,6 +124,23 @@ pub(super) struct Recipe<G, N> {
     pub(super) named: HashMap<u64, N>,
     /// Nodes of the copy the executable graph runs disabled.
     pub(super) disabled: std::collections::HashSet<N>,
+    /// For a copy pvgpu built itself, the driver copying no graph with a
+    /// conditional node: the guest's nodes of the graph it was made from
+    /// and their counterparts in it (the driver cannot find them).
+    pub(super) twins: HashMap<u64, N>,
+    /// Its conditional nodes, which the driver does not tell back.
+    pub(super) conds: HashMap<N, CopyCond<G>>,
+    /// Its conditional handles, in the order they were made.
+    pub(super) handles: Vec<pvgpu_ctl::snapshot::CondHandleRec>,
+}
+
+/// A conditional node of a copy pvgpu built: its handle,
+/// `CUgraphConditionalNodeType` and body graphs.
+#[derive(Clone, Debug)]
+pub(super) struct CopyCond<G> {
+    pub(super) handle: u64,
+    pub(super) kind: u32,
+    pub(super) bodies: Vec<G>,
 }
 
 /// The session's graphs, nodes and executable graphs.
@@ -133,9 +152,33 @@ pub(super) struct Graphs<E: Executor> {
     pub(super) nodes: HandleTable<NodeEntry<Node<E>>>,
     node_ids: HashMap<(u64, Node<E>), u64>,
     pub(super) execs: HandleTable<Exec<E>>,
-    /// Conditional handles, each with the graph it was made for: (graph,
-    /// handle).
-    pub(super) cond_handles: std::collections::HashSet<(u64, u64)>,
+    /// Conditional handles, in the order they were made.
+    pub(super) cond_handles: Vec<CondHandle>,
+    /// Conditional nodes by node id: what the driver cannot tell back.
+    pub(super) cond_nodes: HashMap<u64, CondNode>,
+}
+
+/// A conditional handle the session made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct CondHandle {
+    /// The root graph whose numbering it takes (the driver numbers a
+    /// graph's handles and its bodies' together, 1, 2, 3...).
+    pub(super) root: u64,
+    /// The graph it was made for (the root, once a body it was made for
+    /// is gone: its number stays taken).
+    pub(super) graph: u64,
+    pub(super) value: u64,
+    pub(super) default: u32,
+    pub(super) flags: u32,
+}
+
+/// A conditional node: its handle, `CUgraphConditionalNodeType` and body
+/// graphs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct CondNode {
+    pub(super) handle: u64,
+    pub(super) kind: u32,
+    pub(super) bodies: Vec<u64>,
 }
 
 impl<E: Executor> Graphs<E> {
@@ -146,7 +189,8 @@ impl<E: Executor> Graphs<E> {
             nodes: HandleTable::new(max),
             node_ids: HashMap::new(),
             execs: HandleTable::new(max),
-            cond_handles: Default::default(),
+            cond_handles: Vec::new(),
+            cond_nodes: HashMap::new(),
         }
     }
 
@@ -222,11 +266,22 @@ impl<E: Executor> Graphs<E> {
             .collect()
     }
 
+    /// The root graph of graph `id`: the graph whose conditional handles
+    /// a handle made for `id` is numbered with (a conditional body's is
+    /// the graph its node is in, up to one no node owns).
+    pub(super) fn root(&self, mut id: u64) -> u64 {
+        while let Some(Owner::Body { graph, .. }) = self.graphs.get(id).map(|g| g.owner) {
+            id = graph;
+        }
+        id
+    }
+
     /// Forgets node `id` (destroyed), and the graph it owns if any.
     pub(super) fn forget_node(&mut self, id: u64) {
         if let Some(n) = self.nodes.remove(id) {
             self.node_ids.remove(&(n.ctx, n.node));
         }
+        self.cond_nodes.remove(&id);
         let owned: Vec<u64> = self.graphs.iter().filter(|(_, g)| g.owner.node().is_some_and(|(_, n)| n == id)).map(|(g, _)| g).collect();
         owned.into_iter().for_each(|g| self.forget_graph(g));
     }
@@ -235,9 +290,18 @@ impl<E: Executor> Graphs<E> {
     pub(super) fn forget_graph(&mut self, id: u64) {
         let Some(g) = self.graphs.remove(id) else { return };
         self.graph_ids.remove(&(g.ctx, g.graph));
-        self.cond_handles.retain(|&(graph, _)| graph != id);
-        for n in self.nodes.drain_where(|n| n.graph == id) {
-            self.node_ids.remove(&(n.ctx, n.node));
+        // A root's handles go with it; a body's stay its root's, whose
+        // numbers they keep taken.
+        self.cond_handles.retain(|h| h.root != id);
+        for h in self.cond_handles.iter_mut().filter(|h| h.graph == id) {
+            h.graph = h.root;
+        }
+        let gone: Vec<u64> = self.nodes.iter().filter(|(_, n)| n.graph == id).map(|(nid, _)| nid).collect();
+        for nid in gone {
+            if let Some(n) = self.nodes.remove(nid) {
+                self.node_ids.remove(&(n.ctx, n.node));
+            }
+            self.cond_nodes.remove(&nid);
         }
         let children: Vec<u64> = self.graphs.iter().filter(|(_, c)| c.owner.node().is_some_and(|(g, _)| g == id)).map(|(c, _)| c).collect();
         for c in children {

@@ -1,7 +1,8 @@
 //! The copy of what each executable graph runs ([`Recipe`]), kept for
 //! checkpoints: cloned from its graph at instantiation and at a successful
-//! whole-graph update, and changed as the guest changes the executable
-//! graph's nodes. A change the copy cannot follow (a node with no
+//! whole-graph update (built by pvgpu for a graph with conditional nodes,
+//! which the driver does not copy), and changed as the guest changes the
+//! executable graph's nodes. A change the copy cannot follow (a node with no
 //! counterpart in it) drops the copy, and a checkpoint then refuses the
 //! executable graph by name; the executable graph itself runs on as the
 //! driver has it.
@@ -12,10 +13,14 @@ use crate::exec::{CuRes, Executor};
 use crate::session::{Ctx, Session};
 
 /// A copy of graph `g` (session graph `source`) of context `ctx`, if the
-/// driver copies it (it refuses graphs with memory nodes).
+/// driver copies it (it refuses graphs with memory nodes, and conditional
+/// ones, which pvgpu then copies itself).
 pub(super) fn copy<E: Executor>(s: &mut Session<E>, ctx: u64, g: Graph<E>, source: u64) -> Option<Recipe<Graph<E>, Node<E>>> {
-    let graph = s.enter(ctx).and_then(|c| c.graph_clone(g)).ok()?;
-    Some(Recipe { graph, source, named: Default::default(), disabled: Default::default() })
+    let Ok(graph) = s.enter(ctx).and_then(|c| c.graph_clone(g)) else {
+        return super::rebuild::build_copy(s, ctx, g, source);
+    };
+    let (named, twins, conds) = (Default::default(), Default::default(), Default::default());
+    Some(Recipe { graph, source, named, disabled: Default::default(), twins, conds, handles: Vec::new() })
 }
 
 /// Destroys the copy `r` of context `ctx`.
@@ -30,7 +35,7 @@ pub(super) fn discard<E: Executor>(s: &mut Session<E>, ctx: u64, r: Option<Recip
 fn counterpart<E: Executor>(s: &mut Session<E>, exec: u64, node: u64) -> Option<(u64, Node<E>)> {
     let x = s.graph.execs.get(exec)?;
     let (ctx, r) = (x.ctx, x.recipe.as_ref()?);
-    if let Some(&n) = r.named.get(&node) {
+    if let Some(&n) = r.named.get(&node).or_else(|| r.twins.get(&node)) {
         return Some((ctx, n));
     }
     let entry = s.graph.nodes.get(node).filter(|n| n.graph == r.source)?;
