@@ -401,7 +401,7 @@ fn tcp_stream() {
 /// array and a texture object.
 fn snapshot_file() {
     use pvgpu_ctl::snapshot::{
-        Allocation, ArrayRec, Body, Context, Device, Function, Global, GraphRec, LimitRec, Mapped, Meta, Module, NodeKind, NodeRec,
+        Allocation, ArrayRec, Body, CondBody, CondHandleRec, Context, Device, Function, Global, GraphRec, LimitRec, Mapped, Meta, Module, NodeKind, NodeRec,
         Physical, PoolRec, Queue, Reservation, State, TexObjectRec, Writer,
     };
     use pvgpu_ctl::snapshot::{AreaRec, Handed};
@@ -489,9 +489,21 @@ fn snapshot_file() {
             id: 0x1_0000_0001,
             ctx: 0x1_0000_0001,
             body: Body {
-                nodes: vec![NodeRec { id: Some(0x1_0000_0001), kind: NodeKind::Empty }, NodeRec { id: None, kind: NodeKind::Empty }],
+                nodes: vec![
+                    NodeRec { id: Some(0x1_0000_0001), kind: NodeKind::Empty },
+                    NodeRec { id: None, kind: NodeKind::Empty },
+                    NodeRec {
+                        id: Some(0x1_0000_0002),
+                        kind: NodeKind::Cond {
+                            handle: 1,
+                            kind: 1,
+                            bodies: vec![CondBody { graph: Some(0x1_0000_0002), body: Body::default() }],
+                        },
+                    },
+                ],
                 edges: vec![[0, 1]],
             },
+            handles: vec![CondHandleRec { graph: 0x1_0000_0001, value: 1, default: 1, flags: 1 }],
         }],
         ..State::default()
     };

@@ -31,7 +31,8 @@
 # textures is textures.cu, a program holding CUDA arrays and texture and
 # surface objects; pools is pools.cu, a program allocating from memory
 # pools of its own; counter is counter.cu, whose kernels keep state in
-# __device__ variables the host never names; cnn-MB and attn-MB are
+# __device__ variables the host never names; conditional is conditional.cu,
+# replaying graphs with while and if/else nodes; cnn-MB and attn-MB are
 # train_real.py (cuDNN convolutions and batch norm in autocast, or
 # transformer blocks with fused attention, fused AdamW); jaxconv-MB,
 # jaxscan-MB and jaxrejit-MB train_jax.py's other modes (a cuDNN
@@ -71,6 +72,7 @@ for case in ${CASES:-train-0 train-1024 symbols}; do
     textures) mb=0; [ -x $W/textures ] || nvcc -O2 -o $W/textures $S/textures.cu; prog="$W/textures $STEPS" ;;
     pools) mb=0; [ -x $W/pools ] || nvcc -O2 -o $W/pools $S/pools.cu; prog="$W/pools $STEPS" ;;
     counter) mb=0; [ -x $W/counter ] || nvcc -O2 -o $W/counter $S/counter.cu; prog="$W/counter $STEPS" ;;
+    conditional) mb=0; [ -x $W/conditional ] || nvcc -O2 -arch=native -o $W/conditional $S/conditional.cu; prog="$W/conditional $STEPS" ;;
   esac
   $prog > $W/native.txt 2> $W/native.err || { echo "native run failed"; tail -5 $W/native.err; } >> $R
   GPUS=${A_GPUS:-} backend A-$case

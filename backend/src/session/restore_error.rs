@@ -55,9 +55,7 @@ pub enum RestoreError {
         to: u64,
     },
     /// The driver numbered a conditional handle otherwise.
-    #[error(
-        "a conditional handle had the value {from} and the driver gives {to} now (kernels receive the value); the snapshot is kept"
-    )]
+    #[error("a conditional handle had the value {from} and the driver gives {to} now (kernels receive the value); the snapshot is kept")]
     CondHandle {
         /// Its value.
         from: u64,

@@ -245,11 +245,25 @@ mod tests {
                     },
                 },
                 NodeRec { id: None, kind: NodeKind::MemOps { ops: vec![[2, 0, 0x7000, 5]] } },
+                NodeRec {
+                    id: Some(0x2000_0002),
+                    kind: NodeKind::Cond {
+                        handle: 1,
+                        kind: 0,
+                        bodies: vec![
+                            CondBody { graph: Some(10), body: Body::default() },
+                            CondBody {
+                                graph: None,
+                                body: Body { nodes: vec![NodeRec { id: None, kind: NodeKind::Empty }], edges: vec![] },
+                            },
+                        ],
+                    },
+                },
             ],
-            edges: vec![[0, 1], [1, 2]],
+            edges: vec![[0, 1], [1, 2], [2, 3]],
         };
         let json = serde_json::to_string(&body).unwrap();
-        assert!(json.contains(r#""type":"kernel""#), "{json}");
+        assert!(json.contains(r#""type":"kernel""#) && json.contains(r#""type":"cond""#), "{json}");
         assert_eq!(serde_json::from_str::<Body>(&json).unwrap(), body);
     }
 }

@@ -116,7 +116,12 @@ pub(in crate::session) fn coverable<E: Executor>(s: &mut Session<E>) -> Result<(
 /// Graph `g`'s nodes and edges, and its executor nodes in their order
 /// (`conds`: the conditional nodes of a copy pvgpu built, if `g` is one or
 /// is in one).
-pub(super) fn body<E: Executor>(s: &mut Session<E>, ctx: u64, g: Graph<E>, conds: &Conds<E>) -> Result<(Body, Vec<Node<E>>), CheckpointError> {
+pub(super) fn body<E: Executor>(
+    s: &mut Session<E>,
+    ctx: u64,
+    g: Graph<E>,
+    conds: &Conds<E>,
+) -> Result<(Body, Vec<Node<E>>), CheckpointError> {
     let device = CheckpointError::Device;
     let order = s.enter(ctx).and_then(|c| c.graph_nodes(g, false)).map_err(device)?;
     let index: HashMap<Node<E>, u32> = order.iter().enumerate().map(|(i, &n)| (n, i as u32)).collect();
@@ -194,14 +199,20 @@ fn node_kind<E: Executor>(s: &mut Session<E>, ctx: u64, n: Node<E>, conds: &Cond
 /// Conditional node `n`: what the session noted when it made it (the
 /// driver tells nothing of a conditional node back), its bodies read.
 fn cond_kind<E: Executor>(s: &mut Session<E>, ctx: u64, n: Node<E>, conds: &Conds<E>) -> Result<NodeKind, CheckpointError> {
-    let (handle, kind, bodies): (u64, u32, Vec<(Option<u64>, Graph<E>)>) = match conds.get(&n) {
-        Some(c) => (c.handle, c.kind, c.bodies.iter().map(|&b| (None, b)).collect()),
+    // Each body: the guest's handle for it (none in a copy), the graph.
+    let bodies: Vec<(Option<u64>, Graph<E>)>;
+    let (handle, kind) = match conds.get(&n) {
+        Some(c) => {
+            bodies = c.bodies.iter().map(|&b| (None, b)).collect();
+            (c.handle, c.kind)
+        }
         None => {
             let noted = s.graph.node_ids_get(ctx, n).and_then(|id| s.graph.cond_nodes.get(&id)).cloned();
             // One the driver copied into a child graph.
             let c = noted.ok_or(CheckpointError::Unsupported("conditional nodes in child graphs"))?;
-            let bodies = c.bodies.iter().map(|&b| s.graph.graph(b).map(|(_, g)| (Some(b), g))).collect::<CuRes<Vec<_>>>();
-            (c.handle, c.kind, bodies.map_err(CheckpointError::Device)?)
+            let known = c.bodies.iter().map(|&b| s.graph.graph(b).map(|(_, g)| (Some(b), g))).collect::<CuRes<Vec<_>>>();
+            bodies = known.map_err(CheckpointError::Device)?;
+            (c.handle, c.kind)
         }
     };
     let mut recs = Vec::with_capacity(bodies.len());
