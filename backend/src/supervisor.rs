@@ -508,14 +508,18 @@ fn start_xen_session(xs: &mut pvgpu_xen::XenStore, sh: &Shared, active: &crate::
 /// The virtual machine guest `domid` runs, as the scope of its sessions'
 /// snapshots and handles ([`crate::admission::peer::xen_vm_scope`]): the
 /// toolstack writes `/local/domain/DOMID/vm` (`/vm/UUID`) and
-/// `/vm/UUID/uuid`, neither of which the guest may write. `None` (the
-/// domain's own scope) where they are missing or malformed.
-fn xen_vm(xs: &mut pvgpu_xen::XenStore, domid: u16) -> Option<String> {
-    use pvgpu_xen::XsAccess;
+/// `/vm/UUID/uuid`, neither of which the guest may write. Where
+/// `/vm/UUID` is gone, the UUID its path names (a migration to this host
+/// that failed removes it with the incoming domain, which shared it).
+/// `None` (the domain's own scope) where they are missing or malformed.
+fn xen_vm(xs: &mut impl pvgpu_xen::XsAccess, domid: u16) -> Option<String> {
     let vm = xs.try_read(&format!("/local/domain/{domid}/vm")).ok().flatten()?;
     let vm = std::str::from_utf8(&vm).ok().filter(|p| p.starts_with("/vm/") && !p.contains(".."))?;
-    let uuid = xs.try_read(&format!("{vm}/uuid")).ok().flatten()?;
-    crate::admission::peer::xen_vm_scope(&uuid)
+    match xs.try_read(&format!("{vm}/uuid")) {
+        Ok(Some(uuid)) => crate::admission::peer::xen_vm_scope(&uuid),
+        Ok(None) => crate::admission::peer::xen_vm_scope(&vm.as_bytes()["/vm/".len()..]),
+        Err(_) => None,
+    }
 }
 
 /// The tenant whose member guest `domid` is, by its domain name
@@ -526,4 +530,30 @@ fn xen_member(xs: &mut pvgpu_xen::XenStore, sh: &Shared, domid: u16) -> Option<(
     let tenants = sh.admission.tenants.as_ref()?;
     let name = xs.try_read(&format!("/local/domain/{domid}/name")).ok().flatten()?;
     tenants.of_member(&format!("domain:{}", String::from_utf8_lossy(&name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::xen_vm;
+    use pvgpu_xen::XsAccess;
+    use pvgpu_xen::xenstore::fake::{Fake, SharedFake};
+
+    #[test]
+    fn a_guest_s_virtual_machine_is_found_by_its_uuid_or_its_path() {
+        let store = SharedFake::new(Fake::default());
+        let mut xs = store.connect();
+        let uuid = "79d806dc-ec54-11f1-b1c5-2acebac06069";
+        assert_eq!(xen_vm(&mut xs, 2), None, "no vm path: the domain's own scope");
+        xs.write("/local/domain/2/vm", format!("/vm/{uuid}").as_bytes()).unwrap();
+        xs.write(&format!("/vm/{uuid}/uuid"), uuid.as_bytes()).unwrap();
+        assert_eq!(xen_vm(&mut xs, 2).as_deref(), Some(&*format!("xen-vm:{uuid}")));
+        // A failed migration to this host removed /vm/UUID with the
+        // incoming domain: the path still names it.
+        xs.rm(&format!("/vm/{uuid}")).unwrap();
+        assert_eq!(xen_vm(&mut xs, 2).as_deref(), Some(&*format!("xen-vm:{uuid}")));
+        xs.write("/local/domain/3/vm", b"/vm/not-a-uuid").unwrap();
+        assert_eq!(xen_vm(&mut xs, 3), None);
+        xs.write("/local/domain/4/vm", b"/elsewhere/x").unwrap();
+        assert_eq!(xen_vm(&mut xs, 4), None);
+    }
 }

@@ -22,7 +22,7 @@ pub(in crate::session) fn graph_cond_handle<E: Executor>(s: &mut Session<E>, r: 
     let (default, flags) = (r.default_value.get(), r.flags.get());
     let h = s.enter(ctx)?.cond_handle_create(g, default, flags)?;
     let root = s.graph.root(id);
-    s.graph.cond_handles.push(CondHandle { root, graph: id, value: h, default, flags });
+    s.graph.add_cond_handle(CondHandle { root, graph: id, value: h, default, flags });
     Ok(U64Rep { value: h.into() })
 }
 
@@ -35,7 +35,7 @@ pub(in crate::session) fn graph_add_cond_node<E: Executor>(
     let id = h.graph.get();
     let (ctx, g) = s.graph.graph(id)?;
     let (cond, kind, size) = (h.handle.get(), h.kind.get(), h.size.get());
-    if kind > 2 || size == 0 || size > MAX_COND_BODIES || !s.graph.cond_handles.iter().any(|h| h.graph == id && h.value == cond) {
+    if kind > 2 || size == 0 || size > MAX_COND_BODIES || !s.graph.has_cond_handle(id, cond) {
         return Err(CuError::INVALID_VALUE);
     }
     let deps = s.graph.nodes_of(id, r.deps.iter().map(|d| d.get()))?;

@@ -154,6 +154,8 @@ pub(super) struct Graphs<E: Executor> {
     pub(super) execs: HandleTable<Exec<E>>,
     /// Conditional handles, in the order they were made.
     pub(super) cond_handles: Vec<CondHandle>,
+    /// The same as (graph made for, value), to check a node's handle.
+    cond_index: std::collections::HashSet<(u64, u64)>,
     /// Conditional nodes by node id: what the driver cannot tell back.
     pub(super) cond_nodes: HashMap<u64, CondNode>,
 }
@@ -190,6 +192,7 @@ impl<E: Executor> Graphs<E> {
             node_ids: HashMap::new(),
             execs: HandleTable::new(max),
             cond_handles: Vec::new(),
+            cond_index: Default::default(),
             cond_nodes: HashMap::new(),
         }
     }
@@ -266,6 +269,17 @@ impl<E: Executor> Graphs<E> {
             .collect()
     }
 
+    /// Notes conditional handle `h`, made last.
+    pub(super) fn add_cond_handle(&mut self, h: CondHandle) {
+        self.cond_index.insert((h.graph, h.value));
+        self.cond_handles.push(h);
+    }
+
+    /// Whether conditional handle `value` was made for graph `graph`.
+    pub(super) fn has_cond_handle(&self, graph: u64, value: u64) -> bool {
+        self.cond_index.contains(&(graph, value))
+    }
+
     /// The root graph of graph `id`: the graph whose conditional handles
     /// a handle made for `id` is numbered with (a conditional body's is
     /// the graph its node is in, up to one no node owns).
@@ -294,8 +308,11 @@ impl<E: Executor> Graphs<E> {
         // numbers they keep taken.
         self.cond_handles.retain(|h| h.root != id);
         for h in self.cond_handles.iter_mut().filter(|h| h.graph == id) {
+            self.cond_index.remove(&(h.graph, h.value));
             h.graph = h.root;
+            self.cond_index.insert((h.graph, h.value));
         }
+        self.cond_index.retain(|&(g, _)| g != id);
         let gone: Vec<u64> = self.nodes.iter().filter(|(_, n)| n.graph == id).map(|(nid, _)| nid).collect();
         for nid in gone {
             if let Some(n) = self.nodes.remove(nid) {

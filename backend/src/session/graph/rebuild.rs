@@ -62,13 +62,9 @@ pub(in crate::session) fn rebuild<E: Executor>(
             return Err(inconsistent(format!("graph handle {:#x} is not one a backend hands out, or comes twice", r.id)));
         }
         let values = make_handles(s, r.ctx, g, &r.handles)?;
-        s.graph.cond_handles.extend(r.handles.iter().map(|h| CondHandle {
-            root: r.id,
-            graph: h.graph,
-            value: h.value,
-            default: h.default,
-            flags: h.flags,
-        }));
+        for h in &r.handles {
+            s.graph.add_cond_handle(CondHandle { root: r.id, graph: h.graph, value: h.value, default: h.default, flags: h.flags });
+        }
         fill(s, r.ctx, g, Some(r.id), &r.body, &mut Made::new(values))?;
     }
     for x in execs {

@@ -8,6 +8,8 @@
 //! pvgpu-xl list [<domain>]
 //! pvgpu-xl save <domain> <file> [--timeout S]
 //! pvgpu-xl restore <file>
+//! pvgpu-xl migrate <domain> <host> [--ssh COMMAND] [--dir DIR] [--timeout S]
+//! pvgpu-xl adopt <dir>
 //! ```
 
 use anyhow::{Context, Result, bail};
@@ -18,6 +20,7 @@ use pvgpu_xen::{XenStore, XenbusState, XsAccess};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+mod migrate;
 mod save;
 
 #[derive(Parser, Debug)]
@@ -84,6 +87,44 @@ enum Cmd {
         #[arg(long, default_value = "0")]
         backend_domid: u16,
     },
+    /// `xl migrate` of a guest whose programs hold GPU sessions: each session is checkpointed
+    /// into DIR (copied to the host), then the guest migrates, and the sessions are handed to
+    /// it where it runs (`pvgpu-xl adopt DIR` there).
+    Migrate {
+        /// Domain name or id.
+        domain: String,
+        /// The host, as `xl migrate` takes it (localhost: this one).
+        host: String,
+        /// The remote shell, as `xl migrate -s` takes it: `sh` runs it with the host and a
+        /// command after it.
+        #[arg(long, default_value = "ssh")]
+        ssh: String,
+        /// The folder for the guest's GPU sessions, here and on the host (made owner-only;
+        /// default /var/tmp/pvgpu-migrate-DOMAIN).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// How long each session may take to reach a call that waits for a reply, in seconds.
+        #[arg(long, default_value = "60")]
+        timeout: u64,
+        /// The backend's control socket, unix:PATH (default: the backend's default).
+        #[arg(long, value_name = "unix:PATH", value_parser = pvgpu_ctl::client::Endpoint::parse)]
+        control: Option<pvgpu_ctl::client::Endpoint>,
+        /// Domain of the backend.
+        #[arg(long, default_value = "0")]
+        backend_domid: u16,
+    },
+    /// Gives a guest that now runs here (migrated with `pvgpu-xl migrate`) its vgpu devices and
+    /// hands its GPU sessions from DIR to the backend.
+    Adopt {
+        /// The folder `pvgpu-xl migrate` sent.
+        dir: PathBuf,
+        /// The backend's control socket, unix:PATH (default: the backend's default).
+        #[arg(long, value_name = "unix:PATH", value_parser = pvgpu_ctl::client::Endpoint::parse)]
+        control: Option<pvgpu_ctl::client::Endpoint>,
+        /// Domain of the backend.
+        #[arg(long, default_value = "0")]
+        backend_domid: u16,
+    },
     /// Lists vgpu devices and their states.
     List {
         /// Only this domain.
@@ -133,6 +174,12 @@ fn main() -> Result<()> {
             save::save(&mut xs, &control_api(control)?, &domain, &file, timeout, backend_domid)
         }
         Cmd::Restore { file, control, backend_domid } => save::restore(&mut xs, &control_api(control)?, &file, backend_domid),
+        Cmd::Migrate { domain, host, ssh, dir, timeout, control, backend_domid } => {
+            let dir = dir.unwrap_or_else(|| PathBuf::from(format!("/var/tmp/pvgpu-migrate-{domain}")));
+            let to = migrate::Target { host: &host, ssh: &ssh };
+            migrate::migrate(&mut xs, &control_api(control)?, &domain, &to, &dir, timeout, backend_domid)
+        }
+        Cmd::Adopt { dir, control, backend_domid } => save::adopt(&mut xs, &control_api(control)?, &dir, backend_domid),
     }
 }
 

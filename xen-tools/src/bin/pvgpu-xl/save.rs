@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 
 /// What `save` records of the domain for `restore`.
 #[derive(Debug, PartialEq, Eq)]
-struct Saved {
-    name: String,
+pub(super) struct Saved {
+    pub(super) name: String,
     uuid: String,
     devices: u32,
 }
@@ -62,7 +62,7 @@ fn folder(file: &Path) -> PathBuf {
 }
 
 /// Domain `domid`'s name and its virtual machine's UUID.
-fn identity(xs: &mut XenStore, domid: u16) -> Result<(String, String)> {
+pub(super) fn identity(xs: &mut XenStore, domid: u16) -> Result<(String, String)> {
     let home = format!("/local/domain/{domid}");
     let name = xs.read_string(&format!("{home}/name")).with_context(|| format!("reading the name of domain {domid}"))?;
     let vm = xs.read_string(&format!("{home}/vm")).with_context(|| format!("reading the vm path of domain {domid}"))?;
@@ -70,7 +70,7 @@ fn identity(xs: &mut XenStore, domid: u16) -> Result<(String, String)> {
     Ok((name, uuid))
 }
 
-fn xl(args: &[&str]) -> Result<()> {
+pub(super) fn xl(args: &[&str]) -> Result<()> {
     let status = Command::new("xl").args(args).status().context("cannot run xl (is the Xen toolstack installed?)")?;
     if !status.success() {
         bail!("`xl {}` failed ({status})", args.join(" "));
@@ -133,46 +133,61 @@ fn give_back(control: &Control, files: &[PathBuf]) -> usize {
 /// devices come back online: the guest runs on as before.
 pub(super) fn save(xs: &mut XenStore, control: &Control, domain: &str, file: &Path, timeout: u64, backend: u16) -> Result<()> {
     let domid = resolve(xs, domain)?;
-    let (name, uuid) = identity(xs, domid)?;
     let file = std::path::absolute(file).with_context(|| format!("cannot make {} absolute", file.display()))?;
     let dir = folder(&file);
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .with_context(|| format!("cannot create {} for the guest's GPU sessions (remove it if an earlier save left it)", dir.display()))?;
-    let mut taken = Vec::new();
-    let job = Job { control, domid, backend, timeout, file: &file, dir: &dir };
-    match take_and_save(xs, &job, Saved { name, uuid, devices: 0 }, &mut taken) {
-        Ok(saved) => {
-            println!("domain {} saved to {} with {} GPU session(s) in {}", saved.name, file.display(), taken.len(), dir.display());
-            Ok(())
-        }
-        Err(e) => {
-            let back = give_back(control, &taken);
-            if let Err(e) = set_online(xs, backend, domid, true) {
-                eprintln!("could not bring the devices of domain {domid} back online: {e:#}");
+    let job = Job { control, domid, backend, timeout, dir: &dir };
+    let xl_save = || xl(&["save", &domid.to_string(), &file.display().to_string()]);
+    let (saved, taken) = job.around(xs, "saved", xl_save)?;
+    println!("domain {} saved to {} with {taken} GPU session(s) in {}", saved.name, file.display(), dir.display());
+    Ok(())
+}
+
+/// What `save` (or `migrate`) was asked.
+pub(super) struct Job<'a> {
+    pub(super) control: &'a Control,
+    pub(super) domid: u16,
+    pub(super) backend: u16,
+    /// Seconds each session may take to reach a waited call.
+    pub(super) timeout: u64,
+    /// The folder of the guest's snapshots (made here, owner-only).
+    pub(super) dir: &'a Path,
+}
+
+impl Job<'_> {
+    /// Checkpoints the guest's sessions into the folder, then runs `then`
+    /// (`xl save`, `xl migrate`). Where anything fails and the guest is
+    /// still here, the sessions taken so far go back to the backend and the
+    /// devices come back online: the guest runs on as before (`done`: what
+    /// would have happened). Returns what was recorded of the domain and
+    /// how many sessions went.
+    pub(super) fn around(&self, xs: &mut XenStore, done: &str, then: impl FnOnce() -> Result<()>) -> Result<(Saved, usize)> {
+        let (domid, dir) = (self.domid, self.dir);
+        let (name, uuid) = identity(xs, domid)?;
+        std::fs::DirBuilder::new().mode(0o700).create(dir).with_context(|| {
+            format!("cannot create {} for the guest's GPU sessions (remove it if an earlier run left it)", dir.display())
+        })?;
+        let mut taken = Vec::new();
+        let outcome = take(xs, self, Saved { name, uuid, devices: 0 }, &mut taken).and_then(|saved| then().map(|()| saved));
+        match outcome {
+            Ok(saved) => Ok((saved, taken.len())),
+            Err(e) if matches!(xs.try_read(&format!("/local/domain/{domid}/name")), Ok(None)) => {
+                Err(e.context(format!("domain {domid} is gone from this host: its GPU sessions stay in {}", dir.display())))
             }
-            Err(e.context(format!("domain {domid} was not saved and runs on ({back} GPU session(s) handed back to the backend)")))
+            Err(e) => {
+                let back = give_back(self.control, &taken);
+                if let Err(e) = set_online(xs, self.backend, domid, true) {
+                    eprintln!("could not bring the devices of domain {domid} back online: {e:#}");
+                }
+                Err(e.context(format!("domain {domid} was not {done} and runs on ({back} GPU session(s) handed back to the backend)")))
+            }
         }
     }
 }
 
-/// What `save` was asked.
-struct Job<'a> {
-    control: &'a Control,
-    domid: u16,
-    backend: u16,
-    /// Seconds each session may take to reach a waited call.
-    timeout: u64,
-    /// The save file.
-    file: &'a Path,
-    /// The folder of its snapshots.
-    dir: &'a Path,
-}
-
-/// The steps of `save`; the snapshots written go into `taken`.
-fn take_and_save(xs: &mut XenStore, job: &Job<'_>, mut saved: Saved, taken: &mut Vec<PathBuf>) -> Result<Saved> {
-    let Job { control, domid, backend, timeout, file, dir } = *job;
+/// Checkpoints the sessions of `job`'s guest; the snapshots written go into
+/// `taken`.
+fn take(xs: &mut XenStore, job: &Job<'_>, mut saved: Saved, taken: &mut Vec<PathBuf>) -> Result<Saved> {
+    let Job { control, domid, backend, timeout, dir } = *job;
     // No new connection from here on: a program whose session leaves waits,
     // holding no port, until the restored guest has devices again.
     set_online(xs, backend, domid, false)?;
@@ -202,7 +217,6 @@ fn take_and_save(xs: &mut XenStore, job: &Job<'_>, mut saved: Saved, taken: &mut
     wait_quiet(xs, backend, domid, Duration::from_secs(30))?;
     saved.devices = u32::try_from(devices(xs, backend, domid)?.len()).unwrap_or(u32::MAX);
     std::fs::write(dir.join("domain"), saved.render()).with_context(|| format!("writing {}", dir.join("domain").display()))?;
-    xl(&["save", &domid.to_string(), &file.display().to_string()])?;
     Ok(saved)
 }
 
@@ -211,11 +225,22 @@ fn take_and_save(xs: &mut XenStore, job: &Job<'_>, mut saved: Saved, taken: &mut
 pub(super) fn restore(xs: &mut XenStore, control: &Control, file: &Path, backend: u16) -> Result<()> {
     let file = std::path::absolute(file).with_context(|| format!("cannot make {} absolute", file.display()))?;
     let dir = folder(&file);
-    let described = std::fs::read_to_string(dir.join("domain"))
-        .with_context(|| format!("reading {} (was {} saved with `pvgpu-xl save`?)", dir.join("domain").display(), file.display()))?;
-    let saved =
-        Saved::parse(&described).with_context(|| format!("{} is not a description pvgpu-xl wrote", dir.join("domain").display()))?;
+    described(&dir).with_context(|| format!("was {} saved with `pvgpu-xl save`?", file.display()))?;
     xl(&["restore", &file.display().to_string()])?;
+    adopt(xs, control, &dir, backend)
+}
+
+/// The description of the domain whose sessions folder `dir` holds.
+pub(super) fn described(dir: &Path) -> Result<Saved> {
+    let described = std::fs::read_to_string(dir.join("domain")).with_context(|| format!("reading {}", dir.join("domain").display()))?;
+    Saved::parse(&described).with_context(|| format!("{} is not a description pvgpu-xl wrote", dir.join("domain").display()))
+}
+
+/// `adopt`: the guest whose sessions folder `dir` holds runs on this host
+/// now (restored, or migrated here): the vgpu devices it had, then its
+/// sessions back to the backend.
+pub(super) fn adopt(xs: &mut XenStore, control: &Control, dir: &Path, backend: u16) -> Result<()> {
+    let saved = described(dir)?;
     let domid = resolve(xs, &saved.name)?;
     let (_, uuid) = identity(xs, domid)?;
     if uuid != saved.uuid {
@@ -224,7 +249,7 @@ pub(super) fn restore(xs: &mut XenStore, control: &Control, file: &Path, backend
     if saved.devices > 0 {
         attach(xs, &domid.to_string(), saved.devices, None, backend)?;
     }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("listing {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "pvgpu"))
@@ -241,7 +266,7 @@ pub(super) fn restore(xs: &mut XenStore, control: &Control, file: &Path, backend
         );
     }
     println!(
-        "domain {} restored as {domid}; its {back} GPU session(s) wait for their programs (remove {} once `pvgpu-ctl restores` lists none of them)",
+        "domain {} runs as {domid}; its {back} GPU session(s) wait for their programs (remove {} once `pvgpu-ctl restores` lists none of them)",
         saved.name,
         dir.display()
     );
