@@ -364,41 +364,57 @@ impl Harness {
             Running::Process { child, _keeper: keeper }
         } else {
             let host = Arc::new(HostExecutor::with_devices(8 << 30, l.host_devices));
-            let mut session =
-                SessionConfig { spin: Duration::from_micros(20), image_cache: Some(dir.join("images")), ..SessionConfig::default() };
-            session.limits.mem_quota = l.mem_quota;
-            session.gpu_slice = l.gpu_slice;
-            session.limits.gpu_turns = l.gpu_slice.is_some();
-            let admission = AdmissionConfig {
-                max_sessions: 256,
-                max_local: 256,
-                max_tcp: 256,
-                max_per_peer: Some(256),
-                max_pending_per_peer: Some(64),
-                tcp_key: Some(TcpKey::from_file(&self.tcp_key).expect("cannot read the key file")),
-                tls: Some(pvgpu_backend::tls::server_config(&l.tls_cert, &l.tls_key).expect("cannot load the TLS files")),
-                tenants: l
-                    .state_dir
-                    .as_ref()
-                    .map(|d| Arc::new(pvgpu_backend::tenants::Tenants::open(d).expect("cannot open the state directory"))),
-                ..AdmissionConfig::default()
+            // A port this backend listened on before a restart may still be
+            // held a moment by a process another test is starting (its
+            // copy of every descriptor lives until it execs).
+            let start = || {
+                let mut session =
+                    SessionConfig { spin: Duration::from_micros(20), image_cache: Some(dir.join("images")), ..SessionConfig::default() };
+                session.limits.mem_quota = l.mem_quota;
+                session.gpu_slice = l.gpu_slice;
+                session.limits.gpu_turns = l.gpu_slice.is_some();
+                let admission = AdmissionConfig {
+                    max_sessions: 256,
+                    max_local: 256,
+                    max_tcp: 256,
+                    max_per_peer: Some(256),
+                    max_pending_per_peer: Some(64),
+                    tcp_key: Some(TcpKey::from_file(&self.tcp_key).expect("cannot read the key file")),
+                    tls: Some(pvgpu_backend::tls::server_config(&l.tls_cert, &l.tls_key).expect("cannot load the TLS files")),
+                    tenants: l
+                        .state_dir
+                        .as_ref()
+                        .map(|d| Arc::new(pvgpu_backend::tenants::Tenants::open(d).expect("cannot open the state directory"))),
+                    ..AdmissionConfig::default()
+                };
+                let mut listen = vec![Listen::Local(self.socket.clone()), Listen::Tcp(self.tcp.clone()), Listen::Tls(self.tls.clone())];
+                listen.extend(self.rdma.clone().map(Listen::Rdma));
+                let cfg = Config {
+                    listen,
+                    session,
+                    admission,
+                    control: ControlSocket::At(dir.join("control.sock")),
+                    metrics: None,
+                    control_http: None,
+                    peers: l
+                        .peers
+                        .iter()
+                        .map(|p| p.parse::<pvgpu_backend::peers::PeerSpec>().and_then(|p| p.open()).expect("a test's --peer"))
+                        .collect(),
+                };
+                Backend::start_threads(host.clone(), cfg)
             };
-            let mut listen = vec![Listen::Local(self.socket.clone()), Listen::Tcp(self.tcp.clone()), Listen::Tls(self.tls.clone())];
-            listen.extend(self.rdma.clone().map(Listen::Rdma));
-            let cfg = Config {
-                listen,
-                session,
-                admission,
-                control: ControlSocket::At(dir.join("control.sock")),
-                metrics: None,
-                control_http: None,
-                peers: l
-                    .peers
-                    .iter()
-                    .map(|p| p.parse::<pvgpu_backend::peers::PeerSpec>().and_then(|p| p.open()).expect("a test's --peer"))
-                    .collect(),
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let backend = loop {
+                match start() {
+                    Err(pvgpu_backend::supervisor::BackendError::Listen(pvgpu_backend::listener::ListenError::Bind { source, .. }))
+                        if source.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(Duration::from_millis(50))
+                    }
+                    started => break started.expect("cannot start the embedded backend"),
+                }
             };
-            let backend = Backend::start_threads(host.clone(), cfg).expect("cannot start the embedded backend");
             Running::Embedded { backend: Some(Box::new(backend)), exec: host }
         }
     }
