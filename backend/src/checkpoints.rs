@@ -81,6 +81,9 @@ struct Parked {
     path: PathBuf,
     handed: Vec<Arc<OwnedFd>>,
     handed_bytes: u64,
+    /// The device memory its session holds once rebuilt, as a quota
+    /// counts it.
+    held: u64,
 }
 
 /// Device memory a session of this backend left on the GPU when it moved
@@ -223,10 +226,21 @@ impl Desk {
     /// under `token`; a snapshot parked under the same token before is
     /// replaced.
     /// `handed` is its memory handed over in place, if it was, of
-    /// `handed_bytes`.
-    pub fn park(&self, token: Token, peer: String, file: File, path: PathBuf, handed: (Vec<OwnedFd>, u64)) {
+    /// `handed_bytes`; `held` the device memory its session holds, as a
+    /// quota counts it.
+    pub fn park(&self, token: Token, peer: String, file: File, path: PathBuf, handed: (Vec<OwnedFd>, u64), held: u64) {
         let (handed, handed_bytes) = (handed.0.into_iter().map(Arc::new).collect(), handed.1);
-        lock(&self.parked).insert(token, Parked { peer, file: Arc::new(file.into()), path, handed, handed_bytes });
+        lock(&self.parked).insert(token, Parked { peer, file: Arc::new(file.into()), path, handed, handed_bytes, held });
+    }
+
+    /// The snapshots of `peer`'s sessions parked here (but `except`'s,
+    /// which a new one would replace), and the device memory their
+    /// sessions hold: what they take of the peer's quotas once their
+    /// programs come back.
+    pub fn parked_usage(&self, peer: &str, except: Option<&Token>) -> (usize, u64) {
+        let parked = lock(&self.parked);
+        let theirs = parked.iter().filter(|(t, p)| p.peer == peer && Some(*t) != except);
+        theirs.fold((0, 0), |(n, bytes), (_, p)| (n + 1, bytes.saturating_add(p.held)))
     }
 
     /// The parked snapshots, then the memory kept for snapshots of
@@ -338,7 +352,7 @@ mod tests {
     #[test]
     fn a_parked_snapshot_goes_to_its_own_peer_once() {
         let desk = Desk::default();
-        desk.park([1; 16], "uid:1000".into(), memfile(), "/x".into(), (vec![], 0));
+        desk.park([1; 16], "uid:1000".into(), memfile(), "/x".into(), (vec![], 0), 0);
         assert!(desk.claim("uid:1001", &[1; 16]).is_err(), "another peer");
         assert!(desk.claim("uid:1000", &[2; 16]).is_err(), "another token");
         assert!(desk.claim("uid:1000", &[1; 16]).is_ok());
@@ -346,9 +360,22 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_s_parked_snapshots_count_until_their_programs_take_them() {
+        let desk = Desk::default();
+        desk.park([1; 16], "uid:7".into(), memfile(), "/a".into(), (vec![], 0), 100);
+        desk.park([2; 16], "uid:7".into(), memfile(), "/b".into(), (vec![], 0), 20);
+        desk.park([3; 16], "uid:8".into(), memfile(), "/c".into(), (vec![], 0), 5);
+        assert_eq!(desk.parked_usage("uid:7", None), (2, 120));
+        assert_eq!(desk.parked_usage("uid:7", Some(&[2; 16])), (1, 100), "the snapshot a new one replaces");
+        desk.claim("uid:7", &[1; 16]).unwrap();
+        assert_eq!(desk.parked_usage("uid:7", None), (1, 20), "taken: a live session now, counted as one");
+        assert_eq!(desk.parked_usage("uid:9", None), (0, 0));
+    }
+
+    #[test]
     fn a_claimed_snapshot_is_held_until_its_own_peer_releases_it() {
         let desk = Desk::default();
-        desk.park([1; 16], "uid:1000".into(), memfile(), "/x".into(), (vec![memfile().into()], 1 << 20));
+        desk.park([1; 16], "uid:1000".into(), memfile(), "/x".into(), (vec![memfile().into()], 1 << 20), 1 << 20);
         assert_eq!(desk.parked().iter().map(|w| (w.handed_bytes, w.kept)).collect::<Vec<_>>(), [(1 << 20, false)]);
         let (fd, handed) = desk.claim("uid:1000", &[1; 16]).unwrap();
         assert_eq!(handed, 1);
@@ -399,7 +426,7 @@ mod tests {
         let piece: std::os::fd::OwnedFd = memfile().into();
         let probe = piece.try_clone().unwrap();
         desk.keep_handed([5; 16], Kept { fds: vec![piece], peer: "uid:7".into(), path: "/a".into(), bytes: 2 << 20 });
-        desk.park([6; 16], "uid:7".into(), memfile(), "/b".into(), (vec![], 0));
+        desk.park([6; 16], "uid:7".into(), memfile(), "/b".into(), (vec![], 0), 0);
         assert_eq!(desk.discard(std::path::Path::new("/c")), (false, 0), "nothing of another file");
         assert_eq!(desk.parked().len(), 2);
         assert_eq!(desk.discard(std::path::Path::new("/a")), (false, 2 << 20), "the memory kept for it");

@@ -33,15 +33,24 @@ pub fn held(meta: &Meta) -> u64 {
 
 /// Refuses `meta`'s session (`path` names it) where it would pass a quota
 /// here: its own, or its peer's (its tenant's) with the sessions the peer
-/// has here now.
-pub(super) fn check(meta: &Meta, path: &Path, limits: Limits, roster: &Roster, tenants: Option<&Tenants>) -> Result<(), Refusal> {
+/// has here now, live in `roster` or `parked` (snapshots restored here
+/// whose programs have not come back yet: how many, and the memory their
+/// sessions hold).
+pub(super) fn check(
+    meta: &Meta,
+    path: &Path,
+    limits: Limits,
+    (roster, parked): (&Roster, (usize, u64)),
+    tenants: Option<&Tenants>,
+) -> Result<(), Refusal> {
     let need = held(meta);
     let refused = |why: String| Err(Refusal::new(422, format!("{}: {why}; restore it where its quotas hold it", path.display())));
     if let Some(cap) = limits.session.filter(|&cap| need > cap) {
         return refused(format!("the session holds {need} bytes of device memory, more than a session may hold here ({cap}, --mem-quota)"));
     }
     let quota = meta.peer.strip_prefix("tenant:").and_then(|t| tenants?.quota(t));
-    let (sessions, used) = roster.peer_usage(&meta.peer);
+    let (live, live_bytes) = roster.peer_usage(&meta.peer);
+    let (sessions, used) = (live + parked.0, live_bytes.saturating_add(parked.1));
     let cap = quota.as_ref().and_then(|q| q.memory_bytes).or(limits.peer);
     if let Some(cap) = cap.filter(|&cap| need.saturating_add(used) > cap) {
         return refused(format!(
@@ -98,16 +107,22 @@ mod tests {
     #[test]
     fn a_session_over_its_own_quota_or_its_peers_is_refused_by_name() {
         let roster = Roster::default();
+        let here = (&roster, (0, 0));
         let meta = meta(state(&[64 << 20], &[]), 0);
         let path = Path::new("/s.pvgpu");
         let open = Limits { session: None, peer: None };
-        assert!(check(&meta, path, open, &roster, None).is_ok());
+        assert!(check(&meta, path, open, here, None).is_ok());
         let small = Limits { session: Some(32 << 20), peer: None };
-        let e = check(&meta, path, small, &roster, None).unwrap_err();
+        let e = check(&meta, path, small, here, None).unwrap_err();
         assert!(e.status == 422 && e.message.contains("--mem-quota") && e.message.contains("/s.pvgpu"), "{}", e.message);
         let peer = Limits { session: None, peer: Some(48 << 20) };
-        let e = check(&meta, path, peer, &roster, None).unwrap_err();
+        let e = check(&meta, path, peer, here, None).unwrap_err();
         assert!(e.status == 422 && e.message.contains("uid:7"), "{}", e.message);
-        assert!(check(&meta, path, Limits { session: Some(64 << 20), peer: Some(64 << 20) }, &roster, None).is_ok(), "exactly the quota");
+        let exact = Limits { session: Some(64 << 20), peer: Some(64 << 20) };
+        assert!(check(&meta, path, exact, here, None).is_ok(), "exactly the quota");
+        // Another of the peer's sessions parked here, its program not back
+        // yet, counts as if it were.
+        let e = check(&meta, path, exact, (&roster, (1, 1 << 20)), None).unwrap_err();
+        assert!(e.status == 422 && e.message.contains("hold 1048576 of the 67108864"), "{}", e.message);
     }
 }

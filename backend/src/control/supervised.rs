@@ -254,7 +254,8 @@ impl Supervised {
         // Last: memory fetched is the target's from here on.
         let handed = (self.handed_memory(&meta, &token, handed_from, &path)?, handed_bytes(&meta));
         tracing::info!(file = %path.display(), peer = %meta.peer, session = meta.session, handed = handed.0.len(), "snapshot parked until its guest comes back");
-        self.spawner.desk().park(token, meta.peer, file, path, handed);
+        let held = super::room::held(&meta);
+        self.spawner.desk().park(token, meta.peer, file, path, handed, held);
         self.spawner.parked(&token, &meta.state);
         Ok(report)
     }
@@ -280,7 +281,9 @@ impl Supervised {
     /// Whether `meta`'s session fits the quotas here ([`super::room`]).
     fn room_for(&self, meta: &snapshot::Meta, path: &Path) -> Result<(), Refusal> {
         let tenants = self.tenants.as_ref().map(|t| &*t.tenants);
-        super::room::check(meta, path, self.limits, &self.roster, tenants)
+        let token = snapshot::token_from_hex(&meta.token);
+        let parked = self.spawner.desk().parked_usage(&meta.peer, token.as_ref());
+        super::room::check(meta, path, self.limits, (&self.roster, parked), tenants)
     }
 
     /// Whether `meta`'s session could run here: its executor, its GPUs
