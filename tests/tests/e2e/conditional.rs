@@ -95,6 +95,15 @@ pub(crate) fn conditional_nodes(t: Transport) {
     let (_, ob) = c.graph_add_cond_node(other, &[], ho, CU_GRAPH_COND_TYPE_IF.0, 1).unwrap();
     c.graph_add_node(ob[0], &[], CU_GRAPH_NODE_TYPE_EMPTY.0, 0).unwrap();
 
+    // Bodies nest 64 deep (what a checkpoint reads), no deeper.
+    let mut inner = ob[0];
+    for _ in 1..64 {
+        let h = c.graph_cond_handle(inner, 0, false).unwrap();
+        inner = c.graph_add_cond_node(inner, &[], h, CU_GRAPH_COND_TYPE_IF.0, 1).unwrap().1[0];
+    }
+    let h = c.graph_cond_handle(inner, 0, false).unwrap();
+    assert_eq!(code(c.graph_add_cond_node(inner, &[], h, CU_GRAPH_COND_TYPE_IF.0, 1)), CuResult::NOT_SUPPORTED);
+
     for e in [e, le, se] {
         c.graph_exec_destroy(e).unwrap();
     }

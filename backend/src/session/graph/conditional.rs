@@ -38,6 +38,10 @@ pub(in crate::session) fn graph_add_cond_node<E: Executor>(
     if kind > 2 || size == 0 || size > MAX_COND_BODIES || !s.graph.has_cond_handle(id, cond) {
         return Err(CuError::INVALID_VALUE);
     }
+    // Bodies nest as deep as a snapshot reads them, no deeper.
+    if s.graph.depth(id) >= super::snapshot::MAX_NESTING {
+        return Err(CuError::NOT_SUPPORTED);
+    }
     let deps = s.graph.nodes_of(id, r.deps.iter().map(|d| d.get()))?;
     let (n, bodies) = s.enter(ctx)?.graph_add_conditional(g, &deps, cond, kind, size)?;
     let registered = s.graph.node_id(id, n).and_then(|node| {

@@ -290,6 +290,15 @@ impl<E: Executor> Graphs<E> {
         id
     }
 
+    /// How many nodes own graph `id` in turn (0 for a graph none owns).
+    pub(super) fn depth(&self, mut id: u64) -> u32 {
+        let mut depth = 0;
+        while let Some((graph, _)) = self.graphs.get(id).and_then(|g| g.owner.node()) {
+            (id, depth) = (graph, depth + 1);
+        }
+        depth
+    }
+
     /// Forgets node `id` (destroyed), and the graph it owns if any.
     pub(super) fn forget_node(&mut self, id: u64) {
         if let Some(n) = self.nodes.remove(id) {

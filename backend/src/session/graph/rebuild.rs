@@ -5,7 +5,7 @@
 //! same rebuild makes the copy of an executable graph with conditional
 //! nodes at its instantiation ([`build_copy`]), the driver copying none.
 
-use super::snapshot::{Conds, body, handles_of};
+use super::snapshot::{Conds, MAX_NESTING, body, handles_of};
 use super::{CondHandle, CondNode, CopyCond, Graph, Node, Owner, Recipe, nodes};
 use crate::exec::graph::{ExecGraph, NodeSpec};
 use crate::exec::{CuRes, Executor};
@@ -27,11 +27,13 @@ struct Made<E: Executor> {
     named: HashMap<u64, Node<E>>,
     conds: Conds<E>,
     handles: Vec<u64>,
+    /// How deep the fill is in child-graph and conditional nodes.
+    depth: u32,
 }
 
 impl<E: Executor> Made<E> {
     fn new(handles: Vec<u64>) -> Self {
-        Made { named: HashMap::new(), conds: HashMap::new(), handles }
+        Made { named: HashMap::new(), conds: HashMap::new(), handles, depth: 0 }
     }
 }
 
@@ -123,7 +125,7 @@ pub(super) fn build_copy<E: Executor>(s: &mut Session<E>, ctx: u64, g: Graph<E>,
     if !has_cond || s.graph.graphs.get(source)?.owner != Owner::Guest {
         return None;
     }
-    let (body, _) = body(s, ctx, g, &HashMap::new()).ok()?;
+    let (body, _) = body(s, ctx, g, &HashMap::new(), 0).ok()?;
     let handles = handles_of(s, source);
     let copy = s.enter(ctx).and_then(|c| c.graph_create()).ok()?;
     let built = make_handles(s, ctx, copy, &handles).and_then(|values| {
@@ -171,6 +173,9 @@ fn fill<E: Executor>(
     body: &Body,
     extra: &mut Made<E>,
 ) -> Result<Vec<Node<E>>, RestoreError> {
+    if extra.depth > MAX_NESTING {
+        return Err(inconsistent("graphs nested more than 64 deep in child-graph or conditional nodes".into()));
+    }
     let mut made = Vec::with_capacity(body.nodes.len());
     for rec in &body.nodes {
         let what = || format!("a node of graph {:#x}", gid.unwrap_or(0));
@@ -192,7 +197,9 @@ fn fill<E: Executor>(
                     }
                     _ => None,
                 };
+                extra.depth += 1;
                 fill(s, ctx, child, cid, body, extra)?;
+                extra.depth -= 1;
                 note_twin(extra, gid, rec.id, n);
                 made.push(n);
                 continue;
@@ -263,7 +270,9 @@ fn add_cond<E: Executor>(
             (None, ..) => None,
         };
         ids.extend(bid);
+        extra.depth += 1;
         fill(s, ctx, bg, bid, &b.body, extra)?;
+        extra.depth -= 1;
     }
     match (gid, id) {
         (Some(_), Some(node)) => {

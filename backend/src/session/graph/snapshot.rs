@@ -33,7 +33,7 @@ pub(in crate::session) fn describe<E: Executor>(s: &mut Session<E>) -> Result<(V
         s.graph.graphs.iter().filter(|(_, g)| g.owner == Owner::Guest).map(|(id, g)| (id, g.ctx, g.graph)).collect();
     let mut graphs = Vec::with_capacity(held.len());
     for (id, ctx, g) in held {
-        let (body, _) = body(s, ctx, g, &HashMap::new())?;
+        let (body, _) = body(s, ctx, g, &HashMap::new(), 0)?;
         graphs.push(GraphRec { id, ctx, body, handles: handles_of(s, id) });
     }
     let mut execs = Vec::new();
@@ -48,7 +48,7 @@ pub(in crate::session) fn describe<E: Executor>(s: &mut Session<E>) -> Result<(V
         let restored: Vec<(u64, Node<E>)> = r.named.iter().chain(&r.twins).map(|(&k, &v)| (k, v)).collect();
         let disabled: Vec<Node<E>> = r.disabled.iter().copied().collect();
         let (conds, handles) = (r.conds.clone(), r.handles.clone());
-        let (body, order) = body(s, ctx, copy, &conds)?;
+        let (body, order) = body(s, ctx, copy, &conds, 0)?;
         let index: HashMap<Node<E>, u32> = order.iter().enumerate().map(|(i, &n)| (n, i as u32)).collect();
         let mut named: Vec<(u64, u32)> = restored.iter().filter_map(|(id, n)| index.get(n).map(|&i| (*id, i))).collect();
         let sources: Vec<(u64, Node<E>)> =
@@ -116,18 +116,26 @@ pub(in crate::session) fn coverable<E: Executor>(s: &mut Session<E>) -> Result<(
 /// Graph `g`'s nodes and edges, and its executor nodes in their order
 /// (`conds`: the conditional nodes of a copy pvgpu built, if `g` is one or
 /// is in one).
+/// How deep graphs may nest in child-graph and conditional nodes for a
+/// snapshot to read or rebuild them (each level a frame of its walk).
+pub(super) const MAX_NESTING: u32 = 64;
+
 pub(super) fn body<E: Executor>(
     s: &mut Session<E>,
     ctx: u64,
     g: Graph<E>,
     conds: &Conds<E>,
+    depth: u32,
 ) -> Result<(Body, Vec<Node<E>>), CheckpointError> {
+    if depth > MAX_NESTING {
+        return Err(CheckpointError::Unsupported("graphs nested more than 64 deep in child-graph or conditional nodes"));
+    }
     let device = CheckpointError::Device;
     let order = s.enter(ctx).and_then(|c| c.graph_nodes(g, false)).map_err(device)?;
     let index: HashMap<Node<E>, u32> = order.iter().enumerate().map(|(i, &n)| (n, i as u32)).collect();
     let mut nodes = Vec::with_capacity(order.len());
     for &n in &order {
-        let kind = node_kind(s, ctx, n, conds)?;
+        let kind = node_kind(s, ctx, n, conds, depth)?;
         nodes.push(NodeRec { id: s.graph.node_ids_get(ctx, n), kind });
     }
     let edges = s.enter(ctx).and_then(|c| c.graph_edges(g)).map_err(device)?;
@@ -136,7 +144,7 @@ pub(super) fn body<E: Executor>(
 }
 
 /// What node `n` does, in the session's handles.
-fn node_kind<E: Executor>(s: &mut Session<E>, ctx: u64, n: Node<E>, conds: &Conds<E>) -> Result<NodeKind, CheckpointError> {
+fn node_kind<E: Executor>(s: &mut Session<E>, ctx: u64, n: Node<E>, conds: &Conds<E>, depth: u32) -> Result<NodeKind, CheckpointError> {
     let device = CheckpointError::Device;
     let unknown = |_| CheckpointError::Unsupported("a graph node naming a function or event the session did not hand out");
     let (kind, child) = s.enter(ctx).and_then(|c| c.node_info(n)).map_err(device)?;
@@ -149,9 +157,9 @@ fn node_kind<E: Executor>(s: &mut Session<E>, ctx: u64, n: Node<E>, conds: &Cond
         CU_GRAPH_NODE_TYPE_GRAPH => {
             let c = child.ok_or(CheckpointError::Device(CuError::INVALID_VALUE))?;
             let graph = s.graph.graph_ids_get(ctx, c);
-            return Ok(NodeKind::Child { graph, body: body(s, ctx, c, conds)?.0 });
+            return Ok(NodeKind::Child { graph, body: body(s, ctx, c, conds, depth + 1)?.0 });
         }
-        CU_GRAPH_NODE_TYPE_CONDITIONAL => return cond_kind(s, ctx, n, conds),
+        CU_GRAPH_NODE_TYPE_CONDITIONAL => return cond_kind(s, ctx, n, conds, depth + 1),
         CU_GRAPH_NODE_TYPE_KERNEL
         | CU_GRAPH_NODE_TYPE_MEMSET
         | CU_GRAPH_NODE_TYPE_MEMCPY
@@ -198,7 +206,7 @@ fn node_kind<E: Executor>(s: &mut Session<E>, ctx: u64, n: Node<E>, conds: &Cond
 
 /// Conditional node `n`: what the session noted when it made it (the
 /// driver tells nothing of a conditional node back), its bodies read.
-fn cond_kind<E: Executor>(s: &mut Session<E>, ctx: u64, n: Node<E>, conds: &Conds<E>) -> Result<NodeKind, CheckpointError> {
+fn cond_kind<E: Executor>(s: &mut Session<E>, ctx: u64, n: Node<E>, conds: &Conds<E>, depth: u32) -> Result<NodeKind, CheckpointError> {
     // Each body: the guest's handle for it (none in a copy), the graph.
     let bodies: Vec<(Option<u64>, Graph<E>)>;
     let (handle, kind) = match conds.get(&n) {
@@ -217,7 +225,7 @@ fn cond_kind<E: Executor>(s: &mut Session<E>, ctx: u64, n: Node<E>, conds: &Cond
     };
     let mut recs = Vec::with_capacity(bodies.len());
     for (graph, g) in bodies {
-        recs.push(CondBody { graph, body: body(s, ctx, g, conds)?.0 });
+        recs.push(CondBody { graph, body: body(s, ctx, g, conds, depth)?.0 });
     }
     Ok(NodeKind::Cond { handle, kind, bodies: recs })
 }
