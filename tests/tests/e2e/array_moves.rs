@@ -166,29 +166,15 @@ fn go_on(c: &Client, g: &Gpu<'_>, h: &Held) {
 }
 
 pub(crate) fn arrays_and_textures_move_with_their_session(t: Transport) {
-    let a = Harness::start();
-    let c = a.client(t);
-    let g = Gpu::new(&c).unwrap();
-    if a.exec == ExecKind::Cuda {
-        return a_gpu_session_does_not_leave(&a, &c, g.ctx);
-    }
-    let held = hold(&c, &g);
-    let (b, _) = move_to_another_backend(&a, &c, g.ctx, t, "holding arrays and texture objects");
-    go_on(&c, &g, &held);
-    assert_eq!(b.control().unwrap().sessions().unwrap().len(), 1, "the target serves the program");
+    moves_with_its_session(t, "holding arrays and texture objects", hold, |c, g, held, _| go_on(c, g, held));
 }
 
 pub(crate) fn arrays_and_textures_survive_a_backend_restart(t: Transport) {
-    let mut h = Harness::start();
-    let c = h.client(t);
-    let g = Gpu::new(&c).unwrap();
-    if h.exec == ExecKind::Cuda {
-        return a_gpu_session_does_not_leave(&h, &c, g.ctx);
-    }
-    let held = hold(&c, &g);
-    let state = through_a_restart(&mut h, &c, g.ctx, "holding arrays and texture objects").state;
-    assert_eq!((state.arrays.len(), state.tex_objects.len()), (3, 4), "three arrays, four objects");
-    let mm = state.arrays.iter().find(|a| a.levels == 3).expect("the mipmapped array");
-    assert_eq!((mm.blobs.len(), mm.level_ids.len()), (3, 2), "every level's bytes, the levels looked up");
-    go_on(&c, &g, &held);
+    survives_a_restart(t, "holding arrays and texture objects", hold, |c, g, held, meta| {
+        let state = meta.state;
+        assert_eq!((state.arrays.len(), state.tex_objects.len()), (3, 4), "three arrays, four objects");
+        let mm = state.arrays.iter().find(|a| a.levels == 3).expect("the mipmapped array");
+        assert_eq!((mm.blobs.len(), mm.level_ids.len()), (3, 2), "every level's bytes, the levels looked up");
+        go_on(c, g, held);
+    });
 }

@@ -8,13 +8,13 @@ use crate::graphs::memset_head;
 use pvgpu_frontend::{Function, GraphNode, KernelNode};
 use pvgpu_ring::cuda::api::*;
 
-fn read_i32(c: &Client, d: u64, n: usize) -> Vec<i32> {
+pub(crate) fn read_i32(c: &Client, d: u64, n: usize) -> Vec<i32> {
     let mut b = vec![0u8; n * 4];
     c.memcpy_dtoh(&mut b, d).unwrap();
     b.chunks_exact(4).map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect()
 }
 
-fn one_thread<'a>(f: &'a Function, params: &'a [u8]) -> KernelNode<'a> {
+pub(crate) fn one_thread<'a>(f: &'a Function, params: &'a [u8]) -> KernelNode<'a> {
     KernelNode { f, grid: [1, 1, 1], block: [1, 1, 1], shared_mem: 0, params }
 }
 

@@ -7,8 +7,9 @@
 //! move they run there with the same handles and results, never told.
 
 use super::*;
+use crate::conditional::{one_thread as one, read_i32};
 use crate::graphs::memset_head;
-use pvgpu_frontend::{Function, Graph, GraphExec, GraphNode, KernelNode};
+use pvgpu_frontend::{Graph, GraphExec, GraphNode};
 use pvgpu_ring::cuda::api::*;
 
 const N: usize = 64;
@@ -32,16 +33,6 @@ struct Held {
     /// read the other flag, the graph destroyed.
     branching: GraphExec,
     picker: GraphNode,
-}
-
-fn read_i32(c: &Client, d: u64, n: usize) -> Vec<i32> {
-    let mut b = vec![0u8; n * 4];
-    c.memcpy_dtoh(&mut b, d).unwrap();
-    b.chunks_exact(4).map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect()
-}
-
-fn one<'a>(f: &'a Function, params: &'a [u8]) -> KernelNode<'a> {
-    KernelNode { f, grid: [1, 1, 1], block: [1, 1, 1], shared_mem: 0, params }
 }
 
 fn hold(c: &Client, g: &Gpu<'_>) -> Held {
@@ -133,32 +124,17 @@ fn run_on(c: &Client, g: &Gpu<'_>, h: &Held) {
 }
 
 pub(crate) fn conditional_graphs_move_with_their_session(t: Transport) {
-    let a = Harness::start();
-    let c = a.client(t);
-    let g = Gpu::new(&c).unwrap();
-    if a.exec == ExecKind::Cuda {
-        return a_gpu_session_does_not_leave(&a, &c, g.ctx);
-    }
-    let held = hold(&c, &g);
-    let (b, _) = move_to_another_backend(&a, &c, g.ctx, t, "holding conditional graphs");
-    run_on(&c, &g, &held);
-    assert_eq!(b.control().unwrap().sessions().unwrap().len(), 1, "the target serves the program");
+    moves_with_its_session(t, "holding conditional graphs", hold, |c, g, held, _| run_on(c, g, held));
 }
 
 pub(crate) fn conditional_graphs_survive_a_backend_restart(t: Transport) {
-    let mut h = Harness::start();
-    let c = h.client(t);
-    let g = Gpu::new(&c).unwrap();
-    if h.exec == ExecKind::Cuda {
-        return a_gpu_session_does_not_leave(&h, &c, g.ctx);
-    }
-    let held = hold(&c, &g);
-    let described = through_a_restart(&mut h, &c, g.ctx, "holding conditional graphs");
-    let st = &described.state;
-    assert_eq!(st.graphs.len(), 1, "the while graph");
-    let handles: Vec<(u64, u64)> = st.graphs[0].handles.iter().map(|h| (h.graph, h.value)).collect();
-    assert_eq!(handles, [(held.looped.0, 1), (held.body.0, 2)], "its handles, in the order they were made");
-    assert_eq!(st.graph_execs.len(), 2, "its two executable graphs");
-    assert!(st.graph_execs.iter().all(|x| !x.handles.is_empty()), "each with its handles");
-    run_on(&c, &g, &held);
+    survives_a_restart(t, "holding conditional graphs", hold, |c, g, held, described| {
+        let st = &described.state;
+        assert_eq!(st.graphs.len(), 1, "the while graph");
+        let handles: Vec<(u64, u64)> = st.graphs[0].handles.iter().map(|h| (h.graph, h.value)).collect();
+        assert_eq!(handles, [(held.looped.0, 1), (held.body.0, 2)], "its handles, in the order they were made");
+        assert_eq!(st.graph_execs.len(), 2, "its two executable graphs");
+        assert!(st.graph_execs.iter().all(|x| !x.handles.is_empty()), "each with its handles");
+        run_on(c, g, held);
+    });
 }

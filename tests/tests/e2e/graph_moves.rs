@@ -153,34 +153,21 @@ fn run_on(c: &Client, g: &Gpu<'_>, h: &Held) {
 }
 
 pub(crate) fn graphs_move_with_their_session(t: Transport) {
-    let a = Harness::start();
-    let c = a.client(t);
-    let g = Gpu::new(&c).unwrap();
-    if a.exec == ExecKind::Cuda {
-        return a_gpu_session_does_not_leave(&a, &c, g.ctx);
-    }
-    let held = hold(&c, &g);
-    let (b, report) = move_to_another_backend(&a, &c, g.ctx, t, "holding graphs");
-    // Over the ring the memory stays on the device, handed over in place.
-    assert!(report.state_bytes + report.handed_bytes >= 6 * (N * 4) as u64, "{report:?}");
-    run_on(&c, &g, &held);
-    assert_eq!(b.control().unwrap().sessions().unwrap().len(), 1, "the target serves the program");
+    moves_with_its_session(t, "holding graphs", hold, |c, g, held, report| {
+        // Over the ring the memory stays on the device, handed over in place.
+        assert!(report.state_bytes + report.handed_bytes >= 6 * (N * 4) as u64, "{report:?}");
+        run_on(c, g, held);
+    });
 }
 
 pub(crate) fn graphs_survive_a_backend_restart(t: Transport) {
-    let mut h = Harness::start();
-    let c = h.client(t);
-    let g = Gpu::new(&c).unwrap();
-    if h.exec == ExecKind::Cuda {
-        return a_gpu_session_does_not_leave(&h, &c, g.ctx);
-    }
-    let held = hold(&c, &g);
-    let described = through_a_restart(&mut h, &c, g.ctx, "holding graphs");
-    assert_eq!(described.state.graphs.len(), 1, "the graph the program holds");
-    assert_eq!(described.state.graph_execs.len(), 2, "its two executable graphs");
-    // The order things were made in, which a restore follows: the module,
-    // then the stream, then the event.
-    let st = &described.state;
-    assert!(st.modules[0].seq > 0 && st.modules[0].seq < st.streams[0].seq && st.streams[0].seq < st.events[0].seq, "{st:?}");
-    run_on(&c, &g, &held);
+    survives_a_restart(t, "holding graphs", hold, |c, g, held, described| {
+        assert_eq!(described.state.graphs.len(), 1, "the graph the program holds");
+        assert_eq!(described.state.graph_execs.len(), 2, "its two executable graphs");
+        // The order things were made in, which a restore follows: the
+        // module, then the stream, then the event.
+        let st = &described.state;
+        assert!(st.modules[0].seq > 0 && st.modules[0].seq < st.streams[0].seq && st.streams[0].seq < st.events[0].seq, "{st:?}");
+        run_on(c, g, held);
+    });
 }

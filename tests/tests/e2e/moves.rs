@@ -60,6 +60,49 @@ pub(crate) fn move_to_another_backend(
     (b, report)
 }
 
+/// A test of state that goes with its session to another backend: the
+/// program makes what `hold` makes, its session moves while it calls
+/// ([`move_to_another_backend`]), and `go_on` checks that it goes on
+/// there with it (given the migration's report); the target serves it
+/// after. On the GPU, where the suite's backend keeps the driver's
+/// memory, the session does not leave (checked instead).
+pub(crate) fn moves_with_its_session<H>(
+    t: Transport,
+    what: &str,
+    hold: impl FnOnce(&Client, &Gpu<'_>) -> H,
+    go_on: impl FnOnce(&Client, &Gpu<'_>, &H, &MigrateReport),
+) {
+    let a = Harness::start();
+    let c = a.client(t);
+    let g = Gpu::new(&c).unwrap();
+    if a.exec == ExecKind::Cuda {
+        return a_gpu_session_does_not_leave(&a, &c, g.ctx);
+    }
+    let held = hold(&c, &g);
+    let (b, report) = move_to_another_backend(&a, &c, g.ctx, t, what);
+    go_on(&c, &g, &held, &report);
+    assert_eq!(b.control().unwrap().sessions().unwrap().len(), 1, "the target serves the program");
+}
+
+/// The same through a checkpoint, a restart of the backend and a restore
+/// ([`through_a_restart`]): `go_on` also gets what the snapshot described.
+pub(crate) fn survives_a_restart<H>(
+    t: Transport,
+    what: &str,
+    hold: impl FnOnce(&Client, &Gpu<'_>) -> H,
+    go_on: impl FnOnce(&Client, &Gpu<'_>, &H, Meta),
+) {
+    let mut h = Harness::start();
+    let c = h.client(t);
+    let g = Gpu::new(&c).unwrap();
+    if h.exec == ExecKind::Cuda {
+        return a_gpu_session_does_not_leave(&h, &c, g.ctx);
+    }
+    let held = hold(&c, &g);
+    let meta = through_a_restart(&mut h, &c, g.ctx, what);
+    go_on(&c, &g, &held, meta);
+}
+
 /// Checkpoints the session of the program `c` (context `ctx`) into a file,
 /// restarts its backend `h` and restores the file there; returns what the
 /// snapshot described.

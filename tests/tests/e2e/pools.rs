@@ -168,27 +168,14 @@ fn go_on(c: &Client, g: &Gpu<'_>, h: &Held) {
 }
 
 pub(crate) fn pools_move_with_their_session(t: Transport) {
-    let a = Harness::start();
-    let c = a.client(t);
-    let g = Gpu::new(&c).unwrap();
-    if a.exec == ExecKind::Cuda {
-        return a_gpu_session_does_not_leave(&a, &c, g.ctx);
-    }
-    let held = hold(&c, &g);
-    let _b = move_to_another_backend(&a, &c, g.ctx, t, "holding pools of its own");
-    go_on(&c, &g, &held);
+    moves_with_its_session(t, "holding pools of its own", hold, |c, g, held, _| go_on(c, g, held));
 }
 
 pub(crate) fn pools_survive_a_backend_restart(t: Transport) {
-    let mut h = Harness::start();
-    let c = h.client(t);
-    let g = Gpu::new(&c).unwrap();
-    if h.exec == ExecKind::Cuda {
-        return a_gpu_session_does_not_leave(&h, &c, g.ctx);
-    }
-    let held = hold(&c, &g);
-    let state = through_a_restart(&mut h, &c, g.ctx, "holding pools of its own").state;
-    assert_eq!(state.pools.len(), 2, "{:?}", state.pools);
-    assert_eq!(state.allocations.iter().filter(|a| a.pool.is_some()).count(), 3, "the pools' allocations");
-    go_on(&c, &g, &held);
+    survives_a_restart(t, "holding pools of its own", hold, |c, g, held, meta| {
+        let state = meta.state;
+        assert_eq!(state.pools.len(), 2, "{:?}", state.pools);
+        assert_eq!(state.allocations.iter().filter(|a| a.pool.is_some()).count(), 3, "the pools' allocations");
+        go_on(c, g, held);
+    });
 }

@@ -80,30 +80,15 @@ fn go_on(c: &Client, g: &Gpu<'_>, h: &Held) {
 }
 
 pub(crate) fn virtual_memory_moves_with_its_session(t: Transport) {
-    let a = Harness::start();
-    let c = a.client(t);
-    let g = Gpu::new(&c).unwrap();
-    if a.exec == ExecKind::Cuda {
-        return a_gpu_session_does_not_leave(&a, &c, g.ctx);
-    }
-    let held = hold(&c, &g);
-    let (b, _) = move_to_another_backend(&a, &c, g.ctx, t, "holding virtual memory");
-    go_on(&c, &g, &held);
-    assert_eq!(b.control().unwrap().sessions().unwrap().len(), 1, "the target serves the program");
+    moves_with_its_session(t, "holding virtual memory", hold, |c, g, held, _| go_on(c, g, held));
 }
 
 pub(crate) fn virtual_memory_survives_a_backend_restart(t: Transport) {
-    let mut h = Harness::start();
-    let c = h.client(t);
-    let g = Gpu::new(&c).unwrap();
-    if h.exec == ExecKind::Cuda {
-        return a_gpu_session_does_not_leave(&h, &c, g.ctx);
-    }
-    let held = hold(&c, &g);
-    let meta = through_a_restart(&mut h, &c, g.ctx, "holding virtual memory");
-    assert!(meta.state_bytes >= 4 * held.gran + 8192, "{}", meta.state_bytes);
-    let state = meta.state;
-    assert_eq!((state.reservations.len(), state.physical.len(), state.mappings.len()), (2, 2, 2));
-    assert!(state.physical.iter().any(|p| p.released), "{:?}", state.physical);
-    go_on(&c, &g, &held);
+    survives_a_restart(t, "holding virtual memory", hold, |c, g, held, meta| {
+        assert!(meta.state_bytes >= 4 * held.gran + 8192, "{}", meta.state_bytes);
+        let state = meta.state;
+        assert_eq!((state.reservations.len(), state.physical.len(), state.mappings.len()), (2, 2, 2));
+        assert!(state.physical.iter().any(|p| p.released), "{:?}", state.physical);
+        go_on(c, g, held);
+    });
 }

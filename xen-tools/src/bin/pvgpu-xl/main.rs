@@ -68,24 +68,16 @@ enum Cmd {
         /// checkpointed), in seconds.
         #[arg(long, default_value = "60")]
         timeout: u64,
-        /// The backend's control socket, unix:PATH (default: the backend's default).
-        #[arg(long, value_name = "unix:PATH", value_parser = pvgpu_ctl::client::Endpoint::parse)]
-        control: Option<pvgpu_ctl::client::Endpoint>,
-        /// Domain of the backend.
-        #[arg(long, default_value = "0")]
-        backend_domid: u16,
+        #[command(flatten)]
+        backend: Backend,
     },
     /// `xl restore` of a guest saved with `pvgpu-xl save`: its vgpu devices, and its GPU
     /// sessions handed back to the backend for its programs to take.
     Restore {
         /// The save file.
         file: PathBuf,
-        /// The backend's control socket, unix:PATH (default: the backend's default).
-        #[arg(long, value_name = "unix:PATH", value_parser = pvgpu_ctl::client::Endpoint::parse)]
-        control: Option<pvgpu_ctl::client::Endpoint>,
-        /// Domain of the backend.
-        #[arg(long, default_value = "0")]
-        backend_domid: u16,
+        #[command(flatten)]
+        backend: Backend,
     },
     /// `xl migrate` of a guest whose programs hold GPU sessions: each session is checkpointed
     /// into DIR (copied to the host), then the guest migrates, and the sessions are handed to
@@ -106,24 +98,16 @@ enum Cmd {
         /// How long each session may take to reach a call that waits for a reply, in seconds.
         #[arg(long, default_value = "60")]
         timeout: u64,
-        /// The backend's control socket, unix:PATH (default: the backend's default).
-        #[arg(long, value_name = "unix:PATH", value_parser = pvgpu_ctl::client::Endpoint::parse)]
-        control: Option<pvgpu_ctl::client::Endpoint>,
-        /// Domain of the backend.
-        #[arg(long, default_value = "0")]
-        backend_domid: u16,
+        #[command(flatten)]
+        backend: Backend,
     },
     /// Gives a guest that now runs here (migrated with `pvgpu-xl migrate`) its vgpu devices and
     /// hands its GPU sessions from DIR to the backend.
     Adopt {
         /// The folder `pvgpu-xl migrate` sent.
         dir: PathBuf,
-        /// The backend's control socket, unix:PATH (default: the backend's default).
-        #[arg(long, value_name = "unix:PATH", value_parser = pvgpu_ctl::client::Endpoint::parse)]
-        control: Option<pvgpu_ctl::client::Endpoint>,
-        /// Domain of the backend.
-        #[arg(long, default_value = "0")]
-        backend_domid: u16,
+        #[command(flatten)]
+        backend: Backend,
     },
     /// Lists vgpu devices and their states.
     List {
@@ -133,6 +117,17 @@ enum Cmd {
         #[arg(long, default_value = "0")]
         backend_domid: u16,
     },
+}
+
+/// Where the backend runs, and its control socket.
+#[derive(clap::Args, Debug)]
+struct Backend {
+    /// The backend's control socket, unix:PATH (default: the backend's default).
+    #[arg(long, value_name = "unix:PATH", value_parser = pvgpu_ctl::client::Endpoint::parse)]
+    control: Option<pvgpu_ctl::client::Endpoint>,
+    /// Domain of the backend.
+    #[arg(long, default_value = "0")]
+    backend_domid: u16,
 }
 
 /// A domain id from a number or a name (`/local/domain/*/name`).
@@ -170,16 +165,16 @@ fn main() -> Result<()> {
         Cmd::Attach { domain, count, devid, backend_domid } => attach(&mut xs, &domain, count, devid, backend_domid),
         Cmd::Detach { domain, devid, backend_domid } => detach(&mut xs, &domain, devid, backend_domid),
         Cmd::List { domain, backend_domid } => list(&mut xs, domain.as_deref(), backend_domid),
-        Cmd::Save { domain, file, timeout, control, backend_domid } => {
-            save::save(&mut xs, &control_api(control)?, &domain, &file, timeout, backend_domid)
+        Cmd::Save { domain, file, timeout, backend: b } => {
+            save::save(&mut xs, &control_api(b.control)?, &domain, &file, timeout, b.backend_domid)
         }
-        Cmd::Restore { file, control, backend_domid } => save::restore(&mut xs, &control_api(control)?, &file, backend_domid),
-        Cmd::Migrate { domain, host, ssh, dir, timeout, control, backend_domid } => {
+        Cmd::Restore { file, backend: b } => save::restore(&mut xs, &control_api(b.control)?, &file, b.backend_domid),
+        Cmd::Migrate { domain, host, ssh, dir, timeout, backend: b } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(format!("/var/tmp/pvgpu-migrate-{domain}")));
             let to = migrate::Target { host: &host, ssh: &ssh };
-            migrate::migrate(&mut xs, &control_api(control)?, &domain, &to, &dir, timeout, backend_domid)
+            migrate::migrate(&mut xs, &control_api(b.control)?, &domain, &to, &dir, timeout, b.backend_domid)
         }
-        Cmd::Adopt { dir, control, backend_domid } => save::adopt(&mut xs, &control_api(control)?, &dir, backend_domid),
+        Cmd::Adopt { dir, backend: b } => save::adopt(&mut xs, &control_api(b.control)?, &dir, b.backend_domid),
     }
 }
 
