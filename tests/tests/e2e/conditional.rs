@@ -95,6 +95,13 @@ pub(crate) fn conditional_nodes(t: Transport) {
     let (_, ob) = c.graph_add_cond_node(other, &[], ho, CU_GRAPH_COND_TYPE_IF.0, 1).unwrap();
     c.graph_add_node(ob[0], &[], CU_GRAPH_NODE_TYPE_EMPTY.0, 0).unwrap();
 
+    // A graph with a handle no node uses is not instantiated, as the
+    // driver refuses it.
+    let unused = c.graph_create(g.ctx).unwrap();
+    c.graph_cond_handle(unused, 0, false).unwrap();
+    assert_eq!(code(c.graph_instantiate(unused, 0)), CuResult::INVALID_VALUE);
+    c.graph_destroy(unused).unwrap();
+
     // Bodies nest 64 deep (what a checkpoint reads), no deeper.
     let mut inner = ob[0];
     for _ in 1..64 {

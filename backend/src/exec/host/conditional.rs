@@ -22,6 +22,26 @@ impl HostContext {
         Ok(h)
     }
 
+    /// Whether root graph `g` has a conditional handle no node of it (or
+    /// of its bodies) uses: the driver then refuses to instantiate it
+    /// (`CUDA_ERROR_INVALID_VALUE`, measured on the H200).
+    pub(super) fn cond_unused(&self, g: u64) -> CuRes<bool> {
+        if self.graphs.graph(g)?.root != g {
+            return Ok(false);
+        }
+        let mut used = std::collections::HashSet::new();
+        let mut stack = vec![g];
+        while let Some(b) = stack.pop() {
+            for op in self.graphs.graph(b)?.ops.values() {
+                if let Op::Cond { root, handle, bodies, .. } = op {
+                    used.insert((*root, *handle));
+                    stack.extend(bodies);
+                }
+            }
+        }
+        Ok(self.graphs.cond_handles.keys().any(|&(root, v)| root == g && !used.contains(&(root, v))))
+    }
+
     /// A launch of graph `g` starts: the handles its conditional nodes
     /// use (in child graphs and bodies too) that assign a default take it.
     pub(super) fn cond_defaults(&mut self, g: u64) -> CuRes<()> {

@@ -300,6 +300,9 @@ impl ExecGraph for HostContext {
     fn graph_instantiate(&mut self, g: u64, flags: u64) -> CuRes<u64> {
         self.ok()?;
         self.graphs.topological(g)?;
+        if self.cond_unused(g)? {
+            return Err(CuError::INVALID_VALUE);
+        }
         let (copy, pairs) = self.graphs.copy(g, false)?;
         let e = copy;
         self.graphs.execs.insert(e, copy);
