@@ -149,6 +149,7 @@ struct Launch {
     process: bool,
     state_dir: Option<PathBuf>,
     mem_quota: Option<u64>,
+    peer_mem_quota: Option<u64>,
     host_devices: usize,
     gpu_slice: Option<Duration>,
     tls_cert: PathBuf,
@@ -162,6 +163,9 @@ struct Launch {
 pub struct HarnessOptions {
     /// Per-session device-memory quota.
     pub mem_quota: Option<u64>,
+    /// Device memory one peer's sessions may hold together
+    /// (`--peer-mem-quota`).
+    pub peer_mem_quota: Option<u64>,
     /// Run the backend binary in its own process (sessions in worker
     /// processes) whatever the environment says.
     pub process: bool,
@@ -304,6 +308,7 @@ impl Harness {
             process: opts.process || process_isolation(),
             state_dir,
             mem_quota: opts.mem_quota,
+            peer_mem_quota: opts.peer_mem_quota,
             host_devices: opts.host_devices.unwrap_or(1),
             gpu_slice: opts.gpu_slice,
             tls_cert,
@@ -340,6 +345,9 @@ impl Harness {
             }
             if let Some(q) = l.mem_quota {
                 cmd.arg("--mem-quota").arg(q.to_string());
+            }
+            if let Some(q) = l.peer_mem_quota {
+                cmd.arg("--peer-mem-quota").arg(q.to_string());
             }
             cmd.arg("--host-devices").arg(l.host_devices.to_string());
             cmd.arg("--image-cache").arg(dir.join("images"));
@@ -379,6 +387,7 @@ impl Harness {
                     max_tcp: 256,
                     max_per_peer: Some(256),
                     max_pending_per_peer: Some(64),
+                    peer_mem_quota: l.peer_mem_quota,
                     tcp_key: Some(TcpKey::from_file(&self.tcp_key).expect("cannot read the key file")),
                     tls: Some(pvgpu_backend::tls::server_config(&l.tls_cert, &l.tls_key).expect("cannot load the TLS files")),
                     tenants: l

@@ -288,3 +288,42 @@ pub(crate) fn a_migration_past_the_target_s_quota_is_refused(t: Transport) {
     assert_eq!(from.sessions().unwrap().len(), 1, "the program is served where it was");
     state.free(&c);
 }
+
+/// A snapshot parked at the target, its program not back yet, counts
+/// against its peer's memory there: a second session of the same peer
+/// that would pass `--peer-mem-quota` with it is refused before the pause.
+pub(crate) fn a_parked_snapshot_counts_against_its_peer_s_quota(t: Transport) {
+    let a = Harness::start();
+    if a.exec == ExecKind::Cuda {
+        return;
+    }
+    // Each program holds three buffers of 8000 bytes: one fits, two do not.
+    let options = HarnessOptions { tcp_key_from: Some(a.tcp_key.clone()), peer_mem_quota: Some(40 << 10), ..HarnessOptions::default() };
+    let b = Harness::with(options);
+    let (c1, c2) = (a.client(t), a.client(t));
+    let (g1, g2) = (Gpu::new(&c1).unwrap(), Gpu::new(&c2).unwrap());
+    let (first, second) = (MatSumState::launch(&c1, &g1, 2000), MatSumState::launch(&c2, &g2, 2000));
+    let (from, to) = (a.control().unwrap(), b.control().unwrap());
+    let dir = TempDir::new("parked-quota");
+    let file = dir.0.join("first.pvgpu").display().to_string();
+    // The first program's session leaves into a file, parked at the target.
+    detach_into(&from, c1.info().session_id, &c1, g1.ctx, std::path::Path::new(&file), "parked at the target");
+    to.restore(&pvgpu_ctl::api::RestoreRequest { file: file.clone(), handed_from: None }).unwrap();
+    assert_eq!(to.waiting().unwrap().len(), 1, "parked, its program not back");
+    let how = pvgpu_ctl::migrate::How { upload: t == Transport::Tcp, copy: false, cold: false, unchecked: false };
+    let moved = pvgpu_ctl::migrate::migrate(&from, &to, c2.info().session_id, &b.addr(t).to_string(), &dir.0, 30, how);
+    match moved {
+        Err(pvgpu_ctl::migrate::MigrateError::Refused(CtlError::Refused { status: 422, message })) => {
+            assert!(message.contains("hold 24000 of the 40960"), "{message}")
+        }
+        other => panic!("a second session past its peer's quota with the parked one: {other:?}"),
+    }
+    assert!(!c2.detached(), "refused before the pause");
+    second.check_and_go_on(&c2, "a migration refused for its peer's parked session");
+    // The parked snapshot goes back where it came from.
+    to.discard(&pvgpu_ctl::api::DiscardRequest { file: file.clone() }).unwrap();
+    from.restore(&pvgpu_ctl::api::RestoreRequest { file, handed_from: None }).unwrap();
+    first.check_and_go_on(&c1, "restored where it was after its parked copy was dropped");
+    first.free(&c1);
+    second.free(&c2);
+}
