@@ -113,13 +113,14 @@ pub(in crate::session) fn coverable<E: Executor>(s: &mut Session<E>) -> Result<(
     Ok(())
 }
 
-/// Graph `g`'s nodes and edges, and its executor nodes in their order
-/// (`conds`: the conditional nodes of a copy pvgpu built, if `g` is one or
-/// is in one).
 /// How deep graphs may nest in child-graph and conditional nodes for a
 /// snapshot to read or rebuild them (each level a frame of its walk).
 pub(super) const MAX_NESTING: u32 = 64;
 
+/// Graph `g`'s nodes and edges, and its executor nodes in their order
+/// (`conds`: the conditional nodes of a copy pvgpu built, if `g` is one or
+/// is in one; `depth`: how deep `g` lies in child-graph and conditional
+/// nodes).
 pub(super) fn body<E: Executor>(
     s: &mut Session<E>,
     ctx: u64,
