@@ -22,7 +22,7 @@ pub(in crate::session) fn graph_cond_handle<E: Executor>(s: &mut Session<E>, r: 
     let (default, flags) = (r.default_value.get(), r.flags.get());
     let h = s.enter(ctx)?.cond_handle_create(g, default, flags)?;
     let root = s.graph.root(id);
-    s.graph.add_cond_handle(CondHandle { root, graph: id, value: h, default, flags });
+    s.graph.cond_handles.insert((root, h), CondHandle { graph: id, default, flags });
     Ok(U64Rep { value: h.into() })
 }
 

@@ -152,10 +152,10 @@ pub(super) struct Graphs<E: Executor> {
     pub(super) nodes: HandleTable<NodeEntry<Node<E>>>,
     node_ids: HashMap<(u64, Node<E>), u64>,
     pub(super) execs: HandleTable<Exec<E>>,
-    /// Conditional handles, in the order they were made.
-    pub(super) cond_handles: Vec<CondHandle>,
-    /// The same as (graph made for, value), to check a node's handle.
-    cond_index: std::collections::HashSet<(u64, u64)>,
+    /// Conditional handles by (root graph, value): the driver numbers a
+    /// root graph's handles, its bodies' included, 1, 2, 3... in the order
+    /// they are made, so each root's come in that order here.
+    pub(super) cond_handles: std::collections::BTreeMap<(u64, u64), CondHandle>,
     /// Conditional nodes by node id: what the driver cannot tell back.
     pub(super) cond_nodes: HashMap<u64, CondNode>,
 }
@@ -163,13 +163,9 @@ pub(super) struct Graphs<E: Executor> {
 /// A conditional handle the session made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct CondHandle {
-    /// The root graph whose numbering it takes (the driver numbers a
-    /// graph's handles and its bodies' together, 1, 2, 3...).
-    pub(super) root: u64,
     /// The graph it was made for (the root, once a body it was made for
     /// is gone: its number stays taken).
     pub(super) graph: u64,
-    pub(super) value: u64,
     pub(super) default: u32,
     pub(super) flags: u32,
 }
@@ -191,8 +187,7 @@ impl<E: Executor> Graphs<E> {
             nodes: HandleTable::new(max),
             node_ids: HashMap::new(),
             execs: HandleTable::new(max),
-            cond_handles: Vec::new(),
-            cond_index: Default::default(),
+            cond_handles: Default::default(),
             cond_nodes: HashMap::new(),
         }
     }
@@ -269,15 +264,9 @@ impl<E: Executor> Graphs<E> {
             .collect()
     }
 
-    /// Notes conditional handle `h`, made last.
-    pub(super) fn add_cond_handle(&mut self, h: CondHandle) {
-        self.cond_index.insert((h.graph, h.value));
-        self.cond_handles.push(h);
-    }
-
     /// Whether conditional handle `value` was made for graph `graph`.
     pub(super) fn has_cond_handle(&self, graph: u64, value: u64) -> bool {
-        self.cond_index.contains(&(graph, value))
+        self.cond_handles.get(&(self.root(graph), value)).is_some_and(|h| h.graph == graph)
     }
 
     /// The root graph of graph `id`: the graph whose conditional handles
@@ -315,13 +304,10 @@ impl<E: Executor> Graphs<E> {
         self.graph_ids.remove(&(g.ctx, g.graph));
         // A root's handles go with it; a body's stay its root's, whose
         // numbers they keep taken.
-        self.cond_handles.retain(|h| h.root != id);
-        for h in self.cond_handles.iter_mut().filter(|h| h.graph == id) {
-            self.cond_index.remove(&(h.graph, h.value));
-            h.graph = h.root;
-            self.cond_index.insert((h.graph, h.value));
+        self.cond_handles.retain(|&(root, _), _| root != id);
+        for (&(root, _), h) in self.cond_handles.iter_mut().filter(|(_, h)| h.graph == id) {
+            h.graph = root;
         }
-        self.cond_index.retain(|&(g, _)| g != id);
         let gone: Vec<u64> = self.nodes.iter().filter(|(_, n)| n.graph == id).map(|(nid, _)| nid).collect();
         for nid in gone {
             if let Some(n) = self.nodes.remove(nid) {

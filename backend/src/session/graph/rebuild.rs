@@ -65,7 +65,7 @@ pub(in crate::session) fn rebuild<E: Executor>(
         }
         let values = make_handles(s, r.ctx, g, &r.handles)?;
         for h in &r.handles {
-            s.graph.add_cond_handle(CondHandle { root: r.id, graph: h.graph, value: h.value, default: h.default, flags: h.flags });
+            s.graph.cond_handles.insert((r.id, h.value), CondHandle { graph: h.graph, default: h.default, flags: h.flags });
         }
         fill(s, r.ctx, g, Some(r.id), &r.body, &mut Made::new(values))?;
     }

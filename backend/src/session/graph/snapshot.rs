@@ -72,8 +72,8 @@ pub(in crate::session) fn describe<E: Executor>(s: &mut Session<E>) -> Result<(V
 /// The conditional handles numbered with root graph `root`'s, in the order
 /// they were made.
 pub(super) fn handles_of<E: Executor>(s: &Session<E>, root: u64) -> Vec<CondHandleRec> {
-    let of_root = s.graph.cond_handles.iter().filter(|h| h.root == root);
-    of_root.map(|h| CondHandleRec { graph: h.graph, value: h.value, default: h.default, flags: h.flags }).collect()
+    let of_root = s.graph.cond_handles.range((root, 0)..=(root, u64::MAX));
+    of_root.map(|(&(_, value), h)| CondHandleRec { graph: h.graph, value, default: h.default, flags: h.flags }).collect()
 }
 
 fn unfollowed() -> CheckpointError {
@@ -90,7 +90,7 @@ pub(in crate::session) fn coverable<E: Executor>(s: &mut Session<E>) -> Result<(
         return Err(CheckpointError::Unsupported("a stream capture under way"));
     }
     // A handle is kept with the graph that numbers it, one the guest holds.
-    if s.graph.cond_handles.iter().any(|h| s.graph.graphs.get(h.root).is_none_or(|g| g.owner != Owner::Guest)) {
+    if s.graph.cond_handles.keys().any(|&(root, _)| s.graph.graphs.get(root).is_none_or(|g| g.owner != Owner::Guest)) {
         return Err(CheckpointError::Unsupported("conditional nodes in child graphs"));
     }
     for (_, x) in s.graph.execs.iter() {
