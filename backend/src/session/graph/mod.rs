@@ -279,6 +279,12 @@ impl<E: Executor> Graphs<E> {
         id
     }
 
+    /// Whether graph `root` or one of its conditional bodies holds a
+    /// conditional node.
+    pub(super) fn has_cond_nodes(&self, root: u64) -> bool {
+        self.cond_nodes.keys().any(|&n| self.nodes.get(n).is_some_and(|n| self.root(n.graph) == root))
+    }
+
     /// How many nodes own graph `id` in turn (0 for a graph none owns).
     pub(super) fn depth(&self, mut id: u64) -> u32 {
         let mut depth = 0;

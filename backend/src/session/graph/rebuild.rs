@@ -121,8 +121,7 @@ fn instantiate_copy<E: Executor>(s: &mut Session<E>, x: &ExecGraphRec, copy: Gra
 /// the driver does not copy: read as a checkpoint reads it, rebuilt as a
 /// restore does. None if it cannot be (a node a snapshot cannot hold).
 pub(super) fn build_copy<E: Executor>(s: &mut Session<E>, ctx: u64, g: Graph<E>, source: u64) -> Option<Recipe<Graph<E>, Node<E>>> {
-    let has_cond = s.graph.cond_nodes.keys().any(|&n| s.graph.nodes.get(n).is_some_and(|n| s.graph.root(n.graph) == source));
-    if !has_cond || s.graph.graphs.get(source)?.owner != Owner::Guest {
+    if s.graph.graphs.get(source)?.owner != Owner::Guest {
         return None;
     }
     let (body, _) = body(s, ctx, g, &HashMap::new(), 0).ok()?;

@@ -12,13 +12,14 @@ use crate::exec::graph::ExecGraph;
 use crate::exec::{CuRes, Executor};
 use crate::session::{Ctx, Session};
 
-/// A copy of graph `g` (session graph `source`) of context `ctx`, if the
-/// driver copies it (it refuses graphs with memory nodes, and conditional
-/// ones, which pvgpu then copies itself).
+/// A copy of graph `g` (session graph `source`) of context `ctx`: the
+/// driver's, if it copies it (it refuses graphs with memory nodes), or for
+/// a graph with conditional nodes, which it never copies, pvgpu's own.
 pub(super) fn copy<E: Executor>(s: &mut Session<E>, ctx: u64, g: Graph<E>, source: u64) -> Option<Recipe<Graph<E>, Node<E>>> {
-    let Ok(graph) = s.enter(ctx).and_then(|c| c.graph_clone(g)) else {
+    if s.graph.has_cond_nodes(source) {
         return super::rebuild::build_copy(s, ctx, g, source);
-    };
+    }
+    let graph = s.enter(ctx).and_then(|c| c.graph_clone(g)).ok()?;
     let (named, twins, conds) = (Default::default(), Default::default(), Default::default());
     Some(Recipe { graph, source, named, disabled: Default::default(), twins, conds, handles: Vec::new() })
 }
